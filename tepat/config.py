@@ -1,0 +1,118 @@
+"""Configuration from ``TEPAT_*`` environment variables (GUIDE.md §5).
+
+A bad value stops the process with one line naming the variable: see
+:func:`load_settings`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from tepat.domain.categories import DEFAULT_CATEGORIES, Categories, CategoryPolicy, QuietPolicy
+
+ENV_PREFIX = "TEPAT_"
+
+
+class CategorySetting(BaseModel):
+    quiet_hours: QuietPolicy = QuietPolicy.DEFER
+    missed_window_minutes: float = Field(default=30, gt=0)
+    queue: str = ""
+    priority: int = 5
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    database_url: str = "sqlite:///./tepat.db"
+    broker_url: str = "embedded://"
+    expo_url: str = "https://exp.host"
+    expo_access_token: SecretStr | None = None
+    expo_max_connections: int = Field(default=6, ge=1, le=64)
+    expo_rate_limit: float = Field(default=600, gt=0, description="notifications/s per credential")
+    admin_api_key: SecretStr | None = None
+    jwt_secret: SecretStr | None = None
+    receipt_delay_seconds: float = Field(default=900, ge=0)
+    receipt_poll_interval_seconds: float = Field(default=30, gt=0)
+    plan_horizon_hours: float = Field(default=48, gt=0, le=24 * 31)
+    plan_interval_seconds: float = Field(default=600, gt=0)
+    sweep_interval_seconds: float = Field(default=30, gt=0)
+    sending_lease_seconds: float = Field(default=300, gt=0)
+    max_attempts: int = Field(default=10, ge=1)
+    max_retry_age_seconds: float = Field(default=3600, gt=0)
+    device_max_failures: int = Field(default=3, ge=1)
+    consumer_prefetch: int = Field(default=50, ge=1, le=10_000)
+    log_level: str = "INFO"
+    log_json: bool | None = None  # None: JSON when stderr is not a terminal
+    categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        if not (v.startswith("sqlite:///") or v.startswith(("mongodb://", "mongodb+srv://"))):
+            raise ValueError("expected sqlite:///PATH or mongodb://HOST/DBNAME")
+        return v
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, v: str) -> str:
+        if not (v == "embedded://" or v.startswith(("stomp://", "stomp+ssl://"))):
+            raise ValueError("expected embedded:// or stomp://[user:pass@]host:61613")
+        return v
+
+    @field_validator("expo_url")
+    @classmethod
+    def _expo_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("expected an http(s) URL")
+        return v.rstrip("/")
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, v: str) -> str:
+        if v.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return v.upper()
+
+    @field_validator("categories", mode="before")
+    @classmethod
+    def _categories(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return json.loads(v)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"expected a JSON object of category policies ({e.msg})") from e
+        return v
+
+    def category_policies(self) -> Categories:
+        """The configured categories; the defaults when ``TEPAT_CATEGORIES`` is unset."""
+        if not self.categories:
+            return Categories(DEFAULT_CATEGORIES)
+        return Categories(
+            CategoryPolicy(
+                name,
+                quiet_hours=c.quiet_hours,
+                missed_window=timedelta(minutes=c.missed_window_minutes),
+                queue=c.queue,
+                priority=c.priority,
+            )
+            for name, c in self.categories.items()
+        )
+
+
+class ConfigError(SystemExit):
+    """Raised by :func:`load_settings`; its message is the one line to print."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment, or :class:`ConfigError` naming the first bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = ENV_PREFIX + "_".join(str(p) for p in err["loc"][:1]).upper()
+        raise ConfigError(f"tepat: bad configuration: {name}: {err['msg']}") from None

@@ -1,0 +1,1 @@
+"""Domain rules: pure data and functions, no I/O."""

@@ -1,0 +1,12 @@
+"""Errors the domain raises on bad input; the API turns them into problem+json."""
+
+from __future__ import annotations
+
+
+class DomainError(ValueError):
+    """Invalid input, naming the offending field so callers can report it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message

@@ -1,0 +1,208 @@
+"""The things Tepat keeps: users, devices, reminders, preferences and messages.
+
+Plain frozen dataclasses: no I/O and no framework. Instants are timezone-aware
+UTC ``datetime``; local dates and times are naive ``date`` / ``time`` that only
+mean something together with the user's zone.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from typing import Any
+
+WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+class MessageStatus(enum.StrEnum):
+    PENDING = "pending"
+    SENDING = "sending"
+    SENT = "sent"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        MessageStatus.DELIVERED,
+        MessageStatus.FAILED,
+        MessageStatus.SKIPPED,
+        MessageStatus.MISSED,
+        MessageStatus.CANCELLED,
+    }
+)
+
+# Forward-only state machine (GUIDE.md §4). SENDING -> PENDING is the one step
+# back: a retryable provider failure releases the claim so the message can be
+# re-driven; it is never visible as a regression of a sent message.
+ALLOWED_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {
+    MessageStatus.PENDING: frozenset(
+        {
+            MessageStatus.SENDING,
+            MessageStatus.SKIPPED,
+            MessageStatus.MISSED,
+            MessageStatus.CANCELLED,
+            MessageStatus.FAILED,
+        }
+    ),
+    MessageStatus.SENDING: frozenset(
+        {
+            MessageStatus.SENT,
+            MessageStatus.FAILED,
+            MessageStatus.SKIPPED,
+            MessageStatus.MISSED,
+            MessageStatus.PENDING,
+        }
+    ),
+    MessageStatus.SENT: frozenset({MessageStatus.DELIVERED, MessageStatus.FAILED}),
+    MessageStatus.DELIVERED: frozenset(),
+    MessageStatus.FAILED: frozenset(),
+    MessageStatus.SKIPPED: frozenset(),
+    MessageStatus.MISSED: frozenset(),
+    MessageStatus.CANCELLED: frozenset(),
+}
+
+
+def can_transition(src: MessageStatus, dst: MessageStatus) -> bool:
+    return dst in ALLOWED_TRANSITIONS[src]
+
+
+class SkipReason(enum.StrEnum):
+    OPTED_OUT = "opted_out"
+    QUIET_HOURS = "quiet_hours"
+    NO_ACTIVE_DEVICE = "no_active_device"
+    SUPERSEDED = "superseded"
+    USER_DISABLED = "user_disabled"
+    USER_DELETED = "user_deleted"
+    REMINDER_DISABLED = "reminder_disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHours:
+    """Local ``[start, end)``; wraps midnight when ``end <= start``."""
+
+    start: time
+    end: time
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    user_id: str
+    timezone: str
+    locale: str = "en"
+    quiet_hours: QuietHours | None = None
+    enabled: bool = True
+    # Bumped whenever something that changes planning (zone, quiet hours) changes.
+    plan_version: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    user_id: str
+    device_id: str
+    push_token: str
+    platform: str | None = None
+    active: bool = True
+    consecutive_failures: int = 0
+    deactivated_reason: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reminder:
+    user_id: str
+    reminder_id: str
+    category: str
+    local_time: time
+    title: str
+    body: str
+    label: str = ""
+    # Lower-case three-letter names (``WEEKDAYS``); all seven when not restricted.
+    days: tuple[str, ...] = WEEKDAYS
+    data: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    # Bumped when a change to the reminder must re-plan its pending messages.
+    version: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    def fires_on(self, day: date) -> bool:
+        return WEEKDAYS[day.weekday()] in self.days
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One intended notification (the seed's NotificationMessage).
+
+    ``dedup_key`` names the intent and version and is unique forever;
+    ``live_key`` names the intent alone (user, reminder, local date) and is
+    unique among messages that were not cancelled, so a local date is sent at
+    most once even across re-plans.
+    """
+
+    id: str
+    user_id: str
+    category: str
+    label: str
+    title: str
+    body: str
+    scheduled_at: datetime
+    timezone: str
+    dedup_key: str
+    live_key: str | None
+    device_id: str | None = None  # None: all of the user's active devices
+    reminder_id: str | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    local_date: date | None = None
+    local_time: time | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    status: MessageStatus = MessageStatus.PENDING
+    status_reason: str | None = None
+    attempts: int = 0
+    ticket_id: str | None = None
+    last_error: str | None = None
+    plan_version: int = 1
+    claimed_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def message_id_for(dedup_key: str) -> str:
+    """Deterministic id, so planning the same intent twice names the same message."""
+    return hashlib.blake2b(dedup_key.encode(), digest_size=12).hexdigest()
+
+
+def reminder_live_key(user_id: str, reminder_id: str, local_date: date) -> str:
+    return f"r|{user_id}|{reminder_id}|{local_date.isoformat()}"
+
+
+def oneoff_live_key(user_id: str, idempotency_key: str) -> str:
+    return f"o|{user_id}|{idempotency_key}"
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """One provider ticket: the outcome of sending a message to one device."""
+
+    ticket_id: str
+    message_id: str
+    user_id: str
+    device_id: str
+    push_token: str
+    sent_at: datetime
+    receipt_status: str | None = None  # None until polled; "ok" | "error"
+    receipt_error: str | None = None
+    checked_at: datetime | None = None

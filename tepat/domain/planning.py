@@ -1,0 +1,161 @@
+"""Turning reminders and one-off requests into messages (pure; the creator jobs persist them)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tepat.domain.categories import Categories, CategoryPolicy, QuietPolicy
+from tepat.domain.models import (
+    Message,
+    MessageStatus,
+    Reminder,
+    SkipReason,
+    User,
+    message_id_for,
+    oneoff_live_key,
+    reminder_live_key,
+)
+from tepat.domain.timerules import (
+    in_quiet_hours,
+    local_dates_covering,
+    local_to_utc,
+    quiet_period_end,
+    utc_to_local,
+)
+from tepat.domain.zones import load_zone
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where quiet hours put an intended instant."""
+
+    scheduled_at: datetime
+    status: MessageStatus = MessageStatus.PENDING
+    reason: str | None = None
+
+
+def place(nominal: datetime, user: User, policy: CategoryPolicy) -> Placement:
+    """Apply the user's quiet hours to a nominal UTC instant under the category's policy."""
+    quiet = user.quiet_hours
+    if quiet is None or policy.quiet_hours is QuietPolicy.BYPASS:
+        return Placement(nominal)
+    zone = load_zone(user.timezone)
+    local = utc_to_local(nominal, zone)
+    if not in_quiet_hours(local.time(), quiet):
+        return Placement(nominal)
+    if policy.quiet_hours is QuietPolicy.DROP:
+        return Placement(nominal, MessageStatus.SKIPPED, SkipReason.QUIET_HOURS.value)
+    return Placement(quiet_period_end(local, quiet, zone), reason="deferred:quiet_hours")
+
+
+def plan_reminder(
+    user: User,
+    reminder: Reminder,
+    policy: CategoryPolicy,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> Iterator[Message]:
+    """Messages for each local date whose nominal instant lies in ``[start, end)``."""
+    if not (user.enabled and reminder.enabled):
+        return
+    zone = load_zone(user.timezone)
+    for day in local_dates_covering(start, end, zone):
+        if not reminder.fires_on(day):
+            continue
+        nominal = local_to_utc(day, reminder.local_time, zone)
+        if not (start <= nominal < end):
+            continue
+        placement = place(nominal, user, policy)
+        live_key = reminder_live_key(user.user_id, reminder.reminder_id, day)
+        dedup_key = f"{live_key}|u{user.plan_version}|r{reminder.version}"
+        yield Message(
+            id=message_id_for(dedup_key),
+            user_id=user.user_id,
+            category=reminder.category,
+            label=reminder.label,
+            title=reminder.title,
+            body=reminder.body,
+            data=reminder.data,
+            scheduled_at=placement.scheduled_at,
+            timezone=user.timezone,
+            dedup_key=dedup_key,
+            live_key=live_key,
+            reminder_id=reminder.reminder_id,
+            local_date=day,
+            local_time=reminder.local_time,
+            status=placement.status,
+            status_reason=placement.reason,
+            plan_version=user.plan_version,
+            created_at=now,
+            updated_at=now,
+        )
+
+
+def plan_users(
+    users: Iterable[tuple[User, list[Reminder]]],
+    categories: Categories,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> Iterator[Message]:
+    for user, reminders in users:
+        for reminder in reminders:
+            if reminder.category not in categories:
+                continue  # a category removed from configuration: nothing to plan
+            yield from plan_reminder(
+                user, reminder, categories.get(reminder.category), start, end, now
+            )
+
+
+def request_fingerprint(payload: dict[str, Any]) -> str:
+    """Stable hash of a one-off request body, to tell a retry from a conflicting reuse of a key."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def plan_oneoff(
+    user: User,
+    policy: CategoryPolicy,
+    idempotency_key: str,
+    title: str,
+    body: str,
+    data: dict[str, Any],
+    send_at: datetime | None,
+    now: datetime,
+    request_hash: str,
+    device_id: str | None = None,
+) -> Message:
+    nominal = send_at if send_at is not None and send_at > now else now
+    placement = place(nominal, user, policy)
+    zone = load_zone(user.timezone)
+    local = utc_to_local(nominal, zone)
+    live_key = oneoff_live_key(user.user_id, idempotency_key)
+    return Message(
+        id=message_id_for(live_key),
+        user_id=user.user_id,
+        category=policy.name,
+        label="",
+        title=title,
+        body=body,
+        data=data,
+        scheduled_at=placement.scheduled_at,
+        timezone=user.timezone,
+        dedup_key=live_key,
+        live_key=live_key,
+        device_id=device_id,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        local_date=local.date(),
+        local_time=local.time().replace(second=0, microsecond=0),
+        status=placement.status,
+        status_reason=placement.reason,
+        plan_version=user.plan_version,
+        created_at=now,
+        updated_at=now,
+    )

@@ -1,0 +1,30 @@
+"""When to try a failed send again: full-jitter exponential backoff, bounded.
+
+See "Exponential Backoff And Jitter" (AWS architecture blog): full jitter
+spreads retries of a burst evenly instead of in synchronized waves.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    base_seconds: float = 1.0
+    cap_seconds: float = 300.0
+    max_attempts: int = 10
+    max_age: timedelta = timedelta(hours=1)
+
+    def delay(
+        self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None
+    ) -> float:
+        """Seconds to wait before attempt number ``attempt + 1`` (``attempt`` >= 1)."""
+        ceiling = min(self.cap_seconds, self.base_seconds * (2 ** max(0, attempt - 1)))
+        jitter = (rng or random).uniform(0, ceiling)
+        return max(jitter, retry_after or 0.0)
+
+    def gives_up(self, attempts: int, first_due: datetime, now: datetime) -> bool:
+        return attempts >= self.max_attempts or now - first_due > self.max_age

@@ -1,0 +1,60 @@
+"""The rules of time (GUIDE.md §3, RFC 5545 semantics).
+
+- A local date and time in a zone becomes the instant when that zone's wall
+  clock reads it.
+- Ambiguous (clocks fall back): the first occurrence.
+- Nonexistent (clocks spring forward): read with the UTC offset in effect
+  before the gap, so 02:30 on New York's spring-forward day is 07:30Z.
+- Quiet hours are local ``[start, end)`` and wrap midnight when end <= start.
+
+PEP 495 gives exactly these two rules with ``fold=0``: for a repeated wall time
+it selects the earlier instant, and for a skipped one it applies the offset
+from before the transition. The property tests check that claim against an
+independent computation over every IANA zone.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
+
+from tepat.domain.models import QuietHours
+
+
+def local_to_utc(day: date, at: time, zone: tzinfo) -> datetime:
+    """The UTC instant at which ``zone``'s wall clock reads ``day at``."""
+    return datetime.combine(day, at).replace(tzinfo=zone, fold=0).astimezone(UTC)
+
+
+def utc_to_local(instant: datetime, zone: tzinfo) -> datetime:
+    """The wall clock in ``zone`` at ``instant`` (naive)."""
+    return instant.astimezone(zone).replace(tzinfo=None)
+
+
+def in_quiet_hours(at: time, quiet: QuietHours | None) -> bool:
+    if quiet is None or quiet.start == quiet.end:
+        return False
+    if quiet.start < quiet.end:
+        return quiet.start <= at < quiet.end
+    return at >= quiet.start or at < quiet.end
+
+
+def quiet_period_end(local: datetime, quiet: QuietHours, zone: tzinfo) -> datetime:
+    """The UTC instant ending the quiet period that contains wall time ``local``.
+
+    Only meaningful when ``in_quiet_hours(local.time(), quiet)``.
+    """
+    end_day = local.date()
+    wraps = quiet.end <= quiet.start
+    if wraps and local.time() >= quiet.start:
+        end_day = end_day + timedelta(days=1)
+    return local_to_utc(end_day, quiet.end, zone)
+
+
+def local_dates_covering(start: datetime, end: datetime, zone: tzinfo) -> list[date]:
+    """Every local date in ``zone`` whose instants may fall in ``[start, end)``.
+
+    One day of margin each side absorbs offsets up to ±26 h and DST shifts.
+    """
+    first = utc_to_local(start, zone).date() - timedelta(days=1)
+    last = utc_to_local(end, zone).date() + timedelta(days=1)
+    return [first + timedelta(days=n) for n in range((last - first).days + 1)]

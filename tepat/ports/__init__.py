@@ -1,0 +1,1 @@
+"""The three ports: Store, Broker, PushProvider. Adapters live in ``tepat.adapters``."""

@@ -1,0 +1,104 @@
+"""The PushProvider port: hand notifications to a push service, with typed outcomes.
+
+A provider call never raises for a provider-side problem: it returns what
+happened (GUIDE.md §1, principle 4), so callers only branch on types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class PushRequest:
+    message_id: str
+    push_token: str
+    title: str
+    body: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    category: str | None = None
+    ttl_seconds: int | None = None
+    priority: str = "high"
+    sound: str | None = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class TicketOk:
+    ticket_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TicketError:
+    """The provider refused one notification of a request."""
+
+    code: str  # Expo's details.error, e.g. DeviceNotRegistered
+    message: str
+    permanent: bool
+    deactivate_device: bool = False
+    retry_after: float | None = None
+
+
+TicketOutcome = TicketOk | TicketError
+
+
+@dataclass(frozen=True, slots=True)
+class Tickets:
+    """Per-notification outcomes, in request order."""
+
+    outcomes: list[TicketOutcome]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLater:
+    """The whole request failed in a way worth retrying (429, 5xx, network)."""
+
+    reason: str
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The whole request failed for good (bad credentials, malformed request)."""
+
+    reason: str
+
+
+SendResult = Tickets | RetryLater | Rejected
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptOk:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptError:
+    code: str
+    message: str
+    deactivate_device: bool = False
+
+
+Receipt = ReceiptOk | ReceiptError
+
+
+@dataclass(frozen=True, slots=True)
+class Receipts:
+    """Receipts that are ready; ids with no receipt yet are absent."""
+
+    by_ticket: dict[str, Receipt]
+
+
+ReceiptResult = Receipts | RetryLater | Rejected
+
+
+class PushProvider(Protocol):
+    max_batch: int  # notifications per send call
+    max_receipt_batch: int  # ticket ids per receipts call
+
+    async def send(self, batch: Sequence[PushRequest]) -> SendResult: ...
+
+    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,228 @@
+"""The Store port: where users, devices, reminders, preferences, messages and tickets live.
+
+The store is the source of truth (GUIDE.md §1). Idempotency comes from unique
+indexes, never from check-then-insert:
+
+- ``messages.dedup_key`` unique: one document per intent and plan version;
+- ``messages.live_key`` unique where set: at most one non-cancelled message per
+  (user, reminder, local date) or (user, one-off idempotency key), ever;
+- pending messages unique per (user, device, category, label, scheduled_at);
+- one active device per device id; one active binding per push token.
+
+Every adapter passes ``tests/contract/test_store_contract.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from tepat.domain.models import Device, Message, MessageStatus, Reminder, Ticket, User
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    created: list[Message]  # the messages this call inserted, in input order
+    existing: int  # how many were already there (any unique index)
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    items: list[Message]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQuery:
+    user_id: str
+    statuses: frozenset[MessageStatus] = frozenset()
+    scheduled_from: datetime | None = None  # inclusive
+    scheduled_to: datetime | None = None  # exclusive
+    limit: int = 50
+    cursor: str | None = None  # opaque, from a previous page
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFailure:
+    """What ``record_device_outcome`` decided."""
+
+    deactivated: bool
+    consecutive_failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    by_status_category: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class UserStore(Protocol):
+    async def upsert_user(self, user: User) -> User:
+        """Create or replace; keeps ``created_at``; stores ``plan_version`` as given."""
+        ...
+
+    async def get_user(self, user_id: str) -> User | None: ...
+
+    async def get_users(self, user_ids: Sequence[str]) -> dict[str, User]: ...
+
+    def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
+        """All users in ``user_id`` order, a page at a time (keyset, flat memory)."""
+        ...
+
+
+class DeviceStore(Protocol):
+    async def register_device(self, device: Device) -> Device:
+        """Register or rotate: ``device`` becomes the one active binding of its
+        ``device_id`` and of its ``push_token``; any other active row holding
+        either (another user's included) becomes inactive. Resets the failure counter.
+        """
+        ...
+
+    async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
+        """True if an active device was deactivated."""
+        ...
+
+    async def deactivate_token(self, push_token: str, reason: str) -> int:
+        """Deactivate every active binding of a token; returns how many."""
+        ...
+
+    async def list_devices(self, user_id: str) -> list[Device]: ...
+
+    async def active_devices(self, user_ids: Sequence[str]) -> dict[str, list[Device]]:
+        """Active devices per user (users without one are absent)."""
+        ...
+
+    async def record_device_outcome(
+        self, push_token: str, ok: bool, max_failures: int, reason: str
+    ) -> DeviceFailure:
+        """Success resets the consecutive-failure counter; a failure increments it
+        and deactivates the token's active binding at ``max_failures``.
+        """
+        ...
+
+
+class ReminderStore(Protocol):
+    async def upsert_reminder(self, reminder: Reminder) -> Reminder: ...
+
+    async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None: ...
+
+    async def delete_reminder(self, user_id: str, reminder_id: str) -> bool: ...
+
+    async def list_reminders(self, user_id: str) -> list[Reminder]: ...
+
+    async def reminders_for_users(self, user_ids: Sequence[str]) -> dict[str, list[Reminder]]: ...
+
+
+class PreferenceStore(Protocol):
+    async def set_preferences(self, user_id: str, categories: Mapping[str, bool]) -> dict[str, bool]:
+        """Merge ``categories`` into the user's preferences; returns all of them."""
+        ...
+
+    async def get_preferences(self, user_id: str) -> dict[str, bool]: ...
+
+    async def preferences_for_users(self, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]: ...
+
+
+class MessageStore(Protocol):
+    async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
+        """Insert in bulk; a message that violates any unique index is counted as
+        existing, not raised. Safe to run concurrently from several processes.
+        """
+        ...
+
+    async def get_message(self, message_id: str) -> Message | None: ...
+
+    async def get_messages(self, message_ids: Sequence[str]) -> list[Message]: ...
+
+    async def find_by_live_key(self, live_key: str) -> Message | None: ...
+
+    async def claim(self, message_ids: Sequence[str], now: datetime) -> list[Message]:
+        """Atomically move each ``pending`` message to ``sending`` (``claimed_at=now``,
+        ``attempts += 1``) and return those this call claimed; a second claimant gets nothing.
+        """
+        ...
+
+    async def transition(
+        self,
+        message_id: str,
+        to: MessageStatus,
+        now: datetime,
+        *,
+        expect: Sequence[MessageStatus],
+        reason: str | None = None,
+        ticket_id: str | None = None,
+        last_error: str | None = None,
+        scheduled_at: datetime | None = None,
+        release_live_key: bool = False,
+    ) -> bool:
+        """Conditional update: only if the current status is in ``expect``.
+
+        ``release_live_key`` clears ``live_key`` (used when cancelling, so the same
+        local date can be planned again). Returns whether the update happened.
+        """
+        ...
+
+    async def cancel_pending(
+        self,
+        user_id: str,
+        after: datetime,
+        now: datetime,
+        reason: str,
+        reminder_id: str | None = None,
+    ) -> int:
+        """Cancel the user's pending messages scheduled at or after ``after``
+        (only one reminder's when given), releasing their live keys.
+        """
+        ...
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        """Newest ``scheduled_at`` first, then id; cursor-paginated."""
+        ...
+
+    async def due_pending(self, before: datetime, limit: int) -> list[Message]:
+        """Pending messages scheduled before ``before``, oldest first (sweeper)."""
+        ...
+
+    async def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
+        """Every pending message, in (scheduled_at, id) order (re-enqueue on start)."""
+        ...
+
+    async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]: ...
+
+    async def count_messages(self) -> Counts: ...
+
+    async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
+        """Failed messages, most recently updated first."""
+        ...
+
+
+class TicketStore(Protocol):
+    async def add_tickets(self, tickets: Sequence[Ticket]) -> None: ...
+
+    async def tickets_awaiting_receipt(self, sent_before: datetime, limit: int) -> list[Ticket]: ...
+
+    async def record_receipt(
+        self, ticket_id: str, status: str, error: str | None, now: datetime
+    ) -> bool:
+        """Set a ticket's receipt once; returns False if it already had one."""
+        ...
+
+    async def tickets_for_message(self, message_id: str) -> list[Ticket]: ...
+
+
+class Store(UserStore, DeviceStore, ReminderStore, PreferenceStore, MessageStore, TicketStore, Protocol):
+    async def open(self) -> None:
+        """Connect, create or migrate the schema and indexes (idempotent)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise if the store cannot be reached."""
+        ...
+
+    async def get_meta(self, key: str) -> str | None: ...
+
+    async def set_meta(self, key: str, value: str) -> None: ...
+
