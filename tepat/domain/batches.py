@@ -44,7 +44,7 @@ def decode_batch(queue: str, body: bytes) -> Batch:
         due = datetime.fromtimestamp(int(doc["due"]), UTC)
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise TypeError("ids")
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as e:
         raise BadBatch(f"not a Tepat batch: {e}") from None
     return Batch(queue, due, tuple(ids))
 

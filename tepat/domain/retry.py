@@ -22,7 +22,8 @@ class RetryPolicy:
         self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None
     ) -> float:
         """Seconds to wait before attempt number ``attempt + 1`` (``attempt`` >= 1)."""
-        ceiling = min(self.cap_seconds, self.base_seconds * (2 ** max(0, attempt - 1)))
+        # The exponent is bounded: 2**1023 and beyond overflow a float.
+        ceiling = min(self.cap_seconds, self.base_seconds * 2.0 ** min(max(0, attempt - 1), 64))
         jitter = (rng or random).uniform(0, ceiling)
         return max(jitter, retry_after or 0.0)
 

@@ -51,9 +51,10 @@ def decide(
         return Skip(SkipReason.USER_DELETED)
     if not user.enabled:
         return Skip(SkipReason.USER_DISABLED)
-    if message.plan_version < user.plan_version:
-        return Skip(SkipReason.SUPERSEDED)
-    if message.reminder_id is not None and (reminder is None or not reminder.enabled):
+    # One-offs name an absolute instant; only reminder messages follow re-plans.
+    if message.reminder_id is not None and (
+        message.plan_version < user.plan_version or reminder is None or not reminder.enabled
+    ):
         return Skip(SkipReason.SUPERSEDED)
     if not preferences.get(message.category, True):
         return Skip(SkipReason.OPTED_OUT)

@@ -47,7 +47,12 @@ def quiet_period_end(local: datetime, quiet: QuietHours, zone: tzinfo) -> dateti
     wraps = quiet.end <= quiet.start
     if wraps and local.time() >= quiet.start:
         end_day = end_day + timedelta(days=1)
-    return local_to_utc(end_day, quiet.end, zone)
+    end = local_to_utc(end_day, quiet.end, zone)
+    # ``local`` may be the second pass through a repeated hour (``fold=1``, as
+    # ``utc_to_local`` leaves it); the end then is the second occurrence too.
+    if end <= local.replace(tzinfo=zone).astimezone(UTC):
+        end = datetime.combine(end_day, quiet.end, tzinfo=zone).replace(fold=1).astimezone(UTC)
+    return end
 
 
 def local_dates_covering(start: datetime, end: datetime, zone: tzinfo) -> list[date]:

@@ -12,11 +12,15 @@ from tepat.domain.models import WEEKDAYS, QuietHours
 _HHMM = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 _EXPO_TOKEN = re.compile(r"^(ExponentPushToken|ExpoPushToken)\[[^\[\]\s]{1,200}\]$")
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_FULL_DAY_NAMES = {
+    full: full[:3]
+    for full in ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+}
 
 
 def parse_hhmm(value: object, field: str) -> time:
     """``"HH:MM"`` on a 24-hour clock, two digits each; "24:00" and "9:7" are refused."""
-    if not isinstance(value, str) or not (m := _HHMM.match(value)):
+    if not isinstance(value, str) or not (m := _HHMM.fullmatch(value)):
         raise DomainError(field, f"expected a local time 'HH:MM' (00:00-23:59), got {value!r}")
     return time(int(m.group(1)), int(m.group(2)))
 
@@ -31,7 +35,8 @@ def parse_days(values: Iterable[str] | None, field: str = "days") -> tuple[str, 
         return WEEKDAYS
     chosen = set()
     for v in values:
-        name = v.strip().lower()[:3] if isinstance(v, str) else ""
+        name = v.strip().lower() if isinstance(v, str) else ""
+        name = _FULL_DAY_NAMES.get(name, name)  # "Monday" -> "mon"; "monkey" stays refused
         if name not in WEEKDAYS:
             raise DomainError(field, f"unknown weekday {v!r} (use {', '.join(WEEKDAYS)})")
         chosen.add(name)
@@ -49,7 +54,7 @@ def parse_quiet_hours(start: object, end: object, field: str = "quiet_hours") ->
 
 def is_expo_push_token(token: str) -> bool:
     """Both spellings Expo issues: ``ExponentPushToken[…]`` and ``ExpoPushToken[…]``."""
-    return bool(_EXPO_TOKEN.match(token))
+    return bool(_EXPO_TOKEN.fullmatch(token))
 
 
 def check_push_token(token: object, field: str = "push_token") -> str:
@@ -60,6 +65,6 @@ def check_push_token(token: object, field: str = "push_token") -> str:
 
 def check_identifier(value: object, field: str) -> str:
     """Ids in paths and keys: 1-128 of letters, digits and ``._:@-``."""
-    if not isinstance(value, str) or not _IDENT.match(value):
+    if not isinstance(value, str) or not _IDENT.fullmatch(value):
         raise DomainError(field, "expected 1-128 characters of letters, digits and ._:@-")
     return value

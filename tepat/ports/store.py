@@ -115,13 +115,17 @@ class ReminderStore(Protocol):
 
 
 class PreferenceStore(Protocol):
-    async def set_preferences(self, user_id: str, categories: Mapping[str, bool]) -> dict[str, bool]:
+    async def set_preferences(
+        self, user_id: str, categories: Mapping[str, bool]
+    ) -> dict[str, bool]:
         """Merge ``categories`` into the user's preferences; returns all of them."""
         ...
 
     async def get_preferences(self, user_id: str) -> dict[str, bool]: ...
 
-    async def preferences_for_users(self, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]: ...
+    async def preferences_for_users(
+        self, user_ids: Sequence[str]
+    ) -> dict[str, dict[str, bool]]: ...
 
 
 class MessageStore(Protocol):
@@ -171,8 +175,9 @@ class MessageStore(Protocol):
         reason: str,
         reminder_id: str | None = None,
     ) -> int:
-        """Cancel the user's pending messages scheduled at or after ``after``
-        (only one reminder's when given), releasing their live keys.
+        """Cancel the user's pending *reminder* messages scheduled at or after
+        ``after`` (only one reminder's when given), releasing their live keys.
+        One-off messages name an absolute instant and are left alone.
         """
         ...
 
@@ -184,7 +189,7 @@ class MessageStore(Protocol):
         """Pending messages scheduled before ``before``, oldest first (sweeper)."""
         ...
 
-    async def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
+    def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
         """Every pending message, in (scheduled_at, id) order (re-enqueue on start)."""
         ...
 
@@ -211,7 +216,9 @@ class TicketStore(Protocol):
     async def tickets_for_message(self, message_id: str) -> list[Ticket]: ...
 
 
-class Store(UserStore, DeviceStore, ReminderStore, PreferenceStore, MessageStore, TicketStore, Protocol):
+class Store(
+    UserStore, DeviceStore, ReminderStore, PreferenceStore, MessageStore, TicketStore, Protocol
+):
     async def open(self) -> None:
         """Connect, create or migrate the schema and indexes (idempotent)."""
         ...
@@ -225,4 +232,3 @@ class Store(UserStore, DeviceStore, ReminderStore, PreferenceStore, MessageStore
     async def get_meta(self, key: str) -> str | None: ...
 
     async def set_meta(self, key: str, value: str) -> None: ...
-

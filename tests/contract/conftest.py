@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tepat.ports.broker import Broker
 from tepat.ports.store import Store
+from tests.support.broker_factories import BROKER_FACTORIES, BrokerHarness
 from tests.support.store_factories import STORE_FACTORIES
 
 
@@ -19,3 +21,15 @@ async def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     factory = STORE_FACTORIES[request.param]
     async with factory(tmp_path_factory.mktemp(request.param)) as s:
         yield s
+
+
+@pytest.fixture(params=sorted(BROKER_FACTORIES))
+async def broker_harness(request: pytest.FixtureRequest) -> AsyncIterator[BrokerHarness]:
+    async with BROKER_FACTORIES[request.param]() as harness:
+        yield harness
+
+
+@pytest.fixture
+def broker(broker_harness: BrokerHarness) -> Broker:
+    """The broker under test; ask for ``broker_harness`` too to move time or name queues."""
+    return broker_harness.broker

@@ -12,3 +12,6 @@ StoreFactory = Callable[[Path], AbstractAsyncContextManager[Store]]
 STORE_FACTORIES: dict[str, StoreFactory] = {}
 
 # Each adapter registers itself here (see sqlite_factory.py, mongo_factory.py).
+
+import tests.support.sqlite_factory  # noqa: F401,E402
+from tests.support import mongo_factory  # noqa: F401,E402

@@ -1,0 +1,1 @@
+"""Creator jobs: turn reminders into messages at their local instants, and keep them moving."""

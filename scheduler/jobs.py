@@ -1,0 +1,31 @@
+"""The scheduler process: run the creator job and the sweeper on their intervals."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from tepat.runtime import Runtime
+from tepat.services.loops import wait_or_stop
+
+log = structlog.get_logger("tepat.scheduler")
+
+
+async def run_creator(rt: Runtime, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            result = await rt.creator.plan_ahead()
+            log.info("planned", created=result.created, existing=result.existing)
+        except Exception:
+            log.exception("planning failed")
+        await wait_or_stop(rt.clock, stop, rt.settings.plan_interval_seconds)
+
+
+async def run_sweeper(rt: Runtime, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            await rt.sweeper.sweep_once()
+        except Exception:
+            log.exception("sweep failed")
+        await wait_or_stop(rt.clock, stop, rt.settings.sweep_interval_seconds)

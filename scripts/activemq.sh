@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Tepat's ActiveMQ Classic broker lifecycle (Debian's `activemq` package, 5.17, Java 17).
+#
+#   scripts/activemq.sh install          apt-get install activemq if it is missing
+#   scripts/activemq.sh start   BASE     create BASE, copy deploy/activemq/conf, start, wait for STOMP
+#   scripts/activemq.sh stop    BASE     SIGTERM (clean shutdown), SIGKILL after 30 s
+#   scripts/activemq.sh restart BASE
+#   scripts/activemq.sh status  BASE
+#
+# Environment:
+#   AMQ_HEAP               max heap (default 256m; SCALE.md: 1g for large scheduler backlogs)
+#   TEPAT_AMQ_BIND         address the connectors listen on (default 127.0.0.1)
+#   TEPAT_AMQ_STOMP_PORT   STOMP port (default 61613)
+#   TEPAT_AMQ_OPENWIRE_PORT OpenWire port (default 61616)
+#
+# The jar is started directly, not through /usr/bin/activemq: that wrapper forces
+# -Xmx512M, switches to the activemq user and its `stop` is broken.
+# BASE/conf is refreshed from deploy/activemq/conf on every start; data stays in BASE/data.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CONF_SRC="$HERE/../deploy/activemq/conf"
+AMQ_HOME=/usr/share/activemq
+AMQ_JAR="$AMQ_HOME/bin/activemq.jar"
+BIND=${TEPAT_AMQ_BIND:-127.0.0.1}
+STOMP_PORT=${TEPAT_AMQ_STOMP_PORT:-61613}
+OPENWIRE_PORT=${TEPAT_AMQ_OPENWIRE_PORT:-61616}
+HEAP=${AMQ_HEAP:-256m}
+
+die() { echo "activemq.sh: $*" >&2; exit 1; }
+
+usage() {
+  sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+probe_host() {
+  # 0.0.0.0 listens everywhere; probe it through loopback
+  if [[ "$BIND" == "0.0.0.0" ]]; then echo 127.0.0.1; else echo "$BIND"; fi
+}
+
+stomp_up() {
+  (exec 3<>"/dev/tcp/$(probe_host)/$STOMP_PORT") 2>/dev/null
+}
+
+running_pid() {
+  # prints the pid and succeeds if BASE's broker process is alive
+  local base=$1 pid
+  pid=$(cat "$base/broker.pid" 2>/dev/null) || return 1
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  # guard against a recycled pid: it must be our java with our base dir
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-Dactivemq.base=$base " || return 1
+  echo "$pid"
+}
+
+log_tail() {
+  local base=$1
+  echo "---- $base/data/console.out (tail) ----" >&2
+  tail -n 40 "$base/data/console.out" >&2 2>/dev/null || true
+  if [[ -f "$base/data/activemq.log" ]]; then
+    echo "---- $base/data/activemq.log (tail) ----" >&2
+    tail -n 20 "$base/data/activemq.log" >&2 || true
+  fi
+}
+
+cmd_install() {
+  if [[ -f "$AMQ_JAR" ]]; then
+    echo "activemq already installed ($AMQ_JAR)"
+    return 0
+  fi
+  command -v apt-get >/dev/null || die "apt-get not found; install ActiveMQ Classic 5.17 so that $AMQ_JAR exists"
+  local sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y activemq
+  [[ -f "$AMQ_JAR" ]] || die "apt-get install activemq finished but $AMQ_JAR is missing"
+  echo "activemq installed"
+}
+
+prepare_base() {
+  local base=$1 jar
+  mkdir -p "$base/conf" "$base/data" "$base/tmp" "$base/lib"
+  [[ -d "$CONF_SRC" ]] || die "config source $CONF_SRC missing"
+  cp -f "$CONF_SRC"/* "$base/conf/"
+  # the statistics plugin's map transformation needs xstream and jettison;
+  # without them the broker drops the client with NoClassDefFoundError
+  for jar in xstream jettison; do
+    [[ -f "/usr/share/java/$jar.jar" ]] || die "/usr/share/java/$jar.jar missing (run: $0 install)"
+    ln -sfn "/usr/share/java/$jar.jar" "$base/lib/$jar.jar"
+  done
+}
+
+cmd_start() {
+  local base pid i
+  [[ $# -ge 1 ]] || usage
+  [[ -f "$AMQ_JAR" ]] || die "$AMQ_JAR missing: run '$0 install' first"
+  mkdir -p "$1"
+  base=$(cd "$1" && pwd)
+  if pid=$(running_pid "$base"); then
+    echo "already running: pid $pid, base $base, stomp $(probe_host):$STOMP_PORT"
+    return 0
+  fi
+  if stomp_up; then
+    die "port $STOMP_PORT on $(probe_host) is already taken by another process (not the broker at $base)"
+  fi
+  prepare_base "$base"
+  # $BASE/lib comes first on activemq.classpath, so the symlinked jars are found
+  nohup java -Xms64m -Xmx"$HEAP" -Djava.awt.headless=true -Djava.io.tmpdir="$base/tmp" \
+    --add-reads=java.xml=java.logging \
+    --add-opens java.base/java.security=ALL-UNNAMED --add-opens java.base/java.net=ALL-UNNAMED \
+    --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.util=ALL-UNNAMED \
+    --add-opens java.naming/javax.naming.spi=ALL-UNNAMED --add-opens java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED \
+    --add-opens java.base/java.util.concurrent=ALL-UNNAMED --add-opens java.base/java.util.concurrent.atomic=ALL-UNNAMED \
+    -Dactivemq.classpath="$base/conf" -Dactivemq.home="$AMQ_HOME" \
+    -Dactivemq.base="$base" -Dactivemq.conf="$base/conf" -Dactivemq.data="$base/data" \
+    -Dactivemq.bind="$BIND" -Dactivemq.stomp.port="$STOMP_PORT" -Dactivemq.openwire.port="$OPENWIRE_PORT" \
+    -jar "$AMQ_JAR" start "xbean:file:$base/conf/activemq.xml" \
+    > "$base/data/console.out" 2>&1 < /dev/null &
+  pid=$!
+  echo "$pid" > "$base/broker.pid"
+  for i in $(seq 1 600); do
+    if stomp_up; then
+      echo "started: pid $pid, base $base, stomp $(probe_host):$STOMP_PORT up after ~$((i / 10)).$((i % 10)) s"
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rm -f "$base/broker.pid"
+      log_tail "$base"
+      die "broker at $base died during start"
+    fi
+    sleep 0.1
+  done
+  log_tail "$base"
+  kill -TERM "$pid" 2>/dev/null || true
+  rm -f "$base/broker.pid"
+  die "timeout: STOMP port $STOMP_PORT not up within 60 s (broker stopped)"
+}
+
+cmd_stop() {
+  local base pid i
+  [[ $# -ge 1 ]] || usage
+  [[ -d "$1" ]] || { echo "not running (no $1)"; return 0; }
+  base=$(cd "$1" && pwd)
+  if ! pid=$(running_pid "$base"); then
+    rm -f "$base/broker.pid"
+    echo "not running ($base)"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 300); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rm -f "$base/broker.pid"
+      echo "stopped after ~$((i / 10)).$((i % 10)) s"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "broker pid $pid did not stop within 30 s: SIGKILL" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$base/broker.pid"
+}
+
+cmd_status() {
+  local base pid
+  [[ $# -ge 1 ]] || usage
+  [[ -d "$1" ]] || { echo "not running (no $1)"; return 3; }
+  base=$(cd "$1" && pwd)
+  if pid=$(running_pid "$base"); then
+    echo "running: pid $pid, base $base"
+    return 0
+  fi
+  echo "not running ($base)"
+  return 3
+}
+
+[[ $# -ge 1 ]] || usage
+sub=$1
+shift
+case "$sub" in
+  install) cmd_install ;;
+  start) cmd_start "$@" ;;
+  stop) cmd_stop "$@" ;;
+  restart) cmd_stop "$@" && cmd_start "$@" ;;
+  status) cmd_status "$@" ;;
+  -h | --help | help) usage ;;
+  *) usage ;;
+esac

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Command 2 of the README: install what the tests need (ActiveMQ from Debian's
+# packages included), start a broker, and run lint, type checks, the whole test
+# suite and a quick run of every benchmark scenario. Stops the broker on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+echo "== python environment"
+if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+echo "== activemq"
+scripts/activemq.sh install
+BROKER_BASE="$ROOT/.broker-test"
+scripts/activemq.sh stop "$BROKER_BASE" >/dev/null 2>&1 || true
+rm -rf "$BROKER_BASE"
+scripts/activemq.sh start "$BROKER_BASE"
+trap 'scripts/activemq.sh stop "$BROKER_BASE"' EXIT
+export TEPAT_TEST_STOMP_URL="stomp://127.0.0.1:61613"
+export TEPAT_TEST_ACTIVEMQ_BASE="$BROKER_BASE"
+
+echo "== ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+
+echo "== mypy"
+.venv/bin/mypy
+
+echo "== pytest"
+.venv/bin/pytest -q -p no:cacheprovider "$@"

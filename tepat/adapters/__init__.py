@@ -1,0 +1,1 @@
+"""Adapters: the concrete Store, Broker and PushProvider implementations behind the ports."""

@@ -1,0 +1,419 @@
+"""The Expo push API as a :class:`~tepat.ports.push.PushProvider`: a small async client on httpx.
+
+Why not the official ``exponent-server-sdk``: it is sync-only, refuses ``ExpoPushToken[…]``,
+breaks on list ``to``, has no gzip or retry, and drops the auth header on one call (GUIDE §6).
+
+What this client does, following docs.expo.dev/push-notifications/sending-notifications:
+
+* Checks each notification before sending: a malformed token or a payload over 4096 bytes
+  becomes that notification's error outcome without a request, and the rest still go.
+* Stays under the project's rate (600 notifications/s) with a token bucket on the injected
+  clock, so that it waits rather than provoking 429s; at most ``max_connections`` requests are
+  in flight (Expo asks for about 6).
+* Gzips request bodies over 1 KiB, as Expo's Node SDK does, and accepts gzip responses.
+* Never raises for provider-side trouble. A whole-request failure becomes ``RetryLater``
+  (429, 5xx, network errors, timeouts) or ``Rejected`` (401/403, other 4xx); a per-notification
+  failure becomes a ``TicketError`` whose ``permanent``/``deactivate_device`` say what to do.
+
+How ticket errors are classified (``details.error``):
+
+===================== ========= ========== ==================================================
+code                  permanent deactivate why
+===================== ========= ========== ==================================================
+DeviceNotRegistered   yes       yes        the token is dead; Expo asks us to stop using it
+MessageTooBig         yes       no         the same payload will always be too big
+MessageRateExceeded   no        no         too many to this one device: back off, retry later
+InvalidCredentials    yes       no         project configuration (APNs/FCM keys): logged as an
+MismatchSenderId      yes       no         error; retrying cannot help and the device is fine
+DeveloperError        yes       no         Expo says the request itself is wrong; resending
+                                           the same message fails the same way
+ExpoError             no        no         a fault inside Expo's service: transient
+ProviderError         no        no         APNs/FCM failed or is unavailable: transient
+(unknown / missing)   no        no         be safe: retry within the retry policy's bounds
+===================== ========= ========== ==================================================
+
+Retrying a non-permanent error is bounded by :class:`tepat.domain.retry.RetryPolicy`, so a
+code that never clears still ends the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from tepat.adapters.rate_limit import TokenBucket
+from tepat.clock import Clock
+from tepat.domain.validation import is_expo_push_token
+from tepat.ports.push import (
+    PushRequest,
+    Receipt,
+    ReceiptError,
+    ReceiptOk,
+    ReceiptResult,
+    Receipts,
+    Rejected,
+    RetryLater,
+    SendResult,
+    TicketError,
+    TicketOk,
+    TicketOutcome,
+    Tickets,
+)
+
+log = logging.getLogger(__name__)
+
+SEND_PATH = "/--/api/v2/push/send"
+RECEIPTS_PATH = "/--/api/v2/push/getReceipts"
+MAX_BATCH = 100
+MAX_RECEIPT_BATCH = 1000
+MAX_PAYLOAD_BYTES = 4096
+GZIP_OVER_BYTES = 1024
+#: How long to leave a device alone after ``MessageRateExceeded`` (Expo: "slowly retry").
+DEVICE_RATE_BACKOFF_SECONDS = 60.0
+
+DEVICE_NOT_REGISTERED = "DeviceNotRegistered"
+_PERMANENT = frozenset(
+    {
+        DEVICE_NOT_REGISTERED,
+        "MessageTooBig",
+        "InvalidCredentials",
+        "MismatchSenderId",
+        "DeveloperError",
+    }
+)
+_CONFIGURATION = frozenset({"InvalidCredentials", "MismatchSenderId"})
+
+_limiters: dict[tuple[str, str | None, float, int], TokenBucket] = {}
+
+
+def shared_limiter(
+    base_url: str, access_token: str | None, rate: float, clock: Clock
+) -> TokenBucket:
+    """One bucket per Expo project (credential) and clock, shared by every client in the process.
+
+    Expo's limit is per project, so two providers with the same credential must not each
+    believe they have the whole budget. The bucket keeps a reference to its clock, so the
+    clock's ``id`` in the key cannot be reused while the entry lives.
+    """
+    key = (base_url.rstrip("/"), access_token, rate, id(clock))
+    bucket = _limiters.get(key)
+    if bucket is None or bucket.clock is not clock:
+        # A burst of at most one batch: a full bucket of 600 on top of 600/s would let twice
+        # the limit through in the first second.
+        bucket = _limiters[key] = TokenBucket(rate, clock, capacity=min(rate, float(MAX_BATCH)))
+    return bucket
+
+
+def to_expo_message(request: PushRequest, *, channel_per_category: bool = False) -> dict[str, Any]:
+    """The Expo message for a :class:`~tepat.ports.push.PushRequest` (fields Expo documents)."""
+    message: dict[str, Any] = {
+        "to": request.push_token,
+        "title": request.title,
+        "body": request.body,
+    }
+    if request.data:
+        message["data"] = dict(request.data)
+    if request.sound is not None:
+        message["sound"] = request.sound
+    if request.priority:
+        message["priority"] = request.priority
+    if request.ttl_seconds is not None:
+        message["ttl"] = request.ttl_seconds
+    if request.category and channel_per_category:
+        # One Android channel per Tepat category lets users mute a category in system
+        # settings, but Android drops notifications for a channel the app never created,
+        # so this is opt-in for apps that create them.
+        message["channelId"] = request.category
+    return message
+
+
+def payload_size(message: Mapping[str, Any]) -> int:
+    """Bytes Expo forwards to APNs/FCM: the message without ``to``, as compact UTF-8 JSON."""
+    body = {k: v for k, v in message.items() if k != "to"}
+    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def classify_ticket_error(code: str, message: str, *, rate_backoff: float) -> TicketError:
+    if code in _CONFIGURATION:
+        log.error(
+            "Expo refused a notification for a configuration problem (%s): %s. Fix the push "
+            "credentials of the Expo project; devices are left untouched.",
+            code,
+            message,
+        )
+    return TicketError(
+        code=code,
+        message=message,
+        permanent=code in _PERMANENT,
+        deactivate_device=code == DEVICE_NOT_REGISTERED,
+        retry_after=rate_backoff if code == "MessageRateExceeded" else None,
+    )
+
+
+def _item_error(item: Mapping[str, Any]) -> tuple[str, str]:
+    details = item.get("details")
+    code = details.get("error") if isinstance(details, Mapping) else None
+    return (str(code) if code else "Unknown", str(item.get("message") or "no message from Expo"))
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """``Retry-After`` as seconds: either delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+class ExpoPushProvider:
+    max_batch: int = MAX_BATCH
+    max_receipt_batch: int = MAX_RECEIPT_BATCH
+
+    def __init__(
+        self,
+        base_url: str = "https://exp.host",
+        *,
+        access_token: str | None = None,
+        max_connections: int = 6,
+        rate_limit: float = 600.0,
+        clock: Clock,
+        timeout: float = 15.0,
+        limiter: TokenBucket | None = None,
+        device_rate_backoff: float = DEVICE_RATE_BACKOFF_SECONDS,
+        channel_per_category: bool = False,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.clock = clock
+        self.limiter = limiter or shared_limiter(self.base_url, access_token, rate_limit, clock)
+        self.device_rate_backoff = device_rate_backoff
+        self.channel_per_category = channel_per_category
+        headers = {
+            "Accept": "application/json",
+            "Accept-Encoding": "gzip, deflate",
+            "User-Agent": "tepat-expo-push/0.1",
+        }
+        if access_token:
+            headers["Authorization"] = f"Bearer {access_token}"
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+        # Wait for a connection slot here rather than in httpx's pool, whose wait counts
+        # against the timeout and would turn a busy moment into spurious RetryLaters.
+        self._slots = asyncio.Semaphore(max_connections)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> ExpoPushProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- send ----
+
+    async def send(self, batch: Sequence[PushRequest]) -> SendResult:
+        """Send up to :attr:`max_batch` notifications; outcomes come back in batch order."""
+        if len(batch) > self.max_batch:
+            # A caller bug, not a provider problem: the port promises batches of max_batch.
+            raise ValueError(f"at most {self.max_batch} notifications per send, got {len(batch)}")
+        outcomes: list[TicketOutcome | None] = [None] * len(batch)
+        to_send: list[tuple[int, dict[str, Any]]] = []
+        for index, request in enumerate(batch):
+            if not is_expo_push_token(request.push_token):
+                outcomes[index] = TicketError(
+                    code=DEVICE_NOT_REGISTERED,
+                    message=(
+                        f"{request.push_token!r} is not an Expo push token "
+                        "(ExponentPushToken[…] or ExpoPushToken[…]); not sent, it can never work"
+                    ),
+                    permanent=True,
+                    deactivate_device=True,
+                )
+                continue
+            message = to_expo_message(request, channel_per_category=self.channel_per_category)
+            size = payload_size(message)
+            if size > MAX_PAYLOAD_BYTES:
+                outcomes[index] = TicketError(
+                    code="MessageTooBig",
+                    message=(
+                        f"payload is {size} bytes, over Expo's {MAX_PAYLOAD_BYTES}-byte limit; "
+                        "not sent"
+                    ),
+                    permanent=True,
+                )
+                continue
+            to_send.append((index, message))
+
+        if to_send:
+            await self.limiter.acquire(len(to_send))
+            result = await self._post(SEND_PATH, [m for _, m in to_send])
+            if isinstance(result, RetryLater | Rejected):
+                return result
+            tickets = self._parse_tickets(result, len(to_send))
+            if isinstance(tickets, Rejected):
+                return tickets
+            for (index, _), outcome in zip(to_send, tickets, strict=True):
+                outcomes[index] = outcome
+        return Tickets([o for o in outcomes if o is not None])
+
+    def _parse_tickets(self, body: Any, expected: int) -> list[TicketOutcome] | Rejected:
+        data = body.get("data") if isinstance(body, Mapping) else None
+        if isinstance(data, Mapping):  # a single ticket for a single message
+            data = [data]
+        if not isinstance(data, list) or len(data) != expected:
+            got = len(data) if isinstance(data, list) else type(data).__name__
+            log.error("Expo answered %s tickets for %d notifications: %.500r", got, expected, body)
+            # We cannot tell which were accepted; resending could duplicate, so do not.
+            return Rejected(f"Expo answered {got} tickets for {expected} notifications")
+        tickets: list[TicketOutcome] = []
+        for item in data:
+            if isinstance(item, Mapping) and item.get("status") == "ok" and item.get("id"):
+                tickets.append(TicketOk(str(item["id"])))
+            elif isinstance(item, Mapping):
+                code, message = _item_error(item)
+                tickets.append(
+                    classify_ticket_error(code, message, rate_backoff=self.device_rate_backoff)
+                )
+            else:
+                tickets.append(
+                    TicketError("Unknown", f"unreadable ticket {item!r}", permanent=False)
+                )
+        return tickets
+
+    # ---- receipts ----
+
+    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
+        """Receipts that are ready, asking in chunks of at most :attr:`max_receipt_batch` ids.
+
+        A chunk that fails leaves its ids absent (they are asked again next poll) unless every
+        chunk failed or one was rejected, which is returned as is.
+        """
+        ids = list(dict.fromkeys(ticket_ids))
+        if not ids:
+            return Receipts({})
+        chunks = [
+            ids[i : i + self.max_receipt_batch] for i in range(0, len(ids), self.max_receipt_batch)
+        ]
+        results = await asyncio.gather(*(self._receipt_chunk(c) for c in chunks))
+        merged: dict[str, Receipt] = {}
+        failures: list[RetryLater | Rejected] = []
+        for result in results:
+            if isinstance(result, Receipts):
+                merged.update(result.by_ticket)
+            else:
+                failures.append(result)
+        rejected = [f for f in failures if isinstance(f, Rejected)]
+        if rejected:
+            return rejected[0]
+        if failures and len(failures) == len(results):
+            return failures[0]
+        if failures:
+            log.warning(
+                "%d of %d receipt requests failed; those ids will be asked again",
+                len(failures),
+                len(results),
+            )
+        return Receipts(merged)
+
+    async def _receipt_chunk(self, ids: list[str]) -> ReceiptResult:
+        body = await self._post(RECEIPTS_PATH, {"ids": ids})
+        if isinstance(body, RetryLater | Rejected):
+            return body
+        data = body.get("data") if isinstance(body, Mapping) else None
+        if not isinstance(data, Mapping):
+            # Reading receipts is idempotent, so a garbled answer is worth another try.
+            return RetryLater(f"unexpected receipts response: {body!r:.200}")
+        wanted = set(ids)
+        by_ticket: dict[str, Receipt] = {}
+        for ticket_id, item in data.items():
+            if ticket_id not in wanted or not isinstance(item, Mapping):
+                continue
+            if item.get("status") == "ok":
+                by_ticket[ticket_id] = ReceiptOk()
+            else:
+                code, message = _item_error(item)
+                if code in _CONFIGURATION:
+                    log.error(
+                        "Expo receipt %s reports a configuration problem (%s): %s",
+                        ticket_id,
+                        code,
+                        message,
+                    )
+                by_ticket[ticket_id] = ReceiptError(
+                    code=code, message=message, deactivate_device=code == DEVICE_NOT_REGISTERED
+                )
+        return Receipts(by_ticket)
+
+    # ---- HTTP ----
+
+    async def _post(self, path: str, payload: Any) -> Any:
+        """POST JSON; the parsed body of a 200, or RetryLater/Rejected for the whole request."""
+        raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        if len(raw) > GZIP_OVER_BYTES:
+            raw = gzip.compress(raw, compresslevel=6)
+            headers["Content-Encoding"] = "gzip"
+        try:
+            async with self._slots:
+                response = await self._client.post(path, content=raw, headers=headers)
+        except httpx.TimeoutException as e:
+            return RetryLater(f"timeout talking to Expo ({type(e).__name__})")
+        except httpx.HTTPError as e:
+            return RetryLater(f"network error talking to Expo: {type(e).__name__}: {e}")
+        return self._classify(response)
+
+    def _classify(self, response: httpx.Response) -> Any:
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = None
+        errors = body.get("errors") if isinstance(body, Mapping) else None
+        first = (
+            errors[0]
+            if isinstance(errors, list) and errors and isinstance(errors[0], Mapping)
+            else {}
+        )
+        code = str(first.get("code") or f"HTTP_{response.status_code}")
+        text = str(first.get("message") or response.text[:200] or response.reason_phrase)
+        reason = f"{code}: {text}"
+        status = response.status_code
+        retry_after = parse_retry_after(response.headers.get("retry-after"), self.clock.now())
+
+        if status == 429 or code == "TOO_MANY_REQUESTS":
+            return RetryLater(reason, retry_after)
+        if status >= 500 or status == 408:
+            return RetryLater(reason, retry_after)
+        if status in (401, 403):
+            log.error("Expo refused our credentials (%s); check TEPAT_EXPO_ACCESS_TOKEN", reason)
+            return Rejected(reason)
+        if status != 200:
+            return Rejected(reason)
+        if errors:
+            # A 200 carrying request errors: treat it as the documented whole-request failure.
+            return Rejected(reason)
+        if body is None:
+            return RetryLater(f"Expo answered 200 without JSON: {response.text[:200]!r}")
+        return body

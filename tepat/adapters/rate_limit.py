@@ -1,0 +1,82 @@
+"""A token bucket on the injectable clock: stay under a provider's rate instead of provoking 429s.
+
+Tokens refill continuously at ``rate`` per second up to ``capacity``. Two ways to take them:
+
+* :meth:`TokenBucket.acquire` (senders) *reserves* ``n`` tokens at once, even into debt, and
+  then sleeps on the clock until the debt is repaid. Reservations are served in call order, so
+  concurrent senders queue fairly without polling, and a request bigger than the bucket (100
+  notifications through a 10/s bucket) still goes, just later.
+* :meth:`TokenBucket.try_acquire` (the sandbox's server side) never waits: it takes the tokens
+  or says how long until it could.
+
+Time comes only from the clock, so tests drive the bucket with ``FakeClock`` and never sleep.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from tepat.clock import Clock
+
+
+class TokenBucket:
+    def __init__(self, rate: float, clock: Clock, capacity: float | None = None) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate!r}")
+        if capacity is not None and capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity!r}")
+        self.rate = float(rate)
+        self.capacity = float(capacity if capacity is not None else rate)
+        self.clock = clock
+        self._tokens = self.capacity
+        self._updated: datetime = clock.now()
+        # The sandbox is called from a server thread and from tests at once.
+        self._lock = threading.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock.now()
+        elapsed = (now - self._updated).total_seconds()
+        if elapsed > 0:
+            self._tokens = min(self.capacity, self._tokens + elapsed * self.rate)
+            self._updated = now
+
+    @property
+    def available(self) -> float:
+        """Tokens available now (negative while a reservation's debt is being repaid)."""
+        with self._lock:
+            self._refill()
+            return self._tokens
+
+    def reserve(self, n: float = 1.0) -> float:
+        """Take ``n`` tokens now, into debt if needed; return seconds to wait before using them."""
+        if n < 0:
+            raise ValueError(f"cannot reserve a negative number of tokens ({n!r})")
+        with self._lock:
+            self._refill()
+            self._tokens -= n
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    async def acquire(self, n: float = 1.0) -> float:
+        """Wait on the clock until ``n`` tokens are ours; return how long that took (seconds)."""
+        delay = self.reserve(n)
+        if delay > 0:
+            await self.clock.sleep(delay)
+        return delay
+
+    def try_acquire(self, n: float = 1.0) -> float:
+        """Take ``n`` tokens if available and return 0.0; otherwise take nothing and return the
+        seconds until they would be.
+
+        A request larger than the whole bucket is let through once the bucket is full (leaving
+        it in debt), otherwise it could never pass at all.
+        """
+        if n < 0:
+            raise ValueError(f"cannot take a negative number of tokens ({n!r})")
+        with self._lock:
+            self._refill()
+            needed = min(n, self.capacity)
+            if self._tokens >= needed:
+                self._tokens -= n
+                return 0.0
+            return (needed - self._tokens) / self.rate

@@ -1,0 +1,190 @@
+"""The ``tepat`` command. Thin: parse options, load settings, call into the processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+
+from tepat.config import ConfigError, Settings, load_settings
+from tepat.logging import configure_logging
+
+app = typer.Typer(
+    help="Tepat: every user's notifications at the right local moment, once.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+sandbox_app = typer.Typer(help="Local stand-ins for push providers.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead letters: list and replay.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(dlq_app, name="dlq")
+
+Host = Annotated[str, typer.Option(help="Interface to listen on.")]
+Port = Annotated[int, typer.Option(help="TCP port to listen on.", min=1, max=65535)]
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        settings = load_settings(**overrides)
+    except ConfigError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    configure_logging(settings.log_level, settings.log_json)
+    return settings
+
+
+def _run(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return asyncio.run(coro)
+    except ConfigError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+
+
+def _parse_instant(value: str, name: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"expected ISO 8601, got {value!r}", param_hint=name) from None
+    if parsed.tzinfo is None:
+        raise typer.BadParameter("needs a UTC offset, e.g. 2027-03-14T00:00:00Z", param_hint=name)
+    return parsed
+
+
+@app.command()
+def serve(
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    sandbox: Annotated[
+        bool, typer.Option(help="Start the Expo sandbox in-process and send to it.")
+    ] = False,
+    sandbox_port: Annotated[int, typer.Option(help="Port of the in-process Expo sandbox.")] = 8001,
+) -> None:
+    """API, creator jobs, consumers and the receipt poller in one process."""
+    from tepat.processes import serve_all
+
+    settings = _settings()
+    _run(serve_all(settings, host, port, sandbox=sandbox, sandbox_port=sandbox_port))
+
+
+@app.command("api")
+def api_command(host: Host = "127.0.0.1", port: Port = 8000) -> None:
+    """The HTTP API alone."""
+    from tepat.processes import serve_api
+
+    _run(serve_api(_settings(), host, port))
+
+
+@app.command("scheduler")
+def scheduler_command() -> None:
+    """Creator jobs and the sweeper alone."""
+    from tepat.processes import run_parts, scheduler_parts
+
+    _run(run_parts(_settings(), scheduler_parts()))
+
+
+@app.command("consumers")
+def consumers_command() -> None:
+    """Consumers and the receipt poller alone (run as many as you need)."""
+    from tepat.processes import consumer_parts, run_parts
+
+    _run(run_parts(_settings(), consumer_parts()))
+
+
+@app.command()
+def plan(
+    start: Annotated[str, typer.Option(help="Window start, ISO 8601 with offset.")],
+    end: Annotated[str, typer.Option(help="Window end (exclusive), ISO 8601 with offset.")],
+) -> None:
+    """Plan an explicit window (ops backfill); prints how many messages were created."""
+    from tepat.runtime import open_runtime
+
+    begin, finish = _parse_instant(start, "--start"), _parse_instant(end, "--end")
+    if finish <= begin:
+        raise typer.BadParameter("must be after --start", param_hint="--end")
+    settings = _settings()
+
+    async def go() -> None:
+        async with open_runtime(settings) as rt:
+            result = await rt.creator.plan_window(begin, finish)
+        typer.echo(f"created {result.created}, existing {result.existing}")
+
+    _run(go())
+
+
+@sandbox_app.command("expo")
+def sandbox_expo(
+    host: Host = "127.0.0.1",
+    port: Port = 8001,
+    receipt_delay: Annotated[
+        float, typer.Option(help="Seconds before a ticket's receipt is available.", min=0)
+    ] = 5.0,
+    access_token: Annotated[
+        str | None, typer.Option(help="Require this Bearer token, as Expo does when set.")
+    ] = None,
+    rate_limit: Annotated[
+        float | None, typer.Option(help="Notifications/s before answering 429.", min=0)
+    ] = None,
+) -> None:
+    """A local server that behaves like Expo's push API."""
+    from tepat.sandbox.expo import serve_sandbox
+
+    configure_logging()
+    serve_sandbox(
+        host=host,
+        port=port,
+        receipt_delay_seconds=receipt_delay,
+        access_token=access_token,
+        rate_limit=rate_limit,
+    )
+
+
+@dlq_app.command("list")
+def dlq_list() -> None:
+    """Broker dead letters (NACKed past the limit) and failed messages."""
+    from tepat.runtime import open_runtime
+
+    settings = _settings()
+
+    async def go() -> None:
+        async with open_runtime(settings) as rt:
+            letters = await rt.broker.dead_letters(rt.categories.queues())
+            failed = await rt.store.dead_letters(limit=100)
+        typer.echo(f"broker dead letters: {len(letters)}")
+        for d in letters:
+            typer.echo(f"  {d.id}\t{d.queue}\tattempts={d.attempts}\t{d.reason}")
+        typer.echo(f"failed messages: {len(failed)}")
+        for m in failed:
+            typer.echo(f"  {m.id}\t{m.category}\tattempts={m.attempts}\t{m.status_reason}")
+
+    _run(go())
+
+
+@dlq_app.command("replay")
+def dlq_replay(dead_letter_id: Annotated[str, typer.Argument(help="Id from `tepat dlq list`.")]) -> None:
+    """Put one broker dead letter back on its queue, due now."""
+    from tepat.runtime import open_runtime
+
+    settings = _settings()
+
+    async def go() -> bool:
+        async with open_runtime(settings) as rt:
+            return await rt.broker.replay_dead_letter(dead_letter_id)
+
+    if not _run(go()):
+        typer.echo(f"no dead letter {dead_letter_id!r}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"replayed {dead_letter_id}")
+
+
+def main() -> None:
+    app(prog_name="tepat")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

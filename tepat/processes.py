@@ -1,0 +1,131 @@
+"""The long-running processes: everything in one (`serve`) or each part alone.
+
+Each process opens one :class:`~tepat.runtime.Runtime`, starts its loops and
+waits for SIGTERM/SIGINT; then it stops taking new work, drains what it holds
+(in-flight batches are recorded and acked, accepted HTTP requests finish) and
+exits cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import Any
+
+import structlog
+import uvicorn
+
+from consumers.worker import run_consumer, run_receipt_poller
+from scheduler.jobs import run_creator, run_sweeper
+from tepat.config import Settings
+from tepat.runtime import Runtime, open_runtime
+
+log = structlog.get_logger("tepat.process")
+
+Part = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def serve_http(rt: Runtime, stop: asyncio.Event, host: str, port: int, admin_key: str) -> None:
+    from api.app import create_app
+
+    config = uvicorn.Config(
+        create_app(rt, admin_key), host=host, port=port, log_config=None, lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    # We own signal handling: uvicorn would otherwise install its own handlers.
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    await stop.wait()
+    server.should_exit = True  # stops accepting, lets in-flight requests finish
+    await task
+
+
+async def run_parts(
+    settings: Settings,
+    parts: list[Part],
+    *,
+    restore_embedded: bool = False,
+    extra: AbstractAsyncContextManager[Any] | None = None,
+    on_ready: Callable[[Runtime], Awaitable[None]] | None = None,
+) -> None:
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    async with extra or nullcontext(), open_runtime(settings) as rt:
+        if restore_embedded and rt.embedded_broker:
+            batches = await rt.restore_embedded_queue()
+            log.info("embedded queue restored from the store", batches=batches)
+        if on_ready is not None:
+            await on_ready(rt)
+        tasks = [asyncio.create_task(part(rt, stop), name=part.__name__) for part in parts]
+        # One part failing is fatal: stop the others and surface the error.
+        done, _ = await asyncio.wait(
+            [*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+        stop.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        log.info("stopped cleanly")
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                raise r
+
+
+def consumer_parts() -> list[Part]:
+    return [run_consumer, run_receipt_poller]
+
+
+def scheduler_parts() -> list[Part]:
+    return [run_creator, run_sweeper]
+
+
+def _http_part(host: str, port: int, admin_key: str) -> Part:
+    async def http_api(rt: Runtime, stop: asyncio.Event) -> None:
+        await serve_http(rt, stop, host, port, admin_key)
+
+    return http_api
+
+
+def _admin_key(settings: Settings) -> str:
+    from tepat.services.admin_key import resolve_admin_key
+
+    key, generated = resolve_admin_key(settings)
+    if generated:
+        # Printed once, on the start that created it; it is kept beside the data.
+        print(f"tepat: generated admin API key (X-API-Key): {key}", flush=True)
+    return key
+
+
+async def serve_api(settings: Settings, host: str, port: int) -> None:
+    await run_parts(settings, [_http_part(host, port, _admin_key(settings))])
+
+
+async def serve_all(
+    settings: Settings, host: str, port: int, *, sandbox: bool, sandbox_port: int
+) -> None:
+    extra: AbstractAsyncContextManager[Any] | None = None
+    if sandbox:
+        from tepat.sandbox.expo import running_sandbox_async
+
+        updates: dict[str, Any] = {"expo_url": f"http://127.0.0.1:{sandbox_port}"}
+        if "receipt_delay_seconds" not in settings.model_fields_set:
+            updates["receipt_delay_seconds"] = DEMO_RECEIPT_DELAY_SECONDS
+            updates["receipt_poll_interval_seconds"] = 2.0
+        settings = settings.model_copy(update=updates)
+        extra = running_sandbox_async(
+            port=sandbox_port, receipt_delay_seconds=DEMO_RECEIPT_DELAY_SECONDS / 2
+        )
+        print(f"tepat: Expo sandbox at {settings.expo_url} (received: /_sandbox/received)", flush=True)
+    parts = [_http_part(host, port, _admin_key(settings)), *consumer_parts(), *scheduler_parts()]
+    await run_parts(settings, parts, restore_embedded=True, extra=extra)
+
+
+# With the in-process sandbox, receipts are polled after seconds, not Expo's 15 minutes,
+# so the README walkthrough shows `delivered` while you watch.
+DEMO_RECEIPT_DELAY_SECONDS = 10.0

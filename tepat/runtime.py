@@ -1,0 +1,166 @@
+"""Wiring: build the adapters the configuration names and the services on top of them.
+
+The only module that knows every adapter; entrypoints ask it for a
+:class:`Runtime` and never construct adapters themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+import structlog
+
+from consumers.dispatcher import Dispatcher
+from consumers.receipts import ReceiptPoller
+from scheduler.creator import Creator
+from scheduler.sweeper import Sweeper
+from tepat.clock import Clock, SystemClock
+from tepat.config import Settings
+from tepat.domain.categories import Categories
+from tepat.domain.retry import RetryPolicy
+from tepat.domain.zones import TZDATA_RELEASE
+from tepat.ports.broker import Broker
+from tepat.ports.push import PushProvider
+from tepat.ports.store import Store
+from tepat.services.enqueue import Enqueuer
+
+log = structlog.get_logger("tepat.runtime")
+
+
+def make_store(settings: Settings) -> Store:
+    url = settings.database_url
+    if url.startswith("sqlite:///"):
+        from tepat.adapters.sqlite_store import SqliteStore
+
+        return SqliteStore(url.removeprefix("sqlite:///"))
+    from tepat.adapters.mongo_store import MongoStore
+
+    return MongoStore(url)
+
+
+def make_broker(settings: Settings, clock: Clock) -> Broker:
+    if settings.broker_url == "embedded://":
+        from tepat.adapters.embedded_broker import EmbeddedBroker
+
+        return EmbeddedBroker(clock)
+    from tepat.adapters.stomp_broker import StompBroker
+
+    return StompBroker(settings.broker_url, clock=clock)
+
+
+def make_push_provider(settings: Settings, clock: Clock) -> PushProvider:
+    from tepat.adapters.expo_push import ExpoPushProvider
+
+    token = settings.expo_access_token
+    return ExpoPushProvider(
+        settings.expo_url,
+        access_token=token.get_secret_value() if token else None,
+        max_connections=settings.expo_max_connections,
+        rate_limit=settings.expo_rate_limit,
+        clock=clock,
+    )
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    clock: Clock
+    categories: Categories
+    store: Store
+    broker: Broker
+    push: PushProvider
+    enqueuer: Enqueuer
+    creator: Creator
+    dispatcher: Dispatcher
+    receipts: ReceiptPoller
+    sweeper: Sweeper
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.settings.broker_url == "embedded://"
+
+    async def restore_embedded_queue(self) -> int:
+        """The embedded broker keeps nothing: re-enqueue every pending message from the store."""
+        batches = 0
+        async for page in self.store.iter_pending(1000):
+            batches += await self.enqueuer.enqueue(page)
+        return batches
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    broker: Broker | None = None,
+    push: PushProvider | None = None,
+) -> AsyncIterator[Runtime]:
+    clock = clock or SystemClock()
+    categories = settings.category_policies()
+    store = store or make_store(settings)
+    broker = broker or make_broker(settings, clock)
+    push = push or make_push_provider(settings, clock)
+    await store.open()
+    try:
+        await broker.connect()
+        try:
+            enqueuer = Enqueuer(broker, categories, clock)
+            retry = RetryPolicy(
+                max_attempts=settings.max_attempts,
+                max_age=timedelta(seconds=settings.max_retry_age_seconds),
+            )
+            rt = Runtime(
+                settings=settings,
+                clock=clock,
+                categories=categories,
+                store=store,
+                broker=broker,
+                push=push,
+                enqueuer=enqueuer,
+                creator=Creator(
+                    store,
+                    enqueuer,
+                    categories,
+                    clock,
+                    horizon=timedelta(hours=settings.plan_horizon_hours),
+                ),
+                dispatcher=Dispatcher(
+                    store,
+                    push,
+                    enqueuer,
+                    categories,
+                    clock,
+                    retry=retry,
+                    device_max_failures=settings.device_max_failures,
+                ),
+                receipts=ReceiptPoller(
+                    store,
+                    push,
+                    clock,
+                    delay=timedelta(seconds=settings.receipt_delay_seconds),
+                    device_max_failures=settings.device_max_failures,
+                ),
+                sweeper=Sweeper(
+                    store,
+                    enqueuer,
+                    clock,
+                    grace=timedelta(seconds=retry.cap_seconds + 60),
+                    lease=timedelta(seconds=settings.sending_lease_seconds),
+                ),
+            )
+            log.info(
+                "runtime ready",
+                tzdata=TZDATA_RELEASE,
+                store=type(store).__name__,
+                broker=type(broker).__name__,
+            )
+            yield rt
+        finally:
+            await push.close()
+            await broker.close()
+    finally:
+        await store.close()

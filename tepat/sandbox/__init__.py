@@ -1,0 +1,6 @@
+"""Stand-ins for the outside services Tepat talks to, for tests and demos (see ``expo``)."""
+
+from tepat.sandbox.expo import ExpoSandbox, TokenScript
+from tepat.sandbox.server import RunningSandbox, running_sandbox, serve_sandbox
+
+__all__ = ["ExpoSandbox", "RunningSandbox", "TokenScript", "running_sandbox", "serve_sandbox"]

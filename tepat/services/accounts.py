@@ -1,0 +1,322 @@
+"""Use cases behind the user-facing API: users, devices, reminders, preferences, one-offs.
+
+No HTTP here: every function takes the :class:`~tepat.runtime.Runtime`, validates
+with the domain's parsers (errors name the offending field) and talks to the
+store. Whatever changes planning re-plans through the creator, so the rules
+that cancel superseded messages live in exactly one place.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from tepat.domain.errors import DomainError
+from tepat.domain.models import Device, Message, QuietHours, Reminder, User
+from tepat.domain.planning import plan_oneoff, request_fingerprint
+from tepat.domain.validation import (
+    check_identifier,
+    check_push_token,
+    parse_days,
+    parse_hhmm,
+)
+from tepat.domain.zones import load_zone
+from tepat.runtime import Runtime
+
+# Expo refuses notifications over 4096 bytes; keep room for what the dispatcher adds.
+MAX_PAYLOAD_BYTES: Final = 3584
+# A one-off further ahead than this is almost certainly a mistake (or a unit error).
+MAX_SEND_AHEAD: Final = timedelta(days=366)
+
+
+class NotFound(LookupError):
+    """The user (or one of its sub-resources) does not exist."""
+
+    def __init__(self, what: str, ident: str) -> None:
+        super().__init__(f"{what} {ident!r} not found")
+        self.what = what
+        self.ident = ident
+
+
+class IdempotencyConflict(Exception):
+    """An idempotency key reused with a different request, or a slot already taken."""
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+KEEP: Final = _Keep.KEEP  # "leave this field as it is" in partial updates
+
+
+# ---------------------------------------------------------------- users
+
+
+async def get_user(rt: Runtime, user_id: str) -> User:
+    user = await rt.store.get_user(check_identifier(user_id, "user_id"))
+    if user is None:
+        raise NotFound("user", user_id)
+    return user
+
+
+async def put_user(
+    rt: Runtime,
+    user_id: str,
+    *,
+    timezone: str,
+    locale: str | _Keep = KEEP,
+    quiet_hours: QuietHours | None | _Keep = KEEP,
+    enabled: bool | _Keep = KEEP,
+) -> tuple[User, bool]:
+    """Create or update a user; returns ``(user, created)``.
+
+    Fields passed as :data:`KEEP` keep their stored value (defaults on create).
+    A change of zone or quiet hours bumps ``plan_version`` and re-plans: the
+    superseded pending messages end ``cancelled``; re-enabling re-plans too.
+    Disabling cancels nothing: consumers skip a disabled user's messages at
+    send time (``user_disabled``).
+    """
+    check_identifier(user_id, "user_id")
+    load_zone(timezone, "timezone")
+    now = rt.clock.now()
+    old = await rt.store.get_user(user_id)
+    base = old or User(user_id=user_id, timezone=timezone, created_at=now)
+    user = replace(
+        base,
+        timezone=timezone,
+        locale=base.locale if locale is KEEP else locale,
+        quiet_hours=base.quiet_hours if quiet_hours is KEEP else quiet_hours,
+        enabled=base.enabled if enabled is KEEP else enabled,
+        updated_at=now,
+    )
+    replan = old is None or (
+        (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
+        or (user.enabled and not old.enabled)  # re-enabled: plan what was skipped meanwhile
+    )
+    if old is not None and replan:
+        # A new plan version gives re-planned messages new dedup keys, and makes
+        # consumers skip any old one that slipped past the cancel as superseded.
+        user = replace(user, plan_version=old.plan_version + 1)
+    user = await rt.store.upsert_user(user)
+    if replan:
+        await rt.creator.replan_user(user_id)
+    return user, old is None
+
+
+# ---------------------------------------------------------------- devices
+
+
+async def register_device(
+    rt: Runtime, user_id: str, device_id: str, push_token: str, platform: str | None = None
+) -> Device:
+    """Register or rotate a device's token (the store keeps one active binding each)."""
+    await get_user(rt, user_id)
+    now = rt.clock.now()
+    device = Device(
+        user_id=user_id,
+        device_id=check_identifier(device_id, "device_id"),
+        push_token=check_push_token(push_token),
+        platform=platform,
+        created_at=now,
+        updated_at=now,
+    )
+    return await rt.store.register_device(device)
+
+
+async def deactivate_device(rt: Runtime, user_id: str, device_id: str) -> None:
+    """Deactivate a device; repeating it is harmless, an unknown device is NotFound."""
+    await get_user(rt, user_id)
+    check_identifier(device_id, "device_id")
+    if await rt.store.deactivate_device(user_id, device_id, "unregistered"):
+        return
+    if not any(d.device_id == device_id for d in await rt.store.list_devices(user_id)):
+        raise NotFound("device", device_id)
+
+
+async def list_devices(rt: Runtime, user_id: str) -> list[Device]:
+    await get_user(rt, user_id)
+    return await rt.store.list_devices(user_id)
+
+
+# ---------------------------------------------------------------- reminders
+
+
+async def put_reminder(
+    rt: Runtime,
+    user_id: str,
+    reminder_id: str,
+    *,
+    category: str,
+    local_time: str,
+    title: str,
+    body: str,
+    label: str = "",
+    days: Sequence[str] | None = None,
+    data: Mapping[str, Any] | None = None,
+    enabled: bool = True,
+) -> tuple[Reminder, bool]:
+    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``."""
+    await get_user(rt, user_id)
+    check_identifier(reminder_id, "reminder_id")
+    rt.categories.get(category, "category")
+    payload = check_payload(title, body, data)
+    now = rt.clock.now()
+    old = await rt.store.get_reminder(user_id, reminder_id)
+    reminder = Reminder(
+        user_id=user_id,
+        reminder_id=reminder_id,
+        category=category,
+        local_time=parse_hhmm(local_time, "local_time"),
+        title=title,
+        body=body,
+        label=label,
+        days=parse_days(days, "days"),
+        data=payload,
+        enabled=enabled,
+        version=old.version if old else 1,
+        created_at=old.created_at if old else now,
+        updated_at=now,
+    )
+    if old is not None and _planned_fields(old) == _planned_fields(reminder):
+        return old, False  # nothing that planning sees changed: keep the pending messages
+    if old is not None:
+        reminder = replace(reminder, version=old.version + 1)
+    reminder = await rt.store.upsert_reminder(reminder)
+    await rt.creator.replan_user(user_id, reminder_id=reminder_id)
+    return reminder, old is None
+
+
+def _planned_fields(r: Reminder) -> tuple[object, ...]:
+    return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
+
+
+async def delete_reminder(rt: Runtime, user_id: str, reminder_id: str) -> None:
+    """Delete a reminder and cancel its pending messages."""
+    await get_user(rt, user_id)
+    check_identifier(reminder_id, "reminder_id")
+    if not await rt.store.delete_reminder(user_id, reminder_id):
+        raise NotFound("reminder", reminder_id)
+    await rt.creator.replan_user(user_id, reminder_id=reminder_id)
+
+
+async def list_reminders(rt: Runtime, user_id: str) -> list[Reminder]:
+    await get_user(rt, user_id)
+    return await rt.store.list_reminders(user_id)
+
+
+# ---------------------------------------------------------------- preferences
+
+
+async def set_preferences(
+    rt: Runtime, user_id: str, categories: Mapping[str, bool]
+) -> dict[str, bool]:
+    """Merge opt-ins/outs; returns every configured category (opted in unless stored otherwise)."""
+    await get_user(rt, user_id)
+    for name in categories:
+        rt.categories.get(name, f"categories.{name}")
+    stored = await rt.store.set_preferences(user_id, dict(categories))
+    return _with_defaults(rt, stored)
+
+
+async def get_preferences(rt: Runtime, user_id: str) -> dict[str, bool]:
+    await get_user(rt, user_id)
+    return _with_defaults(rt, await rt.store.get_preferences(user_id))
+
+
+def _with_defaults(rt: Runtime, stored: Mapping[str, bool]) -> dict[str, bool]:
+    return {name: stored.get(name, True) for name in rt.categories.names}
+
+
+# ---------------------------------------------------------------- one-off notifications
+
+
+async def create_oneoff(
+    rt: Runtime,
+    user_id: str,
+    idempotency_key: str,
+    category: str,
+    title: str,
+    body: str,
+    data: Mapping[str, Any] | None = None,
+    send_at: datetime | None = None,
+) -> tuple[Message, bool]:
+    """A one-off message now or at ``send_at``; returns ``(message, created)``.
+
+    The idempotency key names the intent; the store's unique index on the
+    message's live key decides which of several concurrent requests creates
+    it (no check-then-insert). A repeat with the same request returns the
+    existing message; the same key with a different request is a conflict.
+    """
+    user = await get_user(rt, user_id)
+    check_identifier(idempotency_key, "idempotency_key")
+    policy = rt.categories.get(category, "category")
+    payload = check_payload(title, body, data)
+    now = rt.clock.now()
+    send_at_utc = _check_send_at(send_at, now)
+    request_hash = request_fingerprint(
+        {
+            "category": category,
+            "title": title,
+            "body": body,
+            "data": payload,
+            "send_at": send_at_utc.isoformat() if send_at_utc else None,
+        }
+    )
+    msg = plan_oneoff(
+        user, policy, idempotency_key, title, body, payload, send_at_utc, now, request_hash
+    )
+    result = await rt.store.insert_messages([msg])
+    if result.created:
+        await rt.enqueuer.enqueue(result.created)
+        return result.created[0], True
+    assert msg.live_key is not None
+    existing = await rt.store.find_by_live_key(msg.live_key) or await rt.store.get_message(msg.id)
+    if existing is None:
+        # Refused by the per-slot index: another pending message of this user and
+        # category is due at exactly the same instant.
+        raise IdempotencyConflict(
+            "another notification of this category is already scheduled for this user "
+            "at the same instant"
+        )
+    if existing.request_hash != request_hash:
+        raise IdempotencyConflict(
+            f"idempotency_key {idempotency_key!r} was already used with a different request"
+        )
+    return existing, False
+
+
+def _check_send_at(send_at: datetime | None, now: datetime) -> datetime | None:
+    if send_at is None:
+        return None
+    if send_at.tzinfo is None or send_at.utcoffset() is None:
+        raise DomainError("send_at", "expected an ISO 8601 instant with a UTC offset")
+    try:
+        utc = send_at.astimezone(UTC)
+    except OverflowError:
+        raise DomainError("send_at", "out of range") from None
+    if utc - now > MAX_SEND_AHEAD:
+        raise DomainError("send_at", f"must be within {MAX_SEND_AHEAD.days} days from now")
+    return utc
+
+
+def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The notification must be JSON and fit Expo's payload limit; returns ``data`` as a dict."""
+    payload = dict(data or {})
+    for field, value in (("title", title), ("body", body), ("data", payload)):
+        try:
+            json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+        except (ValueError, TypeError, RecursionError):
+            raise DomainError(field, "must be valid JSON text (no NaN, no lone surrogates)") from None
+    size = len(
+        json.dumps({"title": title, "body": body, "data": payload}, ensure_ascii=False).encode()
+    )
+    if size > MAX_PAYLOAD_BYTES:
+        field = "data" if payload else "body"
+        raise DomainError(
+            field, f"notification too large: {size} bytes encoded (at most {MAX_PAYLOAD_BYTES})"
+        )
+    return payload

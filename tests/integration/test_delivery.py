@@ -1,0 +1,144 @@
+"""Issue 3's acceptance, end to end on the embedded broker: store on disk, consumer,
+receipt poller, and the Expo sandbox over HTTP. Time is a FakeClock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+from pathlib import Path
+
+from tepat.domain.models import MessageStatus
+from tests.support.pipeline import pipeline
+from tests.support.waiting import drive, eventually, stays_false
+
+# 2027-03-01 is a Monday; London is on GMT (UTC+0) until 2027-03-28.
+START = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
+NINE = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+
+
+async def _plan_day(p, day_start: datetime = START) -> None:  # type: ignore[no-untyped-def]
+    await p.rt.creator.plan_window(day_start, day_start + timedelta(hours=24))
+
+
+async def test_reminder_reaches_the_sandbox_at_its_instant(tmp_path: Path) -> None:
+    async with pipeline(tmp_path, start=START) as p:
+        _, device = await p.add_user("ana", reminders=[("breakfast", "meal", time(9, 0))])
+        await _plan_day(p)
+        p.clock.set(NINE - timedelta(seconds=1))
+        assert await stays_false(lambda: bool(p.received_for(device.push_token)))
+        p.clock.set(NINE)
+        await eventually(lambda: bool(p.received_for(device.push_token)), what="arrival")
+        [got] = p.received_for(device.push_token)
+        assert datetime.fromisoformat(got["received_at"]) == NINE
+        assert got["title"] == "meal time" and got["status"] == "ok"
+        [m] = await p.messages("ana")
+        await eventually(lambda: p.status_of(m.id), what="recorded")
+        assert (await p.status_of(m.id)) is MessageStatus.SENT
+
+
+async def test_one_off_due_at_send_at(tmp_path: Path) -> None:
+    from tepat.domain.planning import plan_oneoff, request_fingerprint
+
+    async with pipeline(tmp_path, start=START) as p:
+        user, device = await p.add_user("ben")
+        send_at = START + timedelta(minutes=10)
+        msg = plan_oneoff(user, p.rt.categories.get("custom"), "k1", "Hi", "there", {}, send_at,
+                          p.clock.now(), request_fingerprint({"k": 1}))
+        created = (await p.rt.store.insert_messages([msg])).created
+        await p.rt.enqueuer.enqueue(created)
+        p.clock.set(send_at - timedelta(seconds=1))
+        assert await stays_false(lambda: bool(p.received_for(device.push_token)))
+        p.clock.set(send_at)
+        await eventually(lambda: bool(p.received_for(device.push_token)))
+        assert datetime.fromisoformat(p.received_for(device.push_token)[0]["received_at"]) == send_at
+
+
+async def test_opt_out_or_dead_device_after_planning_skips(tmp_path: Path) -> None:
+    async with pipeline(tmp_path, start=START) as p:
+        _, d1 = await p.add_user("cat", reminders=[("r", "mood", time(9, 0))])
+        _, d2 = await p.add_user("dan", reminders=[("r", "mood", time(9, 0))])
+        await _plan_day(p)
+        await p.rt.store.set_preferences("cat", {"mood": False})
+        await p.rt.store.deactivate_device("dan", d2.device_id, "user logged out")
+        p.clock.set(NINE)
+        [m1], [m2] = await p.messages("cat"), await p.messages("dan")
+
+        async def closed() -> bool:
+            return (await p.status_of(m1.id)) is MessageStatus.SKIPPED and (
+                await p.status_of(m2.id)
+            ) is MessageStatus.SKIPPED
+
+        await eventually(closed, what="both skipped")
+        assert (await p.rt.store.get_message(m1.id)).status_reason == "opted_out"  # type: ignore[union-attr]
+        assert (await p.rt.store.get_message(m2.id)).status_reason == "no_active_device"  # type: ignore[union-attr]
+        assert p.sandbox.received() == []
+
+
+async def test_processed_45_minutes_late_is_missed(tmp_path: Path) -> None:
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        _, device = await p.add_user("eve", reminders=[("r", "hydration", time(9, 0))])
+        await _plan_day(p)
+        p.clock.set(NINE + timedelta(minutes=45))  # the consumer was down
+        p.start_consumer()
+        [m] = await p.messages("eve")
+        await eventually(lambda: _is(p, m.id, MessageStatus.MISSED), what="missed")
+        assert p.sandbox.received() == []
+
+
+async def _is(p, message_id: str, status: MessageStatus) -> bool:  # type: ignore[no-untyped-def]
+    return (await p.status_of(message_id)) is status
+
+
+async def test_dead_token_in_receipt_deactivates_and_next_day_is_skipped(tmp_path: Path) -> None:
+    async with pipeline(tmp_path, start=START) as p:
+        _, device = await p.add_user("fay", reminders=[("r", "sleep", time(9, 0))])
+        p.sandbox.script_token(device.push_token, receipt_error="DeviceNotRegistered")
+        await p.rt.creator.plan_window(START, START + timedelta(hours=48))
+        first, second = sorted(await p.messages("fay"), key=lambda m: m.scheduled_at)
+        p.clock.set(NINE)
+        await eventually(lambda: _is(p, first.id, MessageStatus.SENT), what="sent")
+        p.clock.set(NINE + timedelta(minutes=16))  # past TEPAT_RECEIPT_DELAY_SECONDS (900)
+        await p.rt.receipts.poll_all()
+        assert (await p.status_of(first.id)) is MessageStatus.FAILED
+        [dev] = await p.rt.store.list_devices("fay")
+        assert not dev.active
+        p.clock.set(NINE + timedelta(days=1))
+        await eventually(lambda: _is(p, second.id, MessageStatus.SKIPPED), what="next day skipped")
+        assert (await p.rt.store.get_message(second.id)).status_reason == "no_active_device"  # type: ignore[union-attr]
+        assert len(p.received_for(device.push_token)) == 1
+
+
+async def test_429_then_500_then_every_message_sent_exactly_once(tmp_path: Path) -> None:
+    async with pipeline(tmp_path, start=START) as p:
+        tokens = []
+        for i in range(30):
+            _, d = await p.add_user(f"u{i:02d}", reminders=[("r", "activity", time(9, 0))])
+            tokens.append(d.push_token)
+        await _plan_day(p)
+        p.sandbox.fail_next(3, status=429, retry_after=2)
+        p.sandbox.fail_next(3, status=500)
+        p.clock.set(NINE)
+
+        async def all_sent() -> bool:
+            for i in range(30):
+                [m] = await p.messages(f"u{i:02d}")
+                if m.status is not MessageStatus.SENT:
+                    return False
+            return True
+
+        await drive(p.clock, all_sent, step=timedelta(seconds=5), what="all sent")
+        ok = [r["to"] for r in p.sandbox.received() if r["status"] == "ok"]
+        assert sorted(ok) == sorted(tokens)  # each once
+        assert p.sandbox.stats()["too_many_requests"] >= 1 and p.sandbox.stats()["server_errors"] >= 1
+
+
+async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path) -> None:
+    async with pipeline(tmp_path, start=START) as p:
+        _, device = await p.add_user("gus", reminders=[("r", "meal", time(9, 0))])
+        p.sandbox.script_token(device.push_token, ticket_error="MessageTooBig")
+        await _plan_day(p)
+        p.clock.set(NINE)
+        [m] = await p.messages("gus")
+        await eventually(lambda: _is(p, m.id, MessageStatus.FAILED), what="failed")
+        [dead] = await p.rt.store.dead_letters(limit=10)
+        assert dead.id == m.id and "MessageTooBig" in (dead.status_reason or "")
+        assert dead.attempts == 1
