@@ -63,6 +63,12 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
                 task = asyncio.create_task(run(delivery))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
+        except asyncio.CancelledError:
+            # A hard stop (not a drain): abandon the batches in hand. Their claimed
+            # messages stay `sending` until the sweeper's lease re-drives them.
+            for task in in_flight:
+                task.cancel()
+            raise
         finally:
             stopping.cancel()
             if in_flight:

@@ -144,6 +144,7 @@ class _FailNext:
     status: int
     remaining: int
     retry_after: float | None
+    code: str
 
 
 @dataclass(slots=True)
@@ -213,13 +214,27 @@ class ExpoSandbox:
             self._state.scripts.clear()
             self._state.fail_next.clear()
 
-    def fail_next(self, count: int, status: int = 429, retry_after: float | None = 1.0) -> None:
-        """Answer the next ``count`` push API requests with HTTP ``status`` (429 or 5xx)."""
-        if count < 0 or not (status == 429 or 500 <= status <= 599):
-            raise ValueError("fail_next needs count >= 0 and status 429 or 5xx")
+    def fail_next(
+        self,
+        count: int,
+        status: int = 429,
+        retry_after: float | None = 1.0,
+        code: str | None = None,
+    ) -> None:
+        """Answer the next ``count`` push API requests (send or receipts) with HTTP ``status``.
+
+        ``code`` is the ``errors[0].code``; by default ``TOO_MANY_REQUESTS`` for 429,
+        ``INTERNAL_SERVER_ERROR`` for 5xx and ``BAD_REQUEST`` for other 4xx.
+        """
+        if count < 0 or not 400 <= status <= 599:
+            raise ValueError("fail_next needs count >= 0 and a 4xx or 5xx status")
+        if code is None:
+            code = {429: "TOO_MANY_REQUESTS"}.get(
+                status, "INTERNAL_SERVER_ERROR" if status >= 500 else "BAD_REQUEST"
+            )
         with self._lock:
             if count:
-                self._state.fail_next.append(_FailNext(status, count, retry_after))
+                self._state.fail_next.append(_FailNext(status, count, retry_after, code))
 
     def set_rate_limit(self, rate: float | None) -> None:
         """Notifications per second beyond which requests get 429 (``None``: unlimited)."""
@@ -279,15 +294,15 @@ class ExpoSandbox:
                     headers["Retry-After"] = str(math.ceil(failure.retry_after))
                 if failure.status == 429:
                     stats.too_many_requests += 1
-                    return _request_errors(
-                        "TOO_MANY_REQUESTS",
-                        "You are sending too many notifications; slow down (scripted)",
-                        429,
-                        **headers,
-                    )
-                stats.server_errors += 1
+                elif failure.status >= 500:
+                    stats.server_errors += 1
+                else:
+                    stats.bad_requests += 1
                 return _request_errors(
-                    "INTERNAL_SERVER_ERROR", "Scripted server error", failure.status, **headers
+                    failure.code,
+                    f"Scripted failure {failure.status} {failure.code}",
+                    failure.status,
+                    **headers,
                 )
             if self.access_token is not None:
                 auth = request.headers.get("authorization", "")
@@ -454,6 +469,7 @@ class ExpoSandbox:
                         "ExponentPushToken[c]": null},          # null: remove the script
              "clear": true,                                       # drop all scripts first
              "next_429": 2, "next_500": 1, "retry_after": 3,
+             "fail_next": {"count": 1, "status": 400, "code": "PUSH_TOO_MANY_EXPERIENCE_IDS"},
              "rate_limit": 600, "receipt_delay_seconds": 900}
 
         ``GET`` shows the current scripts.
@@ -491,6 +507,15 @@ class ExpoSandbox:
             self.fail_next(int(spec["next_429"]), 429, retry_after)
         if spec.get("next_500"):
             self.fail_next(int(spec["next_500"]), 500, retry_after)
+        if fail := spec.get("fail_next"):
+            if not isinstance(fail, dict):
+                raise ValueError('"fail_next" must be {"count", "status", "code", "retry_after"}')
+            self.fail_next(
+                int(fail.get("count", 1)),
+                int(fail.get("status", 500)),
+                fail.get("retry_after"),
+                fail.get("code"),
+            )
         if "rate_limit" in spec:
             rate = spec["rate_limit"]
             self.set_rate_limit(float(rate) if rate else None)
@@ -502,7 +527,12 @@ class ExpoSandbox:
             return {
                 "tokens": {t: s.as_dict() for t, s in self._state.scripts.items()},
                 "fail_next": [
-                    {"status": f.status, "remaining": f.remaining, "retry_after": f.retry_after}
+                    {
+                        "status": f.status,
+                        "code": f.code,
+                        "remaining": f.remaining,
+                        "retry_after": f.retry_after,
+                    }
                     for f in self._state.fail_next
                 ],
                 "rate_limit": self.rate_limit,

@@ -142,3 +142,61 @@ async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path
         [dead] = await p.rt.store.dead_letters(limit=10)
         assert dead.id == m.id and "MessageTooBig" in (dead.status_reason or "")
         assert dead.attempts == 1
+
+
+class _GatedPush:
+    """Wraps the real Expo client; holds every send until the gate opens."""
+
+    def __init__(self, inner, gate):  # type: ignore[no-untyped-def]
+        self._inner, self._gate = inner, gate
+        self.max_batch, self.max_receipt_batch = inner.max_batch, inner.max_receipt_batch
+        self.waiting = 0
+
+    async def send(self, batch):  # type: ignore[no-untyped-def]
+        self.waiting += 1
+        await self._gate.wait()
+        return await self._inner.send(batch)
+
+    async def receipts(self, ids):  # type: ignore[no-untyped-def]
+        return await self._inner.receipts(ids)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+async def test_consumer_killed_mid_batch_loses_nothing_and_sends_once(tmp_path: Path) -> None:
+    import asyncio
+
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        tokens = []
+        for i in range(150):  # two provider requests' worth
+            _, d = await p.add_user(f"k{i:03d}", reminders=[("r", "meal", time(9, 0))])
+            tokens.append(d.push_token)
+        await _plan_day(p)
+        real = p.rt.dispatcher._push
+        gate = asyncio.Event()
+        gated = _GatedPush(real, gate)
+        p.rt.dispatcher._push = gated  # type: ignore[assignment]
+        doomed, _ = p.start_consumer()
+        p.clock.set(NINE)
+        await eventually(lambda: gated.waiting >= 1, what="a batch in the provider call")
+        doomed.cancel()  # the process dies before its request reaches Expo
+        await asyncio.gather(doomed, return_exceptions=True)
+        p.consumers.clear()
+        p.rt.dispatcher._push = real  # type: ignore[assignment]
+        p.start_consumer()
+
+        async def all_sent() -> bool:
+            for i in range(150):
+                [m] = await p.messages(f"k{i:03d}")
+                if m.status is not MessageStatus.SENT:
+                    return False
+            return True
+
+        async def sweep_and_check() -> bool:
+            await p.rt.sweeper.sweep_once()
+            return await all_sent()
+
+        await drive(p.clock, sweep_and_check, step=timedelta(minutes=1), what="all sent")
+        ok = [r["to"] for r in p.sandbox.received() if r["status"] == "ok"]
+        assert sorted(ok) == sorted(tokens)

@@ -1,0 +1,189 @@
+"""Who is calling, and may they reach this path.
+
+Two kinds of credentials (issue 4):
+
+- ``X-API-Key``: the admin key; reaches everything, ``/v1/admin`` included.
+- ``Authorization: Bearer <JWT>``: an end user, HS256 with ``TEPAT_JWT_SECRET``,
+  ``sub`` = user id, ``exp`` required; reaches only ``/v1/users/{sub}/…``.
+
+:class:`AuthMiddleware` decides for every ``/v1/`` request *before* routing
+and body parsing, so a caller without valid credentials always gets 401 (not
+a 404 or 422 that would tell them about the API), and a user token on another
+user's path gets 403. The route dependencies below re-check the same rule
+against the parsed path parameter and declare the schemes for OpenAPI.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Annotated
+
+import jwt
+from fastapi import Depends, Path, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.problems import problem_response
+from tepat.domain.validation import IDENTIFIER_PATTERN
+
+JWT_LEEWAY_SECONDS = 10
+_CHALLENGE = 'Bearer realm="tepat", ApiKey realm="tepat" header="X-API-Key"'
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An admin (``user_id is None``) or one end user."""
+
+    user_id: str | None = None
+
+    @property
+    def admin(self) -> bool:
+        return self.user_id is None
+
+    def may_reach_user(self, user_id: str) -> bool:
+        return self.admin or self.user_id == user_id
+
+
+class AuthError(Exception):
+    def __init__(self, status: int, detail: str, challenge: str = _CHALLENGE) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.challenge = challenge
+
+
+class Authenticator:
+    def __init__(self, admin_key: str, jwt_secret: str | None) -> None:
+        if not admin_key:
+            raise ValueError("the admin API key must not be empty")
+        self._admin_key = admin_key.encode()
+        self._jwt_secret = jwt_secret or None
+
+    def authenticate(self, headers: Headers) -> Principal:
+        api_key = headers.get("x-api-key")
+        if api_key is not None:
+            if not hmac.compare_digest(api_key.encode(), self._admin_key):
+                raise AuthError(401, "invalid API key")
+            return Principal()
+        authorization = headers.get("authorization")
+        if authorization is None:
+            raise AuthError(401, "credentials required: an X-API-Key or a Bearer token")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError(401, "expected 'Authorization: Bearer <token>'")
+        return Principal(user_id=self._user_from_token(token.strip()))
+
+    def _user_from_token(self, token: str) -> str:
+        if self._jwt_secret is None:
+            raise AuthError(401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)")
+        try:
+            claims = jwt.decode(
+                token,
+                self._jwt_secret,
+                algorithms=["HS256"],
+                options={"require": ["exp", "sub"]},
+                leeway=JWT_LEEWAY_SECONDS,
+            )
+        except jwt.ExpiredSignatureError:
+            raise AuthError(401, "token expired", _invalid_token("token expired")) from None
+        except jwt.InvalidTokenError as e:
+            raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub:
+            raise AuthError(401, "invalid token: 'sub' must name a user", _invalid_token("no sub"))
+        return sub
+
+
+def _invalid_token(description: str) -> str:
+    return f'Bearer realm="tepat", error="invalid_token", error_description="{description}"'
+
+
+def authorize(principal: Principal, path: str) -> None:
+    """403 unless ``principal`` may reach ``path`` (a ``/v1/…`` path)."""
+    if principal.admin:
+        return
+    parts = path.split("/")  # "", "v1", "users", "{user_id}", ...
+    if len(parts) >= 4 and parts[2] == "users" and principal.may_reach_user(parts[3]):
+        return
+    if parts[2:3] == ["admin"]:
+        raise AuthError(403, "the admin API needs the X-API-Key")
+    raise AuthError(403, "a user token reaches only that user's own resources")
+
+
+class AuthMiddleware:
+    """Authenticates and authorizes every ``/v1/`` request; the principal goes in scope state."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self.app = app
+        self.authenticator = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = self.authenticator.authenticate(Headers(scope=scope))
+            authorize(principal, scope["path"])
+        except AuthError as e:
+            headers = {"WWW-Authenticate": e.challenge} if e.status == 401 else {}
+            await problem_response(e.status, e.detail, headers=headers)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
+
+
+# --- route dependencies: re-check against the parsed path, and document the schemes
+
+api_key_scheme = APIKeyHeader(
+    name="X-API-Key",
+    scheme_name="ApiKey",
+    description="The admin API key (TEPAT_ADMIN_API_KEY): reaches every endpoint.",
+    auto_error=False,
+)
+bearer_scheme = HTTPBearer(
+    scheme_name="UserToken",
+    bearerFormat="JWT",
+    description="End-user JWT (HS256, `sub` = user id, `exp` required): "
+    "reaches only `/v1/users/{sub}/…`.",
+    auto_error=False,
+)
+
+
+def current_principal(
+    request: Request,
+    _api_key: Annotated[str | None, Depends(api_key_scheme)],
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):  # the middleware is missing: fail closed
+        raise AuthError(401, "credentials required")
+    return principal
+
+
+UserIdPath = Annotated[
+    str,
+    Path(
+        description="Your own id for the user (letters, digits and ._:@-)",
+        min_length=1,
+        max_length=128,
+        pattern=IDENTIFIER_PATTERN,
+        examples=["user-42"],
+    ),
+]
+
+
+def user_access(
+    user_id: UserIdPath, principal: Annotated[Principal, Depends(current_principal)]
+) -> str:
+    """The path's ``user_id``, once the caller may reach it."""
+    if not principal.may_reach_user(user_id):
+        raise AuthError(403, "a user token reaches only that user's own resources")
+    return user_id
+
+
+def admin_access(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    if not principal.admin:
+        raise AuthError(403, "the admin API needs the X-API-Key")
+    return principal

@@ -1,0 +1,158 @@
+"""Errors as RFC 9457 ``application/problem+json``, naming the offending field(s).
+
+Every error the API returns goes through :func:`problem_response`, including
+framework validation errors and anything unexpected: a client never sees an
+HTML page or a traceback.
+"""
+
+from __future__ import annotations
+
+import http
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tepat.domain.errors import DomainError
+from tepat.services.accounts import IdempotencyConflict, NotFound
+
+log = structlog.get_logger("tepat.api")
+
+PROBLEM_JSON = "application/problem+json"
+# Where a framework error's location starts; the field name follows it.
+_LOC_SOURCES = frozenset({"body", "query", "path", "header", "cookie"})
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="Dotted name of the offending field", examples=["timezone"])
+    message: str = Field(examples=["unknown IANA time zone 'Mars/Base'"])
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document (extension members allowed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(default="about:blank", description="Problem type URI")
+    title: str = Field(description="Short summary of the problem type", examples=["Not Found"])
+    status: int = Field(description="HTTP status code", examples=[404])
+    detail: str | None = Field(default=None, description="What went wrong, for a human")
+    errors: list[FieldError] = Field(
+        default_factory=list, description="The offending fields, for input errors"
+    )
+
+
+def problem_response(
+    status: int,
+    detail: str | None = None,
+    *,
+    errors: Iterable[FieldError] = (),
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> JSONResponse:
+    body = Problem(
+        title=_phrase(status),
+        status=status,
+        detail=detail,
+        errors=list(errors),
+        **dict(extra or {}),
+    )
+    return JSONResponse(
+        body.model_dump(mode="json"),
+        status_code=status,
+        headers=dict(headers or {}),
+        media_type=PROBLEM_JSON,
+    )
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def field_name(loc: Sequence[int | str]) -> str:
+    """``("body", "quiet_hours", "start")`` -> ``"quiet_hours.start"``."""
+    parts = list(loc)
+    if parts and parts[0] in _LOC_SOURCES:
+        parts = parts[1:]
+    return ".".join(str(p) for p in parts) or "body"
+
+
+def validation_errors(exc: RequestValidationError) -> list[FieldError]:
+    out = []
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            out.append(FieldError(field="body", message="request body is not valid JSON"))
+            continue
+        message = str(err.get("msg", "invalid value"))
+        # pydantic prefixes messages raised by validators with "Value error, ".
+        message = message.removeprefix("Value error, ")
+        out.append(FieldError(field=field_name(err.get("loc", ())), message=message))
+    return out
+
+
+def _summary(errors: Sequence[FieldError]) -> str:
+    first = errors[0]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{first.field}: {first.message}{more}"
+
+
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return problem_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = validation_errors(exc) or [FieldError(field="body", message="invalid request")]
+    return problem_response(422, _summary(errors), errors=errors)
+
+
+async def _on_domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DomainError)
+    errors = [FieldError(field=exc.field, message=exc.message)]
+    return problem_response(422, _summary(errors), errors=errors)
+
+
+async def _on_not_found(request: Request, exc: Exception) -> JSONResponse:
+    return problem_response(404, str(exc))
+
+
+async def _on_conflict(request: Request, exc: Exception) -> JSONResponse:
+    return problem_response(409, str(exc))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", path=request.url.path, method=request.method)
+    return problem_response(500, "internal error; the server log has the details")
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(DomainError, _on_domain_error)
+    app.add_exception_handler(NotFound, _on_not_found)
+    app.add_exception_handler(IdempotencyConflict, _on_conflict)
+    app.add_exception_handler(Exception, _on_unexpected)
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` entries for the given error statuses (see ``app._openapi``)."""
+    descriptions = {
+        400: "Malformed request",
+        401: "No or invalid credentials",
+        403: "These credentials may not reach this resource",
+        404: "No such user or resource",
+        409: "Idempotency key reused with a different request",
+        413: "Request body too large",
+        422: "Invalid input; `errors` names each offending field",
+        503: "Not ready",
+    }
+    return {s: {"model": Problem, "description": descriptions.get(s, _phrase(s))} for s in statuses}
