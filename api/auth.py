@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeGuard
 
 import jwt
 from fastapi import Depends, Path, Request
@@ -26,6 +26,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.problems import problem_response
+from tepat.clock import Clock
 from tepat.domain.validation import IDENTIFIER_PATTERN
 
 JWT_LEEWAY_SECONDS = 10
@@ -55,11 +56,12 @@ class AuthError(Exception):
 
 
 class Authenticator:
-    def __init__(self, admin_key: str, jwt_secret: str | None) -> None:
+    def __init__(self, admin_key: str, jwt_secret: str | None, clock: Clock) -> None:
         if not admin_key:
             raise ValueError("the admin API key must not be empty")
         self._admin_key = admin_key.encode()
         self._jwt_secret = jwt_secret or None
+        self._clock = clock
 
     def authenticate(self, headers: Headers) -> Principal:
         api_key = headers.get("x-api-key")
@@ -77,23 +79,37 @@ class Authenticator:
 
     def _user_from_token(self, token: str) -> str:
         if self._jwt_secret is None:
-            raise AuthError(401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)")
+            raise AuthError(
+                401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)"
+            )
         try:
             claims = jwt.decode(
                 token,
                 self._jwt_secret,
                 algorithms=["HS256"],
-                options={"require": ["exp", "sub"]},
-                leeway=JWT_LEEWAY_SECONDS,
+                # exp and nbf are checked below against the runtime's clock, like
+                # every other instant in Tepat (and fake time in tests).
+                options={"require": ["exp", "sub"], "verify_exp": False, "verify_nbf": False},
             )
-        except jwt.ExpiredSignatureError:
-            raise AuthError(401, "token expired", _invalid_token("token expired")) from None
         except jwt.InvalidTokenError as e:
             raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
-        sub = claims.get("sub")
+        now = self._clock.now().timestamp()
+        exp, nbf, sub = claims.get("exp"), claims.get("nbf", 0), claims.get("sub")
+        if not _is_number(exp) or not _is_number(nbf):
+            raise AuthError(
+                401, "invalid token: exp and nbf must be numbers", _invalid_token("bad claims")
+            )
+        if now > exp + JWT_LEEWAY_SECONDS:
+            raise AuthError(401, "token expired", _invalid_token("token expired"))
+        if now < nbf - JWT_LEEWAY_SECONDS:
+            raise AuthError(401, "token not yet valid", _invalid_token("token not yet valid"))
         if not isinstance(sub, str) or not sub:
             raise AuthError(401, "invalid token: 'sub' must name a user", _invalid_token("no sub"))
         return sub
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _invalid_token(description: str) -> str:

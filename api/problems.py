@@ -15,8 +15,10 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from tepat.domain.errors import DomainError
 from tepat.services.accounts import IdempotencyConflict, NotFound
@@ -106,7 +108,22 @@ def _summary(errors: Sequence[FieldError]) -> str:
 
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    return problem_response(exc.status_code, str(exc.detail), headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names only the first matching route's methods; a resource
+        # (say PUT and GET /v1/users/{id}) spans several routes.
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return problem_response(exc.status_code, str(exc.detail), headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route | APIRoute) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return sorted(methods)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -146,7 +163,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses=`` entries for the given error statuses (see ``app._openapi``)."""
     descriptions = {
-        400: "Malformed request",
+        400: "Malformed request body (not UTF-8 JSON)",
         401: "No or invalid credentials",
         403: "These credentials may not reach this resource",
         404: "No such user or resource",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Coroutine
 from datetime import datetime
 from typing import Annotated, Any
@@ -132,7 +131,7 @@ def sandbox_expo(
     ] = None,
 ) -> None:
     """A local server that behaves like Expo's push API."""
-    from tepat.sandbox.expo import serve_sandbox
+    from tepat.sandbox.server import serve_sandbox
 
     configure_logging()
     serve_sandbox(
@@ -166,7 +165,9 @@ def dlq_list() -> None:
 
 
 @dlq_app.command("replay")
-def dlq_replay(dead_letter_id: Annotated[str, typer.Argument(help="Id from `tepat dlq list`.")]) -> None:
+def dlq_replay(
+    dead_letter_id: Annotated[str, typer.Argument(help="Id from `tepat dlq list`.")],
+) -> None:
     """Put one broker dead letter back on its queue, due now."""
     from tepat.runtime import open_runtime
 
@@ -187,4 +188,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import Callable, Coroutine, Generator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -33,19 +33,12 @@ def install_stop_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def serve_http(rt: Runtime, stop: asyncio.Event, host: str, port: int, admin_key: str) -> None:
+async def serve_http(
+    rt: Runtime, stop: asyncio.Event, host: str, port: int, admin_key: str
+) -> None:
     from api.app import create_app
 
-    config = uvicorn.Config(
-        create_app(rt, admin_key), host=host, port=port, log_config=None, lifespan="on"
-    )
-    server = uvicorn.Server(config)
-    # We own signal handling: uvicorn would otherwise install its own handlers.
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    await stop.wait()
-    server.should_exit = True  # stops accepting, lets in-flight requests finish
-    await task
+    await _serve_asgi(create_app(rt, admin_key), stop, host, port)
 
 
 async def run_parts(
@@ -53,20 +46,16 @@ async def run_parts(
     parts: list[Part],
     *,
     restore_embedded: bool = False,
-    extra: AbstractAsyncContextManager[Any] | None = None,
-    on_ready: Callable[[Runtime], Awaitable[None]] | None = None,
 ) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    async with extra or nullcontext(), open_runtime(settings) as rt:
+    async with open_runtime(settings) as rt:
         if restore_embedded and rt.embedded_broker:
             batches = await rt.restore_embedded_queue()
             log.info("embedded queue restored from the store", batches=batches)
-        if on_ready is not None:
-            await on_ready(rt)
         tasks = [asyncio.create_task(part(rt, stop), name=part.__name__) for part in parts]
         # One part failing is fatal: stop the others and surface the error.
-        done, _ = await asyncio.wait(
+        await asyncio.wait(
             [*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
         )
         stop.set()
@@ -106,24 +95,49 @@ async def serve_api(settings: Settings, host: str, port: int) -> None:
     await run_parts(settings, [_http_part(host, port, _admin_key(settings))])
 
 
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to us: one SIGTERM drains every part."""
+
+    @contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def _serve_asgi(app: Any, stop: asyncio.Event, host: str, port: int) -> None:
+    server = _QuietServer(uvicorn.Config(app, host=host, port=port, log_config=None))
+    task = asyncio.create_task(server.serve())
+    await stop.wait()
+    server.should_exit = True  # stops accepting, lets in-flight requests finish
+    await task
+
+
+def _sandbox_part(port: int, receipt_delay: float) -> Part:
+    async def expo_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
+        from tepat.sandbox.expo import ExpoSandbox
+
+        await _serve_asgi(
+            ExpoSandbox(receipt_delay_seconds=receipt_delay).app, stop, "127.0.0.1", port
+        )
+
+    return expo_sandbox
+
+
 async def serve_all(
     settings: Settings, host: str, port: int, *, sandbox: bool, sandbox_port: int
 ) -> None:
-    extra: AbstractAsyncContextManager[Any] | None = None
+    parts = [_http_part(host, port, _admin_key(settings)), *consumer_parts(), *scheduler_parts()]
     if sandbox:
-        from tepat.sandbox.expo import running_sandbox_async
-
         updates: dict[str, Any] = {"expo_url": f"http://127.0.0.1:{sandbox_port}"}
         if "receipt_delay_seconds" not in settings.model_fields_set:
             updates["receipt_delay_seconds"] = DEMO_RECEIPT_DELAY_SECONDS
             updates["receipt_poll_interval_seconds"] = 2.0
         settings = settings.model_copy(update=updates)
-        extra = running_sandbox_async(
-            port=sandbox_port, receipt_delay_seconds=DEMO_RECEIPT_DELAY_SECONDS / 2
+        parts.append(_sandbox_part(sandbox_port, receipt_delay=DEMO_RECEIPT_DELAY_SECONDS / 2))
+        print(
+            f"tepat: Expo sandbox at {settings.expo_url} ({settings.expo_url}/_sandbox/received)",
+            flush=True,
         )
-        print(f"tepat: Expo sandbox at {settings.expo_url} (received: /_sandbox/received)", flush=True)
-    parts = [_http_part(host, port, _admin_key(settings)), *consumer_parts(), *scheduler_parts()]
-    await run_parts(settings, parts, restore_embedded=True, extra=extra)
+    await run_parts(settings, parts, restore_embedded=True)
 
 
 # With the in-process sandbox, receipts are polled after seconds, not Expo's 15 minutes,

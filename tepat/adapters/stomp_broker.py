@@ -27,18 +27,24 @@ How each part of the port maps onto ActiveMQ:
   exponential backoff and resubscribes. Deliveries from the lost connection are
   void (the broker redelivers them): acking one is a logged no-op, and those
   still buffered are dropped before the caller sees them.
-* ``nack``: a STOMP ``NACK``; the broker's redelivery plugin redelivers it
-  (about 1 s later, ``maximumRedeliveries`` times) and then moves it to
-  ``DLQ.<queue>``. **A STOMP NACK carries no reason**, and ActiveMQ 5.17 puts no
-  ``dlqDeliveryFailureCause`` on a message dead-lettered that way (checked on
-  this broker: the DLQ copy has only ``original-destination`` added). So before
-  each NACK the adapter stores a small *reason record* on the queue
-  ``tepat.nack-reasons`` (persistent, body = reason, properties
-  ``tepat_message_id`` / ``tepat_queue``, expiring after ``reason_ttl``).
-  ``dead_letters()`` joins them by message id: the latest record is the reason,
-  the number of records the attempts. ``replay_dead_letter()`` removes them.
-  Records of messages that later succeeded simply expire (the shipped config
-  drops expired records instead of dead-lettering them).
+* ``nack``: **not** a STOMP ``NACK``. Within one STOMP transaction on the
+  consumer's connection the adapter sends a copy of the message back to its
+  queue (due in ``redelivery_delay_seconds``) with ``tepat_nacks`` (nacks so
+  far) and ``tepat_reason``, and acks the original; the nack after
+  ``max_redeliveries`` sends the copy to ``DLQ.<queue>`` instead. Why not NACK
+  and the broker's redelivery plugin (checked on this broker, 5.17.2):
+
+  - a STOMP NACK carries no reason, and the DLQ copy gets no
+    ``dlqDeliveryFailureCause``: the reason and attempt count would have to be
+    kept somewhere else;
+  - the plugin decides on the message's ``redeliveryCounter``, which ActiveMQ
+    also raises when a consumer disconnects with the message unacked. A few
+    consumer crashes (a bad deploy) would then dead-letter a good batch on its
+    first real failure, which the port's contract forbids.
+
+  The copy has a new message id, so the consumer sees ``redelivered`` from
+  ``tepat_nacks`` as well as from the broker's ``redelivered`` header. The
+  redelivery plugin stays in the broker config for other clients' NACKs.
 * ``stats``: the statistics plugin (``ActiveMQ.Statistics.Destination.<q>``,
   reply as a ``jms-map-xml`` map on a temp queue) for ``size`` and
   ``inflightCount`` of the queue and of ``DLQ.<q>``; the scheduler's
@@ -46,7 +52,8 @@ How each part of the port maps onto ActiveMQ:
   so the cost grows with the scheduled backlog: batching keeps it small).
 * ``dead_letters``: a STOMP queue browser (``browser: true``) on ``DLQ.<q>``:
   it never takes a message off the queue. ``DeadLetter.id`` is the JMS message id.
-* ``replay_dead_letter``: within one STOMP transaction, send a fresh copy to
+* ``replay_dead_letter``: found by a browser on ``DLQ.>`` selecting the JMS
+  message id; then within one STOMP transaction send a fresh copy to
   the original queue and ack the DLQ message: the move is atomic.
 
 The clock is used for reconnect backoff only; a real broker runs on real time.
@@ -79,7 +86,11 @@ from tepat.ports.broker import DeadLetter, Delivery, QueueStats
 log = structlog.get_logger("tepat.broker.stomp")
 
 DLQ_PREFIX = "DLQ."
-REASONS_QUEUE = "tepat.nack-reasons"
+# headers the adapter puts on a nacked message's copy
+H_NACKS = "tepat_nacks"
+H_REASON = "tepat_reason"
+H_QUEUE = "tepat_queue"
+H_FIRST_ID = "tepat_first_message_id"
 _STATS_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
 _STATS_END = "ActiveMQ.Statistics.Destination.List.End.With.Null"
 _SCHEDULER = "/topic/ActiveMQ.Scheduler.Management"
@@ -105,7 +116,7 @@ class StompTarget:
 
 
 def parse_stomp_url(url: str) -> StompTarget:
-    """``stomp://[user:pass@]host[:61613]`` -> :class:`StompTarget` (``ValueError`` if malformed)."""
+    """``stomp://[user:pass@]host[:61613]`` -> :class:`StompTarget`; ``ValueError`` if bad."""
     parts = urlsplit(url)
     if parts.scheme != "stomp":
         raise ValueError(f"not a stomp:// URL: {url!r}")
@@ -151,6 +162,16 @@ def _parse_map(body: bytes | str) -> dict[str, str]:
         if len(children) == 2 and children[0].text is not None:
             result[children[0].text] = children[1].text or ""
     return result
+
+
+def _origin(headers: dict[str, str]) -> str:
+    """The queue a dead letter belongs to, as a STOMP destination."""
+    if headers.get(H_QUEUE):
+        return f"/queue/{headers[H_QUEUE]}"
+    original = headers.get("original-destination", "")
+    if original.startswith("/queue/"):
+        return original
+    return "/queue/" + headers.get("destination", "").removeprefix(f"/queue/{DLQ_PREFIX}")
 
 
 def _int(value: str | None) -> int:
@@ -220,10 +241,9 @@ class _Link:
     # -- called on the receiver thread ----------------------------------------
 
     def from_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        try:
+        # a closed loop raises RuntimeError: nobody is listening any more
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(partial(fn, *args, **kwargs))
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
 
     # -- loop side ------------------------------------------------------------
 
@@ -235,6 +255,11 @@ class _Link:
         conn = stomp.Connection12(
             [(t.host, t.port)],
             heartbeats=(self._heartbeat_ms, self._heartbeat_ms),
+            # ActiveMQ skips a heart-beat when it wrote anything during the last
+            # interval, so its silences last up to two intervals (measured: the
+            # first beat 20 s after CONNECTED at 10 s): stomp.py's default
+            # tolerance of 1.5 intervals dropped idle connections
+            heart_beat_receive_scale=2.5,
             auto_decode=False,
             reconnect_attempts_max=1,
             timeout=self.timeout,
@@ -326,7 +351,7 @@ class _Link:
             log.warning("stomp error frame", link=self.name, error=message)
 
     def on_disconnected(self) -> None:
-        if self._closing:
+        if self._closing or not self.connected:  # ours, or a connect that failed
             return
         self.connected = False
         self._fail_receipts("stomp connection lost")
@@ -404,7 +429,7 @@ class _Consumer:
             queue=queue,
             body=body,
             delivery_id=ack_id,
-            redelivered=headers.get("redelivered") == "true",
+            redelivered=headers.get("redelivered") == "true" or _int(headers.get(H_NACKS)) > 0,
             headers=headers,
         )
         self.broker.in_flight[ack_id] = (self, link)
@@ -483,9 +508,10 @@ class _Consumer:
 class StompBroker:
     """The :class:`~tepat.ports.broker.Broker` port on ActiveMQ Classic 5.17 over STOMP.
 
-    ``url``: ``stomp://[user:pass@]host[:61613]``. ``max_redeliveries`` must match
-    the broker's redelivery plugin (3 in the shipped config); it is only used
-    as the attempt count of a dead letter whose reason records are gone.
+    ``url``: ``stomp://[user:pass@]host[:61613]``. A message is dead-lettered on
+    its ``max_redeliveries + 1``-th nack; nacked messages come back after
+    ``redelivery_delay_seconds``. ``publish`` retries on a broken connection for
+    up to ``publish_retry_seconds`` before raising :class:`BrokerUnavailable`.
     """
 
     def __init__(
@@ -498,7 +524,7 @@ class StompBroker:
         publish_retry_seconds: float = 30.0,
         max_backoff_seconds: float = 10.0,
         max_redeliveries: int = 3,
-        reason_ttl_seconds: float = 14 * 86_400,
+        redelivery_delay_seconds: float = 1.0,
     ) -> None:
         self.target = parse_stomp_url(url)
         self.clock: Clock = clock or SystemClock()
@@ -507,7 +533,7 @@ class StompBroker:
         self._publish_retry_seconds = publish_retry_seconds
         self._max_backoff = max_backoff_seconds
         self._max_redeliveries = max_redeliveries
-        self._reason_ttl = reason_ttl_seconds
+        self._redelivery_delay = redelivery_delay_seconds
         self._publisher: _Link | None = None
         self._publisher_lock: asyncio.Lock | None = None
         self._consumers: set[_Consumer] = set()
@@ -515,7 +541,7 @@ class StompBroker:
         self._closed = True
 
     def backoff(self, attempt: int) -> float:
-        """Exponential backoff with jitter: 0.1 s, 0.2 s, 0.4 s ... up to ``max_backoff_seconds``."""
+        """Exponential backoff with jitter: 0.1 s, 0.2 s, 0.4 s ... capped at ``max_backoff``."""
         base: float = min(self._max_backoff, 0.1 * 2 ** min(attempt - 1, 16))
         return base * random.uniform(0.75, 1.25)
 
@@ -568,7 +594,9 @@ class StompBroker:
                 if self._closed or time.monotonic() >= deadline:
                     raise
                 delay = self.backoff(attempt)
-                log.warning("stomp publish retry", attempt=attempt, retry_in=round(delay, 2), error=str(e))
+                log.warning(
+                    "stomp publish retry", attempt=attempt, retry_in=round(delay, 2), error=str(e)
+                )
                 await self.clock.sleep(delay)
 
     async def _publishing_link(self) -> _Link:
@@ -633,32 +661,48 @@ class StompBroker:
         try:
             await link.request("ack", delivery.delivery_id)
         except BrokerUnavailable as e:
-            log.warning("ack lost: the message will be redelivered", queue=delivery.queue, error=str(e))
+            log.warning(
+                "ack lost: the message will be redelivered", queue=delivery.queue, error=str(e)
+            )
 
     async def nack(self, delivery: Delivery, reason: str) -> None:
+        """Requeue a copy (due in ``redelivery_delay_seconds``) or dead-letter it, atomically.
+
+        One STOMP transaction on the consumer's connection sends the copy and
+        acks the original, so the message is never lost nor doubled by a crash
+        in between. The copy carries ``tepat_nacks`` and ``tepat_reason``.
+        """
         link = self._live(delivery)
         if link is None:
             return
-        message_id = delivery.headers.get("message-id")
-        if message_id:
-            expires = int((time.time() + self._reason_ttl) * 1000)
-            try:
-                await self._send(
-                    f"/queue/{REASONS_QUEUE}",
-                    reason[:_MAX_REASON_CHARS].encode(),
-                    {
-                        "persistent": "true",
-                        "expires": str(expires),
-                        "tepat_message_id": message_id,
-                        "tepat_queue": delivery.queue,
-                    },
-                )
-            except BrokerUnavailable as e:
-                log.warning("nack reason not recorded", queue=delivery.queue, error=str(e))
+        nacks = _int(delivery.headers.get(H_NACKS)) + 1
+        headers = {
+            "persistent": "true",
+            H_NACKS: str(nacks),
+            H_REASON: reason[:_MAX_REASON_CHARS],
+            H_QUEUE: delivery.queue,
+            H_FIRST_ID: delivery.headers.get(H_FIRST_ID) or delivery.headers.get("message-id", ""),
+        }
+        if nacks > self._max_redeliveries:
+            destination = f"/queue/{DLQ_PREFIX}{delivery.queue}"
+        else:
+            destination = f"/queue/{delivery.queue}"
+            delay_ms = round(self._redelivery_delay * 1000)
+            if delay_ms > 0:
+                headers["AMQ_SCHEDULED_DELAY"] = str(delay_ms)
+        tx = f"nack-{uuid.uuid4().hex}"
         try:
-            await link.request("nack", delivery.delivery_id)
+            await link.send_frame("begin", tx)
+            await link.send_frame(
+                "send", destination, delivery.body, headers=headers, transaction=tx
+            )
+            await link.send_frame("ack", delivery.delivery_id, transaction=tx)
+            await link.request("commit", tx)
         except BrokerUnavailable as e:
-            log.warning("nack lost: the message will be redelivered", queue=delivery.queue, error=str(e))
+            # the transaction dies with the connection: the original comes back
+            log.warning(
+                "nack lost: the message will be redelivered", queue=delivery.queue, error=str(e)
+            )
 
     # -- operations --------------------------------------------------------
 
@@ -679,7 +723,19 @@ class StompBroker:
         finally:
             await link.close()
 
-    async def _statistics(self, link: _Link, inbox: _Inbox, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    async def _open_inbox(self, link: _Link, inbox: _Inbox) -> None:
+        """Subscribe the admin connection to its reply queue (maps arrive as XML)."""
+        await link.request(
+            "subscribe",
+            inbox.reply_to,
+            id="inbox",
+            ack="auto",
+            headers={"transformation": "jms-map-xml"},
+        )
+
+    async def _statistics(
+        self, link: _Link, inbox: _Inbox, names: Sequence[str]
+    ) -> dict[str, dict[str, str]]:
         """Statistics-plugin maps of the named destinations that exist."""
         reply_to = inbox.reply_to
         result: dict[str, dict[str, str]] = {}
@@ -725,13 +781,7 @@ class StompBroker:
         names = [_check_name(q) for q in queues]
         inbox = _Inbox()
         async with self._admin(inbox.put) as link:
-            await link.request(
-                "subscribe",
-                inbox.reply_to,
-                id="inbox",
-                ack="auto",
-                headers={"transformation": "jms-map-xml"},
-            )
+            await self._open_inbox(link, inbox)
             maps = await self._statistics(
                 link, inbox, [n for q in names for n in (q, DLQ_PREFIX + q)]
             )
@@ -760,7 +810,7 @@ class StompBroker:
         if selector:
             headers["selector"] = selector
         await link.request("subscribe", destination, id=sub, ack="auto", headers=headers)
-        frames = []
+        frames: list[Any] = []
         try:
             while True:
                 frame = await inbox.next(self.request_timeout)
@@ -778,35 +828,27 @@ class StompBroker:
         if not names:
             return []
         inbox = _Inbox()
+        dead: list[tuple[str, Any]] = []
         async with self._admin(inbox.put) as link:
-            await link.request(
-                "subscribe", inbox.reply_to, id="inbox", ack="auto",
-                headers={"transformation": "jms-map-xml"},
-            )  # fmt: skip
+            await self._open_inbox(link, inbox)
             # only browse DLQs that exist: subscribing would create an empty one
             existing = await self._statistics(link, inbox, [DLQ_PREFIX + q for q in names])
-            dead: list[tuple[str, Any]] = []
             for q in names:
                 if _int(existing.get(DLQ_PREFIX + q, {}).get("size")) > 0:
                     frames = await self._browse(link, inbox, f"/queue/{DLQ_PREFIX}{q}")
                     dead.extend((q, f) for f in frames)
-            reasons: dict[str, list[str]] = {}
-            if dead:
-                selector = "tepat_queue IN (" + ",".join(_selector_literal(q) for q in names) + ")"
-                for frame in await self._browse(link, inbox, f"/queue/{REASONS_QUEUE}", selector):
-                    mid = str(frame.headers.get("tepat_message_id", ""))
-                    reasons.setdefault(mid, []).append(_text(frame.body))
         result = []
         for queue, frame in dead:
-            mid = str(frame.headers.get("message-id", ""))
-            recorded = reasons.get(mid, [])
+            headers = frame.headers
             result.append(
                 DeadLetter(
-                    id=mid,
+                    id=str(headers.get("message-id", "")),
                     queue=queue,
                     body=frame.body if isinstance(frame.body, bytes) else str(frame.body).encode(),
-                    reason=recorded[-1] if recorded else "unknown (no reason recorded)",
-                    attempts=len(recorded) or self._max_redeliveries + 1,
+                    # without our headers it was dead-lettered by the broker (a
+                    # plain STOMP NACK from another client, or an expiry)
+                    reason=str(headers.get(H_REASON) or "dead-lettered by the broker (no reason)"),
+                    attempts=_int(headers.get(H_NACKS)) or self._max_redeliveries + 1,
                 )
             )
         return result
@@ -817,12 +859,8 @@ class StompBroker:
         selector = f"JMSMessageID = {_selector_literal(dead_letter_id)}"
         inbox = _Inbox()
         async with self._admin(inbox.put) as link:
-            await link.request(
-                "subscribe", inbox.reply_to, id="inbox", ack="auto",
-                headers={"transformation": "jms-map-xml"},
-            )  # fmt: skip
+            await self._open_inbox(link, inbox)
             found = await self._browse(link, inbox, f"/queue/{DLQ_PREFIX}>", selector)
-            found = [f for f in found if f.headers.get("original-destination", "").startswith("/queue/")]
             if not found:
                 return False
             # take it off the DLQ with a consumer that selects just this message
@@ -834,7 +872,7 @@ class StompBroker:
                 headers={"selector": selector, "activemq.prefetchSize": "1"},
             )
             frame = await inbox.next_from("take", self.request_timeout)
-            original = str(frame.headers["original-destination"])
+            original = _origin(frame.headers)
             tx = f"replay-{uuid.uuid4().hex}"
             await link.send_frame("begin", tx)
             await link.send_frame(
@@ -847,27 +885,7 @@ class StompBroker:
             await link.send_frame("ack", frame.headers["ack"], transaction=tx)
             await link.request("commit", tx)
             await link.send_frame("unsubscribe", "take")
-            await self._forget_reasons(link, inbox, dead_letter_id)
         return True
-
-    async def _forget_reasons(self, link: _Link, inbox: _Inbox, message_id: str) -> None:
-        selector = f"tepat_message_id = {_selector_literal(message_id)}"
-        records = await self._browse(link, inbox, f"/queue/{REASONS_QUEUE}", selector)
-        if not records:
-            return
-        await link.request(
-            "subscribe",
-            f"/queue/{REASONS_QUEUE}",
-            id="forget",
-            ack="client-individual",
-            headers={"selector": selector},
-        )
-        try:
-            for _ in records:
-                frame = await inbox.next_from("forget", self.request_timeout)
-                await link.request("ack", frame.headers["ack"])
-        except BrokerUnavailable as e:  # a leftover record only expires later
-            log.warning("could not remove nack reasons", message_id=message_id, error=str(e))
 
 
 class _Inbox:
@@ -880,14 +898,14 @@ class _Inbox:
     def put(self, frame: Any) -> None:
         self._frames.put_nowait(frame)
 
-    async def next(self, timeout: float) -> Any:
+    async def next(self, within: float) -> Any:
         try:
-            return await asyncio.wait_for(self._frames.get(), timeout)
+            return await asyncio.wait_for(self._frames.get(), within)
         except TimeoutError:
             raise BrokerUnavailable("ActiveMQ did not answer in time") from None
 
-    async def next_from(self, subscription: str, timeout: float) -> Any:
+    async def next_from(self, subscription: str, within: float) -> Any:
         while True:
-            frame = await self.next(timeout)
+            frame = await self.next(within)
             if frame.headers.get("subscription") == subscription:
                 return frame

@@ -12,6 +12,9 @@ from tepat.domain.models import WEEKDAYS, QuietHours
 _HHMM = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 _EXPO_TOKEN = re.compile(r"^(ExponentPushToken|ExpoPushToken)\[[^\[\]\s]{1,200}\]$")
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+# Public for schemas (OpenAPI patterns) that must agree with the parsers below.
+IDENTIFIER_PATTERN: str = _IDENT.pattern
+HHMM_PATTERN: str = _HHMM.pattern
 _FULL_DAY_NAMES = {
     full: full[:3]
     for full in ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")

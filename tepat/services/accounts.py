@@ -25,6 +25,7 @@ from tepat.domain.validation import (
     parse_hhmm,
 )
 from tepat.domain.zones import load_zone
+from tepat.ports.store import MessagePage, MessageQuery
 from tepat.runtime import Runtime
 
 # Expo refuses notifications over 4096 bytes; keep room for what the dispatcher adds.
@@ -69,7 +70,7 @@ async def put_user(
     *,
     timezone: str,
     locale: str | _Keep = KEEP,
-    quiet_hours: QuietHours | None | _Keep = KEEP,
+    quiet_hours: QuietHours | _Keep | None = KEEP,
     enabled: bool | _Keep = KEEP,
 ) -> tuple[User, bool]:
     """Create or update a user; returns ``(user, created)``.
@@ -231,6 +232,23 @@ def _with_defaults(rt: Runtime, stored: Mapping[str, bool]) -> dict[str, bool]:
     return {name: stored.get(name, True) for name in rt.categories.names}
 
 
+# ---------------------------------------------------------------- messages
+
+
+async def list_messages(rt: Runtime, query: MessageQuery) -> MessagePage:
+    await get_user(rt, query.user_id)
+    if query.scheduled_from and query.scheduled_to and query.scheduled_to < query.scheduled_from:
+        raise DomainError("to", "must not be before 'from'")
+    try:
+        return await rt.store.list_messages(query)
+    except DomainError:
+        raise
+    except ValueError:
+        if query.cursor is None:
+            raise
+        raise DomainError("cursor", "not a cursor this API returned") from None
+
+
 # ---------------------------------------------------------------- one-off notifications
 
 
@@ -310,7 +328,9 @@ def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict
         try:
             json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
         except (ValueError, TypeError, RecursionError):
-            raise DomainError(field, "must be valid JSON text (no NaN, no lone surrogates)") from None
+            raise DomainError(
+                field, "must be valid JSON text (no NaN, no lone surrogates)"
+            ) from None
     size = len(
         json.dumps({"title": title, "body": body, "data": payload}, ensure_ascii=False).encode()
     )

@@ -17,7 +17,9 @@ from tests.support.store_factories import STORE_FACTORIES
 
 
 @pytest.fixture(params=sorted(STORE_FACTORIES))
-async def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Store]:
+async def store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Store]:
     factory = STORE_FACTORIES[request.param]
     async with factory(tmp_path_factory.mktemp(request.param)) as s:
         yield s

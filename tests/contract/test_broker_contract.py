@@ -40,12 +40,12 @@ async def _anext(iterator: AsyncIterator[Delivery]) -> Delivery:
 
 
 async def next_delivery(
-    iterator: AsyncIterator[Delivery], timeout: float = ARRIVAL_TIMEOUT
+    iterator: AsyncIterator[Delivery], within: float = ARRIVAL_TIMEOUT
 ) -> Delivery:
     try:
-        return await asyncio.wait_for(_anext(iterator), timeout)
+        return await asyncio.wait_for(_anext(iterator), within)
     except TimeoutError:
-        pytest.fail(f"no delivery within {timeout} s")
+        pytest.fail(f"no delivery within {within} s")
 
 
 async def expect_nothing(iterator: AsyncIterator[Delivery], within: float) -> None:
@@ -57,10 +57,10 @@ async def expect_nothing(iterator: AsyncIterator[Delivery], within: float) -> No
 
 
 async def stats_eventually(
-    broker: Broker, queue: str, timeout: float = ARRIVAL_TIMEOUT, **expected: int
+    broker: Broker, queue: str, within: float = ARRIVAL_TIMEOUT, **expected: int
 ) -> QueueStats:
     """Poll ``stats`` until the named counters match; a real broker's figures lag."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         [stats] = await broker.stats([queue])
         if all(getattr(stats, name) == value for name, value in expected.items()):
@@ -71,9 +71,9 @@ async def stats_eventually(
 
 
 async def dead_letters_eventually(
-    broker: Broker, queue: str, count: int, timeout: float = ARRIVAL_TIMEOUT
+    broker: Broker, queue: str, count: int, within: float = ARRIVAL_TIMEOUT
 ) -> list[DeadLetter]:
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         dead = await broker.dead_letters([queue])
         if len(dead) == count:

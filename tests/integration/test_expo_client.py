@@ -29,8 +29,23 @@ def tok(i: int | str, spelling: str = "ExponentPushToken") -> str:
     return f"{spelling}[tok-{i}]"
 
 
-def req(token: str, body: str = "It is time", **kw: object) -> PushRequest:
-    return PushRequest(message_id=f"m-{token}", push_token=token, title="Tepat", body=body, **kw)  # type: ignore[arg-type]
+def req(
+    token: str,
+    body: str = "It is time",
+    *,
+    data: dict[str, object] | None = None,
+    category: str | None = None,
+    ttl_seconds: int | None = None,
+) -> PushRequest:
+    return PushRequest(
+        message_id=f"m-{token}",
+        push_token=token,
+        title="Tepat",
+        body=body,
+        data=data or {},
+        category=category,
+        ttl_seconds=ttl_seconds,
+    )
 
 
 @pytest.fixture
@@ -81,7 +96,11 @@ async def test_tickets_come_back_in_order_for_both_token_spellings(
     assert [getattr(o, "ticket_id", None) for o in outcomes] == [r["ticket_id"] for r in received]
     dead = outcomes[2]
     assert isinstance(dead, TicketError)
-    assert (dead.code, dead.permanent, dead.deactivate_device) == ("DeviceNotRegistered", True, True)
+    assert (dead.code, dead.permanent, dead.deactivate_device) == (
+        "DeviceNotRegistered",
+        True,
+        True,
+    )
 
 
 async def test_the_message_carries_title_body_data_and_options(
@@ -93,7 +112,11 @@ async def test_the_message_carries_title_body_data_and_options(
         request = req(tok(1), data={"message_id": "m1"}, category="reminders", ttl_seconds=600)
         tickets_of(await provider.send([request]))
     (entry,) = sandbox.received()
-    assert (entry["title"], entry["body"], entry["data"]) == ("Tepat", "It is time", {"message_id": "m1"})
+    assert (entry["title"], entry["body"], entry["data"]) == (
+        "Tepat",
+        "It is time",
+        {"message_id": "m1"},
+    )
     assert (entry["channel_id"], entry["ttl"], entry["priority"], entry["sound"]) == (
         "reminders",
         600,
@@ -337,7 +360,9 @@ async def test_the_client_waits_for_its_rate_instead_of_provoking_429s(
         async with ExpoPushProvider(server.base_url, clock=clock, rate_limit=100) as provider:
             tickets_of(await provider.send([req(tok(i)) for i in range(100)]))
             second = asyncio.create_task(provider.send([req(tok(i)) for i in range(100)]))
-            while clock.sleepers == 0:
+            for _ in range(100):  # let the task run up to its wait on the clock
+                if clock.sleepers or second.done():
+                    break
                 await asyncio.sleep(0)
             assert not second.done() and sandbox.stats()["send_requests"] == 1
             clock.advance(1.0)

@@ -190,7 +190,10 @@ def test_receipts_appear_after_the_delay_on_the_clock_and_expire(
     clock.advance(899)
     assert receipts(http, ids) == {}
     clock.advance(1)
-    assert receipts(http, [*ids, "unknown-id"]) == {ids[0]: {"status": "ok"}, ids[1]: {"status": "ok"}}
+    assert receipts(http, [*ids, "unknown-id"]) == {
+        ids[0]: {"status": "ok"},
+        ids[1]: {"status": "ok"},
+    }
     clock.advance(86_400)
     assert receipts(http, ids) == {}  # Expo keeps receipts about a day
 
@@ -332,7 +335,11 @@ def test_received_lists_what_was_sent_and_can_be_reset(
     ticket = send(http, message).json()["data"]
     (entry,) = http.get("/_sandbox/received").json()["received"]
     assert entry["to"] == tok(1)
-    assert (entry["title"], entry["body"], entry["data"]) == ("Take your pill", "8 pm", {"message_id": "m1"})
+    assert (entry["title"], entry["body"], entry["data"]) == (
+        "Take your pill",
+        "8 pm",
+        {"message_id": "m1"},
+    )
     assert (entry["channel_id"], entry["category_id"]) == ("reminders", "pill")
     assert entry["ticket_id"] == ticket["id"] and entry["status"] == "ok"
     assert entry["received_at"] == clock.now().isoformat()

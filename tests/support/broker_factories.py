@@ -59,7 +59,8 @@ BrokerFactory = Callable[[], AbstractAsyncContextManager[BrokerHarness]]
 BROKER_FACTORIES: dict[str, BrokerFactory] = {}
 
 # Each adapter registers itself from its own module; imported last so that those
-# modules can import the names above.
-from tests.support import embedded_broker_factory  # noqa: F401,E402
-
-# from tests.support import activemq_factory  # noqa: F401,E402
+# modules can import the names above. activemq skips unless TEPAT_TEST_STOMP_URL is set.
+from tests.support import (  # noqa: E402
+    activemq_factory,  # noqa: F401
+    embedded_broker_factory,  # noqa: F401
+)

@@ -370,10 +370,17 @@ day_sets = st.lists(st.sampled_from(WEEKDAYS), min_size=1, unique=True).map(
 @st.composite
 def planning_case(draw: st.DrawFn) -> tuple[User, Reminder, CategoryPolicy, datetime]:
     name, start = draw(zone_and_instant())
+    if draw(st.booleans()):
+        # a reminder time near the wall clock at ``start`` (often near a transition),
+        # so reminders in gaps and repeated hours get planned
+        near = wall(load_zone(name), start + timedelta(minutes=draw(st.integers(-120, 120))))
+        at = near.time().replace(second=0)
+    else:
+        at = draw(minute_times)
     start -= timedelta(hours=draw(st.integers(0, 30)))  # so the window straddles transitions
     quiet = draw(st.none() | quiet_hours_strategy())
     user = User("u1", name, quiet_hours=quiet, plan_version=draw(st.integers(1, 3)))
-    reminder = Reminder("u1", "r1", "meal", draw(minute_times), "t", "b", days=draw(day_sets))
+    reminder = Reminder("u1", "r1", "meal", at, "t", "b", days=draw(day_sets))
     return user, reminder, draw(policies), start
 
 

@@ -1,0 +1,137 @@
+"""The FastAPI application: routes, authentication, problem+json errors, OpenAPI.
+
+The caller owns the :class:`~tepat.runtime.Runtime` (opens and closes it); the
+app only uses it. ``tepat serve`` / ``tepat api`` run it inside uvicorn::
+
+    async with open_runtime(settings) as rt:
+        key, generated = resolve_admin_key(settings)
+        app = create_app(rt, key)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.auth import Authenticator, AuthError, AuthMiddleware
+from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
+from api.routes import admin, devices, health, messages, preferences, reminders, users
+from tepat.runtime import Runtime
+
+MAX_BODY_BYTES = 64 * 1024
+
+DESCRIPTION = """\
+Tepat sends each user's notifications at the right local moment, once.
+
+**Authentication.** Operators and backends send `X-API-Key: <admin key>` and reach
+every endpoint. End users send `Authorization: Bearer <JWT>` (HS256, `sub` = user id,
+`exp` required) and reach only `/v1/users/{sub}/…`. `/healthz`, `/readyz` and
+`/metrics` are open.
+
+**Errors** are `application/problem+json` (RFC 9457); input errors name each
+offending field in `errors[].field`.
+"""
+
+
+def create_app(rt: Runtime, admin_key: str) -> FastAPI:
+    """The HTTP API over an open runtime; ``admin_key`` from :func:`resolve_admin_key`."""
+    jwt_secret = rt.settings.jwt_secret
+    authenticator = Authenticator(
+        admin_key, jwt_secret.get_secret_value() if jwt_secret else None, rt.clock
+    )
+    app = FastAPI(
+        title="Tepat",
+        version="0.1.0",
+        description=DESCRIPTION,
+    )
+    app.state.runtime = rt
+    for module in (users, devices, reminders, preferences, messages, admin, health):
+        app.include_router(module.router)
+    install_problem_handlers(app)
+    app.add_exception_handler(AuthError, _on_auth_error)
+    # The last added runs first: credentials are checked before any body is read.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(AuthMiddleware, authenticator=authenticator)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+async def _on_auth_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AuthError)
+    headers = {"WWW-Authenticate": exc.challenge} if exc.status == 401 else {}
+    return problem_response(exc.status, exc.detail, headers=headers)
+
+
+class BodyLimitMiddleware:
+    """413 for a request body over ``max_bytes``, whether declared or streamed.
+
+    Bodies here are small JSON documents, so it reads the body up front (at most
+    ``max_bytes``) and replays it to the app.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = f"request body over {self.max_bytes} bytes"
+        await problem_response(413, detail)(scope, receive, send)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with error responses typed ``application/problem+json``."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+        separate_input_output_schemas=app.separate_input_output_schemas,
+    )
+    for operations in doc.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                if status[:1] in "45" and "application/json" in content:
+                    content[PROBLEM_JSON] = content.pop("application/json")
+    app.openapi_schema = doc
+    return doc

@@ -1,0 +1,85 @@
+"""``/v1/admin``: operator endpoints (admin API key only)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from api.deps import RT, Admin
+from api.problems import problem_responses
+from api.schemas import (
+    BrokerDeadLetterOut,
+    DeadLetters,
+    FailedMessageOut,
+    PlanIn,
+    PlanOut,
+    QueueList,
+    QueueOut,
+    ReplayOut,
+)
+from tepat.domain.errors import DomainError
+from tepat.services.accounts import NotFound
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problem_responses(401, 403))
+
+MAX_PLAN_WINDOW = timedelta(days=31)
+
+
+@router.post(
+    "/plan",
+    response_model=PlanOut,
+    responses=problem_responses(400, 413, 422),
+    summary="Plan reminders due in [start, end)",
+)
+async def plan(body: PlanIn, rt: RT, _: Admin) -> PlanOut:
+    """The same work as `tepat plan`: idempotent, so planning a window twice creates nothing."""
+    if body.end <= body.start:
+        raise DomainError("end", "must be after start")
+    if body.end - body.start > MAX_PLAN_WINDOW:
+        raise DomainError("end", f"the window may span at most {MAX_PLAN_WINDOW.days} days")
+    result = await rt.creator.plan_window(body.start, body.end)
+    return PlanOut(created=result.created, existing=result.existing)
+
+
+@router.get("/queues", response_model=QueueList, summary="Broker queue depths")
+async def queues(rt: RT, _: Admin) -> QueueList:
+    stats = await rt.broker.stats(rt.categories.queues())
+    return QueueList(queues=[QueueOut.of(s) for s in stats])
+
+
+@router.get(
+    "/dead-letters",
+    response_model=DeadLetters,
+    responses=problem_responses(422),
+    summary="Failed messages and broker dead letters",
+)
+async def dead_letters(
+    rt: RT,
+    _: Admin,
+    limit: Annotated[
+        int, Query(ge=1, le=500, description="At most this many failed messages")
+    ] = 100,
+) -> DeadLetters:
+    failed = await rt.store.dead_letters(limit)
+    broker = await rt.broker.dead_letters(rt.categories.queues())
+    return DeadLetters(
+        messages=[FailedMessageOut.of(m) for m in failed],
+        broker=[BrokerDeadLetterOut.of(d) for d in broker],
+    )
+
+
+@router.post(
+    "/dead-letters/{dead_letter_id}/replay",
+    response_model=ReplayOut,
+    responses=problem_responses(404, 422),
+    summary="Put a broker dead letter back on its queue, due now",
+)
+async def replay(
+    dead_letter_id: Annotated[str, Path(min_length=1, max_length=256)], rt: RT, _: Admin
+) -> ReplayOut:
+    """Safe to replay: consumers claim each message atomically, so nothing is sent twice."""
+    if not await rt.broker.replay_dead_letter(dead_letter_id):
+        raise NotFound("dead letter", dead_letter_id)
+    return ReplayOut(id=dead_letter_id, replayed=True)

@@ -1,0 +1,46 @@
+"""``/v1/users/{user_id}/devices``: push tokens, one active per device."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api.deps import RT, DeviceId, UserId
+from api.problems import problem_responses
+from api.schemas import DeviceIn, DeviceList, DeviceOut
+from tepat.services import accounts
+
+router = APIRouter(
+    prefix="/v1/users/{user_id}/devices",
+    tags=["devices"],
+    responses=problem_responses(401, 403, 404, 422),
+)
+
+
+@router.put(
+    "/{device_id}",
+    response_model=DeviceOut,
+    responses=problem_responses(400, 413),
+    summary="Register a device or rotate its token",
+)
+async def put_device(user_id: UserId, device_id: DeviceId, body: DeviceIn, rt: RT) -> DeviceOut:
+    """The token becomes this device's one active token; if it was bound to another
+    device (or user), that binding is deactivated."""
+    device = await accounts.register_device(rt, user_id, device_id, body.push_token, body.platform)
+    return DeviceOut.of(device)
+
+
+@router.delete(
+    "/{device_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Deactivate a device",
+)
+async def delete_device(user_id: UserId, device_id: DeviceId, rt: RT) -> Response:
+    await accounts.deactivate_device(rt, user_id, device_id)
+    return Response(status_code=204)
+
+
+@router.get("", response_model=DeviceList, summary="List the user's devices")
+async def list_devices(user_id: UserId, rt: RT) -> DeviceList:
+    devices = await accounts.list_devices(rt, user_id)
+    return DeviceList(devices=[DeviceOut.of(d) for d in devices])

@@ -1,0 +1,92 @@
+"""Open endpoints: liveness, readiness and Prometheus metrics (no credentials)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+import structlog
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from api.deps import RT
+from api.problems import problem_response, problem_responses
+from api.schemas import Health, Ready
+from tepat import metrics
+from tepat.domain.zones import TZDATA_RELEASE
+from tepat.runtime import Runtime
+
+log = structlog.get_logger("tepat.api")
+router = APIRouter(tags=["health"])
+
+PING_TIMEOUT_SECONDS = 3.0
+
+
+@router.get("/healthz", response_model=Health, summary="The process is up")
+async def healthz() -> Health:
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    response_model=Ready,
+    responses=problem_responses(503),
+    summary="The store and the broker are reachable",
+)
+async def readyz(rt: RT) -> Ready | JSONResponse:
+    checks = {
+        "store": await _check(rt.store.ping()),
+        "broker": await _check(rt.broker.ping()),
+    }
+    if all(v == "ok" for v in checks.values()):
+        return Ready(tzdata=TZDATA_RELEASE)
+    failing = ", ".join(f"{k}: {v}" for k, v in checks.items() if v != "ok")
+    return problem_response(
+        503, f"not ready ({failing})", extra={"checks": checks, "tzdata": TZDATA_RELEASE}
+    )
+
+
+async def _check(ping: Awaitable[None]) -> str:
+    try:
+        await asyncio.wait_for(ping, PING_TIMEOUT_SECONDS)
+    except TimeoutError:
+        return "timeout"
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"[:200]
+    return "ok"
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    summary="Prometheus metrics",
+)
+async def prometheus(rt: RT) -> Response:
+    await refresh_gauges(rt)
+    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+async def refresh_gauges(rt: Runtime) -> None:
+    """Counts come from the store and broker at scrape time (the source of truth)."""
+    metrics.TZDATA.info({"release": TZDATA_RELEASE})
+    try:
+        counts = await rt.store.count_messages()
+        metrics.MESSAGES.clear()
+        for (status, category), n in counts.by_status_category.items():
+            metrics.MESSAGES.labels(status=status, category=category).set(n)
+    except Exception:
+        log.exception("metrics: counting messages failed")
+    try:
+        stats = await rt.broker.stats(rt.categories.queues())
+        for s in stats:
+            for state, n in (
+                ("ready", s.ready),
+                ("scheduled", s.scheduled),
+                ("in_flight", s.in_flight),
+                ("dead_letters", s.dead_letters),
+            ):
+                metrics.QUEUE_DEPTH.labels(queue=s.queue, state=state).set(n)
+    except Exception:
+        log.exception("metrics: reading queue depth failed")

@@ -1,0 +1,99 @@
+"""``/v1/users/{user_id}/notifications`` (one-offs) and ``/v1/users/{user_id}/messages``."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BeforeValidator
+
+from api.deps import RT, UserId
+from api.problems import problem_responses
+from api.schemas import MessageOut, MessagePage, NotificationIn, NotificationOut, OffsetDatetime
+from tepat.domain.models import MessageStatus
+from tepat.ports.store import MessageQuery
+from tepat.services import accounts
+
+router = APIRouter(
+    prefix="/v1/users/{user_id}",
+    tags=["messages"],
+    responses=problem_responses(401, 403, 404, 422),
+)
+
+
+@router.post(
+    "/notifications",
+    response_model=NotificationOut,
+    status_code=201,
+    responses={
+        200: {"model": NotificationOut, "description": "Already created with this idempotency_key"},
+        **problem_responses(409, 413),
+    },
+    summary="Send a one-off notification, now or at send_at",
+)
+async def post_notification(
+    user_id: UserId, body: NotificationIn, rt: RT, response: Response
+) -> NotificationOut:
+    """Idempotent on `idempotency_key`: repeating the request returns the same message
+    (200) and it is sent once; the same key with a different request is a 409."""
+    message, created = await accounts.create_oneoff(
+        rt,
+        user_id,
+        body.idempotency_key,
+        body.category,
+        body.title,
+        body.body,
+        body.data,
+        body.send_at,
+    )
+    if not created:
+        response.status_code = 200
+    return NotificationOut.of(message)
+
+
+_SPACE_FOR_PLUS = re.compile(r" (?=\d\d:?\d\d$)")
+
+
+def _plus_restored(value: object) -> object:
+    """An unencoded "+07:00" in a query string arrives as " 07:00": take it as meant."""
+    return _SPACE_FOR_PLUS.sub("+", value) if isinstance(value, str) else value
+
+
+QueryDatetime = Annotated[OffsetDatetime, BeforeValidator(_plus_restored)]
+
+
+@router.get("/messages", response_model=MessagePage, summary="List the user's messages")
+async def list_messages(
+    user_id: UserId,
+    rt: RT,
+    status: Annotated[
+        list[MessageStatus] | None,
+        Query(description="Only these statuses (repeat the parameter for several)"),
+    ] = None,
+    from_: Annotated[
+        QueryDatetime | None,
+        Query(alias="from", description="Scheduled at or after (ISO 8601 with offset)"),
+    ] = None,
+    to: Annotated[
+        QueryDatetime | None,
+        Query(description="Scheduled before (ISO 8601 with offset)"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="Page size")] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=512, description="`next_cursor` of the previous page")
+    ] = None,
+) -> MessagePage:
+    """Newest scheduled first."""
+    query = MessageQuery(
+        user_id=user_id,
+        statuses=frozenset(status or ()),
+        scheduled_from=from_,
+        scheduled_to=to,
+        limit=limit,
+        cursor=cursor,
+    )
+    page = await accounts.list_messages(rt, query)
+    return MessagePage(
+        messages=[MessageOut.of(m) for m in page.items], next_cursor=page.next_cursor
+    )

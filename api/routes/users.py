@@ -1,0 +1,51 @@
+"""``/v1/users/{user_id}``: the user's zone, locale, quiet hours and enablement."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api.deps import RT, UserId
+from api.problems import problem_responses
+from api.schemas import UserIn, UserOut
+from tepat.domain.validation import parse_quiet_hours
+from tepat.services import accounts
+from tepat.services.accounts import KEEP
+
+router = APIRouter(prefix="/v1/users", tags=["users"], responses=problem_responses(401, 403))
+
+
+@router.put(
+    "/{user_id}",
+    response_model=UserOut,
+    status_code=200,
+    responses={201: {"model": UserOut, "description": "Created"}, **problem_responses(400, 413, 422)},
+    summary="Create or update a user",
+)
+async def put_user(user_id: UserId, body: UserIn, rt: RT, response: Response) -> UserOut:
+    """Fields left out keep their value; changing `timezone` or `quiet_hours` re-plans
+    the user's pending messages (the superseded ones end `cancelled`)."""
+    given = body.model_fields_set
+    qh = body.quiet_hours
+    user, created = await accounts.put_user(
+        rt,
+        user_id,
+        timezone=body.timezone,
+        locale=body.locale if "locale" in given else KEEP,
+        quiet_hours=(parse_quiet_hours(qh.start, qh.end) if qh else None)
+        if "quiet_hours" in given
+        else KEEP,
+        enabled=body.enabled if "enabled" in given else KEEP,
+    )
+    if created:
+        response.status_code = 201
+    return UserOut.of(user)
+
+
+@router.get(
+    "/{user_id}",
+    response_model=UserOut,
+    responses=problem_responses(404, 422),
+    summary="Get a user",
+)
+async def get_user(user_id: UserId, rt: RT) -> UserOut:
+    return UserOut.of(await accounts.get_user(rt, user_id))

@@ -1,0 +1,434 @@
+"""Request and response bodies (snake_case JSON).
+
+Request models forbid unknown fields, so a typo is a 422 naming it rather
+than a silently ignored setting. The domain parsers still check every value
+(time zone, "HH:MM", weekdays, push token, category): these models bound
+shapes and sizes, and the patterns they publish document the same rules.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+
+from tepat.domain.models import Device, Message, MessageStatus, Reminder, User
+from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
+from tepat.ports.broker import DeadLetter, QueueStats
+
+MAX_TITLE = 200
+MAX_BODY = 2000
+
+
+class Request(BaseModel):
+    # Strict: JSON types as documented (no "1" for 1, no 0 for false).
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def _iso_string(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError("expected an ISO 8601 date-time string with a UTC offset")
+    return value
+
+
+# Responses: always UTC, serialized with a "Z".
+UtcDatetime = Annotated[datetime, AfterValidator(_to_utc)]
+# Requests: an ISO 8601 string with an offset ("2027-03-01T08:00:00+07:00" or "…Z").
+OffsetDatetime = Annotated[
+    AwareDatetime,
+    BeforeValidator(_iso_string),
+    # Not strict: JSON has no date-time type; the string is parsed (and must be one).
+    Field(
+        strict=False,
+        description="ISO 8601 date-time with a UTC offset",
+        examples=["2027-03-01T08:00:00+07:00"],
+    ),
+]
+HHMM = Annotated[
+    str,
+    Field(
+        max_length=5,
+        description='Local wall-clock time "HH:MM", 24-hour, two digits each',
+        examples=["08:30"],
+        json_schema_extra={"pattern": HHMM_PATTERN},
+    ),
+]
+Identifier = Annotated[
+    str, Field(min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN, examples=["a1b2c3"])
+]
+Category = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="A configured category (default: safety, meal, mood, hydration, sleep, "
+        "activity, custom)",
+        examples=["meal"],
+    ),
+]
+Title = Annotated[str, Field(min_length=1, max_length=MAX_TITLE, examples=["Time for lunch"])]
+Body = Annotated[str, Field(max_length=MAX_BODY, examples=["Your meal plan says: soup."])]
+Data = Annotated[
+    dict[str, Any],
+    Field(
+        description="Free JSON object delivered with the notification (payload limit applies)",
+        examples=[{"screen": "meal", "meal_id": 7}],
+    ),
+]
+
+
+# ---------------------------------------------------------------- users
+
+
+class QuietHoursBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    start: HHMM
+    end: HHMM
+
+
+class UserIn(Request):
+    """Create or update a user. Fields left out keep their current value (defaults on create)."""
+
+    timezone: str = Field(
+        min_length=1, max_length=64, description="IANA time zone", examples=["Asia/Jakarta"]
+    )
+    locale: str = Field(
+        default="en",
+        max_length=35,
+        pattern=r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{1,8})*$",
+        description="BCP 47 language tag",
+        examples=["id-ID"],
+    )
+    quiet_hours: QuietHoursBody | None = Field(
+        default=None,
+        description="Local [start, end) during which messages wait (may wrap midnight); "
+        "null removes quiet hours",
+    )
+    enabled: bool = Field(default=True, description="A disabled user is sent nothing")
+
+
+class UserOut(BaseModel):
+    user_id: str
+    timezone: str
+    locale: str
+    quiet_hours: QuietHoursBody | None
+    enabled: bool
+    plan_version: int = Field(description="Bumped whenever a change re-plans the user's messages")
+    created_at: UtcDatetime | None
+    updated_at: UtcDatetime | None
+
+    @classmethod
+    def of(cls, u: User) -> UserOut:
+        qh = u.quiet_hours
+        return cls(
+            user_id=u.user_id,
+            timezone=u.timezone,
+            locale=u.locale,
+            quiet_hours=QuietHoursBody(start=format_hhmm(qh.start), end=format_hhmm(qh.end))
+            if qh
+            else None,
+            enabled=u.enabled,
+            plan_version=u.plan_version,
+            created_at=u.created_at,
+            updated_at=u.updated_at,
+        )
+
+
+# ---------------------------------------------------------------- devices
+
+
+class DeviceIn(Request):
+    push_token: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Expo push token; registering it here unbinds it from any other device",
+        examples=["ExponentPushToken[xxxxxxxxxxxxxxxxxxxxxx]"],
+    )
+    platform: Literal["ios", "android", "web"] | None = None
+
+
+class DeviceOut(BaseModel):
+    device_id: str
+    push_token: str
+    platform: str | None
+    active: bool
+    deactivated_reason: str | None = Field(
+        description="Why the device stopped receiving (e.g. DeviceNotRegistered, unregistered)"
+    )
+    created_at: UtcDatetime | None
+    updated_at: UtcDatetime | None
+
+    @classmethod
+    def of(cls, d: Device) -> DeviceOut:
+        return cls(
+            device_id=d.device_id,
+            push_token=d.push_token,
+            platform=d.platform,
+            active=d.active,
+            deactivated_reason=d.deactivated_reason,
+            created_at=d.created_at,
+            updated_at=d.updated_at,
+        )
+
+
+class DeviceList(BaseModel):
+    devices: list[DeviceOut]
+
+
+# ---------------------------------------------------------------- reminders
+
+
+class ReminderIn(Request):
+    category: Category
+    label: str = Field(default="", max_length=100, examples=["lunch"])
+    local_time: HHMM
+    days: list[str] | None = Field(
+        default=None,
+        max_length=7,
+        description="Weekdays it fires on (mon … sun); omit for every day",
+        examples=[["mon", "wed", "fri"]],
+    )
+    title: Title
+    body: Body
+    data: Data = Field(default_factory=dict)
+    enabled: bool = True
+
+
+class ReminderOut(BaseModel):
+    reminder_id: str
+    category: str
+    label: str
+    local_time: str = Field(examples=["08:30"])
+    days: list[str]
+    title: str
+    body: str
+    data: dict[str, Any]
+    enabled: bool
+    version: int
+    created_at: UtcDatetime | None
+    updated_at: UtcDatetime | None
+
+    @classmethod
+    def of(cls, r: Reminder) -> ReminderOut:
+        return cls(
+            reminder_id=r.reminder_id,
+            category=r.category,
+            label=r.label,
+            local_time=format_hhmm(r.local_time),
+            days=list(r.days),
+            title=r.title,
+            body=r.body,
+            data=r.data,
+            enabled=r.enabled,
+            version=r.version,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+        )
+
+
+class ReminderList(BaseModel):
+    reminders: list[ReminderOut]
+
+
+# ---------------------------------------------------------------- preferences
+
+
+class PreferencesIn(Request):
+    categories: dict[str, bool] = Field(
+        max_length=64,
+        description="Opt in (true) or out (false) per category; others stay as they are",
+        examples=[{"mood": False}],
+    )
+
+
+class PreferencesOut(BaseModel):
+    categories: dict[str, bool] = Field(
+        description="Every configured category; true unless the user opted out",
+        examples=[{"safety": True, "meal": True, "mood": False}],
+    )
+
+
+# ---------------------------------------------------------------- messages
+
+
+class NotificationIn(Request):
+    idempotency_key: Identifier = Field(
+        description="Names this notification; a repeat with the same key returns it again"
+    )
+    category: Category
+    title: Title
+    body: Body
+    data: Data = Field(default_factory=dict)
+    send_at: OffsetDatetime | None = Field(
+        default=None, description="When to send (ISO 8601 with offset); omit to send now"
+    )
+
+
+class MessageOut(BaseModel):
+    id: str
+    category: str
+    reminder_id: str | None
+    label: str
+    local_date: date | None = Field(description="The user's local date it is meant for")
+    local_time: str | None = Field(description='Local "HH:MM" it is meant for')
+    timezone: str
+    scheduled_at: UtcDatetime = Field(description="When it is (or was) due, UTC")
+    status: MessageStatus
+    status_reason: str | None
+    attempts: int
+    ticket_id: str | None = Field(description="Expo ticket id once accepted")
+    created_at: UtcDatetime | None
+    updated_at: UtcDatetime | None
+
+    @classmethod
+    def fields_of(cls, m: Message) -> dict[str, Any]:
+        return {
+            "id": m.id,
+            "category": m.category,
+            "reminder_id": m.reminder_id,
+            "label": m.label,
+            "local_date": m.local_date,
+            "local_time": format_hhmm(m.local_time) if m.local_time else None,
+            "timezone": m.timezone,
+            "scheduled_at": m.scheduled_at,
+            "status": m.status,
+            "status_reason": m.status_reason,
+            "attempts": m.attempts,
+            "ticket_id": m.ticket_id,
+            "created_at": m.created_at,
+            "updated_at": m.updated_at,
+        }
+
+    @classmethod
+    def of(cls, m: Message) -> MessageOut:
+        return cls(**cls.fields_of(m))
+
+
+class NotificationOut(MessageOut):
+    idempotency_key: str | None
+    title: str
+    body: str
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, m: Message) -> NotificationOut:
+        return cls(
+            **cls.fields_of(m),
+            idempotency_key=m.idempotency_key,
+            title=m.title,
+            body=m.body,
+            data=m.data,
+        )
+
+
+class MessagePage(BaseModel):
+    messages: list[MessageOut] = Field(description="Newest scheduled first")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null at the end"
+    )
+
+
+# ---------------------------------------------------------------- admin
+
+
+class PlanIn(Request):
+    start: OffsetDatetime
+    end: OffsetDatetime
+
+
+class PlanOut(BaseModel):
+    created: int = Field(description="Messages planned and enqueued by this call")
+    existing: int = Field(description="Messages that were already planned")
+
+
+class QueueOut(BaseModel):
+    queue: str
+    ready: int
+    scheduled: int
+    in_flight: int
+    dead_letters: int
+
+    @classmethod
+    def of(cls, s: QueueStats) -> QueueOut:
+        return cls(
+            queue=s.queue,
+            ready=s.ready,
+            scheduled=s.scheduled,
+            in_flight=s.in_flight,
+            dead_letters=s.dead_letters,
+        )
+
+
+class QueueList(BaseModel):
+    queues: list[QueueOut]
+
+
+class FailedMessageOut(MessageOut):
+    user_id: str
+    title: str
+    body: str
+    data: dict[str, Any]
+    last_error: str | None
+
+    @classmethod
+    def of(cls, m: Message) -> FailedMessageOut:
+        return cls(
+            **cls.fields_of(m),
+            user_id=m.user_id,
+            title=m.title,
+            body=m.body,
+            data=m.data,
+            last_error=m.last_error,
+        )
+
+
+class BrokerDeadLetterOut(BaseModel):
+    id: str = Field(description="Pass to POST /v1/admin/dead-letters/{id}/replay")
+    queue: str
+    reason: str
+    attempts: int
+    body: str = Field(description="The broker message (a batch of message ids), as text")
+
+    @classmethod
+    def of(cls, d: DeadLetter) -> BrokerDeadLetterOut:
+        return cls(
+            id=d.id,
+            queue=d.queue,
+            reason=d.reason,
+            attempts=d.attempts,
+            body=d.body.decode("utf-8", errors="replace"),
+        )
+
+
+class DeadLetters(BaseModel):
+    messages: list[FailedMessageOut] = Field(
+        description="Messages that ended failed, most recently updated first"
+    )
+    broker: list[BrokerDeadLetterOut] = Field(
+        description="Broker messages that exhausted their redeliveries"
+    )
+
+
+class ReplayOut(BaseModel):
+    id: str
+    replayed: bool
+
+
+# ---------------------------------------------------------------- health
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Ready(BaseModel):
+    status: Literal["ready"] = "ready"
+    store: Literal["ok"] = "ok"
+    broker: Literal["ok"] = "ok"
+    tzdata: str = Field(description="IANA time-zone database release in use", examples=["2026f"])

@@ -1,0 +1,104 @@
+"""Setting the scene through the API (as an app backend would) and through the broker."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from tepat.runtime import Runtime
+from tests.api.conftest import ADMIN
+
+TOKEN = "ExponentPushToken[alice-phone-1]"
+
+
+def reminder_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "category": "meal",
+        "label": "lunch",
+        "local_time": "12:00",
+        "title": "Lunch",
+        "body": "Time for lunch",
+    }
+    body.update(overrides)
+    return body
+
+
+def notification_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "idempotency_key": "k-1",
+        "category": "custom",
+        "title": "Hello",
+        "body": "A one-off",
+        "data": {"screen": "home"},
+    }
+    body.update(overrides)
+    return body
+
+
+async def ok(response: httpx.Response) -> httpx.Response:
+    assert response.is_success, response.text
+    return response
+
+
+async def create_user(
+    client: httpx.AsyncClient, user_id: str, timezone: str = "Asia/Jakarta", **extra: Any
+) -> dict[str, Any]:
+    r = await ok(
+        await client.put(
+            f"/v1/users/{user_id}", json={"timezone": timezone, **extra}, headers=ADMIN
+        )
+    )
+    return dict(r.json())
+
+
+async def scene(client: httpx.AsyncClient) -> None:
+    """alice (with a device and a reminder) and bob."""
+    await create_user(client, "alice")
+    await create_user(client, "bob", "Europe/London")
+    await ok(
+        await client.put(
+            "/v1/users/alice/devices/phone-1", json={"push_token": TOKEN}, headers=ADMIN
+        )
+    )
+    await ok(
+        await client.put("/v1/users/alice/reminders/lunch", json=reminder_body(), headers=ADMIN)
+    )
+
+
+async def make_broker_dead_letter(rt: Runtime) -> str:
+    """Publish an unreadable batch and nack it past the redelivery limit; returns its id."""
+    queue = rt.categories.queues()[0]
+    await rt.broker.publish(queue, b"not a batch")
+
+    async def nack_until_dead() -> None:
+        async with rt.broker.consume([queue], prefetch=1) as deliveries:
+            async for delivery in deliveries:
+                await rt.broker.nack(delivery, "unreadable")
+                if await rt.broker.dead_letters([queue]):
+                    return
+
+    await asyncio.wait_for(nack_until_dead(), timeout=5)
+    (dead,) = await rt.broker.dead_letters([queue])
+    return dead.id
+
+
+async def drain_due(rt: Runtime, idle_seconds: float = 0.2) -> int:
+    """Hand every batch that is due now to the consumer code path; returns how many.
+
+    Stops once no delivery arrives within ``idle_seconds`` of real time (the fake
+    clock does not move, so nothing else becomes due meanwhile).
+    """
+    from consumers.worker import handle_delivery
+
+    handled = 0
+    async with rt.broker.consume(rt.categories.queues(), prefetch=100) as deliveries:
+        iterator = deliveries.__aiter__()
+        while True:
+            try:
+                delivery = await asyncio.wait_for(iterator.__anext__(), idle_seconds)
+            except TimeoutError:
+                return handled
+            await handle_delivery(rt, delivery)
+            handled += 1
