@@ -98,7 +98,7 @@ class EmbeddedBroker:
     async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         self._check_open()
         # A negative delay means "already due"; clamping keeps such messages in
-        # publish order, as ActiveMQ does for a non-positive AMQ_SCHEDULED_DELAY.
+        # publish order, as they would be on a broker that ignores delays <= 0.
         due = self._clock.now() + timedelta(seconds=max(0.0, delay_seconds))
         self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due))
 
@@ -231,6 +231,7 @@ class EmbeddedBroker:
         for delivery_id in consumer.unacked:
             entry = self._in_flight.pop(delivery_id, None)
             if entry is not None:
+                # Back at its original due time: it keeps its place ahead of later messages.
                 entry.message.redelivered = True
                 self._push(entry.message)
         consumer.unacked.clear()
