@@ -167,15 +167,20 @@ bearer_scheme = HTTPBearer(
 )
 
 
+def _principal(request: Request) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):  # the middleware is missing: fail closed
+        raise AuthError(401, "credentials required")
+    return principal
+
+
 def current_principal(
     request: Request,
     _api_key: Annotated[str | None, Depends(api_key_scheme)],
     _bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Principal:
-    principal = request.scope.get("state", {}).get("principal")
-    if not isinstance(principal, Principal):  # the middleware is missing: fail closed
-        raise AuthError(401, "credentials required")
-    return principal
+    """Admin or user (the scheme parameters only document both for OpenAPI)."""
+    return _principal(request)
 
 
 UserIdPath = Annotated[
@@ -199,7 +204,10 @@ def user_access(
     return user_id
 
 
-def admin_access(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+def admin_access(
+    request: Request, _api_key: Annotated[str | None, Depends(api_key_scheme)]
+) -> Principal:
+    principal = _principal(request)
     if not principal.admin:
         raise AuthError(403, "the admin API needs the X-API-Key")
     return principal

@@ -8,6 +8,7 @@ shapes and sizes, and the patterns they publish document the same rules.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, Literal
 
@@ -30,12 +31,27 @@ def _to_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+_ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
 def _iso_string(value: object) -> object:
-    if not isinstance(value, str):
-        raise ValueError("expected an ISO 8601 date-time string with a UTC offset")
+    # pydantic alone would also take numbers and numeric strings as Unix times.
+    if not isinstance(value, str) or not _ISO_DATETIME.match(value):
+        raise ValueError("expected an ISO 8601 date-time with a UTC offset")
     return value
 
 
+def _encodable(value: str) -> str:
+    # JSON may spell a lone surrogate ("\\ud800"); such text cannot be stored or sent.
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    return value
+
+
+# Request text: any Unicode that UTF-8 can carry.
+Text = Annotated[str, AfterValidator(_encodable)]
 # Responses: always UTC, serialized with a "Z".
 UtcDatetime = Annotated[datetime, AfterValidator(_to_utc)]
 # Requests: an ISO 8601 string with an offset ("2027-03-01T08:00:00+07:00" or "…Z").
@@ -50,7 +66,7 @@ OffsetDatetime = Annotated[
     ),
 ]
 HHMM = Annotated[
-    str,
+    Text,
     Field(
         max_length=5,
         description='Local wall-clock time "HH:MM", 24-hour, two digits each',
@@ -62,7 +78,7 @@ Identifier = Annotated[
     str, Field(min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN, examples=["a1b2c3"])
 ]
 Category = Annotated[
-    str,
+    Text,
     Field(
         min_length=1,
         max_length=64,
@@ -71,8 +87,8 @@ Category = Annotated[
         examples=["meal"],
     ),
 ]
-Title = Annotated[str, Field(min_length=1, max_length=MAX_TITLE, examples=["Time for lunch"])]
-Body = Annotated[str, Field(max_length=MAX_BODY, examples=["Your meal plan says: soup."])]
+Title = Annotated[Text, Field(min_length=1, max_length=MAX_TITLE, examples=["Time for lunch"])]
+Body = Annotated[Text, Field(max_length=MAX_BODY, examples=["Your meal plan says: soup."])]
 Data = Annotated[
     dict[str, Any],
     Field(
@@ -95,7 +111,7 @@ class QuietHoursBody(BaseModel):
 class UserIn(Request):
     """Create or update a user. Fields left out keep their current value (defaults on create)."""
 
-    timezone: str = Field(
+    timezone: Text = Field(
         min_length=1, max_length=64, description="IANA time zone", examples=["Asia/Jakarta"]
     )
     locale: str = Field(
@@ -144,7 +160,7 @@ class UserOut(BaseModel):
 
 
 class DeviceIn(Request):
-    push_token: str = Field(
+    push_token: Text = Field(
         min_length=1,
         max_length=256,
         description="Expo push token; registering it here unbinds it from any other device",
@@ -186,7 +202,7 @@ class DeviceList(BaseModel):
 
 class ReminderIn(Request):
     category: Category
-    label: str = Field(default="", max_length=100, examples=["lunch"])
+    label: Text = Field(default="", max_length=100, examples=["lunch"])
     local_time: HHMM
     days: list[str] | None = Field(
         default=None,

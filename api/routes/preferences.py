@@ -17,7 +17,10 @@ router = APIRouter(
 
 
 @router.put(
-    "", response_model=PreferencesOut, responses=problem_responses(400, 413), summary="Set preferences"
+    "",
+    response_model=PreferencesOut,
+    responses=problem_responses(400, 413),
+    summary="Set preferences",
 )
 async def put_preferences(user_id: UserId, body: PreferencesIn, rt: RT) -> PreferencesOut:
     """Merges: categories not named keep their setting. Checked at send time, so an

@@ -19,7 +19,10 @@ router = APIRouter(
 @router.put(
     "/{reminder_id}",
     response_model=ReminderOut,
-    responses={201: {"model": ReminderOut, "description": "Created"}, **problem_responses(400, 413)},
+    responses={
+        201: {"model": ReminderOut, "description": "Created"},
+        **problem_responses(400, 413),
+    },
     summary="Create or replace a reminder",
 )
 async def put_reminder(

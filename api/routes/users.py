@@ -18,7 +18,10 @@ router = APIRouter(prefix="/v1/users", tags=["users"], responses=problem_respons
     "/{user_id}",
     response_model=UserOut,
     status_code=200,
-    responses={201: {"model": UserOut, "description": "Created"}, **problem_responses(400, 413, 422)},
+    responses={
+        201: {"model": UserOut, "description": "Created"},
+        **problem_responses(400, 413, 422),
+    },
     summary="Create or update a user",
 )
 async def put_user(user_id: UserId, body: UserIn, rt: RT, response: Response) -> UserOut:

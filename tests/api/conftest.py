@@ -10,6 +10,7 @@ import httpx
 import jwt
 import pytest
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from api.app import create_app
 from tepat.clock import FakeClock
@@ -26,8 +27,8 @@ def make_settings(tmp_path: Path) -> Settings:
     return Settings(
         database_url=f"sqlite:///{tmp_path}/t.db",
         broker_url="embedded://",
-        jwt_secret=JWT_SECRET,
-        admin_api_key=ADMIN_KEY,
+        jwt_secret=SecretStr(JWT_SECRET),
+        admin_api_key=SecretStr(ADMIN_KEY),
     )
 
 

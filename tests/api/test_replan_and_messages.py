@@ -240,3 +240,26 @@ async def test_readyz_and_metrics(client: httpx.AsyncClient, rt: Runtime) -> Non
     assert body["checks"]["broker"] == "ok" and body["checks"]["store"] != "ok"  # type: ignore[index]
     assert (await client.get("/healthz")).status_code == 200
     await rt.store.open()
+
+
+async def test_failed_messages_are_listed_with_their_payload(
+    client: httpx.AsyncClient, rt: Runtime, push: FakePush
+) -> None:
+    from tepat.ports.push import TicketError
+    from tests.api.helpers import notification_body
+
+    await scene(client)
+    push.refuse_with = TicketError("MessageTooBig", "too big", permanent=True)
+    r = await client.post("/v1/users/alice/notifications", json=notification_body(), headers=ADMIN)
+    assert r.status_code == 201
+    assert await drain_due(rt) == 1
+    body = (await client.get("/v1/admin/dead-letters", headers=ADMIN)).json()
+    (failed,) = body["messages"]
+    assert failed["id"] == r.json()["id"] and failed["status"] == "failed"
+    assert (failed["title"], failed["body"], failed["data"]) == (
+        "Hello",
+        "A one-off",
+        {"screen": "home"},
+    )
+    assert "MessageTooBig" in failed["last_error"] and failed["attempts"] == 1
+    assert body["broker"] == []

@@ -181,3 +181,34 @@ async def test_admin_plan_window_is_checked(client: httpx.AsyncClient) -> None:
     }
     naive = {"start": "2027-03-01T00:00:00", "end": "2027-03-02T00:00:00Z"}
     assert error_fields(await client.post("/v1/admin/plan", json=naive, headers=ADMIN)) == {"start"}
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "field"),
+    [
+        (
+            "/v1/users/alice/reminders/r",
+            b'{"category": "meal", "local_time": "12:00", "title": "t", "body": "b",'
+            b' "label": "\\ud800"}',
+            "label",
+        ),
+        ("/v1/users/alice/devices/d", b'{"push_token": "ExpoPushToken[\\udfff]"}', "push_token"),
+        (
+            "/v1/users/alice/reminders/r",
+            b'{"category": "meal", "local_time": "12:00", "title": "t", "body": "b",'
+            b' "data": {"k": "\\ud800"}}',
+            "data",
+        ),
+        (
+            "/v1/users/alice/reminders/r",
+            b'{"category": "meal", "local_time": "12:00", "title": "t", "body": "b",'
+            b' "data": {"k": NaN}}',
+            "data",
+        ),
+    ],
+)
+async def test_text_that_cannot_be_stored_is_refused(
+    client: httpx.AsyncClient, path: str, raw: bytes, field: str
+) -> None:
+    r = await client.put(path, content=raw, headers={**ADMIN, "Content-Type": "application/json"})
+    assert field in error_fields(r), r.text

@@ -41,15 +41,26 @@ async def test_one_off_due_at_send_at(tmp_path: Path) -> None:
     async with pipeline(tmp_path, start=START) as p:
         user, device = await p.add_user("ben")
         send_at = START + timedelta(minutes=10)
-        msg = plan_oneoff(user, p.rt.categories.get("custom"), "k1", "Hi", "there", {}, send_at,
-                          p.clock.now(), request_fingerprint({"k": 1}))
+        msg = plan_oneoff(
+            user,
+            p.rt.categories.get("custom"),
+            "k1",
+            "Hi",
+            "there",
+            {},
+            send_at,
+            p.clock.now(),
+            request_fingerprint({"k": 1}),
+        )
         created = (await p.rt.store.insert_messages([msg])).created
         await p.rt.enqueuer.enqueue(created)
         p.clock.set(send_at - timedelta(seconds=1))
         assert await stays_false(lambda: bool(p.received_for(device.push_token)))
         p.clock.set(send_at)
         await eventually(lambda: bool(p.received_for(device.push_token)))
-        assert datetime.fromisoformat(p.received_for(device.push_token)[0]["received_at"]) == send_at
+        assert (
+            datetime.fromisoformat(p.received_for(device.push_token)[0]["received_at"]) == send_at
+        )
 
 
 async def test_opt_out_or_dead_device_after_planning_skips(tmp_path: Path) -> None:
@@ -128,7 +139,9 @@ async def test_429_then_500_then_every_message_sent_exactly_once(tmp_path: Path)
         await drive(p.clock, all_sent, step=timedelta(seconds=5), what="all sent")
         ok = [r["to"] for r in p.sandbox.received() if r["status"] == "ok"]
         assert sorted(ok) == sorted(tokens)  # each once
-        assert p.sandbox.stats()["too_many_requests"] >= 1 and p.sandbox.stats()["server_errors"] >= 1
+        assert (
+            p.sandbox.stats()["too_many_requests"] >= 1 and p.sandbox.stats()["server_errors"] >= 1
+        )
 
 
 async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path) -> None:

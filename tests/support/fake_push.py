@@ -1,11 +1,20 @@
-"""A PushProvider that records what it was asked to send and accepts everything."""
+"""A PushProvider that records what it was asked to send; accepts everything unless told to refuse."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
 
-from tepat.ports.push import PushRequest, ReceiptResult, Receipts, SendResult, TicketOk, Tickets
+from tepat.ports.push import (
+    PushRequest,
+    ReceiptResult,
+    Receipts,
+    SendResult,
+    TicketError,
+    TicketOk,
+    TicketOutcome,
+    Tickets,
+)
 
 
 class FakePush:
@@ -15,6 +24,8 @@ class FakePush:
     def __init__(self) -> None:
         self.batches: list[list[PushRequest]] = []
         self._ids = itertools.count(1)
+        # Set to refuse every notification with this ticket error.
+        self.refuse_with: TicketError | None = None
 
     @property
     def requests(self) -> list[PushRequest]:
@@ -22,7 +33,12 @@ class FakePush:
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         self.batches.append(list(batch))
-        return Tickets([TicketOk(f"ticket-{next(self._ids)}") for _ in batch])
+        return Tickets([self._outcome() for _ in batch])
+
+    def _outcome(self) -> TicketOutcome:
+        if self.refuse_with is not None:
+            return self.refuse_with
+        return TicketOk(f"ticket-{next(self._ids)}")
 
     async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
         return Receipts({})

@@ -58,13 +58,26 @@ class Pipeline:
             User(user_id, timezone, created_at=now, updated_at=now, **user_fields)
         )
         device = await self.rt.store.register_device(
-            Device(user_id, f"{user_id}-phone", token or f"ExponentPushToken[{user_id}]",
-                   created_at=now, updated_at=now)
+            Device(
+                user_id,
+                f"{user_id}-phone",
+                token or f"ExponentPushToken[{user_id}]",
+                created_at=now,
+                updated_at=now,
+            )
         )
         for reminder_id, category, at in reminders or []:
             await self.rt.store.upsert_reminder(
-                Reminder(user_id, reminder_id, category, at, title=f"{category} time",
-                         body=f"{reminder_id} for {user_id}", created_at=now, updated_at=now)
+                Reminder(
+                    user_id,
+                    reminder_id,
+                    category,
+                    at,
+                    title=f"{category} time",
+                    body=f"{reminder_id} for {user_id}",
+                    created_at=now,
+                    updated_at=now,
+                )
             )
         return user, device
 

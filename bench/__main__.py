@@ -1,0 +1,132 @@
+"""``python -m bench SCENARIO [--backend embedded|activemq] [--quick] [--json]``.
+
+Scenarios: plan, dispatch, ratelimited, lateness, burst, or all. Exit status: 0 when
+every correctness check held (speed goals are reported, never fatal), 1 when one
+failed, 2 when the harness itself broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import plan, scenarios
+from bench.activemq import ActiveMQ, activemq
+from bench.config import run_prefix
+from bench.report import Result, emit, log
+
+SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    users: int
+    dispatch: int
+    ratelimited: int
+    lateness_seconds: int
+    lateness_max_rate: float | None  # quick: keep the run small whatever the capacity
+    burst: int
+    calibration: int
+
+
+FULL = Sizes(100_000, 50_000, 12_000, 120, None, 20_000, 10_000)
+QUICK = Sizes(2_000, 2_000, 1_200, 20, 100.0, 1_000, 1_000)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("scenario", choices=(*SCENARIOS, "all"))
+    p.add_argument("--backend", choices=("embedded", "activemq"), default="embedded")
+    p.add_argument("--quick", action="store_true", help="small sizes: each scenario in seconds")
+    p.add_argument("--json", action="store_true", help="one JSON object per scenario, last lines")
+    p.add_argument("--stomp-url", help="an ActiveMQ to use (default: $TEPAT_TEST_STOMP_URL, else start one)")
+    p.add_argument("--users", type=int, help="plan: users (default 100,000; quick 2,000)")
+    p.add_argument("--messages", type=int, help="dispatch/ratelimited/burst: messages")
+    p.add_argument("--capacity", type=float, help="lateness: dispatch capacity (msgs/s) to halve")
+    p.add_argument("--keep", action="store_true", help="keep the working directory (logs, db)")
+    return p.parse_args(argv)
+
+
+@contextmanager
+def broker_for(args: argparse.Namespace, workdir: Path) -> Iterator[ActiveMQ | None]:
+    if args.backend == "embedded":
+        yield None
+        return
+    with activemq(args.stomp_url, workdir) as broker:
+        yield broker
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    sizes = QUICK if args.quick else FULL
+    wanted = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    workdir = Path(tempfile.mkdtemp(prefix="tepat-bench-"))
+    log(f"working directory {workdir}")
+    results: list[Result] = []
+    status = 0
+    try:
+        with broker_for(args, workdir) as broker:
+            url = broker.url if broker else "embedded://"
+            prefix = run_prefix()
+            capacity: float | None = args.capacity
+            for name in wanted:
+                where = workdir / name
+                where.mkdir()
+                run: Callable[[], Result]
+                if name == "plan":
+                    users = args.users or sizes.users
+                    run = lambda: plan.run_plan(where, args.backend, broker, prefix + "plan.", users)  # noqa: E731
+                elif name == "dispatch":
+                    m = args.messages or sizes.dispatch
+                    run = lambda: scenarios.run_dispatch(where, args.backend, url, prefix, m)  # noqa: E731
+                elif name == "ratelimited":
+                    m = args.messages or sizes.ratelimited
+                    run = lambda: scenarios.run_ratelimited(where, args.backend, url, prefix, m)  # noqa: E731
+                elif name == "burst":
+                    m = args.messages or sizes.burst
+                    run = lambda: scenarios.run_burst(where, args.backend, url, prefix, m)  # noqa: E731
+                else:
+                    if capacity is None:
+                        capacity = _calibrate(where, url, prefix, sizes.calibration)
+                    cap = capacity
+                    if sizes.lateness_max_rate is not None:
+                        cap = min(cap, 2 * sizes.lateness_max_rate)
+                    run = lambda: scenarios.run_lateness(  # noqa: E731
+                        where, args.backend, url, prefix, sizes.lateness_seconds, cap
+                    )
+                try:
+                    result = run()
+                except Exception:
+                    traceback.print_exc()
+                    log(f"{name}: the harness failed (see above)")
+                    status = 2
+                    continue
+                if name == "dispatch" and result.ok:
+                    capacity = capacity or result.figures["consumers_1"]["messages_per_second"]
+                results.append(result)
+                emit(result, args.json)
+                if not result.ok:
+                    status = max(status, 1)
+    finally:
+        if args.keep or status:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return status
+
+
+def _calibrate(workdir: Path, url: str, prefix: str, messages: int) -> float:
+    log(f"lateness: measuring dispatch capacity with {messages} messages first")
+    o = scenarios.dispatch_once(workdir / "calibration", url, prefix + "cal.", messages, 1)
+    return scenarios.rate_of(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""One end-to-end delivery run: due messages in the store, consumers, the sandbox, the tally.
+
+Shared by the dispatch, ratelimited, lateness and burst scenarios. The steps:
+
+1. seed one user with one device per message (not timed);
+2. start the Expo sandbox process;
+3. ActiveMQ: start ``tepat consumers`` processes, then insert the messages due at
+   ``t0`` and publish their batches from here (what the creator job does);
+   embedded: insert the messages, then start one consumer-host process, which
+   re-enqueues the store's pending messages into its in-process broker on start;
+4. wait until no message is ``pending`` or ``sending``;
+5. tally: the store's statuses, the sandbox's log of every notification received
+   (per message id and per token: duplicates, lost), the sandbox's counters, then
+   SIGTERM the consumers (a clean drain) and read their peak RSS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench import seed, store_view
+from bench.config import Config
+from bench.procs import Child, Exited, child_env, tepat_argv
+from bench.report import Correctness, log
+from bench.sandbox import running_sandbox
+from tepat.adapters.stomp_broker import StompBroker
+from tepat.clock import SystemClock
+from tepat.services.enqueue import Enqueuer
+
+READY_EMBEDDED = "embedded queue restored from the store"
+READY_CONSUMER = "runtime ready"
+
+
+@dataclass
+class Plan:
+    """What to deliver: (offset from t0 in seconds, category) per message."""
+
+    items: Sequence[tuple[float, str]]
+    consumers: int = 1
+    sandbox_rate_limit: float | None = None  # None: unlimited
+    client_rate_limit: float | None = None  # None: Tepat's default (600/s)
+
+
+@dataclass
+class Outcome:
+    t0: datetime
+    start: datetime  # max(t0, ready): when consuming could begin
+    ready_margin_s: float  # t0 - ready; negative: the harness was late
+    due: dict[str, seed.Due]
+    received: list[dict[str, Any]]
+    sandbox_stats: dict[str, int]
+    statuses: dict[str, int]
+    sent_at: dict[str, datetime]
+    consumers: list[Exited]
+    correctness: Correctness
+    arrivals: dict[str, datetime] = field(default_factory=dict)  # first ok arrival per id
+
+    @property
+    def last_sent(self) -> datetime:
+        return max(self.sent_at.values(), default=self.start)
+
+    @property
+    def peak_rss_mb(self) -> float:
+        return max((c.peak_rss_mb for c in self.consumers), default=0.0)
+
+
+def _lead_seconds(n: int) -> float:
+    """How far in the future ``t0`` lies: room to insert, enqueue and start consumers."""
+    return 5.0 + n / 8000
+
+
+async def _publish(cfg: Config, messages: Sequence[Any]) -> int:
+    clock = SystemClock()
+    broker = StompBroker(cfg.broker_url, clock=clock)
+    await broker.connect()
+    try:
+        return await Enqueuer(broker, cfg.categories(), clock).enqueue(messages)
+    finally:
+        await broker.close()
+
+
+def _consumer_argv(embedded: bool) -> list[str]:
+    if embedded:
+        return [sys.executable, "-m", "bench.consumer_host"]
+    return tepat_argv("consumers")
+
+
+def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Outcome:
+    embedded = broker_url == "embedded://"
+    if embedded and plan.consumers != 1:
+        raise ValueError("the embedded broker lives in one process: one consumer process only")
+    workdir.mkdir(parents=True, exist_ok=True)
+    db = workdir / "tepat.db"
+    n = len(plan.items)
+    log(f"seeding {n} recipients (users + devices) in {db}")
+    started = time.monotonic()
+    asyncio.run(seed.seed_recipients(db, n))
+    log(f"seeded in {time.monotonic() - started:.1f}s")
+
+    with running_sandbox(workdir, plan.sandbox_rate_limit) as sandbox:
+        cfg = Config(
+            db_path=db,
+            broker_url=broker_url,
+            queue_prefix=queue_prefix,
+            expo_url=sandbox.url,
+            expo_rate_limit=plan.client_rate_limit,
+        )
+        env = child_env(cfg.env())
+        consumers: list[Child] = []
+        try:
+            if not embedded:
+                for k in range(plan.consumers):
+                    consumers.append(
+                        Child(f"consumer-{k}", _consumer_argv(False), env, workdir / f"consumer-{k}.log")
+                    )
+                for c in consumers:
+                    c.wait_for_line(READY_CONSUMER, 60)
+            t0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=_lead_seconds(n))
+            pairs = seed.due_messages(
+                [(t0 + timedelta(seconds=offset), category) for offset, category in plan.items]
+            )
+            messages = [m for m, _ in pairs]
+            inserted = asyncio.run(seed.insert_messages(db, messages))
+            if inserted != n:
+                raise RuntimeError(f"inserted {inserted} of {n} messages")
+            if embedded:
+                host = Child("consumer-0", _consumer_argv(True), env, workdir / "consumer-0.log")
+                consumers.append(host)
+                host.wait_for_line(READY_EMBEDDED, 300)
+            else:
+                batches = asyncio.run(_publish(cfg, messages))
+                log(f"published {batches} broker batches to ActiveMQ")
+            ready = datetime.now(UTC)
+            margin = (t0 - ready).total_seconds()
+            if margin < 0:
+                log(f"WARNING: ready {-margin:.2f}s after t0; timing starts when ready")
+            start = max(t0, ready)
+            last_offset = max((o for o, _ in plan.items), default=0.0)
+            deadline = time.monotonic() + max(0.0, margin) + last_offset + 60 + n / 100
+            while (left := store_view.unfinished(db)) > 0:
+                for c in consumers:
+                    if not c.alive():
+                        raise RuntimeError(f"{c.name} exited:\n{c.tail()}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{left} messages still pending/sending at the deadline")
+                time.sleep(0.2)
+            received = sandbox.received()
+            stats = sandbox.stats()
+            statuses = store_view.status_counts(db)
+            sent_at = store_view.sent_times(db)
+            tickets = store_view.tickets_per_message(db)
+        finally:
+            exits = [c.stop(60) for c in consumers]
+    for c, e in zip(consumers, exits, strict=True):
+        if e.returncode != 0:
+            log(f"{c.name} exited with {e.returncode}:\n{c.tail()}")
+
+    due = {d.id: d for _, d in pairs}
+    by_id: Counter[str] = Counter()
+    by_token: Counter[str] = Counter()
+    arrivals: dict[str, datetime] = {}
+    for r in received:
+        if r.get("status") != "ok":
+            continue
+        mid = str((r.get("data") or {}).get("tepat_message_id", ""))
+        by_id[mid] += 1
+        by_token[str(r.get("to"))] += 1
+        at = datetime.fromisoformat(str(r["received_at"]))
+        if mid not in arrivals or at < arrivals[mid]:
+            arrivals[mid] = at
+    duplicates = sum(c - 1 for mid, c in by_id.items() if c > 1)
+    tokens_twice = sum(1 for c in by_token.values() if c > 1)
+    lost = sum(1 for mid in due if by_id[mid] == 0)
+    strangers = sum(c for mid, c in by_id.items() if mid not in due)
+    sent = sum(1 for mid in due if mid in sent_at)
+    correctness = Correctness(
+        expected=n,
+        sent=sent,
+        duplicates=duplicates + strangers,
+        lost=lost,
+        details={
+            "statuses": statuses,
+            "tokens_received_twice": tokens_twice,
+            "tickets_per_message_max": max(tickets.values(), default=0),
+            "consumer_exit_codes": [e.returncode for e in exits],
+        },
+    )
+    return Outcome(
+        t0=t0,
+        start=start,
+        ready_margin_s=round(margin, 3),
+        due=due,
+        received=received,
+        sandbox_stats=stats,
+        statuses=statuses,
+        sent_at=sent_at,
+        consumers=exits,
+        correctness=correctness,
+        arrivals=arrivals,
+    )
+
+
+def categories_round_robin(n: int) -> list[str]:
+    return [seed.CATEGORIES[i % len(seed.CATEGORIES)] for i in range(n)]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]

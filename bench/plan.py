@@ -1,0 +1,117 @@
+"""Scenario ``plan``: N users x 3 daily reminders over every IANA zone, planned for 48 hours.
+
+The planning runs as ``tepat plan --start ... --end ...`` in a child process, whose
+wall time and peak RSS (``os.wait4``) are the figures; then the same command again,
+which must create nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bench import seed, store_view
+from bench.activemq import ActiveMQ, remove_scheduled_jobs, scheduled_ids
+from bench.config import Config
+from bench.procs import Child, Exited, child_env, tepat_argv
+from bench.report import Result, log
+
+HORIZON = timedelta(hours=48)
+PEAK_RSS_GOAL_MB = 300.0
+_RESULT = re.compile(r"created (\d+), existing (\d+)")
+
+
+def _run_plan(name: str, cfg: Config, start: datetime, end: datetime, workdir: Path) -> tuple[Exited, int, int]:
+    argv = tepat_argv("plan", "--start", start.isoformat(), "--end", end.isoformat())
+    child = Child(name, argv, child_env(cfg.env()), workdir / f"{name}.log")
+    exited = child.wait()
+    match = _RESULT.search(child.log_text())
+    if exited.returncode != 0 or match is None:
+        raise RuntimeError(f"{name} failed ({exited.returncode}):\n{child.tail()}")
+    return exited, int(match.group(1)), int(match.group(2))
+
+
+def run_plan(
+    workdir: Path, backend: str, broker: ActiveMQ | None, queue_prefix: str, users: int
+) -> Result:
+    db = workdir / "tepat.db"
+    log(f"seeding {users} users x 3 reminders over every IANA zone in {db}")
+    t = time.monotonic()
+    reminders = asyncio.run(seed.seed_planning(db, users))
+    seeding_s = time.monotonic() - t
+    log(f"seeded in {seeding_s:.1f}s")
+    cfg = Config(db, broker.url if broker else "embedded://", queue_prefix)
+    start = datetime.now(UTC).replace(second=0, microsecond=0)
+    end = start + HORIZON
+    first, created, existing = _run_plan("plan-1", cfg, start, end, workdir)
+    mps = created / first.wall_seconds
+    log(f"plan 1: created {created}, existing {existing} in {first.wall_seconds:.1f}s ({mps:,.0f}/s), peak RSS {first.peak_rss_mb} MB")
+    second, created2, existing2 = _run_plan("plan-2", cfg, start, end, workdir)
+    log(f"plan 2: created {created2}, existing {existing2} in {second.wall_seconds:.1f}s")
+
+    stored = store_view.message_count(db)
+    twice = store_view.duplicate_intents(db)
+    statuses = store_view.status_counts(db)
+    checks = {
+        "second_run_created_0": created2 == 0,
+        "second_run_found_all": existing2 == created + existing,
+        "stored_equals_created": stored == created,
+        "no_intent_planned_twice": twice == 0,
+    }
+    figures: dict[str, object] = {
+        "messages_created": created,
+        "messages_per_second": round(mps),
+        "wall_seconds": round(first.wall_seconds, 2),
+        "peak_rss_mb": first.peak_rss_mb,
+        "second_run_created": created2,
+        "second_run_existing": existing2,
+        "second_run_wall_seconds": round(second.wall_seconds, 2),
+        "second_run_peak_rss_mb": second.peak_rss_mb,
+        "stored_messages": stored,
+        "statuses": statuses,
+        "seeding_seconds_not_counted": round(seeding_s, 1),
+    }
+    notes = [
+        "wall time is the whole `tepat plan` process: interpreter start, store open, "
+        "planning, inserts and enqueue",
+    ]
+    if broker is None:
+        notes.append(
+            "embedded: the batches go to the plan process's in-process broker, which is "
+            "discarded when it exits (a `tepat serve` re-enqueues pending messages from the store)"
+        )
+        mps_goal = 20_000
+    else:
+        jobs, ids, distinct = scheduled_ids(broker, queue_prefix)
+        figures["broker_jobs"] = jobs
+        figures["broker_ids"] = ids
+        checks["enqueued_each_once"] = ids == distinct == created
+        removed = remove_scheduled_jobs(broker, queue_prefix)
+        notes.append(
+            f"activemq: enqueue is real (one scheduled job per queue and due second, <=100 ids); "
+            f"the {jobs} jobs were removed afterwards ({'REMOVEALL' if removed < 0 else removed})"
+        )
+        mps_goal = 10_000
+    goals = {
+        f"messages_per_second>={mps_goal}": mps >= mps_goal,
+        f"peak_rss_mb<={PEAK_RSS_GOAL_MB:.0f}": first.peak_rss_mb <= PEAK_RSS_GOAL_MB,
+    }
+    return Result(
+        scenario="plan",
+        backend=backend,
+        parameters={
+            "users": users,
+            "reminders": reminders,
+            "zones": len(seed.available_zones()),
+            "horizon_hours": HORIZON.total_seconds() / 3600,
+            "window": [start.isoformat(), end.isoformat()],
+        },
+        figures=figures,
+        goals=goals,
+        correctness=None,
+        checks=checks,
+        notes=notes,
+    )

@@ -1,0 +1,55 @@
+"""The Expo sandbox in its own process (``tepat sandbox expo``), driven over HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.procs import Child, child_env, free_port, tepat_argv
+
+
+@dataclass
+class Sandbox:
+    child: Child
+    url: str
+
+    def stats(self) -> dict[str, int]:
+        r = httpx.get(f"{self.url}/_sandbox/stats", timeout=30)
+        r.raise_for_status()
+        stats: dict[str, int] = r.json()
+        return stats
+
+    def received(self) -> list[dict[str, Any]]:
+        r = httpx.get(f"{self.url}/_sandbox/received", timeout=300)
+        r.raise_for_status()
+        received: list[dict[str, Any]] = r.json()["received"]
+        return received
+
+
+@contextmanager
+def running_sandbox(workdir: Path, rate_limit: float | None) -> Iterator[Sandbox]:
+    port = free_port()
+    argv = tepat_argv("sandbox", "expo", "--port", str(port), "--receipt-delay", "3600")
+    if rate_limit:
+        argv += ["--rate-limit", str(rate_limit)]
+    child = Child("expo-sandbox", argv, child_env({}), workdir / f"sandbox-{port}.log")
+    sandbox = Sandbox(child, f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                sandbox.stats()
+                break
+            except httpx.HTTPError:
+                if not child.alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"the sandbox did not start:\n{child.tail()}") from None
+                time.sleep(0.1)
+        yield sandbox
+    finally:
+        child.stop(10)

@@ -1,0 +1,706 @@
+"""The Store contract: every adapter runs this file through the ``store`` fixture.
+
+Each test states one promise of ``tepat.ports.store``; none depends on an
+adapter's internals, so a new adapter is correct when this file passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import pytest
+
+from tepat.domain.models import (
+    Device,
+    Message,
+    MessageStatus,
+    QuietHours,
+    Reminder,
+    Ticket,
+    User,
+    message_id_for,
+)
+from tepat.ports.store import MessageQuery, Store
+
+T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
+PENDING = MessageStatus.PENDING
+SENDING = MessageStatus.SENDING
+SENT = MessageStatus.SENT
+DELIVERED = MessageStatus.DELIVERED
+FAILED = MessageStatus.FAILED
+CANCELLED = MessageStatus.CANCELLED
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def msg(
+    key: str,
+    *,
+    user_id: str = "u1",
+    scheduled_at: datetime = T0,
+    category: str = "meal",
+    label: str = "",
+    live_key: str | None = "",
+    reminder_id: str | None = "r1",
+    **fields: Any,
+) -> Message:
+    """A pending message whose keys derive from ``key``; ``live_key=""`` means "derive one"."""
+    dedup_key = f"test|{key}"
+    base = Message(
+        id=message_id_for(dedup_key),
+        user_id=user_id,
+        category=category,
+        label=label,
+        title=f"title {key}",
+        body=f"body {key}",
+        scheduled_at=scheduled_at,
+        timezone="Asia/Jakarta",
+        dedup_key=dedup_key,
+        live_key=f"live|{key}" if live_key == "" else live_key,
+        reminder_id=reminder_id,
+        created_at=T0 - timedelta(days=1),
+        updated_at=T0 - timedelta(days=1),
+    )
+    return dataclasses.replace(base, **fields)
+
+
+def device(user_id: str, device_id: str, token: str, **fields: Any) -> Device:
+    base = Device(user_id, device_id, token, platform="ios", created_at=T0, updated_at=T0)
+    return dataclasses.replace(base, **fields)
+
+
+async def status_of(store: Store, message_id: str) -> MessageStatus:
+    m = await store.get_message(message_id)
+    assert m is not None
+    return m.status
+
+
+# --------------------------------------------------------------------------- users
+
+
+async def test_user_round_trips_every_field(store: Store) -> None:
+    user = User(
+        user_id="u1",
+        timezone="America/New_York",
+        locale="id",
+        quiet_hours=QuietHours(time(22, 0), time(6, 45)),
+        enabled=False,
+        plan_version=3,
+        created_at=T0,
+        updated_at=at(5),
+    )
+    assert await store.upsert_user(user) == user
+    assert await store.get_user("u1") == user
+
+
+async def test_user_without_quiet_hours_round_trips(store: Store) -> None:
+    user = User("u1", "UTC", created_at=T0, updated_at=T0)
+    await store.upsert_user(user)
+    assert await store.get_user("u1") == user
+    assert await store.get_user("nobody") is None
+
+
+async def test_upsert_user_replaces_fields_but_keeps_created_at(store: Store) -> None:
+    await store.upsert_user(User("u1", "UTC", created_at=T0, updated_at=T0))
+    later = User("u1", "Europe/Paris", plan_version=2, created_at=at(60), updated_at=at(60))
+    stored = await store.upsert_user(later)
+    expected = dataclasses.replace(later, created_at=T0)
+    assert stored == expected
+    assert await store.get_user("u1") == expected
+
+
+async def test_get_users_returns_only_known_users(store: Store) -> None:
+    for uid in ("a", "b", "c"):
+        await store.upsert_user(User(uid, "UTC", created_at=T0, updated_at=T0))
+    found = await store.get_users(["a", "c", "zz"])
+    assert sorted(found) == ["a", "c"]
+    assert found["c"].user_id == "c"
+    assert await store.get_users([]) == {}
+
+
+async def test_iter_users_yields_every_user_once_in_id_order(store: Store) -> None:
+    ids = [f"user-{n:02d}" for n in (5, 1, 7, 3, 2, 6, 4)]
+    for uid in ids:
+        await store.upsert_user(User(uid, "UTC", created_at=T0, updated_at=T0))
+    pages = [page async for page in store.iter_users(batch_size=3)]
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert [u.user_id for p in pages for u in p] == sorted(ids)
+
+
+# --------------------------------------------------------------------------- devices
+
+
+async def test_register_device_round_trips_and_resets_failures(store: Store) -> None:
+    d = device("u1", "d1", "ExponentPushToken[a]", consecutive_failures=2)
+    stored = await store.register_device(d)
+    expected = dataclasses.replace(d, consecutive_failures=0)
+    assert stored == expected
+    assert await store.list_devices("u1") == [expected]
+
+
+async def test_token_moved_to_another_user_leaves_old_binding_inactive(store: Store) -> None:
+    await store.register_device(device("u1", "d1", "tok"))
+    await store.register_device(device("u2", "d2", "tok"))
+    [old] = await store.list_devices("u1")
+    assert not old.active
+    assert old.deactivated_reason
+    active = await store.active_devices(["u1", "u2"])
+    assert list(active) == ["u2"]
+    assert [(d.device_id, d.push_token) for d in active["u2"]] == [("d2", "tok")]
+
+
+async def test_device_id_moved_to_another_user_has_one_active_binding(store: Store) -> None:
+    await store.register_device(device("u1", "d1", "tok-a"))
+    await store.register_device(device("u2", "d1", "tok-b"))
+    active = await store.active_devices(["u1", "u2"])
+    assert list(active) == ["u2"]
+    [old] = await store.list_devices("u1")
+    assert not old.active
+
+
+async def test_token_rotation_on_the_same_device_keeps_one_row(store: Store) -> None:
+    await store.register_device(device("u1", "d1", "tok-old"))
+    await store.register_device(device("u1", "d1", "tok-new"))
+    [d] = await store.list_devices("u1")
+    assert (d.push_token, d.active) == ("tok-new", True)
+    assert await store.deactivate_token("tok-old", "gone") == 0
+
+
+async def test_registering_again_reactivates_a_deactivated_device(store: Store) -> None:
+    await store.register_device(device("u1", "d1", "tok"))
+    assert await store.deactivate_device("u1", "d1", "logout")
+    assert not await store.deactivate_device("u1", "d1", "logout")
+    [d] = await store.list_devices("u1")
+    assert (d.active, d.deactivated_reason) == (False, "logout")
+    again = await store.register_device(device("u1", "d1", "tok"))
+    assert (again.active, again.deactivated_reason, again.consecutive_failures) == (True, None, 0)
+    assert list(await store.active_devices(["u1"])) == ["u1"]
+
+
+async def test_deactivate_token_counts_active_bindings(store: Store) -> None:
+    await store.register_device(device("u1", "d1", "tok"))
+    await store.register_device(device("u1", "d2", "other"))
+    assert await store.deactivate_token("tok", "DeviceNotRegistered") == 1
+    assert await store.deactivate_token("tok", "DeviceNotRegistered") == 0
+    devices = {d.device_id: d for d in await store.list_devices("u1")}
+    assert not devices["d1"].active
+    assert devices["d1"].deactivated_reason == "DeviceNotRegistered"
+    assert devices["d2"].active
+
+
+async def test_active_devices_omits_users_without_one(store: Store) -> None:
+    await store.register_device(device("u1", "d1", "t1"))
+    await store.register_device(device("u1", "d2", "t2"))
+    await store.register_device(device("u2", "d3", "t3"))
+    await store.deactivate_device("u2", "d3", "logout")
+    active = await store.active_devices(["u1", "u2", "u3"])
+    assert list(active) == ["u1"]
+    assert sorted(d.device_id for d in active["u1"]) == ["d1", "d2"]
+
+
+async def test_three_failures_deactivate_and_a_success_resets(store: Store) -> None:
+    await store.register_device(device("u1", "d1", "tok"))
+
+    async def fail() -> tuple[bool, int]:
+        r = await store.record_device_outcome(
+            "tok", ok=False, max_failures=3, reason="ProviderError"
+        )
+        return r.deactivated, r.consecutive_failures
+
+    assert await fail() == (False, 1)
+    assert await fail() == (False, 2)
+    ok = await store.record_device_outcome("tok", ok=True, max_failures=3, reason="")
+    assert (ok.deactivated, ok.consecutive_failures) == (False, 0)
+    [d] = await store.list_devices("u1")
+    assert (d.active, d.consecutive_failures) == (True, 0)
+
+    assert [await fail() for _ in range(3)] == [(False, 1), (False, 2), (True, 3)]
+    [d] = await store.list_devices("u1")
+    assert (d.active, d.deactivated_reason) == (False, "ProviderError")
+    assert (await fail())[0] is False  # nothing active left to deactivate
+
+
+# --------------------------------------------------------------------------- reminders
+
+
+def reminder(reminder_id: str = "r1", user_id: str = "u1", **fields: Any) -> Reminder:
+    base = Reminder(
+        user_id=user_id,
+        reminder_id=reminder_id,
+        category="meal",
+        local_time=time(7, 30),
+        title="Breakfast",
+        body="Time to eat",
+        created_at=T0,
+        updated_at=T0,
+    )
+    return dataclasses.replace(base, **fields)
+
+
+async def test_reminder_round_trips_every_field(store: Store) -> None:
+    r = reminder(
+        label="morning",
+        days=("mon", "wed", "fri"),
+        data={"screen": "meal", "n": [1, 2], "nested": {"ok": True}},
+        enabled=False,
+        version=4,
+    )
+    assert await store.upsert_reminder(r) == r
+    assert await store.get_reminder("u1", "r1") == r
+    assert await store.get_reminder("u1", "nope") is None
+
+
+async def test_upsert_reminder_keeps_created_at(store: Store) -> None:
+    await store.upsert_reminder(reminder())
+    changed = reminder(local_time=time(8, 15), version=2)
+    changed = dataclasses.replace(changed, created_at=at(60), updated_at=at(60))
+    stored = await store.upsert_reminder(changed)
+    assert stored == dataclasses.replace(changed, created_at=T0)
+    assert await store.get_reminder("u1", "r1") == stored
+
+
+async def test_list_delete_and_bulk_reminders(store: Store) -> None:
+    await store.upsert_reminder(reminder("r1"))
+    await store.upsert_reminder(reminder("r2"))
+    await store.upsert_reminder(reminder("r9", user_id="u2"))
+    assert sorted(r.reminder_id for r in await store.list_reminders("u1")) == ["r1", "r2"]
+    assert await store.delete_reminder("u1", "r1")
+    assert not await store.delete_reminder("u1", "r1")
+    by_user = await store.reminders_for_users(["u1", "u2", "u3"])
+    assert [r.reminder_id for r in by_user.get("u1", [])] == ["r2"]
+    assert [r.reminder_id for r in by_user.get("u2", [])] == ["r9"]
+    assert by_user.get("u3", []) == []
+
+
+# --------------------------------------------------------------------------- preferences
+
+
+async def test_preferences_merge(store: Store) -> None:
+    assert await store.get_preferences("u1") == {}
+    assert await store.set_preferences("u1", {"meal": False, "mood": True}) == {
+        "meal": False,
+        "mood": True,
+    }
+    merged = await store.set_preferences("u1", {"mood": False, "sleep": True})
+    assert merged == {"meal": False, "mood": False, "sleep": True}
+    assert await store.get_preferences("u1") == merged
+    await store.set_preferences("u2", {"meal": True})
+    both = await store.preferences_for_users(["u1", "u2", "u3"])
+    assert both["u1"] == merged
+    assert both["u2"] == {"meal": True}
+    assert both.get("u3", {}) == {}
+
+
+# --------------------------------------------------------------------------- messages
+
+
+async def test_message_round_trips_every_field(store: Store) -> None:
+    m = msg(
+        "full",
+        device_id="d1",
+        idempotency_key="idem-1",
+        request_hash="abc123",
+        local_date=date(2027, 3, 14),
+        local_time=time(14, 30),
+        data={"deep": {"list": [1, "two", None]}, "unicode": "makan siang 🍚"},
+        status=SENT,
+        status_reason="deferred:quiet_hours",
+        attempts=2,
+        ticket_id="ticket-1",
+        last_error="ProviderError",
+        plan_version=4,
+        claimed_at=at(1.5),
+        updated_at=at(2),
+    )
+    result = await store.insert_messages([m])
+    assert result.created == [m]
+    assert await store.get_message(m.id) == m
+    assert await store.find_by_live_key("live|full") == m
+
+
+async def test_minimal_message_round_trips(store: Store) -> None:
+    m = msg("bare", live_key=None, reminder_id=None)
+    await store.insert_messages([m])
+    assert await store.get_message(m.id) == m
+    assert await store.get_message("missing") is None
+    assert await store.find_by_live_key("live|bare") is None
+
+
+async def test_get_messages_skips_unknown_ids(store: Store) -> None:
+    ms = [msg(f"m{n}", scheduled_at=at(n)) for n in range(3)]
+    await store.insert_messages(ms)
+    found = await store.get_messages([ms[2].id, "missing", ms[0].id])
+    assert sorted(m.id for m in found) == sorted([ms[0].id, ms[2].id])
+
+
+async def test_insert_messages_twice_creates_nothing_new(store: Store) -> None:
+    ms = [msg(f"m{n}", scheduled_at=at(n)) for n in range(20)]
+    first = await store.insert_messages(ms)
+    assert first.created == ms
+    assert first.existing == 0
+    second = await store.insert_messages(ms)
+    assert second.created == []
+    assert second.existing == 20
+
+
+async def test_insert_messages_reports_the_new_ones_in_input_order(store: Store) -> None:
+    ms = [msg(f"m{n}", scheduled_at=at(n)) for n in range(20)]
+    await store.insert_messages(ms[5:15])
+    result = await store.insert_messages(list(reversed(ms)))
+    assert result.created == list(reversed(ms[:5] + ms[15:]))
+    assert result.existing == 10
+
+
+async def test_the_same_message_twice_in_one_call_is_created_once(store: Store) -> None:
+    m = msg("twice")
+    result = await store.insert_messages([m, m])
+    assert (result.created, result.existing) == ([m], 1)
+
+
+async def test_a_live_key_refuses_a_new_plan_version_until_released(store: Store) -> None:
+    v1 = msg("r1|2027-03-14|v1", live_key="r|u1|r1|2027-03-14")
+    v2 = msg("r1|2027-03-14|v2", live_key="r|u1|r1|2027-03-14", scheduled_at=at(30))
+    await store.insert_messages([v1])
+    refused = await store.insert_messages([v2])
+    assert (refused.created, refused.existing) == ([], 1)
+    assert await store.get_message(v2.id) is None
+
+    assert await store.cancel_pending("u1", T0, at(1), "superseded") == 1
+    old = await store.get_message(v1.id)
+    assert old is not None
+    assert (old.status, old.live_key) == (CANCELLED, None)
+
+    accepted = await store.insert_messages([v2])
+    assert accepted.created == [v2]
+    assert await store.find_by_live_key("r|u1|r1|2027-03-14") == v2
+
+
+async def test_a_live_key_held_by_a_sent_message_is_never_reused(store: Store) -> None:
+    v1 = msg("v1", live_key="r|u1|r1|2027-03-14")
+    await store.insert_messages([v1])
+    await store.claim([v1.id], at(0))
+    assert await store.transition(v1.id, SENT, at(1), expect=[SENDING], ticket_id="t")
+    assert await store.cancel_pending("u1", T0 - timedelta(days=1), at(2), "superseded") == 0
+    v2 = msg("v2", live_key="r|u1|r1|2027-03-14", scheduled_at=at(30))
+    assert (await store.insert_messages([v2])).existing == 1
+
+
+async def test_released_live_key_can_be_planned_again(store: Store) -> None:
+    v1 = msg("v1", live_key="r|u1|r1|2027-03-14")
+    await store.insert_messages([v1])
+    assert await store.transition(
+        v1.id, CANCELLED, at(1), expect=[PENDING], reason="superseded", release_live_key=True
+    )
+    v2 = msg("v2", live_key="r|u1|r1|2027-03-14", scheduled_at=at(30))
+    assert (await store.insert_messages([v2])).created == [v2]
+
+
+async def test_one_pending_message_per_user_device_category_label_instant(store: Store) -> None:
+    first = msg("a", label="breakfast")
+    same_slot = msg("b", label="breakfast")  # other keys, same pending slot
+    other_label = msg("c", label="lunch")
+    other_device = msg("d", label="breakfast", device_id="d1")
+    other_category = msg("e", label="breakfast", category="mood")
+    other_user = msg("f", label="breakfast", user_id="u2")
+    other_instant = msg("g", label="breakfast", scheduled_at=at(1))
+    result = await store.insert_messages(
+        [first, same_slot, other_label, other_device, other_category, other_user, other_instant]
+    )
+    assert result.created == [first, other_label, other_device, other_category, other_user,
+                              other_instant]  # fmt: skip
+    assert result.existing == 1
+    assert (
+        await store.insert_messages([msg("h", label="breakfast", device_id="d1")])
+    ).existing == 1
+
+
+async def test_the_pending_slot_frees_once_the_first_is_no_longer_pending(store: Store) -> None:
+    first = msg("a", label="breakfast")
+    again = msg("b", label="breakfast")
+    await store.insert_messages([first])
+    assert (await store.insert_messages([again])).existing == 1
+    await store.claim([first.id], T0)
+    assert (await store.insert_messages([again])).created == [again]
+
+
+async def test_claim_moves_pending_to_sending_once(store: Store) -> None:
+    a, b = msg("a", scheduled_at=at(0)), msg("b", scheduled_at=at(1))
+    await store.insert_messages([a, b])
+    claimed = await store.claim([a.id, b.id, "unknown"], at(5))
+    assert sorted(m.id for m in claimed) == sorted([a.id, b.id])
+    for m in claimed:
+        assert (m.status, m.attempts, m.claimed_at, m.updated_at) == (SENDING, 1, at(5), at(5))
+        assert await store.get_message(m.id) == m
+    assert await store.claim([a.id, b.id], at(6)) == []
+
+
+async def test_claim_counts_attempts_across_retries(store: Store) -> None:
+    m = msg("a")
+    await store.insert_messages([m])
+    await store.claim([m.id], at(1))
+    assert await store.transition(m.id, PENDING, at(2), expect=[SENDING], last_error="retry")
+    [again] = await store.claim([m.id], at(3))
+    assert (again.attempts, again.claimed_at, again.last_error) == (2, at(3), "retry")
+
+
+async def test_concurrent_claims_take_each_message_exactly_once(store: Store) -> None:
+    ms = [msg(f"m{n}", scheduled_at=at(n)) for n in range(60)]
+    await store.insert_messages(ms)
+    ids = [m.id for m in ms]
+    first, second = await asyncio.gather(
+        store.claim(ids, at(100)), store.claim(list(reversed(ids)), at(100))
+    )
+    a, b = {m.id for m in first}, {m.id for m in second}
+    assert a.isdisjoint(b)
+    assert a | b == set(ids)
+    assert len(first) + len(second) == 60
+
+
+async def test_transition_only_moves_from_an_expected_status(store: Store) -> None:
+    m = msg("a")
+    await store.insert_messages([m])
+    assert not await store.transition(m.id, SENT, at(1), expect=[SENDING])
+    assert await status_of(store, m.id) == PENDING
+    await store.claim([m.id], at(1))
+    assert await store.transition(m.id, SENT, at(2), expect=[SENDING], ticket_id="tk-1")
+    # A late duplicate or a stale event never moves it back.
+    assert not await store.transition(m.id, SENT, at(3), expect=[SENDING], ticket_id="tk-2")
+    assert not await store.transition(m.id, PENDING, at(3), expect=[SENDING])
+    assert await store.transition(m.id, DELIVERED, at(4), expect=[SENT])
+    assert not await store.transition(m.id, FAILED, at(5), expect=[SENT], reason="late error")
+    final = await store.get_message(m.id)
+    assert final is not None
+    assert (final.status, final.ticket_id, final.updated_at) == (DELIVERED, "tk-1", at(4))
+    assert not await store.transition("unknown", SENT, at(5), expect=[SENDING])
+
+
+async def test_transition_sets_the_given_fields_only(store: Store) -> None:
+    m = msg("a", status_reason="deferred:quiet_hours")
+    await store.insert_messages([m])
+    await store.claim([m.id], at(1))
+    assert await store.transition(
+        m.id,
+        PENDING,
+        at(2),
+        expect=[SENDING],
+        last_error="RetryLater",
+        scheduled_at=at(30),
+    )
+    moved = await store.get_message(m.id)
+    assert moved is not None
+    assert moved.status == PENDING
+    assert moved.scheduled_at == at(30)
+    assert moved.last_error == "RetryLater"
+    assert moved.status_reason == "deferred:quiet_hours"
+    assert moved.live_key == m.live_key
+    assert moved.updated_at == at(2)
+    assert await store.transition(m.id, FAILED, at(3), expect=[PENDING, SENDING], reason="gave up")
+    failed = await store.get_message(m.id)
+    assert failed is not None
+    assert (failed.status, failed.status_reason) == (FAILED, "gave up")
+
+
+async def test_cancel_pending_touches_only_future_pending_reminder_messages(store: Store) -> None:
+    before = msg("before", scheduled_at=at(-1))
+    boundary = msg("boundary", scheduled_at=at(0))
+    later = msg("later", scheduled_at=at(60), reminder_id="r2")
+    claimed = msg("claimed", scheduled_at=at(90))
+    oneoff = msg("oneoff", scheduled_at=at(120), reminder_id=None, idempotency_key="k")
+    other_user = msg("other", scheduled_at=at(60), user_id="u2")
+    await store.insert_messages([before, boundary, later, claimed, oneoff, other_user])
+    await store.claim([claimed.id], at(-5))
+
+    assert await store.cancel_pending("u1", at(0), at(1), "superseded", reminder_id="r2") == 1
+    assert await store.cancel_pending("u1", at(0), at(1), "superseded") == 1
+
+    statuses = {m.id: await status_of(store, m.id) for m in (before, claimed, oneoff, other_user)}
+    assert statuses == {
+        before.id: PENDING,
+        claimed.id: SENDING,
+        oneoff.id: PENDING,
+        other_user.id: PENDING,
+    }
+    for m in (boundary, later):
+        cancelled = await store.get_message(m.id)
+        assert cancelled is not None
+        assert cancelled.status == CANCELLED
+        assert cancelled.status_reason == "superseded"
+        assert cancelled.live_key is None
+        assert cancelled.updated_at == at(1)
+
+
+async def _insert_listing(store: Store) -> list[Message]:
+    ms = [
+        msg(f"m{n:02d}", scheduled_at=at(n // 3), label=f"l{n}")  # three per instant
+        for n in range(25)
+    ]
+    ms.append(msg("elsewhere", user_id="u2"))
+    await store.insert_messages(ms)
+    return [m for m in ms if m.user_id == "u1"]
+
+
+async def test_list_messages_pages_cover_everything_once_newest_first(store: Store) -> None:
+    mine = await _insert_listing(store)
+    expected = sorted(mine, key=lambda m: (m.scheduled_at, m.id), reverse=True)
+    seen: list[Message] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        page = await store.list_messages(MessageQuery("u1", limit=7, cursor=cursor))
+        pages += 1
+        seen.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert pages == 4
+    assert [m.id for m in seen] == [m.id for m in expected]
+
+
+async def test_list_messages_filters_by_status_and_half_open_range(store: Store) -> None:
+    mine = await _insert_listing(store)
+    await store.claim([m.id for m in mine[:6]], at(10))  # instants 0 and 1
+    sending = await store.list_messages(MessageQuery("u1", statuses=frozenset({SENDING})))
+    assert {m.id for m in sending.items} == {m.id for m in mine[:6]}
+    assert sending.next_cursor is None
+
+    window = await store.list_messages(
+        MessageQuery("u1", scheduled_from=at(2), scheduled_to=at(4), limit=50)
+    )
+    assert {m.id for m in window.items} == {m.id for m in mine if at(2) <= m.scheduled_at < at(4)}
+    assert len(window.items) == 6
+
+    both = await store.list_messages(
+        MessageQuery("u1", statuses=frozenset({SENDING, PENDING}), scheduled_from=at(1))
+    )
+    assert len(both.items) == 22
+
+
+async def test_due_pending_oldest_first_before_the_instant(store: Store) -> None:
+    ms = [msg(f"m{n}", scheduled_at=at(n)) for n in (3, 0, 2, 1, 5)]
+    await store.insert_messages(ms)
+    await store.claim([ms[1].id], at(0))  # the one at minute 0 is no longer pending
+    due = await store.due_pending(before=at(3), limit=10)
+    assert [m.scheduled_at for m in due] == [at(1), at(2)]
+    assert len(await store.due_pending(before=at(10), limit=2)) == 2
+
+
+async def test_stuck_sending_finds_old_claims(store: Store) -> None:
+    a, b, c = msg("a"), msg("b", scheduled_at=at(1)), msg("c", scheduled_at=at(2))
+    await store.insert_messages([a, b, c])
+    await store.claim([a.id], at(0))
+    await store.claim([b.id], at(10))
+    stuck = await store.stuck_sending(claimed_before=at(5), limit=10)
+    assert [m.id for m in stuck] == [a.id]
+    assert [m.id for m in await store.stuck_sending(claimed_before=at(11), limit=10)] == [
+        a.id,
+        b.id,
+    ]
+
+
+async def test_iter_pending_yields_every_pending_message_once_in_order(store: Store) -> None:
+    ms = [msg(f"m{n:02d}", scheduled_at=at(n % 4), label=f"l{n}") for n in range(23)]
+    await store.insert_messages(ms)
+    await store.claim([ms[0].id], at(0))
+    pages = [page async for page in store.iter_pending(batch_size=5)]
+    assert [len(p) for p in pages] == [5, 5, 5, 5, 2]
+    got = [m.id for p in pages for m in p]
+    expected = sorted(ms[1:], key=lambda m: (m.scheduled_at, m.id))
+    assert got == [m.id for m in expected]
+
+
+async def test_count_messages_by_status_and_category(store: Store) -> None:
+    ms = [
+        msg("a", category="meal"),
+        msg("b", category="meal", scheduled_at=at(1)),
+        msg("c", category="mood"),
+    ]
+    await store.insert_messages(ms)
+    await store.claim([ms[0].id], at(0))
+    counts = await store.count_messages()
+    assert counts.by_status_category == {
+        ("sending", "meal"): 1,
+        ("pending", "meal"): 1,
+        ("pending", "mood"): 1,
+    }
+
+
+async def test_dead_letters_newest_failure_first_with_paging(store: Store) -> None:
+    ms = [msg(f"m{n}", scheduled_at=at(n)) for n in range(5)]
+    await store.insert_messages(ms)
+    for n, m in enumerate(ms[:4]):
+        assert await store.transition(m.id, FAILED, at(100 - n), expect=[PENDING], reason="x")
+    first = await store.dead_letters(limit=2)
+    assert [m.id for m in first] == [ms[0].id, ms[1].id]
+    rest = await store.dead_letters(limit=10, before_id=first[-1].id)
+    assert [m.id for m in rest] == [ms[2].id, ms[3].id]
+    assert all(m.status == FAILED for m in first + rest)
+
+
+# --------------------------------------------------------------------------- tickets
+
+
+def ticket(ticket_id: str, message_id: str, sent_at: datetime, **fields: Any) -> Ticket:
+    return Ticket(ticket_id, message_id, "u1", "d1", "tok", sent_at, **fields)
+
+
+async def test_tickets_round_trip_per_message(store: Store) -> None:
+    ts = [ticket("t1", "m1", at(0)), ticket("t2", "m1", at(1)), ticket("t3", "m2", at(0))]
+    await store.add_tickets(ts)
+    found = await store.tickets_for_message("m1")
+    assert sorted(found, key=lambda t: t.ticket_id) == ts[:2]
+    assert await store.tickets_for_message("none") == []
+
+
+async def test_tickets_awaiting_receipt_oldest_first_then_recorded_once(store: Store) -> None:
+    ts = [ticket(f"t{n}", "m1", at(n)) for n in (2, 0, 1, 9)]
+    await store.add_tickets(ts)
+    awaiting = await store.tickets_awaiting_receipt(sent_before=at(5), limit=10)
+    assert [t.ticket_id for t in awaiting] == ["t0", "t1", "t2"]
+    assert len(await store.tickets_awaiting_receipt(sent_before=at(5), limit=2)) == 2
+
+    assert await store.record_receipt("t0", "error", "DeviceNotRegistered", at(20))
+    assert not await store.record_receipt("t0", "ok", None, at(21))
+    [t0] = [t for t in await store.tickets_for_message("m1") if t.ticket_id == "t0"]
+    assert t0 == ticket(
+        "t0",
+        "m1",
+        at(0),
+        receipt_status="error",
+        receipt_error="DeviceNotRegistered",
+        checked_at=at(20),
+    )
+    awaiting = await store.tickets_awaiting_receipt(sent_before=at(5), limit=10)
+    assert [t.ticket_id for t in awaiting] == ["t1", "t2"]
+
+
+# --------------------------------------------------------------------------- meta, lifecycle
+
+
+async def test_meta_set_get_overwrite(store: Store) -> None:
+    assert await store.get_meta("tzdata_release") is None
+    await store.set_meta("tzdata_release", "2026f")
+    await store.set_meta("other", "x")
+    await store.set_meta("tzdata_release", "2027a")
+    assert await store.get_meta("tzdata_release") == "2027a"
+    assert await store.get_meta("other") == "x"
+
+
+async def test_open_again_is_harmless(store: Store) -> None:
+    await store.insert_messages([msg("a")])
+    await store.open()
+    await store.ping()
+    assert await store.get_message(msg("a").id) == msg("a")
+
+
+@pytest.mark.parametrize("count", [0, 1])
+async def test_empty_and_tiny_inputs(store: Store, count: int) -> None:
+    ms = [msg(f"m{n}") for n in range(count)]
+    result = await store.insert_messages(ms)
+    assert (len(result.created), result.existing) == (count, 0)
+    assert await store.claim([], at(0)) == []
+    await store.add_tickets([])
