@@ -30,15 +30,15 @@ from tepat.services.enqueue import Enqueuer
 log = structlog.get_logger("tepat.runtime")
 
 
-def make_store(settings: Settings) -> Store:
+def make_store(settings: Settings, clock: Clock) -> Store:
     url = settings.database_url
     if url.startswith("sqlite:///"):
         from tepat.adapters.sqlite_store import SqliteStore
 
-        return SqliteStore(url.removeprefix("sqlite:///"))
+        return SqliteStore(url.removeprefix("sqlite:///"), clock=clock)
     from tepat.adapters.mongo_store import MongoStore
 
-    return MongoStore(url)
+    return MongoStore(url, clock=clock)
 
 
 def make_broker(settings: Settings, clock: Clock) -> Broker:
@@ -101,7 +101,7 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     clock = clock or SystemClock()
     categories = settings.category_policies()
-    store = store or make_store(settings)
+    store = store or make_store(settings, clock)
     broker = broker or make_broker(settings, clock)
     push = push or make_push_provider(settings, clock)
     await store.open()

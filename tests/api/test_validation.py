@@ -6,7 +6,9 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from tepat.runtime import Runtime
 from tests.api.conftest import ADMIN, error_fields, problem
 from tests.api.helpers import notification_body, reminder_body, scene
 
@@ -212,3 +214,16 @@ async def test_text_that_cannot_be_stored_is_refused(
 ) -> None:
     r = await client.put(path, content=raw, headers={**ADMIN, "Content-Type": "application/json"})
     assert field in error_fields(r), r.text
+
+
+async def test_unexpected_failure_is_a_problem_not_a_traceback(
+    app: FastAPI, rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(user_id: str) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(rt.store, "get_user", broken)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://tepat.test") as c:
+        body = problem(await c.get("/v1/users/alice", headers=ADMIN), 500)
+    assert "disk on fire" not in str(body)  # details stay in the server log

@@ -1,4 +1,4 @@
-"""A PushProvider that records what it was asked to send; accepts everything unless told to refuse."""
+"""A PushProvider that records what it is asked to send; accepts all unless told to refuse."""
 
 from __future__ import annotations
 
