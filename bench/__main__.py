@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +46,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", choices=("embedded", "activemq"), default="embedded")
     p.add_argument("--quick", action="store_true", help="small sizes: each scenario in seconds")
     p.add_argument("--json", action="store_true", help="one JSON object per scenario, last lines")
-    p.add_argument("--stomp-url", help="an ActiveMQ to use (default: $TEPAT_TEST_STOMP_URL, else start one)")
+    p.add_argument(
+        "--stomp-url", help="an ActiveMQ to use (default: $TEPAT_TEST_STOMP_URL, else start one)"
+    )
     p.add_argument("--users", type=int, help="plan: users (default 100,000; quick 2,000)")
     p.add_argument("--messages", type=int, help="dispatch/ratelimited/burst: messages")
     p.add_argument("--capacity", type=float, help="lateness: dispatch capacity (msgs/s) to halve")
@@ -63,54 +65,68 @@ def broker_for(args: argparse.Namespace, workdir: Path) -> Iterator[ActiveMQ | N
         yield broker
 
 
+@dataclass
+class Context:
+    args: argparse.Namespace
+    sizes: Sizes
+    broker: ActiveMQ | None
+    prefix: str
+    capacity: float | None = None  # dispatch capacity, msgs/s, for lateness
+
+    @property
+    def url(self) -> str:
+        return self.broker.url if self.broker else "embedded://"
+
+
+def run_one(name: str, ctx: Context, where: Path) -> Result:
+    args, sizes, backend = ctx.args, ctx.sizes, ctx.args.backend
+    if name == "plan":
+        users = args.users or sizes.users
+        return plan.run_plan(where, backend, ctx.broker, ctx.prefix + "plan.", users)
+    if name == "dispatch":
+        m = args.messages or sizes.dispatch
+        result = scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m)
+        if result.ok and ctx.capacity is None:
+            ctx.capacity = float(result.figures["consumers_1"]["messages_per_second"])
+        return result
+    if name == "ratelimited":
+        m = args.messages or sizes.ratelimited
+        return scenarios.run_ratelimited(where, backend, ctx.url, ctx.prefix, m)
+    if name == "burst":
+        m = args.messages or sizes.burst
+        return scenarios.run_burst(where, backend, ctx.url, ctx.prefix, m)
+    if ctx.capacity is None:
+        ctx.capacity = _calibrate(where, ctx.url, ctx.prefix, sizes.calibration)
+    return scenarios.run_lateness(
+        where,
+        backend,
+        ctx.url,
+        ctx.prefix,
+        sizes.lateness_seconds,
+        ctx.capacity,
+        sizes.lateness_max_rate,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    sizes = QUICK if args.quick else FULL
     wanted = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     workdir = Path(tempfile.mkdtemp(prefix="tepat-bench-"))
     log(f"working directory {workdir}")
-    results: list[Result] = []
     status = 0
     try:
         with broker_for(args, workdir) as broker:
-            url = broker.url if broker else "embedded://"
-            prefix = run_prefix()
-            capacity: float | None = args.capacity
+            ctx = Context(args, QUICK if args.quick else FULL, broker, run_prefix(), args.capacity)
             for name in wanted:
                 where = workdir / name
                 where.mkdir()
-                run: Callable[[], Result]
-                if name == "plan":
-                    users = args.users or sizes.users
-                    run = lambda: plan.run_plan(where, args.backend, broker, prefix + "plan.", users)  # noqa: E731
-                elif name == "dispatch":
-                    m = args.messages or sizes.dispatch
-                    run = lambda: scenarios.run_dispatch(where, args.backend, url, prefix, m)  # noqa: E731
-                elif name == "ratelimited":
-                    m = args.messages or sizes.ratelimited
-                    run = lambda: scenarios.run_ratelimited(where, args.backend, url, prefix, m)  # noqa: E731
-                elif name == "burst":
-                    m = args.messages or sizes.burst
-                    run = lambda: scenarios.run_burst(where, args.backend, url, prefix, m)  # noqa: E731
-                else:
-                    if capacity is None:
-                        capacity = _calibrate(where, url, prefix, sizes.calibration)
-                    cap = capacity
-                    if sizes.lateness_max_rate is not None:
-                        cap = min(cap, 2 * sizes.lateness_max_rate)
-                    run = lambda: scenarios.run_lateness(  # noqa: E731
-                        where, args.backend, url, prefix, sizes.lateness_seconds, cap
-                    )
                 try:
-                    result = run()
+                    result = run_one(name, ctx, where)
                 except Exception:
                     traceback.print_exc()
                     log(f"{name}: the harness failed (see above)")
                     status = 2
                     continue
-                if name == "dispatch" and result.ok:
-                    capacity = capacity or result.figures["consumers_1"]["messages_per_second"]
-                results.append(result)
                 emit(result, args.json)
                 if not result.ok:
                     status = max(status, 1)

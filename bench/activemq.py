@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import queue
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -49,11 +50,15 @@ def activemq(stomp_url: str | None, workdir: Path) -> Iterator[ActiveMQ]:
     }
     log(f"starting ActiveMQ in {base} (stomp port {stomp_port})")
     subprocess.run(["bash", str(SCRIPT), "install"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["bash", str(SCRIPT), "start", str(base)], check=True, env=env)
+    subprocess.run(
+        ["bash", str(SCRIPT), "start", str(base)], check=True, env=env, stdout=sys.stderr
+    )
     try:
         yield ActiveMQ(f"stomp://127.0.0.1:{stomp_port}", owned=True)
     finally:
-        subprocess.run(["bash", str(SCRIPT), "stop", str(base)], check=False, env=env)
+        subprocess.run(
+            ["bash", str(SCRIPT), "stop", str(base)], check=False, env=env, stdout=sys.stderr
+        )
 
 
 class _Collector(stomp.ConnectionListener):  # type: ignore[misc]

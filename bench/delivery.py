@@ -120,7 +120,12 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             if not embedded:
                 for k in range(plan.consumers):
                     consumers.append(
-                        Child(f"consumer-{k}", _consumer_argv(False), env, workdir / f"consumer-{k}.log")
+                        Child(
+                            f"consumer-{k}",
+                            _consumer_argv(False),
+                            env,
+                            workdir / f"consumer-{k}.log",
+                        )
                     )
                 for c in consumers:
                     c.wait_for_line(READY_CONSUMER, 60)

@@ -31,7 +31,9 @@ def _seconds(a: datetime, b: datetime) -> float:
     return (a - b).total_seconds()
 
 
-def dispatch_once(workdir: Path, broker_url: str, prefix: str, messages: int, consumers: int) -> Outcome:
+def dispatch_once(
+    workdir: Path, broker_url: str, prefix: str, messages: int, consumers: int
+) -> Outcome:
     plan = Plan(
         items=[(0.0, c) for c in categories_round_robin(messages)],
         consumers=consumers,
@@ -44,14 +46,20 @@ def rate_of(o: Outcome) -> float:
     return len(o.due) / max(1e-9, _seconds(o.last_sent, o.start))
 
 
-def run_dispatch(workdir: Path, backend: str, broker_url: str, prefix: str, messages: int) -> Result:
+def run_dispatch(
+    workdir: Path, backend: str, broker_url: str, prefix: str, messages: int
+) -> Result:
     runs: dict[int, Outcome] = {}
     for consumers in (1, 2):
         if backend == "embedded" and consumers == 2:
             continue
         log(f"dispatch: {messages} due messages, {consumers} consumer process(es)")
         runs[consumers] = dispatch_once(
-            workdir / f"dispatch-{consumers}", broker_url, prefix + f"c{consumers}.", messages, consumers
+            workdir / f"dispatch-{consumers}",
+            broker_url,
+            prefix + f"c{consumers}.",
+            messages,
+            consumers,
         )
     figures: dict[str, Any] = {}
     for k, o in runs.items():
@@ -104,13 +112,18 @@ def _merge(outcomes: list[Outcome]) -> Any:
     return total
 
 
-def run_ratelimited(workdir: Path, backend: str, broker_url: str, prefix: str, messages: int) -> Result:
+def run_ratelimited(
+    workdir: Path, backend: str, broker_url: str, prefix: str, messages: int
+) -> Result:
     log(f"ratelimited: {messages} due messages, sandbox at {EXPO_LIMIT:g}/s")
     o = deliver(
         workdir / "ratelimited",
         broker_url,
         prefix,
-        Plan(items=[(0.0, c) for c in categories_round_robin(messages)], sandbox_rate_limit=EXPO_LIMIT),
+        Plan(
+            items=[(0.0, c) for c in categories_round_robin(messages)],
+            sandbox_rate_limit=EXPO_LIMIT,
+        ),
     )
     rate = rate_of(o)
     arrivals = sorted(o.arrivals.values())
@@ -118,7 +131,9 @@ def run_ratelimited(workdir: Path, backend: str, broker_url: str, prefix: str, m
     figures = {
         "send_rate_per_second": round(rate, 1),
         "fraction_of_limit": round(rate / EXPO_LIMIT, 3),
-        "sandbox_arrival_rate_per_second": round((len(arrivals) - 1) / window, 1) if window else None,
+        "sandbox_arrival_rate_per_second": round((len(arrivals) - 1) / window, 1)
+        if window
+        else None,
         "drain_seconds": round(_seconds(o.last_sent, o.start), 2),
         **_common(o),
     }
@@ -143,18 +158,27 @@ def run_ratelimited(workdir: Path, backend: str, broker_url: str, prefix: str, m
 
 
 def run_lateness(
-    workdir: Path, backend: str, broker_url: str, prefix: str, seconds: int, capacity: float
+    workdir: Path,
+    backend: str,
+    broker_url: str,
+    prefix: str,
+    seconds: int,
+    capacity: float,
+    max_rate: float | None = None,
 ) -> Result:
-    rate = max(1, round(capacity / 2))
-    items = [
-        (float(s), c)
-        for s in range(seconds)
-        for c in categories_round_robin(rate)
-    ]
+    rate = max(1, round(capacity / 2 if max_rate is None else min(capacity / 2, max_rate)))
+    items = [(float(s), c) for s in range(seconds) for c in categories_round_robin(rate)]
     log(f"lateness: {rate}/s due for {seconds}s ({len(items)} messages; capacity {capacity:.0f}/s)")
-    o = deliver(workdir / "lateness", broker_url, prefix, Plan(items=items, client_rate_limit=UNLIMITED_CLIENT))
+    o = deliver(
+        workdir / "lateness",
+        broker_url,
+        prefix,
+        Plan(items=items, client_rate_limit=UNLIMITED_CLIENT),
+    )
     late = [
-        _seconds(o.arrivals[mid], d.scheduled_at) * 1000 for mid, d in o.due.items() if mid in o.arrivals
+        _seconds(o.arrivals[mid], d.scheduled_at) * 1000
+        for mid, d in o.due.items()
+        if mid in o.arrivals
     ]
     figures = {
         "lateness_ms_p50": round(percentile(late, 50), 1),
@@ -191,7 +215,10 @@ def run_burst(workdir: Path, backend: str, broker_url: str, prefix: str, message
         workdir / "burst",
         broker_url,
         prefix,
-        Plan(items=[(0.0, c) for c in categories_round_robin(messages)], sandbox_rate_limit=EXPO_LIMIT),
+        Plan(
+            items=[(0.0, c) for c in categories_round_robin(messages)],
+            sandbox_rate_limit=EXPO_LIMIT,
+        ),
     )
     ideal = messages / EXPO_LIMIT
     last = max(o.arrivals.values(), default=o.start)

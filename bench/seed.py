@@ -41,7 +41,9 @@ async def seed_planning(db_path: Path, users: int) -> int:
     try:
 
         async def one(i: int) -> None:
-            user = await store.upsert_user(User(user_id=f"u{i:07d}", timezone=zones[i % len(zones)]))
+            user = await store.upsert_user(
+                User(user_id=f"u{i:07d}", timezone=zones[i % len(zones)])
+            )
             for k in range(3):
                 category = CATEGORIES[(i + k) % len(CATEGORIES)]
                 await store.upsert_reminder(

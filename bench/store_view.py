@@ -46,7 +46,9 @@ def sent_times(db_path: Path) -> dict[str, datetime]:
 
 def tickets_per_message(db_path: Path) -> dict[str, int]:
     with _read(db_path) as conn:
-        rows = conn.execute("SELECT message_id, count(*) FROM tickets GROUP BY message_id").fetchall()
+        rows = conn.execute(
+            "SELECT message_id, count(*) FROM tickets GROUP BY message_id"
+        ).fetchall()
     return {str(m): int(n) for m, n in rows}
 
 

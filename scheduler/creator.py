@@ -7,7 +7,7 @@ jobs at once over overlapping windows, creates nothing new.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from tepat.clock import Clock
@@ -101,3 +101,25 @@ class Creator:
         result = await self._store.insert_messages(planned)
         await self._enqueuer.enqueue(result.created)
         return PlanResult(len(result.created), result.existing, cancelled)
+
+    async def replan_if_tzdata_changed(self, release: str) -> PlanResult | None:
+        """Re-plan every user's pending future messages when the tz database release changed.
+
+        Zone rules change between releases (a country drops DST, shifts its offset),
+        and messages planned under the old rules would fire at the wrong local time.
+        """
+        previous = await self._store.get_meta(TZDATA_META_KEY)
+        await self._store.set_meta(TZDATA_META_KEY, release)
+        if previous is None or previous == release:
+            return None
+        total = PlanResult()
+        async for users in self._store.iter_users(self._page_size):
+            for user in users:
+                # A new plan version gives the new messages new dedup keys.
+                bumped = replace(user, plan_version=user.plan_version + 1)
+                await self._store.upsert_user(bumped)
+                total += await self.replan_user(user.user_id, reason="superseded:tzdata")
+        return total
+
+
+TZDATA_META_KEY = "tzdata_release"

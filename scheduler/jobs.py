@@ -6,6 +6,7 @@ import asyncio
 
 import structlog
 
+from tepat.domain.zones import TZDATA_RELEASE
 from tepat.runtime import Runtime
 from tepat.services.loops import wait_or_stop
 
@@ -13,6 +14,14 @@ log = structlog.get_logger("tepat.scheduler")
 
 
 async def run_creator(rt: Runtime, stop: asyncio.Event) -> None:
+    replanned = await rt.creator.replan_if_tzdata_changed(TZDATA_RELEASE)
+    if replanned is not None:
+        log.warning(
+            "tz database release changed: re-planned",
+            release=TZDATA_RELEASE,
+            cancelled=replanned.cancelled,
+            created=replanned.created,
+        )
     while not stop.is_set():
         try:
             result = await rt.creator.plan_ahead()

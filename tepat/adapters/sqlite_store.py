@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -661,7 +662,9 @@ class SqliteStore:
 
         def shutdown() -> None:
             if self._conn is not None:
-                self._conn.execute("PRAGMA optimize")
+                # Optional housekeeping: skip it when another process holds the lock.
+                with contextlib.suppress(sqlite3.OperationalError):
+                    self._conn.execute("PRAGMA optimize")
                 self._conn.close()
                 self._conn = None
 

@@ -78,7 +78,8 @@ def plan_reminder(
             id=message_id_for(dedup_key),
             user_id=user.user_id,
             category=reminder.category,
-            label=reminder.label,
+            # The pending-slot index is per label: reminders without one stay distinct.
+            label=reminder.label or reminder.reminder_id,
             title=reminder.title,
             body=reminder.body,
             data=reminder.data,

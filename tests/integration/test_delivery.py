@@ -65,7 +65,7 @@ async def test_one_off_due_at_send_at(tmp_path: Path) -> None:
 
 async def test_opt_out_or_dead_device_after_planning_skips(tmp_path: Path) -> None:
     async with pipeline(tmp_path, start=START) as p:
-        _, d1 = await p.add_user("cat", reminders=[("r", "mood", time(9, 0))])
+        await p.add_user("cat", reminders=[("r", "mood", time(9, 0))])
         _, d2 = await p.add_user("dan", reminders=[("r", "mood", time(9, 0))])
         await _plan_day(p)
         await p.rt.store.set_preferences("cat", {"mood": False})
@@ -86,7 +86,7 @@ async def test_opt_out_or_dead_device_after_planning_skips(tmp_path: Path) -> No
 
 async def test_processed_45_minutes_late_is_missed(tmp_path: Path) -> None:
     async with pipeline(tmp_path, start=START, consumer=False) as p:
-        _, device = await p.add_user("eve", reminders=[("r", "hydration", time(9, 0))])
+        await p.add_user("eve", reminders=[("r", "hydration", time(9, 0))])
         await _plan_day(p)
         p.clock.set(NINE + timedelta(minutes=45))  # the consumer was down
         p.start_consumer()

@@ -39,7 +39,7 @@ class Pipeline:
         return task, stop
 
     async def stop_consumers(self) -> None:
-        for task, stop in self.consumers:
+        for _task, stop in self.consumers:
             stop.set()
         await asyncio.gather(*(t for t, _ in self.consumers), return_exceptions=True)
         self.consumers.clear()

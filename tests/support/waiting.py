@@ -19,7 +19,7 @@ async def _check(pred: Predicate) -> bool:
     return bool(result)
 
 
-async def eventually(pred: Predicate, timeout: float = 10.0, what: str = "condition") -> None:
+async def eventually(pred: Predicate, timeout: float = 10.0, what: str = "condition") -> None:  # noqa: ASYNC109
     """Return as soon as ``pred()`` holds; fail the test after ``timeout`` real seconds."""
     deadline = time.monotonic() + timeout
     while not await _check(pred):

@@ -1,0 +1,112 @@
+"""A quick run of every benchmark scenario: the harness works and correctness holds.
+
+Speed is not asserted (GUIDE.md §7: timing figures live in benchmarks, not in
+assertions on wall-clock time): only that each run prints its JSON line last, that
+every message was sent exactly once with nothing lost, and that the scenario's own
+correctness checks held. Embedded always; ActiveMQ where ``TEPAT_TEST_STOMP_URL`` names
+a broker. One ``python -m bench all --quick --json`` per backend keeps the total short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst")
+STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
+
+
+@cache
+def quick_run(backend: str) -> tuple[int, list[dict[str, Any]], str]:
+    """Run every scenario once per backend (cached across the tests of this module)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEPAT_")}
+    if backend == "activemq":
+        env[STOMP_URL_ENV] = os.environ[STOMP_URL_ENV]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "all", "--quick", "--json", "--backend", backend],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = proc.stdout.strip().splitlines()[-len(SCENARIOS) :]
+    results = [json.loads(line) for line in lines if line.startswith("{")]
+    return proc.returncode, results, proc.stderr[-4000:]
+
+
+def backends() -> list[Any]:
+    amq = pytest.param(
+        "activemq",
+        marks=pytest.mark.skipif(
+            not os.environ.get(STOMP_URL_ENV), reason=f"{STOMP_URL_ENV} is not set"
+        ),
+    )
+    return ["embedded", amq]
+
+
+@pytest.fixture(params=backends())
+def run(request: pytest.FixtureRequest) -> tuple[int, list[dict[str, Any]], str]:
+    return quick_run(request.param)
+
+
+def test_every_scenario_prints_its_json_line_and_exits_0(
+    run: tuple[int, list[dict[str, Any]], str],
+) -> None:
+    code, results, stderr = run
+    assert [r["scenario"] for r in results] == list(SCENARIOS), stderr
+    assert code == 0, stderr
+    for r in results:
+        for key in ("backend", "parameters", "figures", "goals", "cpu_count", "git_revision"):
+            assert key in r, (r["scenario"], key)
+        assert all(isinstance(v, bool) for v in r["goals"].values())
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "plan"])
+def test_every_message_sent_once_nothing_lost(
+    run: tuple[int, list[dict[str, Any]], str], scenario: str
+) -> None:
+    _, results, stderr = run
+    result = next((r for r in results if r["scenario"] == scenario), None)
+    assert result is not None, stderr
+    c = result["correctness"]
+    assert c["expected"] > 0
+    assert c["sent"] == c["expected"], c
+    assert c["duplicates"] == 0, c
+    assert c["lost"] == 0, c
+    assert c["tokens_received_twice"] == 0, c
+    assert all(result["checks"].values()), result["checks"]
+
+
+def test_plan_twice_creates_nothing_the_second_time(
+    run: tuple[int, list[dict[str, Any]], str],
+) -> None:
+    _, results, stderr = run
+    plan = next((r for r in results if r["scenario"] == "plan"), None)
+    assert plan is not None, stderr
+    f = plan["figures"]
+    assert f["messages_created"] > 0
+    assert f["second_run_created"] == 0
+    assert f["stored_messages"] == f["messages_created"]
+    assert all(plan["checks"].values()), plan["checks"]
+
+
+def test_a_failed_correctness_check_makes_the_exit_status_non_zero() -> None:
+    """The exit status follows Result.ok, which a lost message turns false."""
+    from bench.report import Correctness, Result
+
+    lost = Correctness(expected=10, sent=9, duplicates=0, lost=1)
+    twice = Correctness(expected=10, sent=10, duplicates=1, lost=0)
+    fine = Correctness(expected=10, sent=10, duplicates=0, lost=0)
+    make = lambda c: Result("x", "embedded", {}, {}, {"fast": False}, c)  # noqa: E731
+    assert not make(lost).ok
+    assert not make(twice).ok
+    assert make(fine).ok  # a missed speed goal is not a failure
