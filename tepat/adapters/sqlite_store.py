@@ -518,9 +518,7 @@ def _with_stamps(m: Message, now: datetime) -> Message:
     """The message as stored: timestamps the caller left out filled from the clock."""
     if m.created_at is not None and m.updated_at is not None:
         return m
-    return dataclasses.replace(
-        m, created_at=m.created_at or now, updated_at=m.updated_at or now
-    )
+    return dataclasses.replace(m, created_at=m.created_at or now, updated_at=m.updated_at or now)
 
 
 @lru_cache(maxsize=8)
@@ -883,9 +881,7 @@ class SqliteStore:
         )
         return {cat: bool(on) for cat, on in rows}
 
-    async def preferences_for_users(
-        self, user_ids: Sequence[str]
-    ) -> dict[str, dict[str, bool]]:
+    async def preferences_for_users(self, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
         rows = await self._select_in(
             "SELECT user_id, category, enabled FROM preferences WHERE user_id IN ({ids})",
             user_ids,
@@ -912,7 +908,9 @@ class SqliteStore:
             rows = [_message_params(m, now_text) for m in batch]
             if writing is not None:
                 inserted = await writing
-                created.extend(_with_stamps(m, now) for m in _pick_inserted(batches[i - 1], inserted))
+                created.extend(
+                    _with_stamps(m, now) for m in _pick_inserted(batches[i - 1], inserted)
+                )
             writing = asyncio.ensure_future(self._write(partial(self._insert_rows, rows)))
         if writing is not None:
             inserted = await writing

@@ -411,8 +411,8 @@ async def test_one_pending_message_per_user_device_category_label_instant(store:
     result = await store.insert_messages(
         [first, same_slot, other_label, other_device, other_category, other_user, other_instant]
     )
-    assert result.created == [first, other_label, other_device, other_category, other_user,
-                              other_instant]  # fmt: skip
+    accepted = [first, other_label, other_device, other_category, other_user, other_instant]
+    assert result.created == accepted
     assert result.existing == 1
     assert (
         await store.insert_messages([msg("h", label="breakfast", device_id="d1")])

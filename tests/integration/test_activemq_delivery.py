@@ -89,7 +89,7 @@ async def _seed_oneoffs(rt: Runtime, count: int, due_in: float) -> tuple[list[st
         user = await rt.store.upsert_user(User(f"u{i:04d}", "UTC", created_at=now, updated_at=now))
         token = f"ExponentPushToken[amq-{i:04d}]"
         await rt.store.register_device(
-            Device(user.user_id, "phone", token, created_at=now, updated_at=now)
+            Device(user.user_id, f"{user.user_id}-phone", token, created_at=now, updated_at=now)
         )
         policy = rt.categories.get(categories[i % len(categories)])
         messages.append(
