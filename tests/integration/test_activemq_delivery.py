@@ -71,7 +71,9 @@ def _env(tmp_path: Path, served: RunningSandbox, prefix: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def _runtime(env: dict[str, str]) -> AsyncIterator[Runtime]:
-    settings = Settings(**{k.removeprefix("TEPAT_").lower(): v for k, v in env.items()})
+    settings = Settings.model_validate(
+        {k.removeprefix("TEPAT_").lower(): v for k, v in env.items()}
+    )
     async with open_runtime(settings, clock=SystemClock()) as rt:
         yield rt
 

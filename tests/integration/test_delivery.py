@@ -3,10 +3,13 @@ receipt poller, and the Expo sandbox over HTTP. Time is a FakeClock."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
 from tepat.domain.models import MessageStatus
+from tepat.ports.push import PushProvider, PushRequest, ReceiptResult, SendResult
 from tests.support.pipeline import pipeline
 from tests.support.waiting import drive, eventually, stays_false
 
@@ -31,8 +34,7 @@ async def test_reminder_reaches_the_sandbox_at_its_instant(tmp_path: Path) -> No
         assert datetime.fromisoformat(got["received_at"]) == NINE
         assert got["title"] == "meal time" and got["status"] == "ok"
         [m] = await p.messages("ana")
-        await eventually(lambda: p.status_of(m.id), what="recorded")
-        assert (await p.status_of(m.id)) is MessageStatus.SENT
+        await eventually(lambda: _is(p, m.id, MessageStatus.SENT), what="recorded as sent")
 
 
 async def test_one_off_due_at_send_at(tmp_path: Path) -> None:
@@ -160,17 +162,17 @@ async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path
 class _GatedPush:
     """Wraps the real Expo client; holds every send until the gate opens."""
 
-    def __init__(self, inner, gate):  # type: ignore[no-untyped-def]
+    def __init__(self, inner: PushProvider, gate: asyncio.Event) -> None:
         self._inner, self._gate = inner, gate
         self.max_batch, self.max_receipt_batch = inner.max_batch, inner.max_receipt_batch
         self.waiting = 0
 
-    async def send(self, batch):  # type: ignore[no-untyped-def]
+    async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         self.waiting += 1
         await self._gate.wait()
         return await self._inner.send(batch)
 
-    async def receipts(self, ids):  # type: ignore[no-untyped-def]
+    async def receipts(self, ids: Sequence[str]) -> ReceiptResult:
         return await self._inner.receipts(ids)
 
     async def close(self) -> None:
@@ -178,8 +180,6 @@ class _GatedPush:
 
 
 async def test_consumer_killed_mid_batch_loses_nothing_and_sends_once(tmp_path: Path) -> None:
-    import asyncio
-
     async with pipeline(tmp_path, start=START, consumer=False) as p:
         tokens = []
         for i in range(150):  # two provider requests' worth
@@ -189,14 +189,14 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_sends_once(tmp_path: 
         real = p.rt.dispatcher._push
         gate = asyncio.Event()
         gated = _GatedPush(real, gate)
-        p.rt.dispatcher._push = gated  # type: ignore[assignment]
+        p.rt.dispatcher._push = gated
         doomed, _ = p.start_consumer()
         p.clock.set(NINE)
         await eventually(lambda: gated.waiting >= 1, what="a batch in the provider call")
         doomed.cancel()  # the process dies before its request reaches Expo
         await asyncio.gather(doomed, return_exceptions=True)
         p.consumers.clear()
-        p.rt.dispatcher._push = real  # type: ignore[assignment]
+        p.rt.dispatcher._push = real
         p.start_consumer()
 
         async def all_sent() -> bool:

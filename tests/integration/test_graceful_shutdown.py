@@ -32,7 +32,7 @@ async def test_sigterm_under_load_drains_cleanly(tmp_path: Path) -> None:
         "TEPAT_ADMIN_API_KEY": KEY,
         "TEPAT_LOG_LEVEL": "WARNING",
     }
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, before any awaiting
         [
             sys.executable,
             "-m",
