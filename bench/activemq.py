@@ -78,7 +78,7 @@ class _Collector(stomp.ConnectionListener):  # type: ignore[misc]
 class _Admin:
     """A plain synchronous STOMP connection for the scheduler's management actions."""
 
-    def __init__(self, broker: ActiveMQ, timeout: float = 120.0) -> None:
+    def __init__(self, broker: ActiveMQ, timeout: float = 300.0) -> None:
         target = parse_stomp_url(broker.url)
         self.timeout = timeout
         self.collector = _Collector()

@@ -94,14 +94,22 @@ def run_plan(
         )
         mps_goal = 20_000
     else:
-        jobs, ids, distinct = scheduled_ids(broker, queue_prefix)
-        figures["broker_jobs"] = jobs
-        figures["broker_ids"] = ids
-        checks["enqueued_each_once"] = ids == distinct == created
-        removed = remove_scheduled_jobs(broker, queue_prefix)
+        try:
+            jobs, ids, distinct = scheduled_ids(broker, queue_prefix)
+            figures["broker_jobs"] = jobs
+            figures["broker_ids"] = ids
+            checks["enqueued_each_once"] = ids == distinct == created
+        except TimeoutError:
+            # the scheduler answers a BROWSE only after copying every job: with hundreds of
+            # thousands of jobs that outlasts any sensible wait
+            figures["broker_jobs"] = "BROWSE timed out (too many scheduled jobs to count)"
+            notes.append("activemq: the scheduled jobs could not be counted (BROWSE timed out)")
+        finally:
+            removed = remove_scheduled_jobs(broker, queue_prefix)
         notes.append(
-            f"activemq: enqueue is real (one scheduled job per queue and due second, <=100 ids); "
-            f"the {jobs} jobs were removed afterwards ({'REMOVEALL' if removed < 0 else removed})"
+            "activemq: enqueue is real (one scheduled job per queue and due second, <=100 ids, "
+            "per page of users); the jobs were removed afterwards "
+            f"({'REMOVEALL' if removed < 0 else removed})"
         )
         mps_goal = 10_000
     goals = {

@@ -139,32 +139,37 @@ class Dispatcher:
             started = self._clock.now()
             result = await self._push.send([r for _, _, r in chunk])
             metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+            tickets: list[Ticket] = []
             if isinstance(result, RetryLater | Rejected):
                 metrics.PROVIDER_ERRORS.labels(code=type(result).__name__).inc()
                 for o, _, _ in chunk:
                     o.outcomes.append(result)
-                continue
-            tickets: list[Ticket] = []
-            for (o, device, _), outcome in zip(chunk, result.outcomes, strict=True):
-                o.outcomes.append(outcome)
-                if isinstance(outcome, TicketOk):
-                    tickets.append(
-                        Ticket(
-                            ticket_id=outcome.ticket_id,
-                            message_id=o.message.id,
-                            user_id=o.message.user_id,
-                            device_id=device.device_id,
-                            push_token=device.push_token,
-                            sent_at=self._clock.now(),
-                        )
-                    )
-                else:
-                    metrics.PROVIDER_ERRORS.labels(code=outcome.code).inc()
-                    await self._device_failed(device, outcome)
-            if tickets:
-                await self._store.add_tickets(tickets)
-        for o in outgoing:
-            await self._record(o)
+            else:
+                for (o, device, _), outcome in zip(chunk, result.outcomes, strict=True):
+                    o.outcomes.append(outcome)
+                    if isinstance(outcome, TicketOk):
+                        tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
+                    else:
+                        metrics.PROVIDER_ERRORS.labels(code=outcome.code).inc()
+                        await self._device_failed(device, outcome)
+            # Record as soon as a message's every request is answered: the window in
+            # which a crash could make the sweeper send it again stays one request long.
+            done = {id(o): o for o, _, _ in chunk if len(o.outcomes) == len(o.devices)}
+            for o in done.values():
+                await self._record(o)
+            await self._keep_tickets(tickets)
+
+    async def _keep_tickets(self, tickets: list[Ticket]) -> None:
+        """Store tickets for the receipt poller. The sends are already recorded, so a
+        failure here costs receipts (the messages stay ``sent``), never a second send."""
+        if not tickets:
+            return
+        try:
+            await self._store.add_tickets(tickets)
+        except Exception:
+            log.exception(
+                "could not store tickets; their receipts will not be polled", count=len(tickets)
+            )
 
     async def _record(self, o: _Outgoing) -> None:
         m = o.message
@@ -256,6 +261,17 @@ def _find_reminder(reminders: list[Reminder], reminder_id: str | None) -> Remind
     if reminder_id is None:
         return None
     return next((r for r in reminders if r.reminder_id == reminder_id), None)
+
+
+def _ticket(m: Message, device: Device, ok: TicketOk, now: datetime) -> Ticket:
+    return Ticket(
+        ticket_id=ok.ticket_id,
+        message_id=m.id,
+        user_id=m.user_id,
+        device_id=device.device_id,
+        push_token=device.push_token,
+        sent_at=now,
+    )
 
 
 def _request(m: Message, device: Device) -> PushRequest:

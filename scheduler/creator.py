@@ -57,6 +57,7 @@ class Creator:
         if end <= start:
             raise ValueError("end must be after start")
         total = PlanResult()
+        batches = self._enqueuer.collector()
         async for users in self._store.iter_users(self._page_size):
             enabled = [u for u in users if u.enabled]
             if not enabled:
@@ -68,8 +69,9 @@ class Creator:
             if not planned:
                 continue
             result = await self._store.insert_messages(planned)
-            await self._enqueuer.enqueue(result.created)
+            await batches.add(result.created)
             total += PlanResult(len(result.created), result.existing)
+        await batches.flush()
         return total
 
     async def plan_ahead(self) -> PlanResult:

@@ -261,6 +261,10 @@ def _immediate(fn: Callable[[Conn], T], conn: Conn) -> T:
 # --------------------------------------------------------------------------- encoding
 
 
+# Cached: a plan repeats the same few instants (one per zone and local time,
+# and one "now") across hundreds of thousands of messages. Equal aware
+# datetimes are the same instant, so they rightly share one text.
+@lru_cache(maxsize=16384)
 def _ts(value: datetime) -> str:
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}: the store keeps UTC instants only")
@@ -290,6 +294,8 @@ def _local_time_opt(value: time | None) -> str | None:
 
 
 def _json(value: Mapping[str, Any]) -> str:
+    if not value:
+        return "{}"  # most messages carry no data; skip the encoder
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -606,7 +612,12 @@ class SqliteStore:
 
     def _in_worker(self, fn: Callable[[Conn], T]) -> T:
         assert self._conn is not None, "open() connects before any other call"
-        return fn(self._conn)
+        result = fn(self._conn)
+        # A cursor must not leave this thread: freed on the event loop's thread it
+        # resets a cached statement the worker may be reusing ("bad parameter or
+        # other API misuse"). Fetch rows or counts here instead.
+        assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
+        return result
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
         return await self._run(partial(_immediate, fn))
@@ -680,7 +691,7 @@ class SqliteStore:
 
     async def set_meta(self, key: str, value: str) -> None:
         sql = "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
-        await self._write(lambda c: c.execute(sql, (key, value)))
+        await self._write(lambda c: c.execute(sql, (key, value)).rowcount)
 
     # ----------------------------------------------------------------- users
 
@@ -795,7 +806,7 @@ class SqliteStore:
                 "UPDATE devices SET consecutive_failures = 0, updated_at = ? "
                 "WHERE push_token = ? AND active = 1 AND consecutive_failures <> 0"
             )
-            await self._write(lambda c: c.execute(sql, (now, push_token)))
+            await self._write(lambda c: c.execute(sql, (now, push_token)).rowcount)
             return DeviceFailure(deactivated=False, consecutive_failures=0)
         # Right-hand sides see the row before the update, so each CASE tests the new count.
         sql = (
@@ -902,20 +913,27 @@ class SqliteStore:
         # between slices is harmless, since inserting again is idempotent.
         # Slice k+1 is encoded here while the worker writes slice k: sqlite3
         # releases the GIL while it works, so the two overlap on two cores.
-        batches = list(_chunks(messages, INSERT_ROWS_PER_TRANSACTION))
-        writing: asyncio.Future[set[str]] | None = None
-        for i, batch in enumerate(batches):
-            rows = [_message_params(m, now_text) for m in batch]
+        writing: asyncio.Future[list[Message]] | None = None
+        try:
+            for batch in _chunks(messages, INSERT_ROWS_PER_TRANSACTION):
+                rows = [_message_params(m, now_text) for m in batch]
+                if writing is not None:
+                    created.extend(await writing)
+                writing = asyncio.ensure_future(self._insert_batch(batch, rows, now))
             if writing is not None:
-                inserted = await writing
-                created.extend(
-                    _with_stamps(m, now) for m in _pick_inserted(batches[i - 1], inserted)
-                )
-            writing = asyncio.ensure_future(self._write(partial(self._insert_rows, rows)))
-        if writing is not None:
-            inserted = await writing
-            created.extend(_with_stamps(m, now) for m in _pick_inserted(batches[-1], inserted))
+                created.extend(await writing)
+        finally:
+            if writing is not None and not writing.done():
+                # Encoding failed mid-way: let the slice in flight finish
+                # (its rows are committed either way) before reporting.
+                await asyncio.wait([writing])
         return InsertResult(created=created, existing=len(messages) - len(created))
+
+    async def _insert_batch(
+        self, batch: Sequence[Message], rows: Sequence[Row], now: datetime
+    ) -> list[Message]:
+        inserted = await self._write(partial(self._insert_rows, rows))
+        return [_with_stamps(m, now) for m in _pick_inserted(batch, inserted)]
 
     def _insert_rows(self, rows: Sequence[Row], conn: Conn) -> set[str]:
         inserted: set[str] = set()
@@ -1117,7 +1135,7 @@ class SqliteStore:
         )
         params = [_ticket_params(t) for t in tickets]
         if params:
-            await self._write(lambda c: c.executemany(sql, params))
+            await self._write(lambda c: c.executemany(sql, params).rowcount)
 
     async def tickets_awaiting_receipt(self, sent_before: datetime, limit: int) -> list[Ticket]:
         rows = await self._select(

@@ -9,7 +9,6 @@ memory); one per (queue, due second) carrying up to 100 ids stayed on time at
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,17 +48,54 @@ def decode_batch(queue: str, body: bytes) -> Batch:
     return Batch(queue, due, tuple(ids))
 
 
+class BatchBuilder:
+    """Groups message ids per (queue, due second) across many calls.
+
+    Full batches are handed out as soon as they fill, so a creator job planning
+    a long window page by page still sends about one broker message per
+    (queue, second) - not one per page - while holding only partial batches.
+    """
+
+    def __init__(self, categories: Categories) -> None:
+        self._categories = categories
+        self._groups: dict[tuple[int, int, str], list[str]] = {}
+
+    def add(self, messages: Iterable[Message]) -> list[Batch]:
+        """Take ``messages`` (pending ones only); return the batches that became full."""
+        full = []
+        for m in messages:
+            if m.status is not MessageStatus.PENDING or m.category not in self._categories:
+                continue
+            policy = self._categories.get(m.category)
+            key = (int(m.scheduled_at.timestamp()), policy.priority, policy.queue_name)
+            ids = self._groups.setdefault(key, [])
+            ids.append(m.id)
+            if len(ids) == MAX_BATCH:
+                full.append(_batch(key, ids))
+                del self._groups[key]
+        return full
+
+    def take_due_before(self, instant: datetime) -> list[Batch]:
+        """Hand out the partial batches due before ``instant`` (they cannot wait to fill)."""
+        cutoff = instant.timestamp()
+        due = sorted(key for key in self._groups if key[0] < cutoff)
+        return [_batch(key, self._groups.pop(key)) for key in due]
+
+    def drain(self) -> list[Batch]:
+        """The partial batches, by due second and then category priority (safety first)."""
+        batches = [_batch(key, ids) for key, ids in sorted(self._groups.items())]
+        self._groups.clear()
+        return batches
+
+
+def _batch(key: tuple[int, int, str], ids: list[str]) -> Batch:
+    second, _, queue = key
+    return Batch(queue, datetime.fromtimestamp(second, UTC), tuple(ids))
+
+
 def batch_messages(messages: Iterable[Message], categories: Categories) -> list[Batch]:
-    """Group pending messages into batches per (category queue, due second)."""
-    groups: dict[tuple[str, int], list[str]] = defaultdict(list)
-    for m in messages:
-        if m.status is not MessageStatus.PENDING or m.category not in categories:
-            continue
-        second = int(m.scheduled_at.timestamp())
-        groups[(categories.get(m.category).queue_name, second)].append(m.id)
-    batches = []
-    for (queue, second), ids in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        due = datetime.fromtimestamp(second, UTC)
-        for i in range(0, len(ids), MAX_BATCH):
-            batches.append(Batch(queue, due, tuple(ids[i : i + MAX_BATCH])))
-    return batches
+    """Group pending messages into batches per (category queue, due second), ≤100 ids each,
+    ordered by due second and then category priority."""
+    builder = BatchBuilder(categories)
+    batches = builder.add(messages) + builder.drain()
+    return sorted(batches, key=lambda b: (b.due, categories.by_queue()[b.queue].priority))

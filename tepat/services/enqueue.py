@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tepat.clock import Clock
-from tepat.domain.batches import batch_messages
+from tepat.domain.batches import Batch, BatchBuilder, batch_messages
 from tepat.domain.categories import Categories
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.broker import Broker
+
+# Publishes in flight at once: lets a networked broker pipeline its receipts
+# without flooding it (ActiveMQ took 600-1,200 batches/s here either way).
+PUBLISH_CONCURRENCY = 16
+# A partial batch due sooner than this is published at once instead of waiting to fill.
+HOLD_LIMIT = timedelta(minutes=5)
 
 
 class Enqueuer:
     def __init__(self, broker: Broker, categories: Categories, clock: Clock) -> None:
         self._broker = broker
-        self._categories = categories
-        self._clock = clock
+        self.categories = categories
+        self.clock = clock
 
     async def enqueue(self, messages: Iterable[Message], due: datetime | None = None) -> int:
         """Publish batches for the pending ``messages``; returns how many batches.
@@ -26,13 +33,47 @@ class Enqueuer:
         re-drive goes out at that instant while the stored ``scheduled_at``
         keeps the original one (lateness and the missed window count from it).
         """
-        now = self._clock.now()
         if due is not None:
             messages = [
                 replace(m, status=MessageStatus.PENDING, scheduled_at=due) for m in messages
             ]
-        batches = batch_messages(messages, self._categories)
-        for batch in batches:
-            delay = max(0.0, (batch.due - now).total_seconds())
-            await self._broker.publish(batch.queue, batch.encode(), delay)
+        return await self.publish(batch_messages(messages, self.categories))
+
+    def collector(self) -> BatchCollector:
+        """Batches that fill up across many calls (a creator job's pages)."""
+        return BatchCollector(self)
+
+    async def publish(self, batches: list[Batch]) -> int:
+        now = self.clock.now()
+        slots = asyncio.Semaphore(PUBLISH_CONCURRENCY)
+
+        async def one(batch: Batch) -> None:
+            async with slots:
+                delay = max(0.0, (batch.due - now).total_seconds())
+                await self._broker.publish(batch.queue, batch.encode(), delay)
+
+        await asyncio.gather(*(one(b) for b in batches))
         return len(batches)
+
+
+class BatchCollector:
+    """Publishes full batches as they fill and the rest on :meth:`flush`.
+
+    Use :meth:`flush` before returning: until then the partial batches exist only
+    here (if the process dies, the sweeper re-drives their messages from the store).
+    """
+
+    def __init__(self, enqueuer: Enqueuer) -> None:
+        self._enqueuer = enqueuer
+        self._builder = BatchBuilder(enqueuer.categories)
+        self.published = 0
+
+    async def add(self, messages: Iterable[Message]) -> None:
+        ready = self._builder.add(messages)
+        # Messages due soon go out now, full or not: a long planning run must not
+        # hold them past their instant.
+        ready += self._builder.take_due_before(self._enqueuer.clock.now() + HOLD_LIMIT)
+        self.published += await self._enqueuer.publish(ready)
+
+    async def flush(self) -> None:
+        self.published += await self._enqueuer.publish(self._builder.drain())

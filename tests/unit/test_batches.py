@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tepat.domain.batches import MAX_BATCH, BadBatch, Batch, batch_messages, decode_batch
+from tepat.domain.batches import (
+    MAX_BATCH,
+    BadBatch,
+    Batch,
+    BatchBuilder,
+    batch_messages,
+    decode_batch,
+)
 from tepat.domain.categories import Categories, CategoryPolicy
 from tepat.domain.models import Message, MessageStatus
 
@@ -37,21 +44,34 @@ def msg(i: int, category: str = "meal", at: datetime = T0, **kw: object) -> Mess
 
 def test_groups_per_queue_and_second_and_splits_at_100() -> None:
     """250 meal messages in one second -> 100 + 100 + 50; a message 0.9 s later is the
-    same second; one a second later is a new batch; safety goes to its own queue."""
+    same second; one a second later is a new batch; safety goes to its own queue and,
+    within a second, before meal (category priority)."""
     messages = [msg(i) for i in range(250)]
     messages.append(msg(250, at=T0 + timedelta(milliseconds=900)))
     messages.append(msg(251, at=T0 + timedelta(seconds=1)))
     messages.append(msg(252, category="safety"))
     batches = batch_messages(messages, CATS)
     assert [(b.queue, b.due, len(b.ids)) for b in batches] == [
+        ("tepat.safety", T0, 1),
         ("tepat.meal", T0, 100),
         ("tepat.meal", T0, 100),
         ("tepat.meal", T0, 51),
-        ("tepat.safety", T0, 1),
         ("tepat.meal", T0 + timedelta(seconds=1), 1),
     ]
-    assert batches[0].ids[:3] == ("m0", "m1", "m2")  # input order kept within a group
-    assert "m250" in batches[2].ids
+    assert batches[1].ids[:3] == ("m0", "m1", "m2")  # input order kept within a group
+    assert "m250" in batches[3].ids
+
+
+def test_builder_fills_batches_across_calls() -> None:
+    """Pages of 30 messages for the same second add up to full batches, not 1 per page."""
+    builder = BatchBuilder(CATS)
+    full = []
+    for page in range(9):
+        full += builder.add([msg(page * 30 + i) for i in range(30)])
+    assert [len(b.ids) for b in full] == [100, 100]
+    [rest] = builder.drain()
+    assert len(rest.ids) == 70 and rest.ids[-1] == "m269"
+    assert builder.drain() == []
 
 
 def test_only_pending_messages_of_known_categories() -> None:
@@ -153,3 +173,13 @@ def test_decode_never_raises_anything_but_bad_batch(body: bytes) -> None:
         return
     assert batch.queue == "q"
     assert all(isinstance(i, str) for i in batch.ids)
+
+
+def test_builder_hands_out_partial_batches_due_soon() -> None:
+    builder = BatchBuilder(CATS)
+    assert builder.add([msg(1), msg(2, at=T0 + timedelta(minutes=10))]) == []
+    [soon] = builder.take_due_before(T0 + timedelta(minutes=5))
+    assert soon.ids == ("m1",) and soon.due == T0
+    assert builder.take_due_before(T0 + timedelta(minutes=5)) == []
+    [later] = builder.drain()
+    assert later.ids == ("m2",)
