@@ -106,7 +106,10 @@ def test_a_failed_correctness_check_makes_the_exit_status_non_zero() -> None:
     lost = Correctness(expected=10, sent=9, duplicates=0, lost=1)
     twice = Correctness(expected=10, sent=10, duplicates=1, lost=0)
     fine = Correctness(expected=10, sent=10, duplicates=0, lost=0)
-    make = lambda c: Result("x", "embedded", {}, {}, {"fast": False}, c)  # noqa: E731
+
+    def make(c: Correctness) -> Result:
+        return Result("x", "embedded", {}, {}, {"fast": False}, c)
+
     assert not make(lost).ok
     assert not make(twice).ok
     assert make(fine).ok  # a missed speed goal is not a failure
