@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tepat.adapters.sqlite_store import SqliteStore
 from tepat.domain.categories import CategoryPolicy
-from tepat.domain.models import Message, Reminder, User
+from tepat.domain.models import Message, Reminder, User, message_id_for
 from tepat.domain.planning import plan_reminder
 
 NOW = datetime(2027, 3, 14, tzinfo=UTC)
@@ -89,3 +89,38 @@ def test_two_processes_plan_the_same_messages_once(tmp_path: Path) -> None:
         )
         migrations = conn.execute("SELECT version FROM schema_migrations").fetchall()
     assert migrations == [(1,)]
+
+
+def _many_messages(count: int) -> list[Message]:
+    return [
+        Message(
+            id=message_id_for(f"bulk|{n}"),
+            user_id=f"user-{n // 4:05d}",
+            category="meal",
+            label=str(n % 4),
+            title="Eat",
+            body="Now",
+            scheduled_at=NOW + timedelta(minutes=n % 600),
+            timezone="UTC",
+            dedup_key=f"bulk|{n}",
+            live_key=f"live|{n}",
+        )
+        for n in range(count)
+    ]
+
+
+async def test_bulk_insert_spanning_transactions_reports_exactly_the_new_ones(
+    tmp_path: Path,
+) -> None:
+    # More than two of the adapter's write transactions, with the insert of
+    # one slice overlapping the encoding of the next.
+    messages = _many_messages(12_001)
+    store = SqliteStore(str(tmp_path / "tepat.db"))
+    await store.open()
+    try:
+        await store.insert_messages(messages[::4])
+        result = await store.insert_messages(messages)
+    finally:
+        await store.close()
+    assert [m.id for m in result.created] == [m.id for n, m in enumerate(messages) if n % 4]
+    assert result.existing == len(messages[::4])
