@@ -40,7 +40,7 @@ from tepat.ports.push import (
     TicketOk,
     TicketOutcome,
 )
-from tepat.ports.store import Store
+from tepat.ports.store import StatusChange, Store
 from tepat.services.enqueue import Enqueuer
 
 log = structlog.get_logger("tepat.dispatcher")
@@ -101,6 +101,7 @@ class Dispatcher:
         reminders = await self._store.reminders_for_users(user_ids)
         now = self._clock.now()
         outgoing: list[_Outgoing] = []
+        closed: list[StatusChange] = []
         for m in claimed:
             targets = [
                 d
@@ -122,11 +123,12 @@ class Dispatcher:
                 case Send():
                     outgoing.append(_Outgoing(m, targets))
                 case Skip(reason):
-                    await self._finish(m, MessageStatus.SKIPPED, reason.value)
+                    closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=reason.value))
                 case Missed(late):
-                    await self._finish(m, MessageStatus.MISSED, f"late by {late:.0f}s")
+                    closed.append(StatusChange(m.id, MessageStatus.MISSED, f"late by {late:.0f}s"))
                 case Defer(until):
                     await self._defer(m, until)
+        await self._store.transition_many(closed, now, expect=[MessageStatus.SENDING])
         if outgoing:
             await self._send(outgoing)
 
@@ -155,8 +157,7 @@ class Dispatcher:
             # Record as soon as a message's every request is answered: the window in
             # which a crash could make the sweeper send it again stays one request long.
             done = {id(o): o for o, _, _ in chunk if len(o.outcomes) == len(o.devices)}
-            for o in done.values():
-                await self._record(o)
+            await self._record(list(done.values()))
             await self._keep_tickets(tickets)
 
     async def _keep_tickets(self, tickets: list[Ticket]) -> None:
@@ -171,43 +172,40 @@ class Dispatcher:
                 "could not store tickets; their receipts will not be polled", count=len(tickets)
             )
 
-    async def _record(self, o: _Outgoing) -> None:
-        m = o.message
+    async def _record(self, answered: list[_Outgoing]) -> None:
+        """Record the outcome of messages whose every request was answered."""
         now = self._clock.now()
-        ok = [x for x in o.outcomes if isinstance(x, TicketOk)]
-        if ok:
-            await self._store.transition(
-                m.id,
-                MessageStatus.SENT,
-                now,
-                expect=[MessageStatus.SENDING],
-                ticket_id=ok[0].ticket_id,
-            )
-            metrics.LATENESS.labels(category=m.category).observe(
-                max(0.0, (now - m.scheduled_at).total_seconds())
-            )
-            return
-        retryable = [
-            x
-            for x in o.outcomes
-            if isinstance(x, RetryLater) or (isinstance(x, TicketError) and not x.permanent)
-        ]
-        error = _describe(o.outcomes)
-        if retryable and not self._retry.gives_up(m.attempts, m.scheduled_at, now):
-            after = max((x.retry_after or 0.0) for x in retryable)
-            delay = self._retry.delay(m.attempts, after, self._rng)
-            moved = await self._store.transition(
-                m.id,
-                MessageStatus.PENDING,
-                now,
-                expect=[MessageStatus.SENDING],
-                last_error=error,
-            )
-            if moved:
-                await self._enqueuer.enqueue([m], due=now + timedelta(seconds=delay))
-            return
-        reason = error if not retryable else f"gave up after {m.attempts} attempts: {error}"
-        await self._finish(m, MessageStatus.FAILED, reason, last_error=error)
+        changes: list[StatusChange] = []
+        for o in answered:
+            m = o.message
+            ok = [x for x in o.outcomes if isinstance(x, TicketOk)]
+            if ok:
+                changes.append(StatusChange(m.id, MessageStatus.SENT, ticket_id=ok[0].ticket_id))
+                metrics.LATENESS.labels(category=m.category).observe(
+                    max(0.0, (now - m.scheduled_at).total_seconds())
+                )
+                continue
+            retryable = [
+                x
+                for x in o.outcomes
+                if isinstance(x, RetryLater) or (isinstance(x, TicketError) and not x.permanent)
+            ]
+            error = _describe(o.outcomes)
+            if retryable and not self._retry.gives_up(m.attempts, m.scheduled_at, now):
+                after = max((x.retry_after or 0.0) for x in retryable)
+                await self._retry_later(m, error, self._retry.delay(m.attempts, after, self._rng))
+                continue
+            reason = error if not retryable else f"gave up after {m.attempts} attempts: {error}"
+            changes.append(StatusChange(m.id, MessageStatus.FAILED, reason, last_error=error))
+        await self._store.transition_many(changes, now, expect=[MessageStatus.SENDING])
+
+    async def _retry_later(self, m: Message, error: str, delay: float) -> None:
+        now = self._clock.now()
+        moved = await self._store.transition(
+            m.id, MessageStatus.PENDING, now, expect=[MessageStatus.SENDING], last_error=error
+        )
+        if moved:
+            await self._enqueuer.enqueue([m], due=now + timedelta(seconds=delay))
 
     async def _device_failed(self, device: Device, error: TicketError) -> None:
         if error.deactivate_device:
@@ -225,18 +223,6 @@ class Dispatcher:
                 max_failures=self._device_max_failures,
                 reason=error.code,
             )
-
-    async def _finish(
-        self, m: Message, status: MessageStatus, reason: str, last_error: str | None = None
-    ) -> None:
-        await self._store.transition(
-            m.id,
-            status,
-            self._clock.now(),
-            expect=[MessageStatus.SENDING],
-            reason=reason,
-            last_error=last_error,
-        )
 
     async def _defer(self, m: Message, until: datetime) -> None:
         moved = await self._store.transition(

@@ -38,7 +38,7 @@ from datetime import UTC, date, datetime, time
 from typing import Any
 from urllib.parse import urlsplit
 
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from tepat.clock import Clock, SystemClock
@@ -52,7 +52,14 @@ from tepat.domain.models import (
     Ticket,
     User,
 )
-from tepat.ports.store import Counts, DeviceFailure, InsertResult, MessagePage, MessageQuery
+from tepat.ports.store import (
+    Counts,
+    DeviceFailure,
+    InsertResult,
+    MessagePage,
+    MessageQuery,
+    StatusChange,
+)
 
 __all__ = ["MongoStore", "database_name"]
 
@@ -744,30 +751,48 @@ class MongoStore:
     ) -> bool:
         if not expect:
             return False
-        fields: dict[str, Any] = {"status": to.value, "updated_at": _dt(now)}
-        # Optional fields are only written when given, so a later transition
-        # does not erase what an earlier one recorded.
-        if reason is not None:
-            fields["status_reason"] = reason
-        if ticket_id is not None:
-            fields["ticket_id"] = ticket_id
-        if last_error is not None:
-            fields["last_error"] = last_error
-        if scheduled_at is not None:
-            fields["scheduled_at"] = _dt(scheduled_at)
-        update: dict[str, Any] = {"$set": fields}
-        if release_live_key:
-            update["$unset"] = {"live_key": ""}
+        query, update = _transition_update(
+            message_id,
+            to,
+            now,
+            expect,
+            reason,
+            ticket_id,
+            last_error,
+            scheduled_at,
+            release_live_key,
+        )
         try:
-            result = await self._db["messages"].update_one(
-                {"_id": message_id, "status": {"$in": [s.value for s in expect]}}, update
-            )
+            result = await self._db["messages"].update_one(query, update)
         except DuplicateKeyError:
             # Back to pending (or re-timed) onto a (user, device, category, label,
             # instant) slot another pending message holds: the update did not
             # happen, and that sibling carries the same notification.
             return False
         return bool(result.modified_count)
+
+    async def transition_many(
+        self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
+    ) -> int:
+        if not expect or not changes:
+            return 0
+        ops = [
+            UpdateOne(
+                *_transition_update(
+                    ch.message_id, ch.to, now, expect, ch.reason, ch.ticket_id, ch.last_error
+                )
+            )
+            for ch in changes
+        ]
+        try:
+            result = await self._db["messages"].bulk_write(ops, ordered=False)
+        except BulkWriteError as e:
+            # Unordered: every other update still ran; a duplicate-key one did not
+            # happen (see transition). Anything else is a real failure.
+            if any(err.get("code") != 11000 for err in e.details.get("writeErrors", [])):
+                raise
+            return int(e.details.get("nModified", 0))
+        return int(result.modified_count)
 
     async def cancel_pending(
         self,
@@ -959,3 +984,32 @@ class MongoStore:
             .to_list(None)
         )
         return [_ticket(d) for d in docs]
+
+
+def _transition_update(
+    message_id: str,
+    to: MessageStatus,
+    now: datetime,
+    expect: Sequence[MessageStatus],
+    reason: str | None = None,
+    ticket_id: str | None = None,
+    last_error: str | None = None,
+    scheduled_at: datetime | None = None,
+    release_live_key: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The filter and update of one conditional status change."""
+    fields: dict[str, Any] = {"status": to.value, "updated_at": _dt(now)}
+    # Optional fields are only written when given, so a later transition
+    # does not erase what an earlier one recorded.
+    if reason is not None:
+        fields["status_reason"] = reason
+    if ticket_id is not None:
+        fields["ticket_id"] = ticket_id
+    if last_error is not None:
+        fields["last_error"] = last_error
+    if scheduled_at is not None:
+        fields["scheduled_at"] = _dt(scheduled_at)
+    update: dict[str, Any] = {"$set": fields}
+    if release_live_key:
+        update["$unset"] = {"live_key": ""}
+    return {"_id": message_id, "status": {"$in": [s.value for s in expect]}}, update

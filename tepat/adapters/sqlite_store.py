@@ -53,6 +53,7 @@ from tepat.ports.store import (
     InsertResult,
     MessagePage,
     MessageQuery,
+    StatusChange,
 )
 
 T = TypeVar("T")
@@ -996,34 +997,33 @@ class SqliteStore:
     ) -> bool:
         if not expect:
             return False
-        sets = ["status = ?", "updated_at = ?"]
-        params: list[Any] = [to.value, _ts(now)]
-        for column, value in (
-            ("status_reason", reason),
-            ("ticket_id", ticket_id),
-            ("last_error", last_error),
-            ("scheduled_at", _ts_opt(scheduled_at)),
-        ):
-            if value is not None:
-                sets.append(f"{column} = ?")
-                params.append(value)
-        if release_live_key:
-            sets.append("live_key = NULL")
-        expected = [s.value for s in expect]
-        sql = (
-            f"UPDATE messages SET {', '.join(sets)} "
-            f"WHERE id = ? AND status IN ({_placeholders(len(expected))})"
+        sql, params = _transition_statement(
+            message_id,
+            to,
+            now,
+            expect,
+            reason,
+            ticket_id,
+            last_error,
+            scheduled_at,
+            release_live_key,
         )
-        try:
-            changed = await self._write(
-                lambda c: c.execute(sql, (*params, message_id, *expected)).rowcount
+        return await self._write(lambda c: _apply_transition(c, sql, params)) > 0
+
+    async def transition_many(
+        self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
+    ) -> int:
+        if not expect or not changes:
+            return 0
+        statements = [
+            _transition_statement(
+                ch.message_id, ch.to, now, expect, ch.reason, ch.ticket_id, ch.last_error
             )
-        except sqlite3.IntegrityError:
-            # Back to pending onto a (user, device, category, label, instant)
-            # slot another pending message already holds: the update did not
-            # happen, and that sibling carries the same notification.
-            return False
-        return changed > 0
+            for ch in changes
+        ]
+        return await self._write(
+            lambda c: sum(_apply_transition(c, sql, params) for sql, params in statements)
+        )
 
     async def cancel_pending(
         self,
@@ -1174,3 +1174,47 @@ def _pick_inserted(batch: Sequence[Message], inserted: set[str]) -> Iterator[Mes
         if m.id in remaining:
             remaining.discard(m.id)
             yield m
+
+
+def _transition_statement(
+    message_id: str,
+    to: MessageStatus,
+    now: datetime,
+    expect: Sequence[MessageStatus],
+    reason: str | None = None,
+    ticket_id: str | None = None,
+    last_error: str | None = None,
+    scheduled_at: datetime | None = None,
+    release_live_key: bool = False,
+) -> tuple[str, tuple[Any, ...]]:
+    sets = ["status = ?", "updated_at = ?"]
+    params: list[Any] = [to.value, _ts(now)]
+    # Optional fields are only written when given, so a later transition does not
+    # erase what an earlier one recorded.
+    for column, value in (
+        ("status_reason", reason),
+        ("ticket_id", ticket_id),
+        ("last_error", last_error),
+        ("scheduled_at", _ts_opt(scheduled_at)),
+    ):
+        if value is not None:
+            sets.append(f"{column} = ?")
+            params.append(value)
+    if release_live_key:
+        sets.append("live_key = NULL")
+    expected = [s.value for s in expect]
+    sql = (
+        f"UPDATE messages SET {', '.join(sets)} "
+        f"WHERE id = ? AND status IN ({_placeholders(len(expected))})"
+    )
+    return sql, (*params, message_id, *expected)
+
+
+def _apply_transition(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:
+    try:
+        return int(conn.execute(sql, params).rowcount)
+    except sqlite3.IntegrityError:
+        # Back to pending onto a (user, device, category, label, instant) slot another
+        # pending message already holds: the update did not happen, and that sibling
+        # carries the same notification.
+        return 0

@@ -29,6 +29,17 @@ class InsertResult:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusChange:
+    """One conditional status update, for :meth:`MessageStore.transition_many`."""
+
+    message_id: str
+    to: MessageStatus
+    reason: str | None = None
+    ticket_id: str | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MessagePage:
     items: list[Message]
     next_cursor: str | None
@@ -165,6 +176,13 @@ class MessageStore(Protocol):
         ``release_live_key`` clears ``live_key`` (used when cancelling, so the same
         local date can be planned again). Returns whether the update happened.
         """
+        ...
+
+    async def transition_many(
+        self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
+    ) -> int:
+        """:meth:`transition` for many messages in one round trip (a consumer records
+        a whole provider request at once). Returns how many were applied."""
         ...
 
     async def cancel_pending(

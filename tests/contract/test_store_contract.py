@@ -23,7 +23,7 @@ from tepat.domain.models import (
     User,
     message_id_for,
 )
-from tepat.ports.store import MessageQuery, Store
+from tepat.ports.store import MessageQuery, StatusChange, Store
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 PENDING = MessageStatus.PENDING
@@ -715,3 +715,45 @@ async def test_empty_and_tiny_inputs(store: Store, count: int) -> None:
     assert (len(result.created), result.existing) == (count, 0)
     assert await store.claim([], at(0)) == []
     await store.add_tickets([])
+
+
+async def test_transition_many_applies_only_from_expected_statuses(store: Store) -> None:
+
+    now = T0
+    await store.upsert_user(User("tm", "UTC"))
+    msgs = [
+        Message(
+            id=f"tm{i}",
+            user_id="tm",
+            category="meal",
+            label=f"l{i}",
+            title="t",
+            body="b",
+            scheduled_at=now,
+            timezone="UTC",
+            dedup_key=f"tm{i}",
+            live_key=f"tm{i}",
+        )
+        for i in range(4)
+    ]
+    await store.insert_messages(msgs)
+    await store.claim(["tm0", "tm1", "tm2"], now)  # tm3 stays pending
+    later = now + timedelta(seconds=5)
+    changes = [
+        StatusChange("tm0", MessageStatus.SENT, ticket_id="ticket-0"),
+        StatusChange("tm1", MessageStatus.SKIPPED, reason="opted_out"),
+        StatusChange("tm2", MessageStatus.FAILED, reason="MessageTooBig", last_error="too big"),
+        StatusChange("tm3", MessageStatus.SENT, ticket_id="ticket-3"),  # not sending: refused
+        StatusChange("missing", MessageStatus.SENT),
+    ]
+    applied = await store.transition_many(changes, later, expect=[MessageStatus.SENDING])
+    assert applied == 3
+    got = {m.id: m for m in await store.get_messages(["tm0", "tm1", "tm2", "tm3"])}
+    assert got["tm0"].status is MessageStatus.SENT and got["tm0"].ticket_id == "ticket-0"
+    assert got["tm1"].status is MessageStatus.SKIPPED and got["tm1"].status_reason == "opted_out"
+    assert got["tm2"].status is MessageStatus.FAILED and got["tm2"].last_error == "too big"
+    assert got["tm3"].status is MessageStatus.PENDING and got["tm3"].ticket_id is None
+    assert got["tm0"].updated_at == later
+    # Repeating it changes nothing: the messages have left `sending`.
+    assert await store.transition_many(changes, later, expect=[MessageStatus.SENDING]) == 0
+    assert await store.transition_many([], later, expect=[MessageStatus.SENDING]) == 0

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mongomock
-from pymongo.errors import OperationFailure
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 from pymongo.results import DeleteResult, InsertManyResult, InsertOneResult, UpdateResult
 
 Document = dict[str, Any]
@@ -173,6 +175,31 @@ class AsyncMockCollection:
         await asyncio.sleep(0)
         return self._c.update_many(filter, update, upsert=upsert)  # type: ignore[no-any-return]
 
+    async def bulk_write(self, requests: Sequence[UpdateOne], ordered: bool = True) -> Any:
+        """UpdateOne requests only, with the server's unordered semantics.
+
+        mongomock's own bulk_write predates pymongo 4.11's UpdateOne (it passes
+        ``sort``), so each update runs through update_one; like the server, an
+        unordered bulk goes on past a failed write and reports it in a BulkWriteError.
+        """
+        await asyncio.sleep(0)
+        matched = modified = 0
+        errors: list[dict[str, Any]] = []
+        for index, op in enumerate(requests):
+            try:
+                result = self._c.update_one(op._filter, op._doc)
+            except DuplicateKeyError as e:
+                errors.append({"index": index, "code": 11000, "errmsg": str(e)})
+                if ordered:
+                    break
+                continue
+            matched += result.matched_count
+            modified += result.modified_count
+        details = {"nMatched": matched, "nModified": modified, "writeErrors": errors}
+        if errors:
+            raise BulkWriteError(details)
+        return _BulkResult(matched, modified)
+
     async def delete_one(self, filter: Mapping[str, Any]) -> DeleteResult:
         await asyncio.sleep(0)
         return self._c.delete_one(filter)  # type: ignore[no-any-return]
@@ -227,3 +254,11 @@ class AsyncMockClient:
 
     async def close(self) -> None:
         self.closed = True
+
+
+@dataclass(frozen=True)
+class _BulkResult:
+    """The two counts of pymongo's BulkWriteResult that the adapter reads."""
+
+    matched_count: int
+    modified_count: int
