@@ -107,7 +107,12 @@ def _merge(outcomes: list[Outcome]) -> Any:
         sent=sum(o.correctness.sent for o in outcomes),
         duplicates=sum(o.correctness.duplicates for o in outcomes),
         lost=sum(o.correctness.lost for o in outcomes),
-        details={f"run_{i + 1}": o.correctness.as_dict() for i, o in enumerate(outcomes)},
+        details={
+            "tokens_received_twice": sum(
+                o.correctness.details.get("tokens_received_twice", 0) for o in outcomes
+            ),
+            **{f"run_{i + 1}": o.correctness.as_dict() for i, o in enumerate(outcomes)},
+        },
     )
     return total
 

@@ -30,4 +30,12 @@ def load_zone(name: str, field: str = "timezone") -> zoneinfo.ZoneInfo:
     """The zone called ``name``, or a DomainError naming ``field``."""
     if not isinstance(name, str) or name not in available_zones():
         raise DomainError(field, f"unknown IANA time zone {name!r}")
+    return _zone(name)
+
+
+@functools.cache
+def _zone(name: str) -> zoneinfo.ZoneInfo:
+    # ZoneInfo keeps only 8 zones strongly cached; planning cycles through all ~600,
+    # so without this each lookup re-reads and re-parses the zone file. The set of
+    # names is fixed, so the cache is bounded.
     return zoneinfo.ZoneInfo(name)
