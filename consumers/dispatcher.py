@@ -41,6 +41,7 @@ from tepat.ports.push import (
     TicketOutcome,
 )
 from tepat.ports.store import StatusChange, Store
+from tepat.services.device_health import device_failed
 from tepat.services.enqueue import Enqueuer
 
 log = structlog.get_logger("tepat.dispatcher")
@@ -208,21 +209,15 @@ class Dispatcher:
             await self._enqueuer.enqueue([m], due=now + timedelta(seconds=delay))
 
     async def _device_failed(self, device: Device, error: TicketError) -> None:
-        if error.deactivate_device:
-            await self._store.deactivate_token(device.push_token, error.code)
-            log.info(
-                "device deactivated",
-                user_id=device.user_id,
-                device_id=device.device_id,
-                reason=error.code,
-            )
-        elif error.code not in _NOT_THE_DEVICES_FAULT:
-            await self._store.record_device_outcome(
-                device.push_token,
-                ok=False,
-                max_failures=self._device_max_failures,
-                reason=error.code,
-            )
+        await device_failed(
+            self._store,
+            device.push_token,
+            error.code,
+            deactivate=error.deactivate_device,
+            max_failures=self._device_max_failures,
+            user_id=device.user_id,
+            device_id=device.device_id,
+        )
 
     async def _defer(self, m: Message, until: datetime) -> None:
         moved = await self._store.transition(
@@ -235,12 +230,6 @@ class Dispatcher:
         )
         if moved:
             await self._enqueuer.enqueue([m], due=until)
-
-
-# Configuration or rate problems say nothing about the device's health.
-_NOT_THE_DEVICES_FAULT = frozenset(
-    {"InvalidCredentials", "MismatchSenderId", "MessageRateExceeded"}
-)
 
 
 def _find_reminder(reminders: list[Reminder], reminder_id: str | None) -> Reminder | None:

@@ -10,6 +10,7 @@ from tepat.clock import Clock
 from tepat.domain.models import MessageStatus, Ticket
 from tepat.ports.push import PushProvider, ReceiptError, ReceiptOk, Receipts
 from tepat.ports.store import Store
+from tepat.services.device_health import device_failed, device_succeeded
 
 log = structlog.get_logger("tepat.receipts")
 
@@ -69,27 +70,19 @@ class ReceiptPoller:
             await self._store.transition(
                 ticket.message_id, MessageStatus.DELIVERED, now, expect=[MessageStatus.SENT]
             )
-            await self._store.record_device_outcome(
-                ticket.push_token, ok=True, max_failures=self._device_max_failures, reason=""
-            )
+            await device_succeeded(self._store, ticket.push_token, self._device_max_failures)
             return 1
         if not await self._store.record_receipt(ticket.ticket_id, "error", receipt.code, now):
             return 0
-        if receipt.deactivate_device:
-            await self._store.deactivate_token(ticket.push_token, receipt.code)
-            log.info(
-                "device deactivated",
-                user_id=ticket.user_id,
-                device_id=ticket.device_id,
-                reason=receipt.code,
-            )
-        else:
-            await self._store.record_device_outcome(
-                ticket.push_token,
-                ok=False,
-                max_failures=self._device_max_failures,
-                reason=receipt.code,
-            )
+        await device_failed(
+            self._store,
+            ticket.push_token,
+            receipt.code,
+            deactivate=receipt.deactivate_device,
+            max_failures=self._device_max_failures,
+            user_id=ticket.user_id,
+            device_id=ticket.device_id,
+        )
         # A message to several devices fails only when every one of its tickets failed.
         siblings = await self._store.tickets_for_message(ticket.message_id)
         if all(t.receipt_status == "error" for t in siblings):

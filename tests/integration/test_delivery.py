@@ -213,3 +213,34 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_sends_once(tmp_path: 
         await drive(p.clock, sweep_and_check, step=timedelta(minutes=1), what="all sent")
         ok = [r["to"] for r in p.sandbox.received() if r["status"] == "ok"]
         assert sorted(ok) == sorted(tokens)
+
+
+async def test_three_consecutive_failures_deactivate_and_a_success_resets(tmp_path: Path) -> None:
+    async with pipeline(tmp_path, start=START) as p:
+        _, device = await p.add_user("hal", reminders=[("r", "mood", time(9, 0))])
+        await p.rt.creator.plan_window(START, START + timedelta(days=5))
+        days = sorted(await p.messages("hal"), key=lambda m: m.scheduled_at)
+        outcomes = ["ProviderError", None, "ProviderError", "ProviderError", "ProviderError"]
+
+        async def run_day(n: int) -> None:
+            error = outcomes[n]
+            p.sandbox.script_token(device.push_token, receipt_error=error)
+            p.clock.set(NINE + timedelta(days=n))
+            await eventually(lambda: _is(p, days[n].id, MessageStatus.SENT), what=f"day {n} sent")
+            p.clock.set(NINE + timedelta(days=n, minutes=16))
+            await p.rt.receipts.poll_all()
+
+        for n in range(4):  # fail, succeed (reset), fail, fail: two in a row
+            await run_day(n)
+            [dev] = await p.rt.store.list_devices("hal")
+            assert dev.active, f"deactivated after day {n}"
+        await run_day(4)  # the third consecutive failure
+        [dev] = await p.rt.store.list_devices("hal")
+        assert not dev.active
+        assert [(await p.status_of(m.id)) for m in days] == [
+            MessageStatus.FAILED,
+            MessageStatus.DELIVERED,
+            MessageStatus.FAILED,
+            MessageStatus.FAILED,
+            MessageStatus.FAILED,
+        ]
