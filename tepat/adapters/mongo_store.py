@@ -752,15 +752,11 @@ class MongoStore:
         if not expect:
             return False
         query, update = _transition_update(
-            message_id,
-            to,
+            StatusChange(
+                message_id, to, reason, ticket_id, last_error, scheduled_at, release_live_key
+            ),
             now,
             expect,
-            reason,
-            ticket_id,
-            last_error,
-            scheduled_at,
-            release_live_key,
         )
         try:
             result = await self._db["messages"].update_one(query, update)
@@ -776,14 +772,7 @@ class MongoStore:
     ) -> int:
         if not expect or not changes:
             return 0
-        ops = [
-            UpdateOne(
-                *_transition_update(
-                    ch.message_id, ch.to, now, expect, ch.reason, ch.ticket_id, ch.last_error
-                )
-            )
-            for ch in changes
-        ]
+        ops = [UpdateOne(*_transition_update(ch, now, expect)) for ch in changes]
         try:
             result = await self._db["messages"].bulk_write(ops, ordered=False)
         except BulkWriteError as e:
@@ -987,29 +976,21 @@ class MongoStore:
 
 
 def _transition_update(
-    message_id: str,
-    to: MessageStatus,
-    now: datetime,
-    expect: Sequence[MessageStatus],
-    reason: str | None = None,
-    ticket_id: str | None = None,
-    last_error: str | None = None,
-    scheduled_at: datetime | None = None,
-    release_live_key: bool = False,
+    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The filter and update of one conditional status change."""
-    fields: dict[str, Any] = {"status": to.value, "updated_at": _dt(now)}
+    fields: dict[str, Any] = {"status": change.to.value, "updated_at": _dt(now)}
     # Optional fields are only written when given, so a later transition
     # does not erase what an earlier one recorded.
-    if reason is not None:
-        fields["status_reason"] = reason
-    if ticket_id is not None:
-        fields["ticket_id"] = ticket_id
-    if last_error is not None:
-        fields["last_error"] = last_error
-    if scheduled_at is not None:
-        fields["scheduled_at"] = _dt(scheduled_at)
+    if change.reason is not None:
+        fields["status_reason"] = change.reason
+    if change.ticket_id is not None:
+        fields["ticket_id"] = change.ticket_id
+    if change.last_error is not None:
+        fields["last_error"] = change.last_error
+    if change.scheduled_at is not None:
+        fields["scheduled_at"] = _dt(change.scheduled_at)
     update: dict[str, Any] = {"$set": fields}
-    if release_live_key:
+    if change.release_live_key:
         update["$unset"] = {"live_key": ""}
-    return {"_id": message_id, "status": {"$in": [s.value for s in expect]}}, update
+    return {"_id": change.message_id, "status": {"$in": [s.value for s in expect]}}, update

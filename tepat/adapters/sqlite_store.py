@@ -998,15 +998,11 @@ class SqliteStore:
         if not expect:
             return False
         sql, params = _transition_statement(
-            message_id,
-            to,
+            StatusChange(
+                message_id, to, reason, ticket_id, last_error, scheduled_at, release_live_key
+            ),
             now,
             expect,
-            reason,
-            ticket_id,
-            last_error,
-            scheduled_at,
-            release_live_key,
         )
         return await self._write(lambda c: _apply_transition(c, sql, params)) > 0
 
@@ -1015,12 +1011,7 @@ class SqliteStore:
     ) -> int:
         if not expect or not changes:
             return 0
-        statements = [
-            _transition_statement(
-                ch.message_id, ch.to, now, expect, ch.reason, ch.ticket_id, ch.last_error
-            )
-            for ch in changes
-        ]
+        statements = [_transition_statement(ch, now, expect) for ch in changes]
         return await self._write(
             lambda c: sum(_apply_transition(c, sql, params) for sql, params in statements)
         )
@@ -1177,37 +1168,29 @@ def _pick_inserted(batch: Sequence[Message], inserted: set[str]) -> Iterator[Mes
 
 
 def _transition_statement(
-    message_id: str,
-    to: MessageStatus,
-    now: datetime,
-    expect: Sequence[MessageStatus],
-    reason: str | None = None,
-    ticket_id: str | None = None,
-    last_error: str | None = None,
-    scheduled_at: datetime | None = None,
-    release_live_key: bool = False,
+    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
 ) -> tuple[str, tuple[Any, ...]]:
     sets = ["status = ?", "updated_at = ?"]
-    params: list[Any] = [to.value, _ts(now)]
+    params: list[Any] = [change.to.value, _ts(now)]
     # Optional fields are only written when given, so a later transition does not
     # erase what an earlier one recorded.
     for column, value in (
-        ("status_reason", reason),
-        ("ticket_id", ticket_id),
-        ("last_error", last_error),
-        ("scheduled_at", _ts_opt(scheduled_at)),
+        ("status_reason", change.reason),
+        ("ticket_id", change.ticket_id),
+        ("last_error", change.last_error),
+        ("scheduled_at", _ts_opt(change.scheduled_at)),
     ):
         if value is not None:
             sets.append(f"{column} = ?")
             params.append(value)
-    if release_live_key:
+    if change.release_live_key:
         sets.append("live_key = NULL")
     expected = [s.value for s in expect]
     sql = (
         f"UPDATE messages SET {', '.join(sets)} "
         f"WHERE id = ? AND status IN ({_placeholders(len(expected))})"
     )
-    return sql, (*params, message_id, *expected)
+    return sql, (*params, change.message_id, *expected)
 
 
 def _apply_transition(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:

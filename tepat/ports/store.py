@@ -37,6 +37,8 @@ class StatusChange:
     reason: str | None = None
     ticket_id: str | None = None
     last_error: str | None = None
+    scheduled_at: datetime | None = None
+    release_live_key: bool = False
 
 
 @dataclass(frozen=True, slots=True)
