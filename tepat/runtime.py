@@ -84,10 +84,11 @@ class Runtime:
 
     async def restore_embedded_queue(self) -> int:
         """The embedded broker keeps nothing: re-enqueue every pending message from the store."""
-        batches = 0
+        batches = self.enqueuer.collector()  # fills batches across pages, as planning does
         async for page in self.store.iter_pending(1000):
-            batches += await self.enqueuer.enqueue(page)
-        return batches
+            await batches.add(page)
+        await batches.flush()
+        return batches.published
 
 
 @asynccontextmanager
