@@ -9,7 +9,7 @@ from datetime import datetime, time
 from pathlib import Path
 from typing import TypeVar
 
-from tepat.adapters.sqlite_store import SqliteStore
+from tepat.adapters.sqlite import SqliteStore
 from tepat.domain.categories import DEFAULT_CATEGORIES
 from tepat.domain.models import Device, Message, Reminder, User, message_id_for, oneoff_live_key
 from tepat.domain.zones import available_zones

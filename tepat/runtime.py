@@ -33,7 +33,7 @@ log = structlog.get_logger("tepat.runtime")
 def make_store(settings: Settings, clock: Clock) -> Store:
     url = settings.database_url
     if url.startswith("sqlite:///"):
-        from tepat.adapters.sqlite_store import SqliteStore
+        from tepat.adapters.sqlite import SqliteStore
 
         return SqliteStore(url.removeprefix("sqlite:///"), clock=clock)
     from tepat.adapters.mongo_store import MongoStore

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tepat.adapters.sqlite_store import SqliteStore
+from tepat.adapters.sqlite import SqliteStore
 from tepat.domain.models import Reminder, User
 
 TIMES = (time(0, 30), time(1, 30), time(2, 30), time(9, 0))

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, time, timedelta
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
-from tepat.adapters.sqlite_store import SqliteStore
+from tepat.adapters.sqlite import SqliteStore
 from tepat.domain.categories import CategoryPolicy
 from tepat.domain.models import Message, Reminder, User, message_id_for
 from tepat.domain.planning import plan_reminder

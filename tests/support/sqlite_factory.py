@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from tepat.adapters.sqlite_store import SqliteStore
+from tepat.adapters.sqlite import SqliteStore
 from tepat.ports.store import Store
 from tests.support.store_factories import STORE_FACTORIES
 

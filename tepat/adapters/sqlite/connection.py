@@ -1,0 +1,141 @@
+"""The one connection and its worker thread: how every query reaches SQLite.
+
+Several processes may share one database file (two ``tepat plan`` runs, the API
+and a consumer): WAL lets readers proceed beside the one writer, every
+read-then-write runs in a ``BEGIN IMMEDIATE`` transaction, ``busy_timeout``
+waits for another process's lock instead of failing, and the unique indexes
+(not check-then-insert) decide what already exists.
+
+Each store owns one connection, used only by one dedicated worker thread, so
+the event loop never waits on the disk or on another process's lock.
+
+Stdlib ``sqlite3`` rather than aiosqlite: one fewer dependency, and a single
+writer thread is what we want anyway; aiosqlite would only wrap the same thing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from tepat.adapters.sqlite.codecs import _MESSAGE_FIELDS, Row, _chunks, _placeholders, _ts, _unique
+from tepat.adapters.sqlite.schema import Conn, _connect, _migrate
+from tepat.clock import Clock, SystemClock
+
+T = TypeVar("T")
+
+# Bound on ids in one ``IN (...)``: far below SQLite's variable limit, and small
+# enough that one statement never holds the write lock for long.
+ID_CHUNK = 500
+# Rows per multi-row INSERT (further capped by the connection's variable limit).
+INSERT_ROWS_PER_STATEMENT = 500
+
+
+def _immediate(fn: Callable[[Conn], T], conn: Conn) -> T:
+    """Run ``fn`` in a write transaction taken up front, so a read-then-write
+    never finds its snapshot stale when it comes to write."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+class SqliteBase:
+    """One connection, used only by one worker thread, and the helpers every query runs through."""
+
+    def __init__(self, path: str, clock: Clock | None = None) -> None:
+        self._path = path
+        self._clock: Clock = clock or SystemClock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: Conn | None = None  # touched only by the worker thread
+        self._rows_per_insert = INSERT_ROWS_PER_STATEMENT
+
+    # ----------------------------------------------------------------- plumbing
+
+    async def _run(self, fn: Callable[[Conn], T]) -> T:
+        if self._executor is None:
+            raise RuntimeError("SqliteStore used before open() or after close()")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._in_worker, fn)
+
+    def _in_worker(self, fn: Callable[[Conn], T]) -> T:
+        assert self._conn is not None, "open() connects before any other call"
+        result = fn(self._conn)
+        # A cursor must not leave this thread: freed on the event loop's thread it
+        # resets a cached statement the worker may be reusing ("bad parameter or
+        # other API misuse"). Fetch rows or counts here instead.
+        assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
+        return result
+
+    async def _write(self, fn: Callable[[Conn], T]) -> T:
+        return await self._run(partial(_immediate, fn))
+
+    def _now(self) -> str:
+        return _ts(self._clock.now())
+
+    async def _select(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return await self._run(lambda c: c.execute(sql, params).fetchall())
+
+    async def _select_in(
+        self, sql: str, ids: Sequence[str], params: Sequence[Any] = ()
+    ) -> list[Row]:
+        """``sql`` has one ``{ids}`` placeholder list, filled a chunk at a time."""
+        keys = _unique(ids)
+
+        def run(conn: Conn) -> list[Row]:
+            rows: list[Row] = []
+            for chunk in _chunks(keys, ID_CHUNK):
+                query = sql.format(ids=_placeholders(len(chunk)))
+                rows.extend(conn.execute(query, (*chunk, *params)).fetchall())
+            return rows
+
+        return await self._run(run)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite")
+        now = self._now()
+
+        def setup(_: Conn | None) -> None:
+            self._conn = _connect(self._path)
+            limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+            self._rows_per_insert = min(INSERT_ROWS_PER_STATEMENT, limit // len(_MESSAGE_FIELDS))
+            _immediate(partial(_migrate, now=now), self._conn)
+
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, setup, None)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+
+        def shutdown() -> None:
+            if self._conn is not None:
+                # Optional housekeeping: skip it when another process holds the lock.
+                with contextlib.suppress(sqlite3.OperationalError):
+                    self._conn.execute("PRAGMA optimize")
+                self._conn.close()
+                self._conn = None
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, shutdown)
+        finally:
+            executor.shutdown(wait=False)

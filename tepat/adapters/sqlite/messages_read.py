@@ -1,0 +1,139 @@
+"""Reading messages: by id or live key, the user's pages, due, stuck and failed ones."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from tepat.adapters.sqlite.codecs import (
+    _MESSAGE_COLUMNS,
+    _MESSAGE_FIELDS,
+    _dt,
+    _message,
+    _placeholders,
+    _ts,
+    _unique,
+)
+from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.domain.errors import DomainError
+from tepat.domain.models import Message
+from tepat.ports.store import Counts, MessagePage, MessageQuery
+
+
+def _encode_cursor(scheduled_at: str, message_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{scheduled_at}|{message_id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        scheduled_at, message_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
+        _dt(scheduled_at)
+    except (binascii.Error, UnicodeError, ValueError):
+        raise DomainError("cursor", "not a cursor this service returned") from None
+    return scheduled_at, message_id
+
+
+class MessagesReadMixin(SqliteBase):
+    """Reads of messages."""
+
+    async def get_message(self, message_id: str) -> Message | None:
+        rows = await self._select(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
+        )
+        return _message(rows[0]) if rows else None
+
+    async def get_messages(self, message_ids: Sequence[str]) -> list[Message]:
+        rows = await self._select_in(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN ({{ids}})", message_ids
+        )
+        by_id = {m.id: m for m in map(_message, rows)}
+        return [by_id[i] for i in _unique(message_ids) if i in by_id]
+
+    async def find_by_live_key(self, live_key: str) -> Message | None:
+        rows = await self._select(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE live_key = ?", (live_key,)
+        )
+        return _message(rows[0]) if rows else None
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        if query.limit < 1:
+            raise DomainError("limit", "must be at least 1")
+        where = ["user_id = ?"]
+        params: list[Any] = [query.user_id]
+        if query.statuses:
+            where.append(f"status IN ({_placeholders(len(query.statuses))})")
+            params.extend(sorted(s.value for s in query.statuses))
+        if query.scheduled_from is not None:
+            where.append("scheduled_at >= ?")
+            params.append(_ts(query.scheduled_from))
+        if query.scheduled_to is not None:
+            where.append("scheduled_at < ?")
+            params.append(_ts(query.scheduled_to))
+        if query.cursor is not None:
+            where.append("(scheduled_at, id) < (?, ?)")
+            params.extend(_decode_cursor(query.cursor))
+        sql = (
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(where)} "
+            "ORDER BY scheduled_at DESC, id DESC LIMIT ?"
+        )
+        rows = await self._select(sql, (*params, query.limit + 1))
+        page = rows[: query.limit]
+        next_cursor = None
+        if len(rows) > query.limit:
+            last = page[-1]
+            next_cursor = _encode_cursor(last[_MESSAGE_FIELDS.index("scheduled_at")], last[0])
+        return MessagePage(items=[_message(r) for r in page], next_cursor=next_cursor)
+
+    async def due_pending(self, before: datetime, limit: int) -> list[Message]:
+        rows = await self._select(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE status = 'pending' AND scheduled_at < ? ORDER BY scheduled_at, id LIMIT ?",
+            (_ts(before), limit),
+        )
+        return [_message(r) for r in rows]
+
+    async def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
+        sql = (
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE status = 'pending' AND (scheduled_at, id) > (?, ?) "
+            "ORDER BY scheduled_at, id LIMIT ?"
+        )
+        after = ("", "")
+        while True:
+            rows = await self._select(sql, (*after, batch_size))
+            if not rows:
+                return
+            yield [_message(r) for r in rows]
+            last = rows[-1]
+            after = (last[_MESSAGE_FIELDS.index("scheduled_at")], last[0])
+
+    async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
+        rows = await self._select(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE status = 'sending' AND claimed_at < ? ORDER BY claimed_at, id LIMIT ?",
+            (_ts(claimed_before), limit),
+        )
+        return [_message(r) for r in rows]
+
+    async def count_messages(self) -> Counts:
+        rows = await self._select(
+            "SELECT status, category, count(*) FROM messages GROUP BY status, category"
+        )
+        return Counts(by_status_category={(s, c): n for s, c, n in rows})
+
+    async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
+        where = "status = 'failed'"
+        params: list[Any] = []
+        if before_id is not None:
+            # Keyset on (updated_at, id) of the last message of the previous page.
+            where += " AND (updated_at, id) < (SELECT updated_at, id FROM messages WHERE id = ?)"
+            params.append(before_id)
+        rows = await self._select(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where} "
+            "ORDER BY updated_at DESC, id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_message(r) for r in rows]

@@ -1,0 +1,216 @@
+"""Writing messages: bulk insert, claim, status transitions, cancelling pending ones."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from functools import lru_cache, partial
+from typing import Any
+
+from tepat.adapters.sqlite.codecs import (
+    _MESSAGE_COLUMNS,
+    _MESSAGE_FIELDS,
+    Row,
+    _chunks,
+    _message,
+    _message_params,
+    _placeholders,
+    _ts,
+    _ts_opt,
+    _unique,
+)
+from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
+from tepat.adapters.sqlite.schema import Conn
+from tepat.domain.models import Message, MessageStatus
+from tepat.ports.store import InsertResult, StatusChange
+
+# Messages per write transaction: big enough to amortise the commit, small
+# enough that another process's writer waits a fraction of a second at most.
+INSERT_ROWS_PER_TRANSACTION = 5000
+
+
+def _with_stamps(m: Message, now: datetime) -> Message:
+    """The message as stored: timestamps the caller left out filled from the clock."""
+    if m.created_at is not None and m.updated_at is not None:
+        return m
+    return dataclasses.replace(m, created_at=m.created_at or now, updated_at=m.updated_at or now)
+
+
+@lru_cache(maxsize=8)
+def _insert_messages_sql(rows: int) -> str:
+    one = f"({_placeholders(len(_MESSAGE_FIELDS))})"
+    values = ",".join([one] * rows)
+    # No conflict target: DO NOTHING then covers every unique index, the
+    # partial ones included, which is exactly "already exists".
+    return (
+        f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES {values} "
+        "ON CONFLICT DO NOTHING RETURNING id"
+    )
+
+
+class MessagesWriteMixin(SqliteBase):
+    """Writes to messages: insert, claim, transitions, cancel."""
+
+    async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
+        now = self._clock.now()
+        now_text = _ts(now)
+        created: list[Message] = []
+        # One transaction per slice, not per call: a 300k plan must not hold
+        # the write lock for seconds while another process waits. A crash
+        # between slices is harmless, since inserting again is idempotent.
+        # Slice k+1 is encoded here while the worker writes slice k: sqlite3
+        # releases the GIL while it works, so the two overlap on two cores.
+        writing: asyncio.Future[list[Message]] | None = None
+        try:
+            for batch in _chunks(messages, INSERT_ROWS_PER_TRANSACTION):
+                rows = [_message_params(m, now_text) for m in batch]
+                if writing is not None:
+                    created.extend(await writing)
+                writing = asyncio.ensure_future(self._insert_batch(batch, rows, now))
+            if writing is not None:
+                created.extend(await writing)
+        finally:
+            if writing is not None and not writing.done():
+                # Encoding failed mid-way: let the slice in flight finish
+                # (its rows are committed either way) before reporting.
+                await asyncio.wait([writing])
+        return InsertResult(created=created, existing=len(messages) - len(created))
+
+    async def _insert_batch(
+        self, batch: Sequence[Message], rows: Sequence[Row], now: datetime
+    ) -> list[Message]:
+        inserted = await self._write(partial(self._insert_rows, rows))
+        return [_with_stamps(m, now) for m in _pick_inserted(batch, inserted)]
+
+    def _insert_rows(self, rows: Sequence[Row], conn: Conn) -> set[str]:
+        inserted: set[str] = set()
+        for chunk in _chunks(rows, self._rows_per_insert):
+            flat = [value for row in chunk for value in row]
+            cursor = conn.execute(_insert_messages_sql(len(chunk)), flat)
+            inserted.update(r[0] for r in cursor.fetchall())
+        return inserted
+
+    async def claim(self, message_ids: Sequence[str], now: datetime) -> list[Message]:
+        ids = _unique(message_ids)
+        stamp = _ts(now)
+
+        def run(conn: Conn) -> list[Row]:
+            rows: list[Row] = []
+            for chunk in _chunks(ids, ID_CHUNK):
+                sql = (
+                    "UPDATE messages SET status = 'sending', claimed_at = ?, "
+                    "attempts = attempts + 1, updated_at = ? "
+                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = 'pending' "
+                    f"RETURNING {_MESSAGE_COLUMNS}"
+                )
+                rows.extend(conn.execute(sql, (stamp, stamp, *chunk)).fetchall())
+            return rows
+
+        by_id = {m.id: m for m in map(_message, await self._write(run))}
+        return [by_id[i] for i in ids if i in by_id]
+
+    async def transition(
+        self,
+        message_id: str,
+        to: MessageStatus,
+        now: datetime,
+        *,
+        expect: Sequence[MessageStatus],
+        reason: str | None = None,
+        ticket_id: str | None = None,
+        last_error: str | None = None,
+        scheduled_at: datetime | None = None,
+        release_live_key: bool = False,
+    ) -> bool:
+        if not expect:
+            return False
+        sql, params = _transition_statement(
+            StatusChange(
+                message_id, to, reason, ticket_id, last_error, scheduled_at, release_live_key
+            ),
+            now,
+            expect,
+        )
+        return await self._write(lambda c: _apply_transition(c, sql, params)) > 0
+
+    async def transition_many(
+        self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
+    ) -> int:
+        if not expect or not changes:
+            return 0
+        statements = [_transition_statement(ch, now, expect) for ch in changes]
+        return await self._write(
+            lambda c: sum(_apply_transition(c, sql, params) for sql, params in statements)
+        )
+
+    async def cancel_pending(
+        self,
+        user_id: str,
+        after: datetime,
+        now: datetime,
+        reason: str,
+        reminder_id: str | None = None,
+    ) -> int:
+        stamp = _ts(now)
+        # One-off messages name an absolute instant a re-plan does not change.
+        sql = (
+            "UPDATE messages SET status = 'cancelled', status_reason = ?, live_key = NULL, "
+            "updated_at = ? WHERE user_id = ? AND status = 'pending' AND scheduled_at >= ? "
+            "AND reminder_id IS NOT NULL"
+        )
+        params: list[Any] = [reason, stamp, user_id, _ts(after)]
+        if reminder_id is not None:
+            sql += " AND reminder_id = ?"
+            params.append(reminder_id)
+        return await self._write(lambda c: c.execute(sql, params).rowcount)
+
+
+def _pick_inserted(batch: Sequence[Message], inserted: set[str]) -> Iterator[Message]:
+    """The messages of ``batch`` whose rows were inserted, in input order.
+
+    RETURNING order is unspecified, so match by id; a repeated id counts once.
+    """
+    remaining = set(inserted)
+    for m in batch:
+        if m.id in remaining:
+            remaining.discard(m.id)
+            yield m
+
+
+def _transition_statement(
+    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
+) -> tuple[str, tuple[Any, ...]]:
+    sets = ["status = ?", "updated_at = ?"]
+    params: list[Any] = [change.to.value, _ts(now)]
+    # Optional fields are only written when given, so a later transition does not
+    # erase what an earlier one recorded.
+    for column, value in (
+        ("status_reason", change.reason),
+        ("ticket_id", change.ticket_id),
+        ("last_error", change.last_error),
+        ("scheduled_at", _ts_opt(change.scheduled_at)),
+    ):
+        if value is not None:
+            sets.append(f"{column} = ?")
+            params.append(value)
+    if change.release_live_key:
+        sets.append("live_key = NULL")
+    expected = [s.value for s in expect]
+    sql = (
+        f"UPDATE messages SET {', '.join(sets)} "
+        f"WHERE id = ? AND status IN ({_placeholders(len(expected))})"
+    )
+    return sql, (*params, change.message_id, *expected)
+
+
+def _apply_transition(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:
+    try:
+        return int(conn.execute(sql, params).rowcount)
+    except sqlite3.IntegrityError:
+        # Back to pending onto a (user, device, category, label, instant) slot another
+        # pending message already holds: the update did not happen, and that sibling
+        # carries the same notification.
+        return 0

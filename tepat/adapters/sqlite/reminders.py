@@ -1,0 +1,100 @@
+"""Reminders and per-category preferences."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from tepat.adapters.sqlite.codecs import (
+    _REMINDER_COLUMNS,
+    Row,
+    _placeholders,
+    _reminder,
+    _reminder_params,
+)
+from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.schema import Conn
+from tepat.domain.models import Reminder
+
+
+class RemindersMixin(SqliteBase):
+    """Reminders and per-category preferences."""
+
+    # ----------------------------------------------------------------- reminders
+
+    async def upsert_reminder(self, reminder: Reminder) -> Reminder:
+        sql = (
+            f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(13)}) "
+            "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
+            "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
+            "label = excluded.label, days = excluded.days, data = excluded.data, "
+            "enabled = excluded.enabled, version = excluded.version, "
+            f"updated_at = excluded.updated_at RETURNING {_REMINDER_COLUMNS}"
+        )
+        params = _reminder_params(reminder, self._now())
+        row = await self._write(lambda c: c.execute(sql, params).fetchone())
+        return _reminder(row)
+
+    async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
+        rows = await self._select(
+            f"SELECT {_REMINDER_COLUMNS} FROM reminders WHERE user_id = ? AND reminder_id = ?",
+            (user_id, reminder_id),
+        )
+        return _reminder(rows[0]) if rows else None
+
+    async def delete_reminder(self, user_id: str, reminder_id: str) -> bool:
+        sql = "DELETE FROM reminders WHERE user_id = ? AND reminder_id = ?"
+        return await self._write(lambda c: c.execute(sql, (user_id, reminder_id)).rowcount) > 0
+
+    async def list_reminders(self, user_id: str) -> list[Reminder]:
+        rows = await self._select(
+            f"SELECT {_REMINDER_COLUMNS} FROM reminders WHERE user_id = ? ORDER BY reminder_id",
+            (user_id,),
+        )
+        return [_reminder(r) for r in rows]
+
+    async def reminders_for_users(self, user_ids: Sequence[str]) -> dict[str, list[Reminder]]:
+        rows = await self._select_in(
+            f"SELECT {_REMINDER_COLUMNS} FROM reminders WHERE user_id IN ({{ids}}) "
+            "ORDER BY user_id, reminder_id",
+            user_ids,
+        )
+        found: dict[str, list[Reminder]] = {}
+        for reminder in map(_reminder, rows):
+            found.setdefault(reminder.user_id, []).append(reminder)
+        return found
+
+    # ----------------------------------------------------------------- preferences
+
+    async def set_preferences(
+        self, user_id: str, categories: Mapping[str, bool]
+    ) -> dict[str, bool]:
+        now = self._now()
+        upsert = (
+            "INSERT INTO preferences VALUES (?, ?, ?, ?) ON CONFLICT(user_id, category) "
+            "DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at"
+        )
+        select = "SELECT category, enabled FROM preferences WHERE user_id = ?"
+
+        def run(conn: Conn) -> list[Row]:
+            conn.executemany(
+                upsert, [(user_id, cat, int(on), now) for cat, on in categories.items()]
+            )
+            return conn.execute(select, (user_id,)).fetchall()
+
+        return {cat: bool(on) for cat, on in await self._write(run)}
+
+    async def get_preferences(self, user_id: str) -> dict[str, bool]:
+        rows = await self._select(
+            "SELECT category, enabled FROM preferences WHERE user_id = ?", (user_id,)
+        )
+        return {cat: bool(on) for cat, on in rows}
+
+    async def preferences_for_users(self, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
+        rows = await self._select_in(
+            "SELECT user_id, category, enabled FROM preferences WHERE user_id IN ({ids})",
+            user_ids,
+        )
+        found: dict[str, dict[str, bool]] = {}
+        for user_id, cat, on in rows:
+            found.setdefault(user_id, {})[cat] = bool(on)
+        return found

@@ -1,0 +1,182 @@
+"""Opening the database file: pragmas (WAL, busy timeout, cache) and the numbered migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+import time as _time
+from pathlib import Path
+
+Conn = sqlite3.Connection
+
+BUSY_TIMEOUT_S = 30.0
+CACHE_KIB = 64 * 1024
+
+# Numbered migrations, applied in order, each exactly once, recorded in
+# ``schema_migrations``. Never edit a released one: append a new number.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            """CREATE TABLE meta (
+                key TEXT PRIMARY KEY,
+                value TEXT NOT NULL
+            )""",
+            """CREATE TABLE users (
+                user_id TEXT PRIMARY KEY,
+                timezone TEXT NOT NULL,
+                locale TEXT NOT NULL,
+                quiet_start TEXT,
+                quiet_end TEXT,
+                enabled INTEGER NOT NULL,
+                plan_version INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE devices (
+                user_id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                push_token TEXT NOT NULL,
+                platform TEXT,
+                active INTEGER NOT NULL,
+                consecutive_failures INTEGER NOT NULL DEFAULT 0,
+                deactivated_reason TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (user_id, device_id)
+            )""",
+            "CREATE UNIQUE INDEX ux_devices_active_device ON devices(device_id) WHERE active = 1",
+            "CREATE UNIQUE INDEX ux_devices_active_token ON devices(push_token) WHERE active = 1",
+            """CREATE TABLE reminders (
+                user_id TEXT NOT NULL,
+                reminder_id TEXT NOT NULL,
+                category TEXT NOT NULL,
+                local_time TEXT NOT NULL,
+                title TEXT NOT NULL,
+                body TEXT NOT NULL,
+                label TEXT NOT NULL,
+                days TEXT NOT NULL,
+                data TEXT NOT NULL,
+                enabled INTEGER NOT NULL,
+                version INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (user_id, reminder_id)
+            )""",
+            """CREATE TABLE preferences (
+                user_id TEXT NOT NULL,
+                category TEXT NOT NULL,
+                enabled INTEGER NOT NULL,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (user_id, category)
+            )""",
+            """CREATE TABLE messages (
+                id TEXT PRIMARY KEY,
+                user_id TEXT NOT NULL,
+                category TEXT NOT NULL,
+                label TEXT NOT NULL,
+                title TEXT NOT NULL,
+                body TEXT NOT NULL,
+                scheduled_at TEXT NOT NULL,
+                timezone TEXT NOT NULL,
+                dedup_key TEXT NOT NULL,
+                live_key TEXT,
+                device_id TEXT,
+                reminder_id TEXT,
+                idempotency_key TEXT,
+                request_hash TEXT,
+                local_date TEXT,
+                local_time TEXT,
+                data TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'sending', 'sent',
+                    'delivered', 'failed', 'skipped', 'missed', 'cancelled')),
+                status_reason TEXT,
+                attempts INTEGER NOT NULL,
+                ticket_id TEXT,
+                last_error TEXT,
+                plan_version INTEGER NOT NULL,
+                claimed_at TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            "CREATE UNIQUE INDEX ux_messages_dedup ON messages(dedup_key)",
+            """CREATE UNIQUE INDEX ux_messages_live ON messages(live_key)
+                WHERE live_key IS NOT NULL""",
+            # '*' stands for "all the user's devices" (device_id NULL), which a
+            # plain unique index would treat as distinct from every other NULL.
+            """CREATE UNIQUE INDEX ux_messages_pending_slot ON messages(
+                user_id, coalesce(device_id, '*'), category, label, scheduled_at
+            ) WHERE status = 'pending'""",
+            "CREATE INDEX ix_messages_user_time ON messages(user_id, scheduled_at, id)",
+            """CREATE INDEX ix_messages_pending_due ON messages(scheduled_at, id)
+                WHERE status = 'pending'""",
+            """CREATE INDEX ix_messages_sending_claimed ON messages(claimed_at, id)
+                WHERE status = 'sending'""",
+            """CREATE INDEX ix_messages_failed_updated ON messages(updated_at, id)
+                WHERE status = 'failed'""",
+            # Category first: led by status, the planner would prefer it over the
+            # partial indexes above for "status = 'pending'" and sort in memory.
+            "CREATE INDEX ix_messages_category_status ON messages(category, status)",
+            """CREATE TABLE tickets (
+                ticket_id TEXT PRIMARY KEY,
+                message_id TEXT NOT NULL,
+                user_id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                push_token TEXT NOT NULL,
+                sent_at TEXT NOT NULL,
+                receipt_status TEXT,
+                receipt_error TEXT,
+                checked_at TEXT
+            )""",
+            "CREATE INDEX ix_tickets_message ON tickets(message_id)",
+            """CREATE INDEX ix_tickets_awaiting ON tickets(sent_at, ticket_id)
+                WHERE receipt_status IS NULL""",
+        ),
+    ),
+)
+
+
+def _migrate(conn: Conn, now: str) -> None:
+    """Apply the missing migrations; a second process opening at once waits, then finds none."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY,
+            applied_at TEXT NOT NULL
+        )"""
+    )
+    current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+    for version, statements in MIGRATIONS:
+        if version <= current:
+            continue
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, now))
+
+
+def _enable_wal(conn: Conn) -> None:
+    """Switch to WAL (persistent in the file); retried because the switch needs a
+    brief exclusive lock that a concurrent opener may hold, and it does not
+    always go through the busy handler."""
+    deadline = _time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or _time.monotonic() > deadline:
+                raise
+            _time.sleep(0.05)  # worker thread, not the event loop
+
+
+def _connect(path: str) -> Conn:
+    if path != ":memory:" and not path.startswith("file:"):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    _enable_wal(conn)
+    # NORMAL in WAL mode: a power cut may lose the last commits, never corrupt.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    # Bulk plans insert into seven message indexes in hash order; the default
+    # 2 MB page cache makes that disk-bound long before 300k rows.
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    return conn

@@ -1,0 +1,32 @@
+"""The Store on SQLite, composed of one mixin per aggregate over the shared connection."""
+
+from __future__ import annotations
+
+from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.messages_read import MessagesReadMixin
+from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
+from tepat.adapters.sqlite.reminders import RemindersMixin
+from tepat.adapters.sqlite.tickets import TicketsMixin
+from tepat.adapters.sqlite.users import UsersMixin
+
+
+class SqliteStore(
+    UsersMixin,
+    RemindersMixin,
+    MessagesWriteMixin,
+    MessagesReadMixin,
+    TicketsMixin,
+    SqliteBase,
+):
+    """The :class:`tepat.ports.store.Store` on one SQLite file."""
+
+    async def ping(self) -> None:
+        await self._select("SELECT 1")
+
+    async def get_meta(self, key: str) -> str | None:
+        rows = await self._select("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    async def set_meta(self, key: str, value: str) -> None:
+        sql = "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        await self._write(lambda c: c.execute(sql, (key, value)).rowcount)

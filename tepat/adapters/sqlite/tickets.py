@@ -1,0 +1,55 @@
+"""Push tickets and their receipts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from tepat.adapters.sqlite.codecs import (
+    _TICKET_COLUMNS,
+    _placeholders,
+    _ticket,
+    _ticket_params,
+    _ts,
+)
+from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.domain.models import Ticket
+
+
+class TicketsMixin(SqliteBase):
+    """Push tickets and their receipts."""
+
+    async def add_tickets(self, tickets: Sequence[Ticket]) -> None:
+        sql = (
+            f"INSERT INTO tickets ({_TICKET_COLUMNS}) VALUES ({_placeholders(9)}) "
+            "ON CONFLICT(ticket_id) DO NOTHING"
+        )
+        params = [_ticket_params(t) for t in tickets]
+        if params:
+            await self._write(lambda c: c.executemany(sql, params).rowcount)
+
+    async def tickets_awaiting_receipt(self, sent_before: datetime, limit: int) -> list[Ticket]:
+        rows = await self._select(
+            f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE receipt_status IS NULL "
+            "AND sent_at < ? ORDER BY sent_at, ticket_id LIMIT ?",
+            (_ts(sent_before), limit),
+        )
+        return [_ticket(r) for r in rows]
+
+    async def record_receipt(
+        self, ticket_id: str, status: str, error: str | None, now: datetime
+    ) -> bool:
+        sql = (
+            "UPDATE tickets SET receipt_status = ?, receipt_error = ?, checked_at = ? "
+            "WHERE ticket_id = ? AND receipt_status IS NULL"
+        )
+        params = (status, error, _ts(now), ticket_id)
+        return await self._write(lambda c: c.execute(sql, params).rowcount) > 0
+
+    async def tickets_for_message(self, message_id: str) -> list[Ticket]:
+        rows = await self._select(
+            f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE message_id = ? "
+            "ORDER BY sent_at, ticket_id",
+            (message_id,),
+        )
+        return [_ticket(r) for r in rows]
