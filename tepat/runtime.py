@@ -36,7 +36,7 @@ def make_store(settings: Settings, clock: Clock) -> Store:
         from tepat.adapters.sqlite import SqliteStore
 
         return SqliteStore(url.removeprefix("sqlite:///"), clock=clock)
-    from tepat.adapters.mongo_store import MongoStore
+    from tepat.adapters.mongo import MongoStore
 
     return MongoStore(url, clock=clock)
 

@@ -1,7 +1,7 @@
 """A thin asyncio facade over ``mongomock`` shaped like ``pymongo.AsyncMongoClient``.
 
 No MongoDB server can run on the development machines, so the contract suite
-runs :class:`tepat.adapters.mongo_store.MongoStore` on ``mongomock`` (which is
+runs :class:`tepat.adapters.mongo.MongoStore` on ``mongomock`` (which is
 synchronous). This module exposes exactly the part of the async API the adapter
 uses and nothing more: awaitable collection methods, ``find()`` returning a
 cursor with ``sort``/``limit`` chaining, ``async for`` and ``to_list``, and an

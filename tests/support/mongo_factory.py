@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pymongo import AsyncMongoClient
 
-from tepat.adapters.mongo_store import MongoStore
+from tepat.adapters.mongo import MongoStore
 from tepat.ports.store import Store
 from tests.support.mongo_async_mock import AsyncMockClient
 from tests.support.store_factories import STORE_FACTORIES

@@ -1,0 +1,51 @@
+"""What every part of the MongoDB store shares: the client and database handles."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from pymongo.errors import BulkWriteError
+
+from tepat.clock import Clock, SystemClock
+
+DEFAULT_DATABASE = "tepat"
+DUPLICATE_KEY = 11000
+
+
+def database_name(url: str) -> str:
+    """The database named by the URL path (``mongodb://host/tepat``), else ``tepat``.
+
+    Parsed by hand rather than with the driver's URI parser so it also works for
+    an injected client and never resolves ``mongodb+srv`` records.
+    """
+    path = urlsplit(url).path.lstrip("/")
+    return path or DEFAULT_DATABASE
+
+
+def only_duplicates(exc: BulkWriteError) -> set[int]:
+    """Input indexes rejected by a unique index; re-raises on any other failure."""
+    details = exc.details
+    errors = details.get("writeErrors", [])
+    if details.get("writeConcernErrors") or any(e.get("code") != DUPLICATE_KEY for e in errors):
+        raise exc
+    return {int(e["index"]) for e in errors}
+
+
+class MongoBase:
+    """The handles the aggregate mixins work on; :class:`MongoStore` composes them."""
+
+    def __init__(self, url: str, *, client: Any | None = None, clock: Clock | None = None) -> None:
+        self._url = url
+        self._db_name = database_name(url)
+        self._owns_client = client is None
+        # The client and its collections are duck-typed (``Any``) on purpose: the
+        # real AsyncMongoClient and the test facade share an API, not a class.
+        self._client: Any = client
+        self._clock: Clock = clock or SystemClock()
+
+    @property
+    def _db(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("MongoStore.open() has not been called")
+        return self._client[self._db_name]

@@ -1,0 +1,319 @@
+"""Messages: insertion, claim and status transitions, and the queries over them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+from tepat.adapters.mongo.base import MongoBase, only_duplicates
+from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
+from tepat.domain.errors import DomainError
+from tepat.domain.models import Message, MessageStatus
+from tepat.ports.store import Counts, InsertResult, MessagePage, MessageQuery, StatusChange
+
+
+def _encode_cursor(scheduled_at: datetime, message_id: str) -> str:
+    ms = int(scheduled_at.timestamp() * 1000)
+    return base64.urlsafe_b64encode(f"{ms}|{message_id}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        ms, message_id = raw.split("|", 1)
+        return datetime.fromtimestamp(int(ms) / 1000, UTC), message_id
+    except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError, OSError):
+        raise DomainError("cursor", "not a cursor this service issued") from None
+
+
+class MessagesMixin(MongoBase):
+    """The ``messages`` collection."""
+
+    # --- messages -----------------------------------------------------------------
+
+    async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
+        if not messages:
+            return InsertResult(created=[], existing=0)
+        now = self._clock.now()
+        docs = [message_doc(m, now) for m in messages]
+        rejected: set[int] = set()
+        try:
+            # Unordered: one duplicate must not stop the rest of the batch, and the
+            # server reports every rejected input by its index in this list.
+            await self._db["messages"].insert_many(docs, ordered=False)
+        except BulkWriteError as exc:
+            rejected = only_duplicates(exc)
+        created = [message_from_doc(d) for i, d in enumerate(docs) if i not in rejected]
+        return InsertResult(created=created, existing=len(rejected))
+
+    async def get_message(self, message_id: str) -> Message | None:
+        doc = await self._db["messages"].find_one({"_id": message_id})
+        return None if doc is None else message_from_doc(doc)
+
+    async def get_messages(self, message_ids: Sequence[str]) -> list[Message]:
+        if not message_ids:
+            return []
+        docs = (
+            await self._db["messages"].find({"_id": {"$in": list(set(message_ids))}}).to_list(None)
+        )
+        by_id = {d["_id"]: d for d in docs}
+        seen: set[str] = set()
+        out: list[Message] = []
+        for mid in message_ids:  # input order, each once
+            if mid in by_id and mid not in seen:
+                seen.add(mid)
+                out.append(message_from_doc(by_id[mid]))
+        return out
+
+    async def find_by_live_key(self, live_key: str) -> Message | None:
+        doc = await self._db["messages"].find_one({"live_key": live_key})
+        return None if doc is None else message_from_doc(doc)
+
+    async def claim(self, message_ids: Sequence[str], now: datetime) -> list[Message]:
+        # One find_one_and_update per id rather than update_many + a claim token:
+        # a single-document findAndModify is atomic and a *retryable write*, so a
+        # network blip is retried by the driver exactly once and still tells us
+        # whether *we* moved the message; a multi-document update is neither
+        # retryable nor able to say which documents it changed.
+        messages = self._db["messages"]
+        claimed_at = bson_dt(now)
+        out: list[Message] = []
+        for mid in dict.fromkeys(message_ids):
+            doc = await messages.find_one_and_update(
+                {"_id": mid, "status": MessageStatus.PENDING.value},
+                {
+                    "$set": {
+                        "status": MessageStatus.SENDING.value,
+                        "claimed_at": claimed_at,
+                        "updated_at": claimed_at,
+                    },
+                    "$inc": {"attempts": 1},
+                },
+                return_document=ReturnDocument.AFTER,
+            )
+            if doc is not None:
+                out.append(message_from_doc(doc))
+        return out
+
+    async def transition(
+        self,
+        message_id: str,
+        to: MessageStatus,
+        now: datetime,
+        *,
+        expect: Sequence[MessageStatus],
+        reason: str | None = None,
+        ticket_id: str | None = None,
+        last_error: str | None = None,
+        scheduled_at: datetime | None = None,
+        release_live_key: bool = False,
+    ) -> bool:
+        if not expect:
+            return False
+        query, update = _transition_update(
+            StatusChange(
+                message_id, to, reason, ticket_id, last_error, scheduled_at, release_live_key
+            ),
+            now,
+            expect,
+        )
+        try:
+            result = await self._db["messages"].update_one(query, update)
+        except DuplicateKeyError:
+            # Back to pending (or re-timed) onto a (user, device, category, label,
+            # instant) slot another pending message holds: the update did not
+            # happen, and that sibling carries the same notification.
+            return False
+        return bool(result.modified_count)
+
+    async def transition_many(
+        self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
+    ) -> int:
+        if not expect or not changes:
+            return 0
+        ops = [UpdateOne(*_transition_update(ch, now, expect)) for ch in changes]
+        try:
+            result = await self._db["messages"].bulk_write(ops, ordered=False)
+        except BulkWriteError as e:
+            # Unordered: every other update still ran; a duplicate-key one did not
+            # happen (see transition). Anything else is a real failure.
+            if any(err.get("code") != 11000 for err in e.details.get("writeErrors", [])):
+                raise
+            return int(e.details.get("nModified", 0))
+        return int(result.modified_count)
+
+    async def cancel_pending(
+        self,
+        user_id: str,
+        after: datetime,
+        now: datetime,
+        reason: str,
+        reminder_id: str | None = None,
+    ) -> int:
+        flt: dict[str, Any] = {
+            "user_id": user_id,
+            "status": MessageStatus.PENDING.value,
+            "scheduled_at": {"$gte": bson_dt(after)},
+        }
+        # One-off messages (no reminder) name an absolute instant: never re-planned.
+        flt["reminder_id"] = reminder_id if reminder_id is not None else {"$ne": None}
+        # Each document is updated atomically and the status filter is re-checked
+        # per document, so a message claimed meanwhile is left alone.
+        result = await self._db["messages"].update_many(
+            flt,
+            {
+                "$set": {
+                    "status": MessageStatus.CANCELLED.value,
+                    "status_reason": reason,
+                    "updated_at": bson_dt(now),
+                },
+                "$unset": {"live_key": ""},
+            },
+        )
+        return int(result.modified_count)
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        if query.limit < 1:
+            raise DomainError("limit", "must be at least 1")
+        flt: dict[str, Any] = {"user_id": query.user_id}
+        if query.statuses:
+            flt["status"] = {"$in": sorted(s.value for s in query.statuses)}
+        window: dict[str, Any] = {}
+        if query.scheduled_from is not None:
+            window["$gte"] = bson_dt(query.scheduled_from)
+        if query.scheduled_to is not None:
+            window["$lt"] = bson_dt(query.scheduled_to)
+        if window:
+            flt["scheduled_at"] = window
+        if query.cursor is not None:
+            at, mid = _decode_cursor(query.cursor)
+            flt["$or"] = [
+                {"scheduled_at": {"$lt": at}},
+                {"scheduled_at": at, "_id": {"$lt": mid}},
+            ]
+        limit = query.limit
+        docs = (
+            await self._db["messages"]
+            .find(flt)
+            .sort([("scheduled_at", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit + 1)  # one extra tells whether another page exists
+            .to_list(None)
+        )
+        items = [message_from_doc(d) for d in docs[:limit]]
+        more = len(docs) > limit
+        cursor = _encode_cursor(items[-1].scheduled_at, items[-1].id) if more and items else None
+        return MessagePage(items=items, next_cursor=cursor)
+
+    async def due_pending(self, before: datetime, limit: int) -> list[Message]:
+        if limit <= 0:  # limit(0) means *no* limit to MongoDB
+            return []
+        docs = (
+            await self._db["messages"]
+            .find({"status": MessageStatus.PENDING.value, "scheduled_at": {"$lt": bson_dt(before)}})
+            .sort([("scheduled_at", ASCENDING), ("_id", ASCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        return [message_from_doc(d) for d in docs]
+
+    async def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
+        batch_size = max(1, batch_size)  # limit(0) would mean "everything"
+        pending = MessageStatus.PENDING.value
+        last: tuple[datetime, str] | None = None
+        while True:
+            flt: dict[str, Any] = {"status": pending}
+            if last is not None:
+                at, mid = last
+                flt["$or"] = [
+                    {"scheduled_at": {"$gt": at}},
+                    {"scheduled_at": at, "_id": {"$gt": mid}},
+                ]
+            docs = (
+                await self._db["messages"]
+                .find(flt)
+                .sort([("scheduled_at", ASCENDING), ("_id", ASCENDING)])
+                .limit(batch_size)
+                .to_list(None)
+            )
+            if not docs:
+                return
+            yield [message_from_doc(d) for d in docs]
+            if len(docs) < batch_size:
+                return
+            last = (docs[-1]["scheduled_at"], docs[-1]["_id"])
+
+    async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
+        if limit <= 0:  # limit(0) means *no* limit to MongoDB
+            return []
+        docs = (
+            await self._db["messages"]
+            .find(
+                {
+                    "status": MessageStatus.SENDING.value,
+                    "claimed_at": {"$lt": bson_dt(claimed_before)},
+                }
+            )
+            .sort([("claimed_at", ASCENDING), ("_id", ASCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        return [message_from_doc(d) for d in docs]
+
+    async def count_messages(self) -> Counts:
+        cursor = await self._db["messages"].aggregate(
+            [{"$group": {"_id": {"s": "$status", "c": "$category"}, "n": {"$sum": 1}}}]
+        )
+        rows = await cursor.to_list(None)
+        return Counts(
+            by_status_category={(r["_id"]["s"], r["_id"]["c"]): int(r["n"]) for r in rows}
+        )
+
+    async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
+        if limit <= 0:  # limit(0) means *no* limit to MongoDB
+            return []
+        failed = MessageStatus.FAILED.value
+        flt: dict[str, Any] = {"status": failed}
+        if before_id is not None:
+            anchor = await self._db["messages"].find_one({"_id": before_id})
+            if anchor is None:
+                return []
+            at = anchor.get("updated_at")
+            flt["$or"] = [
+                {"updated_at": {"$lt": at}},
+                {"updated_at": at, "_id": {"$lt": before_id}},
+            ]
+        docs = (
+            await self._db["messages"]
+            .find(flt)
+            .sort([("updated_at", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        return [message_from_doc(d) for d in docs]
+
+
+def _transition_update(
+    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The filter and update of one conditional status change."""
+    fields: dict[str, Any] = {"status": change.to.value, "updated_at": bson_dt(now)}
+    # Optional fields are only written when given, so a later transition
+    # does not erase what an earlier one recorded.
+    if change.reason is not None:
+        fields["status_reason"] = change.reason
+    if change.ticket_id is not None:
+        fields["ticket_id"] = change.ticket_id
+    if change.last_error is not None:
+        fields["last_error"] = change.last_error
+    if change.scheduled_at is not None:
+        fields["scheduled_at"] = bson_dt(change.scheduled_at)
+    update: dict[str, Any] = {"$set": fields}
+    if change.release_live_key:
+        update["$unset"] = {"live_key": ""}
+    return {"_id": change.message_id, "status": {"$in": [s.value for s in expect]}}, update

@@ -1,0 +1,52 @@
+"""The MongoDB store: the production adapter of :class:`tepat.ports.store.Store`.
+
+Written against PyMongo's own asyncio API (``pymongo.AsyncMongoClient``). Motor,
+which the product card names, is deprecated (end of life May 2026) and PyMongo's
+async client replaces it (GUIDE.md §6).
+
+The uniqueness guarantees live in :mod:`tepat.adapters.mongo.indexes`; the
+document formats and the millisecond rule for instants in
+:mod:`tepat.adapters.mongo.codecs`.
+"""
+
+from __future__ import annotations
+
+from pymongo import AsyncMongoClient
+
+from tepat.adapters.mongo.indexes import create_indexes
+from tepat.adapters.mongo.messages import MessagesMixin
+from tepat.adapters.mongo.reminders import RemindersMixin
+from tepat.adapters.mongo.tickets import TicketsMixin
+from tepat.adapters.mongo.users import UsersMixin
+
+
+class MongoStore(UsersMixin, RemindersMixin, MessagesMixin, TicketsMixin):
+    """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
+
+    ``client`` lets tests inject another client with the same async API (the
+    mongomock facade in ``tests/support``); it is then not closed by :meth:`close`.
+    """
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._client is None:
+            # tz_aware: dates come back as aware UTC instead of naive values
+            # that merely happen to be UTC.
+            self._client = AsyncMongoClient(self._url, tz_aware=True, connect=False)
+        await create_indexes(self._db)
+
+    async def close(self) -> None:
+        if self._client is not None and self._owns_client:
+            await self._client.close()
+            self._client = None
+
+    async def ping(self) -> None:
+        await self._db.command("ping")
+
+    async def get_meta(self, key: str) -> str | None:
+        doc = await self._db["meta"].find_one({"_id": key})
+        return None if doc is None else str(doc["value"])
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self._db["meta"].update_one({"_id": key}, {"$set": {"value": value}}, upsert=True)

@@ -1,0 +1,65 @@
+"""Push tickets and their receipts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pymongo import ASCENDING
+from pymongo.errors import BulkWriteError
+
+from tepat.adapters.mongo.base import MongoBase, only_duplicates
+from tepat.adapters.mongo.codecs import bson_dt, ticket_doc, ticket_from_doc
+from tepat.domain.models import Ticket
+
+
+class TicketsMixin(MongoBase):
+    """The ``tickets`` collection."""
+
+    # --- tickets ------------------------------------------------------------------
+
+    async def add_tickets(self, tickets: Sequence[Ticket]) -> None:
+        if not tickets:
+            return
+        try:
+            # A replayed batch (consumer retried after a crash) must not fail the
+            # tickets that are new, nor overwrite receipts of those already stored.
+            await self._db["tickets"].insert_many([ticket_doc(t) for t in tickets], ordered=False)
+        except BulkWriteError as exc:
+            only_duplicates(exc)
+
+    async def tickets_awaiting_receipt(self, sent_before: datetime, limit: int) -> list[Ticket]:
+        if limit <= 0:  # limit(0) means *no* limit to MongoDB
+            return []
+        docs = (
+            await self._db["tickets"]
+            .find({"receipt_status": None, "sent_at": {"$lt": bson_dt(sent_before)}})
+            .sort([("sent_at", ASCENDING), ("_id", ASCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        return [ticket_from_doc(d) for d in docs]
+
+    async def record_receipt(
+        self, ticket_id: str, status: str, error: str | None, now: datetime
+    ) -> bool:
+        result = await self._db["tickets"].update_one(
+            {"_id": ticket_id, "receipt_status": None},
+            {
+                "$set": {
+                    "receipt_status": status,
+                    "receipt_error": error,
+                    "checked_at": bson_dt(now),
+                }
+            },
+        )
+        return bool(result.modified_count)
+
+    async def tickets_for_message(self, message_id: str) -> list[Ticket]:
+        docs = (
+            await self._db["tickets"]
+            .find({"message_id": message_id})
+            .sort([("sent_at", ASCENDING), ("_id", ASCENDING)])
+            .to_list(None)
+        )
+        return [ticket_from_doc(d) for d in docs]

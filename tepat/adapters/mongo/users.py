@@ -1,0 +1,193 @@
+"""Users and their devices."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from pymongo import ASCENDING, ReturnDocument
+from pymongo.errors import DuplicateKeyError
+
+from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.codecs import (
+    bson_dt,
+    device_from_doc,
+    opt_bson_dt,
+    pair_id,
+    user_fields,
+    user_from_doc,
+)
+from tepat.domain.models import Device, User
+from tepat.ports.store import DeviceFailure
+
+REPLACED = "replaced"  # deactivated_reason of a binding taken over by a new registration
+_REGISTER_ATTEMPTS = 5
+
+
+class UsersMixin(MongoBase):
+    """The ``users`` and ``devices`` collections."""
+
+    # --- users --------------------------------------------------------------------
+
+    async def upsert_user(self, user: User) -> User:
+        now = self._clock.now()
+        doc = await self._db["users"].find_one_and_update(
+            {"_id": user.user_id},
+            {
+                "$set": user_fields(user, now),
+                # Only a new user takes the given created_at: replacing keeps the original.
+                "$setOnInsert": {"created_at": bson_dt(user.created_at or now)},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return user_from_doc(doc)
+
+    async def get_user(self, user_id: str) -> User | None:
+        doc = await self._db["users"].find_one({"_id": user_id})
+        return None if doc is None else user_from_doc(doc)
+
+    async def get_users(self, user_ids: Sequence[str]) -> dict[str, User]:
+        if not user_ids:
+            return {}
+        docs = await self._db["users"].find({"_id": {"$in": list(set(user_ids))}}).to_list(None)
+        return {d["_id"]: user_from_doc(d) for d in docs}
+
+    async def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
+        batch_size = max(1, batch_size)  # limit(0) would mean "everything"
+        # Keyset on _id (the user id) rather than skip(): flat memory and cost per page.
+        last: str | None = None
+        while True:
+            flt: dict[str, Any] = {} if last is None else {"_id": {"$gt": last}}
+            docs = (
+                await self._db["users"]
+                .find(flt)
+                .sort([("_id", ASCENDING)])
+                .limit(batch_size)
+                .to_list(None)
+            )
+            if not docs:
+                return
+            yield [user_from_doc(d) for d in docs]
+            if len(docs) < batch_size:
+                return
+            last = docs[-1]["_id"]
+
+    # --- devices ------------------------------------------------------------------
+
+    async def register_device(self, device: Device) -> Device:
+        devices = self._db["devices"]
+        key = pair_id(device.user_id, device.device_id)
+        now = bson_dt(device.updated_at or self._clock.now())
+        for attempt in range(_REGISTER_ATTEMPTS):
+            # Step 1 frees the two partial unique indexes, step 2 takes them. Another
+            # registration of the same id or token can slip in between; the index
+            # then rejects our step 2 and we simply run both steps again.
+            await devices.update_many(
+                {
+                    "_id": {"$ne": key},
+                    "active": True,
+                    "$or": [{"device_id": device.device_id}, {"push_token": device.push_token}],
+                },
+                {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": now}},
+            )
+            try:
+                doc = await devices.find_one_and_update(
+                    {"_id": key},
+                    {
+                        "$set": {
+                            "user_id": device.user_id,
+                            "device_id": device.device_id,
+                            "push_token": device.push_token,
+                            "platform": device.platform,
+                            "active": True,
+                            "consecutive_failures": 0,
+                            "deactivated_reason": None,
+                            "updated_at": now,
+                        },
+                        "$setOnInsert": {"created_at": opt_bson_dt(device.created_at) or now},
+                    },
+                    upsert=True,
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                if attempt == _REGISTER_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(0.01 * 2**attempt)
+                continue
+            return device_from_doc(doc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
+        result = await self._db["devices"].update_one(
+            {"_id": pair_id(user_id, device_id), "active": True},
+            {"$set": self._deactivation(reason)},
+        )
+        return bool(result.modified_count)
+
+    async def deactivate_token(self, push_token: str, reason: str) -> int:
+        result = await self._db["devices"].update_many(
+            {"push_token": push_token, "active": True}, {"$set": self._deactivation(reason)}
+        )
+        return int(result.modified_count)
+
+    def _deactivation(self, reason: str) -> dict[str, Any]:
+        return {
+            "active": False,
+            "deactivated_reason": reason,
+            "updated_at": bson_dt(self._clock.now()),
+        }
+
+    async def list_devices(self, user_id: str) -> list[Device]:
+        docs = (
+            await self._db["devices"]
+            .find({"user_id": user_id})
+            .sort([("device_id", ASCENDING)])
+            .to_list(None)
+        )
+        return [device_from_doc(d) for d in docs]
+
+    async def active_devices(self, user_ids: Sequence[str]) -> dict[str, list[Device]]:
+        if not user_ids:
+            return {}
+        docs = (
+            await self._db["devices"]
+            .find({"user_id": {"$in": list(set(user_ids))}, "active": True})
+            .sort([("user_id", ASCENDING), ("device_id", ASCENDING)])
+            .to_list(None)
+        )
+        out: dict[str, list[Device]] = {}
+        for d in docs:
+            out.setdefault(d["user_id"], []).append(device_from_doc(d))
+        return out
+
+    async def record_device_outcome(
+        self, push_token: str, ok: bool, max_failures: int, reason: str
+    ) -> DeviceFailure:
+        devices = self._db["devices"]
+        active = {"push_token": push_token, "active": True}
+        now = bson_dt(self._clock.now())
+        if ok:
+            # Only write when there is a streak to reset: success is the hot path.
+            await devices.update_one(
+                {**active, "consecutive_failures": {"$ne": 0}},
+                {"$set": {"consecutive_failures": 0, "updated_at": now}},
+            )
+            return DeviceFailure(deactivated=False, consecutive_failures=0)
+        # $inc is atomic, so concurrent failures each count; whoever reaches the
+        # threshold deactivates, and the active:true filter lets only one of them win.
+        doc = await devices.find_one_and_update(
+            active,
+            {"$inc": {"consecutive_failures": 1}, "$set": {"updated_at": now}},
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            return DeviceFailure(deactivated=False, consecutive_failures=0)
+        failures = int(doc["consecutive_failures"])
+        if failures < max_failures:
+            return DeviceFailure(deactivated=False, consecutive_failures=failures)
+        result = await devices.update_one(
+            {"_id": doc["_id"], "active": True}, {"$set": self._deactivation(reason)}
+        )
+        return DeviceFailure(deactivated=bool(result.modified_count), consecutive_failures=failures)
