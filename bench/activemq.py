@@ -20,7 +20,7 @@ import stomp
 
 from bench.procs import free_port
 from bench.report import ROOT, log
-from tepat.adapters.stomp_broker import parse_stomp_url
+from tepat.adapters.stomp import parse_stomp_url
 from tepat.domain.batches import decode_batch
 
 SCRIPT = ROOT / "scripts" / "activemq.sh"

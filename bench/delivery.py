@@ -32,7 +32,7 @@ from bench.config import Config
 from bench.procs import Child, Exited, child_env, tepat_argv
 from bench.report import Correctness, log
 from bench.sandbox import running_sandbox
-from tepat.adapters.stomp_broker import StompBroker
+from tepat.adapters.stomp import StompBroker
 from tepat.clock import SystemClock
 from tepat.services.enqueue import Enqueuer
 

@@ -46,7 +46,7 @@ def make_broker(settings: Settings, clock: Clock) -> Broker:
         from tepat.adapters.embedded_broker import EmbeddedBroker
 
         return EmbeddedBroker(clock)
-    from tepat.adapters.stomp_broker import StompBroker
+    from tepat.adapters.stomp import StompBroker
 
     return StompBroker(settings.broker_url, clock=clock)
 

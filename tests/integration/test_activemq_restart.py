@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tepat.adapters.stomp_broker import StompBroker
+from tepat.adapters.stomp import StompBroker
 from tests.support.activemq_factory import stomp_url
 
 pytestmark = pytest.mark.activemq

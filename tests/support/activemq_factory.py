@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from tepat.adapters.stomp_broker import StompBroker
+from tepat.adapters.stomp import StompBroker
 from tepat.clock import SystemClock
 from tests.support.broker_factories import BROKER_FACTORIES, BrokerHarness
 

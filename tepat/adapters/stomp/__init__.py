@@ -1,0 +1,34 @@
+"""ActiveMQ Classic over STOMP 1.2 (stomp.py): the production :class:`~tepat.ports.broker.Broker`.
+
+The broker instance this expects is ``deploy/activemq/conf/activemq.xml``
+(started by ``scripts/activemq.sh``): ``schedulerSupport="true"`` (otherwise
+``AMQ_SCHEDULED_DELAY`` is silently ignored), the redelivery plugin with an
+individual dead-letter queue ``DLQ.<queue>``, and the statistics plugin.
+
+One module per part, each documenting how its part maps onto ActiveMQ:
+
+* :mod:`.url`: broker URLs, queue names, selector literals;
+* :mod:`.frames`: the headers the adapter writes, decoding what it reads;
+* :mod:`.link`: one STOMP connection and its threads;
+* :mod:`.consumer`: one ``consume()`` context, its reconnects and iteration;
+* :mod:`.admin`: ``stats``, ``dead_letters``, ``replay_dead_letter``;
+* :mod:`.broker`: :class:`StompBroker`, which composes them (publish, ack, nack).
+"""
+
+from tepat.adapters.stomp.broker import StompBroker
+from tepat.adapters.stomp.errors import BrokerClosed, BrokerUnavailable
+from tepat.adapters.stomp.frames import DLQ_PREFIX, H_FIRST_ID, H_NACKS, H_QUEUE, H_REASON
+from tepat.adapters.stomp.url import StompTarget, parse_stomp_url
+
+__all__ = [
+    "DLQ_PREFIX",
+    "H_FIRST_ID",
+    "H_NACKS",
+    "H_QUEUE",
+    "H_REASON",
+    "BrokerClosed",
+    "BrokerUnavailable",
+    "StompBroker",
+    "StompTarget",
+    "parse_stomp_url",
+]

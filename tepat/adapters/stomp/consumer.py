@@ -1,0 +1,159 @@
+"""One ``consume()`` context: its subscription, reconnects and the iteration over deliveries.
+
+One STOMP connection per context, one subscription to the composite
+destination ``/queue/a,/queue/b`` with ``ack: client-individual`` and
+``activemq.prefetchSize = prefetch``, so the broker never has more than
+``prefetch`` unacked messages out to it. Leaving the context disconnects that
+connection and the broker redelivers whatever was not acked (``redelivered:
+true``).
+
+Connection loss: a consumer reconnects with exponential backoff and
+resubscribes. Deliveries from the lost connection are void (the broker
+redelivers them): acking one is a logged no-op, and those still buffered are
+dropped before the caller sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from tepat.adapters.stomp.errors import BrokerUnavailable
+from tepat.adapters.stomp.frames import H_NACKS, int_header
+from tepat.adapters.stomp.link import Link
+from tepat.ports.broker import Delivery
+
+if TYPE_CHECKING:
+    from tepat.adapters.stomp.broker import StompBroker
+
+log = structlog.get_logger("tepat.broker.stomp")
+
+
+@dataclass(eq=False)
+class Consumer:
+    broker: StompBroker
+    queues: tuple[str, ...]
+    prefetch: int
+    link: Link | None = None
+    closed: bool = False
+    buffer: asyncio.Queue[tuple[int, Delivery] | None] = field(default_factory=asyncio.Queue)
+    reconnecting: asyncio.Task[None] | None = None
+
+    @property
+    def destination(self) -> str:
+        return ",".join(f"/queue/{q}" for q in self.queues)
+
+    async def start(self) -> None:
+        self.link = await self._subscribe()
+
+    async def _subscribe(self) -> Link:
+        broker = self.broker
+        link = Link(
+            broker.target,
+            "consume",
+            heartbeat_ms=broker.heartbeat_ms,
+            timeout=broker.request_timeout,
+            on_frame=self._on_frame,
+            on_lost=self._on_lost,
+        )
+        await link.open()
+        try:
+            await link.request(
+                "subscribe",
+                self.destination,
+                id="tepat",
+                ack="client-individual",
+                headers={"activemq.prefetchSize": str(self.prefetch)},
+            )
+        except BaseException:
+            await link.close()
+            raise
+        return link
+
+    def _on_frame(self, frame: Any) -> None:
+        link = self.link
+        if self.closed or link is None:
+            return
+        headers = {str(k): str(v) for k, v in frame.headers.items()}
+        ack_id = headers.get("ack") or headers.get("message-id", "")
+        destination = headers.get("destination", "")
+        queue = destination.removeprefix("/queue/")
+        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
+        delivery = Delivery(
+            queue=queue,
+            body=body,
+            delivery_id=ack_id,
+            redelivered=headers.get("redelivered") == "true"
+            or int_header(headers.get(H_NACKS)) > 0,
+            headers=headers,
+        )
+        self.broker.in_flight[ack_id] = (self, link)
+        self.buffer.put_nowait((link.id, delivery))
+
+    def _on_lost(self, link: Link) -> None:
+        if self.closed or link is not self.link or self.reconnecting is not None:
+            return
+        self.reconnecting = asyncio.get_running_loop().create_task(self._reconnect(link))
+
+    async def _reconnect(self, lost: Link) -> None:
+        attempt = 0
+        try:
+            await lost.close()
+            while not self.closed:
+                attempt += 1
+                try:
+                    link = await self._subscribe()
+                except BrokerUnavailable as e:
+                    delay = self.broker.backoff(attempt)
+                    log.warning(
+                        "stomp consumer reconnect failed",
+                        queues=self.queues,
+                        attempt=attempt,
+                        retry_in=round(delay, 2),
+                        error=str(e),
+                    )
+                    await self.broker.clock.sleep(delay)
+                    continue
+                if self.closed:
+                    await link.close()
+                    return
+                self.link = link
+                log.info("stomp consumer resubscribed", queues=self.queues, attempts=attempt)
+                return
+        finally:
+            self.reconnecting = None
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        while True:
+            item = await self.buffer.get()
+            if item is None or self.closed:
+                self.buffer.put_nowait(None)  # wake any other waiter too
+                raise StopAsyncIteration
+            link_id, delivery = item
+            if self.link is not None and link_id == self.link.id:
+                return delivery
+            # from a connection that was lost: the broker redelivers it
+            self.broker.in_flight.pop(delivery.delivery_id, None)
+
+    async def stop(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        task, self.reconnecting = self.reconnecting, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.link is not None:
+            await self.link.close()
+        for ack_id, (consumer, _) in list(self.broker.in_flight.items()):
+            if consumer is self:
+                del self.broker.in_flight[ack_id]
+        self.buffer.put_nowait(None)

@@ -1,0 +1,216 @@
+"""One STOMP connection: stomp.py's receiver thread in, one worker thread out.
+
+stomp.py calls listeners on its receiver thread. The listener only hands the
+frame to the event loop (``call_soon_threadsafe``); every frame we *send* (ACK,
+NACK, SEND, SUBSCRIBE ...) goes through the connection's own single worker
+thread. Sending ACKs from the receiver thread deadlocked client and broker
+under a large backlog (``SCALE.md``); blocking socket writes on the event loop
+would stall everything else. Heartbeats detect a dead peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from itertools import count
+from typing import Any
+
+import stomp
+import structlog
+from stomp.exception import StompException
+
+from tepat.adapters.stomp.errors import BrokerUnavailable
+from tepat.adapters.stomp.frames import text
+from tepat.adapters.stomp.url import StompTarget
+
+log = structlog.get_logger("tepat.broker.stomp")
+
+_link_ids = count(1)
+
+
+class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    """Runs on stomp.py's receiver thread: forwards to the loop, never sends."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    def on_message(self, frame: Any) -> None:
+        self._link.from_thread(self._link.on_frame, frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        self._link.from_thread(self._link.on_receipt, frame.headers.get("receipt-id", ""))
+
+    def on_error(self, frame: Any) -> None:
+        self._link.from_thread(self._link.on_error, dict(frame.headers), text(frame.body))
+
+    def on_disconnected(self) -> None:
+        self._link.from_thread(self._link.on_disconnected)
+
+    def on_heartbeat_timeout(self) -> None:
+        self._link.from_thread(log.warning, "stomp heartbeat timeout", link=self._link.name)
+
+
+class Link:
+    """One STOMP connection: its receiver thread, and one worker thread that writes to it.
+
+    All methods except :meth:`from_thread` run on the event loop.
+    """
+
+    def __init__(
+        self,
+        target: StompTarget,
+        name: str,
+        *,
+        heartbeat_ms: int,
+        timeout: float,
+        on_frame: Callable[[Any], None] | None = None,
+        on_lost: Callable[[Link], None] | None = None,
+    ) -> None:
+        self.id = next(_link_ids)
+        self.name = f"{name}#{self.id}"
+        self._target = target
+        self._heartbeat_ms = heartbeat_ms
+        self.timeout = timeout
+        self._frame_handler = on_frame
+        self._lost_handler = on_lost
+        self._loop = asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stomp-{name}")
+        self._receipts: dict[str, asyncio.Future[None]] = {}
+        self.conn: Any = None
+        self.connected = False
+        self._closing = False
+
+    # -- called on the receiver thread ----------------------------------------
+
+    def from_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        # a closed loop raises RuntimeError: nobody is listening any more
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(partial(fn, *args, **kwargs))
+
+    # -- loop side ------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self._loop.run_in_executor(self._executor, partial(fn, *args, **kwargs))
+
+    async def open(self) -> None:
+        t = self._target
+        conn = stomp.Connection12(
+            [(t.host, t.port)],
+            heartbeats=(self._heartbeat_ms, self._heartbeat_ms),
+            # ActiveMQ skips a heart-beat when it wrote anything during the last
+            # interval, so its silences last up to two intervals (measured: the
+            # first beat 20 s after CONNECTED at 10 s): stomp.py's default
+            # tolerance of 1.5 intervals dropped idle connections
+            heart_beat_receive_scale=2.5,
+            auto_decode=False,
+            reconnect_attempts_max=1,
+            timeout=self.timeout,
+            prefer_localhost=False,
+            try_loopback_connect=False,
+        )
+        conn.set_listener("tepat", Listener(self))
+        self.conn = conn
+        try:
+            await asyncio.wait_for(
+                self._run(
+                    conn.connect,
+                    t.user,
+                    t.password,
+                    wait=True,
+                    headers={"client-id": f"tepat-{self.name}-{uuid.uuid4().hex[:8]}"},
+                ),
+                self.timeout,
+            )
+        except (StompException, OSError, TimeoutError) as e:
+            self._executor.submit(quiet_disconnect, conn)
+            self._executor.shutdown(wait=False)
+            raise BrokerUnavailable(
+                f"cannot connect to ActiveMQ at {t.host}:{t.port}: {type(e).__name__} {e}"
+            ) from e
+        self.connected = True
+
+    async def request(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send one frame from the worker thread and wait for the broker's RECEIPT."""
+        if not self.connected:
+            raise BrokerUnavailable(f"stomp connection {self.name} is down")
+        receipt = uuid.uuid4().hex
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._receipts[receipt] = fut
+        try:
+            try:
+                await self._run(getattr(self.conn, method), *args, receipt=receipt, **kwargs)
+            except (StompException, OSError) as e:
+                raise BrokerUnavailable(f"{method} failed on {self.name}: {e}") from e
+            try:
+                await asyncio.wait_for(fut, self.timeout)
+            except TimeoutError:
+                raise BrokerUnavailable(f"no receipt for {method} on {self.name}") from None
+        finally:
+            self._receipts.pop(receipt, None)
+
+    async def send_frame(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send one frame from the worker thread without waiting for a receipt."""
+        if not self.connected:
+            raise BrokerUnavailable(f"stomp connection {self.name} is down")
+        try:
+            await self._run(getattr(self.conn, method), *args, **kwargs)
+        except (StompException, OSError) as e:
+            raise BrokerUnavailable(f"{method} failed on {self.name}: {e}") from e
+
+    async def close(self) -> None:
+        """Disconnect (the broker then redelivers this connection's unacked messages)."""
+        if self._closing:
+            return
+        self._closing = True
+        was_connected, self.connected = self.connected, False
+        if self.conn is not None and was_connected:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    self._run(self.conn.disconnect, receipt=uuid.uuid4().hex), self.timeout
+                )
+        if self.conn is not None:
+            # the transport's threads must stop even if DISCONNECT got no answer
+            self._executor.submit(quiet_disconnect, self.conn)
+        self._executor.shutdown(wait=False)
+        self._fail_receipts("stomp connection closed")
+
+    def on_frame(self, frame: Any) -> None:
+        if self._frame_handler is not None and not self._closing:
+            self._frame_handler(frame)
+
+    def on_receipt(self, receipt: str) -> None:
+        fut = self._receipts.get(receipt)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def on_error(self, headers: dict[str, str], body: str) -> None:
+        message = headers.get("message", "") + (f": {body.strip()}" if body.strip() else "")
+        receipt = headers.get("receipt-id")
+        fut = self._receipts.get(receipt) if receipt else None
+        if fut is not None and not fut.done():
+            fut.set_exception(BrokerUnavailable(f"ActiveMQ error: {message}"))
+        else:
+            log.warning("stomp error frame", link=self.name, error=message)
+
+    def on_disconnected(self) -> None:
+        if self._closing or not self.connected:  # ours, or a connect that failed
+            return
+        self.connected = False
+        self._fail_receipts("stomp connection lost")
+        log.warning("stomp connection lost", link=self.name)
+        if self._lost_handler is not None:
+            self._lost_handler(self)
+
+    def _fail_receipts(self, why: str) -> None:
+        for fut in self._receipts.values():
+            if not fut.done():
+                fut.set_exception(BrokerUnavailable(why))
+
+
+def quiet_disconnect(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        conn.transport.disconnect_socket()
