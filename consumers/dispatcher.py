@@ -28,9 +28,10 @@ from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import Batch
 from tepat.domain.categories import Categories
-from tepat.domain.models import Device, Message, MessageStatus, Reminder, Ticket
+from tepat.domain.models import Device, Message, MessageStatus, Reminder, SkipReason, Ticket, User
+from tepat.domain.planning import plan_reminder_on
 from tepat.domain.retry import RetryPolicy
-from tepat.domain.sendcheck import Defer, Missed, Send, Skip, decide
+from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.push import (
     PushProvider,
     PushRequest,
@@ -42,7 +43,7 @@ from tepat.ports.push import (
 )
 from tepat.ports.store import StatusChange, Store
 from tepat.services.device_health import device_failed
-from tepat.services.enqueue import Enqueuer
+from tepat.services.outbox import Outbox
 
 log = structlog.get_logger("tepat.dispatcher")
 
@@ -63,7 +64,7 @@ class Dispatcher:
         self,
         store: Store,
         push: PushProvider,
-        enqueuer: Enqueuer,
+        outbox: Outbox,
         categories: Categories,
         clock: Clock,
         retry: RetryPolicy | None = None,
@@ -72,7 +73,7 @@ class Dispatcher:
     ) -> None:
         self._store = store
         self._push = push
-        self._enqueuer = enqueuer
+        self._outbox = outbox
         self._categories = categories
         self._clock = clock
         self._retry = retry or RetryPolicy()
@@ -81,15 +82,17 @@ class Dispatcher:
 
     async def handle(self, batch: Batch) -> None:
         """Process one batch; returns once every message it claimed is recorded."""
+        # A message moved since this batch was published (retried, deferred) waits
+        # for the batch of its new instant.
         candidates = [
             m
             for m in await self._store.get_messages(batch.ids)
-            if m.status is MessageStatus.PENDING and m.scheduled_at < batch.due + BATCH_SPAN
+            if m.status is MessageStatus.PENDING and m.due < batch.due + BATCH_SPAN
         ]
         if not candidates:
             return
         # ActiveMQ may fire a batch early: hold until the last item's exact instant.
-        await self._clock.sleep_until(max(m.scheduled_at for m in candidates))
+        await self._clock.sleep_until(max(m.due for m in candidates))
         claimed = await self._store.claim([m.id for m in candidates], self._clock.now())
         if claimed:
             await self.process_claimed(claimed)
@@ -103,6 +106,8 @@ class Dispatcher:
         now = self._clock.now()
         outgoing: list[_Outgoing] = []
         closed: list[StatusChange] = []
+        superseded: list[tuple[Message, Message | None]] = []
+        deferred: list[tuple[Message, datetime]] = []
         for m in claimed:
             targets = [
                 d
@@ -125,13 +130,59 @@ class Dispatcher:
                     outgoing.append(_Outgoing(m, targets))
                 case Skip(reason):
                     closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=reason.value))
+                case Supersede(replacement):
+                    superseded.append((m, replacement))
                 case Missed(late):
                     closed.append(StatusChange(m.id, MessageStatus.MISSED, f"late by {late:.0f}s"))
                 case Defer(until):
-                    await self._defer(m, until)
+                    deferred.append((m, until))
         await self._store.transition_many(closed, now, expect=[MessageStatus.SENDING])
+        for m, until in deferred:
+            await self._defer(m, until)
+        if deferred:
+            await self._outbox.flush_quietly()
+        if superseded:
+            await self._supersede(superseded, users, reminders)
         if outgoing:
             await self._send(outgoing)
+
+    async def _supersede(
+        self,
+        superseded: list[tuple[Message, Message | None]],
+        users: dict[str, User],
+        reminders: dict[str, list[Reminder]],
+    ) -> None:
+        """Close messages their reminder no longer intends, and plan what it intends now.
+
+        The live key is released in the same write, so the replacement (what the
+        reminder intends for the same local date, if it is still ahead) can take
+        it: a re-plan that could not cancel a claimed message loses nothing.
+        """
+        now = self._clock.now()
+        replacements: list[Message] = []
+        for m, replacement in superseded:
+            closed = await self._store.transition(
+                m.id,
+                MessageStatus.SKIPPED,
+                now,
+                expect=[MessageStatus.SENDING],
+                reason=SkipReason.SUPERSEDED.value,
+                release_live_key=True,
+            )
+            reminder = _find_reminder(reminders.get(m.user_id, []), m.reminder_id)
+            user = users.get(m.user_id)
+            if not closed or replacement is None or reminder is None or user is None:
+                continue
+            if reminder.category not in self._categories or replacement.local_date is None:
+                continue
+            # Planned again under the reminder's own category policy (it may have moved).
+            policy = self._categories.get(reminder.category)
+            fresh = plan_reminder_on(user, reminder, policy, replacement.local_date, now)
+            if fresh is not None:
+                replacements.append(fresh)
+        if replacements:
+            await self._store.insert_messages(replacements)
+            await self._outbox.flush_quietly()
 
     async def _send(self, outgoing: list[_Outgoing]) -> None:
         requests: list[tuple[_Outgoing, Device, PushRequest]] = [
@@ -174,14 +225,21 @@ class Dispatcher:
             )
 
     async def _record(self, answered: list[_Outgoing]) -> None:
-        """Record the outcome of messages whose every request was answered."""
+        """Record the outcome of messages whose every request was answered.
+
+        Terminal outcomes (sent, failed) are written first, in one write: they
+        close the duplicate window. Retries come after, and a failure to write
+        or publish them costs only a later retry (the sweeper's lease), never a
+        second send of a message the provider accepted.
+        """
         now = self._clock.now()
-        changes: list[StatusChange] = []
+        terminal: list[StatusChange] = []
+        retries: list[StatusChange] = []
         for o in answered:
             m = o.message
             ok = [x for x in o.outcomes if isinstance(x, TicketOk)]
             if ok:
-                changes.append(StatusChange(m.id, MessageStatus.SENT, ticket_id=ok[0].ticket_id))
+                terminal.append(StatusChange(m.id, MessageStatus.SENT, ticket_id=ok[0].ticket_id))
                 metrics.LATENESS.labels(category=m.category).observe(
                     max(0.0, (now - m.scheduled_at).total_seconds())
                 )
@@ -194,19 +252,26 @@ class Dispatcher:
             error = _describe(o.outcomes)
             if retryable and not self._retry.gives_up(m.attempts, m.scheduled_at, now):
                 after = max((x.retry_after or 0.0) for x in retryable)
-                await self._retry_later(m, error, self._retry.delay(m.attempts, after, self._rng))
+                delay = self._retry.delay(m.attempts, after, self._rng)
+                retries.append(self._retry_change(m, error, delay, now))
                 continue
             reason = error if not retryable else f"gave up after {m.attempts} attempts: {error}"
-            changes.append(StatusChange(m.id, MessageStatus.FAILED, reason, last_error=error))
-        await self._store.transition_many(changes, now, expect=[MessageStatus.SENDING])
+            terminal.append(StatusChange(m.id, MessageStatus.FAILED, reason, last_error=error))
+        await self._store.transition_many(terminal, now, expect=[MessageStatus.SENDING])
+        if not retries:
+            return
+        try:
+            await self._store.transition_many(retries, now, expect=[MessageStatus.SENDING])
+        except Exception:
+            log.exception("could not record retries; the sweeper re-drives them after the lease")
+            return
+        await self._outbox.flush_quietly()
 
-    async def _retry_later(self, m: Message, error: str, delay: float) -> None:
-        now = self._clock.now()
-        moved = await self._store.transition(
-            m.id, MessageStatus.PENDING, now, expect=[MessageStatus.SENDING], last_error=error
+    def _retry_change(self, m: Message, error: str, delay: float, now: datetime) -> StatusChange:
+        """Back to ``pending``, due after the backoff; the store marks it for the outbox."""
+        return StatusChange(
+            m.id, MessageStatus.PENDING, last_error=error, due_at=now + timedelta(seconds=delay)
         )
-        if moved:
-            await self._enqueuer.enqueue([m], due=now + timedelta(seconds=delay))
 
     async def _device_failed(self, device: Device, error: TicketError) -> None:
         await device_failed(
@@ -220,16 +285,37 @@ class Dispatcher:
         )
 
     async def _defer(self, m: Message, until: datetime) -> None:
-        moved = await self._store.transition(
+        """Back to ``pending`` at the end of quiet hours (the outbox publishes it).
+
+        The nominal instant, and so the pending slot, stays: deferring several
+        messages to one end of quiet hours collides with nothing. Should the store
+        still refuse, the message ends ``failed`` with the reason, never left in
+        ``sending`` for the sweeper to re-drive into the same refusal.
+        """
+        now = self._clock.now()
+        error = "the store refused the deferral"
+        try:
+            if await self._store.transition(
+                m.id,
+                MessageStatus.PENDING,
+                now,
+                expect=[MessageStatus.SENDING],
+                reason="deferred:quiet_hours",
+                scheduled_at=until,
+                due_at=until,
+            ):
+                return
+        except Exception as e:
+            log.exception("deferral refused by the store", message_id=m.id)
+            error = f"{type(e).__name__}: {e}"
+        await self._store.transition(
             m.id,
-            MessageStatus.PENDING,
-            self._clock.now(),
+            MessageStatus.FAILED,
+            now,
             expect=[MessageStatus.SENDING],
-            reason="deferred:quiet_hours",
-            scheduled_at=until,
+            reason="deferral_failed",
+            last_error=error,
         )
-        if moved:
-            await self._enqueuer.enqueue([m], due=until)
 
 
 def _find_reminder(reminders: list[Reminder], reminder_id: str | None) -> Reminder | None:

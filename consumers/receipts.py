@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -16,6 +17,12 @@ log = structlog.get_logger("tepat.receipts")
 
 # Expo keeps receipts for about a day; after that an absent receipt will never come.
 RECEIPT_RETENTION = timedelta(hours=24)
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    recorded: int
+    last: tuple[datetime, str] | None  # the key to continue after; None when done
 
 
 class ReceiptPoller:
@@ -33,18 +40,24 @@ class ReceiptPoller:
         self.delay = delay
         self._device_max_failures = device_max_failures
 
-    async def poll_once(self) -> int:
-        """Fetch receipts for tickets older than the delay; returns how many were recorded."""
+    async def poll_once(self, after: tuple[datetime, str] | None = None) -> int:
+        """Fetch one page of receipts for tickets older than the delay, starting after the
+        key ``after``; returns how many were recorded."""
+        page = await self._poll_page(after)
+        return page.recorded
+
+    async def _poll_page(self, after: tuple[datetime, str] | None) -> _Page:
         now = self._clock.now()
         tickets = await self._store.tickets_awaiting_receipt(
-            sent_before=now - self.delay, limit=self._push.max_receipt_batch
+            sent_before=now - self.delay, limit=self._push.max_receipt_batch, after=after
         )
         if not tickets:
-            return 0
+            return _Page(0, None)
+        last = (tickets[-1].sent_at, tickets[-1].ticket_id)
         result = await self._push.receipts([t.ticket_id for t in tickets])
         if not isinstance(result, Receipts):
             log.warning("receipts unavailable", reason=result.reason)
-            return 0
+            return _Page(0, None)
         recorded = 0
         for ticket in tickets:
             receipt = result.by_ticket.get(ticket.ticket_id)
@@ -53,14 +66,23 @@ class ReceiptPoller:
                     await self._store.record_receipt(ticket.ticket_id, "expired", None, now)
                 continue
             recorded += await self._apply(ticket, receipt)
-        return recorded
+        return _Page(recorded, last)
 
     async def poll_all(self) -> int:
-        """Poll until no ready receipts remain (one round of the poller loop)."""
+        """One round of the poller loop: every ticket awaiting a receipt, page by page.
+
+        Pages follow the (sent_at, ticket id) key, not "the oldest without a
+        receipt": when a thousand tickets have no receipt yet, newer ones are still
+        polled within Expo's retention, so a dead token is seen in time.
+        """
         total = 0
-        while (n := await self.poll_once()) > 0:
-            total += n
-        return total
+        after: tuple[datetime, str] | None = None
+        while True:
+            page = await self._poll_page(after)
+            total += page.recorded
+            if page.last is None:
+                return total
+            after = page.last
 
     async def _apply(self, ticket: Ticket, receipt: ReceiptOk | ReceiptError) -> int:
         now = self._clock.now()

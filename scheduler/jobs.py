@@ -38,3 +38,13 @@ async def run_sweeper(rt: Runtime, stop: asyncio.Event) -> None:
         except Exception:
             log.exception("sweep failed")
         await wait_or_stop(rt.clock, stop, rt.settings.sweep_interval_seconds)
+
+
+async def run_outbox(rt: Runtime, stop: asyncio.Event) -> None:
+    """Publish what other processes (or a failed publish) left on the outbox."""
+    while not stop.is_set():
+        try:
+            await rt.outbox.flush()
+        except Exception:
+            log.exception("outbox publish failed")
+        await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)

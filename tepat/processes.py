@@ -18,7 +18,7 @@ import structlog
 import uvicorn
 
 from consumers.worker import run_consumer, run_receipt_poller
-from scheduler.jobs import run_creator, run_sweeper
+from scheduler.jobs import run_creator, run_outbox, run_sweeper
 from tepat.config import Settings
 from tepat.runtime import Runtime, open_runtime
 
@@ -71,7 +71,7 @@ def consumer_parts() -> list[Part]:
 
 
 def scheduler_parts() -> list[Part]:
-    return [run_creator, run_sweeper]
+    return [run_creator, run_sweeper, run_outbox]
 
 
 def _http_part(host: str, port: int, admin_key: str) -> Part:

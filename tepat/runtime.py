@@ -26,6 +26,7 @@ from tepat.ports.broker import Broker
 from tepat.ports.push import PushProvider
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
+from tepat.services.outbox import Outbox
 
 log = structlog.get_logger("tepat.runtime")
 
@@ -73,6 +74,7 @@ class Runtime:
     broker: Broker
     push: PushProvider
     enqueuer: Enqueuer
+    outbox: Outbox
     creator: Creator
     dispatcher: Dispatcher
     receipts: ReceiptPoller
@@ -83,12 +85,10 @@ class Runtime:
         return self.settings.broker_url == "embedded://"
 
     async def restore_embedded_queue(self) -> int:
-        """The embedded broker keeps nothing: re-enqueue every pending message from the store."""
-        batches = self.enqueuer.collector()  # fills batches across pages, as planning does
-        async for page in self.store.iter_pending(1000):
-            await batches.add(page)
-        await batches.flush()
-        return batches.published
+        """The embedded broker keeps nothing: every pending message goes back onto the
+        outbox (keeping its instant) and is published again, batched. Returns how many."""
+        await self.store.republish_all_pending()
+        return await self.outbox.flush()
 
 
 @asynccontextmanager
@@ -110,6 +110,7 @@ async def open_runtime(
         await broker.connect()
         try:
             enqueuer = Enqueuer(broker, categories, clock)
+            outbox = Outbox(store, enqueuer, categories, clock)
             retry = RetryPolicy(
                 max_attempts=settings.max_attempts,
                 max_age=timedelta(seconds=settings.max_retry_age_seconds),
@@ -122,9 +123,10 @@ async def open_runtime(
                 broker=broker,
                 push=push,
                 enqueuer=enqueuer,
+                outbox=outbox,
                 creator=Creator(
                     store,
-                    enqueuer,
+                    outbox,
                     categories,
                     clock,
                     horizon=timedelta(hours=settings.plan_horizon_hours),
@@ -132,7 +134,7 @@ async def open_runtime(
                 dispatcher=Dispatcher(
                     store,
                     push,
-                    enqueuer,
+                    outbox,
                     categories,
                     clock,
                     retry=retry,
@@ -147,9 +149,9 @@ async def open_runtime(
                 ),
                 sweeper=Sweeper(
                     store,
-                    enqueuer,
+                    outbox,
                     clock,
-                    grace=timedelta(seconds=retry.cap_seconds + 60),
+                    grace=timedelta(seconds=settings.sweep_grace_seconds),
                     lease=timedelta(seconds=settings.sending_lease_seconds),
                 ),
             )

@@ -67,7 +67,7 @@ class BatchBuilder:
             if m.status is not MessageStatus.PENDING or m.category not in self._categories:
                 continue
             policy = self._categories.get(m.category)
-            key = (int(m.scheduled_at.timestamp()), policy.priority, policy.queue_name)
+            key = (int(m.due.timestamp()), policy.priority, policy.queue_name)
             ids = self._groups.setdefault(key, [])
             ids.append(m.id)
             if len(ids) == MAX_BATCH:

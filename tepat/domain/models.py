@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
-from datetime import date, datetime, time
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -101,7 +101,8 @@ class User:
     locale: str = "en"
     quiet_hours: QuietHours | None = None
     enabled: bool = True
-    # Bumped whenever something that changes planning (zone, quiet hours) changes.
+    # Bumped atomically by the store at every re-plan of this user
+    # (``Store.next_plan_version``); never repeats, so neither do dedup keys.
     plan_version: int = 1
     created_at: datetime | None = None
     updated_at: datetime | None = None
@@ -146,10 +147,16 @@ class Reminder:
 class Message:
     """One intended notification (the seed's NotificationMessage).
 
-    ``dedup_key`` names the intent and version and is unique forever;
+    ``dedup_key`` names the intent and plan version and is unique forever;
     ``live_key`` names the intent alone (user, reminder, local date) and is
     unique among messages that were not cancelled, so a local date is sent at
     most once even across re-plans.
+
+    Three instants: ``nominal_at`` is what the intent asked for (the reminder's
+    local time on its date, or a one-off's ``send_at``) and never moves;
+    ``scheduled_at`` is where quiet hours put it (lateness and the missed
+    window count from it); ``due_at`` is when it is next dispatched (a retry
+    or re-drive moves it, nothing else does).
     """
 
     id: str
@@ -178,6 +185,42 @@ class Message:
     claimed_at: datetime | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    # Defaults derive from ``scheduled_at`` (see ``nominal`` / ``due`` / ``slot``),
+    # so a message built by hand in a test stays valid.
+    nominal_at: datetime | None = None
+    due_at: datetime | None = None
+    # The pending-slot identity (unique among pending messages): see ``slot_key_for``.
+    slot_key: str | None = None
+
+    @property
+    def nominal(self) -> datetime:
+        return self.nominal_at or self.scheduled_at
+
+    @property
+    def due(self) -> datetime:
+        return self.due_at or self.scheduled_at
+
+    @property
+    def slot(self) -> str:
+        return self.slot_key or slot_key_for(self)
+
+
+def slot_key_for(m: Message) -> str:
+    """The pending slot a message takes.
+
+    A one-off's slot is its own intent (live key): distinct requests never
+    collide, whatever their instant. A reminder's slot is (user, device,
+    category, label, *nominal* instant): two reminders with one label at one
+    time are one notification (the spec's pending-slot index), and a deferral
+    keeps the nominal instant, so deferring several messages to the same end
+    of quiet hours collides with nothing.
+    """
+    if m.reminder_id is None and m.live_key is not None:
+        return m.live_key
+    nominal = (m.nominal_at or m.scheduled_at).astimezone(UTC)
+    # Milliseconds: the precision every store keeps (MongoDB's dates).
+    stamp = nominal.isoformat(timespec="milliseconds")
+    return f"s|{m.user_id}|{m.device_id or ''}|{m.category}|{m.label}|{stamp}"
 
 
 def message_id_for(dedup_key: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import date, datetime
 from typing import Any
 
 from tepat.domain.categories import Categories, CategoryPolicy, QuietPolicy
@@ -19,6 +19,7 @@ from tepat.domain.models import (
     message_id_for,
     oneoff_live_key,
     reminder_live_key,
+    slot_key_for,
 )
 from tepat.domain.timerules import (
     in_quiet_hours,
@@ -66,36 +67,66 @@ def plan_reminder(
         return
     zone = load_zone(user.timezone)
     for day in local_dates_covering(start, end, zone):
-        if not reminder.fires_on(day):
-            continue
-        nominal = local_to_utc(day, reminder.local_time, zone)
-        if not (start <= nominal < end):
-            continue
-        placement = place(nominal, user, policy)
-        live_key = reminder_live_key(user.user_id, reminder.reminder_id, day)
-        dedup_key = f"{live_key}|u{user.plan_version}|r{reminder.version}"
-        yield Message(
-            id=message_id_for(dedup_key),
-            user_id=user.user_id,
-            category=reminder.category,
-            # The pending-slot index is per label: reminders without one stay distinct.
-            label=reminder.label or reminder.reminder_id,
-            title=reminder.title,
-            body=reminder.body,
-            data=reminder.data,
-            scheduled_at=placement.scheduled_at,
-            timezone=user.timezone,
-            dedup_key=dedup_key,
-            live_key=live_key,
-            reminder_id=reminder.reminder_id,
-            local_date=day,
-            local_time=reminder.local_time,
-            status=placement.status,
-            status_reason=placement.reason,
-            plan_version=user.plan_version,
-            created_at=now,
-            updated_at=now,
-        )
+        m = plan_reminder_on(user, reminder, policy, day, now)
+        if m is not None and start <= m.nominal < end:
+            yield m
+
+
+def plan_reminder_on(
+    user: User, reminder: Reminder, policy: CategoryPolicy, day: date, now: datetime
+) -> Message | None:
+    """The message ``reminder`` intends for local date ``day`` under the user's current
+    settings and plan version, or None if it intends none (disabled, not that weekday)."""
+    if not (user.enabled and reminder.enabled and reminder.fires_on(day)):
+        return None
+    zone = load_zone(user.timezone)
+    nominal = local_to_utc(day, reminder.local_time, zone)
+    placement = place(nominal, user, policy)
+    live_key = reminder_live_key(user.user_id, reminder.reminder_id, day)
+    # The plan version alone versions the key: the store increments it at every
+    # re-plan of the user, so it never repeats (a reminder's own version would
+    # restart at 1 when it is deleted and created again).
+    dedup_key = f"{live_key}|p{user.plan_version}"
+    m = Message(
+        id=message_id_for(dedup_key),
+        user_id=user.user_id,
+        category=reminder.category,
+        # The pending-slot index is per label: reminders without one stay distinct.
+        label=reminder.label or reminder.reminder_id,
+        title=reminder.title,
+        body=reminder.body,
+        data=reminder.data,
+        scheduled_at=placement.scheduled_at,
+        nominal_at=nominal,
+        due_at=placement.scheduled_at,
+        timezone=user.timezone,
+        dedup_key=dedup_key,
+        live_key=live_key,
+        reminder_id=reminder.reminder_id,
+        local_date=day,
+        local_time=reminder.local_time,
+        status=placement.status,
+        status_reason=placement.reason,
+        plan_version=user.plan_version,
+        created_at=now,
+        updated_at=now,
+    )
+    return replace(m, slot_key=slot_key_for(m))
+
+
+def same_intent(a: Message, b: Message) -> bool:
+    """Whether two messages for one (user, reminder, local date) would notify alike:
+    same nominal instant, category, label and content. A re-plan keeps a message
+    that is still what the reminder intends, and replaces one that is not."""
+    return (a.nominal, a.category, a.label, a.title, a.body, a.data, a.timezone) == (
+        b.nominal,
+        b.category,
+        b.label,
+        b.title,
+        b.body,
+        b.data,
+        b.timezone,
+    )
 
 
 def plan_users(
@@ -137,6 +168,7 @@ def plan_oneoff(
     zone = load_zone(user.timezone)
     local = utc_to_local(nominal, zone)
     live_key = oneoff_live_key(user.user_id, idempotency_key)
+    # A one-off's slot is its intent (its live key): distinct requests never collide.
     return Message(
         id=message_id_for(live_key),
         user_id=user.user_id,
@@ -146,6 +178,9 @@ def plan_oneoff(
         body=body,
         data=data,
         scheduled_at=placement.scheduled_at,
+        nominal_at=nominal,
+        due_at=placement.scheduled_at,
+        slot_key=live_key,
         timezone=user.timezone,
         dedup_key=live_key,
         live_key=live_key,

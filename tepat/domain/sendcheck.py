@@ -11,6 +11,7 @@ from datetime import datetime
 
 from tepat.domain.categories import CategoryPolicy, QuietPolicy
 from tepat.domain.models import Message, Reminder, SkipReason, User
+from tepat.domain.planning import plan_reminder_on
 from tepat.domain.timerules import in_quiet_hours, quiet_period_end, utc_to_local
 from tepat.domain.zones import load_zone
 
@@ -26,6 +27,18 @@ class Skip:
 
 
 @dataclass(frozen=True, slots=True)
+class Supersede:
+    """The reminder no longer intends this message (deleted, disabled, moved, re-zoned).
+
+    It ends ``skipped`` (superseded) and releases its live key, so ``replacement``,
+    what the reminder intends now for the same local date, can take its place.
+    None when nothing is due any more for that date.
+    """
+
+    replacement: Message | None
+
+
+@dataclass(frozen=True, slots=True)
 class Missed:
     late_by_seconds: float
 
@@ -35,7 +48,38 @@ class Defer:
     until: datetime
 
 
-Decision = Send | Skip | Missed | Defer
+Decision = Send | Skip | Supersede | Missed | Defer
+
+
+def check_still_intended(
+    message: Message,
+    user: User,
+    reminder: Reminder | None,
+    policy: CategoryPolicy,
+    now: datetime,
+) -> Supersede | None:
+    """Compare a reminder message with what its reminder intends *now* for its local date.
+
+    The question is semantic, not a version number: a message that a re-plan
+    could not cancel (it was already claimed) or that a slower concurrent plan
+    wrote is judged by the current user and reminder. Only the timing intent
+    matters here (the instant, the category); a text edit that reaches a message
+    already due is not worth losing the notification for.
+    """
+    if message.local_date is None:
+        return None
+    expected = (
+        plan_reminder_on(user, reminder, policy, message.local_date, now)
+        if reminder is not None
+        else None
+    )
+    if expected is None:
+        return Supersede(None)
+    if (expected.nominal, expected.category) != (message.nominal, message.category):
+        # Moved: the new instant is planned if it is still ahead; an instant that
+        # has already passed today is not sent late.
+        return Supersede(expected if expected.nominal > now else None)
+    return None
 
 
 def decide(
@@ -52,10 +96,10 @@ def decide(
     if not user.enabled:
         return Skip(SkipReason.USER_DISABLED)
     # One-offs name an absolute instant; only reminder messages follow re-plans.
-    if message.reminder_id is not None and (
-        message.plan_version < user.plan_version or reminder is None or not reminder.enabled
-    ):
-        return Skip(SkipReason.SUPERSEDED)
+    if message.reminder_id is not None:
+        superseded = check_still_intended(message, user, reminder, policy, now)
+        if superseded is not None:
+            return superseded
     if not preferences.get(message.category, True):
         return Skip(SkipReason.OPTED_OUT)
     late = now - message.scheduled_at

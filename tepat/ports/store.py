@@ -6,8 +6,14 @@ indexes, never from check-then-insert:
 - ``messages.dedup_key`` unique: one document per intent and plan version;
 - ``messages.live_key`` unique where set: at most one non-cancelled message per
   (user, reminder, local date) or (user, one-off idempotency key), ever;
-- pending messages unique per (user, device, category, label, scheduled_at);
-- one active device per device id; one active binding per push token.
+- ``messages.slot_key`` unique among pending messages (``slot_key_for``: a
+  reminder's (user, device, category, label, nominal instant); a one-off's intent);
+- one active binding per (user, device id); one active binding per push token.
+
+The transactional outbox: a message is written with an "unpublished" mark in
+the same write that inserts it or puts it back to ``pending``;
+:meth:`MessageStore.unpublished` and :meth:`MessageStore.mark_published` let one
+publisher put them on the broker (``tepat/services/outbox.py``).
 
 Every adapter passes ``tests/contract/test_store_contract.py``.
 """
@@ -39,6 +45,9 @@ class StatusChange:
     last_error: str | None = None
     scheduled_at: datetime | None = None
     release_live_key: bool = False
+    # Going back to ``pending`` (retry, deferral, re-drive): when to dispatch it
+    # next. The store sets the outbox mark in the same write.
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +81,18 @@ class Counts:
 
 class UserStore(Protocol):
     async def upsert_user(self, user: User) -> User:
-        """Create or replace; keeps ``created_at``; stores ``plan_version`` as given."""
+        """Create or replace; keeps ``created_at``; ``plan_version`` never goes down
+        (the stored one is kept when it is higher: see :meth:`next_plan_version`)."""
         ...
 
     async def get_user(self, user_id: str) -> User | None: ...
 
     async def get_users(self, user_ids: Sequence[str]) -> dict[str, User]: ...
+
+    async def next_plan_version(self, user_id: str) -> int:
+        """Atomically increment the user's ``plan_version`` and return the new value
+        (0 if the user does not exist). Two re-plans never get the same version."""
+        ...
 
     def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
         """All users in ``user_id`` order, a page at a time (keyset, flat memory)."""
@@ -87,8 +102,10 @@ class UserStore(Protocol):
 class DeviceStore(Protocol):
     async def register_device(self, device: Device) -> Device:
         """Register or rotate: ``device`` becomes the one active binding of its
-        ``device_id`` and of its ``push_token``; any other active row holding
-        either (another user's included) becomes inactive. Resets the failure counter.
+        (user, ``device_id``) and of its ``push_token``. A device id is scoped to its
+        user: another user's device with the same id is untouched. A token is
+        global: its active binding under another user ends ("replaced"), since a
+        token that moves is the same phone after a new login. Resets the failure counter.
         """
         ...
 
@@ -172,11 +189,14 @@ class MessageStore(Protocol):
         last_error: str | None = None,
         scheduled_at: datetime | None = None,
         release_live_key: bool = False,
+        due_at: datetime | None = None,
     ) -> bool:
         """Conditional update: only if the current status is in ``expect``.
 
         ``release_live_key`` clears ``live_key`` (used when cancelling, so the same
-        local date can be planned again). Returns whether the update happened.
+        local date can be planned again). Moving to ``pending`` sets ``due_at``
+        (``due_at``, else ``scheduled_at``, else ``now``) and the outbox mark.
+        Returns whether the update happened.
         """
         ...
 
@@ -201,12 +221,35 @@ class MessageStore(Protocol):
         """
         ...
 
+    async def pending_for_user(self, user_id: str) -> list[Message]:
+        """Every pending message of one user (a re-plan compares them with the new plan)."""
+        ...
+
+    async def unpublished(self, limit: int) -> list[Message]:
+        """Pending messages carrying the outbox mark, by (``due_at``, id)."""
+        ...
+
+    async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
+        """Clear the outbox mark of each (id, due_at) whose ``due_at`` is unchanged
+        (a message put back to pending meanwhile keeps its mark). Returns how many."""
+        ...
+
+    async def republish(self, message_ids: Sequence[str], due_at: datetime) -> int:
+        """Pending messages back onto the outbox, due at ``due_at`` (sweeper re-drive)."""
+        ...
+
+    async def republish_all_pending(self) -> int:
+        """Put every pending message back onto the outbox, keeping its ``due_at``
+        (the embedded broker keeps nothing across restarts)."""
+        ...
+
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Newest ``scheduled_at`` first, then id; cursor-paginated."""
         ...
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
-        """Pending messages scheduled before ``before``, oldest first (sweeper)."""
+        """Published pending messages due (``due_at``) before ``before``, oldest first:
+        the broker should have delivered them (sweeper)."""
         ...
 
     def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
@@ -225,7 +268,13 @@ class MessageStore(Protocol):
 class TicketStore(Protocol):
     async def add_tickets(self, tickets: Sequence[Ticket]) -> None: ...
 
-    async def tickets_awaiting_receipt(self, sent_before: datetime, limit: int) -> list[Ticket]: ...
+    async def tickets_awaiting_receipt(
+        self, sent_before: datetime, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[Ticket]:
+        """Tickets without a receipt sent before ``sent_before``, by (sent_at, ticket_id),
+        starting after the key ``after``: the poller pages through every one, so a
+        backlog of tickets whose receipts are not ready never hides newer ones."""
+        ...
 
     async def record_receipt(
         self, ticket_id: str, status: str, error: str | None, now: datetime

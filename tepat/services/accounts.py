@@ -76,8 +76,8 @@ async def put_user(
     """Create or update a user; returns ``(user, created)``.
 
     Fields passed as :data:`KEEP` keep their stored value (defaults on create).
-    A change of zone or quiet hours bumps ``plan_version`` and re-plans: the
-    superseded pending messages end ``cancelled``; re-enabling re-plans too.
+    A change of zone or quiet hours re-plans (a new plan version): the pending
+    messages it changes end ``cancelled`` and are replaced; re-enabling re-plans too.
     Disabling cancels nothing: consumers skip a disabled user's messages at
     send time (``user_disabled``).
     """
@@ -98,14 +98,14 @@ async def put_user(
         (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
         or (user.enabled and not old.enabled)  # re-enabled: plan what was skipped meanwhile
     )
-    if old is not None and replan:
-        # A new plan version gives re-planned messages new dedup keys, and makes
-        # consumers skip any old one that slipped past the cancel as superseded.
-        user = replace(user, plan_version=old.plan_version + 1)
-    user = await rt.store.upsert_user(user)
+    await rt.store.upsert_user(user)
     if replan:
+        # The re-plan takes a new plan version from the store (atomically), so a
+        # retried or overlapping PUT never reuses the keys of another's plan.
         await rt.creator.replan_user(user_id)
-    return user, old is None
+    stored = await rt.store.get_user(user_id)
+    assert stored is not None
+    return stored, old is None
 
 
 # ---------------------------------------------------------------- devices
@@ -187,7 +187,7 @@ async def put_reminder(
     if old is not None:
         reminder = replace(reminder, version=old.version + 1)
     reminder = await rt.store.upsert_reminder(reminder)
-    await rt.creator.replan_user(user_id, reminder_id=reminder_id)
+    await rt.creator.replan_user(user_id)
     return reminder, old is None
 
 
@@ -201,7 +201,7 @@ async def delete_reminder(rt: Runtime, user_id: str, reminder_id: str) -> None:
     check_identifier(reminder_id, "reminder_id")
     if not await rt.store.delete_reminder(user_id, reminder_id):
         raise NotFound("reminder", reminder_id)
-    await rt.creator.replan_user(user_id, reminder_id=reminder_id)
+    await rt.creator.replan_user(user_id)
 
 
 async def list_reminders(rt: Runtime, user_id: str) -> list[Reminder]:
@@ -289,16 +289,16 @@ async def create_oneoff(
     )
     result = await rt.store.insert_messages([msg])
     if result.created:
-        await rt.enqueuer.enqueue(result.created)
+        # Stored with its outbox mark: from here on nothing loses it, so a broker
+        # failure is left to the publisher loop, not reported to the client.
+        await rt.outbox.flush_quietly()
         return result.created[0], True
     assert msg.live_key is not None
     existing = await rt.store.find_by_live_key(msg.live_key) or await rt.store.get_message(msg.id)
     if existing is None:
-        # Refused by the per-slot index: another pending message of this user and
-        # category is due at exactly the same instant.
+        # A one-off's slot is its own live key, so only a vanished intent gets here.
         raise IdempotencyConflict(
-            "another notification of this category is already scheduled for this user "
-            "at the same instant"
+            f"idempotency_key {idempotency_key!r} was already used and cannot be reused"
         )
     if existing.request_hash != request_hash:
         raise IdempotencyConflict(

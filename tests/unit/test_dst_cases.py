@@ -565,8 +565,8 @@ def test_moving_zone_keeps_one_live_message_per_local_date() -> None:
     )
     assert {m.id for m in jakarta}.isdisjoint(m.id for m in london)
     assert [m.dedup_key for m in london] == [
-        "r|u1|r1|2027-06-09|u2|r1",
-        "r|u1|r1|2027-06-10|u2|r1",
+        "r|u1|r1|2027-06-09|p2",
+        "r|u1|r1|2027-06-10|p2",
     ]
     # A unique index on live_key: inserting the second plan adds nothing new.
     live: dict[str | None, Message] = {}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 
 from tepat.domain.categories import CategoryPolicy, QuietPolicy
 from tepat.domain.models import Message, QuietHours, Reminder, SkipReason, User
-from tepat.domain.sendcheck import Decision, Defer, Missed, Send, Skip, decide
+from tepat.domain.sendcheck import Decision, Defer, Missed, Send, Skip, Supersede, decide
 
 DUE = datetime(2027, 6, 10, 13, 0, tzinfo=UTC)  # 09:00 EDT in New York
 MEAL = CategoryPolicy("meal")
@@ -31,6 +31,8 @@ MESSAGE = Message(
     dedup_key="r|u1|r1|2027-06-10|u2|r1",
     live_key="r|u1|r1|2027-06-10",
     reminder_id="r1",
+    local_date=date(2027, 6, 10),
+    local_time=time(9),
     plan_version=2,
 )
 ONEOFF = replace(MESSAGE, reminder_id=None, dedup_key="o|u1|k", live_key="o|u1|k")
@@ -60,9 +62,33 @@ def test_user_disabled() -> None:
     assert run(user=replace(USER, enabled=False)) == Skip(SkipReason.USER_DISABLED)
 
 
-def test_superseded_plan_version() -> None:
-    """Planned under version 2; the user changed zone or quiet hours since (version 3)."""
-    assert run(user=replace(USER, plan_version=3)) == Skip(SkipReason.SUPERSEDED)
+def test_older_plan_version_still_intended_is_sent() -> None:
+    """Planned under version 2; a re-plan since (version 3) changed nothing for this
+    date: the message is judged by what the reminder intends, not by a number."""
+    assert run(user=replace(USER, plan_version=3)) == Send()
+
+
+def test_reminder_moved_later_supersedes_with_the_new_instant() -> None:
+    later = replace(REMINDER, local_time=time(9, 30))
+    decision = run(user=replace(USER, plan_version=3), reminder=later)
+    assert isinstance(decision, Supersede) and decision.replacement is not None
+    assert decision.replacement.nominal == DUE + timedelta(minutes=30)
+    assert decision.replacement.live_key == MESSAGE.live_key
+
+
+def test_reminder_moved_to_an_instant_already_passed_supersedes_with_none() -> None:
+    earlier = replace(REMINDER, local_time=time(8, 30))
+    assert run(reminder=earlier) == Supersede(None)
+
+
+def test_user_moved_zone_supersedes_with_the_new_local_instant() -> None:
+    decision = run(user=replace(USER, timezone="America/Los_Angeles", plan_version=3))
+    assert isinstance(decision, Supersede) and decision.replacement is not None
+    assert decision.replacement.nominal == DUE + timedelta(hours=3)
+
+
+def test_text_edit_reaching_a_due_message_still_sends_it() -> None:
+    assert run(reminder=replace(REMINDER, title="new title")) == Send()
 
 
 def test_newer_message_than_user_is_not_superseded() -> None:
@@ -75,11 +101,15 @@ def test_oneoff_is_not_superseded_by_a_replan() -> None:
 
 
 def test_reminder_deleted() -> None:
-    assert run(reminder=None) == Skip(SkipReason.SUPERSEDED)
+    assert run(reminder=None) == Supersede(None)
 
 
 def test_reminder_disabled() -> None:
-    assert run(reminder=replace(REMINDER, enabled=False)) == Skip(SkipReason.SUPERSEDED)
+    assert run(reminder=replace(REMINDER, enabled=False)) == Supersede(None)
+
+
+def test_reminder_no_longer_on_that_weekday() -> None:
+    assert run(reminder=replace(REMINDER, days=("mon",))) == Supersede(None)
 
 
 def test_opted_out_of_the_category() -> None:
@@ -110,7 +140,8 @@ def test_missed_window_is_per_category() -> None:
 QUIET_USER = replace(USER, quiet_hours=NIGHT)
 # 23:30 EDT on 06-10 = 06-11 03:30Z: inside 22:00-07:00; the period ends 07:00 EDT = 11:00Z
 LATE_NIGHT = datetime(2027, 6, 11, 3, 30, tzinfo=UTC)
-NIGHT_MESSAGE = replace(MESSAGE, scheduled_at=LATE_NIGHT)
+# A one-off: the quiet-hours rules apply alike, without a reminder to compare with.
+NIGHT_MESSAGE = replace(ONEOFF, scheduled_at=LATE_NIGHT)
 
 
 def test_quiet_hours_now_defers_to_their_end() -> None:
@@ -144,7 +175,7 @@ def test_quiet_hours_are_judged_now_not_at_plan_time() -> None:
     assert run(user=QUIET_USER) == Send()
     planned = datetime(2027, 6, 11, 1, 59, tzinfo=UTC)
     now = datetime(2027, 6, 11, 2, 0, tzinfo=UTC)
-    got = run(message=replace(MESSAGE, scheduled_at=planned), user=QUIET_USER, now=now)
+    got = run(message=replace(ONEOFF, scheduled_at=planned), user=QUIET_USER, now=now)
     assert got == Defer(until=datetime(2027, 6, 11, 11, 0, tzinfo=UTC))
 
 
@@ -153,7 +184,7 @@ def test_defer_in_second_pass_of_repeated_hour_is_in_the_future() -> None:
     reads 01:15 EST (second pass): defer to 01:30 EST = 06:30Z, not the past 05:30Z."""
     now = datetime(2027, 11, 7, 6, 15, tzinfo=UTC)
     user = replace(USER, quiet_hours=QuietHours(time(22), time(1, 30)))
-    got = run(message=replace(MESSAGE, scheduled_at=now), user=user, now=now)
+    got = run(message=replace(ONEOFF, scheduled_at=now), user=user, now=now)
     assert got == Defer(until=datetime(2027, 11, 7, 6, 30, tzinfo=UTC))
 
 
@@ -167,7 +198,7 @@ def test_precedence() -> None:
 
     def everything_wrong(user: User | None) -> Decision:
         return run(
-            message=replace(NIGHT_MESSAGE, plan_version=1),
+            message=replace(MESSAGE, scheduled_at=LATE_NIGHT, plan_version=1),
             user=user,
             reminder=None,
             preferences={"meal": False},
@@ -177,7 +208,7 @@ def test_precedence() -> None:
 
     assert everything_wrong(None) == Skip(SkipReason.USER_DELETED)
     assert everything_wrong(replace(QUIET_USER, enabled=False)) == Skip(SkipReason.USER_DISABLED)
-    assert everything_wrong(QUIET_USER) == Skip(SkipReason.SUPERSEDED)
+    assert everything_wrong(QUIET_USER) == Supersede(None)
     assert run(
         message=NIGHT_MESSAGE,
         user=QUIET_USER,

@@ -210,6 +210,10 @@ _MESSAGE_FIELDS = (
     "claimed_at",
     "created_at",
     "updated_at",
+    "nominal_at",
+    "due_at",
+    "slot_key",
+    "publish_pending",
 )
 _MESSAGE_COLUMNS = ", ".join(_MESSAGE_FIELDS)
 
@@ -242,6 +246,11 @@ def _message_params(m: Message, now: str) -> Row:
         _ts_opt(m.claimed_at),
         _ts_opt(m.created_at) or now,
         _ts_opt(m.updated_at) or now,
+        _ts(m.nominal),
+        _ts(m.due),
+        m.slot,
+        # The outbox mark, in the same write as the row (ports/store.py).
+        1 if m.status is MessageStatus.PENDING else 0,
     )
 
 
@@ -249,7 +258,7 @@ def _message(row: Row) -> Message:
     (mid, user_id, category, label, title, body, scheduled_at, tz, dedup_key, live_key) = row[:10]
     (device_id, reminder_id, idem_key, req_hash, local_date, local_time, data) = row[10:17]
     (status, reason, attempts, ticket_id, last_error, plan_version) = row[17:23]
-    claimed_at, created_at, updated_at = row[23:]
+    claimed_at, created_at, updated_at, nominal_at, due_at, slot_key = row[23:29]
     return Message(
         id=mid,
         user_id=user_id,
@@ -277,6 +286,9 @@ def _message(row: Row) -> Message:
         claimed_at=_dt_opt(claimed_at),
         created_at=_dt(created_at),
         updated_at=_dt(updated_at),
+        nominal_at=_dt(nominal_at),
+        due_at=_dt(due_at),
+        slot_key=slot_key,
     )
 
 

@@ -89,9 +89,26 @@ class MessagesReadMixin(SqliteBase):
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
         rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-            "WHERE status = 'pending' AND scheduled_at < ? ORDER BY scheduled_at, id LIMIT ?",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY ix_messages_pending_due_at "
+            "WHERE status = 'pending' AND due_at < ? AND publish_pending = 0 "
+            "ORDER BY due_at, id LIMIT ?",
             (_ts(before), limit),
+        )
+        return [_message(r) for r in rows]
+
+    async def pending_for_user(self, user_id: str) -> list[Message]:
+        rows = await self._select(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE user_id = ? AND status = 'pending' ORDER BY nominal_at, id",
+            (user_id,),
+        )
+        return [_message(r) for r in rows]
+
+    async def unpublished(self, limit: int) -> list[Message]:
+        rows = await self._select(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY ix_messages_outbox "
+            "WHERE publish_pending = 1 AND status = 'pending' ORDER BY due_at, id LIMIT ?",
+            (limit,),
         )
         return [_message(r) for r in rows]
 

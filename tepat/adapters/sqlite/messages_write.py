@@ -124,12 +124,20 @@ class MessagesWriteMixin(SqliteBase):
         last_error: str | None = None,
         scheduled_at: datetime | None = None,
         release_live_key: bool = False,
+        due_at: datetime | None = None,
     ) -> bool:
         if not expect:
             return False
         sql, params = _transition_statement(
             StatusChange(
-                message_id, to, reason, ticket_id, last_error, scheduled_at, release_live_key
+                message_id,
+                to,
+                reason,
+                ticket_id,
+                last_error,
+                scheduled_at,
+                release_live_key,
+                due_at,
             ),
             now,
             expect,
@@ -144,6 +152,51 @@ class MessagesWriteMixin(SqliteBase):
         statements = [_transition_statement(ch, now, expect) for ch in changes]
         return await self._write(
             lambda c: sum(_apply_transition(c, sql, params) for sql, params in statements)
+        )
+
+    async def next_plan_version(self, user_id: str) -> int:
+        sql = (
+            "UPDATE users SET plan_version = plan_version + 1 WHERE user_id = ? "
+            "RETURNING plan_version"
+        )
+
+        def run(conn: Conn) -> int:
+            row = conn.execute(sql, (user_id,)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await self._write(run)
+
+    async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
+        if not published:
+            return 0
+        params = [(mid, _ts(due)) for mid, due in published]
+        sql = "UPDATE messages SET publish_pending = 0 WHERE id = ? AND due_at = ?"
+        return await self._write(lambda c: c.executemany(sql, params).rowcount)
+
+    async def republish(self, message_ids: Sequence[str], due_at: datetime) -> int:
+        ids = _unique(message_ids)
+        stamp = _ts(due_at)
+
+        def run(conn: Conn) -> int:
+            n = 0
+            for chunk in _chunks(ids, ID_CHUNK):
+                n += conn.execute(
+                    "UPDATE messages SET publish_pending = 1, due_at = ? "
+                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = 'pending'",
+                    (stamp, *chunk),
+                ).rowcount
+            return n
+
+        return await self._write(run)
+
+    async def republish_all_pending(self) -> int:
+        return await self._write(
+            lambda c: (
+                c.execute(
+                    "UPDATE messages SET publish_pending = 1 "
+                    "WHERE status = 'pending' AND publish_pending = 0"
+                ).rowcount
+            )
         )
 
     async def cancel_pending(
@@ -198,6 +251,13 @@ def _transition_statement(
             params.append(value)
     if change.release_live_key:
         sets.append("live_key = NULL")
+    if change.to is MessageStatus.PENDING:
+        # Back to pending: onto the outbox, due when the caller says, in this write.
+        due = change.due_at or change.scheduled_at or now
+        sets.extend(["due_at = ?", "publish_pending = 1"])
+        params.append(_ts(due))
+    else:
+        sets.append("publish_pending = 0")
     expected = [s.value for s in expect]
     sql = (
         f"UPDATE messages SET {', '.join(sets)} "
@@ -210,7 +270,7 @@ def _apply_transition(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:
     try:
         return int(conn.execute(sql, params).rowcount)
     except sqlite3.IntegrityError:
-        # Back to pending onto a (user, device, category, label, instant) slot another
-        # pending message already holds: the update did not happen, and that sibling
-        # carries the same notification.
+        # Back to pending onto a slot another pending message already holds (slots
+        # name the intent and its nominal instant, so only a duplicate intent can):
+        # the update did not happen, and the caller closes the message honestly.
         return 0

@@ -132,6 +132,35 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 WHERE receipt_status IS NULL""",
         ),
     ),
+    (
+        2,
+        (
+            # The nominal instant (never moves), the dispatch instant (retries and
+            # re-drives move it) and the outbox mark: see ports/store.py.
+            "ALTER TABLE messages ADD COLUMN nominal_at TEXT",
+            "ALTER TABLE messages ADD COLUMN due_at TEXT",
+            "ALTER TABLE messages ADD COLUMN slot_key TEXT",
+            "ALTER TABLE messages ADD COLUMN publish_pending INTEGER NOT NULL DEFAULT 0",
+            "UPDATE messages SET nominal_at = scheduled_at, due_at = scheduled_at",
+            # Rows of the old (user, device, category, label, instant) slot, spelled
+            # as a slot key; the old index kept them unique, so the new one holds.
+            """UPDATE messages SET slot_key = CASE
+                WHEN reminder_id IS NULL AND live_key IS NOT NULL THEN live_key
+                ELSE 's|' || user_id || '|' || coalesce(device_id, '') || '|' || category
+                    || '|' || label || '|' || scheduled_at END""",
+            "DROP INDEX ux_messages_pending_slot",
+            """CREATE UNIQUE INDEX ux_messages_pending_slot_key ON messages(slot_key)
+                WHERE status = 'pending'""",
+            """CREATE INDEX ix_messages_outbox ON messages(due_at, id)
+                WHERE publish_pending = 1""",
+            """CREATE INDEX ix_messages_pending_due_at ON messages(due_at, id)
+                WHERE status = 'pending'""",
+            "CREATE INDEX ix_messages_user_pending ON messages(user_id) WHERE status = 'pending'",
+            # A device id is scoped to its user (the primary key already says one
+            # row per (user, device id)); only a push token stays globally unique.
+            "DROP INDEX ux_devices_active_device",
+        ),
+    ),
 )
 
 

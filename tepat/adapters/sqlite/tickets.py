@@ -28,11 +28,15 @@ class TicketsMixin(SqliteBase):
         if params:
             await self._write(lambda c: c.executemany(sql, params).rowcount)
 
-    async def tickets_awaiting_receipt(self, sent_before: datetime, limit: int) -> list[Ticket]:
+    async def tickets_awaiting_receipt(
+        self, sent_before: datetime, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[Ticket]:
+        start = ("", "") if after is None else (_ts(after[0]), after[1])
         rows = await self._select(
             f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE receipt_status IS NULL "
-            "AND sent_at < ? ORDER BY sent_at, ticket_id LIMIT ?",
-            (_ts(sent_before), limit),
+            "AND sent_at < ? AND (sent_at, ticket_id) > (?, ?) "
+            "ORDER BY sent_at, ticket_id LIMIT ?",
+            (_ts(sent_before), *start, limit),
         )
         return [_ticket(r) for r in rows]
 

@@ -33,7 +33,9 @@ class UsersMixin(SqliteBase):
             "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
             "locale = excluded.locale, quiet_start = excluded.quiet_start, "
             "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
-            "plan_version = excluded.plan_version, updated_at = excluded.updated_at "
+            # Never down: a re-plan may have taken a newer version since the caller read.
+            "plan_version = max(plan_version, excluded.plan_version), "
+            "updated_at = excluded.updated_at "
             f"RETURNING {_USER_COLUMNS}"
         )
         params = _user_params(user, self._now())
@@ -69,12 +71,13 @@ class UsersMixin(SqliteBase):
         created = _ts_opt(device.created_at) or now
         updated = _ts_opt(device.updated_at) or now
         d = device
-        # Two statements rather than one OR, so each uses its partial unique index.
-        rotate = [
+        # A device id is scoped to its user (the primary key), so only the token can
+        # be held elsewhere: a token that moves is the same phone after a new login,
+        # and its old binding ends.
+        rotate = (
             "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ? "
-            f"WHERE active = 1 AND {column} = ? AND NOT (user_id = ? AND device_id = ?)"
-            for column in ("device_id", "push_token")
-        ]
+            "WHERE active = 1 AND push_token = ? AND NOT (user_id = ? AND device_id = ?)"
+        )
         upsert = (
             f"INSERT INTO devices ({_DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, 1, 0, NULL, ?, ?) "
             "ON CONFLICT(user_id, device_id) DO UPDATE SET push_token = excluded.push_token, "
@@ -84,10 +87,8 @@ class UsersMixin(SqliteBase):
         )
 
         def run(conn: Conn) -> Row:
-            # Release the device id and token first: the partial unique
-            # indexes are checked per statement.
-            for sql, value in zip(rotate, (d.device_id, d.push_token), strict=True):
-                conn.execute(sql, (ROTATED_REASON, updated, value, d.user_id, d.device_id))
+            # Release the token first: the partial unique index is checked per statement.
+            conn.execute(rotate, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id))
             params = (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
             row: Row = conn.execute(upsert, params).fetchone()
             return row

@@ -1,0 +1,70 @@
+"""The transactional outbox: every pending message reaches the broker, batched.
+
+A message is written with an "unpublished" mark in the same store write that
+inserts it or puts it back to ``pending`` (a retry, a deferral, a re-drive).
+This publisher takes every marked message, groups them per (queue, due second)
+in broker messages of at most 100 ids, publishes them and clears the marks.
+
+So every path batches (a creator run, an API re-plan, a one-off, a retry), and
+a crash or broker failure between the write and the publish loses nothing: the
+mark stays, and the next pass (the loop below, every second or so, or the next
+write in this process) publishes it. Publishing twice is harmless: the
+consumer's atomic claim decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from tepat.clock import Clock
+from tepat.domain.batches import BatchBuilder
+from tepat.domain.categories import Categories
+from tepat.ports.store import Store
+from tepat.services.enqueue import Enqueuer
+
+log = structlog.get_logger("tepat.outbox")
+
+# Messages read per pass: large enough that a second's batch is rarely split
+# across reads, small enough to keep memory flat on a planning run's backlog.
+PAGE_SIZE = 5000
+
+
+class Outbox:
+    def __init__(
+        self, store: Store, enqueuer: Enqueuer, categories: Categories, clock: Clock
+    ) -> None:
+        self._store = store
+        self._enqueuer = enqueuer
+        self._categories = categories
+        self._clock = clock
+        # One pass at a time in this process: concurrent writers queue behind the
+        # pass in progress, and the next pass takes all of their messages at once,
+        # so a burst of API calls is still published in full batches.
+        self._lock = asyncio.Lock()
+        self.published_batches = 0
+
+    async def flush(self) -> int:
+        """Publish every marked message; returns how many messages were published."""
+        async with self._lock:
+            total = 0
+            while True:
+                page = await self._store.unpublished(PAGE_SIZE)
+                if not page:
+                    return total
+                builder = BatchBuilder(self._categories)
+                batches = builder.add(page) + builder.drain()
+                self.published_batches += await self._enqueuer.publish(batches)
+                await self._store.mark_published([(m.id, m.due) for m in page])
+                total += len(page)
+                if len(page) < PAGE_SIZE:
+                    return total
+
+    async def flush_quietly(self) -> None:
+        """:meth:`flush` for callers whose write already succeeded: a broker failure
+        is logged and left to the publisher loop, never reported as a lost write."""
+        try:
+            await self.flush()
+        except Exception as e:
+            log.warning("outbox publish failed; the publisher loop retries", error=str(e))
