@@ -13,7 +13,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from tepat.domain.categories import DEFAULT_CATEGORIES, Categories, CategoryPolicy, QuietPolicy
+from tepat.domain.categories import (
+    DEFAULT_CATEGORIES,
+    Categories,
+    CategoryPolicy,
+    MaybeSentPolicy,
+    QuietPolicy,
+    default_maybe_sent,
+)
 
 ENV_PREFIX = "TEPAT_"
 
@@ -23,6 +30,8 @@ class CategorySetting(BaseModel):
     missed_window_minutes: float = Field(default=30, gt=0)
     queue: str = ""
     priority: int = 5
+    # Unset: the built-in category's policy (retry for safety), else close.
+    maybe_sent: MaybeSentPolicy | None = None
 
 
 class Settings(BaseSettings):
@@ -99,6 +108,7 @@ class Settings(BaseSettings):
                 missed_window=timedelta(minutes=c.missed_window_minutes),
                 queue=c.queue,
                 priority=c.priority,
+                maybe_sent=c.maybe_sent or default_maybe_sent(name),
             )
             for name, c in self.categories.items()
         )
@@ -115,4 +125,7 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as e:
         err = e.errors()[0]
         name = ENV_PREFIX + "_".join(str(p) for p in err["loc"][:1]).upper()
-        raise ConfigError(f"tepat: bad configuration: {name}: {err['msg']}") from None
+        # Inside a structured variable, say where: TEPAT_CATEGORIES: safety.maybe_sent: ...
+        inner = ".".join(str(p) for p in err["loc"][1:])
+        where = f"{name}: {inner}" if inner else name
+        raise ConfigError(f"tepat: bad configuration: {where}: {err['msg']}") from None

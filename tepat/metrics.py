@@ -7,6 +7,8 @@ so they are right whichever process did the work.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -33,4 +35,28 @@ LATENESS = Histogram(
 PROVIDER_ERRORS = Counter(
     "tepat_provider_errors", "Push provider errors by code", ["code"], registry=REGISTRY
 )
+MAYBE_SENT = Counter(
+    "tepat_maybe_sent",
+    "Messages whose provider request may have been accepted (read timeout, 5xx after sending),"
+    " by category and what the category's maybe_sent policy did",
+    ["category", "action"],
+    registry=REGISTRY,
+)
+NOT_SENT_RETRIES = Counter(
+    "tepat_not_sent_retries",
+    "Messages retried after a request the provider never had or refused (connect error, 429)",
+    ["category"],
+    registry=REGISTRY,
+)
+
+
+def count_maybe_sent(category: str, action: Literal["retried", "closed"]) -> None:
+    """One message with an unknown outcome, and whether it was retried or closed."""
+    MAYBE_SENT.labels(category=category, action=action).inc()
+
+
+def count_not_sent_retry(category: str) -> None:
+    NOT_SENT_RETRIES.labels(category=category).inc()
+
+
 TZDATA = Info("tepat_tzdata", "Time-zone database release in use", registry=REGISTRY)

@@ -14,26 +14,8 @@ What this client does, following docs.expo.dev/push-notifications/sending-notifi
 * Never raises for provider-side trouble. A whole-request failure becomes ``RetryLater``
   (429, 5xx, network errors, timeouts) or ``Rejected`` (401/403, other 4xx); a per-notification
   failure becomes a ``TicketError`` whose ``permanent``/``deactivate_device`` say what to do.
-
-How ticket errors are classified (``details.error``):
-
-===================== ========= ========== ==================================================
-code                  permanent deactivate why
-===================== ========= ========== ==================================================
-DeviceNotRegistered   yes       yes        the token is dead; Expo asks us to stop using it
-MessageTooBig         yes       no         the same payload will always be too big
-MessageRateExceeded   no        no         too many to this one device: back off, retry later
-InvalidCredentials    yes       no         project configuration (APNs/FCM keys): logged as an
-MismatchSenderId      yes       no         error; retrying cannot help and the device is fine
-DeveloperError        yes       no         Expo says the request itself is wrong; resending
-                                           the same message fails the same way
-ExpoError             no        no         a fault inside Expo's service: transient
-ProviderError         no        no         APNs/FCM failed or is unavailable: transient
-(unknown / missing)   no        no         be safe: retry within the retry policy's bounds
-===================== ========= ========== ==================================================
-
-Retrying a non-permanent error is bounded by :class:`tepat.domain.retry.RetryPolicy`, so a
-code that never clears still ends the message.
+  ``RetryLater.maybe_sent`` says whether Expo may have acted on the request anyway. Both
+  classifications, with their tables, are in :mod:`tepat.adapters.expo_outcomes`.
 """
 
 from __future__ import annotations
@@ -43,12 +25,18 @@ import gzip
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
+from tepat.adapters.expo_outcomes import (
+    CONFIGURATION_ERRORS,
+    DEVICE_NOT_REGISTERED,
+    SendProgress,
+    classify_response,
+    classify_ticket_error,
+    item_error,
+)
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.validation import is_expo_push_token
@@ -78,18 +66,6 @@ MAX_PAYLOAD_BYTES = 4096
 GZIP_OVER_BYTES = 1024
 #: How long to leave a device alone after ``MessageRateExceeded`` (Expo: "slowly retry").
 DEVICE_RATE_BACKOFF_SECONDS = 60.0
-
-DEVICE_NOT_REGISTERED = "DeviceNotRegistered"
-_PERMANENT = frozenset(
-    {
-        DEVICE_NOT_REGISTERED,
-        "MessageTooBig",
-        "InvalidCredentials",
-        "MismatchSenderId",
-        "DeveloperError",
-    }
-)
-_CONFIGURATION = frozenset({"InvalidCredentials", "MismatchSenderId"})
 
 _limiters: dict[tuple[str, str | None, float, int], TokenBucket] = {}
 
@@ -141,47 +117,6 @@ def payload_size(message: Mapping[str, Any]) -> int:
     return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
-def classify_ticket_error(code: str, message: str, *, rate_backoff: float) -> TicketError:
-    if code in _CONFIGURATION:
-        log.error(
-            "Expo refused a notification for a configuration problem (%s): %s. Fix the push "
-            "credentials of the Expo project; devices are left untouched.",
-            code,
-            message,
-        )
-    return TicketError(
-        code=code,
-        message=message,
-        permanent=code in _PERMANENT,
-        deactivate_device=code == DEVICE_NOT_REGISTERED,
-        retry_after=rate_backoff if code == "MessageRateExceeded" else None,
-    )
-
-
-def _item_error(item: Mapping[str, Any]) -> tuple[str, str]:
-    details = item.get("details")
-    code = details.get("error") if isinstance(details, Mapping) else None
-    return (str(code) if code else "Unknown", str(item.get("message") or "no message from Expo"))
-
-
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """``Retry-After`` as seconds: either delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
 class ExpoPushProvider:
     max_batch: int = MAX_BATCH
     max_receipt_batch: int = MAX_RECEIPT_BATCH
@@ -198,6 +133,7 @@ class ExpoPushProvider:
         limiter: TokenBucket | None = None,
         device_rate_backoff: float = DEVICE_RATE_BACKOFF_SECONDS,
         channel_per_category: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.clock = clock
@@ -215,6 +151,7 @@ class ExpoPushProvider:
             base_url=self.base_url,
             headers=headers,
             timeout=timeout,
+            transport=transport,  # tests replace the network; None is httpx's own
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),
@@ -293,7 +230,7 @@ class ExpoPushProvider:
             if isinstance(item, Mapping) and item.get("status") == "ok" and item.get("id"):
                 tickets.append(TicketOk(str(item["id"])))
             elif isinstance(item, Mapping):
-                code, message = _item_error(item)
+                code, message = item_error(item)
                 tickets.append(
                     classify_ticket_error(code, message, rate_backoff=self.device_rate_backoff)
                 )
@@ -354,8 +291,8 @@ class ExpoPushProvider:
             if item.get("status") == "ok":
                 by_ticket[ticket_id] = ReceiptOk()
             else:
-                code, message = _item_error(item)
-                if code in _CONFIGURATION:
+                code, message = item_error(item)
+                if code in CONFIGURATION_ERRORS:
                     log.error(
                         "Expo receipt %s reports a configuration problem (%s): %s",
                         ticket_id,
@@ -376,44 +313,12 @@ class ExpoPushProvider:
         if len(raw) > GZIP_OVER_BYTES:
             raw = gzip.compress(raw, compresslevel=6)
             headers["Content-Encoding"] = "gzip"
+        progress = SendProgress()
         try:
             async with self._slots:
-                response = await self._client.post(path, content=raw, headers=headers)
-        except httpx.TimeoutException as e:
-            return RetryLater(f"timeout talking to Expo ({type(e).__name__})")
+                response = await self._client.post(
+                    path, content=raw, headers=headers, extensions={"trace": progress.trace}
+                )
         except httpx.HTTPError as e:
-            return RetryLater(f"network error talking to Expo: {type(e).__name__}: {e}")
-        return self._classify(response)
-
-    def _classify(self, response: httpx.Response) -> Any:
-        try:
-            body: Any = response.json()
-        except ValueError:
-            body = None
-        errors = body.get("errors") if isinstance(body, Mapping) else None
-        first = (
-            errors[0]
-            if isinstance(errors, list) and errors and isinstance(errors[0], Mapping)
-            else {}
-        )
-        code = str(first.get("code") or f"HTTP_{response.status_code}")
-        text = str(first.get("message") or response.text[:200] or response.reason_phrase)
-        reason = f"{code}: {text}"
-        status = response.status_code
-        retry_after = parse_retry_after(response.headers.get("retry-after"), self.clock.now())
-
-        if status == 429 or code == "TOO_MANY_REQUESTS":
-            return RetryLater(reason, retry_after)
-        if status >= 500 or status == 408:
-            return RetryLater(reason, retry_after)
-        if status in (401, 403):
-            log.error("Expo refused our credentials (%s); check TEPAT_EXPO_ACCESS_TOKEN", reason)
-            return Rejected(reason)
-        if status != 200:
-            return Rejected(reason)
-        if errors:
-            # A 200 carrying request errors: treat it as the documented whole-request failure.
-            return Rejected(reason)
-        if body is None:
-            return RetryLater(f"Expo answered 200 without JSON: {response.text[:200]!r}")
-        return body
+            return progress.failure(e)
+        return classify_response(response, self.clock.now())

@@ -16,6 +16,21 @@ class QuietPolicy(enum.StrEnum):
     BYPASS = "bypass"  # ignore quiet hours
 
 
+class MaybeSentPolicy(enum.StrEnum):
+    """What to do with a message whose provider request may have been accepted.
+
+    A read timeout or a 5xx after the request went out (``RetryLater.maybe_sent``) leaves
+    the outcome unknown: the notification may already be on the phone.
+    """
+
+    RETRY = "retry"  # send again: a duplicate is better than a missing one (safety)
+    CLOSE = "close"  # do not risk a duplicate: the message ends failed (outcome_unknown)
+
+
+#: ``Message.status_reason`` of a message closed by :attr:`MaybeSentPolicy.CLOSE`.
+OUTCOME_UNKNOWN = "outcome_unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class CategoryPolicy:
     name: str
@@ -24,6 +39,7 @@ class CategoryPolicy:
     queue: str = ""
     # Lower drains first when several categories are due at once (safety first).
     priority: int = 5
+    maybe_sent: MaybeSentPolicy = MaybeSentPolicy.CLOSE
 
     @property
     def queue_name(self) -> str:
@@ -31,7 +47,9 @@ class CategoryPolicy:
 
 
 DEFAULT_CATEGORIES: tuple[CategoryPolicy, ...] = (
-    CategoryPolicy("safety", quiet_hours=QuietPolicy.BYPASS, priority=0),
+    CategoryPolicy(
+        "safety", quiet_hours=QuietPolicy.BYPASS, priority=0, maybe_sent=MaybeSentPolicy.RETRY
+    ),
     CategoryPolicy("meal"),
     CategoryPolicy("mood"),
     CategoryPolicy("hydration"),
@@ -39,6 +57,18 @@ DEFAULT_CATEGORIES: tuple[CategoryPolicy, ...] = (
     CategoryPolicy("activity"),
     CategoryPolicy("custom"),
 )
+
+
+def default_maybe_sent(name: str) -> MaybeSentPolicy:
+    """The ``maybe_sent`` policy of a category configured without one.
+
+    The built-in category's when the name is one (``safety`` retries), else ``close``:
+    leaving it out of ``TEPAT_CATEGORIES`` must not quietly stop retrying safety messages.
+    """
+    for policy in DEFAULT_CATEGORIES:
+        if policy.name == name:
+            return policy.maybe_sent
+    return MaybeSentPolicy.CLOSE
 
 
 class Categories:

@@ -21,18 +21,20 @@ What it mimics (docs.expo.dev/push-notifications/sending-notifications, GUIDE.md
   ``TOO_MANY_REQUESTS`` with a ``Retry-After`` header.
 
 What it adds for tests: per-token scripted ticket/receipt errors, "the next N requests fail
-with 429/500", a log of every notification received, and counters. The same controls exist as
-methods on :class:`ExpoSandbox` (in-process) and as HTTP endpoints under ``/_sandbox/``.
+with 429/500" (before anything is accepted), "the next N send requests are accepted and then
+the answer is lost" (:meth:`ExpoSandbox.fail_after_accept`: the response stalls until the client
+gives up, the connection drops mid-response, or a 5xx comes back), a log of every notification
+received, and counters. The same controls exist as methods on :class:`ExpoSandbox`
+(in-process) and as HTTP endpoints under ``/_sandbox/`` (:mod:`tepat.sandbox.expo_controls`).
+The wire format lives in :mod:`tepat.sandbox.expo_wire`, the faults in
+:mod:`tepat.sandbox.expo_faults`.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import threading
 import uuid
-import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -47,74 +49,32 @@ from starlette.routing import Route
 
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock, SystemClock
-from tepat.domain.validation import is_expo_push_token
-
-SEND_PATH = "/--/api/v2/push/send"
-RECEIPTS_PATH = "/--/api/v2/push/getReceipts"
-
-MAX_NOTIFICATIONS_PER_REQUEST = 100
-MAX_RECEIPT_IDS_PER_REQUEST = 1000
-MAX_PAYLOAD_BYTES = 4096
-
-#: Error codes Expo puts in ``details.error`` of tickets and receipts.
-TICKET_ERROR_CODES = frozenset(
-    {
-        "DeviceNotRegistered",
-        "MessageTooBig",
-        "MessageRateExceeded",
-        "MismatchSenderId",
-        "InvalidCredentials",
-        "ProviderError",
-        "ExpoError",
-        "DeveloperError",
-    }
+from tepat.sandbox.expo_controls import control_routes
+from tepat.sandbox.expo_faults import (
+    AfterAccept,
+    FailNext,
+    LostAnswer,
+    Stalls,
+    take_next,
+)
+from tepat.sandbox.expo_wire import (
+    MAX_NOTIFICATIONS_PER_REQUEST,
+    MAX_RECEIPT_IDS_PER_REQUEST,
+    RECEIPTS_PATH,
+    SEND_PATH,
+    TICKET_ERROR_CODES,
+    BadRequest,
+    TokenScript,
+    error_item,
+    parse_messages,
+    payload_size,
+    read_json,
+    received_entry,
+    refused_ticket,
+    request_errors,
 )
 
-
-def payload_size(message: Mapping[str, Any]) -> int:
-    """Bytes of what Expo forwards to APNs/FCM: the message without ``to``, as compact JSON."""
-    body = {k: v for k, v in message.items() if k != "to"}
-    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-
-
-def _error_message(code: str, token: str) -> str:
-    messages = {
-        "DeviceNotRegistered": f'"{token}" is not a registered push notification recipient',
-        "MessageTooBig": "Message too big: the total notification payload exceeds 4096 bytes",
-        "MessageRateExceeded": f'Too many messages are being sent to "{token}"; slow down',
-        "MismatchSenderId": "The FCM sender id does not match the one the token was issued for",
-        "InvalidCredentials": "The push notification credentials for this project are invalid",
-        "ProviderError": "The push notification provider returned an error",
-        "ExpoError": "The Expo push notification service could not process this message",
-        "DeveloperError": "The message is invalid",
-    }
-    return messages.get(code, f"Push notification error {code}")
-
-
-def _error_item(code: str, token: str, message: str | None = None) -> dict[str, Any]:
-    details: dict[str, Any] = {"error": code}
-    if code == "DeviceNotRegistered":
-        details["expoPushToken"] = token
-    return {
-        "status": "error",
-        "message": message or _error_message(code, token),
-        "details": details,
-    }
-
-
-def _request_errors(code: str, message: str, status: int, **headers: str) -> JSONResponse:
-    return JSONResponse({"errors": [{"code": code, "message": message}]}, status, headers=headers)
-
-
-@dataclass(frozen=True, slots=True)
-class TokenScript:
-    """What the sandbox does with one token: fail its ticket, or accept it and fail its receipt."""
-
-    ticket_error: str | None = None
-    receipt_error: str | None = None
-
-    def as_dict(self) -> dict[str, str | None]:
-        return {"ticket_error": self.ticket_error, "receipt_error": self.receipt_error}
+__all__ = ["AfterAccept", "ExpoSandbox", "TokenScript"]
 
 
 @dataclass(slots=True)
@@ -137,14 +97,8 @@ class _Stats:
     server_errors: int = 0
     unauthorized: int = 0
     bad_requests: int = 0
-
-
-@dataclass(slots=True)
-class _FailNext:
-    status: int
-    remaining: int
-    retry_after: float | None
-    code: str
+    # Send requests accepted (tickets issued, notifications received) whose answer was lost.
+    answers_lost: int = 0
 
 
 @dataclass(slots=True)
@@ -152,15 +106,9 @@ class _State:
     tickets: dict[str, _Ticket] = field(default_factory=dict)
     received: list[dict[str, Any]] = field(default_factory=list)
     scripts: dict[str, TokenScript] = field(default_factory=dict)
-    fail_next: list[_FailNext] = field(default_factory=list)
+    fail_next: list[FailNext] = field(default_factory=list)
+    after_accept: list[LostAnswer] = field(default_factory=list)
     stats: _Stats = field(default_factory=_Stats)
-
-
-class _BadRequest(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class ExpoSandbox:
@@ -178,8 +126,12 @@ class ExpoSandbox:
         access_token: str | None = None,
         rate_limit: float | None = None,
         scripts: Mapping[str, TokenScript] | None = None,
+        stall_limit_seconds: float = 60.0,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
+        # A stalled answer ends when the client hangs up, on release_stalled(), or after
+        # stall_limit_seconds of wall-clock time.
+        self._stalls = Stalls(stall_limit_seconds)
         self.receipt_delay = timedelta(seconds=receipt_delay_seconds)
         self.receipt_ttl = timedelta(seconds=receipt_ttl_seconds)
         self.access_token = access_token
@@ -213,6 +165,7 @@ class ExpoSandbox:
         with self._lock:
             self._state.scripts.clear()
             self._state.fail_next.clear()
+            self._state.after_accept.clear()
 
     def fail_next(
         self,
@@ -234,7 +187,34 @@ class ExpoSandbox:
             )
         with self._lock:
             if count:
-                self._state.fail_next.append(_FailNext(status, count, retry_after, code))
+                self._state.fail_next.append(FailNext(status, count, retry_after, code))
+
+    def fail_after_accept(
+        self, count: int, fault: AfterAccept | str = AfterAccept.STALL, status: int = 500
+    ) -> None:
+        """Accept the next ``count`` send requests, then lose their answers.
+
+        The notifications are received and their tickets issued (receipts will come), exactly
+        as for a normal request; only the response goes wrong, as ``fault`` says: ``stall``
+        (no answer until the client's read timeout closes the connection), ``drop`` (the
+        connection closes mid-response) or ``error`` (HTTP ``status``, a 5xx). Receipt
+        requests are not affected. The client cannot tell any of these from a request Expo
+        never took, which is the point.
+        """
+        fault = AfterAccept(fault)
+        if count < 0 or not 500 <= status <= 599:
+            raise ValueError("fail_after_accept needs count >= 0 and a 5xx status")
+        with self._lock:
+            if count:
+                self._state.after_accept.append(LostAnswer(fault, count, status))
+
+    def release_stalled(self) -> None:
+        """Answer every stalled request now (late, with its tickets)."""
+        self._stalls.release_all()
+
+    def stalled(self) -> int:
+        """How many answers are being held back right now."""
+        return len(self._stalls)
 
     def set_rate_limit(self, rate: float | None) -> None:
         """Notifications per second beyond which requests get 429 (``None``: unlimited)."""
@@ -269,10 +249,7 @@ class ExpoSandbox:
         routes = [
             Route(SEND_PATH, self._send, methods=["POST"]),
             Route(RECEIPTS_PATH, self._get_receipts, methods=["POST"]),
-            Route("/_sandbox/received", self._http_received, methods=["GET", "DELETE"]),
-            Route("/_sandbox/stats", self._http_stats, methods=["GET"]),
-            Route("/_sandbox/script", self._http_script, methods=["GET", "POST"]),
-            Route("/_sandbox/reset", self._http_reset, methods=["POST"]),
+            *control_routes(self),
         ]
         return Starlette(routes=routes, middleware=[Middleware(GZipMiddleware, minimum_size=500)])
 
@@ -283,32 +260,20 @@ class ExpoSandbox:
             stats.requests += 1
             if request.headers.get("content-encoding", "").lower() == "gzip":
                 stats.gzip_requests += 1
-            pending = self._state.fail_next
-            if pending:
-                failure = pending[0]
-                failure.remaining -= 1
-                if failure.remaining <= 0:
-                    pending.pop(0)
-                headers = {}
-                if failure.retry_after is not None:
-                    headers["Retry-After"] = str(math.ceil(failure.retry_after))
+            failure = take_next(self._state.fail_next)
+            if failure is not None:
                 if failure.status == 429:
                     stats.too_many_requests += 1
                 elif failure.status >= 500:
                     stats.server_errors += 1
                 else:
                     stats.bad_requests += 1
-                return _request_errors(
-                    failure.code,
-                    f"Scripted failure {failure.status} {failure.code}",
-                    failure.status,
-                    **headers,
-                )
+                return failure.response()
             if self.access_token is not None:
                 auth = request.headers.get("authorization", "")
                 if auth != f"Bearer {self.access_token}":
                     stats.unauthorized += 1
-                    return _request_errors(
+                    return request_errors(
                         "UNAUTHORIZED",
                         "The bearer token is invalid or missing; this project requires an "
                         "access token for push notifications",
@@ -316,40 +281,23 @@ class ExpoSandbox:
                     )
         return None
 
-    async def _read_json(self, request: Request) -> Any:
-        raw = await request.body()
-        encoding = request.headers.get("content-encoding", "identity").lower()
-        try:
-            if encoding == "gzip":
-                raw = gzip.decompress(raw)
-            elif encoding == "deflate":
-                raw = zlib.decompress(raw)
-            elif encoding not in ("", "identity"):
-                raise _BadRequest("VALIDATION_ERROR", f"unsupported Content-Encoding {encoding!r}")
-        except (OSError, EOFError, zlib.error) as e:
-            raise _BadRequest("VALIDATION_ERROR", f"could not decode {encoding} body: {e}") from e
-        try:
-            return json.loads(raw)
-        except ValueError as e:
-            raise _BadRequest("VALIDATION_ERROR", f"the request body must be JSON: {e}") from e
-
-    def _bad_request(self, e: _BadRequest) -> JSONResponse:
+    def _bad_request(self, e: BadRequest) -> JSONResponse:
         with self._lock:
             self._state.stats.bad_requests += 1
-        return _request_errors(e.code, e.message, 400)
+        return request_errors(e.code, e.message, 400)
 
     async def _send(self, request: Request) -> Response:
         if (refused := self._gate(request)) is not None:
             return refused
         try:
-            body = await self._read_json(request)
-            messages = _parse_messages(body)
-        except _BadRequest as e:
+            body = await read_json(request)
+            messages = parse_messages(body)
+        except BadRequest as e:
             return self._bad_request(e)
         count = sum(len(recipients) for _, recipients in messages)
         if count > MAX_NOTIFICATIONS_PER_REQUEST:
             return self._bad_request(
-                _BadRequest(
+                BadRequest(
                     "PUSH_TOO_MANY_NOTIFICATIONS",
                     f"You are trying to send {count} push notifications in one request; "
                     f"at most {MAX_NOTIFICATIONS_PER_REQUEST} are allowed",
@@ -361,7 +309,7 @@ class ExpoSandbox:
             if wait > 0:
                 with self._lock:
                     self._state.stats.too_many_requests += 1
-                return _request_errors(
+                return request_errors(
                     "TOO_MANY_REQUESTS",
                     f"You are exceeding the limit of {self.rate_limit:g} notifications per second",
                     429,
@@ -371,8 +319,14 @@ class ExpoSandbox:
         tickets = self._issue_tickets(messages, encoding)
         with self._lock:
             self._state.stats.send_requests += 1
+            fault = take_next(self._state.after_accept)
+            if fault is not None:
+                self._state.stats.answers_lost += 1
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
-        return JSONResponse({"data": tickets[0] if single else tickets})
+        answer = JSONResponse({"data": tickets[0] if single else tickets})
+        if fault is None:
+            return answer
+        return await fault.lose(answer, request, self._stalls)
 
     def _issue_tickets(
         self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None
@@ -385,22 +339,11 @@ class ExpoSandbox:
                 size = payload_size(message)
                 for token in recipients:
                     script = state.scripts.get(token, TokenScript())
-                    ticket: dict[str, Any]
-                    if not is_expo_push_token(token):
-                        ticket = _error_item("DeviceNotRegistered", token)
-                    elif size > MAX_PAYLOAD_BYTES:
-                        ticket = _error_item(
-                            "MessageTooBig",
-                            token,
-                            f"Message too big: the notification payload is {size} bytes, "
-                            f"over the limit of {MAX_PAYLOAD_BYTES} bytes",
-                        )
-                    elif script.ticket_error is not None:
-                        ticket = _error_item(script.ticket_error, token)
-                    else:
+                    ticket = refused_ticket(token, size, script)
+                    if ticket is None:
                         ticket_id = str(uuid.uuid4())
                         receipt = (
-                            _error_item(script.receipt_error, token)
+                            error_item(script.receipt_error, token)
                             if script.receipt_error is not None
                             else {"status": "ok"}
                         )
@@ -412,22 +355,22 @@ class ExpoSandbox:
                         state.stats.tickets_ok += 1
                     else:
                         state.stats.tickets_error += 1
-                    state.received.append(_received_entry(message, token, ticket, now, encoding))
+                    state.received.append(received_entry(message, token, ticket, now, encoding))
         return tickets
 
     async def _get_receipts(self, request: Request) -> Response:
         if (refused := self._gate(request)) is not None:
             return refused
         try:
-            body = await self._read_json(request)
+            body = await read_json(request)
             ids = body.get("ids") if isinstance(body, dict) else None
             if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-                raise _BadRequest("VALIDATION_ERROR", '"ids" must be an array of strings')
-        except _BadRequest as e:
+                raise BadRequest("VALIDATION_ERROR", '"ids" must be an array of strings')
+        except BadRequest as e:
             return self._bad_request(e)
         if len(ids) > MAX_RECEIPT_IDS_PER_REQUEST:
             return self._bad_request(
-                _BadRequest(
+                BadRequest(
                     "PUSH_TOO_MANY_RECEIPTS",
                     f"You are trying to get {len(ids)} push receipts in one request; "
                     f"at most {MAX_RECEIPT_IDS_PER_REQUEST} are allowed",
@@ -446,144 +389,13 @@ class ExpoSandbox:
                     data[ticket_id] = dict(ticket.receipt)
         return JSONResponse({"data": data})
 
-    # ---- HTTP controls ----
-
-    async def _http_received(self, request: Request) -> Response:
-        if request.method == "DELETE":
-            self.clear_received()
-            return Response(status_code=204)
-        return JSONResponse({"received": self.received()})
-
-    async def _http_stats(self, request: Request) -> Response:
-        return JSONResponse(self.stats())
-
-    async def _http_reset(self, request: Request) -> Response:
-        self.reset()
-        return Response(status_code=204)
-
-    async def _http_script(self, request: Request) -> Response:
-        """``POST`` JSON, every key optional::
-
-            {"tokens": {"ExponentPushToken[a]": {"ticket_error": "DeviceNotRegistered"},
-                        "ExponentPushToken[b]": {"receipt_error": "DeviceNotRegistered"},
-                        "ExponentPushToken[c]": null},          # null: remove the script
-             "clear": true,                                       # drop all scripts first
-             "next_429": 2, "next_500": 1, "retry_after": 3,
-             "fail_next": {"count": 1, "status": 400, "code": "PUSH_TOO_MANY_EXPERIENCE_IDS"},
-             "rate_limit": 600, "receipt_delay_seconds": 900}
-
-        ``GET`` shows the current scripts.
-        """
-        if request.method == "GET":
-            return JSONResponse(self._describe_scripts())
-        try:
-            spec = await request.json()
-            self._apply_script(spec)
-        except (ValueError, TypeError) as e:
-            return _request_errors("VALIDATION_ERROR", str(e), 400)
-        return JSONResponse(self._describe_scripts())
-
-    def _apply_script(self, spec: Any) -> None:
-        if not isinstance(spec, dict):
-            raise ValueError("the script must be a JSON object")
-        if spec.get("clear"):
-            self.clear_scripts()
-        tokens = spec.get("tokens") or {}
-        if not isinstance(tokens, dict):
-            raise ValueError('"tokens" must map tokens to {"ticket_error", "receipt_error"}')
-        for token, outcome in tokens.items():
-            outcome = outcome or {}
-            if not isinstance(outcome, dict):
-                raise ValueError(f"script for {token!r} must be an object or null")
-            self.script_token(
-                token,
-                ticket_error=outcome.get("ticket_error"),
-                receipt_error=outcome.get("receipt_error"),
-            )
-        retry_after = spec.get("retry_after", 1.0)
-        if retry_after is not None:
-            retry_after = float(retry_after)
-        if spec.get("next_429"):
-            self.fail_next(int(spec["next_429"]), 429, retry_after)
-        if spec.get("next_500"):
-            self.fail_next(int(spec["next_500"]), 500, retry_after)
-        if fail := spec.get("fail_next"):
-            if not isinstance(fail, dict):
-                raise ValueError('"fail_next" must be {"count", "status", "code", "retry_after"}')
-            self.fail_next(
-                int(fail.get("count", 1)),
-                int(fail.get("status", 500)),
-                fail.get("retry_after"),
-                fail.get("code"),
-            )
-        if "rate_limit" in spec:
-            rate = spec["rate_limit"]
-            self.set_rate_limit(float(rate) if rate else None)
-        if "receipt_delay_seconds" in spec:
-            self.set_receipt_delay(float(spec["receipt_delay_seconds"]))
-
-    def _describe_scripts(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, Any]:
+        """The scripted behaviour in force (what ``GET /_sandbox/script`` shows)."""
         with self._lock:
             return {
                 "tokens": {t: s.as_dict() for t, s in self._state.scripts.items()},
-                "fail_next": [
-                    {
-                        "status": f.status,
-                        "code": f.code,
-                        "remaining": f.remaining,
-                        "retry_after": f.retry_after,
-                    }
-                    for f in self._state.fail_next
-                ],
+                "fail_next": [asdict(f) for f in self._state.fail_next],
+                "after_accept": [asdict(f) for f in self._state.after_accept],
                 "rate_limit": self.rate_limit,
                 "receipt_delay_seconds": self.receipt_delay.total_seconds(),
             }
-
-
-def _parse_messages(body: Any) -> list[tuple[dict[str, Any], list[str]]]:
-    """Messages with their recipients, in request order; 400 VALIDATION_ERROR when malformed."""
-    items = body if isinstance(body, list) else [body]
-    parsed: list[tuple[dict[str, Any], list[str]]] = []
-    for index, message in enumerate(items):
-        where = f'"[{index}]"' if isinstance(body, list) else '"value"'
-        if not isinstance(message, dict):
-            raise _BadRequest("VALIDATION_ERROR", f"{where} must be of type object")
-        to = message.get("to")
-        if isinstance(to, str):
-            recipients = [to]
-        elif isinstance(to, list) and to and all(isinstance(t, str) for t in to):
-            recipients = list(to)
-        else:
-            raise _BadRequest(
-                "VALIDATION_ERROR", f"{where}.to must be a push token or a non-empty array of them"
-            )
-        parsed.append((message, recipients))
-    return parsed
-
-
-def _received_entry(
-    message: Mapping[str, Any],
-    token: str,
-    ticket: Mapping[str, Any],
-    now: datetime,
-    encoding: str | None,
-) -> dict[str, Any]:
-    details = ticket.get("details") or {}
-    return {
-        "to": token,
-        "title": message.get("title"),
-        "subtitle": message.get("subtitle"),
-        "body": message.get("body"),
-        "data": message.get("data"),
-        "sound": message.get("sound"),
-        "priority": message.get("priority"),
-        "ttl": message.get("ttl"),
-        "channel_id": message.get("channelId"),
-        "category_id": message.get("categoryId"),
-        "ticket_id": ticket.get("id"),
-        "status": ticket["status"],
-        "error": details.get("error"),
-        "payload_bytes": payload_size(message),
-        "content_encoding": encoding,
-        "received_at": now.isoformat(),
-    }

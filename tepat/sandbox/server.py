@@ -76,6 +76,8 @@ def running_sandbox(
             raise RuntimeError(f"the Expo sandbox did not start on {host}:{port}")
         yield RunningSandbox(sandbox, f"http://{host}:{port}")
     finally:
+        # A stalled answer would hold uvicorn's graceful shutdown until its limit.
+        sandbox.release_stalled()
         server.should_exit = True
         thread.join(timeout=startup_timeout)
         sock.close()

@@ -6,6 +6,7 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 
 from tepat.adapters.expo_push import ExpoPushProvider
@@ -22,7 +23,8 @@ from tepat.ports.push import (
     TicketOk,
     Tickets,
 )
-from tepat.sandbox import ExpoSandbox, RunningSandbox, running_sandbox
+from tepat.sandbox import AfterAccept, ExpoSandbox, RunningSandbox, running_sandbox
+from tests.support.waiting import eventually
 
 
 def tok(i: int | str, spelling: str = "ExponentPushToken") -> str:
@@ -220,43 +222,165 @@ async def test_more_than_a_batch_is_a_caller_bug(provider: ExpoPushProvider) -> 
 # ---- whole-request failures ----
 
 
-async def test_429_becomes_retry_later_honouring_retry_after(
+def retry_later(result: object) -> RetryLater:
+    assert isinstance(result, RetryLater), result
+    return result
+
+
+async def test_429_is_not_sent_and_honours_retry_after(
     provider: ExpoPushProvider, sandbox: ExpoSandbox
 ) -> None:
     sandbox.fail_next(1, status=429, retry_after=7)
-    result = await provider.send([req(tok(1))])
-    assert isinstance(result, RetryLater)
-    assert result.retry_after == 7.0
+    result = retry_later(await provider.send([req(tok(1))]))
+    assert (result.retry_after, result.maybe_sent) == (7.0, False)
     assert "TOO_MANY_REQUESTS" in result.reason
+    assert sandbox.received() == []
     assert tickets_of(await provider.send([req(tok(1))]))  # and then it works
 
 
-@pytest.mark.parametrize("status", [500, 502, 503])
-async def test_5xx_becomes_retry_later(
-    provider: ExpoPushProvider, sandbox: ExpoSandbox, status: int
-) -> None:
-    sandbox.fail_next(1, status=status, retry_after=None)
-    result = await provider.send([req(tok(1))])
-    assert result == RetryLater(result.reason if isinstance(result, RetryLater) else "", None)
-
-
-async def test_the_sandbox_rate_limit_429_becomes_retry_later(
+async def test_the_sandbox_rate_limit_429_is_not_sent_with_retry_after(
     server: RunningSandbox, clock: FakeClock, sandbox: ExpoSandbox, provider: ExpoPushProvider
 ) -> None:
     sandbox.set_rate_limit(50)
     tickets_of(await provider.send([req(tok(i)) for i in range(50)]))
-    result = await provider.send([req(tok(1))])
-    assert isinstance(result, RetryLater) and result.retry_after == 1.0
+    result = retry_later(await provider.send([req(tok(1))]))
+    assert (result.retry_after, result.maybe_sent) == (1.0, False)
 
 
-async def test_network_errors_become_retry_later(clock: FakeClock) -> None:
+async def test_a_408_request_timeout_is_not_sent(
+    provider: ExpoPushProvider, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_next(1, status=408, retry_after=None)
+    assert retry_later(await provider.send([req(tok(1))])).maybe_sent is False
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+async def test_a_5xx_is_maybe_sent_even_before_expo_accepted_as_the_client_cannot_tell(
+    provider: ExpoPushProvider, sandbox: ExpoSandbox, status: int
+) -> None:
+    sandbox.fail_next(1, status=status, retry_after=None)
+    result = retry_later(await provider.send([req(tok(1))]))
+    assert (result.retry_after, result.maybe_sent) == (None, True)
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
+async def test_a_5xx_after_expo_accepted_is_maybe_sent(
+    provider: ExpoPushProvider, sandbox: ExpoSandbox, status: int
+) -> None:
+    sandbox.fail_after_accept(1, AfterAccept.ERROR, status=status)
+    result = retry_later(await provider.send([req(tok(1)), req(tok(2))]))
+    assert result.maybe_sent is True and f"{status}" in result.reason
+    assert [r["to"] for r in sandbox.received()] == [tok(1), tok(2)]  # Expo did take them
+
+
+async def test_connection_refused_is_not_sent(clock: FakeClock) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     async with ExpoPushProvider(f"http://127.0.0.1:{port}", clock=clock, rate_limit=1e9) as p:
-        sent = await p.send([req(tok(1))])
-        assert isinstance(sent, RetryLater) and "network error" in sent.reason
+        sent = retry_later(await p.send([req(tok(1))]))
+        assert sent.maybe_sent is False
+        assert "ConnectError" in sent.reason and "before the request was sent" in sent.reason
         assert isinstance(await p.receipts(["a"]), RetryLater)
+
+
+async def test_a_read_timeout_after_expo_accepted_is_maybe_sent(
+    server: RunningSandbox, clock: FakeClock, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_after_accept(1, AfterAccept.STALL)
+    async with ExpoPushProvider(server.base_url, clock=clock, rate_limit=1e9, timeout=0.3) as p:
+        result = retry_later(await p.send([req(tok(1))]))
+        assert result.maybe_sent is True
+        assert "ReadTimeout" in result.reason and "after the request was sent" in result.reason
+        assert [r["to"] for r in sandbox.received()] == [tok(1)]
+        # The client hung up, which ends the stall; the next request is answered.
+        await eventually(lambda: sandbox.stalled() == 0, what="the stalled answer to end")
+        assert tickets_of(await p.send([req(tok(2))]))
+
+
+async def test_a_connection_dropped_mid_response_after_expo_accepted_is_maybe_sent(
+    provider: ExpoPushProvider, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_after_accept(1, AfterAccept.DROP)
+    result = retry_later(await provider.send([req(tok(1))]))
+    assert result.maybe_sent is True and "RemoteProtocolError" in result.reason
+    assert [r["to"] for r in sandbox.received()] == [tok(1)]
+    assert tickets_of(await provider.send([req(tok(2))]))  # a fresh connection works
+
+
+# ---- not sent or maybe sent, where the network cannot be made to fail on cue ----
+
+
+def _trace_then_raise(events: list[str], error: Exception) -> httpx.MockTransport:
+    """A transport that reports ``events`` to httpcore's trace hook, then fails."""
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        trace = request.extensions.get("trace")
+        for event in events:
+            if trace is not None:
+                await trace(event, {})
+        raise error
+
+    return httpx.MockTransport(handle)
+
+
+_HEADERS = ["http11.send_request_headers.started", "http11.send_request_headers.complete"]
+_BODY_SENT = [*_HEADERS, "http11.send_request_body.started", "http11.send_request_body.complete"]
+
+
+@pytest.mark.parametrize(
+    ("events", "error", "maybe_sent"),
+    [
+        pytest.param([], httpx.PoolTimeout("pool"), False, id="pool_timeout_is_not_sent"),
+        pytest.param(
+            ["connection.connect_tcp.started", "connection.connect_tcp.failed"],
+            httpx.ConnectTimeout("connect"),
+            False,
+            id="connect_timeout_is_not_sent",
+        ),
+        pytest.param(
+            # httpcore swallows the WriteError and reports what it then fails to read.
+            [*_HEADERS, "http11.send_request_body.started", "http11.send_request_body.failed"],
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            False,
+            id="write_error_before_the_body_went_out_whole_is_not_sent",
+        ),
+        pytest.param(
+            [*_HEADERS, "http11.send_request_body.started", "http11.send_request_body.failed"],
+            httpx.WriteTimeout("write"),
+            False,
+            id="write_timeout_is_not_sent",
+        ),
+        pytest.param(_BODY_SENT, httpx.ReadTimeout("read"), True, id="read_timeout_after_sending"),
+        pytest.param(_BODY_SENT, httpx.ReadError("reset"), True, id="read_error_after_sending"),
+        pytest.param(
+            _BODY_SENT,
+            httpx.RemoteProtocolError("peer closed connection"),
+            True,
+            id="remote_protocol_error_after_sending",
+        ),
+        pytest.param(
+            [], httpx.ReadTimeout("read"), True, id="untraced_read_timeout_assumes_maybe_sent"
+        ),
+    ],
+)
+async def test_not_sent_or_maybe_sent_follows_how_far_the_request_got(
+    clock: FakeClock, events: list[str], error: Exception, maybe_sent: bool
+) -> None:
+    transport = _trace_then_raise(events, error)
+    async with ExpoPushProvider(
+        "http://expo.test", clock=clock, rate_limit=1e9, transport=transport
+    ) as p:
+        result = retry_later(await p.send([req(tok(1))]))
+    assert result.maybe_sent is maybe_sent
+
+
+async def test_a_200_that_is_not_json_is_maybe_sent(clock: FakeClock) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text="<html>ok</html>"))
+    async with ExpoPushProvider(
+        "http://expo.test", clock=clock, rate_limit=1e9, transport=transport
+    ) as p:
+        assert retry_later(await p.send([req(tok(1))])).maybe_sent is True
 
 
 async def test_bad_credentials_are_rejected(clock: FakeClock) -> None:

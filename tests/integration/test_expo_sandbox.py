@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
 from tepat.clock import FakeClock
-from tepat.sandbox import ExpoSandbox, RunningSandbox, TokenScript, running_sandbox
+from tepat.sandbox import AfterAccept, ExpoSandbox, RunningSandbox, TokenScript, running_sandbox
 
 SEND = "/--/api/v2/push/send"
 RECEIPTS = "/--/api/v2/push/getReceipts"
@@ -295,6 +297,103 @@ def test_scripted_failures_also_hit_receipt_requests(
     response = http.post(RECEIPTS, json={"ids": []})
     assert response.status_code == 503 and "retry-after" not in response.headers
     assert http.post(RECEIPTS, json={"ids": []}).status_code == 200
+
+
+# ---- answers lost after accepting ----
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Wait for a condition set by the server thread; False if it never holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_after_accept_error_receives_and_tickets_then_answers_5xx(
+    http: httpx.Client, sandbox: ExpoSandbox, clock: FakeClock
+) -> None:
+    sandbox.fail_after_accept(1, AfterAccept.ERROR, status=502)
+    lost = send(http, [{"to": tok(1)}, {"to": tok(2)}])
+    assert lost.status_code == 502
+    assert lost.json()["errors"][0]["code"] == "INTERNAL_SERVER_ERROR"
+    received = sandbox.received()
+    assert [(r["to"], r["status"]) for r in received] == [(tok(1), "ok"), (tok(2), "ok")]
+    clock.advance(900)
+    # The tickets are real: their receipts come, as they would from Expo.
+    assert set(receipts(http, [r["ticket_id"] for r in received])) == {
+        r["ticket_id"] for r in received
+    }
+    assert send(http, {"to": tok(3)}).status_code == 200  # only the next request was hit
+    assert sandbox.stats()["answers_lost"] == 1
+
+
+def test_after_accept_drop_receives_then_closes_the_connection_mid_response(
+    http: httpx.Client, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_after_accept(1, "drop")
+    with pytest.raises(httpx.RemoteProtocolError):
+        send(http, {"to": tok(1)})
+    assert [r["to"] for r in sandbox.received()] == [tok(1)]
+    assert send(http, {"to": tok(2)}).status_code == 200
+
+
+def test_after_accept_stall_receives_then_holds_the_answer_until_the_client_hangs_up(
+    server: RunningSandbox, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_after_accept(1, AfterAccept.STALL)
+    with (
+        httpx.Client(base_url=server.base_url, timeout=0.3) as impatient,
+        pytest.raises(httpx.ReadTimeout),
+    ):
+        send(impatient, {"to": tok(1)})
+    assert [r["to"] for r in sandbox.received()] == [tok(1)]
+    assert until(lambda: sandbox.stalled() == 0)  # the hang-up ends the stall
+
+
+def test_a_stalled_answer_is_released_late_with_its_tickets(
+    server: RunningSandbox, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_after_accept(1, AfterAccept.STALL)
+    with (
+        httpx.Client(base_url=server.base_url, timeout=10) as patient,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        answer = pool.submit(send, patient, {"to": tok(1)})
+        assert until(lambda: sandbox.stalled() == 1)
+        assert not answer.done()
+        sandbox.release_stalled()
+        response = answer.result(timeout=10)
+    assert response.status_code == 200
+    assert response.json()["data"]["id"] == sandbox.received()[0]["ticket_id"]
+
+
+def test_after_accept_faults_leave_receipt_requests_alone(
+    http: httpx.Client, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_after_accept(1, AfterAccept.ERROR)
+    assert http.post(RECEIPTS, json={"ids": []}).status_code == 200
+    assert send(http, {"to": tok(1)}).status_code == 500
+
+
+def test_after_accept_over_http_and_bad_values_refused(
+    http: httpx.Client, sandbox: ExpoSandbox
+) -> None:
+    control = http.post(
+        "/_sandbox/script", json={"after_accept": {"count": 2, "fault": "error", "status": 503}}
+    )
+    assert control.status_code == 200
+    assert control.json()["after_accept"] == [{"fault": "error", "remaining": 2, "status": 503}]
+    assert [send(http, {"to": tok(i)}).status_code for i in range(3)] == [503, 503, 200]
+    assert len(sandbox.received()) == 3
+    for bad in ({"fault": "explode"}, {"fault": "error", "status": 429}, "stall"):
+        refused = http.post("/_sandbox/script", json={"after_accept": bad})
+        assert refused.status_code == 400, bad
+    assert http.get("/_sandbox/script").json()["after_accept"] == []
+    sandbox.fail_after_accept(1)
+    assert http.post("/_sandbox/script", json={"clear": True}).json()["after_accept"] == []
 
 
 # ---- rate limit ----
