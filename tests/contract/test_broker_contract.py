@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
 from datetime import timedelta
 
 import pytest
 
 from tepat.ports.broker import Broker, DeadLetter, Delivery, QueueStats
 from tests.support.broker_factories import BrokerHarness
+from tests.support.busy_loop import busy_event_loop
 
 # Generous on purpose: only a failing test (or a slow real broker) waits this long.
 ARRIVAL_TIMEOUT = 10.0
@@ -286,6 +287,34 @@ async def test_nack_past_the_limit_dead_letters_and_replay_delivers_once(
 
 
 # -- flow control and competing consumers -------------------------------------
+
+
+async def test_consumer_started_on_a_backlog_handles_every_message_once(
+    broker: Broker, broker_harness: BrokerHarness
+) -> None:
+    # Defect 2 (issue 9): frames the broker dispatched while SUBSCRIBE awaited its
+    # receipt were dropped yet stayed unacked on the connection, so a backlog of a
+    # prefetch or more stalled the consumer until the sweeper re-drove the messages.
+    queue = broker_harness.unique_queue("backlog")
+    prefetch = 10
+    expected = [f"m{i:02d}".encode() for i in range(3 * prefetch)]
+    for body in expected:
+        await broker.publish(queue, body)
+    await stats_eventually(broker, queue, ready=len(expected), in_flight=0)
+
+    seen: list[bytes] = []
+    async with AsyncExitStack() as stack:
+        # a busy loop lets the backlog's frames overtake the SUBSCRIBE receipt
+        async with busy_event_loop():
+            deliveries = await stack.enter_async_context(broker.consume([queue], prefetch=prefetch))
+        for _ in expected:
+            delivery = await next_delivery(deliveries)
+            seen.append(delivery.body)
+            await broker.ack(delivery)
+        await expect_nothing(deliveries, quiet_period(broker_harness))
+
+    assert sorted(seen) == expected
+    await stats_eventually(broker, queue, ready=0, in_flight=0, dead_letters=0)
 
 
 async def test_prefetch_bounds_unacked_deliveries(

@@ -14,6 +14,10 @@ runs throughout and has to reconnect and resubscribe by itself.
 Every message must be delivered. Duplicates are allowed (a publish whose
 receipt was lost is resent; the store's claim makes a repeat harmless); the
 test prints how many there were.
+
+The second test restarts the broker while a consumer holds a prefetch and a
+backlog waits behind it: the consumer must resubscribe and hand out every
+message exactly once, with no stall (issue 9, defect 2).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import pytest
 
 from tepat.adapters.stomp import StompBroker
 from tests.support.activemq_factory import stomp_url
+from tests.support.busy_loop import busy_event_loop
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.activemq
 
@@ -122,3 +128,65 @@ async def test_broker_restart_loses_no_delayed_message() -> None:
     )
     assert set(counts) == expected
     assert (stats.ready, stats.scheduled, stats.in_flight) == (0, 0, 0)
+
+
+async def test_consumer_on_a_backlog_handles_every_message_once_across_a_broker_restart() -> None:
+    url = stomp_url()
+    base = broker_base()
+    prefetch = 10
+    total = 3 * prefetch
+    broker = StompBroker(url, request_timeout=5.0)
+    await broker.connect()
+    queue = f"restart.backlog.{time.time_ns()}"
+    expected = {f"m{i:02d}".encode() for i in range(total)}
+    seen: list[bytes] = []
+    subscribed, go, all_seen = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def consume() -> None:
+        async with broker.consume([queue], prefetch=prefetch) as deliveries:
+            subscribed.set()
+            # hold the prefetch unhandled, so that the restart meets a full one
+            await go.wait()
+            async for delivery in deliveries:
+                seen.append(delivery.body)
+                await broker.ack(delivery)
+                if len(seen) >= total:
+                    all_seen.set()
+
+    async def holding(in_flight: int, ready: int) -> bool:
+        try:
+            [stats] = await broker.stats([queue])
+        except ConnectionError:  # the broker is restarting
+            return False
+        return (stats.in_flight, stats.ready) == (in_flight, ready)
+
+    consumer = asyncio.create_task(consume())
+    try:
+        await asyncio.wait_for(subscribed.wait(), 10)
+        for body in sorted(expected):
+            await broker.publish(queue, body)
+        await eventually(lambda: holding(prefetch, total - prefetch), 20, "a full prefetch")
+        # a busy loop lets the backlog's frames overtake the resubscription's receipt
+        async with busy_event_loop():
+            await restart_broker(base)
+            await eventually(
+                lambda: holding(prefetch, total - prefetch),
+                DELIVERY_TIMEOUT,
+                "the consumer to resubscribe and take a prefetch of the backlog",
+            )
+        go.set()
+        try:
+            await asyncio.wait_for(all_seen.wait(), 30)
+        except TimeoutError:
+            pytest.fail(
+                f"consumer stalled after the restart: {len(seen)} of {total} handled"
+                f"\nconsumer: {consumer.exception() if consumer.done() else 'running'}"
+            )
+        # every message acked once: nothing comes back, nothing is left
+        await eventually(lambda: holding(0, 0), 20, "an empty queue")
+    finally:
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
+        await broker.close()
+
+    assert Counter(seen) == Counter(expected)

@@ -67,7 +67,7 @@ class StompAdmin:
             "admin",
             heartbeat_ms=broker.heartbeat_ms,
             timeout=self.request_timeout,
-            on_frame=on_frame,
+            on_frame=lambda _link, frame: on_frame(frame),
         )
         await link.open()
         try:

@@ -10,7 +10,13 @@ true``).
 Connection loss: a consumer reconnects with exponential backoff and
 resubscribes. Deliveries from the lost connection are void (the broker
 redelivers them): acking one is a logged no-op, and those still buffered are
-dropped before the caller sees them.
+dropped before the caller sees them. So each frame is tagged with the
+connection that received it, and a new connection becomes the consumer's
+before its SUBSCRIBE goes out: a backlog the broker dispatches ahead of the
+SUBSCRIBE receipt is this connection's to hand out and ack. (Tagging frames
+with the consumer's link of the moment dropped up to a prefetch of them at
+every start or resubscribe; left unacked on the live connection, they stalled
+the consumer.)
 """
 
 from __future__ import annotations
@@ -48,9 +54,20 @@ class Consumer:
         return ",".join(f"/queue/{q}" for q in self.queues)
 
     async def start(self) -> None:
-        self.link = await self._subscribe()
+        try:
+            await self._subscribe()
+        except BaseException:
+            # a connection lost mid-subscribe must not leave a reconnect loop behind
+            await self.stop()
+            raise
 
     async def _subscribe(self) -> Link:
+        """Connect and subscribe; the new connection is ``self.link`` from before SUBSCRIBE.
+
+        The broker dispatches a waiting backlog (up to a prefetch) as soon as it
+        has the subscription, and those frames may reach the loop before the
+        SUBSCRIBE receipt does: they must already count as this consumer's.
+        """
         broker = self.broker
         link = Link(
             broker.target,
@@ -61,6 +78,7 @@ class Consumer:
             on_lost=self._on_lost,
         )
         await link.open()
+        self.link = link
         try:
             await link.request(
                 "subscribe",
@@ -74,9 +92,9 @@ class Consumer:
             raise
         return link
 
-    def _on_frame(self, frame: Any) -> None:
-        link = self.link
-        if self.closed or link is None:
+    def _on_frame(self, link: Link, frame: Any) -> None:
+        """``link`` is the connection that received the frame: only it can ack the message."""
+        if self.closed:
             return
         headers = {str(k): str(v) for k, v in frame.headers.items()}
         ack_id = headers.get("ack") or headers.get("message-id", "")
@@ -121,7 +139,6 @@ class Consumer:
                 if self.closed:
                     await link.close()
                     return
-                self.link = link
                 log.info("stomp consumer resubscribed", queues=self.queues, attempts=attempt)
                 return
         finally:

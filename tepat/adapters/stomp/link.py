@@ -67,7 +67,7 @@ class Link:
         *,
         heartbeat_ms: int,
         timeout: float,
-        on_frame: Callable[[Any], None] | None = None,
+        on_frame: Callable[[Link, Any], None] | None = None,
         on_lost: Callable[[Link], None] | None = None,
     ) -> None:
         self.id = next(_link_ids)
@@ -180,7 +180,7 @@ class Link:
 
     def on_frame(self, frame: Any) -> None:
         if self._frame_handler is not None and not self._closing:
-            self._frame_handler(frame)
+            self._frame_handler(self, frame)
 
     def on_receipt(self, receipt: str) -> None:
         fut = self._receipts.get(receipt)
