@@ -50,12 +50,16 @@ class Creator:
         self.horizon = horizon
         self._page_size = page_size
 
-    async def plan_window(self, start: datetime, end: datetime) -> PlanResult:
+    async def plan_window(
+        self, start: datetime, end: datetime, *, publish: bool = True
+    ) -> PlanResult:
         """Plan every enabled reminder whose nominal instant falls in ``[start, end)``.
 
         Users stream in pages, so memory stays flat however many there are. The
-        messages go to the outbox in the same write; the outbox publishes them in
-        batches per (queue, due second) as the run goes and once more at the end.
+        messages go to the outbox in the same write; unless ``publish`` is off (a
+        ``tepat plan`` process beside an embedded broker it cannot reach, whose
+        own outbox loop will publish them), the outbox publishes the ones due
+        soon as the run goes and once more at the end.
         """
         if end <= start:
             raise ValueError("end must be after start")
@@ -72,9 +76,10 @@ class Creator:
                 continue
             result = await self._store.insert_messages(planned)
             total += PlanResult(len(result.created), result.existing)
-            if self._outbox_backlog_due_soon(result.created, now):
+            if publish and self._outbox_backlog_due_soon(result.created, now):
                 await self._outbox.flush()
-        await self._outbox.flush()
+        if publish:
+            await self._outbox.flush()
         return total
 
     @staticmethod

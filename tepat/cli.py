@@ -110,7 +110,9 @@ def plan(
 
     async def go() -> None:
         async with open_runtime(settings) as rt:
-            result = await rt.creator.plan_window(begin, finish)
+            # An embedded broker lives inside the serving process: this one's would
+            # vanish on exit. The server's outbox loop publishes from the store.
+            result = await rt.creator.plan_window(begin, finish, publish=not rt.embedded_broker)
         typer.echo(f"created {result.created}, existing {result.existing}")
 
     _run(go())

@@ -225,8 +225,9 @@ class MessageStore(Protocol):
         """Every pending message of one user (a re-plan compares them with the new plan)."""
         ...
 
-    async def unpublished(self, limit: int) -> list[Message]:
-        """Pending messages carrying the outbox mark, by (``due_at``, id)."""
+    async def unpublished(self, limit: int, due_before: datetime | None = None) -> list[Message]:
+        """Pending messages carrying the outbox mark (due before ``due_before`` when
+        given), by (``due_at``, id)."""
         ...
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:

@@ -7,14 +7,20 @@ in broker messages of at most 100 ids, publishes them and clears the marks.
 
 So every path batches (a creator run, an API re-plan, a one-off, a retry), and
 a crash or broker failure between the write and the publish loses nothing: the
-mark stays, and the next pass (the loop below, every second or so, or the next
-write in this process) publishes it. Publishing twice is harmless: the
-consumer's atomic claim decides.
+mark stays, and the next pass (the loop in ``scheduler/jobs.py``, every second
+or so, or the next write in this process) publishes it. Publishing twice is
+harmless: the consumer's atomic claim decides.
+
+A message is published once it is due within ``publish_ahead`` (10 minutes by
+default), not when it is written: the messages thousands of API calls planned
+for one instant tomorrow are then published together, in full batches, rather
+than one broker message per call. (A broker's scheduler holds fewer jobs too.)
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import structlog
 
@@ -33,8 +39,14 @@ PAGE_SIZE = 5000
 
 class Outbox:
     def __init__(
-        self, store: Store, enqueuer: Enqueuer, categories: Categories, clock: Clock
+        self,
+        store: Store,
+        enqueuer: Enqueuer,
+        categories: Categories,
+        clock: Clock,
+        publish_ahead: timedelta = timedelta(minutes=10),
     ) -> None:
+        self.publish_ahead = publish_ahead
         self._store = store
         self._enqueuer = enqueuer
         self._categories = categories
@@ -45,12 +57,14 @@ class Outbox:
         self._lock = asyncio.Lock()
         self.published_batches = 0
 
-    async def flush(self) -> int:
-        """Publish every marked message; returns how many messages were published."""
+    async def flush(self, everything: bool = False) -> int:
+        """Publish the marked messages due within ``publish_ahead`` (all of them when
+        ``everything``); returns how many messages were published."""
         async with self._lock:
             total = 0
             while True:
-                page = await self._store.unpublished(PAGE_SIZE)
+                horizon = None if everything else self._clock.now() + self.publish_ahead
+                page = await self._store.unpublished(PAGE_SIZE, due_before=horizon)
                 if not page:
                     return total
                 builder = BatchBuilder(self._categories)

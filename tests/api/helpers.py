@@ -92,6 +92,7 @@ async def drain_due(rt: Runtime, idle_seconds: float = 0.2) -> int:
     """
     from consumers.worker import handle_delivery
 
+    await rt.outbox.flush()  # what the scheduler's outbox loop would have published by now
     handled = 0
     async with rt.broker.consume(rt.categories.queues(), prefetch=100) as deliveries:
         iterator = deliveries.__aiter__()

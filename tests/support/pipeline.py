@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from consumers.worker import run_consumer
+from scheduler.jobs import run_outbox
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, User
@@ -31,6 +32,18 @@ class Pipeline:
     sandbox: ExpoSandbox
     clock: FakeClock
     consumers: list[tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=list)
+    loops: list[tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=list)
+
+    def start_outbox(self) -> None:
+        """The outbox publisher loop, as the scheduler process runs it (on the fake clock)."""
+        stop = asyncio.Event()
+        self.loops.append((asyncio.create_task(run_outbox(self.rt, stop)), stop))
+
+    async def stop_loops(self) -> None:
+        for _task, stop in self.loops:
+            stop.set()
+        await asyncio.gather(*(t for t, _ in self.loops), return_exceptions=True)
+        self.loops.clear()
 
     def start_consumer(self) -> tuple[asyncio.Task[None], asyncio.Event]:
         stop = asyncio.Event()
@@ -118,9 +131,11 @@ async def pipeline(
         )
         async with open_runtime(config, clock=clock, broker=broker) as rt:
             p = Pipeline(rt, sandbox, clock)
+            p.start_outbox()
             if consumer:
                 p.start_consumer()
             try:
                 yield p
             finally:
                 await p.stop_consumers()
+                await p.stop_loops()

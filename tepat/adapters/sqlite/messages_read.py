@@ -104,11 +104,14 @@ class MessagesReadMixin(SqliteBase):
         )
         return [_message(r) for r in rows]
 
-    async def unpublished(self, limit: int) -> list[Message]:
+    async def unpublished(self, limit: int, due_before: datetime | None = None) -> list[Message]:
+        # "~" sorts after every timestamp: no bound.
+        bound = "~" if due_before is None else _ts(due_before)
         rows = await self._select(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY ix_messages_outbox "
-            "WHERE publish_pending = 1 AND status = 'pending' ORDER BY due_at, id LIMIT ?",
-            (limit,),
+            "WHERE publish_pending = 1 AND due_at < ? AND status = 'pending' "
+            "ORDER BY due_at, id LIMIT ?",
+            (bound, limit),
         )
         return [_message(r) for r in rows]
 
