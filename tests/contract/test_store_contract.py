@@ -22,6 +22,7 @@ from tepat.domain.models import (
     Ticket,
     User,
     message_id_for,
+    slot_key_for,
 )
 from tepat.ports.store import MessageQuery, StatusChange, Store
 
@@ -49,7 +50,11 @@ def msg(
     reminder_id: str | None = "r1",
     **fields: Any,
 ) -> Message:
-    """A pending message whose keys derive from ``key``; ``live_key=""`` means "derive one"."""
+    """A pending message whose keys derive from ``key``; ``live_key=""`` means "derive one".
+
+    Complete as the planner writes it: ``nominal_at`` and ``due_at`` default to
+    ``scheduled_at`` and ``slot_key`` to the domain's ``slot_key_for``.
+    """
     dedup_key = f"test|{key}"
     base = Message(
         id=message_id_for(dedup_key),
@@ -65,8 +70,23 @@ def msg(
         reminder_id=reminder_id,
         created_at=T0 - timedelta(days=1),
         updated_at=T0 - timedelta(days=1),
+        nominal_at=scheduled_at,
+        due_at=scheduled_at,
     )
-    return dataclasses.replace(base, **fields)
+    m = dataclasses.replace(base, **fields)
+    return m if "slot_key" in fields else dataclasses.replace(m, slot_key=slot_key_for(m))
+
+
+def oneoff(key: str, *, user_id: str = "u1", **fields: Any) -> Message:
+    """A pending one-off: no reminder, its live key names the request."""
+    return msg(
+        key,
+        user_id=user_id,
+        reminder_id=None,
+        live_key=f"o|{user_id}|{key}",
+        idempotency_key=key,
+        **fields,
+    )
 
 
 def device(user_id: str, device_id: str, token: str, **fields: Any) -> Device:
@@ -132,6 +152,61 @@ async def test_iter_users_yields_every_user_once_in_id_order(store: Store) -> No
     assert [u.user_id for p in pages for u in p] == sorted(ids)
 
 
+async def test_next_plan_version_increments_and_returns_the_new_value(store: Store) -> None:
+    await store.upsert_user(User("u1", "UTC", plan_version=4, created_at=T0, updated_at=T0))
+    assert await store.next_plan_version("u1") == 5
+    assert await store.next_plan_version("u1") == 6
+    stored = await store.get_user("u1")
+    assert stored is not None
+    assert (stored.plan_version, stored.timezone) == (6, "UTC")
+    # No user: nothing to re-plan, and no user is created.
+    assert await store.next_plan_version("nobody") == 0
+    assert await store.get_user("nobody") is None
+
+
+async def test_next_plan_version_never_repeats_under_concurrency(store: Store) -> None:
+    await store.upsert_user(User("u1", "UTC", plan_version=1, created_at=T0, updated_at=T0))
+    await store.upsert_user(User("u2", "UTC", plan_version=1, created_at=T0, updated_at=T0))
+    versions = await asyncio.gather(
+        *(store.next_plan_version("u1") for _ in range(50)),
+        *(store.next_plan_version("u2") for _ in range(5)),
+    )
+    assert sorted(versions[:50]) == list(range(2, 52))
+    assert sorted(versions[50:]) == list(range(2, 7))
+    stored = await store.get_users(["u1", "u2"])
+    assert (stored["u1"].plan_version, stored["u2"].plan_version) == (51, 6)
+
+
+async def test_upsert_user_never_lowers_plan_version(store: Store) -> None:
+    # A PUT that read the user before a concurrent re-plan took a version writes
+    # its (older) snapshot: the fields change, the plan version does not go back.
+    await store.upsert_user(User("u1", "UTC", plan_version=1, created_at=T0, updated_at=T0))
+    assert await store.next_plan_version("u1") == 2
+    assert await store.next_plan_version("u1") == 3
+    stale = User("u1", "Asia/Jakarta", plan_version=1, created_at=T0, updated_at=at(1))
+    stored = await store.upsert_user(stale)
+    assert (stored.timezone, stored.plan_version, stored.updated_at) == ("Asia/Jakarta", 3, at(1))
+    assert await store.get_user("u1") == stored
+    # A higher version is taken as given.
+    higher = await store.upsert_user(dataclasses.replace(stale, plan_version=7))
+    assert higher.plan_version == 7
+    assert await store.next_plan_version("u1") == 8
+
+
+async def test_upsert_user_racing_next_plan_version_keeps_every_version(store: Store) -> None:
+    await store.upsert_user(User("u1", "UTC", plan_version=1, created_at=T0, updated_at=T0))
+    snapshot = User("u1", "Europe/Paris", plan_version=1, created_at=T0, updated_at=at(1))
+    results = await asyncio.gather(
+        *(store.next_plan_version("u1") for _ in range(10)),
+        *(store.upsert_user(snapshot) for _ in range(10)),
+    )
+    versions = [v for v in results if isinstance(v, int)]
+    assert sorted(versions) == list(range(2, 12))
+    stored = await store.get_user("u1")
+    assert stored is not None
+    assert (stored.plan_version, stored.timezone) == (11, "Europe/Paris")
+
+
 # --------------------------------------------------------------------------- devices
 
 
@@ -143,24 +218,71 @@ async def test_register_device_round_trips_and_resets_failures(store: Store) -> 
     assert await store.list_devices("u1") == [expected]
 
 
-async def test_token_moved_to_another_user_leaves_old_binding_inactive(store: Store) -> None:
-    await store.register_device(device("u1", "d1", "tok"))
-    await store.register_device(device("u2", "d2", "tok"))
-    [old] = await store.list_devices("u1")
-    assert not old.active
-    assert old.deactivated_reason
-    active = await store.active_devices(["u1", "u2"])
-    assert list(active) == ["u2"]
-    assert [(d.device_id, d.push_token) for d in active["u2"]] == [("d2", "tok")]
+async def test_token_moving_to_another_user_ends_the_old_binding(store: Store) -> None:
+    # The same phone after a new login: the token is global, its old binding ends.
+    await store.register_device(device("alice", "d1", "tok"))
+    await store.register_device(device("alice", "d2", "tok-kept"))
+    await store.register_device(device("bob", "d2", "tok"))
+    devices = {d.device_id: d for d in await store.list_devices("alice")}
+    assert (devices["d1"].active, devices["d1"].deactivated_reason) == (False, "replaced")
+    assert (devices["d2"].active, devices["d2"].push_token) == (True, "tok-kept")
+    active = await store.active_devices(["alice", "bob"])
+    assert [(d.device_id, d.push_token) for d in active["bob"]] == [("d2", "tok")]
+    assert [d.device_id for d in active["alice"]] == ["d2"]
+    # One active binding per token: deactivating it by token finds bob's only.
+    assert await store.deactivate_token("tok", "DeviceNotRegistered") == 1
 
 
-async def test_device_id_moved_to_another_user_has_one_active_binding(store: Store) -> None:
-    await store.register_device(device("u1", "d1", "tok-a"))
-    await store.register_device(device("u2", "d1", "tok-b"))
-    active = await store.active_devices(["u1", "u2"])
-    assert list(active) == ["u2"]
-    [old] = await store.list_devices("u1")
-    assert not old.active
+async def test_token_moving_with_the_same_device_id_ends_the_old_binding(store: Store) -> None:
+    await store.register_device(device("alice", "phone", "tok"))
+    await store.register_device(device("bob", "phone", "tok"))
+    [old] = await store.list_devices("alice")
+    assert (old.active, old.deactivated_reason) == (False, "replaced")
+    [new] = await store.list_devices("bob")
+    assert (new.active, new.push_token) == (True, "tok")
+
+
+async def test_same_device_id_under_two_users_are_two_devices(store: Store) -> None:
+    # A device id is scoped to its user: bob registering "phone" must not touch alice's.
+    alice = await store.register_device(device("alice", "phone", "tok-a"))
+    bob = await store.register_device(device("bob", "phone", "tok-b", updated_at=at(5)))
+    assert await store.list_devices("alice") == [alice]
+    assert await store.list_devices("bob") == [bob]
+    active = await store.active_devices(["alice", "bob"])
+    assert {u: [(d.device_id, d.push_token) for d in ds] for u, ds in active.items()} == {
+        "alice": [("phone", "tok-a")],
+        "bob": [("phone", "tok-b")],
+    }
+    # Rotating bob's token, deactivating and re-registering his phone: alice's is untouched.
+    await store.register_device(device("bob", "phone", "tok-b2", updated_at=at(6)))
+    assert await store.deactivate_device("bob", "phone", "logout")
+    await store.register_device(device("bob", "phone", "tok-b3", updated_at=at(7)))
+    for _ in range(3):
+        await store.record_device_outcome("tok-b3", ok=False, max_failures=3, reason="x")
+    assert await store.list_devices("alice") == [alice]
+    [b] = await store.list_devices("bob")
+    assert (b.active, b.deactivated_reason) == (False, "x")
+
+
+async def test_concurrent_registrations_of_one_device_id_by_two_users_both_stay(
+    store: Store,
+) -> None:
+    await asyncio.gather(
+        *(store.register_device(device(f"u{n}", "phone", f"tok-{n}")) for n in range(10))
+    )
+    active = await store.active_devices([f"u{n}" for n in range(10)])
+    assert {u: [d.push_token for d in ds] for u, ds in active.items()} == {
+        f"u{n}": [f"tok-{n}"] for n in range(10)
+    }
+
+
+async def test_concurrent_registrations_of_one_token_leave_one_active_binding(
+    store: Store,
+) -> None:
+    users = [f"u{n}" for n in range(8)]
+    await asyncio.gather(*(store.register_device(device(u, "phone", "tok")) for u in users))
+    active = await store.active_devices(users)
+    assert sum(len(ds) for ds in active.values()) == 1
 
 
 async def test_token_rotation_on_the_same_device_keeps_one_row(store: Store) -> None:
@@ -316,6 +438,9 @@ async def test_message_round_trips_every_field(store: Store) -> None:
         plan_version=4,
         claimed_at=at(1.5),
         updated_at=at(2),
+        nominal_at=at(-30),
+        due_at=at(3),
+        slot_key="s|a slot of its own",
     )
     result = await store.insert_messages([m])
     assert result.created == [m]
@@ -329,6 +454,15 @@ async def test_minimal_message_round_trips(store: Store) -> None:
     assert await store.get_message(m.id) == m
     assert await store.get_message("missing") is None
     assert await store.find_by_live_key("live|bare") is None
+
+
+async def test_a_message_without_nominal_due_or_slot_is_stored_with_derived_ones(
+    store: Store,
+) -> None:
+    bare = dataclasses.replace(msg("bare"), nominal_at=None, due_at=None, slot_key=None)
+    derived = dataclasses.replace(bare, nominal_at=T0, due_at=T0, slot_key=slot_key_for(bare))
+    assert (await store.insert_messages([bare])).created == [derived]
+    assert await store.get_message(bare.id) == derived
 
 
 async def test_get_messages_skips_unknown_ids(store: Store) -> None:
@@ -428,6 +562,11 @@ async def test_one_pending_message_per_user_device_category_label_instant(store:
     assert (
         await store.insert_messages([msg("h", label="breakfast", device_id="d1")])
     ).existing == 1
+    # The slot is the *nominal* instant: one deferred by quiet hours still holds it.
+    deferred = msg("i", label="breakfast", user_id="u3", scheduled_at=at(60), nominal_at=T0)
+    same_nominal = msg("j", label="breakfast", user_id="u3")
+    result = await store.insert_messages([deferred, same_nominal])
+    assert (result.created, result.existing) == ([deferred], 1)
 
 
 async def test_the_pending_slot_frees_once_the_first_is_no_longer_pending(store: Store) -> None:
@@ -437,6 +576,69 @@ async def test_the_pending_slot_frees_once_the_first_is_no_longer_pending(store:
     assert (await store.insert_messages([again])).existing == 1
     await store.claim([first.id], T0)
     assert (await store.insert_messages([again])).created == [again]
+
+
+async def test_two_oneoffs_at_one_instant_in_one_category_both_insert(store: Store) -> None:
+    # Two chat messages at one send_at: distinct intents, never one slot. Also two
+    # "send now" ones within one millisecond (MongoDB keeps milliseconds only).
+    same = [oneoff(f"chat-{n}", label="chat", scheduled_at=at(5)) for n in range(3)]
+    within_ms = [
+        oneoff("now-1", label="chat", scheduled_at=T0 + timedelta(microseconds=100)),
+        oneoff("now-2", label="chat", scheduled_at=T0 + timedelta(microseconds=400)),
+    ]
+    result = await store.insert_messages(same + within_ms)
+    assert (len(result.created), result.existing) == (5, 0)
+    assert [m.slot_key for m in result.created] == [m.live_key for m in same + within_ms]
+    pending = await store.pending_for_user("u1")
+    assert sorted(m.id for m in pending) == sorted(m.id for m in same + within_ms)
+    # The same request again is still one message (its live key, its slot).
+    again = await store.insert_messages([oneoff("chat-0", label="chat", scheduled_at=at(5))])
+    assert (again.created, again.existing) == ([], 1)
+
+
+async def test_deferred_messages_to_one_instant_keep_their_slots(store: Store) -> None:
+    # Quiet hours until minute 60 defer several messages of one category and label.
+    end = at(60)
+    first = msg("r1-a", scheduled_at=at(0), reminder_id="r1")
+    second = msg("r2-a", scheduled_at=at(5), reminder_id="r2")
+    chat = oneoff("chat", scheduled_at=at(10))
+    await store.insert_messages([first, second, chat])
+    await store.claim([first.id, second.id, chat.id], at(0))
+    # At send time, one by one and in one bulk write: every deferral happens.
+    assert await store.transition(
+        first.id, PENDING, at(1), expect=[SENDING], scheduled_at=end, due_at=end
+    )
+    changes = [
+        StatusChange(m.id, PENDING, reason="deferred", scheduled_at=end, due_at=end)
+        for m in (second, chat)
+    ]
+    assert await store.transition_many(changes, at(1), expect=[SENDING]) == 2
+    moved = await store.get_messages([first.id, second.id, chat.id])
+    assert [(m.status, m.scheduled_at, m.due_at) for m in moved] == [(PENDING, end, end)] * 3
+    assert [m.slot_key for m in moved] == [first.slot_key, second.slot_key, chat.slot_key]
+    assert [m.nominal_at for m in moved] == [at(0), at(5), at(10)]
+    # At plan time: two reminders' messages placed at the same end of quiet hours.
+    planned = [
+        msg("r3-b", reminder_id="r3", scheduled_at=end, nominal_at=at(20)),
+        msg("r4-b", reminder_id="r4", scheduled_at=end, nominal_at=at(25)),
+    ]
+    assert (await store.insert_messages(planned)).created == planned
+
+
+async def test_back_to_pending_onto_a_held_slot_is_refused_not_raised(store: Store) -> None:
+    a = msg("a", label="breakfast", reminder_id="r1")
+    b = msg("b", label="breakfast", reminder_id="r2")  # the same slot
+    c = msg("c", label="breakfast", reminder_id="r3", user_id="u2")
+    c2 = msg("c2", label="breakfast", reminder_id="r4", user_id="u2")
+    await store.insert_messages([a, c])
+    await store.claim([a.id, c.id], at(0))
+    assert (await store.insert_messages([b, c2])).created == [b, c2]  # the slots were free
+    assert not await store.transition(a.id, PENDING, at(1), expect=[SENDING], due_at=at(2))
+    retry = [StatusChange(c.id, PENDING, due_at=at(2))]
+    assert await store.transition_many(retry, at(1), expect=[SENDING]) == 0
+    assert [await status_of(store, m.id) for m in (a, c)] == [SENDING, SENDING]
+    assert {m.id for m in await store.unpublished(10)} == {b.id, c2.id}
+    assert await store.transition(a.id, FAILED, at(2), expect=[SENDING], reason="duplicate")
 
 
 async def test_claim_moves_pending_to_sending_once(store: Store) -> None:
@@ -506,6 +708,9 @@ async def test_transition_sets_the_given_fields_only(store: Store) -> None:
     assert moved is not None
     assert moved.status == PENDING
     assert moved.scheduled_at == at(30)
+    # Back to pending without a due_at: due at the new scheduled_at. The nominal
+    # instant and the slot never move.
+    assert (moved.due_at, moved.nominal_at, moved.slot_key) == (at(30), T0, m.slot_key)
     assert moved.last_error == "RetryLater"
     assert moved.status_reason == "deferred:quiet_hours"
     assert moved.live_key == m.live_key
@@ -543,6 +748,142 @@ async def test_cancel_pending_touches_only_future_pending_reminder_messages(stor
         assert cancelled.status_reason == "superseded"
         assert cancelled.live_key is None
         assert cancelled.updated_at == at(1)
+
+
+async def test_pending_for_user(store: Store) -> None:
+    reminder_msg = msg("a", scheduled_at=at(5))
+    one = oneoff("b", scheduled_at=at(1))
+    deferred = msg("c", reminder_id="r2", scheduled_at=at(60), nominal_at=at(0))
+    sent = msg("d", reminder_id="r3", status=SENT)
+    cancelled = msg("e", reminder_id="r4")
+    elsewhere = msg("f", user_id="u2")
+    claimed = msg("g", reminder_id="r5", scheduled_at=at(7))
+    await store.insert_messages([reminder_msg, one, deferred, sent, cancelled, elsewhere, claimed])
+    await store.transition(cancelled.id, CANCELLED, at(0), expect=[PENDING], reason="x")
+    await store.claim([claimed.id], at(0))
+    mine = await store.pending_for_user("u1")
+    assert sorted(m.id for m in mine) == sorted([reminder_msg.id, one.id, deferred.id])
+    assert all(m.status == PENDING for m in mine)
+    by_id = {m.id: m for m in mine}
+    assert by_id[deferred.id] == deferred
+    assert [m.id for m in await store.pending_for_user("u2")] == [elsewhere.id]
+    assert await store.pending_for_user("nobody") == []
+
+
+# --------------------------------------------------------------------------- outbox
+
+
+def _keys(ms: list[Message]) -> list[tuple[str, datetime]]:
+    return [(m.id, m.due) for m in ms]
+
+
+async def test_outbox_mark_set_on_insert_and_back_to_pending_cleared_on_publish(
+    store: Store,
+) -> None:
+    a, b, c = (
+        msg("a", label="a", scheduled_at=at(2)),
+        msg("b", label="b", scheduled_at=at(1)),
+        msg("c", label="c", scheduled_at=at(1)),
+    )
+    done = msg("done", status=SENT)
+    await store.insert_messages([a, b, c, done])
+    expected = sorted([a, b, c], key=lambda m: (m.due, m.id))
+    assert await store.unpublished(10) == expected
+    assert await store.unpublished(2) == expected[:2]
+    assert await store.unpublished(0) == []
+
+    assert await store.mark_published(_keys(expected)) == 3
+    assert await store.unpublished(10) == []
+    assert await store.mark_published(_keys(expected)) == 0
+
+    # Back to pending, in each way: due at due_at, else scheduled_at, else now.
+    await store.claim([a.id, b.id, c.id], at(3))
+    assert await store.transition(a.id, PENDING, at(4), expect=[SENDING], due_at=at(7))
+    assert await store.transition(b.id, PENDING, at(4), expect=[SENDING], scheduled_at=at(9))
+    assert await store.transition(c.id, PENDING, at(4), expect=[SENDING])
+    back = await store.unpublished(10)
+    assert [(m.id, m.status, m.due_at) for m in back] == [
+        (c.id, PENDING, at(4)),
+        (a.id, PENDING, at(7)),
+        (b.id, PENDING, at(9)),
+    ]
+    assert await store.mark_published(_keys(back)) == 3
+    assert await store.unpublished(10) == []
+
+    # The same through transition_many.
+    await store.claim([a.id, b.id], at(10))
+    changes = [StatusChange(a.id, PENDING, due_at=at(12)), StatusChange(b.id, PENDING)]
+    assert await store.transition_many(changes, at(11), expect=[SENDING]) == 2
+    assert [(m.id, m.due_at) for m in await store.unpublished(10)] == [
+        (b.id, at(11)),
+        (a.id, at(12)),
+    ]
+
+
+async def test_unpublished_due_before_lists_only_messages_due_before_it(store: Store) -> None:
+    ms = [msg(f"m{n}", label=f"l{n}", scheduled_at=at(n)) for n in (2, 0, 1, 3)]
+    await store.insert_messages(ms)
+    early = await store.unpublished(10, due_before=at(2))
+    assert [m.due_at for m in early] == [at(0), at(1)]  # exclusive bound
+    assert [m.due_at for m in await store.unpublished(1, due_before=at(2))] == [at(0)]
+    assert await store.unpublished(10, due_before=at(0)) == []
+    assert len(await store.unpublished(10, due_before=None)) == 4
+
+
+async def test_mark_published_keeps_mark_when_due_at_moved(store: Store) -> None:
+    m = msg("a")
+    await store.insert_messages([m])
+    [read] = await store.unpublished(10)
+    # While the publisher publishes, a consumer claims it and schedules a retry.
+    await store.claim([m.id], at(1))
+    assert await store.transition(m.id, PENDING, at(1), expect=[SENDING], due_at=at(5))
+    assert await store.mark_published([(read.id, read.due)]) == 0
+    [retry] = await store.unpublished(10)
+    assert (retry.id, retry.due_at) == (m.id, at(5))
+    assert await store.mark_published([(m.id, at(5)), ("missing", at(5))]) == 1
+    assert await store.unpublished(10) == []
+    assert await store.mark_published([]) == 0
+
+
+async def test_terminal_transition_clears_outbox_mark(store: Store) -> None:
+    cancelled, failed, sending, sent, _replanned = ms = [
+        msg(key, label=key, scheduled_at=at(30) if key == "replanned" else T0)
+        for key in ("cancelled", "failed", "sending", "sent", "replanned")
+    ]
+    await store.insert_messages(ms)
+    assert len(await store.unpublished(10)) == 5
+    # None of them was published: each leaves pending while still marked.
+    assert await store.transition(cancelled.id, CANCELLED, at(1), expect=[PENDING], reason="x")
+    assert (
+        await store.transition_many(
+            [StatusChange(failed.id, FAILED, reason="x")], at(1), expect=[PENDING]
+        )
+        == 1
+    )
+    await store.claim([sending.id, sent.id], at(1))
+    assert await store.transition(sent.id, SENT, at(2), expect=[SENDING], ticket_id="t")
+    assert await store.cancel_pending("u1", at(30), at(2), "superseded") == 1
+    assert await store.unpublished(10) == []
+    # Nothing pending, so nothing to put back on the outbox either.
+    assert await store.republish([m.id for m in ms], at(5)) == 0
+    assert await store.republish_all_pending() == 0
+    assert await store.unpublished(10) == []
+    assert await store.due_pending(before=at(100), limit=10) == []
+
+
+async def test_republish_puts_pending_messages_back_on_the_outbox(store: Store) -> None:
+    a, b = msg("a", scheduled_at=at(0)), msg("b", scheduled_at=at(1))
+    done = msg("done", scheduled_at=at(0), status=SENT)
+    await store.insert_messages([a, b, done])
+    await store.mark_published(_keys([a, b]))
+    # The sweeper re-drives a: due now, back on the outbox, slot and nominal kept.
+    assert await store.republish([a.id, a.id, done.id, "missing"], at(30)) == 1
+    [redriven] = await store.unpublished(10)
+    assert redriven == dataclasses.replace(a, due_at=at(30))
+    assert await store.republish([], at(30)) == 0
+    # After a restart of an in-memory broker: every pending message, due_at kept.
+    assert await store.republish_all_pending() == 1
+    assert _keys(await store.unpublished(10)) == [(b.id, at(1)), (a.id, at(30))]
 
 
 async def _insert_listing(store: Store) -> list[Message]:
@@ -591,13 +932,38 @@ async def test_list_messages_filters_by_status_and_half_open_range(store: Store)
     assert len(both.items) == 22
 
 
-async def test_due_pending_oldest_first_before_the_instant(store: Store) -> None:
+async def test_due_pending_lists_only_published_messages_by_due_at(store: Store) -> None:
     ms = [msg(f"m{n}", scheduled_at=at(n)) for n in (3, 0, 2, 1, 5)]
     await store.insert_messages(ms)
+    # Still on the outbox: not yet published, so not lost by the broker either.
+    assert await store.due_pending(before=at(10), limit=10) == []
+    await store.mark_published([(m.id, m.due) for m in ms])
     await store.claim([ms[1].id], at(0))  # the one at minute 0 is no longer pending
     due = await store.due_pending(before=at(3), limit=10)
-    assert [m.scheduled_at for m in due] == [at(1), at(2)]
+    assert [m.id for m in due] == [ms[3].id, ms[2].id]  # due at minutes 1 and 2
     assert len(await store.due_pending(before=at(10), limit=2)) == 2
+    assert await store.due_pending(before=at(10), limit=0) == []
+
+    # Re-driven: due at minute 4 now, listed by due_at (not scheduled_at) once published.
+    assert await store.republish([ms[3].id], at(4)) == 1
+    assert [m.id for m in await store.due_pending(before=at(10), limit=10)] == [
+        ms[2].id,
+        ms[0].id,
+        ms[4].id,
+    ]
+    [again] = await store.unpublished(10)
+    assert await store.mark_published([(again.id, again.due)]) == 1
+    due = await store.due_pending(before=at(10), limit=10)
+    assert [(m.id, m.due_at) for m in due] == [
+        (ms[2].id, at(2)),
+        (ms[0].id, at(3)),
+        (ms[3].id, at(4)),
+        (ms[4].id, at(5)),
+    ]
+    assert [m.id for m in await store.due_pending(before=at(4), limit=10)] == [
+        ms[2].id,
+        ms[0].id,
+    ]
 
 
 async def test_stuck_sending_finds_old_claims(store: Store) -> None:
@@ -687,6 +1053,29 @@ async def test_tickets_awaiting_receipt_oldest_first_then_recorded_once(store: S
     )
     awaiting = await store.tickets_awaiting_receipt(sent_before=at(5), limit=10)
     assert [t.ticket_id for t in awaiting] == ["t1", "t2"]
+
+
+async def test_receipt_paging_reaches_tickets_behind_a_full_page(store: Store) -> None:
+    # Five tickets share one instant and none has a receipt yet: a page of two
+    # must not stop the poller from reaching the ones behind them.
+    ts = [ticket(f"t0{c}", "m1", at(0)) for c in "edcba"]
+    ts += [ticket(f"t1{c}", "m2", at(1)) for c in "ab"]
+    ts += [ticket("t2", "m3", at(2)), ticket("late", "m4", at(9))]
+    await store.add_tickets(ts)
+    await store.record_receipt("t1a", "ok", None, at(3))
+    seen: list[str] = []
+    after: tuple[datetime, str] | None = None
+    while True:
+        page = await store.tickets_awaiting_receipt(sent_before=at(5), limit=2, after=after)
+        seen += [t.ticket_id for t in page]
+        if len(page) < 2:
+            break
+        after = (page[-1].sent_at, page[-1].ticket_id)
+    assert seen == ["t0a", "t0b", "t0c", "t0d", "t0e", "t1b", "t2"]
+    # Starting after a key inside an instant resumes within that instant.
+    mid = await store.tickets_awaiting_receipt(at(5), limit=10, after=(at(0), "t0c"))
+    assert [t.ticket_id for t in mid] == ["t0d", "t0e", "t1b", "t2"]
+    assert await store.tickets_awaiting_receipt(at(5), limit=10, after=(at(2), "t2")) == []
 
 
 # --------------------------------------------------------------------------- meta, lifecycle

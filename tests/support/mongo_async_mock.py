@@ -17,6 +17,12 @@ same suite on a real server):
   ``DuplicateKeyError`` (e.g. two cancelled messages without a ``live_key``). The
   facade makes an identical re-creation a no-op, and a same-named index with a
   different spec fails with ``OperationFailure`` code 85/86 like the server.
+- Building a *partial* unique index over existing documents: mongomock checks
+  every document, ignoring the filter (so two sent messages without a slot
+  would "collide"); the server checks only the documents the filter selects.
+  The facade checks those and registers the index.
+- ``drop_index`` of an index that does not exist fails with code 27
+  (IndexNotFound) like the server (mongomock gives no code).
 - Every awaitable yields to the event loop once before running, so concurrent
   tasks interleave at operation boundaries as they would against a server
   (each single operation stays atomic, which is what MongoDB guarantees).
@@ -132,7 +138,30 @@ class AsyncMockCollection:
             if have != wanted:
                 raise OperationFailure(f"index {name!r} exists with other options", code=85)
             return name
+        partial = kwargs.get("partialFilterExpression")
+        if kwargs.get("unique") and partial is not None:
+            return self._create_partial_unique(name, keys, partial)
         return str(self._c.create_index(keys, **kwargs))
+
+    def _create_partial_unique(self, name: str, keys: Any, partial: Mapping[str, Any]) -> str:
+        key_list = _key_list(keys)
+        seen: set[tuple[Any, ...]] = set()
+        for doc in self._c.find(dict(partial)):
+            value = tuple(repr(doc.get(k)) for k, _ in key_list)
+            if value in seen:
+                raise DuplicateKeyError(f"E11000 duplicate key building {name!r}", 11000)
+            seen.add(value)
+        # mongomock's index registry (what it enforces on later writes), without
+        # its filter-blind check of the existing documents.
+        spec = {"key": key_list, "unique": True, "partialFilterExpression": dict(partial)}
+        self._c._store.create_index(name, spec)
+        return name
+
+    async def drop_index(self, name: str) -> None:
+        await asyncio.sleep(0)
+        if name not in self._c.index_information():
+            raise OperationFailure(f"index not found with name [{name}]", code=27)
+        self._c.drop_index(name)
 
     async def index_information(self) -> dict[str, Any]:
         await asyncio.sleep(0)

@@ -11,6 +11,7 @@ and times, which BSON has no type for, are ISO strings.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, date, datetime, time
 from typing import Any
 
@@ -22,10 +23,8 @@ from tepat.domain.models import (
     Reminder,
     Ticket,
     User,
+    slot_key_for,
 )
-
-ALL_DEVICES = "*"  # device_key of a message meant for every active device of its user
-
 
 # --- instants -------------------------------------------------------------------------
 
@@ -160,7 +159,6 @@ def message_doc(m: Message, now: datetime) -> dict[str, Any]:
         "timezone": m.timezone,
         "dedup_key": m.dedup_key,
         "device_id": m.device_id,
-        "device_key": m.device_id if m.device_id is not None else ALL_DEVICES,
         "reminder_id": m.reminder_id,
         "idempotency_key": m.idempotency_key,
         "request_hash": m.request_hash,
@@ -177,6 +175,11 @@ def message_doc(m: Message, now: datetime) -> dict[str, Any]:
         # Stamps the caller left out come from the store's clock.
         "created_at": bson_dt(m.created_at or now),
         "updated_at": bson_dt(m.updated_at or now),
+        "nominal_at": bson_dt(m.nominal),
+        "due_at": bson_dt(m.due),
+        "slot_key": m.slot,
+        # The outbox mark, in the same write as the document (ports/store.py).
+        "publish_pending": m.status is MessageStatus.PENDING,
     }
     if m.live_key is not None:  # absent, not null: see tepat.adapters.mongo.indexes
         doc["live_key"] = m.live_key
@@ -185,7 +188,7 @@ def message_doc(m: Message, now: datetime) -> dict[str, Any]:
 
 def message_from_doc(doc: Mapping[str, Any]) -> Message:
     ld, lt = doc.get("local_date"), doc.get("local_time")
-    return Message(
+    m = Message(
         id=doc["_id"],
         user_id=doc["user_id"],
         category=doc["category"],
@@ -212,7 +215,36 @@ def message_from_doc(doc: Mapping[str, Any]) -> Message:
         claimed_at=read_dt(doc.get("claimed_at")),
         created_at=read_dt(doc.get("created_at")),
         updated_at=read_dt(doc.get("updated_at")),
+        # Absent only on a document written before these fields existed and not yet
+        # backfilled (indexes.migrate): derived as the domain does.
+        nominal_at=read_dt(doc.get("nominal_at")),
+        due_at=read_dt(doc.get("due_at")),
+        slot_key=doc.get("slot_key"),
     )
+    if m.nominal_at is None or m.due_at is None or m.slot_key is None:
+        m = replace(m, nominal_at=m.nominal, due_at=m.due, slot_key=m.slot)
+    return m
+
+
+def legacy_backfill(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a document written before ``nominal_at``/``due_at``/``slot_key`` and the
+    outbox mark existed lacks, as its own instant and slot imply them.
+
+    Such a message was published the old way (or is the sweeper's), so its mark
+    is clear; its slot spells the old (user, device, category, label, instant)
+    one, which the old unique index kept unique among pending messages.
+    """
+    m = message_from_doc(doc)
+    fields: dict[str, Any] = {}
+    if "nominal_at" not in doc:
+        fields["nominal_at"] = bson_dt(m.nominal)
+    if "due_at" not in doc:
+        fields["due_at"] = bson_dt(m.due)
+    if "slot_key" not in doc:
+        fields["slot_key"] = slot_key_for(m)
+    if "publish_pending" not in doc:
+        fields["publish_pending"] = False
+    return fields
 
 
 def ticket_doc(t: Ticket) -> dict[str, Any]:

@@ -9,19 +9,83 @@ Every guarantee the port promises comes from a unique index created here (on
   rather than set ``null`` so "no live key" has one representation, written the
   same way by insert and by cancel, and so queries and the partial filter
   (``{$type: "string"}``) never have to care about a stored ``null``;
-- pending messages unique per (user_id, device_key, category, label,
-  scheduled_at), partial on ``{status: "pending"}``; ``device_key`` is the
-  device id, or ``"*"`` for "all of the user's devices", because a partial
-  unique index treats a missing field as ``null`` and we want that slot explicit;
-- devices: one active document per ``device_id`` and per ``push_token``
-  (partial on ``{active: true}``).
+- ``messages.slot_key`` unique among pending messages (partial on
+  ``{status: "pending"}``): the slot is computed in the domain
+  (``slot_key_for``), so every message carries it and a deferral or retry,
+  which never changes it, can collide only with a duplicate intent;
+- devices: one active document per (``user_id``, ``device_id``) and per
+  ``push_token`` (partial on ``{active: true}``). A device id is scoped to its
+  user; a token is global.
+
+:func:`migrate` brings a database written by an earlier version to this shape
+(idempotent, safe with several processes opening at once).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING
+from pymongo import ASCENDING, DESCENDING, UpdateOne
+from pymongo.errors import BulkWriteError, OperationFailure
+
+from tepat.adapters.mongo.codecs import legacy_backfill
+
+INDEX_NOT_FOUND = 27  # the server's code when dropping an index that is not there
+BACKFILL_PAGE = 1000
+
+# Indexes of earlier versions whose guarantee changed: the pending slot was
+# (user, device, category, label, scheduled_at), and a device id was global.
+_RETIRED_INDEXES = {
+    "messages": ("uniq_pending_slot",),
+    "devices": ("uniq_active_device_id",),
+}
+_LEGACY_MESSAGE = {
+    "$or": [
+        {field: {"$exists": False}}
+        for field in ("nominal_at", "due_at", "slot_key", "publish_pending")
+    ]
+}
+
+
+async def migrate(db: Any) -> None:
+    """Retire the old indexes and backfill the message fields they lacked.
+
+    Runs before :func:`create_indexes`: the unique slot index can only be built
+    once every pending message has its ``slot_key``.
+    """
+    for collection, names in _RETIRED_INDEXES.items():
+        present = await db[collection].index_information()
+        for name in names:
+            if name not in present:
+                continue
+            try:
+                await db[collection].drop_index(name)
+            except OperationFailure as e:
+                if e.code != INDEX_NOT_FOUND:  # another process dropped it first
+                    raise
+    await _backfill_messages(db["messages"])
+
+
+async def _backfill_messages(messages: Any) -> None:
+    while True:
+        docs = await messages.find(_LEGACY_MESSAGE).limit(BACKFILL_PAGE).to_list(None)
+        if not docs:
+            return
+        # Guarded on the fields read: a document another writer changed meanwhile
+        # is left for the next page, read again with its new values.
+        ops = [
+            UpdateOne(
+                {"_id": d["_id"], "status": d["status"], "scheduled_at": d["scheduled_at"]},
+                {"$set": legacy_backfill(d)},
+            )
+            for d in docs
+        ]
+        try:
+            await messages.bulk_write(ops, ordered=False)
+        except BulkWriteError as e:
+            # Two legacy pending messages in one new slot: impossible while the old
+            # index held them apart, so this is a real inconsistency to report.
+            raise RuntimeError(f"message backfill failed: {e.details}") from e
 
 
 async def create_indexes(db: Any) -> None:
@@ -37,23 +101,32 @@ async def create_indexes(db: Any) -> None:
         partialFilterExpression={"live_key": {"$type": "string"}},
     )
     await messages.create_index(
-        [
-            ("user_id", ASCENDING),
-            ("device_key", ASCENDING),
-            ("category", ASCENDING),
-            ("label", ASCENDING),
-            ("scheduled_at", ASCENDING),
-        ],
+        "slot_key",
         unique=True,
-        name="uniq_pending_slot",
+        name="uniq_pending_slot_key",
         partialFilterExpression={"status": "pending"},
     )
-    # due_pending / iter_pending / count by status.
+    # The outbox: marked messages by (due_at, _id); small, since the publisher
+    # clears the mark within seconds.
+    await messages.create_index(
+        [("due_at", ASCENDING), ("_id", ASCENDING)],
+        name="outbox_due",
+        partialFilterExpression={"publish_pending": True},
+    )
+    # due_pending (the sweeper): published pending messages by due_at. Led by the
+    # mark so its key pattern differs from outbox_due's (servers before 5.0 refuse
+    # two indexes with one key pattern, whatever their partial filters).
+    await messages.create_index(
+        [("publish_pending", ASCENDING), ("due_at", ASCENDING), ("_id", ASCENDING)],
+        name="pending_due",
+        partialFilterExpression={"status": "pending"},
+    )
+    # iter_pending / count by status.
     await messages.create_index(
         [("status", ASCENDING), ("scheduled_at", ASCENDING), ("_id", ASCENDING)],
         name="status_scheduled",
     )
-    # list_messages (user history, newest first) and cancel_pending.
+    # list_messages (user history, newest first), cancel_pending, pending_for_user.
     await messages.create_index(
         [("user_id", ASCENDING), ("scheduled_at", ASCENDING), ("_id", ASCENDING)],
         name="user_scheduled",
@@ -72,9 +145,9 @@ async def create_indexes(db: Any) -> None:
 
     devices = db["devices"]
     await devices.create_index(
-        "device_id",
+        [("user_id", ASCENDING), ("device_id", ASCENDING)],
         unique=True,
-        name="uniq_active_device_id",
+        name="uniq_active_user_device",
         partialFilterExpression={"active": True},
     )
     await devices.create_index(

@@ -92,6 +92,7 @@ class MessagesMixin(MongoBase):
                         "status": MessageStatus.SENDING.value,
                         "claimed_at": claimed_at,
                         "updated_at": claimed_at,
+                        "publish_pending": False,
                     },
                     "$inc": {"attempts": 1},
                 },
@@ -113,12 +114,20 @@ class MessagesMixin(MongoBase):
         last_error: str | None = None,
         scheduled_at: datetime | None = None,
         release_live_key: bool = False,
+        due_at: datetime | None = None,
     ) -> bool:
         if not expect:
             return False
         query, update = _transition_update(
             StatusChange(
-                message_id, to, reason, ticket_id, last_error, scheduled_at, release_live_key
+                message_id,
+                to,
+                reason,
+                ticket_id,
+                last_error,
+                scheduled_at,
+                release_live_key,
+                due_at,
             ),
             now,
             expect,
@@ -126,9 +135,9 @@ class MessagesMixin(MongoBase):
         try:
             result = await self._db["messages"].update_one(query, update)
         except DuplicateKeyError:
-            # Back to pending (or re-timed) onto a (user, device, category, label,
-            # instant) slot another pending message holds: the update did not
-            # happen, and that sibling carries the same notification.
+            # Back to pending onto a slot another pending message holds (slots name
+            # the intent and its nominal instant, so only a duplicate intent can):
+            # the update did not happen, and the caller closes the message honestly.
             return False
         return bool(result.modified_count)
 
@@ -172,6 +181,7 @@ class MessagesMixin(MongoBase):
                     "status": MessageStatus.CANCELLED.value,
                     "status_reason": reason,
                     "updated_at": bson_dt(now),
+                    "publish_pending": False,
                 },
                 "$unset": {"live_key": ""},
             },
@@ -215,9 +225,26 @@ class MessagesMixin(MongoBase):
             return []
         docs = (
             await self._db["messages"]
-            .find({"status": MessageStatus.PENDING.value, "scheduled_at": {"$lt": bson_dt(before)}})
-            .sort([("scheduled_at", ASCENDING), ("_id", ASCENDING)])
+            .find(
+                {
+                    "status": MessageStatus.PENDING.value,
+                    # Still marked: the outbox has not published it yet, so it is
+                    # not lost in transit.
+                    "publish_pending": False,
+                    "due_at": {"$lt": bson_dt(before)},
+                }
+            )
+            .sort([("due_at", ASCENDING), ("_id", ASCENDING)])
             .limit(limit)
+            .to_list(None)
+        )
+        return [message_from_doc(d) for d in docs]
+
+    async def pending_for_user(self, user_id: str) -> list[Message]:
+        docs = (
+            await self._db["messages"]
+            .find({"user_id": user_id, "status": MessageStatus.PENDING.value})
+            .sort([("nominal_at", ASCENDING), ("_id", ASCENDING)])
             .to_list(None)
         )
         return [message_from_doc(d) for d in docs]
@@ -313,6 +340,12 @@ def _transition_update(
         fields["last_error"] = change.last_error
     if change.scheduled_at is not None:
         fields["scheduled_at"] = bson_dt(change.scheduled_at)
+    if change.to is MessageStatus.PENDING:
+        # Back to pending: onto the outbox, due when the caller says, in this write.
+        fields["due_at"] = bson_dt(change.due_at or change.scheduled_at or now)
+        fields["publish_pending"] = True
+    else:
+        fields["publish_pending"] = False
     update: dict[str, Any] = {"$set": fields}
     if change.release_live_key:
         update["$unset"] = {"live_key": ""}

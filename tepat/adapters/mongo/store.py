@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from pymongo import AsyncMongoClient
 
-from tepat.adapters.mongo.indexes import create_indexes
+from tepat.adapters.mongo.indexes import create_indexes, migrate
 from tepat.adapters.mongo.messages import MessagesMixin
+from tepat.adapters.mongo.outbox import OutboxMixin
 from tepat.adapters.mongo.reminders import RemindersMixin
 from tepat.adapters.mongo.tickets import TicketsMixin
 from tepat.adapters.mongo.users import UsersMixin
 
 
-class MongoStore(UsersMixin, RemindersMixin, MessagesMixin, TicketsMixin):
+class MongoStore(UsersMixin, RemindersMixin, MessagesMixin, OutboxMixin, TicketsMixin):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 
     ``client`` lets tests inject another client with the same async API (the
@@ -34,6 +35,7 @@ class MongoStore(UsersMixin, RemindersMixin, MessagesMixin, TicketsMixin):
             # tz_aware: dates come back as aware UTC instead of naive values
             # that merely happen to be UTC.
             self._client = AsyncMongoClient(self._url, tz_aware=True, connect=False)
+        await migrate(self._db)
         await create_indexes(self._db)
 
     async def close(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from pymongo import ASCENDING
 from pymongo.errors import BulkWriteError
@@ -28,12 +29,23 @@ class TicketsMixin(MongoBase):
         except BulkWriteError as exc:
             only_duplicates(exc)
 
-    async def tickets_awaiting_receipt(self, sent_before: datetime, limit: int) -> list[Ticket]:
+    async def tickets_awaiting_receipt(
+        self, sent_before: datetime, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[Ticket]:
         if limit <= 0:  # limit(0) means *no* limit to MongoDB
             return []
+        flt: dict[str, Any] = {
+            "receipt_status": None,
+            "sent_at": {"$lt": bson_dt(sent_before)},
+        }
+        if after is not None:
+            # Keyset on (sent_at, _id): a page of tickets whose receipts are not
+            # ready yet never hides the ones behind it.
+            at, tid = bson_dt(after[0]), after[1]
+            flt["$or"] = [{"sent_at": {"$gt": at}}, {"sent_at": at, "_id": {"$gt": tid}}]
         docs = (
             await self._db["tickets"]
-            .find({"receipt_status": None, "sent_at": {"$lt": bson_dt(sent_before)}})
+            .find(flt)
             .sort([("sent_at", ASCENDING), ("_id", ASCENDING)])
             .limit(limit)
             .to_list(None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -32,10 +33,15 @@ class UsersMixin(MongoBase):
 
     async def upsert_user(self, user: User) -> User:
         now = self._clock.now()
+        fields = user_fields(user, now)
+        # Never down: a re-plan may have taken a newer version since the caller read.
+        # ($max on an absent field sets it, so a new user takes the given version.)
+        plan_version = fields.pop("plan_version")
         doc = await self._db["users"].find_one_and_update(
             {"_id": user.user_id},
             {
-                "$set": user_fields(user, now),
+                "$set": fields,
+                "$max": {"plan_version": plan_version},
                 # Only a new user takes the given created_at: replacing keeps the original.
                 "$setOnInsert": {"created_at": bson_dt(user.created_at or now)},
             },
@@ -43,6 +49,18 @@ class UsersMixin(MongoBase):
             return_document=ReturnDocument.AFTER,
         )
         return user_from_doc(doc)
+
+    async def next_plan_version(self, user_id: str) -> int:
+        # One findAndModify: atomic, and it returns the value this call made, so two
+        # concurrent re-plans can never read the same version. No upsert: a user
+        # that does not exist has nothing to re-plan.
+        doc = await self._db["users"].find_one_and_update(
+            {"_id": user_id},
+            {"$inc": {"plan_version": 1}},
+            projection={"plan_version": True},
+            return_document=ReturnDocument.AFTER,
+        )
+        return 0 if doc is None else int(doc["plan_version"])
 
     async def get_user(self, user_id: str) -> User | None:
         doc = await self._db["users"].find_one({"_id": user_id})
@@ -81,15 +99,13 @@ class UsersMixin(MongoBase):
         key = pair_id(device.user_id, device.device_id)
         now = bson_dt(device.updated_at or self._clock.now())
         for attempt in range(_REGISTER_ATTEMPTS):
-            # Step 1 frees the two partial unique indexes, step 2 takes them. Another
-            # registration of the same id or token can slip in between; the index
-            # then rejects our step 2 and we simply run both steps again.
+            # A device id is scoped to its user (the _id), so only the token can be
+            # held elsewhere: step 1 ends that binding (a token that moves is the
+            # same phone after a new login), step 2 takes the token. Another
+            # registration of the same token can slip in between; the index then
+            # rejects our step 2 and we simply run both steps again.
             await devices.update_many(
-                {
-                    "_id": {"$ne": key},
-                    "active": True,
-                    "$or": [{"device_id": device.device_id}, {"push_token": device.push_token}],
-                },
+                {"_id": {"$ne": key}, "active": True, "push_token": device.push_token},
                 {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": now}},
             )
             try:
@@ -114,7 +130,8 @@ class UsersMixin(MongoBase):
             except DuplicateKeyError:
                 if attempt == _REGISTER_ATTEMPTS - 1:
                     raise
-                await asyncio.sleep(0.01 * 2**attempt)
+                # Jittered: contenders that collided in lockstep must not retry in it.
+                await asyncio.sleep(random.uniform(0, 0.01 * 2**attempt))
                 continue
             return device_from_doc(doc)
         raise AssertionError("unreachable")  # pragma: no cover

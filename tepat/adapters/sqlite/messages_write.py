@@ -33,10 +33,18 @@ INSERT_ROWS_PER_TRANSACTION = 5000
 
 
 def _with_stamps(m: Message, now: datetime) -> Message:
-    """The message as stored: timestamps the caller left out filled from the clock."""
-    if m.created_at is not None and m.updated_at is not None:
+    """The message as stored: timestamps the caller left out filled from the clock,
+    and the instants and slot it left out derived as the domain does."""
+    if None not in (m.created_at, m.updated_at, m.nominal_at, m.due_at, m.slot_key):
         return m
-    return dataclasses.replace(m, created_at=m.created_at or now, updated_at=m.updated_at or now)
+    return dataclasses.replace(
+        m,
+        created_at=m.created_at or now,
+        updated_at=m.updated_at or now,
+        nominal_at=m.nominal,
+        due_at=m.due,
+        slot_key=m.slot,
+    )
 
 
 @lru_cache(maxsize=8)
@@ -102,7 +110,7 @@ class MessagesWriteMixin(SqliteBase):
             for chunk in _chunks(ids, ID_CHUNK):
                 sql = (
                     "UPDATE messages SET status = 'sending', claimed_at = ?, "
-                    "attempts = attempts + 1, updated_at = ? "
+                    "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
                     f"WHERE id IN ({_placeholders(len(chunk))}) AND status = 'pending' "
                     f"RETURNING {_MESSAGE_COLUMNS}"
                 )
@@ -170,7 +178,12 @@ class MessagesWriteMixin(SqliteBase):
         if not published:
             return 0
         params = [(mid, _ts(due)) for mid, due in published]
-        sql = "UPDATE messages SET publish_pending = 0 WHERE id = ? AND due_at = ?"
+        # Guarded on due_at: a message put back to pending since it was read carries
+        # a new due_at and keeps its mark for the next pass.
+        sql = (
+            "UPDATE messages SET publish_pending = 0 "
+            "WHERE id = ? AND due_at = ? AND publish_pending = 1"
+        )
         return await self._write(lambda c: c.executemany(sql, params).rowcount)
 
     async def republish(self, message_ids: Sequence[str], due_at: datetime) -> int:
@@ -211,7 +224,8 @@ class MessagesWriteMixin(SqliteBase):
         # One-off messages name an absolute instant a re-plan does not change.
         sql = (
             "UPDATE messages SET status = 'cancelled', status_reason = ?, live_key = NULL, "
-            "updated_at = ? WHERE user_id = ? AND status = 'pending' AND scheduled_at >= ? "
+            "updated_at = ?, publish_pending = 0 "
+            "WHERE user_id = ? AND status = 'pending' AND scheduled_at >= ? "
             "AND reminder_id IS NOT NULL"
         )
         params: list[Any] = [reason, stamp, user_id, _ts(after)]

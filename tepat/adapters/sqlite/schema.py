@@ -147,7 +147,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             """UPDATE messages SET slot_key = CASE
                 WHEN reminder_id IS NULL AND live_key IS NOT NULL THEN live_key
                 ELSE 's|' || user_id || '|' || coalesce(device_id, '') || '|' || category
-                    || '|' || label || '|' || scheduled_at END""",
+                    || '|' || label || '|'
+                    -- slot_key_for's spelling of the instant: UTC, milliseconds
+                    || substr(scheduled_at, 1, 23) || '+00:00' END""",
             "DROP INDEX ux_messages_pending_slot",
             """CREATE UNIQUE INDEX ux_messages_pending_slot_key ON messages(slot_key)
                 WHERE status = 'pending'""",

@@ -1,0 +1,70 @@
+"""The transactional outbox over ``messages``: the ``publish_pending`` mark.
+
+Set in the same write that inserts a pending message or puts one back to
+``pending`` (see ``codecs.message_doc`` and ``messages._transition_update``),
+cleared by any move to another status; the publisher
+(``tepat/services/outbox.py``) reads marked messages here and clears the mark
+of those it put on the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING, UpdateOne
+
+from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.codecs import bson_dt, message_from_doc
+from tepat.domain.models import Message, MessageStatus
+
+
+class OutboxMixin(MongoBase):
+    """Outbox reads and writes on the ``messages`` collection."""
+
+    async def unpublished(self, limit: int, due_before: datetime | None = None) -> list[Message]:
+        if limit <= 0:  # limit(0) means *no* limit to MongoDB
+            return []
+        flt: dict[str, Any] = {"publish_pending": True, "status": MessageStatus.PENDING.value}
+        if due_before is not None:
+            flt["due_at"] = {"$lt": bson_dt(due_before)}
+        docs = (
+            await self._db["messages"]
+            .find(flt)
+            .sort([("due_at", ASCENDING), ("_id", ASCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        return [message_from_doc(d) for d in docs]
+
+    async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
+        if not published:
+            return 0
+        # Guarded on due_at: a message put back to pending since it was read carries
+        # a new due_at and keeps its mark for the next pass.
+        ops = [
+            UpdateOne(
+                {"_id": mid, "due_at": bson_dt(due), "publish_pending": True},
+                {"$set": {"publish_pending": False}},
+            )
+            for mid, due in published
+        ]
+        result = await self._db["messages"].bulk_write(ops, ordered=False)
+        return int(result.modified_count)
+
+    async def republish(self, message_ids: Sequence[str], due_at: datetime) -> int:
+        if not message_ids:
+            return 0
+        result = await self._db["messages"].update_many(
+            {"_id": {"$in": list(set(message_ids))}, "status": MessageStatus.PENDING.value},
+            {"$set": {"publish_pending": True, "due_at": bson_dt(due_at)}},
+        )
+        return int(result.modified_count)
+
+    async def republish_all_pending(self) -> int:
+        result = await self._db["messages"].update_many(
+            {"status": MessageStatus.PENDING.value, "publish_pending": {"$ne": True}},
+            {"$set": {"publish_pending": True}},
+        )
+        return int(result.modified_count)
