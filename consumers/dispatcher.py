@@ -27,7 +27,7 @@ import structlog
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import Batch
-from tepat.domain.categories import Categories
+from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, SkipReason, Ticket, User
 from tepat.domain.planning import plan_reminder_on
 from tepat.domain.retry import RetryPolicy
@@ -250,6 +250,20 @@ class Dispatcher:
                 if isinstance(x, RetryLater) or (isinstance(x, TicketError) and not x.permanent)
             ]
             error = _describe(o.outcomes)
+            if any(isinstance(x, RetryLater) and x.maybe_sent for x in o.outcomes):
+                # The request went out and its answer was lost: the provider may have
+                # accepted it. The category decides between a possible duplicate
+                # (retry) and a possibly missing notification (close).
+                policy = self._categories.get(m.category)
+                if policy.maybe_sent is MaybeSentPolicy.CLOSE:
+                    metrics.count_maybe_sent(m.category, "closed")
+                    terminal.append(
+                        StatusChange(m.id, MessageStatus.FAILED, OUTCOME_UNKNOWN, last_error=error)
+                    )
+                    continue
+                metrics.count_maybe_sent(m.category, "retried")
+            elif retryable:
+                metrics.count_not_sent_retry(m.category)
             if retryable and not self._retry.gives_up(m.attempts, m.scheduled_at, now):
                 after = max((x.retry_after or 0.0) for x in retryable)
                 delay = self._retry.delay(m.attempts, after, self._rng)

@@ -120,11 +120,13 @@ async def test_dead_token_in_receipt_deactivates_and_next_day_is_skipped(tmp_pat
         assert len(p.received_for(device.push_token)) == 1
 
 
-async def test_429_then_500_then_every_message_sent_exactly_once(tmp_path: Path) -> None:
+async def test_429_then_500_then_every_safety_message_sent_exactly_once(tmp_path: Path) -> None:
+    """Safety retries a maybe-sent request (a 5xx); these 5xx came before Expo accepted,
+    so the retry is the only copy."""
     async with pipeline(tmp_path, start=START) as p:
         tokens = []
         for i in range(30):
-            _, d = await p.add_user(f"u{i:02d}", reminders=[("r", "activity", time(9, 0))])
+            _, d = await p.add_user(f"u{i:02d}", reminders=[("r", "safety", time(9, 0))])
             tokens.append(d.push_token)
         await _plan_day(p)
         p.sandbox.fail_next(3, status=429, retry_after=2)
@@ -144,6 +146,35 @@ async def test_429_then_500_then_every_message_sent_exactly_once(tmp_path: Path)
         assert (
             p.sandbox.stats()["too_many_requests"] >= 1 and p.sandbox.stats()["server_errors"] >= 1
         )
+
+
+async def test_answer_lost_after_expo_accepted_closes_meal_and_retries_safety(
+    tmp_path: Path,
+) -> None:
+    """The one duplicate window: Expo accepted, the answer was lost (a 5xx after
+    accepting). `meal` does not risk a duplicate: failed, outcome_unknown, one copy.
+    `safety` prefers a duplicate to a missing alert: retried, so two copies."""
+    async with pipeline(tmp_path, start=START) as p:
+        _, meal_device = await p.add_user("mia", reminders=[("r", "meal", time(9, 0))])
+        _, safety_device = await p.add_user("sam", reminders=[("r", "safety", time(9, 30))])
+        await _plan_day(p)
+        p.sandbox.fail_after_accept(1, "error", status=502)
+        p.clock.set(NINE)
+        [meal] = await p.messages("mia")
+        await eventually(lambda: _is(p, meal.id, MessageStatus.FAILED), what="meal closed")
+        closed = await p.rt.store.get_message(meal.id)
+        assert closed is not None and closed.status_reason == "outcome_unknown"
+        assert len(p.received_for(meal_device.push_token)) == 1
+
+        p.sandbox.fail_after_accept(1, "error", status=502)
+        p.clock.set(NINE + timedelta(minutes=30))
+        [alert] = await p.messages("sam")
+
+        async def sent() -> bool:
+            return await _is(p, alert.id, MessageStatus.SENT)
+
+        await drive(p.clock, sent, step=timedelta(seconds=5), what="safety re-sent")
+        assert len(p.received_for(safety_device.push_token)) == 2
 
 
 async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path) -> None:
