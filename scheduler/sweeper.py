@@ -46,9 +46,7 @@ class Sweeper:
         now = self._clock.now()
         lost = await self._store.due_pending(before=now - self.grace, limit=self._batch)
         redriven = await self._store.republish([m.id for m in lost], due_at=now) if lost else 0
-        stuck = await self._store.stuck_sending(
-            claimed_before=now - self.lease, limit=self._batch
-        )
+        stuck = await self._store.stuck_sending(claimed_before=now - self.lease, limit=self._batch)
         if stuck:
             changes = [
                 StatusChange(

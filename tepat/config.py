@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     plan_horizon_hours: float = Field(default=48, gt=0, le=24 * 31)
     plan_interval_seconds: float = Field(default=600, gt=0)
     sweep_interval_seconds: float = Field(default=30, gt=0)
+    # How late past its due instant a published batch may be before the sweeper
+    # counts it as lost and publishes it again.
+    sweep_grace_seconds: float = Field(default=120, gt=0)
+    # The outbox publisher's pass interval (a write in the same process publishes at once).
+    outbox_interval_seconds: float = Field(default=1.0, gt=0)
     sending_lease_seconds: float = Field(default=300, gt=0)
     max_attempts: int = Field(default=10, ge=1)
     max_retry_age_seconds: float = Field(default=3600, gt=0)
