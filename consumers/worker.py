@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 
@@ -42,35 +43,53 @@ class PriorityHold:
     A broker hands over batches in its own order (per queue, as they fire). Under
     a backlog the consumer holds up to ``prefetch`` of them; taking them from
     this heap means an earlier second goes first, and within one second the
-    higher-priority category (``safety``) goes before the others, on either
-    broker. What is guaranteed: among the batches this consumer holds at once.
-    A batch still inside the broker is not seen until a slot frees.
+    higher-priority category (``safety``) goes first. A batch also waits while
+    a higher-priority batch of the same or an earlier second is still being
+    sent, so with several workers ``meal`` does not start beside ``safety``.
+
+    What is guaranteed: among the batches this consumer holds. A batch still
+    inside the broker (beyond the prefetch), or held by another consumer
+    process, is not seen.
     """
 
     def __init__(self, rt: Runtime) -> None:
         self._priority = {q: p.priority for q, p in rt.categories.by_queue().items()}
         self._heap: list[tuple[int, int, int, Delivery]] = []
         self._seq = itertools.count()
-        self._ready = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._in_flight: collections.Counter[tuple[int, int]] = collections.Counter()
 
     def put(self, delivery: Delivery) -> None:
         due = _due_second(delivery)
         priority = self._priority.get(delivery.queue, 99)
         heapq.heappush(self._heap, (due, priority, next(self._seq), delivery))
-        self._ready.set()
+        self._changed.set()
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    async def take(self) -> Delivery:
-        while not self._heap:
-            self._ready.clear()
-            await self._ready.wait()
-            # Idle until now: batches a broker fires together arrive a frame at a
-            # time, so wait a few milliseconds for the rest before choosing (real
-            # time, deliberately: this is about frames on a socket, not the clock).
-            await asyncio.sleep(GATHER_WINDOW_SECONDS)
-        return heapq.heappop(self._heap)[3]
+    def _blocked(self, due: int, priority: int) -> bool:
+        return any(d <= due and p < priority for (d, p), n in self._in_flight.items() if n)
+
+    async def take(self) -> tuple[Delivery, tuple[int, int]]:
+        """The next batch to work on and its key (give the key back to :meth:`done`)."""
+        idle = not self._heap
+        while not self._heap or self._blocked(*self._heap[0][:2]):
+            self._changed.clear()
+            await self._changed.wait()
+            if idle:
+                # Idle until now: batches a broker fires together arrive a frame at a
+                # time, so wait a few milliseconds for the rest before choosing (real
+                # time, deliberately: this is about frames on a socket, not the clock).
+                await asyncio.sleep(GATHER_WINDOW_SECONDS)
+                idle = False
+        due, priority, _, delivery = heapq.heappop(self._heap)
+        self._in_flight[(due, priority)] += 1
+        return delivery, (due, priority)
+
+    def done(self, key: tuple[int, int]) -> None:
+        self._in_flight[key] -= 1
+        self._changed.set()
 
     def drain(self) -> list[Delivery]:
         held = [d for *_, d in sorted(self._heap)]
@@ -103,8 +122,9 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
 
         async def work() -> None:
             while True:
-                delivery = await hold.take()
+                delivery, key = await hold.take()
                 task = asyncio.create_task(handle_delivery(rt, delivery))
+                task.add_done_callback(lambda _, key=key: hold.done(key))  # type: ignore[misc]
                 in_flight.add(task)
                 try:
                     # Shielded: a drain lets the batch in hand finish and be acked.

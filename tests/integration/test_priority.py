@@ -1,0 +1,68 @@
+"""Under a backlog, a consumer takes same-second batches in category priority order."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, time, timedelta
+from pathlib import Path
+
+from consumers.worker import PriorityHold, run_consumer
+from tepat.domain.batches import Batch
+from tepat.ports.broker import Delivery
+from tests.support.pipeline import pipeline
+from tests.support.waiting import drive
+
+START = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
+NINE = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+
+
+async def test_backlog_of_one_second_sends_every_safety_before_the_first_meal(
+    tmp_path: Path,
+) -> None:
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        for n in range(150):
+            await p.add_user(f"m{n:03d}", reminders=[("r", "meal", time(9, 0))])
+            await p.add_user(f"s{n:03d}", reminders=[("r", "safety", time(9, 0))])
+        await p.rt.creator.plan_window(START, START + timedelta(hours=24))
+        p.clock.set(NINE)
+        await p.rt.outbox.flush()
+        # Four batches (two per category) are due and waiting when the consumer starts.
+        stop = asyncio.Event()
+        consumer = asyncio.create_task(run_consumer(p.rt, stop))
+        try:
+            # The client's rate limit (100/s here) spends fake seconds.
+            await drive(
+                p.clock,
+                lambda: len(p.sandbox.received()) == 300,
+                step=timedelta(seconds=1),
+                what="all 300 sent",
+            )
+        finally:
+            stop.set()
+            await consumer
+        order = [r["to"] for r in p.sandbox.received()]
+        last_safety = max(i for i, to in enumerate(order) if "[s" in to)
+        first_meal = min(i for i, to in enumerate(order) if "[m" in to)
+        assert last_safety < first_meal
+
+
+def _delivery(queue: str, due: datetime, n: int) -> Delivery:
+    return Delivery(queue, Batch(queue, due, (f"id{n}",)).encode(), f"d{n}")
+
+
+async def test_priority_hold_takes_earlier_seconds_first_then_higher_priority(
+    tmp_path: Path,
+) -> None:
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        hold = PriorityHold(p.rt)
+        meal, safety = "tepat.meal", "tepat.safety"
+        hold.put(_delivery(meal, NINE, 1))
+        hold.put(_delivery(safety, NINE + timedelta(seconds=1), 2))
+        hold.put(_delivery(safety, NINE, 3))
+        hold.put(_delivery(meal, NINE - timedelta(seconds=1), 4))
+        taken = []
+        for _ in range(4):
+            delivery, key = await hold.take()
+            taken.append(delivery.delivery_id)
+            hold.done(key)
+        assert taken == ["d4", "d3", "d1", "d2"]
