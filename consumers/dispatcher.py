@@ -5,14 +5,20 @@ The order matters for "exactly once in effect":
 1. **claim** in the store (pending -> sending, atomic): a repeated or
    concurrent delivery of the same batch claims nothing and is simply acked;
 2. **decide** against the current state (user, preference, quiet hours,
-   devices, superseded, too late) - GUIDE.md §1 principle 3;
-3. **send** in provider-sized chunks and **record** each outcome;
-4. **ack** the broker delivery only after every claimed message was recorded.
+   devices, still intended by its reminder, too late) - docs/PRINCIPLES.md §1
+   principle 3;
+3. **send** in provider-sized chunks and **record** each chunk's terminal
+   outcomes (sent, failed) in one write, before anything else;
+4. retries and deferrals go back to ``pending`` with the outbox mark, and the
+   outbox publishes them;
+5. **ack** the broker delivery only after every claimed message was recorded.
 
-A process that dies between 1 and 3 leaves messages in ``sending``; the sweeper
-re-drives them after the lease. If it died after the provider had accepted
-the request but before 3 was recorded, that re-drive sends a second copy:
-that window (one HTTP round trip) is the only duplicate the design allows.
+The one duplicate window (docs/PRINCIPLES.md §9) is the provider boundary: a
+process that dies after the provider accepted a request and before step 3
+leaves its messages ``sending``, and the sweeper re-drives them after the
+lease; a request whose answer was lost after it went out (read timeout, 5xx)
+is "maybe sent", and the category's ``maybe_sent`` policy retries it or
+closes it as ``failed`` (``outcome_unknown``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 #   scripts/activemq.sh status  BASE
 #
 # Environment:
-#   AMQ_HEAP               max heap (default 256m; SCALE.md: 1g for large scheduler backlogs)
+#   AMQ_HEAP               max heap (default 256m; docs/ACTIVEMQ.md: 1g for large scheduler backlogs)
 #   TEPAT_AMQ_BIND         address the connectors listen on (default 127.0.0.1)
 #   TEPAT_AMQ_STOMP_PORT   STOMP port (default 61613)
 #   TEPAT_AMQ_OPENWIRE_PORT OpenWire port (default 61616)

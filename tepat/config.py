@@ -1,4 +1,4 @@
-"""Configuration from ``TEPAT_*`` environment variables (GUIDE.md §5).
+"""Configuration from ``TEPAT_*`` environment variables (docs/PRINCIPLES.md §5).
 
 A bad value stops the process with one line naming the variable: see
 :func:`load_settings`.
@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     max_retry_age_seconds: float = Field(default=3600, gt=0)
     device_max_failures: int = Field(default=3, ge=1)
     consumer_prefetch: int = Field(default=50, ge=1, le=10_000)
+    # How long the broker hands a failing batch back (with growing delays) before
+    # dead-lettering it: longer than a store outage should last.
+    broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)
     log_level: str = "INFO"
     log_json: bool | None = None  # None: JSON when stderr is not a terminal
     categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None

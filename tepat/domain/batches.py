@@ -1,7 +1,7 @@
 """Broker batches: message ids grouped per (queue, due second), at most 100 each.
 
 One broker message per notification does not scale on ActiveMQ's scheduler
-(``shared/reference/activemq/SCALE.md``: ~1.5k jobs/s, then late and out of
+(``docs/ACTIVEMQ.md``: ~1.5k jobs/s, then late and out of
 memory); one per (queue, due second) carrying up to 100 ids stayed on time at
 16.7k notifications due per second. 100 is also Expo's per-request limit.
 """

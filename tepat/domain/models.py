@@ -41,7 +41,7 @@ TERMINAL_STATUSES = frozenset(
     }
 )
 
-# Forward-only state machine (GUIDE.md §4). SENDING -> PENDING is the one step
+# Forward-only state machine (docs/PRINCIPLES.md §4). SENDING -> PENDING is the one step
 # back: a retryable provider failure releases the claim so the message can be
 # re-driven; it is never visible as a regression of a sent message.
 ALLOWED_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {

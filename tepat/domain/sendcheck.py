@@ -1,4 +1,4 @@
-"""The decision a consumer takes at send time (GUIDE.md §1, principle 3).
+"""The decision a consumer takes at send time (docs/PRINCIPLES.md §1, principle 3).
 
 Pure: it is given the current state and returns what to do.
 """

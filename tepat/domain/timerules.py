@@ -1,4 +1,4 @@
-"""The rules of time (GUIDE.md §3, RFC 5545 semantics).
+"""The rules of time (docs/PRINCIPLES.md §3, RFC 5545 semantics).
 
 - A local date and time in a zone becomes the instant when that zone's wall
   clock reads it.

@@ -1,7 +1,7 @@
 """The PushProvider port: hand notifications to a push service, with typed outcomes.
 
 A provider call never raises for a provider-side problem: it returns what
-happened (GUIDE.md §1, principle 4), so callers only branch on types.
+happened (docs/PRINCIPLES.md §1, principle 4), so callers only branch on types.
 """
 
 from __future__ import annotations

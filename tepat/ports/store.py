@@ -1,6 +1,6 @@
 """The Store port: where users, devices, reminders, preferences, messages and tickets live.
 
-The store is the source of truth (GUIDE.md §1). Idempotency comes from unique
+The store is the source of truth (docs/PRINCIPLES.md §1). Idempotency comes from unique
 indexes, never from check-then-insert:
 
 - ``messages.dedup_key`` unique: one document per intent and plan version;

@@ -1,14 +1,18 @@
-"""Put planned messages on their category's delay queue, batched per due second."""
+"""Put messages on their category's delay queue, batched per due second.
+
+The outbox (``tepat/services/outbox.py``) is the one path in production code;
+``enqueue`` stays for tests and benchmarks that seed a broker directly.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from tepat.clock import Clock
-from tepat.domain.batches import Batch, BatchBuilder, batch_messages
+from tepat.domain.batches import Batch, batch_messages
 from tepat.domain.categories import Categories
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.broker import Broker
@@ -16,8 +20,6 @@ from tepat.ports.broker import Broker
 # Publishes in flight at once: lets a networked broker pipeline its receipts
 # without flooding it (ActiveMQ took 600-1,200 batches/s here either way).
 PUBLISH_CONCURRENCY = 16
-# A partial batch due sooner than this is published at once instead of waiting to fill.
-HOLD_LIMIT = timedelta(minutes=5)
 
 
 class Enqueuer:
@@ -39,10 +41,6 @@ class Enqueuer:
             ]
         return await self.publish(batch_messages(messages, self.categories))
 
-    def collector(self) -> BatchCollector:
-        """Batches that fill up across many calls (a creator job's pages)."""
-        return BatchCollector(self)
-
     async def publish(self, batches: list[Batch]) -> int:
         now = self.clock.now()
         slots = asyncio.Semaphore(PUBLISH_CONCURRENCY)
@@ -54,26 +52,3 @@ class Enqueuer:
 
         await asyncio.gather(*(one(b) for b in batches))
         return len(batches)
-
-
-class BatchCollector:
-    """Publishes full batches as they fill and the rest on :meth:`flush`.
-
-    Use :meth:`flush` before returning: until then the partial batches exist only
-    here (if the process dies, the sweeper re-drives their messages from the store).
-    """
-
-    def __init__(self, enqueuer: Enqueuer) -> None:
-        self._enqueuer = enqueuer
-        self._builder = BatchBuilder(enqueuer.categories)
-        self.published = 0
-
-    async def add(self, messages: Iterable[Message]) -> None:
-        ready = self._builder.add(messages)
-        # Messages due soon go out now, full or not: a long planning run must not
-        # hold them past their instant.
-        ready += self._builder.take_due_before(self._enqueuer.clock.now() + HOLD_LIMIT)
-        self.published += await self._enqueuer.publish(ready)
-
-    async def flush(self) -> None:
-        self.published += await self._enqueuer.publish(self._builder.drain())

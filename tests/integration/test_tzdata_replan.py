@@ -1,4 +1,4 @@
-"""A new tz database release re-plans pending messages (GUIDE.md §3)."""
+"""A new tz database release re-plans pending messages (docs/PRINCIPLES.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Acceptance cases for the rules of time (GUIDE.md §3), each worked out by hand.
+"""Acceptance cases for the rules of time (docs/PRINCIPLES.md §3), each worked out by hand.
 
 Every expected UTC instant below is derived in its ``why`` column from the
 zone's offsets, which ``test_transitions_are_where_the_table_says`` checks

@@ -1,4 +1,4 @@
-"""Property tests for the rules of time (GUIDE.md §3) over every IANA zone.
+"""Property tests for the rules of time (docs/PRINCIPLES.md §3) over every IANA zone.
 
 The reference used here never asks a zone to interpret a *local* time, so it
 does not lean on PEP 495 ``fold`` semantics (which the code under test relies

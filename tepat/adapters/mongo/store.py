@@ -2,7 +2,7 @@
 
 Written against PyMongo's own asyncio API (``pymongo.AsyncMongoClient``). Motor,
 which the product card names, is deprecated (end of life May 2026) and PyMongo's
-async client replaces it (GUIDE.md §6).
+async client replaces it (docs/PRINCIPLES.md §6).
 
 The uniqueness guarantees live in :mod:`tepat.adapters.mongo.indexes`; the
 document formats and the millisecond rule for instants in
