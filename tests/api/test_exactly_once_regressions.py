@@ -213,15 +213,54 @@ async def test_delete_then_recreate_a_reminder_with_the_same_id_plans_the_new_ti
     assert pending == ["2027-03-01T06:00:00+00:00", "2027-03-02T06:00:00+00:00"]
 
 
+def overlap_writes(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str, n: int) -> None:
+    """The worst interleaving of ``n`` concurrent requests: all of them read the old state
+    before any writes (``rt.store.<method>`` waits for all ``n``), then each writes and
+    re-plans only after the previous one's re-plan has finished."""
+    real_write = getattr(rt.store, method)
+    real_replan = rt.creator.replan_user
+    arrived = 0
+    all_in = asyncio.Event()
+    replans_done = 0
+    replanned = asyncio.Condition()
+
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        nonlocal arrived
+        arrived += 1
+        turn = arrived
+        if turn <= n:
+            if turn == n:
+                all_in.set()
+            await asyncio.wait_for(all_in.wait(), timeout=5)
+            async with replanned:
+                await asyncio.wait_for(
+                    replanned.wait_for(lambda: replans_done >= turn - 1), timeout=5
+                )
+        return await real_write(*args, **kwargs)
+
+    async def counted_replan(*args: Any, **kwargs: Any) -> Any:
+        nonlocal replans_done
+        try:
+            return await real_replan(*args, **kwargs)
+        finally:
+            async with replanned:
+                replans_done += 1
+                replanned.notify_all()
+
+    monkeypatch.setattr(rt.store, method, gated)
+    monkeypatch.setattr(rt.creator, "replan_user", counted_replan)
+
+
 async def test_two_overlapping_user_puts_leave_every_local_date_planned(
-    client: httpx.AsyncClient, rt: Runtime
+    client: httpx.AsyncClient, rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client's retried PUT arrives while the first is still re-planning."""
     await scene(client)
     before = await pending_local_dates(rt, "alice")
     assert before == ["2027-03-01", "2027-03-02"]
+    overlap_writes(monkeypatch, rt, "upsert_user", 2)
     body = {"timezone": "Europe/London"}
-    results = await asyncio.gather(*(client.put(ALICE, json=body, headers=ADMIN) for _ in range(3)))
+    results = await asyncio.gather(*(client.put(ALICE, json=body, headers=ADMIN) for _ in range(2)))
     assert all(r.is_success for r in results), [r.text for r in results]
     assert await pending_local_dates(rt, "alice") == before
     page = await rt.store.list_messages(MessageQuery("alice", limit=50))
@@ -230,9 +269,10 @@ async def test_two_overlapping_user_puts_leave_every_local_date_planned(
 
 
 async def test_two_overlapping_reminder_edits_leave_the_last_time_planned(
-    client: httpx.AsyncClient, rt: Runtime
+    client: httpx.AsyncClient, rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await scene(client)
+    overlap_writes(monkeypatch, rt, "upsert_reminder", 3)
     results = await asyncio.gather(
         *(
             client.put(f"{ALICE}/reminders/lunch", json=reminder_body(local_time=t), headers=ADMIN)

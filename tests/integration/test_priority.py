@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
@@ -26,7 +28,29 @@ async def test_backlog_of_one_second_sends_every_safety_before_the_first_meal(
         await p.rt.creator.plan_window(START, START + timedelta(hours=24))
         p.clock.set(NINE)
         await p.rt.outbox.flush()
-        # Four batches (two per category) are due and waiting when the consumer starts.
+        # Four batches (two per category) are due and waiting when the consumer starts,
+        # and the broker hands them over meal first (ActiveMQ fires in its own order).
+        real_consume = p.rt.broker.consume
+
+        @contextlib.asynccontextmanager
+        async def meal_first(
+            queues: Sequence[str], prefetch: int
+        ) -> AsyncIterator[AsyncIterator[Delivery]]:
+            async with real_consume(queues, prefetch) as deliveries:
+
+                async def reordered() -> AsyncIterator[Delivery]:
+                    held: list[Delivery] = []
+                    async for d in deliveries:
+                        held.append(d)
+                        if len(held) == 4:
+                            held.sort(key=lambda d: d.queue != "tepat.meal")
+                            for x in held:
+                                yield x
+                            held.clear()
+
+                yield reordered()
+
+        p.rt.broker.consume = meal_first  # type: ignore[method-assign]
         stop = asyncio.Event()
         consumer = asyncio.create_task(run_consumer(p.rt, stop))
         try:
