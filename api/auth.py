@@ -16,6 +16,7 @@ against the parsed path parameter and declare the schemes for OpenAPI.
 from __future__ import annotations
 
 import hmac
+import math
 from dataclasses import dataclass
 from typing import Annotated, TypeGuard
 
@@ -109,7 +110,11 @@ class Authenticator:
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    # JSON as Python reads it may say NaN or Infinity; an exp of NaN compares false both
+    # ways, which would make the token valid forever. (math.isfinite overflows on big ints.)
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _invalid_token(description: str) -> str:

@@ -41,6 +41,18 @@ def _iso_string(value: object) -> object:
     return value
 
 
+def _instant_in_utc(value: datetime) -> datetime:
+    # Every later step (comparisons, the stores, planning) works in UTC, so convert here,
+    # where an instant that has no UTC form (0001-01-01T00:00+01:00 is in year 0) can
+    # still be a 422 naming its field rather than an OverflowError deeper down.
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            "out of range: in UTC this instant falls outside the years 1 to 9999"
+        ) from None
+
+
 def _encodable(value: str) -> str:
     # JSON may spell a lone surrogate ("\\ud800"); such text cannot be stored or sent.
     try:
@@ -54,10 +66,12 @@ def _encodable(value: str) -> str:
 Text = Annotated[str, AfterValidator(_encodable)]
 # Responses: always UTC, serialized with a "Z".
 UtcDatetime = Annotated[datetime, AfterValidator(_to_utc)]
-# Requests: an ISO 8601 string with an offset ("2027-03-01T08:00:00+07:00" or "…Z").
+# Requests: an ISO 8601 string with an offset ("2027-03-01T08:00:00+07:00" or "…Z"),
+# handed on as the same instant in UTC.
 OffsetDatetime = Annotated[
     AwareDatetime,
     BeforeValidator(_iso_string),
+    AfterValidator(_instant_in_utc),
     # Not strict: JSON has no date-time type; the string is parsed (and must be one).
     Field(
         strict=False,

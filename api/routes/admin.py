@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -25,6 +25,11 @@ from tepat.services.accounts import NotFound
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problem_responses(401, 403))
 
 MAX_PLAN_WINDOW = timedelta(days=31)
+# Planning reads each user's local dates a day either side of the window, in zones up to
+# about 16 h from UTC (historical local mean times): two days from the ends of the
+# calendar keep every such date representable.
+PLANNABLE_FROM = datetime(1, 1, 3, tzinfo=UTC)
+PLANNABLE_UNTIL = datetime(9999, 12, 29, tzinfo=UTC)
 
 
 @router.post(
@@ -35,6 +40,13 @@ MAX_PLAN_WINDOW = timedelta(days=31)
 )
 async def plan(body: PlanIn, rt: RT, _: Admin) -> PlanOut:
     """The same work as `tepat plan`: idempotent, so planning a window twice creates nothing."""
+    for field, instant in (("start", body.start), ("end", body.end)):
+        if not PLANNABLE_FROM <= instant <= PLANNABLE_UNTIL:
+            raise DomainError(
+                field,
+                f"out of range: plan windows lie between {PLANNABLE_FROM.date().isoformat()}"
+                f" and {PLANNABLE_UNTIL.date().isoformat()} (UTC)",
+            )
     if body.end <= body.start:
         raise DomainError("end", "must be after start")
     if body.end - body.start > MAX_PLAN_WINDOW:

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tepat.runtime import Runtime
-from tests.api.conftest import ADMIN, error_fields, problem
-from tests.api.helpers import notification_body, reminder_body, scene
+from tests.api.conftest import ADMIN, JWT_SECRET, error_fields, problem
+from tests.api.helpers import create_user, notification_body, reminder_body, scene
 
 
 @pytest.fixture(autouse=True)
@@ -227,3 +233,176 @@ async def test_unexpected_failure_is_a_problem_not_a_traceback(
     async with httpx.AsyncClient(transport=transport, base_url="http://tepat.test") as c:
         body = problem(await c.get("/v1/users/alice", headers=ADMIN), 500)
     assert "disk on fire" not in str(body)  # details stay in the server log
+
+
+# ---- instants and numbers at the ends of the calendar: 422 naming the field, never a 500 ----
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0001-01-01T00:00:00+01:00",  # 31 December of year 0 in UTC
+        "0001-01-01T23:00:00+23:59",
+        "0001-01-01T00:00:00.000001+00:01",
+    ],
+)
+@pytest.mark.parametrize("param", ["from", "to"])
+async def test_messages_from_or_to_before_year_one_in_utc_is_422_naming_it(
+    client: httpx.AsyncClient, param: str, value: str
+) -> None:
+    r = await client.get("/v1/users/alice/messages", params={param: value}, headers=ADMIN)
+    assert error_fields(r) == {param}, r.text
+    assert "out of range" in r.text
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["9999-12-31T23:59:59-01:00", "9999-12-31T01:00:00-23:59", "9999-12-31T23:59:59.999999-00:01"],
+)
+@pytest.mark.parametrize("param", ["from", "to"])
+async def test_messages_from_or_to_after_year_9999_in_utc_is_422_naming_it(
+    client: httpx.AsyncClient, param: str, value: str
+) -> None:
+    r = await client.get("/v1/users/alice/messages", params={param: value}, headers=ADMIN)
+    assert error_fields(r) == {param}, r.text
+
+
+async def test_messages_from_and_to_at_the_very_ends_of_utc_are_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    params = {"from": "0001-01-01T00:00:00Z", "to": "9999-12-31T23:59:59.999999Z"}
+    r = await client.get("/v1/users/alice/messages", params=params, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    # The same instants spelled with offsets that stay inside the calendar.
+    params = {"from": "0001-01-01T00:00:00-01:00", "to": "9999-12-31T22:59:59+01:00"}
+    r = await client.get("/v1/users/alice/messages", params=params, headers=ADMIN)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+01:00", "0001-01-01T12:00:00+14:00"])
+async def test_notification_send_at_before_year_one_in_utc_is_422_naming_send_at(
+    client: httpx.AsyncClient, value: str
+) -> None:
+    r = await client.post(
+        "/v1/users/alice/notifications", json=notification_body(send_at=value), headers=ADMIN
+    )
+    assert error_fields(r) == {"send_at"}, r.text
+
+
+@pytest.mark.parametrize(
+    ("window", "field"),
+    [
+        ({"start": "0001-01-01T00:00:00+01:00", "end": "2027-03-01T00:00:00Z"}, "start"),
+        ({"start": "2027-03-01T00:00:00Z", "end": "9999-12-31T23:59:59-01:00"}, "end"),
+        # Both in the calendar, but compared across offsets that leave it.
+        ({"start": "9999-12-31T23:59:59-01:00", "end": "9999-12-31T23:59:59Z"}, "start"),
+    ],
+)
+async def test_admin_plan_start_or_end_outside_the_calendar_in_utc_is_422_naming_it(
+    client: httpx.AsyncClient, window: dict[str, str], field: str
+) -> None:
+    r = await client.post("/v1/admin/plan", json=window, headers=ADMIN)
+    assert error_fields(r) == {field}, r.text
+
+
+@pytest.mark.parametrize(
+    ("window", "field"),
+    [
+        # Valid UTC instants whose local dates (a day either side, in every zone) are not.
+        ({"start": "0001-01-01T00:00:00Z", "end": "0001-01-02T00:00:00Z"}, "start"),
+        ({"start": "9999-12-30T00:00:00Z", "end": "9999-12-31T23:59:59Z"}, "start"),
+        ({"start": "9999-12-28T00:00:00Z", "end": "9999-12-31T00:00:00Z"}, "end"),
+    ],
+)
+async def test_admin_plan_window_at_the_ends_of_the_calendar_is_422_naming_it(
+    client: httpx.AsyncClient, window: dict[str, str], field: str
+) -> None:
+    r = await client.post("/v1/admin/plan", json=window, headers=ADMIN)
+    assert error_fields(r) == {field}, r.text
+    assert "out of range" in r.text
+
+
+async def test_admin_plan_window_just_inside_the_calendar_plans_every_zone(
+    client: httpx.AsyncClient,
+) -> None:
+    for user, zone in (("east", "Pacific/Kiritimati"), ("west", "Etc/GMT+12")):
+        await create_user(client, user, zone)
+        r = await client.put(f"/v1/users/{user}/reminders/r", json=reminder_body(), headers=ADMIN)
+        assert r.is_success, r.text
+    for window in (
+        {"start": "0001-01-03T00:00:00Z", "end": "0001-01-05T00:00:00Z"},
+        {"start": "9999-12-27T00:00:00Z", "end": "9999-12-29T00:00:00Z"},
+    ):
+        r = await client.post("/v1/admin/plan", json=window, headers=ADMIN)
+        assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("exp", ["NaN", "Infinity", "-Infinity"])
+async def test_a_token_whose_exp_is_not_a_finite_number_is_refused(
+    client: httpx.AsyncClient, exp: str
+) -> None:
+    # Python's JSON reads NaN and Infinity; NaN compares false both ways, so an exp of
+    # NaN used to mean "never expires".
+    header = _b64url(b'{"alg":"HS256","typ":"JWT"}')
+    claims = _b64url(b'{"sub":"alice","exp":' + exp.encode() + b"}")
+    signing_input = f"{header}.{claims}".encode()
+    signature = _b64url(hmac.new(JWT_SECRET.encode(), signing_input, hashlib.sha256).digest())
+    r = await client.get(
+        "/v1/users/alice", headers={"Authorization": f"Bearer {header}.{claims}.{signature}"}
+    )
+    assert problem(r, 401)["detail"] == "invalid token: exp and nbf must be numbers"
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+_OFFSET_MINUTES = st.integers(-(24 * 60 - 1), 24 * 60 - 1)
+_NEAR_THE_ENDS = st.one_of(
+    st.datetimes(max_value=datetime(1, 1, 4)),
+    st.datetimes(min_value=datetime(9999, 12, 28)),
+    st.datetimes(),
+)
+
+
+@st.composite
+def extreme_instants(draw: st.DrawFn) -> str:
+    """ISO 8601 text of any wall time in years 1-9999 with any offset under a day."""
+    naive = draw(_NEAR_THE_ENDS)
+    offset = timezone(timedelta(minutes=draw(_OFFSET_MINUTES)))
+    return naive.replace(tzinfo=offset).isoformat()  # spelling it never converts it
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(first=extreme_instants(), second=extreme_instants())
+async def test_extreme_instants_in_every_datetime_parameter_are_never_a_500(
+    client: httpx.AsyncClient, first: str, second: str
+) -> None:
+    """Whatever the instant, each datetime parameter answers 2xx or a 422 naming itself."""
+    requests: list[tuple[str, str, dict[str, Any], set[str]]] = [
+        ("GET", "/v1/users/alice/messages", {"params": {"from": first}}, {"from"}),
+        ("GET", "/v1/users/alice/messages", {"params": {"to": first}}, {"to"}),
+        (
+            "GET",
+            "/v1/users/alice/messages",
+            {"params": {"from": first, "to": second}},
+            {"from", "to"},
+        ),
+        (
+            "POST",
+            "/v1/users/alice/notifications",
+            {"json": notification_body(idempotency_key=f"x{hash(first)}", send_at=first)},
+            {"send_at"},
+        ),
+        ("POST", "/v1/admin/plan", {"json": {"start": first, "end": second}}, {"start", "end"}),
+    ]
+    for method, path, kwargs, fields in requests:
+        r = await client.request(method, path, headers=ADMIN, **kwargs)
+        if r.status_code == 422:
+            assert error_fields(r) <= fields, (method, path, kwargs, r.text)
+        else:
+            assert r.is_success, (method, path, kwargs, r.text)
