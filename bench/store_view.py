@@ -57,6 +57,13 @@ def message_count(db_path: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
 
 
+def unpublished_count(db_path: Path) -> int:
+    """Pending messages still carrying the outbox mark (not yet on the broker)."""
+    with _read(db_path) as conn:
+        sql = "SELECT count(*) FROM messages WHERE publish_pending = 1 AND status = 'pending'"
+        return int(conn.execute(sql).fetchone()[0])
+
+
 def duplicate_intents(db_path: Path) -> int:
     """(user, reminder, local date) planned more than once among non-cancelled messages.
 
