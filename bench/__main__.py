@@ -1,13 +1,15 @@
 """``python -m bench SCENARIO [--backend embedded|activemq] [--quick] [--json]``.
 
-Scenarios: plan, dispatch, ratelimited, lateness, burst, or all. Exit status: 0 when
-every correctness check held (speed goals are reported, never fatal), 1 when one
-failed, 2 when the harness itself broke.
+Scenarios: plan, dispatch, ratelimited, lateness, burst, or all; and chaos (faults:
+``--fault KIND``, repeatable; every kind by default). Exit status: 0 when every
+correctness check held (speed goals are reported, never fatal), 1 when one failed,
+2 when the harness itself broke.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -17,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import plan, scenarios
+from bench import chaos, plan, scenarios
 from bench.activemq import ActiveMQ, activemq
 from bench.config import run_prefix
 from bench.report import Result, emit, log
@@ -42,7 +44,7 @@ QUICK = Sizes(2_000, 2_000, 1_200, 20, 100.0, 1_000, 1_000)
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("scenario", choices=(*SCENARIOS, "all"))
+    p.add_argument("scenario", choices=(*SCENARIOS, "all", "chaos"))
     p.add_argument("--backend", choices=("embedded", "activemq"), default="embedded")
     p.add_argument("--quick", action="store_true", help="small sizes: each scenario in seconds")
     p.add_argument("--json", action="store_true", help="one JSON object per scenario, last lines")
@@ -52,6 +54,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--users", type=int, help="plan: users (default 100,000; quick 2,000)")
     p.add_argument("--messages", type=int, help="dispatch/ratelimited/burst: messages")
     p.add_argument("--capacity", type=float, help="lateness: dispatch capacity (msgs/s) to halve")
+    p.add_argument(
+        "--fault",
+        action="append",
+        choices=(*chaos.FAULTS, "provider_storms"),
+        help="chaos: one fault kind (repeatable; default: every kind)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, db)")
     return p.parse_args(argv)
 
@@ -61,7 +69,11 @@ def broker_for(args: argparse.Namespace, workdir: Path) -> Iterator[ActiveMQ | N
     if args.backend == "embedded":
         yield None
         return
-    with activemq(args.stomp_url, workdir) as broker:
+    # chaos restarts the broker: always one of its own, never a shared one
+    own = args.scenario == "chaos"
+    if own and (args.stomp_url or os.environ.get("TEPAT_TEST_STOMP_URL")):
+        log("chaos: starting an ActiveMQ of its own (it restarts it); the given URL is not used")
+    with activemq(args.stomp_url, workdir, own=own) as broker:
         yield broker
 
 
@@ -108,8 +120,36 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
     )
 
 
+def chaos_faults(args: argparse.Namespace) -> list[str]:
+    picked = args.fault or list(chaos.FAULTS)
+    out: list[str] = []
+    for f in picked:
+        for kind in chaos.STORMS if f == "provider_storms" else (f,):
+            if kind not in out:
+                out.append(kind)
+    return [f for f in chaos.FAULTS if f in out]
+
+
+def run_chaos(args: argparse.Namespace, workdir: Path) -> int:
+    results: list[Result] = []
+
+    def emit_one(result: Result) -> None:
+        results.append(result)
+        emit(result, args.json)
+
+    with broker_for(args, workdir) as broker:
+        sizes = chaos.QUICK if args.quick else chaos.FULL
+        chaos.run_chaos(workdir, broker, run_prefix(), sizes, chaos_faults(args), emit_one)
+    if not args.json:
+        print(f"chaos on {args.backend}{' (quick)' if args.quick else ''}:")
+        print(chaos.summary(results), flush=True)
+    return 0 if all(r.ok for r in results) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.scenario == "chaos":
+        return _main_chaos(args)
     wanted = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     workdir = Path(tempfile.mkdtemp(prefix="tepat-bench-"))
     log(f"working directory {workdir}")
@@ -130,6 +170,23 @@ def main(argv: list[str] | None = None) -> int:
                 emit(result, args.json)
                 if not result.ok:
                     status = max(status, 1)
+    finally:
+        if args.keep or status:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return status
+
+
+def _main_chaos(args: argparse.Namespace) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="tepat-chaos-"))
+    log(f"working directory {workdir}")
+    status = 2
+    try:
+        status = run_chaos(args, workdir)
+    except Exception:
+        traceback.print_exc()
+        log("chaos: the harness failed (see above)")
     finally:
         if args.keep or status:
             log(f"kept {workdir}")

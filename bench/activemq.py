@@ -9,10 +9,11 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,31 @@ SCHEDULER = "/topic/ActiveMQ.Scheduler.Management"
 class ActiveMQ:
     url: str
     owned: bool  # started by the bench: it may clear the whole scheduler
+    # A broker the bench started: its base directory and the environment of
+    # scripts/activemq.sh (the ports), so that it can be restarted (chaos).
+    base: Path | None = None
+    env: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+def restart(broker: ActiveMQ) -> float:
+    """``scripts/activemq.sh restart BASE`` (a clean stop, then a start that waits for
+    STOMP); returns the seconds it took. Only a broker the bench started."""
+    if broker.base is None:
+        raise ValueError("only a broker the bench started can be restarted")
+    started = time.monotonic()
+    subprocess.run(
+        ["bash", str(SCRIPT), "restart", str(broker.base)],
+        check=True,
+        env=broker.env,
+        stdout=sys.stderr,
+    )
+    return time.monotonic() - started
 
 
 @contextmanager
-def activemq(stomp_url: str | None, workdir: Path) -> Iterator[ActiveMQ]:
-    url = stomp_url or os.environ.get("TEPAT_TEST_STOMP_URL", "").strip() or None
+def activemq(stomp_url: str | None, workdir: Path, *, own: bool = False) -> Iterator[ActiveMQ]:
+    """The named broker, else one started here; ``own``: always start one (chaos restarts it)."""
+    url = None if own else stomp_url or os.environ.get("TEPAT_TEST_STOMP_URL", "").strip() or None
     if url:
         log(f"using the ActiveMQ broker at {url}")
         yield ActiveMQ(url, owned=False)
@@ -54,7 +75,7 @@ def activemq(stomp_url: str | None, workdir: Path) -> Iterator[ActiveMQ]:
         ["bash", str(SCRIPT), "start", str(base)], check=True, env=env, stdout=sys.stderr
     )
     try:
-        yield ActiveMQ(f"stomp://127.0.0.1:{stomp_port}", owned=True)
+        yield ActiveMQ(f"stomp://127.0.0.1:{stomp_port}", owned=True, base=base, env=env)
     finally:
         subprocess.run(
             ["bash", str(SCRIPT), "stop", str(base)], check=False, env=env, stdout=sys.stderr

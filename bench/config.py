@@ -46,6 +46,8 @@ class Config:
                 missed_window=c.missed_window,
                 queue=f"{self.queue_prefix}{c.name}",
                 priority=c.priority,
+                # as the processes read TEPAT_CATEGORIES: the built-in policy (safety retries)
+                maybe_sent=c.maybe_sent,
             )
             for c in DEFAULT_CATEGORIES
         )

@@ -25,6 +25,11 @@ class Sandbox:
         stats: dict[str, int] = r.json()
         return stats
 
+    def script(self, spec: dict[str, Any]) -> None:
+        """``POST /_sandbox/script``: faults, rate limit, ``clear`` (see expo_controls)."""
+        r = httpx.post(f"{self.url}/_sandbox/script", json=spec, timeout=30)
+        r.raise_for_status()
+
     def received(self) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.url}/_sandbox/received", timeout=300)
         r.raise_for_status()

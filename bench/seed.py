@@ -95,10 +95,13 @@ async def seed_recipients(db_path: Path, count: int) -> None:
         await store.close()
 
 
-def due_messages(instants: Sequence[tuple[datetime, str]]) -> list[tuple[Message, Due]]:
-    """Messages for recipients 0..n-1, one-offs due at the given instants and categories."""
+def due_messages(
+    instants: Sequence[tuple[datetime, str]], first: int = 0
+) -> list[tuple[Message, Due]]:
+    """Messages for recipients first..first+n-1, one-offs due at the given instants and
+    categories."""
     out = []
-    for i, (at, category) in enumerate(instants):
+    for i, (at, category) in enumerate(instants, start=first):
         user_id = f"d{i:07d}"
         key = f"bench-{i}"
         live_key = oneoff_live_key(user_id, key)

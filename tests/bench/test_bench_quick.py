@@ -1,6 +1,6 @@
 """A quick run of every benchmark scenario: the harness works and correctness holds.
 
-Speed is not asserted (GUIDE.md §7: timing figures live in benchmarks, not in
+Speed is not asserted (docs/PRINCIPLES.md §7: timing figures live in benchmarks, not in
 assertions on wall-clock time): only that each run prints its JSON line last, that
 every message was sent exactly once with nothing lost, and that the scenario's own
 correctness checks held. Embedded always; ActiveMQ where ``TEPAT_TEST_STOMP_URL`` names
@@ -113,3 +113,35 @@ def test_a_failed_correctness_check_makes_the_exit_status_non_zero() -> None:
     assert not make(lost).ok
     assert not make(twice).ok
     assert make(fine).ok  # a missed speed goal is not a failure
+
+
+CHAOS_QUICK = ("kill_consumer", "store_outage")
+
+
+@cache
+def chaos_quick_run() -> tuple[int, list[dict[str, Any]], str]:
+    """``bench chaos --quick`` on embedded, the two faults that fit in about 40 s (the
+    provider storms wait out the client's 15 s timeout: they run in the bench only)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEPAT_")}
+    faults = [arg for f in CHAOS_QUICK for arg in ("--fault", f)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "chaos", "--quick", "--json", *faults],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stdout.strip().splitlines() if line.startswith("{")]
+    return proc.returncode, [json.loads(line) for line in lines], proc.stderr[-4000:]
+
+
+def test_chaos_kill_consumer_and_store_outage_lose_nothing() -> None:
+    code, results, stderr = chaos_quick_run()
+    assert [r["parameters"]["fault"] for r in results] == list(CHAOS_QUICK), stderr
+    assert code == 0, stderr
+    for r in results:
+        c = r["correctness"]
+        assert c["expected"] > 0
+        assert (c["lost"], c["duplicates"], c["stuck"]) == (0, 0, 0), (r["parameters"], c)
+        assert all(r["checks"].values()), r["checks"]
