@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)
     log_level: str = "INFO"
     log_json: bool | None = None  # None: JSON when stderr is not a terminal
+    # HTTP access lines (uvicorn.access), independent of log_level; probes are DEBUG.
+    access_log_level: str = "INFO"
+    # /metrics of `tepat scheduler` and `tepat consumers` (api and serve use their HTTP port).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9464, ge=0, le=65535, description="0: no metrics server")
+    metrics_refresh_seconds: float = Field(default=30, gt=0)
     categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None
 
     @field_validator("database_url")
@@ -88,7 +94,7 @@ class Settings(BaseSettings):
             raise ValueError("expected an http(s) URL")
         return v.rstrip("/")
 
-    @field_validator("log_level")
+    @field_validator("log_level", "access_log_level")
     @classmethod
     def _log_level(cls, v: str) -> str:
         if v.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
