@@ -7,7 +7,7 @@ jobs at once over overlapping windows, creates nothing new.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -33,6 +33,10 @@ class PlanResult:
         )
 
 
+#: Called after each page of users: (users in the page, total so far).
+PlanProgress = Callable[[int, PlanResult], None]
+
+
 class Creator:
     def __init__(
         self,
@@ -51,7 +55,12 @@ class Creator:
         self._page_size = page_size
 
     async def plan_window(
-        self, start: datetime, end: datetime, *, publish: bool = True
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        publish: bool = True,
+        progress: PlanProgress | None = None,
     ) -> PlanResult:
         """Plan every enabled reminder whose nominal instant falls in ``[start, end)``.
 
@@ -59,28 +68,36 @@ class Creator:
         messages go to the outbox in the same write; unless ``publish`` is off (a
         ``tepat plan`` process beside an embedded broker it cannot reach, whose
         own outbox loop will publish them), the outbox publishes the ones due
-        soon as the run goes and once more at the end.
+        soon as the run goes and once more at the end. ``progress``, if given,
+        hears after each page how many users it held and the total so far.
         """
         if end <= start:
             raise ValueError("end must be after start")
         total = PlanResult()
         async for users in self._store.iter_users(self._page_size):
-            enabled = [u for u in users if u.enabled]
-            if not enabled:
-                continue
-            reminders = await self._store.reminders_for_users([u.user_id for u in enabled])
-            pairs = ((u, reminders.get(u.user_id, [])) for u in enabled)
-            now = self._clock.now()
-            planned = list(plan_users(pairs, self._categories, start, end, now))
-            if not planned:
-                continue
-            result = await self._store.insert_messages(planned)
-            total += PlanResult(len(result.created), result.existing)
-            if publish and self._outbox_backlog_due_soon(result.created, now):
-                await self._outbox.flush()
+            total += await self._plan_page(users, start, end, publish)
+            if progress is not None:
+                progress(len(users), total)
         if publish:
             await self._outbox.flush()
         return total
+
+    async def _plan_page(
+        self, users: Sequence[User], start: datetime, end: datetime, publish: bool
+    ) -> PlanResult:
+        enabled = [u for u in users if u.enabled]
+        if not enabled:
+            return PlanResult()
+        reminders = await self._store.reminders_for_users([u.user_id for u in enabled])
+        pairs = ((u, reminders.get(u.user_id, [])) for u in enabled)
+        now = self._clock.now()
+        planned = list(plan_users(pairs, self._categories, start, end, now))
+        if not planned:
+            return PlanResult()
+        result = await self._store.insert_messages(planned)
+        if publish and self._outbox_backlog_due_soon(result.created, now):
+            await self._outbox.flush()
+        return PlanResult(len(result.created), result.existing)
 
     @staticmethod
     def _outbox_backlog_due_soon(created: Sequence[Message], now: datetime) -> bool:
