@@ -23,6 +23,7 @@ closes it as ``failed`` (``outcome_unknown``).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from consumers.push_batcher import Outcome, PushBatcher
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import Batch
@@ -76,10 +78,12 @@ class Dispatcher:
         retry: RetryPolicy | None = None,
         device_max_failures: int = 3,
         rng: random.Random | None = None,
+        batcher: PushBatcher | None = None,
     ) -> None:
         self._store = store
         self._push = push
         self._outbox = outbox
+        self._batcher = batcher or PushBatcher(push, clock)
         self._categories = categories
         self._clock = clock
         self._retry = retry or RetryPolicy()
@@ -191,31 +195,30 @@ class Dispatcher:
             await self._outbox.flush_quietly()
 
     async def _send(self, outgoing: list[_Outgoing]) -> None:
-        requests: list[tuple[_Outgoing, Device, PushRequest]] = [
-            (o, d, _request(o.message, d)) for o in outgoing for d in o.devices
-        ]
-        for start in range(0, len(requests), self._push.max_batch):
-            chunk = requests[start : start + self._push.max_batch]
-            started = self._clock.now()
-            result = await self._push.send([r for _, _, r in chunk])
-            metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+        """Send every (message, device) request through the shared batcher, and record
+        each message as soon as all of its requests are answered: the window in which
+        a crash could make the sweeper send it again stays one request long."""
+        pairs = [(o, d) for o in outgoing for d in o.devices]
+        futures = self._batcher.submit([_request(o.message, d) for o, d in pairs])
+        pending: dict[asyncio.Future[Outcome], tuple[_Outgoing, Device]] = dict(
+            zip(futures, pairs, strict=True)
+        )
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             tickets: list[Ticket] = []
-            if isinstance(result, RetryLater | Rejected):
-                metrics.PROVIDER_ERRORS.labels(code=type(result).__name__).inc()
-                for o, _, _ in chunk:
-                    o.outcomes.append(result)
-            else:
-                for (o, device, _), outcome in zip(chunk, result.outcomes, strict=True):
-                    o.outcomes.append(outcome)
-                    if isinstance(outcome, TicketOk):
-                        tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
-                    else:
-                        metrics.PROVIDER_ERRORS.labels(code=outcome.code).inc()
-                        await self._device_failed(device, outcome)
-            # Record as soon as a message's every request is answered: the window in
-            # which a crash could make the sweeper send it again stays one request long.
-            done = {id(o): o for o, _, _ in chunk if len(o.outcomes) == len(o.devices)}
-            await self._record(list(done.values()))
+            answered: dict[int, _Outgoing] = {}
+            for fut in done:
+                o, device = pending.pop(fut)
+                outcome = fut.result()  # a send that raised fails the batch: nack, lease
+                o.outcomes.append(outcome)
+                if isinstance(outcome, TicketOk):
+                    tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
+                elif isinstance(outcome, TicketError):
+                    metrics.PROVIDER_ERRORS.labels(code=outcome.code).inc()
+                    await self._device_failed(device, outcome)
+                if len(o.outcomes) == len(o.devices):
+                    answered[id(o)] = o
+            await self._record(list(answered.values()))
             await self._keep_tickets(tickets)
 
     async def _keep_tickets(self, tickets: list[Ticket]) -> None:

@@ -217,17 +217,18 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_sends_once(tmp_path: 
             _, d = await p.add_user(f"k{i:03d}", reminders=[("r", "meal", time(9, 0))])
             tokens.append(d.push_token)
         await _plan_day(p)
-        real = p.rt.dispatcher._push
+        batcher = p.rt.dispatcher._batcher  # every send goes through it
+        real = batcher._push
         gate = asyncio.Event()
         gated = _GatedPush(real, gate)
-        p.rt.dispatcher._push = gated
+        batcher._push = gated
         doomed, _ = p.start_consumer()
         p.clock.set(NINE)
         await eventually(lambda: gated.waiting >= 1, what="a batch in the provider call")
         doomed.cancel()  # the process dies before its request reaches Expo
         await asyncio.gather(doomed, return_exceptions=True)
         p.consumers.clear()
-        p.rt.dispatcher._push = real
+        batcher._push = real
         p.start_consumer()
 
         async def all_sent() -> bool:

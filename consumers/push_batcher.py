@@ -1,0 +1,105 @@
+"""Coalesce push requests from every batch in hand into provider-sized requests.
+
+A consumer works on several broker batches at once (one per worker). Sent on
+their own, a batch of 3 one-offs costs one provider request, and so does the
+next one a millisecond later. Here the requests of every batch being worked
+on meet: whatever is submitted within a few milliseconds goes out in requests
+of up to ``max_batch`` (100 for Expo), sent concurrently, so K notifications
+due together cost about K/100 requests whatever path planned them.
+
+Each submitted request gets its own future, resolved with the provider's
+outcome for it (a ticket, or the whole request's RetryLater / Rejected), so a
+caller records each message as soon as its own request is answered: the
+duplicate window stays one request long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from tepat import metrics
+from tepat.clock import Clock
+from tepat.ports.push import PushProvider, PushRequest, Rejected, RetryLater, TicketOutcome
+
+Outcome = TicketOutcome | RetryLater | Rejected
+
+# How long the first request waits for others to join it (real time: this is about
+# other coroutines of this process submitting, not about the clock).
+GATHER_WINDOW_SECONDS = 0.005
+
+
+class PushBatcher:
+    def __init__(self, push: PushProvider, clock: Clock, concurrency: int = 6) -> None:
+        self._push = push
+        self._clock = clock
+        self._waiting: list[tuple[PushRequest, asyncio.Future[Outcome]]] = []
+        self._timer: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        # Requests in flight at once: Expo asks for about six connections.
+        self._slots = asyncio.Semaphore(concurrency)
+
+    def submit(self, requests: Sequence[PushRequest]) -> list[asyncio.Future[Outcome]]:
+        """Queue ``requests``; each future resolves with that request's outcome."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Outcome]] = []
+        for request in requests:
+            fut: asyncio.Future[Outcome] = loop.create_future()
+            self._waiting.append((request, fut))
+            futures.append(fut)
+        while len(self._waiting) >= self._push.max_batch:
+            self._start(self._take(self._push.max_batch))
+        if self._waiting and self._timer is None:
+            self._timer = asyncio.create_task(self._flush_after_window())
+        return futures
+
+    def _take(self, n: int) -> list[tuple[PushRequest, asyncio.Future[Outcome]]]:
+        chunk, self._waiting = self._waiting[:n], self._waiting[n:]
+        return chunk
+
+    async def _flush_after_window(self) -> None:
+        try:
+            await asyncio.sleep(GATHER_WINDOW_SECONDS)
+        finally:
+            self._timer = None
+        while self._waiting:
+            self._start(self._take(self._push.max_batch))
+
+    def _start(self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]) -> None:
+        task = asyncio.create_task(self._send(chunk))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]) -> None:
+        try:
+            async with self._slots:
+                started = self._clock.now()
+                result = await self._push.send([r for r, _ in chunk])
+                metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+        except Exception as e:
+            for _, fut in chunk:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        except BaseException:
+            for _, fut in chunk:
+                fut.cancel()
+            raise
+        if isinstance(result, RetryLater | Rejected):
+            metrics.PROVIDER_ERRORS.labels(code=type(result).__name__).inc()
+            outcomes: Sequence[Outcome] = [result] * len(chunk)
+        else:
+            outcomes = result.outcomes
+        for (_, fut), outcome in zip(chunk, outcomes, strict=True):
+            if not fut.done():
+                fut.set_result(outcome)
+
+    async def close(self) -> None:
+        """Send what is waiting and wait for every request in flight."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._waiting:
+            self._start(self._take(self._push.max_batch))
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
