@@ -11,6 +11,8 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
+from tepat.domain.zones import TZDATA_RELEASE
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 MESSAGES = Gauge(
@@ -60,3 +62,9 @@ def count_not_sent_retry(category: str) -> None:
 
 
 TZDATA = Info("tepat_tzdata", "Time-zone database release in use", registry=REGISTRY)
+
+# The release as a number Prometheus can compare with year() (the stale-tz alert).
+TZDATA_YEAR = Gauge(
+    "tepat_tzdata_release_year", "Year of the time-zone database release in use", registry=REGISTRY
+)
+TZDATA_YEAR.set(int(TZDATA_RELEASE[:4]))
