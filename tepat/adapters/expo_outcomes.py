@@ -133,7 +133,8 @@ def classify_response(response: httpx.Response, now: datetime) -> Any:
     retry_after = parse_retry_after(response.headers.get("retry-after"), now)
 
     if status == 429 or code == "TOO_MANY_REQUESTS":
-        return RetryLater(reason, retry_after)  # refused: nothing was accepted
+        # Refused: nothing was accepted. The send rate adapts to it (adaptive_rate.py).
+        return RetryLater(reason, retry_after, throttled=True)
     if status == 408:
         # The server gave up waiting for the request: it never had it whole.
         return RetryLater(reason, retry_after)

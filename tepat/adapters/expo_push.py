@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.expo_outcomes import (
     CONFIGURATION_ERRORS,
     DEVICE_NOT_REGISTERED,
@@ -68,6 +69,7 @@ GZIP_OVER_BYTES = 1024
 DEVICE_RATE_BACKOFF_SECONDS = 60.0
 
 _limiters: dict[tuple[str, str | None, float, int], TokenBucket] = {}
+_adaptive: dict[int, AdaptiveRate] = {}
 
 
 def shared_limiter(
@@ -138,6 +140,13 @@ class ExpoPushProvider:
         self.base_url = base_url.rstrip("/")
         self.clock = clock
         self.limiter = limiter or shared_limiter(self.base_url, access_token, rate_limit, clock)
+        # One adaptive rate per bucket (per project in this process), like the bucket.
+        adaptive = _adaptive.get(id(self.limiter))
+        if adaptive is None or adaptive.bucket is not self.limiter:
+            adaptive = _adaptive[id(self.limiter)] = AdaptiveRate(
+                self.limiter, self.limiter.rate, clock
+            )
+        self.adaptive = adaptive
         self.device_rate_backoff = device_rate_backoff
         self.channel_per_category = channel_per_category
         headers = {
@@ -207,14 +216,20 @@ class ExpoPushProvider:
         if to_send:
             await self.limiter.acquire(len(to_send))
             result = await self._post(SEND_PATH, [m for _, m in to_send])
+            if isinstance(result, RetryLater) and result.throttled:
+                self.adaptive.throttled_by_provider(result.retry_after)
             if isinstance(result, RetryLater | Rejected):
                 return result
+            self.adaptive.accepted(len(to_send))
             tickets = self._parse_tickets(result, len(to_send))
             if isinstance(tickets, Rejected):
                 return tickets
             for (index, _), outcome in zip(to_send, tickets, strict=True):
                 outcomes[index] = outcome
         return Tickets([o for o in outcomes if o is not None])
+
+    def set_rate_share(self, share: float) -> None:
+        self.adaptive.set_share(share)
 
     def _parse_tickets(self, body: Any, expected: int) -> list[TicketOutcome] | Rejected:
         data = body.get("data") if isinstance(body, Mapping) else None

@@ -28,6 +28,7 @@ class TokenBucket:
             raise ValueError(f"capacity must be positive, got {capacity!r}")
         self.rate = float(rate)
         self.capacity = float(capacity if capacity is not None else rate)
+        self._burst = self.capacity
         self.clock = clock
         self._tokens = self.capacity
         self._updated: datetime = clock.now()
@@ -40,6 +41,24 @@ class TokenBucket:
         if elapsed > 0:
             self._tokens = min(self.capacity, self._tokens + elapsed * self.rate)
             self._updated = now
+
+    def set_rate(self, rate: float) -> None:
+        """Change the refill rate from now on (tokens earned so far are kept)."""
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate!r}")
+        with self._lock:
+            self._refill()
+            self.rate = float(rate)
+            # A burst is never more than one second's worth at the new rate.
+            self.capacity = min(self._burst, self.rate)
+            self._tokens = min(self._tokens, self.capacity)
+
+    def pause(self, seconds: float) -> None:
+        """Hand out nothing for ``seconds`` (a provider's Retry-After): a reservation of a
+        full bucket made now waits that long (not that long *plus* its own cost)."""
+        with self._lock:
+            self._refill()
+            self._tokens = min(self._tokens, self.capacity - seconds * self.rate)
 
     @property
     def available(self) -> float:

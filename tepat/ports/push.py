@@ -71,6 +71,8 @@ class RetryLater:
     reason: str
     retry_after: float | None = None
     maybe_sent: bool = False
+    # The provider's rate limit refused it (429): the sender should slow down.
+    throttled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,11 @@ class PushProvider(Protocol):
     max_receipt_batch: int  # ticket ids per receipts call
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult: ...
+
+    def set_rate_share(self, share: float) -> None:
+        """This process's part (0 < share <= 1) of the provider's configured rate ceiling,
+        when several consumer processes send for one project."""
+        ...
 
     async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult: ...
 

@@ -206,6 +206,9 @@ class _GatedPush:
     async def receipts(self, ids: Sequence[str]) -> ReceiptResult:
         return await self._inner.receipts(ids)
 
+    def set_rate_share(self, share: float) -> None:
+        pass
+
     async def close(self) -> None:
         await self._inner.close()
 

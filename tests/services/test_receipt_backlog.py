@@ -42,6 +42,9 @@ class ReceiptsReadyFor:
     async def close(self) -> None:
         pass
 
+    def set_rate_share(self, share: float) -> None:
+        pass
+
 
 async def test_a_thousand_tickets_without_receipts_do_not_hide_a_newer_dead_token(
     tmp_path: Path,

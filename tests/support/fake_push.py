@@ -43,5 +43,8 @@ class FakePush:
     async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
         return Receipts({})
 
+    def set_rate_share(self, share: float) -> None:
+        pass
+
     async def close(self) -> None:
         pass
