@@ -22,7 +22,7 @@ from tepat.config import Settings
 from tepat.domain.categories import Categories
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.ports.broker import Broker
+from tepat.ports.broker import Broker, RedeliveryPolicy
 from tepat.ports.push import PushProvider
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
@@ -43,13 +43,14 @@ def make_store(settings: Settings, clock: Clock) -> Store:
 
 
 def make_broker(settings: Settings, clock: Clock) -> Broker:
+    redelivery = RedeliveryPolicy(retry_age=timedelta(seconds=settings.broker_retry_age_seconds))
     if settings.broker_url == "embedded://":
         from tepat.adapters.embedded_broker import EmbeddedBroker
 
-        return EmbeddedBroker(clock)
+        return EmbeddedBroker(clock, redelivery=redelivery)
     from tepat.adapters.stomp import StompBroker
 
-    return StompBroker(settings.broker_url, clock=clock)
+    return StompBroker(settings.broker_url, clock=clock, redelivery=redelivery)
 
 
 def make_push_provider(settings: Settings, clock: Clock) -> PushProvider:

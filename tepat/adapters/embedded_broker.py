@@ -2,9 +2,9 @@
 
 It implements :class:`tepat.ports.broker.Broker` with the behaviour the
 ActiveMQ adapter has (one delay queue per name, at-least-once delivery,
-redelivery on nack up to a limit and then ``DLQ.<queue>``), so the same
-contract suite runs against both. Shaped after dramatiq's ``StubBroker``: plain
-dicts and heaps, no threads.
+redelivery on nack after a growing delay and, past the retry age,
+``DLQ.<queue>``), so the same contract suite runs against both. Shaped after
+dramatiq's ``StubBroker``: plain dicts and heaps, no threads.
 
 **Nothing here is durable.** A restart loses every queued batch on purpose: the
 store is the source of truth, and on start the service re-enqueues the pending
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from tepat.clock import Clock
-from tepat.ports.broker import DeadLetter, Delivery, QueueStats
+from tepat.ports.broker import DeadLetter, Delivery, QueueStats, RedeliveryPolicy
 
 
 class BrokerClosed(ConnectionError):
@@ -39,7 +39,9 @@ class _Message:
     queue: str
     body: bytes
     due: datetime
-    nacks: int = 0  # only nacks count toward the DLQ limit, never consumer crashes
+    nacks: int = 0
+    # set by the first nack: the retry age counts from here, never from a consumer crash
+    first_failure: datetime | None = None
     redelivered: bool = False
 
 
@@ -56,20 +58,19 @@ class EmbeddedBroker:
       messages, the queue listed first wins (callers list queues in priority
       order, so ``safety`` drains before ``meal``); within a queue, earliest due
       first. Several consumers may share queues; each message goes to one.
-    * ``nack(reason)`` puts the message straight back (``redelivered=True``);
-      the ``max_redeliveries + 1``-th nack moves it to ``DLQ.<queue>`` with the
-      reason and the number of attempts.
+    * ``nack(reason)`` puts the message back (``redelivered=True``), due after
+      the :class:`~tepat.ports.broker.RedeliveryPolicy` delay for its number of
+      nacks; a nack once it has been failing for the retry age moves it to
+      ``DLQ.<queue>`` with the reason and the number of attempts.
     * A consumer that leaves its context or is cancelled returns its unacked
-      deliveries with ``redelivered=True``. That does **not** count toward the
-      DLQ limit: a crashing consumer is not the message's fault, and counting
-      it would dead-letter good batches during a bad deploy.
+      deliveries with ``redelivered=True``. That does **not** count as a
+      failure: a crashing consumer is not the message's fault, and counting it
+      would dead-letter good batches during a bad deploy.
     """
 
-    def __init__(self, clock: Clock, *, max_redeliveries: int = 3) -> None:
-        if max_redeliveries < 0:
-            raise ValueError("max_redeliveries must be >= 0")
+    def __init__(self, clock: Clock, *, redelivery: RedeliveryPolicy | None = None) -> None:
         self._clock = clock
-        self._max_redeliveries = max_redeliveries
+        self._redelivery = redelivery or RedeliveryPolicy()
         self._queues: dict[str, list[tuple[datetime, int, _Message]]] = {}
         self._in_flight: dict[str, _InFlight] = {}  # by delivery_id
         self._dead: dict[str, DeadLetter] = {}  # by id, in the order they died
@@ -134,8 +135,11 @@ class EmbeddedBroker:
             return
         entry.consumer.unacked.pop(delivery.delivery_id, None)
         message = entry.message
+        now = self._clock.now()
         message.nacks += 1
-        if message.nacks > self._max_redeliveries:
+        if message.first_failure is None:
+            message.first_failure = now
+        if self._redelivery.dead(message.first_failure, now):
             self._dead[message.id] = DeadLetter(
                 id=message.id,
                 queue=message.queue,
@@ -145,6 +149,7 @@ class EmbeddedBroker:
             )
         else:
             message.redelivered = True
+            message.due = now + timedelta(seconds=self._redelivery.delay(message.nacks))
             self._push(message)
         self._notify()
 

@@ -9,9 +9,11 @@ Shaped after dramatiq's broker interface: a small surface, real adapters
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Protocol
 
 
@@ -44,6 +46,46 @@ class DeadLetter:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class RedeliveryPolicy:
+    """When a nacked delivery comes back, and when it is dead-lettered instead.
+
+    The ``n``-th nack hands the message back after ``base * 2**(n-1)`` seconds,
+    capped at ``cap``, each delay drawn within ``±jitter`` of that (never above
+    ``cap``) so that batches nacked together by one outage do not all return
+    at once. A nack dead-letters the message only once it has been failing for
+    ``retry_age``, counted from its first nack; consumer crashes never start
+    that count. So a store outage shorter than the retry age only delays the
+    batches in flight, while a poison batch still reaches the DLQ.
+    """
+
+    base_seconds: float = 1.0
+    cap_seconds: float = 60.0
+    retry_age: timedelta = timedelta(minutes=15)
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base_seconds <= self.cap_seconds:
+            raise ValueError("redelivery needs 0 < base_seconds <= cap_seconds")
+        if self.retry_age <= timedelta(0):
+            raise ValueError("retry_age must be positive")
+        if not 0 <= self.jitter < 1:
+            raise ValueError("jitter must be in [0, 1)")
+
+    def bounds(self, nacks: int) -> tuple[float, float]:
+        """The shortest and longest delay after the ``nacks``-th nack (1 for the first)."""
+        nominal = min(self.cap_seconds, self.base_seconds * 2 ** min(max(nacks, 1) - 1, 32))
+        return nominal * (1 - self.jitter), min(self.cap_seconds, nominal * (1 + self.jitter))
+
+    def delay(self, nacks: int) -> float:
+        """Seconds until the message comes back after its ``nacks``-th nack."""
+        return random.uniform(*self.bounds(nacks))
+
+    def dead(self, first_failure: datetime, now: datetime) -> bool:
+        """Whether a nack at ``now`` dead-letters a message failing since ``first_failure``."""
+        return now - first_failure >= self.retry_age
+
+
 class Broker(Protocol):
     async def connect(self) -> None: ...
 
@@ -72,7 +114,11 @@ class Broker(Protocol):
     async def ack(self, delivery: Delivery) -> None: ...
 
     async def nack(self, delivery: Delivery, reason: str) -> None:
-        """Hand the delivery back; past the redelivery limit it goes to the queue's DLQ."""
+        """Hand the delivery back, due again after the adapter's :class:`RedeliveryPolicy` delay.
+
+        Once the message has been failing for the policy's retry age it goes to
+        the queue's DLQ instead, with ``reason`` and the number of nacks.
+        """
         ...
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]: ...

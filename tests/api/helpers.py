@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from tepat.clock import FakeClock
 from tepat.runtime import Runtime
 from tests.api.conftest import ADMIN
 
@@ -68,7 +69,13 @@ async def scene(client: httpx.AsyncClient) -> None:
 
 
 async def make_broker_dead_letter(rt: Runtime) -> str:
-    """Publish an unreadable batch and nack it past the redelivery limit; returns its id."""
+    """Publish an unreadable batch and nack it past the retry age; returns its id.
+
+    The fake clock moves a whole retry age after the first nack, so the second
+    nack dead-letters it (2 attempts).
+    """
+    assert isinstance(rt.clock, FakeClock)
+    clock = rt.clock
     queue = rt.categories.queues()[0]
     await rt.broker.publish(queue, b"not a batch")
 
@@ -78,6 +85,7 @@ async def make_broker_dead_letter(rt: Runtime) -> str:
                 await rt.broker.nack(delivery, "unreadable")
                 if await rt.broker.dead_letters([queue]):
                     return
+                clock.advance(rt.settings.broker_retry_age_seconds)
 
     await asyncio.wait_for(nack_until_dead(), timeout=5)
     (dead,) = await rt.broker.dead_letters([queue])

@@ -217,7 +217,7 @@ async def test_dead_letters_and_queues(client: httpx.AsyncClient, rt: Runtime) -
     body = (await client.get("/v1/admin/dead-letters", headers=ADMIN)).json()
     assert body["messages"] == []
     assert [(d["id"], d["body"], d["attempts"]) for d in body["broker"]] == [
-        (dead_id, "not a batch", 4)
+        (dead_id, "not a batch", 2)
     ]
     queues = (await client.get("/v1/admin/queues", headers=ADMIN)).json()["queues"]
     assert queues[0]["queue"] == "tepat.safety" and queues[0]["dead_letters"] == 1

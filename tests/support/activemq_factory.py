@@ -12,16 +12,20 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import pytest
 
 from tepat.adapters.stomp import StompBroker
 from tepat.clock import SystemClock
+from tepat.ports.broker import RedeliveryPolicy
 from tests.support.broker_factories import BROKER_FACTORIES, BrokerHarness
 
 STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
-# the redeliveryPlugin's maximumRedeliveries in deploy/activemq/conf/activemq.xml
-MAX_REDELIVERIES = 3
+# The production policy scaled down to real-time test lengths (delays of 0.25 s,
+# 0.5 s, 1 s, then 1.5 s; dead-lettered after 8 s of failing), so a test can
+# nack through a whole "outage" in seconds.
+REDELIVERY = RedeliveryPolicy(base_seconds=0.25, cap_seconds=1.5, retry_age=timedelta(seconds=8))
 
 
 def stomp_url() -> str:
@@ -38,12 +42,10 @@ def stomp_url() -> str:
 @asynccontextmanager
 async def activemq_harness() -> AsyncIterator[BrokerHarness]:
     clock = SystemClock()
-    broker = StompBroker(stomp_url(), clock=clock, max_redeliveries=MAX_REDELIVERIES)
+    broker = StompBroker(stomp_url(), clock=clock, redelivery=REDELIVERY)
     await broker.connect()
     try:
-        yield BrokerHarness(
-            broker=broker, name="activemq", clock=clock, max_redeliveries=MAX_REDELIVERIES
-        )
+        yield BrokerHarness(broker=broker, name="activemq", clock=clock, redelivery=REDELIVERY)
     finally:
         await broker.close()
 

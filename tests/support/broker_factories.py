@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from tepat.clock import Clock, FakeClock, SystemClock
-from tepat.ports.broker import Broker
+from tepat.ports.broker import Broker, RedeliveryPolicy
 
 
 @dataclass
@@ -24,14 +24,14 @@ class BrokerHarness:
 
     ``clock`` is the clock the broker runs on: a :class:`FakeClock` for the
     embedded broker, the default :class:`SystemClock` for a real broker.
-    ``max_redeliveries`` is the nack limit the broker is configured with
-    (3 for the embedded broker and for the redeliveryPlugin in the ActiveMQ config).
+    ``redelivery`` is the nack policy the broker is configured with: the
+    production default on fake time, a scaled-down one where time is real.
     """
 
     broker: Broker
     name: str
     clock: Clock = field(default_factory=SystemClock)
-    max_redeliveries: int = 3
+    redelivery: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
 
     @property
     def real_time(self) -> bool:

@@ -1,4 +1,4 @@
-"""The embedded broker on a FakeClock, registered as ``embedded``."""
+"""The embedded broker on a FakeClock, production nack policy, registered as ``embedded``."""
 
 from __future__ import annotations
 
@@ -7,20 +7,18 @@ from contextlib import asynccontextmanager
 
 from tepat.adapters.embedded_broker import EmbeddedBroker
 from tepat.clock import FakeClock
+from tepat.ports.broker import RedeliveryPolicy
 from tests.support.broker_factories import BROKER_FACTORIES, BrokerHarness
-
-MAX_REDELIVERIES = 3
 
 
 @asynccontextmanager
 async def embedded_harness() -> AsyncIterator[BrokerHarness]:
     clock = FakeClock()
-    broker = EmbeddedBroker(clock, max_redeliveries=MAX_REDELIVERIES)
+    redelivery = RedeliveryPolicy()
+    broker = EmbeddedBroker(clock, redelivery=redelivery)
     await broker.connect()
     try:
-        yield BrokerHarness(
-            broker=broker, name="embedded", clock=clock, max_redeliveries=MAX_REDELIVERIES
-        )
+        yield BrokerHarness(broker=broker, name="embedded", clock=clock, redelivery=redelivery)
     finally:
         await broker.close()
 

@@ -17,11 +17,19 @@ One module per part, each documenting how its part maps onto ActiveMQ:
 
 from tepat.adapters.stomp.broker import StompBroker
 from tepat.adapters.stomp.errors import BrokerClosed, BrokerUnavailable
-from tepat.adapters.stomp.frames import DLQ_PREFIX, H_FIRST_ID, H_NACKS, H_QUEUE, H_REASON
+from tepat.adapters.stomp.frames import (
+    DLQ_PREFIX,
+    H_FIRST_FAILURE,
+    H_FIRST_ID,
+    H_NACKS,
+    H_QUEUE,
+    H_REASON,
+)
 from tepat.adapters.stomp.url import StompTarget, parse_stomp_url
 
 __all__ = [
     "DLQ_PREFIX",
+    "H_FIRST_FAILURE",
     "H_FIRST_ID",
     "H_NACKS",
     "H_QUEUE",

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 _STATS_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
 _STATS_END = "ActiveMQ.Statistics.Destination.List.End.With.Null"
 _SCHEDULER = "/topic/ActiveMQ.Scheduler.Management"
+# a message the broker's redeliveryPlugin dead-lettered was delivered this often
+# (maximumRedeliveries="3" in deploy/activemq/conf/activemq.xml, plus the first)
+_BROKER_PLUGIN_ATTEMPTS = 4
 
 
 class StompAdmin:
@@ -200,7 +203,7 @@ class StompAdmin:
                     # without our headers it was dead-lettered by the broker (a
                     # plain STOMP NACK from another client, or an expiry)
                     reason=str(headers.get(H_REASON) or "dead-lettered by the broker (no reason)"),
-                    attempts=int_header(headers.get(H_NACKS)) or self.broker.max_redeliveries + 1,
+                    attempts=int_header(headers.get(H_NACKS)) or _BROKER_PLUGIN_ATTEMPTS,
                 )
             )
         return result

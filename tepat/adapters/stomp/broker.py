@@ -10,10 +10,13 @@ context (:mod:`.consumer`), the operations (:mod:`.admin`).
 * ``ack``: an ``ACK`` with a receipt, so a ``stats`` right after sees it.
 * ``nack``: **not** a STOMP ``NACK``. Within one STOMP transaction on the
   consumer's connection the adapter sends a copy of the message back to its
-  queue (due in ``redelivery_delay_seconds``) with ``tepat_nacks`` (nacks so
-  far) and ``tepat_reason``, and acks the original; the nack after
-  ``max_redeliveries`` sends the copy to ``DLQ.<queue>`` instead. Why not NACK
-  and the broker's redelivery plugin (checked on this broker, 5.17.2):
+  queue, due after the :class:`~tepat.ports.broker.RedeliveryPolicy` delay for
+  its number of nacks (``AMQ_SCHEDULED_DELAY``), with ``tepat_nacks`` (nacks so
+  far), ``tepat_first_failure_ms`` (when the first nack happened, on the
+  adapter's clock) and ``tepat_reason``, and acks the original; a nack once the
+  message has been failing for the policy's retry age sends the copy to
+  ``DLQ.<queue>`` instead. Why not NACK and the broker's redelivery plugin
+  (checked on this broker, 5.17.2):
 
   - a STOMP NACK carries no reason, and the DLQ copy gets no
     ``dlqDeliveryFailureCause``: the reason and attempt count would have to be
@@ -21,13 +24,16 @@ context (:mod:`.consumer`), the operations (:mod:`.admin`).
   - the plugin decides on the message's ``redeliveryCounter``, which ActiveMQ
     also raises when a consumer disconnects with the message unacked. A few
     consumer crashes (a bad deploy) would then dead-letter a good batch on its
-    first real failure, which the port's contract forbids.
+    first real failure, which the port's contract forbids;
+  - its delays and limit are per broker, not a retry age that outlasts a store
+    outage of minutes.
 
   The copy has a new message id, so the consumer sees ``redelivered`` from
   ``tepat_nacks`` as well as from the broker's ``redelivered`` header. The
   redelivery plugin stays in the broker config for other clients' NACKs.
 
-The clock is used for reconnect backoff only; a real broker runs on real time.
+The clock is used for reconnect backoff and for the age of a failing message;
+a real broker runs its delays on real time.
 """
 
 from __future__ import annotations
@@ -46,17 +52,20 @@ from tepat.adapters.stomp.consumer import Consumer
 from tepat.adapters.stomp.errors import BrokerClosed, BrokerUnavailable
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
+    H_FIRST_FAILURE,
     H_FIRST_ID,
     H_NACKS,
     H_QUEUE,
     H_REASON,
     MAX_REASON_CHARS,
+    instant_header,
+    instant_value,
     int_header,
 )
 from tepat.adapters.stomp.link import Link
 from tepat.adapters.stomp.url import check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
-from tepat.ports.broker import DeadLetter, Delivery, QueueStats
+from tepat.ports.broker import DeadLetter, Delivery, QueueStats, RedeliveryPolicy
 
 log = structlog.get_logger("tepat.broker.stomp")
 
@@ -64,10 +73,10 @@ log = structlog.get_logger("tepat.broker.stomp")
 class StompBroker:
     """The :class:`~tepat.ports.broker.Broker` port on ActiveMQ Classic 5.17 over STOMP.
 
-    ``url``: ``stomp://[user:pass@]host[:61613]``. A message is dead-lettered on
-    its ``max_redeliveries + 1``-th nack; nacked messages come back after
-    ``redelivery_delay_seconds``. ``publish`` retries on a broken connection for
-    up to ``publish_retry_seconds`` before raising :class:`BrokerUnavailable`.
+    ``url``: ``stomp://[user:pass@]host[:61613]``. ``redelivery`` says when a
+    nacked message comes back and when it is dead-lettered instead.
+    ``publish`` retries on a broken connection for up to
+    ``publish_retry_seconds`` before raising :class:`BrokerUnavailable`.
     """
 
     def __init__(
@@ -79,8 +88,7 @@ class StompBroker:
         request_timeout: float = 10.0,
         publish_retry_seconds: float = 30.0,
         max_backoff_seconds: float = 10.0,
-        max_redeliveries: int = 3,
-        redelivery_delay_seconds: float = 1.0,
+        redelivery: RedeliveryPolicy | None = None,
     ) -> None:
         self.target = parse_stomp_url(url)
         self.clock: Clock = clock or SystemClock()
@@ -88,8 +96,7 @@ class StompBroker:
         self.request_timeout = request_timeout
         self._publish_retry_seconds = publish_retry_seconds
         self._max_backoff = max_backoff_seconds
-        self._max_redeliveries = max_redeliveries
-        self._redelivery_delay = redelivery_delay_seconds
+        self._redelivery = redelivery or RedeliveryPolicy()
         self._publisher: Link | None = None
         self._publisher_lock: asyncio.Lock | None = None
         self._consumers: set[Consumer] = set()
@@ -223,28 +230,32 @@ class StompBroker:
             )
 
     async def nack(self, delivery: Delivery, reason: str) -> None:
-        """Requeue a copy (due in ``redelivery_delay_seconds``) or dead-letter it, atomically.
+        """Atomically requeue a copy after the policy's delay, or dead-letter it past the retry age.
 
         One STOMP transaction on the consumer's connection sends the copy and
         acks the original, so the message is never lost nor doubled by a crash
-        in between. The copy carries ``tepat_nacks`` and ``tepat_reason``.
+        in between. The copy carries ``tepat_nacks``, ``tepat_first_failure_ms``
+        and ``tepat_reason``.
         """
         link = self._live(delivery)
         if link is None:
             return
+        now = self.clock.now()
         nacks = int_header(delivery.headers.get(H_NACKS)) + 1
+        first_failure = instant_header(delivery.headers.get(H_FIRST_FAILURE)) or now
         headers = {
             "persistent": "true",
             H_NACKS: str(nacks),
+            H_FIRST_FAILURE: instant_value(first_failure),
             H_REASON: reason[:MAX_REASON_CHARS],
             H_QUEUE: delivery.queue,
             H_FIRST_ID: delivery.headers.get(H_FIRST_ID) or delivery.headers.get("message-id", ""),
         }
-        if nacks > self._max_redeliveries:
+        if self._redelivery.dead(first_failure, now):
             destination = f"/queue/{DLQ_PREFIX}{delivery.queue}"
         else:
             destination = f"/queue/{delivery.queue}"
-            delay_ms = round(self._redelivery_delay * 1000)
+            delay_ms = round(self._redelivery.delay(nacks) * 1000)
             if delay_ms > 0:
                 headers["AMQ_SCHEDULED_DELAY"] = str(delay_ms)
         tx = f"nack-{uuid.uuid4().hex}"
@@ -266,10 +277,6 @@ class StompBroker:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    @property
-    def max_redeliveries(self) -> int:
-        return self._max_redeliveries
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]:
         return await self._admin.stats(queues)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 
 DLQ_PREFIX = "DLQ."
 # headers the adapter puts on a nacked message's copy
@@ -10,6 +11,8 @@ H_NACKS = "tepat_nacks"
 H_REASON = "tepat_reason"
 H_QUEUE = "tepat_queue"
 H_FIRST_ID = "tepat_first_message_id"
+# when the first nack happened (Unix epoch milliseconds): the retry age counts from it
+H_FIRST_FAILURE = "tepat_first_failure_ms"
 MAX_REASON_CHARS = 2000
 
 
@@ -42,6 +45,18 @@ def origin(headers: dict[str, str]) -> str:
     if original.startswith("/queue/"):
         return original
     return "/queue/" + headers.get("destination", "").removeprefix(f"/queue/{DLQ_PREFIX}")
+
+
+def instant_header(value: str | None) -> datetime | None:
+    """An epoch-milliseconds header as an aware UTC instant; None if absent or unreadable."""
+    try:
+        return datetime.fromtimestamp(int(value) / 1000, UTC) if value else None
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def instant_value(when: datetime) -> str:
+    return str(round(when.timestamp() * 1000))
 
 
 def int_header(value: str | None) -> int:
