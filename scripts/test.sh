@@ -11,6 +11,9 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
+echo "== promtool (tests/ops_cli: the Prometheus alert rules)"
+scripts/promtool.sh
+
 echo "== activemq"
 scripts/activemq.sh install
 BROKER_BASE="$ROOT/.broker-test"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from datetime import datetime
 from typing import Annotated, Any
@@ -22,6 +23,30 @@ sandbox_app = typer.Typer(help="Local stand-ins for push providers.", no_args_is
 dlq_app = typer.Typer(help="Dead letters: list and replay.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(dlq_app, name="dlq")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"tepat {version('tepat')}")
+        except PackageNotFoundError:
+            typer.echo("tepat (not installed: no package metadata)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Tepat: every user's notifications at the right local moment, once."""
+
 
 Host = Annotated[str, typer.Option(help="Interface to listen on.")]
 Port = Annotated[int, typer.Option(help="TCP port to listen on.", min=1, max=65535)]
@@ -100,22 +125,51 @@ def plan(
     start: Annotated[str, typer.Option(help="Window start, ISO 8601 with offset.")],
     end: Annotated[str, typer.Option(help="Window end (exclusive), ISO 8601 with offset.")],
 ) -> None:
-    """Plan an explicit window (ops backfill); prints how many messages were created."""
+    """Plan an explicit window (ops backfill); prints how many messages were created.
+
+    On a terminal, a progress line on stderr shows users done, messages created and the rate.
+    """
+    from tepat.cli_progress import PlanProgress
     from tepat.runtime import open_runtime
 
     begin, finish = _parse_instant(start, "--start"), _parse_instant(end, "--end")
     if finish <= begin:
         raise typer.BadParameter("must be after --start", param_hint="--end")
     settings = _settings()
+    progress = PlanProgress(sys.stderr, live=sys.stderr.isatty())
 
     async def go() -> None:
         async with open_runtime(settings) as rt:
             # An embedded broker lives inside the serving process: this one's would
             # vanish on exit. The server's outbox loop publishes from the store.
-            result = await rt.creator.plan_window(begin, finish, publish=not rt.embedded_broker)
-        typer.echo(f"created {result.created}, existing {result.existing}")
+            await rt.creator.plan_window(
+                begin, finish, publish=not rt.embedded_broker, progress=progress
+            )
+        typer.echo(progress.finish())
 
     _run(go())
+
+
+@app.command()
+def doctor() -> None:
+    """Check the configuration, store, broker, its scheduler, Expo credentials and tz release.
+
+    One line per check, with a fix for each failure; exits 1 if any check failed.
+    """
+    from tepat.services.doctor import diagnose
+
+    # The verdicts are the output; library logs would only repeat them.
+    configure_logging("CRITICAL")
+
+    async def go() -> bool:
+        failed = False
+        async for check in diagnose(load_settings):
+            typer.echo(check.line())
+            failed = failed or check.failed
+        return failed
+
+    if asyncio.run(go()):
+        raise typer.Exit(1)
 
 
 @sandbox_app.command("expo")

@@ -1,0 +1,338 @@
+"""``tepat doctor``: is this deployment able to send? One verdict per check, each with a fix.
+
+Checks run in order and each one reports as soon as it is done: the configuration,
+the store, the broker, the broker's scheduler (a probe published with a 1 s delay
+must arrive about 1 s later: a broker without ``schedulerSupport`` delivers it at
+once, and every notification would go out early), the Expo credentials (a
+``getReceipts`` call for an id that does not exist: it changes nothing and is
+refused when the access token is), and the tz database release. A check that
+cannot run because an earlier one failed is reported as skipped.
+
+The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
+category queue, so no consumer takes it and no notification is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from scheduler.creator import TZDATA_META_KEY, TZDATA_PROGRESS_KEY
+from tepat.clock import Clock, SystemClock
+from tepat.config import ConfigError, Settings
+from tepat.domain.zones import TZDATA_RELEASE
+from tepat.ports.broker import Broker, Delivery
+from tepat.ports.push import Receipts, Rejected
+from tepat.ports.store import Store
+
+EXPO_HOST = "https://exp.host"
+#: The scheduler takes an id that no ticket ever had; Expo answers it with no receipt.
+PROBE_TICKET_ID = "00000000-0000-4000-8000-000000000000"
+
+T = TypeVar("T")
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "FAIL"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    hint: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.FAIL
+
+    def line(self) -> str:
+        text = f"{self.status.value:<4}  {self.name:<10} {self.detail}"
+        return f"{text}; fix: {self.hint}" if self.hint else text
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """How the scheduler check probes: the delay asked for and what counts as "about" it."""
+
+    delay: float = 1.0
+    earliest: float = 0.8  # ActiveMQ fires at 500 ms granularity, never before the delay
+    latest: float = 5.0  # the first job after a broker start takes ~2.3 s for a 2 s delay
+    give_up: float = 10.0
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
+
+
+async def diagnose(
+    load: Callable[[], Settings],
+    *,
+    clock: Clock | None = None,
+    wait: float = 10.0,
+    probe: Probe = Probe(),
+) -> AsyncIterator[Check]:
+    """Every check, in order, as each finishes."""
+    from tepat.runtime import make_broker, make_push_provider, make_store
+
+    clock = clock or SystemClock()
+    try:
+        settings = load()
+    except ConfigError as e:
+        yield Check("config", Status.FAIL, str(e), "set the variable it names (see README)")
+        for name in ("store", "broker", "scheduler", "expo", "tzdata"):
+            yield Check(name, Status.SKIP, "needs a valid configuration")
+        return
+    yield config_check(settings)
+
+    async with AsyncExitStack() as stack:
+        candidate = make_store(settings, clock)
+        check, opened = await _store_check(settings, candidate, wait)
+        store = candidate if opened else None
+        if opened:
+            stack.push_async_callback(_quietly, candidate.close)
+        yield check
+
+        broker = make_broker(settings, clock)
+        stack.push_async_callback(_quietly, broker.close)
+        check = await _broker_check(settings, broker, wait)
+        yield check
+        if check.failed:
+            yield Check("scheduler", Status.SKIP, "needs the broker")
+        else:
+            yield await scheduler_check(broker, probe)
+
+        push = make_push_provider(settings, clock)
+        stack.push_async_callback(_quietly, push.close)
+        yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
+
+        yield await tzdata_check(store, clock.now(), wait)
+
+
+def config_check(settings: Settings) -> Check:
+    notes = [
+        f"store {redact(settings.database_url)}",
+        f"broker {redact(settings.broker_url)}",
+        f"Expo {settings.expo_url}" + (" with access token" if settings.expo_access_token else ""),
+    ]
+    if settings.jwt_secret is None:
+        notes.append("TEPAT_JWT_SECRET unset (end-user tokens refused)")
+    return Check("config", Status.OK, "; ".join(notes))
+
+
+async def _store_check(settings: Settings, store: Store, wait: float) -> tuple[Check, bool]:
+    url = redact(settings.database_url)
+    if settings.database_url.startswith("sqlite:///"):
+        early = _sqlite_file_check(url, Path(settings.database_url.removeprefix("sqlite:///")))
+        if early is not None:
+            return early, False
+    try:
+        await _within(store.open(), wait)
+    except Exception as e:
+        return Check(
+            "store",
+            Status.FAIL,
+            f"cannot open {url}: {_why(e)}",
+            "start the database or correct TEPAT_DATABASE_URL (host, port, credentials, path)",
+        ), False
+    try:
+        await _within(store.ping(), wait)
+    except Exception as e:
+        return Check(
+            "store",
+            Status.FAIL,
+            f"{url} opened but does not answer: {_why(e)}",
+            "check the database server's health and disk",
+        ), True
+    return Check("store", Status.OK, f"{url} answers"), True
+
+
+def _sqlite_file_check(url: str, path: Path) -> Check | None:
+    """A verdict without opening, when there is no file (opening would create one)."""
+    if not path.parent.is_dir():
+        return Check(
+            "store",
+            Status.FAIL,
+            f"{url}: directory {path.parent} does not exist",
+            "create it, or point TEPAT_DATABASE_URL at a writable path",
+        )
+    if not path.exists():
+        return Check("store", Status.OK, f"{url}: not created yet (the first start creates it)")
+    return None
+
+
+async def _broker_check(settings: Settings, broker: Broker, wait: float) -> Check:
+    url = redact(settings.broker_url)
+    try:
+        await _within(broker.connect(), wait)
+        await _within(broker.ping(), wait)
+    except Exception as e:
+        return Check(
+            "broker",
+            Status.FAIL,
+            f"cannot reach {url}: {_why(e)}",
+            "start the broker (scripts/activemq.sh start BASE, or `docker compose up activemq`)"
+            " or correct host, port, user and password in TEPAT_BROKER_URL",
+        )
+    if settings.broker_url == "embedded://":
+        return Check("broker", Status.OK, f"{url}: in-process (only `tepat serve` can use it)")
+    return Check("broker", Status.OK, f"{url} answers")
+
+
+async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
+    """Publish one probe with ``probe.delay`` on a private queue and time its arrival."""
+    queue = f"tepat.doctor.{uuid.uuid4().hex[:12]}"
+    body = f"tepat doctor probe {uuid.uuid4().hex}".encode()
+    hint_off = (
+        'enable the scheduler: schedulerSupport="true" on <broker> in activemq.xml'
+        " (deploy/activemq/conf/activemq.xml), then restart the broker"
+    )
+    try:
+        async with broker.consume([queue], prefetch=1) as deliveries:
+            started = time.monotonic()
+            await broker.publish(queue, body, delay_seconds=probe.delay)
+            elapsed = await _within(_arrival(broker, deliveries, body, started), probe.give_up)
+    except TimeoutError:
+        return Check(
+            "scheduler",
+            Status.FAIL,
+            f"a probe published with a {probe.delay:g} s delay on {queue} did not arrive"
+            f" within {probe.give_up:g} s",
+            "look at the broker's log: the scheduler store (KahaDB) may be full or broken",
+        )
+    except Exception as e:
+        return Check(
+            "scheduler", Status.FAIL, f"probe on {queue} failed: {_why(e)}", "check the broker"
+        )
+    said = f"a probe with a {probe.delay:g} s delay arrived after {elapsed:.2f} s"
+    if elapsed < probe.earliest:
+        return Check("scheduler", Status.FAIL, f"{said}: delays are ignored", hint_off)
+    if elapsed > probe.latest:
+        return Check(
+            "scheduler",
+            Status.WARN,
+            f"{said}: the broker's scheduler is slow",
+            "look at the broker's load and its scheduler store",
+        )
+    return Check("scheduler", Status.OK, said)
+
+
+async def _arrival(
+    broker: Broker, deliveries: AsyncIterator[Delivery], body: bytes, started: float
+) -> float:
+    async for delivery in deliveries:
+        await broker.ack(delivery)
+        if delivery.body == body:
+            return time.monotonic() - started
+    raise RuntimeError("the probe's subscription ended")
+
+
+async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: float) -> Check:
+    """``dry_request``: a receipts call for an id that does not exist."""
+    where = settings.expo_url.rstrip("/")
+    token = settings.expo_access_token is not None
+    try:
+        result = await _within(dry_request, wait)
+    except Exception as e:
+        result = e
+    if isinstance(result, Rejected):
+        return Check(
+            "expo",
+            Status.FAIL,
+            f"{where} refused the request: {result.reason}",
+            "set TEPAT_EXPO_ACCESS_TOKEN to a valid token (expo.dev: account settings,"
+            " access tokens); it is required once push security is enabled for the project",
+        )
+    if not isinstance(result, Receipts):
+        reason = getattr(result, "reason", None) or _why(result)
+        return Check(
+            "expo",
+            Status.FAIL,
+            f"cannot reach {where}: {reason}",
+            "correct TEPAT_EXPO_URL, or let this host reach it (firewall, proxy)",
+        )
+    detail = f"{where} answers" + (" and accepts the access token" if token else "")
+    if where != EXPO_HOST:
+        return Check(
+            "expo",
+            Status.WARN,
+            f"{detail}; not Expo itself (a sandbox?): no real pushes are sent",
+            f"for real pushes set TEPAT_EXPO_URL={EXPO_HOST} and TEPAT_EXPO_ACCESS_TOKEN",
+        )
+    if not token:
+        detail += "; no access token (fine unless push security is enabled)"
+    return Check("expo", Status.OK, detail)
+
+
+async def tzdata_check(store: Store | None, now: datetime, wait: float) -> Check:
+    release = TZDATA_RELEASE
+    year = _release_year(release)
+    if year is not None and year < now.year - 1:
+        return Check(
+            "tzdata",
+            Status.WARN,
+            f"tzdata {release} is from {year}: zones change several times a year",
+            "upgrade the tzdata package (pip install -U tzdata) and restart the scheduler",
+        )
+    if store is None:
+        return Check("tzdata", Status.OK, f"tzdata {release} (store not open: not compared)")
+    try:
+        planned = await _within(store.get_meta(TZDATA_META_KEY), wait)
+        progress = await _within(store.get_meta(f"{TZDATA_PROGRESS_KEY}:{release}"), wait)
+    except Exception as e:
+        return Check("tzdata", Status.WARN, f"tzdata {release}; store meta unreadable: {_why(e)}")
+    if planned is None:
+        return Check(
+            "tzdata", Status.OK, f"tzdata {release} (the scheduler records it on its first run)"
+        )
+    if planned != release:
+        doing = f", re-planning (users done up to {progress!r})" if progress else ""
+        return Check(
+            "tzdata",
+            Status.WARN,
+            f"tzdata {release} here, messages planned with {planned}{doing}",
+            "run `tepat scheduler` (or `serve`) with this release: it re-plans every user once;"
+            " if this host is the older one, upgrade its tzdata package",
+        )
+    return Check("tzdata", Status.OK, f"tzdata {release}, the release messages were planned with")
+
+
+def _release_year(release: str) -> int | None:
+    digits = release[:4]
+    return int(digits) if digits.isdigit() else None
+
+
+async def _within(aw: Awaitable[T], wait: float) -> T:
+    return await asyncio.wait_for(aw, wait)
+
+
+def _why(e: object) -> str:
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+async def _quietly(close: Callable[[], Awaitable[None]]) -> None:
+    # Closing after a failed check must not hide the verdicts.
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(close(), 5)
