@@ -1,0 +1,192 @@
+"""The invariants: compare what the sandbox received and what the store holds with the model.
+
+Checked after every step; :meth:`Checker.final` adds the ones that need time to
+have passed (everything decided long enough ago has arrived, nothing is stuck).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tepat.domain.models import Message, MessageStatus
+from tests.model.faults import Taint
+from tests.model.reference import BYPASS_QUIET, MISSED_WINDOW, Expectation, Key, Model, Verdict
+from tests.model.system import Arrival, System, due_of
+
+LEASE = timedelta(seconds=300)  # TEPAT_SENDING_LEASE_SECONDS's default
+GRACE = timedelta(seconds=360)  # the sweeper's grace: the longest retry backoff + 60 s
+SLACK = timedelta(minutes=2)  # job ticks and whole seconds
+# After this, a message is terminal and a late (re-driven) arrival has happened.
+SETTLED = MISSED_WINDOW + LEASE + GRACE + SLACK
+
+TERMINAL = {"delivered", "failed", "skipped", "missed", "cancelled"}
+
+
+class Violation(AssertionError):
+    pass
+
+
+def message_key(m: Message) -> Key:
+    if m.reminder_id is not None and m.local_date is not None:
+        return ("r", m.user_id, m.reminder_id, m.local_date.isoformat())
+    return ("o", m.user_id, m.idempotency_key or f"?{m.id}")
+
+
+@dataclass
+class Checker:
+    arrivals: dict[Key, list[Arrival]] = field(default_factory=dict)
+    keys: dict[str, Key] = field(default_factory=dict)  # message id -> key
+    statuses: dict[str, list[str]] = field(default_factory=dict)
+    tokens_ever: dict[str, set[str]] = field(default_factory=dict)  # user -> tokens
+    duplicates_in_window: int = 0
+
+    async def step(self, model: Model, system: System, *, final: bool = False) -> None:
+        for (user, _), b in model.bindings.items():
+            self.tokens_ever.setdefault(user, set()).add(b.token)
+        users = sorted(model.users)
+        messages = await system.messages(users)
+        by_key: dict[Key, list[Message]] = {}
+        for m in messages:
+            key = message_key(m)
+            self.keys[m.id] = key
+            by_key.setdefault(key, []).append(m)
+            self._status(m)
+        taints = self._taints_by_key(system)
+        for a in system.new_arrivals():
+            if a.message_id not in self.keys:
+                stored = await system.real_store.get_message(a.message_id)
+                if stored is None:
+                    raise Violation(f"the sandbox received {a} for no stored message")
+                self.keys[a.message_id] = message_key(stored)
+            key = self.keys[a.message_id]
+            self.arrivals.setdefault(key, []).append(a)
+            self._arrival(model, key, a, taints.get(key, []))
+        now = system.clock.now()
+        for key, e in model.expectations.items():
+            self._complete(model, e, taints.get(key, []), now, final)
+            self._honest(e, by_key.get(key, []), now, final)
+        for m in messages:
+            self._not_stuck(m, now)
+        await self._devices(model, system)
+
+    # ------------------------------------------------------------ arrivals
+
+    def _arrival(self, model: Model, key: Key, a: Arrival, taints: list[Taint]) -> None:
+        e = model.expectations.get(key)
+        where = f"{key} arrived at {a.at:%Y-%m-%d %H:%M:%S}Z on {a.token}"
+        if e is None:
+            raise Violation(f"{where}: the model expects nothing for it")
+        # Sent later than decided (a fault), after the user's world changed: the
+        # send-time checks saw another world than the model's decision did.
+        relaxed = bool(taints) and e.at is not None and model.changed_since_decided(e)
+        if e.verdict is Verdict.NO_ARRIVAL and not relaxed:
+            raise Violation(f"{where}: the model says it must not arrive ({e.reason})")
+        count = sum(1 for x in self.arrivals[key] if x.token == a.token)
+        if count > self._limit(e, taints):
+            raise Violation(f"{where}: copy number {count} (taints: {_names(taints)})")
+        if count > 1:
+            self.duplicates_in_window += 1
+        if e.verdict is Verdict.UNKNOWN:
+            return
+        if e.at is None:
+            raise Violation(f"{where}: before its instant ({e.due:%Y-%m-%d %H:%M}Z, model)")
+        tokens = self.tokens_ever.get(key[1], set()) if relaxed else e.tokens
+        if a.token not in tokens:
+            raise Violation(f"{where}: not an active device then (model: {sorted(e.tokens)})")
+        if not taints:
+            if a.at != e.at:
+                raise Violation(f"{where}: the model says at {e.at:%Y-%m-%d %H:%M:%S}Z")
+            if a.body != e.body:
+                raise Violation(f"{where}: with body {a.body!r}, the model says {e.body!r}")
+        elif not e.at <= a.at <= e.at + MISSED_WINDOW + SLACK:
+            raise Violation(
+                f"{where}: outside [{e.at:%H:%M:%S}Z + missed window] (taints: {_names(taints)})"
+            )
+
+    @staticmethod
+    def _limit(e: Expectation, taints: list[Taint]) -> int:
+        # The documented window: a crash after the provider accepted, once per crash;
+        # and safety retries what may have been sent (a timeout or 5xx after sending).
+        limit = 1 + taints.count(Taint.DUPLICATE)
+        if e.category in BYPASS_QUIET:
+            limit += taints.count(Taint.MAYBE_SENT)
+        return limit
+
+    def _complete(
+        self, model: Model, e: Expectation, taints: list[Taint], now: datetime, final: bool
+    ) -> None:
+        """An arrival the model demands has happened by now."""
+        if e.verdict is not Verdict.ARRIVE or e.at is None or Taint.MAYBE_SENT in taints:
+            return
+        if taints and (now < e.at + SETTLED or model.changed_since_decided(e)):
+            return
+        got = {a.token for a in self.arrivals.get(e.key, [])}
+        missing = e.tokens - got
+        if missing:
+            raise Violation(
+                f"{e.key} ({e.category}, {e.body!r}) should have arrived at "
+                f"{e.at:%Y-%m-%d %H:%M:%S}Z on {sorted(missing)}; it did not "
+                f"(taints: {_names(taints)}{', final check' if final else ''})"
+            )
+
+    def _honest(self, e: Expectation, stored: list[Message], now: datetime, final: bool) -> None:
+        """A message that must not (or need not) arrive ends terminal, with a reason."""
+        if e.at is None or e.verdict is Verdict.ARRIVE or now < e.at + SETTLED:
+            return
+        for m in stored:
+            status = str(m.status)
+            if status not in TERMINAL and status != "sent":
+                raise Violation(f"{e.key}: message {m.id} still {status} at {now:%H:%M}Z")
+            if e.verdict is Verdict.NO_ARRIVAL and status in TERMINAL and not m.status_reason:
+                raise Violation(f"{e.key}: message {m.id} ended {status} without a reason")
+
+    # ------------------------------------------------------------ store
+
+    def _status(self, m: Message) -> None:
+        history = self.statuses.setdefault(m.id, [])
+        status = str(m.status)
+        if history and history[-1] != status:
+            before = history[-1]
+            if before in TERMINAL or (before == "sent" and status not in ("delivered", "failed")):
+                raise Violation(
+                    f"message {m.id} {message_key(m)} went {before} -> {status} (history {history})"
+                )
+        if not history or history[-1] != status:
+            history.append(status)
+
+    @staticmethod
+    def _not_stuck(m: Message, now: datetime) -> None:
+        if m.status not in (MessageStatus.PENDING, MessageStatus.SENDING):
+            return
+        due = max(m.scheduled_at, due_of(m))
+        if due + SETTLED < now:
+            raise Violation(
+                f"message {m.id} {message_key(m)} still {m.status} at {now:%Y-%m-%d %H:%M}Z, "
+                f"due {due:%Y-%m-%d %H:%M}Z ({m.status_reason or m.last_error or 'no reason'})"
+            )
+
+    @staticmethod
+    async def _devices(model: Model, system: System) -> None:
+        stored = await system.devices(sorted(model.users))
+        for (user, device), b in model.bindings.items():
+            got = stored.get((user, device))
+            if got != (b.token, b.active):
+                raise Violation(
+                    f"device {user}/{device}: store has {got}, the model says "
+                    f"({b.token!r}, active={b.active})"
+                )
+        for key in stored.keys() - model.bindings.keys():
+            raise Violation(f"device {key} is in the store; no call registered it")
+
+    def _taints_by_key(self, system: System) -> dict[Key, list[Taint]]:
+        out: dict[Key, list[Taint]] = {}
+        for message_id, taints in system.taints.items():
+            key = self.keys.get(message_id)
+            if key is not None:
+                out.setdefault(key, []).extend(taints)
+        return out
+
+
+def _names(taints: list[Taint]) -> str:
+    return ", ".join(sorted({t.value for t in taints})) or "none"

@@ -1,0 +1,183 @@
+"""Fault injection around the real store, push provider and HTTP transport.
+
+Each wrapper passes every call through until a fault is armed; an armed fault
+fires once, at the next call it applies to, and reports the message ids it
+touched (``on_fault``) so that the model can relax what it demands of them.
+
+A consumer crash is :class:`Crash`, a ``BaseException``: the production code's
+``except Exception`` handlers do not see it, exactly as they would not see the
+process dying. The harness then drops the consumer, so the broker hands its
+unacked deliveries back, as it does when a connection is lost.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from tepat.domain.models import MessageStatus
+from tepat.ports.push import PushRequest, ReceiptResult, SendResult
+from tepat.sandbox.expo import ExpoSandbox
+
+
+class Crash(BaseException):
+    """The consumer process died here."""
+
+
+def crash(faults: Faults, where: str) -> Crash:
+    # The flag lets the harness tell this crash from a cancellation it caused: where the
+    # send runs in a task of its own, the consumer sees its request cancelled, not Crash.
+    faults.crashed = True
+    return Crash(where)
+
+
+class Taint(enum.Enum):
+    LATE = "late"  # re-driven or retried: arrives later, within the missed window
+    DUPLICATE = "duplicate"  # crashed after the provider accepted: the one documented duplicate
+    MAYBE_SENT = "maybe sent"  # 5xx, or a timeout after the request went out
+
+
+class Fault(enum.Enum):
+    CRASH_AFTER_CLAIM = "crash after claim"
+    CRASH_AFTER_ACCEPT = "crash after the provider accepted"
+    CRASH_BEFORE_RECORD = "crash on the record write"
+    CRASH_BEFORE_ACK = "crash before ack"
+    LOSE = "broker loses a batch"
+    REDELIVER = "broker redelivers a batch"
+    CONCURRENT = "two consumers get the same batch"
+    HTTP_429 = "provider 429"
+    HTTP_500 = "provider 500"
+    READ_TIMEOUT = "read timeout after the request went out"
+    CONNECT_TIMEOUT = "connect timeout"
+
+
+DELIVERY_FAULTS = frozenset({Fault.CRASH_BEFORE_ACK, Fault.LOSE, Fault.REDELIVER, Fault.CONCURRENT})
+SEND_FAULTS = frozenset({Fault.HTTP_429, Fault.HTTP_500, Fault.READ_TIMEOUT, Fault.CONNECT_TIMEOUT})
+
+OnFault = Callable[[Fault, Sequence[str], Taint | None], None]
+
+
+class Faults:
+    """The faults armed for the next opportunity, and who to tell when one fires."""
+
+    def __init__(self, on_fault: OnFault) -> None:
+        self.armed: set[Fault] = set()
+        self.on_fault = on_fault
+        self.fired: list[Fault] = []
+        self.sent_since_claim = False
+        self.crashed = False
+
+    def take(self, fault: Fault) -> bool:
+        if fault in self.armed:
+            self.armed.discard(fault)
+            self.fired.append(fault)
+            return True
+        return False
+
+    def take_any(self, faults: frozenset[Fault]) -> Fault | None:
+        for fault in sorted(self.armed & faults, key=lambda f: f.value):
+            self.take(fault)
+            return fault
+        return None
+
+
+class FaultyStore:
+    """The real store, crashing the consumer after a claim or on the write of an outcome."""
+
+    def __init__(self, inner: Any, faults: Faults) -> None:
+        self._inner = inner
+        self._faults = faults
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def claim(self, message_ids: Sequence[str], now: Any) -> Any:
+        claimed = await self._inner.claim(message_ids, now)
+        self._faults.sent_since_claim = False
+        if claimed and self._faults.take(Fault.CRASH_AFTER_CLAIM):
+            self._faults.on_fault(Fault.CRASH_AFTER_CLAIM, [m.id for m in claimed], Taint.LATE)
+            raise crash(self._faults, "after claim")
+        return claimed
+
+    async def transition_many(self, changes: Sequence[Any], now: Any, **kw: Any) -> Any:
+        recording = self._faults.sent_since_claim and any(
+            c.to in (MessageStatus.SENT, MessageStatus.FAILED) for c in changes
+        )
+        if recording and self._faults.take(Fault.CRASH_BEFORE_RECORD):
+            ids = [c.message_id for c in changes]
+            self._faults.on_fault(Fault.CRASH_BEFORE_RECORD, ids, Taint.DUPLICATE)
+            raise crash(self._faults, "before record")
+        return await self._inner.transition_many(changes, now, **kw)
+
+
+class FaultyPush:
+    """The real Expo client (to the sandbox over HTTP) with scripted failures."""
+
+    def __init__(
+        self, inner: Any, faults: Faults, sandbox: ExpoSandbox, transport: FaultyTransport
+    ) -> None:
+        self._inner = inner
+        self._faults = faults
+        self._sandbox = sandbox
+        self._transport = transport
+        self.max_batch: int = inner.max_batch
+        self.max_receipt_batch: int = inner.max_receipt_batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send(self, batch: Sequence[PushRequest]) -> SendResult:
+        ids = sorted({r.message_id for r in batch})
+        fault = self._faults.take_any(SEND_FAULTS)
+        if fault is Fault.HTTP_429:
+            self._sandbox.fail_next(1, status=429, retry_after=1)
+            self._faults.on_fault(fault, ids, Taint.LATE)
+        elif fault is Fault.HTTP_500:
+            self._sandbox.fail_next(1, status=500, retry_after=None)
+            self._faults.on_fault(fault, ids, Taint.MAYBE_SENT)
+        elif fault is Fault.READ_TIMEOUT:
+            self._transport.read_timeout = True
+            self._faults.on_fault(fault, ids, Taint.MAYBE_SENT)
+        elif fault is Fault.CONNECT_TIMEOUT:
+            self._transport.connect_timeout = True
+            self._faults.on_fault(fault, ids, Taint.LATE)
+        result: SendResult = await self._inner.send(batch)
+        self._faults.sent_since_claim = True
+        if self._faults.take(Fault.CRASH_AFTER_ACCEPT):
+            self._faults.on_fault(Fault.CRASH_AFTER_ACCEPT, ids, Taint.DUPLICATE)
+            raise crash(self._faults, "after the provider accepted")
+        return result
+
+    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
+        result: ReceiptResult = await self._inner.receipts(ticket_ids)
+        return result
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class FaultyTransport(httpx.AsyncBaseTransport):
+    """Between the Expo client and the sandbox: time out before or after the request goes out."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self.read_timeout = False
+        self.connect_timeout = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.connect_timeout:
+            self.connect_timeout = False
+            raise httpx.ConnectTimeout("scripted connect timeout", request=request)
+        response = await self._inner.handle_async_request(request)
+        if self.read_timeout:
+            self.read_timeout = False
+            await response.aread()  # the sandbox has acted on it: the answer is what is lost
+            await response.aclose()
+            raise httpx.ReadTimeout("scripted read timeout", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -1,0 +1,380 @@
+"""The state machine: random sequences of what apps, users, time and faults do to Tepat.
+
+Every rule makes the same call on the real system (over the HTTP API) and on
+the reference model, compares the answer's status, lets the consumers take
+what became due, and the invariant then compares everything observable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from tepat.sandbox.expo import ExpoSandbox
+from tests.model.checks import SETTLED, Checker
+from tests.model.faults import Fault
+from tests.model.reference import Model, OneOffRequest, Quiet, ReminderState, wall
+from tests.model.system import System
+
+T = TypeVar("T")
+
+USERS = ("ana", "bob")  # two: enough to share device ids and tokens, dense enough to interact
+ZONES = ("America/New_York", "Europe/London", "Australia/Lord_Howe", "Asia/Kolkata")
+QUIETS: tuple[Quiet | None, ...] = (
+    None,
+    Quiet(time(22, 0), time(7, 0)),
+    Quiet(time(1, 0), time(3, 0)),
+    Quiet(time(2, 0), time(2, 30)),
+    Quiet(time(12, 0), time(12, 45)),
+)
+TIMES = tuple(
+    time(h, m) for h, m in ((0, 30), (1, 30), (2, 0), (2, 30), (3, 0), (7, 0), (9, 0), (12, 30))
+)
+REMINDERS = ("r1", "r2")
+CATEGORIES = ("meal", "mood", "safety")
+DEVICES = ("phone", "tablet")
+TOKENS = tuple(f"ExponentPushToken[tok{i}]" for i in range(4))
+KEYS = ("k1", "k2", "k3")
+SEND_AT_MINUTES = (None, 0, 1, 7, 30, 60, 120)
+# Reminder times and quiet hours also come relative to the user's local now (in minutes),
+# so that what a sequence sets up happens within the hours it simulates.
+SOON = (None, 1, 5, 20, 60)
+QUIET_SOON = (None, (-10, 20), (5, 35), (-30, 30))
+STEP_MINUTES = (30, 45, 60, 90, 180, 360)
+# Instants at which a zone used here changes its offset (2027).
+TRANSITIONS = (
+    datetime(2027, 3, 14, 7, 0, tzinfo=UTC),  # New York springs forward
+    datetime(2027, 11, 7, 6, 0, tzinfo=UTC),  # New York falls back
+    datetime(2027, 3, 28, 1, 0, tzinfo=UTC),  # London springs forward
+    datetime(2027, 10, 31, 1, 0, tzinfo=UTC),  # London falls back
+    datetime(2027, 4, 3, 15, 0, tzinfo=UTC),  # Lord Howe: back 30 min
+    datetime(2027, 10, 2, 15, 30, tzinfo=UTC),  # Lord Howe: forward 30 min
+)
+
+
+@dataclass
+class Env:
+    store_name: str
+    tmp: Path
+    sandbox: ExpoSandbox
+    sandbox_url: str
+
+
+class TepatMachine(RuleBasedStateMachine):
+    def __init__(self, env: Env) -> None:
+        super().__init__()
+        self.env = env
+        self.loop = asyncio.new_event_loop()
+        self.system: System | None = None
+        self.model: Model | None = None
+        self.checker = Checker()
+        self.bursts = 0
+        self.failed = False  # then teardown only cleans up
+        self.examples_dir = env.tmp / uuid.uuid4().hex  # a fresh store per example
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            return self.loop.run_until_complete(coro)
+        except BaseException:
+            self.failed = True
+            raise
+
+    @property
+    def sut(self) -> System:
+        assert self.system is not None
+        return self.system
+
+    @property
+    def ref(self) -> Model:
+        assert self.model is not None
+        return self.model
+
+    @initialize(
+        transition=st.sampled_from(TRANSITIONS), hours_before=st.integers(min_value=0, max_value=30)
+    )
+    def start(self, transition: datetime, hours_before: int) -> None:
+        start = transition - timedelta(hours=hours_before, minutes=7)
+        self.examples_dir.mkdir(parents=True, exist_ok=True)
+        self.system = System(
+            self.env.store_name, self.examples_dir, self.env.sandbox, self.env.sandbox_url, start
+        )
+        self.model = Model(start)
+        self.run(self.system.start())
+
+    def teardown(self) -> None:
+        try:
+            if self.system is not None and self.model is not None and not self.failed:
+                # Past every window and lease, with the sweeper running: then nothing may be
+                # pending or sending, and every arrival the model demands has happened.
+                target = self.sut.clock.now() + SETTLED + timedelta(minutes=5)
+                self.run(self.sut.advance_to(target))
+                self.ref.advance(target)
+                self.run(self.checker.step(self.ref, self.sut, final=True))
+        finally:
+            try:
+                if self.system is not None:
+                    self.run(self.system.close())
+            finally:
+                self.loop.close()
+
+    # ------------------------------------------------------------ helpers
+
+    def _call(
+        self,
+        what: str,
+        expected: int | set[int],
+        request: Callable[[], Awaitable[httpx.Response]],
+        twice: bool = False,
+    ) -> None:
+        async def go() -> list[httpx.Response]:
+            if twice:
+                return list(await asyncio.gather(request(), request()))
+            return [await request()]
+
+        responses = self.run(go())
+        allowed = {expected} if isinstance(expected, int) else expected
+        if twice and allowed & {200, 201}:
+            allowed = allowed | {200, 201}
+        for r in responses:
+            if r.status_code not in allowed:
+                self.failed = True
+                raise AssertionError(
+                    f"{what}: the API answered {r.status_code} {r.text[:300]}, "
+                    f"the model says {sorted(allowed)}"
+                )
+        self._now()
+
+    def _local_soon(self, tz: str, minutes: int) -> time:
+        local = wall(self.sut.clock.now() + timedelta(minutes=minutes), tz)
+        return local.time().replace(second=0, microsecond=0)
+
+    def _now(self) -> None:
+        """The consumers take what became due at this instant."""
+        self.run(self.sut.pump())
+        self.ref.advance(self.sut.clock.now())
+
+    # ------------------------------------------------------------ users
+
+    @rule(
+        user=st.sampled_from(USERS),
+        tz=st.sampled_from(ZONES),
+        quiet=st.sampled_from(QUIETS),
+        soon=st.sampled_from(QUIET_SOON),
+        set_quiet=st.booleans(),
+        enabled=st.sampled_from((None, None, True, False)),
+        twice=st.sampled_from((False, False, False, True)),
+    )
+    def put_user(
+        self,
+        user: str,
+        tz: str,
+        quiet: Quiet | None,
+        soon: tuple[int, int] | None,
+        set_quiet: bool,
+        enabled: bool | None,
+        twice: bool,
+    ) -> None:
+        if soon is not None:
+            quiet = Quiet(self._local_soon(tz, soon[0]), self._local_soon(tz, soon[1]))
+        body: dict[str, Any] = {"timezone": tz}
+        if set_quiet:
+            body["quiet_hours"] = (
+                {"start": f"{quiet.start:%H:%M}", "end": f"{quiet.end:%H:%M}"} if quiet else None
+            )
+        if enabled is not None:
+            body["enabled"] = enabled
+        expected = self.ref.put_user(user, tz, quiet, set_quiet, enabled)
+        self._call(
+            f"PUT user {user} {body}",
+            expected,
+            lambda: self.sut.http.put(f"/v1/users/{user}", json=body),
+            twice,
+        )
+
+    # ------------------------------------------------------------ reminders
+
+    @rule(
+        user=st.sampled_from(USERS),
+        rid=st.sampled_from(REMINDERS),
+        category=st.sampled_from(CATEGORIES),
+        at=st.sampled_from(TIMES),
+        soon=st.sampled_from(SOON),
+        variant=st.integers(0, 1),
+        enabled=st.sampled_from((True, True, True, False)),
+        twice=st.sampled_from((False, False, False, True)),
+    )
+    def put_reminder(
+        self,
+        user: str,
+        rid: str,
+        category: str,
+        at: time,
+        soon: int | None,
+        variant: int,
+        enabled: bool,
+        twice: bool,
+    ) -> None:
+        if soon is not None and user in self.ref.users:
+            at = self._local_soon(self.ref.users[user].tz, soon)
+        state = ReminderState(category, at, f"{rid} body {variant}", enabled)
+        expected = self.ref.put_reminder(user, rid, state)
+        body = {
+            "category": category,
+            "local_time": f"{at:%H:%M}",
+            "title": f"{rid} title",
+            "body": state.body,
+            "enabled": enabled,
+        }
+        self._call(
+            f"PUT reminder {user}/{rid} {body}",
+            expected,
+            lambda: self.sut.http.put(f"/v1/users/{user}/reminders/{rid}", json=body),
+            twice,
+        )
+
+    @rule(user=st.sampled_from(USERS), rid=st.sampled_from(REMINDERS))
+    def delete_reminder(self, user: str, rid: str) -> None:
+        expected = self.ref.delete_reminder(user, rid)
+        self._call(
+            f"DELETE reminder {user}/{rid}",
+            expected,
+            lambda: self.sut.http.delete(f"/v1/users/{user}/reminders/{rid}"),
+        )
+
+    @precondition(lambda self: self.model is not None and bool(self.model.reminders))
+    @rule(data=st.data(), at=st.sampled_from(TIMES))
+    def delete_then_recreate(self, data: st.DataObject, at: time) -> None:
+        user, rid = data.draw(st.sampled_from(sorted(self.ref.reminders)))
+        old = self.ref.reminders[(user, rid)]
+        self.delete_reminder(user, rid)
+        self.put_reminder(user, rid, old.category, at, None, 0, True, False)
+
+    # ------------------------------------------------------------ devices, preferences
+
+    @rule(
+        user=st.sampled_from(USERS),
+        device=st.sampled_from(DEVICES),
+        token=st.sampled_from(TOKENS),
+        twice=st.sampled_from((False, False, False, True)),
+    )
+    def register_device(self, user: str, device: str, token: str, twice: bool) -> None:
+        expected = self.ref.register_device(user, device, token)
+        self._call(
+            f"PUT device {user}/{device} {token}",
+            expected,
+            lambda: self.sut.http.put(
+                f"/v1/users/{user}/devices/{device}", json={"push_token": token}
+            ),
+            twice,
+        )
+
+    @rule(user=st.sampled_from(USERS), device=st.sampled_from(DEVICES))
+    def deactivate_device(self, user: str, device: str) -> None:
+        expected = self.ref.deactivate_device(user, device)
+        self._call(
+            f"DELETE device {user}/{device}",
+            expected,
+            lambda: self.sut.http.delete(f"/v1/users/{user}/devices/{device}"),
+        )
+
+    @rule(user=st.sampled_from(USERS), category=st.sampled_from(CATEGORIES), on=st.booleans())
+    def set_preference(self, user: str, category: str, on: bool) -> None:
+        expected = self.ref.set_preference(user, category, on)
+        self._call(
+            f"PUT preferences {user} {category}={on}",
+            expected,
+            lambda: self.sut.http.put(
+                f"/v1/users/{user}/preferences", json={"categories": {category: on}}
+            ),
+        )
+
+    # ------------------------------------------------------------ one-offs
+
+    def _send_at(self, minutes: int | None) -> datetime | None:
+        return None if minutes is None else self.sut.clock.now() + timedelta(minutes=minutes)
+
+    def _post_oneoff(self, user: str, key: str, request: OneOffRequest, twice: bool) -> None:
+        expected = self.ref.post_oneoff(user, key, request)
+        body: dict[str, Any] = {
+            "idempotency_key": key,
+            "category": request.category,
+            "title": "one-off",
+            "body": request.body,
+        }
+        if request.send_at is not None:
+            body["send_at"] = request.send_at.isoformat()
+        self._call(
+            f"POST one-off {user} {body}",
+            expected,
+            lambda: self.sut.http.post(f"/v1/users/{user}/notifications", json=body),
+            twice,
+        )
+
+    @rule(
+        user=st.sampled_from(USERS),
+        key=st.sampled_from(KEYS),
+        category=st.sampled_from(CATEGORIES),
+        minutes=st.sampled_from(SEND_AT_MINUTES),
+        twice=st.sampled_from((False, False, False, True)),
+    )
+    def post_oneoff(
+        self, user: str, key: str, category: str, minutes: int | None, twice: bool
+    ) -> None:
+        request = OneOffRequest(category, f"{key} for {user}", self._send_at(minutes))
+        self._post_oneoff(user, key, request, twice)
+
+    @precondition(lambda self: self.model is not None and bool(self.model.oneoffs))
+    @rule(data=st.data())
+    def retry_oneoff(self, data: st.DataObject) -> None:
+        """The same request again (a client retry after a timeout or a 500)."""
+        _, user, key = data.draw(st.sampled_from(sorted(self.ref.oneoffs)))
+        self._post_oneoff(user, key, self.ref.oneoffs[("o", user, key)], False)
+
+    @rule(
+        user=st.sampled_from(USERS),
+        category=st.sampled_from(CATEGORIES),
+        minutes=st.sampled_from(SEND_AT_MINUTES),
+        count=st.integers(2, 3),
+    )
+    def oneoff_burst(self, user: str, category: str, minutes: int | None, count: int) -> None:
+        """Several one-offs, distinct keys, one instant, one category (two chat messages)."""
+        send_at = self._send_at(minutes)
+        for _ in range(count):
+            self.bursts += 1
+            key = f"b{self.bursts}"
+            self._post_oneoff(
+                user, key, OneOffRequest(category, f"{key} for {user}", send_at), False
+            )
+
+    # ------------------------------------------------------------ time and faults
+
+    @rule(minutes=st.sampled_from(STEP_MINUTES))
+    def advance(self, minutes: int) -> None:
+        target = self.sut.clock.now() + timedelta(minutes=minutes)
+        self.run(self.sut.advance_to(target))
+        self.ref.advance(target)
+
+    @rule(minutes=st.integers(1, 20))
+    def advance_a_little(self, minutes: int) -> None:
+        self.advance(minutes)
+
+    @rule(fault=st.sampled_from(list(Fault)))
+    def arm_fault(self, fault: Fault) -> None:
+        self.sut.faults.armed.add(fault)
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def everything_agrees(self) -> None:
+        if self.system is None or self.model is None:
+            return
+        self.run(self.checker.step(self.model, self.system))

@@ -1,0 +1,375 @@
+"""The reference model: what Tepat must have done, computed without Tepat's code.
+
+Pure Python over ``zoneinfo``; it imports nothing from ``tepat``. It keeps the
+state the API calls describe (users, reminders, devices, preferences, one-offs)
+and moves through time event by event, deciding for every intent
+(``Key``: a reminder's local date, or a one-off's idempotency key) whether and
+when it arrives, and at which push tokens.
+
+The rules it encodes (issue 9 and the working design):
+
+- A reminder fires for a local date when the clock reaches that date's local
+  time in the user's zone *under the configuration in effect then*. A local
+  time that does not exist (spring forward) is read with the offset before the
+  gap; a repeated one (fall back) is its first occurrence.
+- A local date arrives at most once, ever, whatever the edits (delete and
+  recreate included).
+- Quiet hours are local ``[start, end)`` (wrapping midnight when end <= start);
+  a category other than ``safety`` is deferred to the end of the quiet period,
+  ``safety`` bypasses them.
+- Everything else is decided at send time: the user enabled, the reminder still
+  there and enabled, the category opted in, quiet hours, and the user's active
+  devices (it arrives at each active device's token; with none it is skipped).
+- One-offs are never refused for colliding with another intent; the same key
+  with the same request is the same one-off; with another request, a 409.
+- A device id is scoped to its user; a token registered by another binding
+  moves (the old binding ends).
+
+Where the intended behaviour is not pinned down (an edit of a reminder's time or
+content, or of the user's zone, while a message is held by quiet hours; a local
+date re-planned after it was skipped), the verdict is ``UNKNOWN``: it may arrive,
+at most once. Those corners are listed in the report of issue 9's model test.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, time, timedelta
+from functools import cache
+from zoneinfo import ZoneInfo
+
+MISSED_WINDOW = timedelta(minutes=30)
+BYPASS_QUIET = frozenset({"safety"})
+
+Key = tuple[str, ...]  # ("r", user, reminder, "YYYY-MM-DD") or ("o", user, idempotency key)
+
+
+@cache
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def rule_instant(day: date, at: time, tz: str, fold: int = 0) -> datetime:
+    """The UTC instant at which ``tz``'s wall clock reads ``day at`` (PEP 495 fold)."""
+    return datetime.combine(day, at, tzinfo=_zone(tz)).replace(fold=fold).astimezone(UTC)
+
+
+def wall(instant: datetime, tz: str) -> datetime:
+    return instant.astimezone(_zone(tz)).replace(tzinfo=None)
+
+
+@dataclass(frozen=True)
+class Quiet:
+    start: time
+    end: time
+
+    def covers(self, at: time) -> bool:
+        if self.start == self.end:
+            return False
+        if self.start < self.end:
+            return self.start <= at < self.end
+        return at >= self.start or at < self.end
+
+    def end_after(self, instant: datetime, tz: str) -> datetime:
+        """The instant ending the quiet period that contains ``instant``."""
+        local = wall(instant, tz)
+        day = local.date()
+        if self.end <= self.start and local.time() >= self.start:
+            day += timedelta(days=1)
+        end = rule_instant(day, self.end, tz)
+        if end <= instant:  # inside the second pass of a repeated hour
+            end = rule_instant(day, self.end, tz, fold=1)
+        return end
+
+
+class Verdict(enum.Enum):
+    ARRIVE = "arrive"
+    NO_ARRIVAL = "no arrival"
+    UNKNOWN = "unknown"
+
+
+@dataclass
+class UserState:
+    tz: str
+    quiet: Quiet | None = None
+    enabled: bool = True
+    prefs: dict[str, bool] = field(default_factory=dict)
+    zone_generation: int = 0  # bumped when the zone changes
+
+
+@dataclass(frozen=True)
+class ReminderState:
+    category: str
+    at: time
+    body: str
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class OneOffRequest:
+    category: str
+    body: str
+    send_at: datetime | None
+
+
+@dataclass
+class Expectation:
+    key: Key
+    category: str
+    body: str
+    nominal: datetime
+    due: datetime | None  # when the model looks at it next; None once decided
+    verdict: Verdict | None = None
+    tokens: frozenset[str] = frozenset()  # where it arrives (ARRIVE)
+    at: datetime | None = None  # when it was decided (and arrives, for ARRIVE)
+    reason: str = ""
+    generation: tuple[int, int] = (0, 0)  # (reminder, zone) generations when it fired
+    disabled_when_fired: bool = False
+    deferred: bool = False
+    placed: bool = False  # quiet hours have placed it (at planning); the rest is decided later
+    decided_seq: int = 0
+
+
+@dataclass
+class Binding:
+    token: str
+    active: bool = True
+
+
+class Model:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.users: dict[str, UserState] = {}
+        self.reminders: dict[tuple[str, str], ReminderState] = {}
+        self.reminder_generation: dict[tuple[str, str], int] = {}
+        self.bindings: dict[tuple[str, str], Binding] = {}
+        self.oneoffs: dict[Key, OneOffRequest] = {}
+        self.expectations: dict[Key, Expectation] = {}
+        self.seq = 0  # counts calls and decisions, to order them within one instant
+        self.user_changed: dict[str, int] = {}  # user -> seq of the last call that changed it
+        self._fired: set[tuple[Key, datetime]] = set()
+
+    # ------------------------------------------------------------ API calls
+    # Each returns the HTTP status the API must answer.
+
+    def put_user(
+        self, user: str, tz: str, quiet: Quiet | None, set_quiet: bool, enabled: bool | None
+    ) -> int:
+        """``set_quiet=False`` / ``enabled=None``: the field is left out of the request."""
+        self._changed(user)
+        old = self.users.get(user)
+        if old is None:
+            self.users[user] = UserState(
+                tz, quiet if set_quiet else None, True if enabled is None else enabled
+            )
+            return 201
+        new_quiet = quiet if set_quiet else old.quiet
+        if tz != old.tz:
+            old.zone_generation += 1
+        if (tz, new_quiet) != (old.tz, old.quiet):
+            for e in self._pending(user):
+                # A one-off placed by quiet hours keeps that placement or not: not pinned down.
+                if e.key[0] == "o" and e.deferred:
+                    e.verdict = Verdict.UNKNOWN
+        old.tz, old.quiet = tz, new_quiet
+        if enabled is not None:
+            old.enabled = enabled
+        return 200
+
+    def _changed(self, user: str) -> None:
+        self.seq += 1
+        self.user_changed[user] = self.seq
+
+    def changed_since_decided(self, e: Expectation) -> bool:
+        return self.user_changed.get(e.key[1], 0) > e.decided_seq
+
+    def put_reminder(self, user: str, rid: str, state: ReminderState) -> int:
+        if user not in self.users:
+            return 404
+        self._changed(user)
+        old = self.reminders.get((user, rid))
+        if old == state:
+            return 200
+        self.reminders[(user, rid)] = state
+        self.reminder_generation[(user, rid)] = self.reminder_generation.get((user, rid), 0) + 1
+        return 201 if old is None else 200
+
+    def delete_reminder(self, user: str, rid: str) -> int:
+        if user not in self.users or (user, rid) not in self.reminders:
+            return 404
+        self._changed(user)
+        del self.reminders[(user, rid)]
+        self.reminder_generation[(user, rid)] = self.reminder_generation.get((user, rid), 0) + 1
+        return 204
+
+    def register_device(self, user: str, device: str, token: str) -> int:
+        if user not in self.users:
+            return 404
+        self._changed(user)
+        for (u, d), b in self.bindings.items():
+            if (u, d) != (user, device) and b.active and b.token == token:
+                b.active = False  # the token moved: the old binding ends
+                self._changed(u)
+        self.bindings[(user, device)] = Binding(token)
+        return 200
+
+    def deactivate_device(self, user: str, device: str) -> int:
+        if user not in self.users or (user, device) not in self.bindings:
+            return 404
+        self._changed(user)
+        self.bindings[(user, device)].active = False
+        return 204
+
+    def set_preference(self, user: str, category: str, on: bool) -> int:
+        if user not in self.users:
+            return 404
+        self._changed(user)
+        self.users[user].prefs[category] = on
+        return 200
+
+    def post_oneoff(self, user: str, key: str, request: OneOffRequest) -> int:
+        if user not in self.users:
+            return 404
+        k: Key = ("o", user, key)
+        known = self.oneoffs.get(k)
+        if known is not None:
+            return 200 if known == request else 409
+        self.oneoffs[k] = request
+        self._changed(user)
+        nominal = request.send_at if request.send_at and request.send_at > self.now else self.now
+        u = self.users[user]
+        deferred = request.category not in BYPASS_QUIET and bool(
+            u.quiet and u.quiet.covers(wall(nominal, u.tz).time())
+        )
+        self.expectations[k] = Expectation(
+            k, request.category, request.body, nominal, nominal, deferred=deferred
+        )
+        return 201
+
+    # ------------------------------------------------------------ time
+
+    def advance(self, to: datetime) -> None:
+        """Everything that happens in ``[now, to]``, in order."""
+        assert to >= self.now
+        while True:
+            when = self._next_event(to)
+            if when is None:
+                break
+            self.now = when
+            self._fire_reminders(when, when)
+            for e in list(self.expectations.values()):
+                if e.due is not None and e.due <= when:
+                    self._process(e)
+        self.now = to
+
+    def _next_event(self, to: datetime) -> datetime | None:
+        times = [e.due for e in self.expectations.values() if e.due is not None and e.due <= to]
+        times += [n for n, _ in self._triggers(self.now, to)]
+        return min(times, default=None)
+
+    def _triggers(self, start: datetime, end: datetime) -> list[tuple[datetime, Key]]:
+        out = []
+        for (user, rid), r in self.reminders.items():
+            u = self.users[user]
+            if not r.enabled:
+                continue
+            first = wall(start, u.tz).date() - timedelta(days=1)
+            last = wall(end, u.tz).date() + timedelta(days=1)
+            day = first
+            while day <= last:
+                nominal = rule_instant(day, r.at, u.tz)
+                key: Key = ("r", user, rid, day.isoformat())
+                if start <= nominal <= end and self._may_fire(key, nominal):
+                    out.append((nominal, key))
+                day += timedelta(days=1)
+        return out
+
+    def _may_fire(self, key: Key, nominal: datetime) -> bool:
+        if (key, nominal) in self._fired:
+            return False
+        e = self.expectations.get(key)
+        return e is None or (e.due is None and e.verdict is not Verdict.ARRIVE)
+
+    def _fire_reminders(self, start: datetime, end: datetime) -> None:
+        for nominal, key in self._triggers(start, end):
+            _, user, rid, _day = key
+            r = self.reminders[(user, rid)]
+            u = self.users[user]
+            previous = self.expectations.get(key)
+            self._fired.add((key, nominal))
+            e = Expectation(
+                key,
+                r.category,
+                r.body,
+                nominal,
+                nominal,
+                generation=(self.reminder_generation[(user, rid)], u.zone_generation),
+                disabled_when_fired=not u.enabled,
+            )
+            if previous is not None:
+                # Fired again after a skip, under a new configuration: whether the
+                # skipped message still holds the date is not pinned down.
+                e.verdict = Verdict.UNKNOWN
+            self.expectations[key] = e
+
+    def _process(self, e: Expectation) -> None:
+        """Decide ``e`` now, or move it to the end of the quiet period."""
+        user = e.key[1]
+        u = self.users.get(user)
+        now = self.now
+        if not e.placed:
+            # Planning places the nominal instant; every other check waits for send time.
+            e.placed = True
+            if u is not None and self._quiet_now(u, e.category):
+                assert u.quiet is not None
+                e.due = u.quiet.end_after(now, u.tz)
+                e.deferred = True
+                return
+        verdict, reason = Verdict.ARRIVE, ""
+        if u is None or not u.enabled:
+            verdict, reason = Verdict.NO_ARRIVAL, "user_disabled"
+        elif e.key[0] == "r":
+            r = self.reminders.get((user, e.key[2]))
+            gen = (self.reminder_generation.get((user, e.key[2]), 0), u.zone_generation)
+            if r is None or not r.enabled:
+                verdict, reason = Verdict.NO_ARRIVAL, "superseded"
+            elif gen != e.generation or e.disabled_when_fired:
+                verdict = Verdict.UNKNOWN
+        if verdict is not Verdict.NO_ARRIVAL and u is not None:
+            if not u.prefs.get(e.category, True):
+                verdict, reason = Verdict.NO_ARRIVAL, "opted_out"
+            elif self._quiet_now(u, e.category):
+                assert u.quiet is not None
+                e.due = u.quiet.end_after(now, u.tz)
+                e.deferred = True
+                return
+            elif not self.active_tokens(user):
+                verdict, reason = Verdict.NO_ARRIVAL, "no_active_device"
+        e.due = None
+        e.at = now
+        e.reason = reason
+        self.seq += 1
+        e.decided_seq = self.seq
+        if verdict is not Verdict.NO_ARRIVAL:
+            e.tokens = frozenset(self.active_tokens(user))
+        if e.verdict is not Verdict.UNKNOWN:
+            e.verdict = verdict
+
+    def _quiet_now(self, u: UserState, category: str) -> bool:
+        return (
+            category not in BYPASS_QUIET
+            and u.quiet is not None
+            and u.quiet.covers(wall(self.now, u.tz).time())
+        )
+
+    # ------------------------------------------------------------ queries
+
+    def active_tokens(self, user: str) -> set[str]:
+        return {b.token for (u, _), b in self.bindings.items() if u == user and b.active}
+
+    def _pending(self, user: str) -> list[Expectation]:
+        return [e for e in self.expectations.values() if e.key[1] == user and e.due is not None]
+
+    def snapshot_devices(self) -> dict[tuple[str, str], Binding]:
+        return {k: replace(b) for k, b in self.bindings.items()}

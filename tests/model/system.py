@@ -1,0 +1,330 @@
+"""The system under test: Tepat's real services in-process, driven on a fake clock.
+
+One :class:`System` per example: a fresh store (from the contract suite's
+factories), the embedded broker, the real dispatcher through the consumer's
+``handle_delivery``, the sweeper, the receipt poller, the creator, the HTTP API
+(over httpx's ASGI transport, with the admin key) and the Expo sandbox over
+real HTTP. Time only moves in :meth:`System.advance_to`, which walks from event
+to event (every broker due instant, and the periodic jobs' ticks) so that every
+batch is taken at its instant, as a consumer that is always running would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+
+from api.app import create_app
+from consumers.worker import handle_delivery
+from tepat.clock import FakeClock
+from tepat.config import Settings
+from tepat.domain.batches import decode_batch
+from tepat.domain.models import Message
+from tepat.ports.broker import Delivery
+from tepat.ports.push import PushProvider
+from tepat.ports.store import MessageQuery, Store
+from tepat.runtime import Runtime, make_push_provider, open_runtime
+from tepat.sandbox.expo import ExpoSandbox
+from tests.model.faults import (
+    DELIVERY_FAULTS,
+    Crash,
+    Fault,
+    Faults,
+    FaultyPush,
+    FaultyStore,
+    FaultyTransport,
+    Taint,
+    crash,
+)
+from tests.support.store_factories import STORE_FACTORIES
+
+ADMIN_KEY = "model-admin-key-0123456789abcdef"
+SWEEP_EVERY = 30  # seconds, TEPAT_SWEEP_INTERVAL_SECONDS's default
+RECEIPTS_EVERY = 300
+PLAN_EVERY = 600  # TEPAT_PLAN_INTERVAL_SECONDS's default
+STUCK_PUMP_SECONDS = 30.0  # real seconds: a batch that takes longer is waiting on the fake clock
+
+
+@dataclass
+class Arrival:
+    token: str
+    message_id: str
+    at: datetime
+    body: str
+    category: str
+
+
+class System:
+    def __init__(
+        self, store_name: str, tmp: Path, sandbox: ExpoSandbox, sandbox_url: str, start: datetime
+    ) -> None:
+        self.store_name = store_name
+        self.tmp = tmp
+        self.sandbox = sandbox
+        self.sandbox_url = sandbox_url
+        self.clock = FakeClock(start)
+        self.taints: dict[str, list[Taint]] = {}  # message id -> every fault that touched it
+        self.faults = Faults(self._on_fault)
+        self.crashes = 0
+        self._stack = AsyncExitStack()
+        self._seen_received = 0
+        self._last_tick = start
+        self.rt: Runtime
+        self.http: httpx.AsyncClient
+        self.real_store: Store
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.sandbox.reset()
+        self.sandbox.clock = self.clock
+        self.sandbox.set_receipt_delay(0)
+        self.real_store = await self._stack.enter_async_context(
+            STORE_FACTORIES[self.store_name](self.tmp)
+        )
+        if hasattr(self.real_store, "_clock"):
+            # Stamps (created_at, updated_at) on the example's time, not the wall clock's.
+            cast(Any, self.real_store)._clock = self.clock
+        settings = Settings(
+            database_url=f"sqlite:///{self.tmp}/unused.db",
+            broker_url="embedded://",
+            expo_url=self.sandbox_url,
+            expo_rate_limit=1_000_000,
+            receipt_delay_seconds=60,
+        )
+        push = make_push_provider(settings, self.clock)
+        client = cast(Any, push)._client
+        transport = FaultyTransport(client._transport)
+        client._transport = transport
+        store = cast(Store, _Unclosable(FaultyStore(self.real_store, self.faults)))
+        faulty_push = FaultyPush(push, self.faults, self.sandbox, transport)
+        self.rt = await self._stack.enter_async_context(
+            open_runtime(
+                settings, clock=self.clock, store=store, push=cast(PushProvider, faulty_push)
+            )
+        )
+        # Retry jitter from a seeded generator: the same example replays the same way.
+        if hasattr(self.rt.dispatcher, "_rng"):
+            self.rt.dispatcher._rng = random.Random(0)
+        app = create_app(self.rt, ADMIN_KEY)
+        self.http = await self._stack.enter_async_context(
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://tepat.test",
+                headers={"X-API-Key": ADMIN_KEY},
+            )
+        )
+        await self.rt.creator.plan_ahead()
+        await self.pump()
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    # ------------------------------------------------------------ faults
+
+    def _on_fault(self, fault: Fault, ids: Sequence[str], taint: Taint | None) -> None:
+        if taint is not None:
+            self._taint(ids, taint)
+
+    def _taint(self, ids: Sequence[str], taint: Taint) -> None:
+        for i in ids:
+            self.taints.setdefault(i, []).append(taint)
+
+    # ------------------------------------------------------------ time
+
+    async def advance_to(self, target: datetime) -> None:
+        """Move time to ``target``, stopping at every broker due instant and every job tick
+        at which a job has something to do."""
+        while True:
+            await self.pump()
+            now = self.clock.now()
+            candidates = [
+                _next_multiple(now, RECEIPTS_EVERY),
+                _next_multiple(now, PLAN_EVERY),
+                await self._next_sweep(now),
+            ]
+            due = self._broker_next_due()
+            if due is not None:
+                # Whole seconds only: a batch is due at its second, and items inside it
+                # at their own instant within it (the dispatcher waits for those).
+                candidates.append(_ceil_second(max(due, now + timedelta(microseconds=1))))
+            nxt = min(c for c in candidates if c is not None)
+            if nxt > target:
+                break
+            self.clock.set(nxt)
+            await self._ticks(nxt)
+        if target > self.clock.now():
+            self.clock.set(target)
+        await self.pump()
+
+    async def _next_sweep(self, now: datetime) -> datetime | None:
+        """The first sweeper tick at which it can find something: a pending message past
+        the grace, or a sending one past the lease. Ticks before that would find nothing."""
+        far = now + timedelta(days=800)
+        sweeper = self.rt.sweeper
+        times = [due_of(m) + sweeper.grace for m in await self.real_store.due_pending(far, 1)]
+        times += [
+            m.claimed_at + sweeper.lease
+            for m in await self.real_store.stuck_sending(far, 1000)
+            if m.claimed_at is not None
+        ]
+        if not times:
+            return None
+        return _next_multiple(max(min(times), now), SWEEP_EVERY)
+
+    async def _ticks(self, now: datetime) -> None:
+        second = int(now.timestamp())
+        if now.microsecond or second % SWEEP_EVERY:
+            return
+        await self.pump()
+        if second % PLAN_EVERY == 0:
+            await self.rt.creator.plan_ahead()
+        await self.rt.sweeper.sweep_once()
+        if second % RECEIPTS_EVERY == 0:
+            await self.rt.receipts.poll_all()
+
+    def _broker_next_due(self) -> datetime | None:
+        next_due = getattr(self.rt.broker, "_next_due", None)
+        if next_due is None:
+            return None
+        return cast(datetime | None, next_due(self.rt.categories.queues()))
+
+    # ------------------------------------------------------------ consuming
+
+    async def _flush_outbox(self) -> None:
+        outbox = getattr(self.rt, "outbox", None)
+        if outbox is not None:
+            await outbox.flush()
+
+    async def pump(self) -> None:
+        """Hand every batch due now to a consumer, until none is left."""
+        queues = self.rt.categories.queues()
+        for _ in range(200):
+            await self._flush_outbox()
+            ready = sum(s.ready for s in await self.rt.broker.stats(queues))
+            if ready == 0:
+                return
+            try:
+                async with self.rt.broker.consume(queues, prefetch=ready) as deliveries:
+                    iterator = deliveries.__aiter__()
+                    for _ in range(ready):
+                        delivery = await iterator.__anext__()
+                        await asyncio.wait_for(self._handle(delivery), STUCK_PUMP_SECONDS)
+            except (Crash, asyncio.CancelledError):
+                if not self.faults.crashed:
+                    raise
+                self.faults.crashed = False
+                self.crashes += 1  # the broker takes the dead consumer's deliveries back
+        raise AssertionError("the queues never emptied (a batch keeps coming back)")
+
+    async def _handle(self, delivery: Delivery) -> None:
+        batch = decode_batch(delivery.queue, delivery.body)
+        fault = self.faults.take_any(DELIVERY_FAULTS)
+        try:
+            if fault is Fault.LOSE:
+                self._taint(batch.ids, Taint.LATE)
+                await self.rt.broker.ack(delivery)
+            elif fault is Fault.REDELIVER:
+                await handle_delivery(self.rt, delivery)
+                await self.rt.broker.publish(delivery.queue, delivery.body, 0.0)
+            elif fault is Fault.CONCURRENT:
+                await asyncio.gather(
+                    handle_delivery(self.rt, delivery), self.rt.dispatcher.handle(batch)
+                )
+            elif fault is Fault.CRASH_BEFORE_ACK:
+                await self.rt.dispatcher.handle(batch)
+                raise crash(self.faults, "before ack")
+            else:
+                await handle_delivery(self.rt, delivery)
+        except (Crash, asyncio.CancelledError):
+            if self.faults.crashed:
+                # Whatever the dead consumer held is re-driven by the sweeper, late.
+                self._taint(batch.ids, Taint.LATE)
+            raise
+
+    # ------------------------------------------------------------ observing
+
+    def new_arrivals(self) -> list[Arrival]:
+        received = self.sandbox.received()
+        fresh = received[self._seen_received :]
+        self._seen_received = len(received)
+        out = []
+        for r in fresh:
+            if r["status"] != "ok":
+                continue
+            data = r.get("data") or {}
+            out.append(
+                Arrival(
+                    token=r["to"],
+                    message_id=str(data.get("tepat_message_id")),
+                    at=datetime.fromisoformat(r["received_at"]),
+                    body=str(r["body"]),
+                    category=str(data.get("category")),
+                )
+            )
+        return out
+
+    async def messages(self, user_ids: Sequence[str]) -> list[Message]:
+        out: list[Message] = []
+        for user_id in user_ids:
+            cursor = None
+            while True:
+                page = await self.real_store.list_messages(
+                    MessageQuery(user_id, limit=200, cursor=cursor)
+                )
+                out += page.items
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        return out
+
+    async def devices(self, user_ids: Sequence[str]) -> dict[tuple[str, str], tuple[str, bool]]:
+        out: dict[tuple[str, str], tuple[str, bool]] = {}
+        for user_id in user_ids:
+            for d in await self.real_store.list_devices(user_id):
+                out[(d.user_id, d.device_id)] = (d.push_token, d.active)
+        return out
+
+    async def call(self, fn: Callable[[], Any]) -> httpx.Response:
+        return cast(httpx.Response, await fn())
+
+
+class _Unclosable:
+    """The store as the runtime sees it; the factory that made it closes it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def due_of(m: Message) -> datetime:
+    """When the message is next dispatched (``due`` where the store keeps it)."""
+    due = getattr(m, "due", None)
+    return due if isinstance(due, datetime) else m.scheduled_at
+
+
+def _next_multiple(now: datetime, seconds: int) -> datetime:
+    """The first instant after ``now`` that is a whole multiple of ``seconds``."""
+    return datetime.fromtimestamp((math.floor(now.timestamp() / seconds) + 1) * seconds, UTC)
+
+
+def _ceil_second(t: datetime) -> datetime:
+    whole = t.replace(microsecond=0)
+    return whole if whole == t else whole + timedelta(seconds=1)

@@ -1,0 +1,63 @@
+"""Issue 9's model-based test: random sequences of everyday use and faults, on both stores.
+
+:class:`tests.model.machine.TepatMachine` drives the real services (HTTP API,
+store, embedded broker, consumers, sweeper, receipt poller, creator) on a fake
+clock, with the Expo sandbox over HTTP, and checks them after every step
+against :mod:`tests.model.reference`, a small model written apart from the code.
+
+How much it runs:
+
+- ``TEPAT_MODEL_EXAMPLES`` (default 200): sequences per store, each up to
+  ``TEPAT_MODEL_STEPS`` (default 40) steps. For a long hunt, for example
+  ``TEPAT_MODEL_EXAMPLES=5000 .venv/bin/pytest -q tests/model``.
+- The stores are SQLite and MongoDB (mongomock; a real server when
+  ``TEPAT_TEST_MONGO_URL`` is set, see ``tests/support/mongo_factory.py``).
+
+A failure prints the shrunk sequence of steps and a ``@reproduce_failure``
+blob; the example database is off so runs do not depend on each other.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.server import RunningSandbox, running_sandbox
+from tests.model.machine import Env, TepatMachine
+from tests.support.store_factories import STORE_FACTORIES
+
+EXAMPLES = int(os.environ.get("TEPAT_MODEL_EXAMPLES", "200"))
+STEPS = int(os.environ.get("TEPAT_MODEL_STEPS", "40"))
+
+STORES = ["sqlite"] + [name for name in STORE_FACTORIES if name.startswith("mongo")]
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[RunningSandbox]:
+    with running_sandbox(ExpoSandbox()) as served:
+        yield served
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_tepat_keeps_its_promise(store_name: str, sandbox: RunningSandbox, tmp_path: Path) -> None:
+    env = Env(store_name, tmp_path, sandbox.sandbox, sandbox.base_url)
+    # Hypothesis takes any factory of machines; its annotation says a class.
+    factory = cast(type[TepatMachine], lambda: TepatMachine(env))
+    run_state_machine_as_test(
+        factory,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            database=None,
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        ),
+    )
