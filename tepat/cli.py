@@ -58,7 +58,7 @@ def _settings(**overrides: Any) -> Settings:
     except ConfigError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
-    configure_logging(settings.log_level, settings.log_json)
+    configure_logging(settings.log_level, settings.log_json, settings.access_log_level)
     return settings
 
 
@@ -104,20 +104,43 @@ def api_command(host: Host = "127.0.0.1", port: Port = 8000) -> None:
     _run(serve_api(_settings(), host, port))
 
 
-@app.command("scheduler")
-def scheduler_command() -> None:
-    """Creator jobs and the sweeper alone."""
-    from tepat.processes import run_parts, scheduler_parts
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        help="Port of /metrics (overrides TEPAT_METRICS_PORT, default 9464; 0: none).",
+        min=0,
+        max=65535,
+        show_default=False,
+    ),
+]
+MetricsHost = Annotated[
+    str | None,
+    typer.Option(
+        help="Interface of /metrics (overrides TEPAT_METRICS_HOST, default 127.0.0.1).",
+        show_default=False,
+    ),
+]
 
-    _run(run_parts(_settings(), scheduler_parts()))
+
+def _metrics_overrides(host: str | None, port: int | None) -> dict[str, Any]:
+    given = {"metrics_host": host, "metrics_port": port}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+@app.command("scheduler")
+def scheduler_command(metrics_host: MetricsHost = None, metrics_port: MetricsPort = None) -> None:
+    """Creator jobs, the sweeper, the outbox and the metrics gauges alone."""
+    from tepat.processes import run_scheduler
+
+    _run(run_scheduler(_settings(**_metrics_overrides(metrics_host, metrics_port))))
 
 
 @app.command("consumers")
-def consumers_command() -> None:
+def consumers_command(metrics_host: MetricsHost = None, metrics_port: MetricsPort = None) -> None:
     """Consumers and the receipt poller alone (run as many as you need)."""
-    from tepat.processes import consumer_parts, run_parts
+    from tepat.processes import run_consumers
 
-    _run(run_parts(_settings(), consumer_parts()))
+    _run(run_consumers(_settings(**_metrics_overrides(metrics_host, metrics_port))))
 
 
 @app.command()

@@ -1,30 +1,134 @@
-"""Structured logs: JSON lines when stderr is not a terminal, readable lines when it is."""
+"""Logs: one renderer for everything a process writes to stderr.
+
+structlog's own events and the standard library's loggers (uvicorn, stomp.py,
+PyMongo, httpx, asyncio, warnings) all go through one handler whose
+:class:`structlog.stdlib.ProcessorFormatter` renders JSON lines when stderr is
+not a terminal (readable lines when it is), so a log shipper reads one format.
+
+HTTP access lines (``uvicorn.access``) have their own level
+(``TEPAT_ACCESS_LOG_LEVEL``, default ``INFO``): requests to the probe and
+scrape paths are logged at ``DEBUG``, so liveness/readiness probes and
+Prometheus scrapes never flood the log while every API request stays visible.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+from types import TracebackType
 
 import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+ACCESS_LOGGER = "uvicorn.access"
+# Paths hit by orchestrators and Prometheus every few seconds.
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# Libraries that log one INFO line per outgoing request (httpx: every Expo call).
+CHATTY_LOGGERS = ("httpx", "httpcore")
 
 
-def configure_logging(level: str = "INFO", json: bool | None = None) -> None:
+def configure_logging(
+    level: str = "INFO", json: bool | None = None, access_level: str = "INFO"
+) -> None:
+    """Route every logger through one handler on stderr; idempotent."""
     as_json = (not sys.stderr.isatty()) if json is None else json
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
-    )
+    threshold = logging.getLevelName(level)
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info,
-            renderer,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
-    # uvicorn and stomp.py log through the standard library.
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    final: list[Processor] = (
+        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        if as_json
+        else [structlog.dev.ConsoleRenderer()]
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, _access_fields],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
+        pass_foreign_args=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(threshold)
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(threshold if threshold <= logging.DEBUG else "WARNING")
+    _configure_access_log(logging.getLevelName(access_level))
+    logging.captureWarnings(True)
+    if as_json:
+        # A traceback printed by the interpreter would be the one non-JSON line.
+        sys.excepthook = _log_uncaught
+        threading.excepthook = _log_uncaught_in_thread
+
+
+def _configure_access_log(threshold: int) -> None:
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.setLevel(threshold)
+    access.propagate = True
+    access.filters = [f for f in access.filters if not isinstance(f, AccessLevelFilter)]
+    access.addFilter(AccessLevelFilter(threshold))
+
+
+class AccessLevelFilter(logging.Filter):
+    """uvicorn logs every request at INFO: probes and scrapes become DEBUG, and lines
+    below the access-log level are dropped."""
+
+    def __init__(self, threshold: int) -> None:
+        super().__init__(ACCESS_LOGGER)
+        self.threshold = threshold
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5:
+            path = str(args[2]).split("?", 1)[0]
+            if path in PROBE_PATHS:
+                record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return record.levelno >= self.threshold
+
+
+def _access_fields(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """An access line's parts as fields (client, method, path, status), not only prose."""
+    args = event_dict.pop("positional_args", None)
+    record = event_dict.get("_record")
+    if (
+        record is not None
+        and record.name == ACCESS_LOGGER
+        and isinstance(args, tuple)
+        and len(args) == 5
+    ):
+        client, method, path, _version, status = args
+        event_dict.update(client=client, method=method, path=path, status=status)
+    return event_dict
+
+
+def _log_uncaught(
+    exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+) -> None:
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc, tb)
+        return
+    logging.getLogger("tepat").critical("uncaught exception", exc_info=(exc_type, exc, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return
+    logging.getLogger("tepat").critical(
+        "uncaught exception in thread %s",
+        getattr(args.thread, "name", "?"),
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),  # type: ignore[arg-type]
+    )

@@ -1,26 +1,64 @@
-"""Prometheus metrics (served at ``/metrics``).
+"""Prometheus metrics: what each process records, and the cached store/broker gauges.
 
-Message counts by status and queue depth are gauges refreshed at scrape time
-from the store and broker (the source of truth), not counters kept in memory,
-so they are right whichever process did the work.
+Every process registers its metrics on :data:`REGISTRY`, together with the
+standard process and platform collectors, and serves it: ``tepat api`` and
+``tepat serve`` at ``/metrics`` on their HTTP port, ``tepat scheduler`` and
+``tepat consumers`` on ``TEPAT_METRICS_PORT`` (:func:`metrics_app`).
+
+Counters and histograms count what *this* process did (sends, lateness,
+provider errors), so Prometheus sums them over replicas. Message counts and
+queue depths describe the shared store and broker: reading them is expensive
+(a count over every message, a broker browse), so they are not computed per
+scrape; one background task (:func:`run_gauge_refresher`, run by ``tepat
+scheduler`` and ``tepat serve`` only) refreshes them every
+``TEPAT_METRICS_REFRESH_SECONDS`` and scrapes serve the cached values.
+
+The README lists every family exactly as exported; ``tests/ops`` compares the
+two, so rename here and there together.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import asyncio
+from typing import TYPE_CHECKING, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+import prometheus_client
+import structlog
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
+from tepat.domain.models import MessageStatus
 from tepat.domain.zones import TZDATA_RELEASE
+from tepat.services.loops import wait_or_stop
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from tepat.runtime import Runtime
+
+log = structlog.get_logger("tepat.metrics")
+
+# `*_created` series double every counter and histogram for a timestamp nobody
+# alerts on (Prometheus finds resets itself).
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes…
+PlatformCollector(registry=REGISTRY)  # python_info
+REGISTRY.register(GC_COLLECTOR)  # python_gc_*
 
-MESSAGES = Gauge(
-    "tepat_messages", "Messages by status and category", ["status", "category"], registry=REGISTRY
-)
-QUEUE_DEPTH = Gauge(
-    "tepat_queue_depth", "Broker queue depth", ["queue", "state"], registry=REGISTRY
-)
+# --- recorded by the process that does the work (consumers, serve) ---
+
 SEND_LATENCY = Histogram(
     "tepat_send_latency_seconds",
     "Duration of one push provider request",
@@ -34,22 +72,59 @@ LATENESS = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),
     registry=REGISTRY,
 )
+# prometheus_client strips a `_total` suffix from a Counter's name and appends it on
+# export; writing it here keeps the name in the code the one Prometheus shows.
 PROVIDER_ERRORS = Counter(
-    "tepat_provider_errors", "Push provider errors by code", ["code"], registry=REGISTRY
+    "tepat_provider_errors_total", "Push provider errors by code", ["code"], registry=REGISTRY
 )
 MAYBE_SENT = Counter(
-    "tepat_maybe_sent",
+    "tepat_maybe_sent_total",
     "Messages whose provider request may have been accepted (read timeout, 5xx after sending),"
     " by category and what the category's maybe_sent policy did",
     ["category", "action"],
     registry=REGISTRY,
 )
 NOT_SENT_RETRIES = Counter(
-    "tepat_not_sent_retries",
+    "tepat_not_sent_retries_total",
     "Messages retried after a request the provider never had or refused (connect error, 429)",
     ["category"],
     registry=REGISTRY,
 )
+
+# --- shared state, refreshed on an interval (scheduler, serve) ---
+
+MESSAGES = Gauge(
+    "tepat_messages",
+    "Messages in the store by status and category (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
+    ["status", "category"],
+    registry=REGISTRY,
+)
+QUEUE_DEPTH = Gauge(
+    "tepat_queue_depth",
+    "Broker messages per queue and state: ready, scheduled, in_flight, dead_letters"
+    " (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
+    ["queue", "state"],
+    registry=REGISTRY,
+)
+REFRESHED = Gauge(
+    "tepat_gauges_last_refresh_timestamp_seconds",
+    "When tepat_messages (source=store) or tepat_queue_depth (source=broker) last refreshed",
+    ["source"],
+    registry=REGISTRY,
+)
+
+TZDATA = Info("tepat_tzdata", "Time-zone database release in use", registry=REGISTRY)
+TZDATA.info({"release": TZDATA_RELEASE})
+
+# The release as a number Prometheus can compare with year() (the stale-tz alert).
+TZDATA_YEAR = Gauge(
+    "tepat_tzdata_release_year", "Year of the time-zone database release in use", registry=REGISTRY
+)
+TZDATA_YEAR.set(int(TZDATA_RELEASE[:4]))
+
+# A refresh that takes longer than this is abandoned; the cached values stay (and
+# their timestamp shows their age).
+REFRESH_TIMEOUT_SECONDS = 60.0
 
 
 def count_maybe_sent(category: str, action: Literal["retried", "closed"]) -> None:
@@ -61,10 +136,72 @@ def count_not_sent_retry(category: str) -> None:
     NOT_SENT_RETRIES.labels(category=category).inc()
 
 
-TZDATA = Info("tepat_tzdata", "Time-zone database release in use", registry=REGISTRY)
+def exposition() -> bytes:
+    """The text exposition of :data:`REGISTRY` (cheap: no I/O)."""
+    return generate_latest(REGISTRY)
 
-# The release as a number Prometheus can compare with year() (the stale-tz alert).
-TZDATA_YEAR = Gauge(
-    "tepat_tzdata_release_year", "Year of the time-zone database release in use", registry=REGISTRY
-)
-TZDATA_YEAR.set(int(TZDATA_RELEASE[:4]))
+
+async def refresh_gauges(rt: Runtime) -> None:
+    """Read message counts and queue depths once into the gauges; a failing source
+    keeps its last values."""
+    await _refresh_store(rt)
+    await _refresh_broker(rt)
+
+
+async def _refresh_store(rt: Runtime) -> None:
+    try:
+        counts = await asyncio.wait_for(rt.store.count_messages(), REFRESH_TIMEOUT_SECONDS)
+    except Exception:
+        log.exception("metrics: counting messages failed")
+        return
+    # Every (status, configured category) gets a value, zero included, so a series
+    # does not vanish (and break rate() or alerts) when its count drops to zero.
+    categories = set(rt.categories.names) | {c for _, c in counts.by_status_category}
+    MESSAGES.clear()
+    for status in MessageStatus:
+        for category in sorted(categories):
+            n = counts.by_status_category.get((status.value, category), 0)
+            MESSAGES.labels(status=status.value, category=category).set(n)
+    REFRESHED.labels(source="store").set(rt.clock.now().timestamp())
+
+
+async def _refresh_broker(rt: Runtime) -> None:
+    try:
+        stats = await asyncio.wait_for(
+            rt.broker.stats(rt.categories.queues()), REFRESH_TIMEOUT_SECONDS
+        )
+    except Exception:
+        log.exception("metrics: reading queue depth failed")
+        return
+    for s in stats:
+        for state, n in (
+            ("ready", s.ready),
+            ("scheduled", s.scheduled),
+            ("in_flight", s.in_flight),
+            ("dead_letters", s.dead_letters),
+        ):
+            QUEUE_DEPTH.labels(queue=s.queue, state=state).set(n)
+    REFRESHED.labels(source="broker").set(rt.clock.now().timestamp())
+
+
+async def run_gauge_refresher(rt: Runtime, stop: asyncio.Event) -> None:
+    """The one task that reads counts and depths, every ``metrics_refresh_seconds``."""
+    while not stop.is_set():
+        await refresh_gauges(rt)
+        await wait_or_stop(rt.clock, stop, rt.settings.metrics_refresh_seconds)
+
+
+def metrics_app() -> Starlette:
+    """``/metrics`` (and ``/healthz``, for a liveness probe) on a process without an API."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+
+    async def scrape(_: Request) -> Response:
+        return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    return Starlette(routes=[Route("/metrics", scrape), Route("/healthz", healthz)])

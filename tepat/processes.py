@@ -4,12 +4,18 @@ Each process opens one :class:`~tepat.runtime.Runtime`, starts its loops and
 waits for SIGTERM/SIGINT; then it stops taking new work, drains what it holds
 (in-flight batches are recorded and acked, accepted HTTP requests finish) and
 exits cleanly.
+
+Metrics: `api` and `serve` answer ``/metrics`` on their HTTP port; `scheduler`
+and `consumers` serve it on ``TEPAT_METRICS_PORT``. The store/broker gauges are
+refreshed by one task in `scheduler` and `serve` (:mod:`tepat.metrics`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
 from collections.abc import Callable, Coroutine, Generator
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +25,8 @@ import uvicorn
 
 from consumers.worker import run_consumer, run_receipt_poller
 from scheduler.jobs import run_creator, run_outbox, run_sweeper
-from tepat.config import Settings
+from tepat.config import ConfigError, Settings
+from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 
 log = structlog.get_logger("tepat.process")
@@ -74,6 +81,41 @@ def scheduler_parts() -> list[Part]:
     return [run_creator, run_sweeper, run_outbox]
 
 
+async def run_scheduler(settings: Settings) -> None:
+    parts = [*scheduler_parts(), run_gauge_refresher, *_metrics_parts(settings)]
+    await run_parts(settings, parts)
+
+
+async def run_consumers(settings: Settings) -> None:
+    await run_parts(settings, [*consumer_parts(), *_metrics_parts(settings)])
+
+
+def _metrics_parts(settings: Settings) -> list[Part]:
+    """A ``/metrics`` server on TEPAT_METRICS_PORT (none when it is 0). The port is
+    bound now, before anything connects, so a taken port stops the start with one line."""
+    if settings.metrics_port == 0:
+        return []
+    sock = _listen(settings.metrics_host, settings.metrics_port, "TEPAT_METRICS_PORT")
+    port = sock.getsockname()[1]
+
+    async def metrics_server(rt: Runtime, stop: asyncio.Event) -> None:
+        log.info("serving metrics", url=f"http://{settings.metrics_host}:{port}/metrics")
+        await _serve_asgi(metrics_app(), stop, sock=sock)
+
+    return [metrics_server]
+
+
+def _listen(host: str, port: int, variable: str) -> socket.socket:
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
+    except OSError as e:
+        raise ConfigError(
+            f"tepat: bad configuration: {variable}: cannot listen on {host}:{port}"
+            f" ({os.strerror(e.errno) if e.errno else e}); choose another port, or 0 for none"
+        ) from None
+
+
 def _http_part(host: str, port: int, admin_key: str) -> Part:
     async def http_api(rt: Runtime, stop: asyncio.Event) -> None:
         await serve_http(rt, stop, host, port, admin_key)
@@ -103,9 +145,17 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-async def _serve_asgi(app: Any, stop: asyncio.Event, host: str, port: int) -> None:
+async def _serve_asgi(
+    app: Any,
+    stop: asyncio.Event,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    sock: socket.socket | None = None,
+) -> None:
+    # log_config=None: uvicorn's loggers go through tepat.logging's one handler.
     server = _QuietServer(uvicorn.Config(app, host=host, port=port, log_config=None))
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock] if sock else None))
     await stop.wait()
     server.should_exit = True  # stops accepting, lets in-flight requests finish
     await task
@@ -125,7 +175,12 @@ def _sandbox_part(port: int, receipt_delay: float) -> Part:
 async def serve_all(
     settings: Settings, host: str, port: int, *, sandbox: bool, sandbox_port: int
 ) -> None:
-    parts = [_http_part(host, port, _admin_key(settings)), *consumer_parts(), *scheduler_parts()]
+    parts = [
+        _http_part(host, port, _admin_key(settings)),
+        *consumer_parts(),
+        *scheduler_parts(),
+        run_gauge_refresher,
+    ]
     if sandbox:
         updates: dict[str, Any] = {"expo_url": f"http://127.0.0.1:{sandbox_port}"}
         if "receipt_delay_seconds" not in settings.model_fields_set:

@@ -8,14 +8,13 @@ from collections.abc import Awaitable
 import structlog
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.deps import RT
 from api.problems import problem_response, problem_responses
 from api.schemas import Health, Ready
 from tepat import metrics
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.runtime import Runtime
 
 log = structlog.get_logger("tepat.api")
 router = APIRouter(tags=["health"])
@@ -66,30 +65,7 @@ async def _check(name: str, ping: Awaitable[None]) -> str:
     responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
     summary="Prometheus metrics",
 )
-async def prometheus(rt: RT) -> Response:
-    await refresh_gauges(rt)
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
-
-
-async def refresh_gauges(rt: Runtime) -> None:
-    """Counts come from the store and broker at scrape time (the source of truth)."""
-    metrics.TZDATA.info({"release": TZDATA_RELEASE})
-    try:
-        counts = await rt.store.count_messages()
-        metrics.MESSAGES.clear()
-        for (status, category), n in counts.by_status_category.items():
-            metrics.MESSAGES.labels(status=status, category=category).set(n)
-    except Exception:
-        log.exception("metrics: counting messages failed")
-    try:
-        stats = await rt.broker.stats(rt.categories.queues())
-        for s in stats:
-            for state, n in (
-                ("ready", s.ready),
-                ("scheduled", s.scheduled),
-                ("in_flight", s.in_flight),
-                ("dead_letters", s.dead_letters),
-            ):
-                metrics.QUEUE_DEPTH.labels(queue=s.queue, state=state).set(n)
-    except Exception:
-        log.exception("metrics: reading queue depth failed")
+async def prometheus() -> Response:
+    """What this process recorded, and the store/broker gauges as last refreshed in
+    the background (in `serve`; see tepat/metrics.py): a scrape does no I/O."""
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -30,7 +30,8 @@ def serve_sandbox(
         access_token=access_token,
         rate_limit=rate_limit or None,
     )
-    uvicorn.run(sandbox.app, host=host, port=port, log_level="info")
+    # log_config=None: uvicorn logs through the caller's handler (tepat.logging: JSON lines).
+    uvicorn.run(sandbox.app, host=host, port=port, log_config=None)
 
 
 class _ThreadServer(uvicorn.Server):

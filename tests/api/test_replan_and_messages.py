@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from tepat.clock import FakeClock
+from tepat.metrics import refresh_gauges
 from tepat.runtime import Runtime
 from tests.api.conftest import ADMIN, START, problem
 from tests.api.helpers import drain_due, ok, reminder_body, scene
@@ -230,6 +231,7 @@ async def test_readyz_and_metrics(client: httpx.AsyncClient, rt: Runtime) -> Non
     await scene(client)
     ready = (await client.get("/readyz")).json()
     assert ready["status"] == "ready" and ready["tzdata"]
+    await refresh_gauges(rt)  # in `serve` a background task does this (tepat/metrics.py)
     text = (await client.get("/metrics")).text
     assert 'tepat_messages{category="meal",status="pending"} 2.0' in text
     assert 'tepat_queue_depth{queue="tepat.meal",state="scheduled"}' in text
