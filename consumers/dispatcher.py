@@ -90,6 +90,10 @@ class Dispatcher:
         self._device_max_failures = device_max_failures
         self._rng = rng or random.Random()
 
+    def abandon_sends(self) -> None:
+        """A hard stop: send nothing more (see :meth:`PushBatcher.abandon`)."""
+        self._batcher.abandon()
+
     async def handle(self, batch: Batch) -> None:
         """Process one batch; returns once every message it claimed is recorded."""
         # A message moved since this batch was published (retried, deferred) waits
@@ -209,6 +213,10 @@ class Dispatcher:
             answered: dict[int, _Outgoing] = {}
             for fut in done:
                 o, device = pending.pop(fut)
+                if fut.cancelled():
+                    # Its request was abandoned (a hard stop): fail the batch like any
+                    # other send error; the broker redelivers, the lease re-drives.
+                    raise ConnectionAbortedError("push request abandoned")
                 outcome = fut.result()  # a send that raised fails the batch: nack, lease
                 o.outcomes.append(outcome)
                 if isinstance(outcome, TicketOk):

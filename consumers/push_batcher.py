@@ -94,6 +94,17 @@ class PushBatcher:
             if not fut.done():
                 fut.set_result(outcome)
 
+    def abandon(self) -> None:
+        """A hard stop: drop what waits and cancel what is in flight (as a crash would,
+        nothing more is sent; the lease re-drives the claimed messages)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, fut in self._take(len(self._waiting)):
+            fut.cancel()
+        for task in list(self._sending):
+            task.cancel()
+
     async def close(self) -> None:
         """Send what is waiting and wait for every request in flight."""
         if self._timer is not None:

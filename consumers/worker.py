@@ -127,8 +127,10 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
                 task.add_done_callback(lambda _, key=key: hold.done(key))  # type: ignore[misc]
                 in_flight.add(task)
                 try:
-                    # Shielded: a drain lets the batch in hand finish and be acked.
-                    await asyncio.shield(task)
+                    # Waited on, not awaited: cancelling this worker (a drain) leaves the
+                    # batch in hand to finish and be acked, and whatever the batch
+                    # raises never ends the worker.
+                    await asyncio.wait({task})
                 finally:
                     in_flight.discard(task)
 
@@ -142,6 +144,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
             # messages stay `sending` until the sweeper's lease re-drives them.
             for task in in_flight:
                 task.cancel()
+            rt.dispatcher.abandon_sends()
             raise
         finally:
             stopping.cancel()
