@@ -19,7 +19,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import Authenticator, AuthError, AuthMiddleware
 from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
-from api.routes import admin, devices, health, messages, preferences, reminders, users
+from api.routes import (
+    admin,
+    dashboard,
+    devices,
+    health,
+    messages,
+    preferences,
+    reminders,
+    users,
+)
 from tepat.runtime import Runtime
 
 MAX_BODY_BYTES = 64 * 1024
@@ -30,7 +39,8 @@ Tepat sends each user's notifications at the right local moment, once.
 **Authentication.** Operators and backends send `X-API-Key: <admin key>` and reach
 every endpoint. End users send `Authorization: Bearer <JWT>` (HS256, `sub` = user id,
 `exp` required) and reach only `/v1/users/{sub}/…`. `/healthz`, `/readyz` and
-`/metrics` are open.
+`/metrics` are open. The operator dashboard (`/dashboard`, not part of this
+document) takes the admin key through a login form.
 
 **Errors** are `application/problem+json` (RFC 9457); input errors name each
 offending field in `errors[].field`.
@@ -51,6 +61,7 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.state.runtime = rt
     for module in (users, devices, reminders, preferences, messages, admin, health):
         app.include_router(module.router)
+    dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)
     # The last added runs first: credentials are checked before any body is read.

@@ -14,6 +14,9 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 echo "== promtool (tests/ops_cli: the Prometheus alert rules)"
 scripts/promtool.sh
 
+echo "== chromium (tests/browser: the dashboard in a real browser)"
+scripts/chromium.sh
+
 echo "== activemq"
 scripts/activemq.sh install
 BROKER_BASE="$ROOT/.broker-test"

@@ -15,7 +15,8 @@ the same write that inserts it or puts it back to ``pending``;
 :meth:`MessageStore.unpublished` and :meth:`MessageStore.mark_published` let one
 publisher put them on the broker (``tepat/services/outbox.py``).
 
-Every adapter passes ``tests/contract/test_store_contract.py``.
+Every adapter passes ``tests/contract/test_store_contract.py`` and
+``tests/contract/test_store_dashboard_contract.py`` (the dashboard's queries).
 """
 
 from __future__ import annotations
@@ -286,8 +287,43 @@ class TicketStore(Protocol):
     async def tickets_for_message(self, message_id: str) -> list[Ticket]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class SendSample:
+    """One notification the provider accepted (one ticket): for rates and lateness."""
+
+    category: str
+    scheduled_at: datetime  # the message's (lateness counts from it)
+    sent_at: datetime  # the ticket's
+
+
+class OpsViewStore(Protocol):
+    """Small read-only queries for the operator dashboard (``tepat/services/dashboard.py``)."""
+
+    async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
+        """Tickets sent at or after ``since``, newest first, at most ``limit``, each with
+        its message's category and scheduled instant."""
+        ...
+
+    async def failures_since(self, since: datetime) -> dict[str, int]:
+        """Messages that ended ``failed`` at or after ``since``, counted by ``status_reason``
+        (``""`` for none)."""
+        ...
+
+    async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
+        """Device bindings deactivated at or after ``since``, counted by reason
+        (``""`` for none)."""
+        ...
+
+
 class Store(
-    UserStore, DeviceStore, ReminderStore, PreferenceStore, MessageStore, TicketStore, Protocol
+    UserStore,
+    DeviceStore,
+    ReminderStore,
+    PreferenceStore,
+    MessageStore,
+    TicketStore,
+    OpsViewStore,
+    Protocol,
 ):
     async def open(self) -> None:
         """Connect, create or migrate the schema and indexes (idempotent)."""

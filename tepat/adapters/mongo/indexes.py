@@ -158,6 +158,10 @@ async def create_indexes(db: Any) -> None:
     )
     await devices.create_index([("user_id", ASCENDING), ("active", ASCENDING)], name="user")
     await devices.create_index("push_token", name="push_token")
+    # The dashboard's "deactivated today" (adapters/mongo/ops_views.py).
+    await devices.create_index(
+        "updated_at", name="deactivated", partialFilterExpression={"active": False}
+    )
 
     await db["reminders"].create_index("user_id", name="user")
     await db["preferences"].create_index("user_id", name="user")
@@ -167,3 +171,4 @@ async def create_indexes(db: Any) -> None:
         [("receipt_status", ASCENDING), ("sent_at", ASCENDING)], name="receipt_sent"
     )
     await tickets.create_index("message_id", name="message")
+    await tickets.create_index("sent_at", name="sent")  # the dashboard's recent sends

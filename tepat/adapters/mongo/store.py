@@ -15,13 +15,16 @@ from pymongo import AsyncMongoClient
 
 from tepat.adapters.mongo.indexes import create_indexes, migrate
 from tepat.adapters.mongo.messages import MessagesMixin
+from tepat.adapters.mongo.ops_views import OpsViewsMixin
 from tepat.adapters.mongo.outbox import OutboxMixin
 from tepat.adapters.mongo.reminders import RemindersMixin
 from tepat.adapters.mongo.tickets import TicketsMixin
 from tepat.adapters.mongo.users import UsersMixin
 
 
-class MongoStore(UsersMixin, RemindersMixin, MessagesMixin, OutboxMixin, TicketsMixin):
+class MongoStore(
+    UsersMixin, RemindersMixin, MessagesMixin, OutboxMixin, TicketsMixin, OpsViewsMixin
+):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 
     ``client`` lets tests inject another client with the same async API (the

@@ -163,6 +163,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "DROP INDEX ux_devices_active_device",
         ),
     ),
+    (
+        3,
+        (
+            # The operator dashboard's recent figures (adapters/sqlite/ops_views.py).
+            "CREATE INDEX ix_tickets_sent ON tickets(sent_at)",
+            "CREATE INDEX ix_devices_deactivated ON devices(updated_at) WHERE active = 0",
+        ),
+    ),
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.messages_read import MessagesReadMixin
 from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
+from tepat.adapters.sqlite.ops_views import OpsViewsMixin
 from tepat.adapters.sqlite.reminders import RemindersMixin
 from tepat.adapters.sqlite.tickets import TicketsMixin
 from tepat.adapters.sqlite.users import UsersMixin
@@ -16,6 +17,7 @@ class SqliteStore(
     MessagesWriteMixin,
     MessagesReadMixin,
     TicketsMixin,
+    OpsViewsMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""

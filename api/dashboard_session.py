@@ -1,0 +1,112 @@
+"""The dashboard's browser session: the admin key, once, for a signed cookie.
+
+A browser cannot send ``X-API-Key`` when it navigates, so the operator types
+the admin key into a login form once and gets a session cookie:
+
+- value ``<expires>.<nonce>.<signature>``: HMAC-SHA256 under a secret derived
+  from the admin key, so the server keeps no session state, and rotating the
+  admin key ends every session;
+- ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page
+  sends it), ``Secure`` when the request came over HTTPS, ``Path=/dashboard``
+  (the rest of the API never sees it and never accepts it);
+- each state-changing request (replay, logout) also carries a CSRF token
+  derived from the session's nonce, in the ``X-CSRF-Token`` header (or the
+  form). SameSite keeps the cookie off other sites' requests, and the token
+  is what a forged request cannot know (a custom header also needs a CORS
+  preflight, which is never granted).
+
+The cookie's expiry is read on the runtime's clock, like a JWT's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tepat.clock import Clock
+
+COOKIE = "tepat_dashboard"
+COOKIE_PATH = "/dashboard"
+SESSION_SECONDS = 8 * 3600
+CSRF_HEADER = "x-csrf-token"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    nonce: str
+    expires: int  # Unix seconds
+
+
+class Sessions:
+    def __init__(self, admin_key: str, clock: Clock) -> None:
+        if not admin_key:
+            raise ValueError("the admin API key must not be empty")
+        self._admin_key = admin_key.encode()
+        self._secret = hmac.new(
+            self._admin_key, b"tepat dashboard session v1", hashlib.sha256
+        ).digest()
+        self._clock = clock
+
+    def key_ok(self, key: str | None) -> bool:
+        return key is not None and hmac.compare_digest(key.encode(), self._admin_key)
+
+    def issue(self) -> tuple[Session, str]:
+        """A new session and its cookie value."""
+        expires = int(self._clock.now().timestamp()) + SESSION_SECONDS
+        session = Session(secrets.token_urlsafe(18), expires)
+        payload = f"{session.expires}.{session.nonce}"
+        return session, f"{payload}.{self._sign('session', payload)}"
+
+    def read(self, request: Request) -> Session | None:
+        """The request's valid, unexpired session, if it has one."""
+        value = request.cookies.get(COOKIE)
+        if not value or value.count(".") != 2:
+            return None
+        expires, nonce, signature = value.split(".")
+        if not _equal(signature, self._sign("session", f"{expires}.{nonce}")):
+            return None
+        if not expires.isdigit() or int(expires) < self._clock.now().timestamp():
+            return None
+        return Session(nonce, int(expires))
+
+    def csrf_token(self, session: Session) -> str:
+        return self._sign("csrf", session.nonce)
+
+    def csrf_ok(self, session: Session, token: str | None) -> bool:
+        return token is not None and _equal(token, self.csrf_token(session))
+
+    def _sign(self, purpose: str, payload: str) -> str:
+        mac = hmac.new(self._secret, f"{purpose}|{payload}".encode(), hashlib.sha256)
+        return mac.hexdigest()
+
+
+def _equal(given: str, expected: str) -> bool:
+    # Bytes: compare_digest refuses str with non-ASCII characters, which a client may send.
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def set_cookie(request: Request, response: Response, value: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        value,
+        max_age=SESSION_SECONDS,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def clear_cookie(request: Request, response: Response) -> None:
+    response.delete_cookie(
+        COOKIE,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )

@@ -1,0 +1,203 @@
+"""``/dashboard``: the operator dashboard (admin key only), plain HTML + JS polling.
+
+- ``GET /dashboard``: the page (a session cookie, else a redirect to the login form);
+- ``GET|POST /dashboard/login``: the form that trades the admin key for a
+  session cookie (``api/dashboard_session.py``); ``POST /dashboard/logout``;
+- ``GET /dashboard/data``: the figures as JSON (``tepat/services/dashboard.py``),
+  polled by the page every two seconds;
+- ``POST /dashboard/dead-letters/{id}/replay``: the replay button.
+
+The JSON endpoints take the session cookie (with the CSRF token on the POST)
+or ``X-API-Key``, so a script can read the same figures. The login form and
+the two static files (this repository's JS and CSS, no data) are the only
+things served without credentials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import Path as PathParam
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from api.auth import AuthError
+from api.dashboard_session import (
+    CSRF_HEADER,
+    Session,
+    Sessions,
+    clear_cookie,
+    set_cookie,
+)
+from api.deps import RT
+from tepat.runtime import Runtime
+from tepat.services.accounts import NotFound
+from tepat.services.dashboard import Dashboard
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+_ASSETS = {
+    "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'",
+    "X-Frame-Options": "DENY",  # the replay button must not be clickable through a frame
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_CHALLENGE = 'ApiKey realm="tepat" header="X-API-Key"'
+
+router = APIRouter(prefix="/dashboard", include_in_schema=False)
+
+
+def install(app: FastAPI, rt: Runtime, admin_key: str) -> None:
+    app.state.dashboard = Dashboard(rt.store, rt.broker, rt.categories, rt.clock)
+    app.state.dashboard_sessions = Sessions(admin_key, rt.clock)
+    app.include_router(router)
+
+
+def _sessions(request: Request) -> Sessions:
+    sessions: Sessions = request.app.state.dashboard_sessions
+    return sessions
+
+
+def _dashboard(request: Request) -> Dashboard:
+    dashboard: Dashboard = request.app.state.dashboard
+    return dashboard
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Access:
+    """How the caller proved it holds the admin key: the header, or a session."""
+
+    session: Session | None
+
+
+def access(request: Request) -> Access:
+    sessions = _sessions(request)
+    key = request.headers.get("x-api-key")
+    if key is not None:
+        if not sessions.key_ok(key):
+            raise AuthError(401, "invalid API key", _CHALLENGE)
+        return Access(session=None)
+    session = sessions.read(request)
+    if session is None:
+        raise AuthError(401, "log in at /dashboard/login, or send X-API-Key", _CHALLENGE)
+    return Access(session=session)
+
+
+def changing_access(request: Request, who: Annotated[Access, Depends(access)]) -> Access:
+    """:func:`access`, plus the CSRF token when the credential is the cookie."""
+    if who.session is not None and not _sessions(request).csrf_ok(
+        who.session, request.headers.get(CSRF_HEADER)
+    ):
+        raise AuthError(403, "missing or wrong X-CSRF-Token: reload the dashboard")
+    return who
+
+
+# --- pages
+
+
+@router.get("")
+async def page(request: Request) -> Response:
+    sessions = _sessions(request)
+    session = sessions.read(request)
+    if session is None:
+        return RedirectResponse("/dashboard/login", status_code=303)
+    body = _template("dashboard.html").replace("{{csrf}}", sessions.csrf_token(session))
+    return HTMLResponse(body, headers=_SECURITY_HEADERS)
+
+
+@router.get("/login")
+async def login_form(request: Request) -> Response:
+    if _sessions(request).read(request) is not None:
+        return RedirectResponse("/dashboard", status_code=303)
+    return _login_page()
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
+    key = (form.get("key") or [""])[0].strip()
+    sessions = _sessions(request)
+    if not sessions.key_ok(key):
+        return _login_page("That is not the admin key.", status=401)
+    _, cookie = sessions.issue()
+    response = RedirectResponse("/dashboard", status_code=303)
+    set_cookie(request, response, cookie)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    # A plain form post: the token travels in the form rather than a header.
+    sessions = _sessions(request)
+    session = sessions.read(request)
+    form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
+    if session is not None and not sessions.csrf_ok(session, (form.get("csrf") or [""])[0]):
+        raise AuthError(403, "missing or wrong CSRF token: reload the dashboard")
+    response = RedirectResponse("/dashboard/login", status_code=303)
+    clear_cookie(request, response)
+    return response
+
+
+@router.get("/static/{name}")
+async def asset(name: str) -> Response:
+    media_type = _ASSETS.get(name)
+    if media_type is None:
+        raise NotFound("file", name)
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    return Response((STATIC / name).read_bytes(), media_type=media_type, headers=headers)
+
+
+# --- data and actions
+
+
+@router.get("/data")
+async def data(request: Request, _: Annotated[Access, Depends(access)]) -> JSONResponse:
+    snapshot = await _dashboard(request).snapshot()
+    body = _jsonable(dataclasses.asdict(snapshot))
+    body["devices_deactivated_total"] = snapshot.devices_deactivated_total
+    return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+
+@router.post("/dead-letters/{dead_letter_id}/replay")
+async def replay(
+    request: Request,
+    dead_letter_id: Annotated[str, PathParam(min_length=1, max_length=256)],
+    rt: RT,
+    _: Annotated[Access, Depends(changing_access)],
+) -> JSONResponse:
+    """As ``POST /v1/admin/dead-letters/{id}/replay``: the claim makes a replay safe."""
+    if not await rt.broker.replay_dead_letter(dead_letter_id):
+        raise NotFound("dead letter", dead_letter_id)
+    _dashboard(request).invalidate()
+    return JSONResponse({"id": dead_letter_id, "replayed": True})
+
+
+def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:
+    message = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
+    body = _template("login.html").replace("{{error}}", message)
+    return HTMLResponse(body, status_code=status, headers=_SECURITY_HEADERS)
+
+
+def _template(name: str) -> str:
+    return (STATIC / name).read_text(encoding="utf-8")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

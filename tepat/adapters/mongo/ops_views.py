@@ -1,0 +1,67 @@
+"""Read-only figures for the operator dashboard (see ``OpsViewStore`` in the port).
+
+Each query runs on an index (:mod:`.indexes`: ``tickets.sent``,
+``messages.failed_updated``, ``devices.deactivated``), so a dashboard refresh
+costs the recent documents, not the collection.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pymongo import DESCENDING
+
+from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
+from tepat.ports.store import SendSample
+
+
+class OpsViewsMixin(MongoBase):
+    async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
+        if limit <= 0:  # limit(0) means *no* limit to MongoDB
+            return []
+        tickets = (
+            await self._db["tickets"]
+            .find(
+                {"sent_at": {"$gte": bson_dt(since)}},
+                projection={"message_id": True, "sent_at": True},
+            )
+            .sort([("sent_at", DESCENDING), ("_id", DESCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        ids = list({t["message_id"] for t in tickets})
+        messages = {
+            m["_id"]: m
+            for m in await self._db["messages"]
+            .find({"_id": {"$in": ids}}, projection={"category": True, "scheduled_at": True})
+            .to_list(None)
+        }
+        return [
+            SendSample(
+                category=m["category"],
+                scheduled_at=read_dt_required(m["scheduled_at"]),
+                sent_at=read_dt_required(t["sent_at"]),
+            )
+            for t in tickets
+            if (m := messages.get(t["message_id"])) is not None
+        ]
+
+    async def failures_since(self, since: datetime) -> dict[str, int]:
+        match = {"status": "failed", "updated_at": {"$gte": bson_dt(since)}}
+        return await self._count_by(self._db["messages"], match, "$status_reason")
+
+    async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
+        match = {"active": False, "updated_at": {"$gte": bson_dt(since)}}
+        return await self._count_by(self._db["devices"], match, "$deactivated_reason")
+
+    async def _count_by(self, collection: Any, match: dict[str, Any], key: str) -> dict[str, int]:
+        cursor = await collection.aggregate(
+            [{"$match": match}, {"$group": {"_id": key, "n": {"$sum": 1}}}]
+        )
+        counts: dict[str, int] = {}
+        for doc in await cursor.to_list(None):
+            name = "" if doc["_id"] is None else str(doc["_id"])
+            counts[name] = counts.get(name, 0) + int(doc["n"])
+        return counts

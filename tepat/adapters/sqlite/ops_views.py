@@ -1,0 +1,45 @@
+"""Read-only figures for the operator dashboard (see ``OpsViewStore`` in the port).
+
+Each query runs on an index (schema migration 3): tickets by ``sent_at``, failed
+messages by ``updated_at``, deactivated devices by ``updated_at``, so a dashboard
+refresh costs the recent rows, not the table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tepat.adapters.sqlite.codecs import Row, _dt, _ts
+from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.ports.store import SendSample
+
+
+class OpsViewsMixin(SqliteBase):
+    async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
+        rows = await self._select(
+            "SELECT m.category, m.scheduled_at, t.sent_at FROM tickets t "
+            "JOIN messages m ON m.id = t.message_id "
+            "WHERE t.sent_at >= ? ORDER BY t.sent_at DESC, t.ticket_id DESC LIMIT ?",
+            (_ts(since), max(0, limit)),
+        )
+        return [SendSample(r[0], _dt(r[1]), _dt(r[2])) for r in rows]
+
+    async def failures_since(self, since: datetime) -> dict[str, int]:
+        rows = await self._select(
+            "SELECT coalesce(status_reason, ''), count(*) FROM messages "
+            "WHERE status = 'failed' AND updated_at >= ? GROUP BY 1",
+            (_ts(since),),
+        )
+        return _counts(rows)
+
+    async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
+        rows = await self._select(
+            "SELECT coalesce(deactivated_reason, ''), count(*) FROM devices "
+            "WHERE active = 0 AND updated_at >= ? GROUP BY 1",
+            (_ts(since),),
+        )
+        return _counts(rows)
+
+
+def _counts(rows: list[Row]) -> dict[str, int]:
+    return {str(r[0]): int(r[1]) for r in rows}

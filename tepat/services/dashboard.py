@@ -1,0 +1,254 @@
+"""The operator dashboard's figures, computed on the server and cached briefly.
+
+Everything comes from the sources of truth that every process shares (the
+store and the broker), never from one process's memory, so an API replica
+shows what the consumers did. A snapshot is computed at most once per
+``cache_seconds`` however many browsers poll it, and only while someone looks.
+
+- per category: the broker's ready / scheduled / in flight / dead letters;
+- sends per second over the last minute and lateness p50 / p99 over the last
+  five minutes, from the tickets (one per notification the provider accepted;
+  lateness = accepted - scheduled, as ``tepat_send_lateness_seconds``). At most
+  ``sample_limit`` tickets are read: past that the figures cover the newest
+  ones and say how many seconds they span;
+- failures in the last hour by provider code (``failure_code``);
+- devices deactivated since midnight UTC, by reason;
+- the tz database release; the broker's dead letters with reason and attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import structlog
+
+from tepat.clock import Clock
+from tepat.domain.batches import BadBatch, decode_batch
+from tepat.domain.categories import Categories
+from tepat.domain.zones import TZDATA_RELEASE
+from tepat.ports.broker import Broker, DeadLetter, QueueStats
+from tepat.ports.store import SendSample, Store
+
+log = structlog.get_logger("tepat.dashboard")
+
+SENDS_WINDOW = timedelta(minutes=1)
+LATENESS_WINDOW = timedelta(minutes=5)
+FAILURES_WINDOW = timedelta(hours=1)
+SAMPLE_LIMIT = 20_000
+CACHE_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryLine:
+    category: str
+    queue: str
+    priority: int
+    ready: int | None  # None: the broker could not be read
+    scheduled: int | None
+    in_flight: int | None
+    dead_letters: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    sends_per_second: float
+    sends_window_seconds: float
+    lateness_p50_seconds: float | None  # None: nothing sent in the window
+    lateness_p99_seconds: float | None
+    lateness_samples: int
+    lateness_window_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterLine:
+    id: str
+    queue: str
+    category: str | None
+    reason: str
+    attempts: int
+    messages: int | None  # message ids the batch carries; None when it is not a Tepat batch
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    generated_at: datetime
+    tzdata_release: str
+    categories: list[CategoryLine]
+    rates: Rates
+    failures_window_seconds: float
+    failures_by_code: dict[str, int]
+    deactivated_since: datetime
+    devices_deactivated: dict[str, int]
+    dead_letters: list[DeadLetterLine]
+    # What could not be read this time (the rest is still shown), e.g. "broker: ..."
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def devices_deactivated_total(self) -> int:
+        return sum(self.devices_deactivated.values())
+
+
+_GAVE_UP = re.compile(r"^gave up after \d+ attempts: ")
+_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def failure_code(reason: str) -> str:
+    """The provider's code in a failed message's reason, else ``other``.
+
+    Reasons read ``DeviceNotRegistered`` (a receipt), ``MessageTooBig: …`` (a
+    ticket), ``HTTP_401: …`` / ``UNAUTHORIZED: …`` (a whole request), possibly
+    behind ``gave up after N attempts: `` and joined by ``; `` for several
+    devices (the first counts); ``outcome_unknown`` and ``deferral_failed`` are
+    Tepat's own closing reasons and are kept as they are.
+    """
+    first = _GAVE_UP.sub("", reason).split("; ", 1)[0]
+    head = first.split(":", 1)[0].strip()
+    if _CODE.match(head):
+        return head
+    return "other" if first.strip() else "unknown"
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in (0, 1]) of ascending values; None when empty."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def rates(samples: list[SendSample], now: datetime, *, limit: int = SAMPLE_LIMIT) -> Rates:
+    """Sends per second and lateness percentiles from newest-first samples.
+
+    When the store returned ``limit`` samples the window was cut short: the
+    figures then cover the span of those samples, and say so.
+    """
+    lateness_window = LATENESS_WINDOW.total_seconds()
+    sends_window = SENDS_WINDOW.total_seconds()
+    if samples and len(samples) >= limit:
+        span = max((now - samples[-1].sent_at).total_seconds(), 1.0)
+        lateness_window = min(lateness_window, span)
+        sends_window = min(sends_window, span)
+    sends_since = now - timedelta(seconds=sends_window)
+    sent = sum(1 for s in samples if s.sent_at >= sends_since)
+    late = sorted(max(0.0, (s.sent_at - s.scheduled_at).total_seconds()) for s in samples)
+    return Rates(
+        sends_per_second=sent / sends_window,
+        sends_window_seconds=sends_window,
+        lateness_p50_seconds=percentile(late, 0.50),
+        lateness_p99_seconds=percentile(late, 0.99),
+        lateness_samples=len(late),
+        lateness_window_seconds=lateness_window,
+    )
+
+
+class Dashboard:
+    """Builds :class:`Snapshot`; one at a time, reused for ``cache_seconds``.
+
+    The cache runs on a monotonic clock of its own (real time, what load is
+    measured in), while the figures use the runtime's clock like everything else.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        broker: Broker,
+        categories: Categories,
+        clock: Clock,
+        *,
+        cache_seconds: float = CACHE_SECONDS,
+        sample_limit: int = SAMPLE_LIMIT,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._broker = broker
+        self._categories = categories
+        self._clock = clock
+        self._cache_seconds = cache_seconds
+        self._sample_limit = sample_limit
+        self._monotonic = monotonic
+        self._lock = asyncio.Lock()
+        self._cached: tuple[float, Snapshot] | None = None
+
+    def invalidate(self) -> None:
+        """Forget the cached snapshot (after an action such as a replay)."""
+        self._cached = None
+
+    async def snapshot(self) -> Snapshot:
+        async with self._lock:  # concurrent viewers share one computation
+            cached = self._cached
+            if cached is not None and self._monotonic() - cached[0] < self._cache_seconds:
+                return cached[1]
+            snap = await self._compute()
+            self._cached = (self._monotonic(), snap)
+            return snap
+
+    async def _compute(self) -> Snapshot:
+        now = self._clock.now()
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        queues = self._categories.queues()
+        problems: list[str] = []
+        stats: dict[str, QueueStats] = {}
+        dead: list[DeadLetter] = []
+        try:
+            stats = {s.queue: s for s in await self._broker.stats(queues)}
+            dead = await self._broker.dead_letters(queues)
+        except Exception as e:  # the store's figures are worth showing on their own
+            log.warning("dashboard could not read the broker", error=str(e))
+            problems.append(f"broker: {type(e).__name__}: {e}")
+        samples = await self._store.recent_sends(now - LATENESS_WINDOW, self._sample_limit)
+        failures = await self._store.failures_since(now - FAILURES_WINDOW)
+        deactivated = await self._store.devices_deactivated_since(midnight)
+        by_code: Counter[str] = Counter()
+        for reason, count in failures.items():
+            by_code[failure_code(reason)] += count
+        return Snapshot(
+            generated_at=now,
+            tzdata_release=TZDATA_RELEASE,
+            categories=self._category_lines(stats),
+            rates=rates(samples, now, limit=self._sample_limit),
+            failures_window_seconds=FAILURES_WINDOW.total_seconds(),
+            failures_by_code=dict(by_code.most_common()),
+            deactivated_since=midnight,
+            devices_deactivated=dict(sorted(deactivated.items(), key=lambda kv: -kv[1])),
+            dead_letters=[self._dead_line(d) for d in dead],
+            problems=problems,
+        )
+
+    def _category_lines(self, stats: dict[str, QueueStats]) -> list[CategoryLine]:
+        lines = []
+        for policy in sorted(self._categories, key=lambda p: (p.priority, p.name)):
+            s = stats.get(policy.queue_name)
+            lines.append(
+                CategoryLine(
+                    category=policy.name,
+                    queue=policy.queue_name,
+                    priority=policy.priority,
+                    ready=s.ready if s else None,
+                    scheduled=s.scheduled if s else None,
+                    in_flight=s.in_flight if s else None,
+                    dead_letters=s.dead_letters if s else None,
+                )
+            )
+        return lines
+
+    def _dead_line(self, d: DeadLetter) -> DeadLetterLine:
+        policy = self._categories.by_queue().get(d.queue)
+        try:
+            messages: int | None = len(decode_batch(d.queue, d.body).ids)
+        except BadBatch:
+            messages = None
+        return DeadLetterLine(
+            id=d.id,
+            queue=d.queue,
+            category=policy.name if policy else None,
+            reason=d.reason,
+            attempts=d.attempts,
+            messages=messages,
+        )

@@ -1,0 +1,211 @@
+"""``/dashboard``: who may see it, the session cookie, CSRF on replay, and the figures.
+
+The page itself runs in a real browser in ``tests/browser/``; this file holds the
+HTTP rules and the figures the JSON carries, on the fake clock.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from api.dashboard_session import COOKIE, SESSION_SECONDS
+from tepat.clock import FakeClock
+from tepat.domain.zones import TZDATA_RELEASE
+from tepat.ports.push import TicketError
+from tepat.runtime import Runtime
+from tests.api.conftest import ADMIN, ADMIN_KEY, problem
+from tests.api.helpers import (
+    create_user,
+    drain_due,
+    make_broker_dead_letter,
+    notification_body,
+    ok,
+    scene,
+)
+from tests.support.fake_push import FakePush
+
+NOTIFY = "/v1/users/alice/notifications"
+
+
+async def login(client: httpx.AsyncClient) -> str:
+    """Log in through the form; returns the page's CSRF token."""
+    r = await client.post("/dashboard/login", data={"key": ADMIN_KEY})
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard", r.text
+    page = await client.get("/dashboard")
+    assert page.status_code == 200, page.text
+    marker = '<meta name="csrf-token" content="'
+    start = page.text.index(marker) + len(marker)
+    return page.text[start : page.text.index('"', start)]
+
+
+async def data(client: httpx.AsyncClient, **kw: Any) -> dict[str, Any]:
+    r = await ok(await client.get("/dashboard/data", **kw))
+    return dict(r.json())
+
+
+async def test_without_credentials_only_the_login_form_and_assets_are_served(
+    client: httpx.AsyncClient,
+) -> None:
+    page = await client.get("/dashboard")
+    assert page.status_code == 303 and page.headers["location"] == "/dashboard/login"
+    form = await client.get("/dashboard/login")
+    assert form.status_code == 200 and 'name="key"' in form.text
+    assert "frame-ancestors 'none'" in form.headers["content-security-policy"]
+    for name in ("dashboard.js", "dashboard.css"):
+        assert (await client.get(f"/dashboard/static/{name}")).status_code == 200
+    problem(await client.get("/dashboard/static/dashboard.html"), 404)  # templates stay in
+    problem(await client.get("/dashboard/data"), 401)
+    problem(await client.get("/dashboard/data", headers={"X-API-Key": "wrong"}), 401)
+    problem(await client.post("/dashboard/dead-letters/x/replay"), 401)
+
+
+async def test_a_wrong_key_is_refused_and_the_right_one_gives_a_strict_http_only_cookie(
+    client: httpx.AsyncClient,
+) -> None:
+    wrong = await client.post("/dashboard/login", data={"key": "not-the-key"})
+    assert wrong.status_code == 401 and "not the admin key" in wrong.text
+    assert COOKIE not in client.cookies
+
+    r = await client.post("/dashboard/login", data={"key": ADMIN_KEY})
+    cookie = r.headers["set-cookie"].lower()
+    for attribute in ("httponly", "samesite=strict", "path=/dashboard", "max-age="):
+        assert attribute in cookie, cookie
+    assert "secure" not in cookie  # plain HTTP here; over HTTPS it is Secure (next test)
+    assert ADMIN_KEY not in r.headers["set-cookie"]
+
+    body = await data(client)
+    assert body["tzdata_release"] == TZDATA_RELEASE
+    # The cookie is the dashboard's only: the API proper still wants its headers.
+    problem(await client.get("/v1/admin/queues"), 401)
+
+
+async def test_the_cookie_is_secure_over_https(app: FastAPI) -> None:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://tepat.test") as c:
+        r = await c.post("/dashboard/login", data={"key": ADMIN_KEY})
+        assert "secure" in r.headers["set-cookie"].lower()
+
+
+async def test_a_forged_or_expired_cookie_is_no_session(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await login(client)
+    good = client.cookies[COOKIE]
+    expires, nonce, signature = good.split(".")
+    for forged in (
+        f"{int(expires) + 3600}.{nonce}.{signature}",  # a longer life, same signature
+        f"{expires}.{nonce}.{'0' * len(signature)}",
+        f"{expires}.{nonce}.{signature}é",
+        "garbage",
+    ):
+        client.cookies.clear()
+        raw = {b"Cookie": f"{COOKIE}={forged}".encode("latin-1")}
+        problem(await client.get("/dashboard/data", headers=raw), 401)
+        assert (await client.get("/dashboard", headers=raw)).status_code == 303
+    client.cookies.set(COOKIE, good)
+    await data(client)
+    clock.advance(timedelta(seconds=SESSION_SECONDS + 1))
+    problem(await client.get("/dashboard/data"), 401)
+
+
+async def test_replay_needs_the_csrf_token_with_the_cookie_and_leaves_the_list(
+    client: httpx.AsyncClient, rt: Runtime
+) -> None:
+    dead_id = await make_broker_dead_letter(rt)
+    csrf = await login(client)
+    listed = (await data(client))["dead_letters"]
+    assert [(d["id"], d["reason"], d["attempts"]) for d in listed] == [(dead_id, "unreadable", 2)]
+    assert listed[0]["messages"] is None  # not a Tepat batch
+
+    url = f"/dashboard/dead-letters/{dead_id}/replay"
+    problem(await client.post(url), 403)  # the cookie alone: what a forged request has
+    problem(await client.post(url, headers={"X-CSRF-Token": "guess"}), 403)
+    problem(await client.post(url, headers={b"X-CSRF-Token": "é".encode("latin-1")}), 403)
+    assert await rt.broker.dead_letters(rt.categories.queues())  # still there
+
+    r = await ok(await client.post(url, headers={"X-CSRF-Token": csrf}))
+    assert r.json() == {"id": dead_id, "replayed": True}
+    assert (await data(client))["dead_letters"] == []  # not served from the cache
+    problem(await client.post(url, headers={"X-CSRF-Token": csrf}), 404)
+
+
+async def test_the_api_key_header_reaches_data_and_replay_without_a_session(
+    client: httpx.AsyncClient, rt: Runtime
+) -> None:
+    dead_id = await make_broker_dead_letter(rt)
+    assert (await data(client, headers=ADMIN))["dead_letters"][0]["id"] == dead_id
+    await ok(await client.post(f"/dashboard/dead-letters/{dead_id}/replay", headers=ADMIN))
+
+
+async def test_logout_clears_the_cookie_and_needs_the_token(client: httpx.AsyncClient) -> None:
+    csrf = await login(client)
+    problem(await client.post("/dashboard/logout", data={"csrf": "wrong"}), 403)
+    r = await client.post("/dashboard/logout", data={"csrf": csrf})
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard/login"
+    assert COOKIE not in client.cookies
+    problem(await client.get("/dashboard/data"), 401)
+
+
+async def test_figures_follow_a_send_a_failure_and_a_dead_device(
+    client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, push: FakePush, app: FastAPI
+) -> None:
+    await scene(client)
+    queue = rt.categories.get("custom").queue_name
+    send_at = clock.now() + timedelta(minutes=5)
+    await ok(
+        await client.post(
+            NOTIFY, json=notification_body(send_at=send_at.isoformat()), headers=ADMIN
+        )
+    )
+    await rt.outbox.flush()
+    before = await data(client, headers=ADMIN)
+    custom = next(c for c in before["categories"] if c["category"] == "custom")
+    assert (custom["queue"], custom["scheduled"], custom["ready"]) == (queue, 1, 0)
+    assert before["rates"]["sends_per_second"] == 0
+    assert before["rates"]["lateness_p99_seconds"] is None
+
+    clock.advance(timedelta(minutes=5, seconds=3))  # sent 3 s after its instant
+    assert await drain_due(rt) == 1
+    app.state.dashboard.invalidate()  # the cache runs on real time, which has not passed
+    after = await data(client, headers=ADMIN)
+    custom = next(c for c in after["categories"] if c["category"] == "custom")
+    assert (custom["scheduled"], custom["ready"], custom["in_flight"]) == (0, 0, 0)
+    assert after["rates"]["sends_per_second"] == 1 / 60
+    assert after["rates"]["lateness_p50_seconds"] == 3.0
+    assert after["rates"]["lateness_p99_seconds"] == 3.0
+    assert after["rates"]["lateness_samples"] == 1
+
+    # bob's phone is gone: the message fails with Expo's code and the device is deactivated.
+    await create_user(client, "bob")
+    await ok(
+        await client.put(
+            "/v1/users/bob/devices/phone",
+            json={"push_token": "ExponentPushToken[bob]"},
+            headers=ADMIN,
+        )
+    )
+    push.refuse_with = TicketError(
+        "DeviceNotRegistered", "not registered", permanent=True, deactivate_device=True
+    )
+    bob = notification_body(idempotency_key="b")
+    await ok(await client.post("/v1/users/bob/notifications", json=bob, headers=ADMIN))
+    assert await drain_due(rt) == 1
+    app.state.dashboard.invalidate()
+    figures = await data(client, headers=ADMIN)
+    assert figures["failures_by_code"] == {"DeviceNotRegistered": 1}
+    assert figures["devices_deactivated"] == {"DeviceNotRegistered": 1}
+    assert figures["devices_deactivated_total"] == 1
+
+
+async def test_viewers_share_one_snapshot_within_the_cache_time(
+    client: httpx.AsyncClient, app: FastAPI, clock: FakeClock
+) -> None:
+    first = await data(client, headers=ADMIN)
+    clock.advance(5)  # the figures' clock moves; the cache's (real time) has not
+    assert (await data(client, headers=ADMIN))["generated_at"] == first["generated_at"]
+    app.state.dashboard.invalidate()
+    assert (await data(client, headers=ADMIN))["generated_at"] != first["generated_at"]
