@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Tepat's ActiveMQ Classic broker lifecycle (Debian's `activemq` package, 5.17, Java 17).
 #
-#   scripts/activemq.sh install          apt-get install activemq if it is missing
+#   scripts/activemq.sh install          apt-get install activemq, libxstream-java, libjettison-java if missing
 #   scripts/activemq.sh start   BASE     create BASE, copy deploy/activemq/conf, start, wait for STOMP
 #   scripts/activemq.sh stop    BASE     SIGTERM (clean shutdown), SIGKILL after 30 s
 #   scripts/activemq.sh restart BASE
 #   scripts/activemq.sh status  BASE
 #
 # Environment:
+#   ACTIVEMQ_HOME          an ActiveMQ Classic 5.17+ installation (default /usr/share/activemq, Debian's);
+#                          set, `install` only checks it and `start` runs its bin/activemq.jar
+#   AMQ_CONF_SRC           folder copied to BASE/conf (default deploy/activemq/conf)
 #   AMQ_HEAP               max heap (default 256m; docs/ACTIVEMQ.md: 1g for large scheduler backlogs)
 #   TEPAT_AMQ_BIND         address the connectors listen on (default 127.0.0.1)
 #   TEPAT_AMQ_STOMP_PORT   STOMP port (default 61613)
@@ -19,9 +22,15 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CONF_SRC="$HERE/../deploy/activemq/conf"
-AMQ_HOME=/usr/share/activemq
+CONF_SRC=${AMQ_CONF_SRC:-"$HERE/../deploy/activemq/conf"}
+DEBIAN_HOME=/usr/share/activemq
+AMQ_HOME=${ACTIVEMQ_HOME:-$DEBIAN_HOME}
 AMQ_JAR="$AMQ_HOME/bin/activemq.jar"
+# The statistics plugin's map transformation needs xstream and jettison. Debian's
+# activemq only Recommends them, so an install without recommends leaves them out
+# and the broker drops the client with NoClassDefFoundError: install them by name.
+DEBIAN_PACKAGES=(activemq libxstream-java libjettison-java)
+EXTRA_JARS=(xstream jettison)
 BIND=${TEPAT_AMQ_BIND:-127.0.0.1}
 STOMP_PORT=${TEPAT_AMQ_STOMP_PORT:-61613}
 OPENWIRE_PORT=${TEPAT_AMQ_OPENWIRE_PORT:-61616}
@@ -63,31 +72,56 @@ log_tail() {
   fi
 }
 
+missing_jars() {
+  # prints the jars the broker needs that are missing, one a line
+  local jar
+  [[ -f "$AMQ_JAR" ]] || echo "$AMQ_JAR"
+  for jar in "${EXTRA_JARS[@]}"; do
+    extra_jar "$jar" >/dev/null || echo "$jar.jar"
+  done
+}
+
+extra_jar() {
+  # where xstream or jettison is: the distribution's lib/optional (upstream tarball),
+  # else Debian's /usr/share/java
+  local name=$1 found
+  found=$(compgen -G "$AMQ_HOME/lib/optional/$name-[0-9]*.jar" | head -n 1) || true
+  [[ -n "$found" ]] || found=/usr/share/java/$name.jar
+  [[ -f "$found" ]] || return 1
+  echo "$found"
+}
+
 cmd_install() {
-  if [[ -f "$AMQ_JAR" ]]; then
+  local missing
+  missing=$(missing_jars)
+  if [[ -z "$missing" ]]; then
     echo "activemq already installed ($AMQ_JAR)"
     return 0
   fi
-  command -v apt-get >/dev/null || die "apt-get not found; install ActiveMQ Classic 5.17 so that $AMQ_JAR exists"
+  if [[ "$AMQ_HOME" != "$DEBIAN_HOME" ]]; then
+    die "ACTIVEMQ_HOME=$AMQ_HOME lacks: $(echo $missing) (unset ACTIVEMQ_HOME to use Debian's activemq)"
+  fi
+  command -v apt-get >/dev/null ||
+    die "apt-get not found; install ActiveMQ Classic 5.17+ and set ACTIVEMQ_HOME to it"
   local sudo=""
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y activemq
-  [[ -f "$AMQ_JAR" ]] || die "apt-get install activemq finished but $AMQ_JAR is missing"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${DEBIAN_PACKAGES[@]}"
+  missing=$(missing_jars)
+  [[ -z "$missing" ]] || die "apt-get install ${DEBIAN_PACKAGES[*]} finished but these are missing: $(echo $missing)"
   echo "activemq installed"
 }
 
 prepare_base() {
-  local base=$1 jar
+  local base=$1 jar path
   mkdir -p "$base/conf" "$base/data" "$base/tmp" "$base/lib"
   [[ -d "$CONF_SRC" ]] || die "config source $CONF_SRC missing"
   cp -f "$CONF_SRC"/* "$base/conf/"
-  # the statistics plugin's map transformation needs xstream and jettison;
-  # without them the broker drops the client with NoClassDefFoundError
-  for jar in xstream jettison; do
-    [[ -f "/usr/share/java/$jar.jar" ]] || die "/usr/share/java/$jar.jar missing (run: $0 install)"
-    ln -sfn "/usr/share/java/$jar.jar" "$base/lib/$jar.jar"
+  # xstream and jettison (see EXTRA_JARS) go on the classpath through BASE/lib
+  for jar in "${EXTRA_JARS[@]}"; do
+    path=$(extra_jar "$jar") || die "$jar.jar missing (run: $0 install)"
+    ln -sfn "$path" "$base/lib/$jar.jar"
   done
 }
 

@@ -7,9 +7,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 echo "== python environment"
-if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# .venv with the test dependencies at the versions pinned in constraints.txt
+bash scripts/venv.sh test
 
 echo "== promtool (tests/ops_cli: the Prometheus alert rules)"
 scripts/promtool.sh
