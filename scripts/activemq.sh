@@ -107,7 +107,7 @@ cmd_install() {
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${DEBIAN_PACKAGES[@]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y "${DEBIAN_PACKAGES[@]}"
   missing=$(missing_jars)
   [[ -z "$missing" ]] || die "apt-get install ${DEBIAN_PACKAGES[*]} finished but these are missing: $(echo $missing)"
   echo "activemq installed"
