@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 import uvicorn
 
+from consumers.rate_share import run_rate_share
 from consumers.worker import run_consumer, run_receipt_poller
 from scheduler.jobs import run_creator, run_outbox, run_sweeper
 from tepat.config import ConfigError, Settings
@@ -74,7 +75,7 @@ async def run_parts(
 
 
 def consumer_parts() -> list[Part]:
-    return [run_consumer, run_receipt_poller]
+    return [run_consumer, run_receipt_poller, run_rate_share]
 
 
 def scheduler_parts() -> list[Part]:

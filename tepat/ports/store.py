@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, Ticket, User
@@ -296,6 +296,17 @@ class SendSample:
     sent_at: datetime  # the ticket's
 
 
+class PresenceStore(Protocol):
+    """Which processes of a group are alive (consumers sharing one rate ceiling)."""
+
+    async def heartbeat(self, group: str, member: str, now: datetime, ttl: timedelta) -> int:
+        """Record ``member`` of ``group`` alive at ``now``; return how many members
+        (itself included) beat within ``ttl``. Members silent for long are forgotten."""
+        ...
+
+    async def leave(self, group: str, member: str) -> None: ...
+
+
 class OpsViewStore(Protocol):
     """Small read-only queries for the operator dashboard (``tepat/services/dashboard.py``)."""
 
@@ -323,6 +334,7 @@ class Store(
     MessageStore,
     TicketStore,
     OpsViewStore,
+    PresenceStore,
     Protocol,
 ):
     async def open(self) -> None:

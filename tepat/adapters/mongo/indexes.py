@@ -172,3 +172,8 @@ async def create_indexes(db: Any) -> None:
     )
     await tickets.create_index("message_id", name="message")
     await tickets.create_index("sent_at", name="sent")  # the dashboard's recent sends
+
+    # Live consumer processes per group (adapters/mongo/presence.py).
+    await db["presence"].create_index(
+        [("group", ASCENDING), ("beat_at", ASCENDING)], name="group_beat"
+    )

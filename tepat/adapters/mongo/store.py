@@ -17,13 +17,20 @@ from tepat.adapters.mongo.indexes import create_indexes, migrate
 from tepat.adapters.mongo.messages import MessagesMixin
 from tepat.adapters.mongo.ops_views import OpsViewsMixin
 from tepat.adapters.mongo.outbox import OutboxMixin
+from tepat.adapters.mongo.presence import PresenceMixin
 from tepat.adapters.mongo.reminders import RemindersMixin
 from tepat.adapters.mongo.tickets import TicketsMixin
 from tepat.adapters.mongo.users import UsersMixin
 
 
 class MongoStore(
-    UsersMixin, RemindersMixin, MessagesMixin, OutboxMixin, TicketsMixin, OpsViewsMixin
+    UsersMixin,
+    RemindersMixin,
+    MessagesMixin,
+    OutboxMixin,
+    TicketsMixin,
+    OpsViewsMixin,
+    PresenceMixin,
 ):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 

@@ -171,6 +171,19 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX ix_devices_deactivated ON devices(updated_at) WHERE active = 0",
         ),
     ),
+    (
+        4,
+        (
+            # Live consumer processes, so they share the provider's rate ceiling
+            # (adapters/sqlite/presence.py, consumers/rate_share.py).
+            """CREATE TABLE presence (
+                grp TEXT NOT NULL,
+                member TEXT NOT NULL,
+                beat_at TEXT NOT NULL,
+                PRIMARY KEY (grp, member)
+            )""",
+        ),
+    ),
 )
 
 

@@ -6,6 +6,7 @@ from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.messages_read import MessagesReadMixin
 from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
 from tepat.adapters.sqlite.ops_views import OpsViewsMixin
+from tepat.adapters.sqlite.presence import PresenceMixin
 from tepat.adapters.sqlite.reminders import RemindersMixin
 from tepat.adapters.sqlite.tickets import TicketsMixin
 from tepat.adapters.sqlite.users import UsersMixin
@@ -18,6 +19,7 @@ class SqliteStore(
     MessagesReadMixin,
     TicketsMixin,
     OpsViewsMixin,
+    PresenceMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""

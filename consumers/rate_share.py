@@ -1,0 +1,62 @@
+"""Share the provider's rate ceiling among the live consumer processes, with no new parts.
+
+Each consumer process beats in the store every couple of seconds and counts
+the live members of its group (one group per Expo project: URL and
+credential). It then takes ``ceiling / live`` as its own ceiling. A process
+that dies stops beating and drops out within the TTL; one that joins is
+counted at its first beat. So ``TEPAT_EXPO_RATE_LIMIT`` is the project's
+limit, never divided by hand, and two processes together stay under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import socket
+import uuid
+from datetime import timedelta
+
+import structlog
+
+from tepat.runtime import Runtime
+from tepat.services.loops import wait_or_stop
+
+log = structlog.get_logger("tepat.rate_share")
+
+BEAT_SECONDS = 2.0
+TTL = timedelta(seconds=7)
+
+
+def rate_group(rt: Runtime) -> str:
+    """One group per Expo project: the processes that share a rate limit."""
+    token = rt.settings.expo_access_token
+    secret = token.get_secret_value() if token else ""
+    digest = hashlib.sha256(f"{rt.settings.expo_url}|{secret}".encode()).hexdigest()[:16]
+    return f"expo-rate:{digest}"
+
+
+def member_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+async def run_rate_share(rt: Runtime, stop: asyncio.Event) -> None:
+    group, member = rate_group(rt), member_name()
+    live = 1
+    try:
+        while not stop.is_set():
+            try:
+                now_live = await rt.store.heartbeat(group, member, rt.clock.now(), TTL)
+                if now_live != live:
+                    log.info("consumers sharing the provider's rate", live=now_live)
+                live = max(1, now_live)
+                rt.push.set_rate_share(1.0 / live)
+            except Exception:
+                # Keep the last share: a store hiccup must not double anyone's rate.
+                log.exception("rate share heartbeat failed")
+            await wait_or_stop(rt.clock, stop, BEAT_SECONDS)
+    finally:
+        try:
+            await rt.store.leave(group, member)
+        except Exception:
+            log.warning("could not leave the rate group; it expires by itself")

@@ -1,0 +1,56 @@
+"""Consumer processes share the provider's ceiling through heartbeats in the store."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from consumers.rate_share import BEAT_SECONDS, run_rate_share
+from tepat.clock import FakeClock
+from tepat.config import Settings
+from tepat.runtime import open_runtime
+from tests.support.fake_push import FakePush
+from tests.support.waiting import eventually
+
+
+class SharePush(FakePush):
+    def __init__(self) -> None:
+        super().__init__()
+        self.share = 1.0
+
+    def set_rate_share(self, share: float) -> None:
+        self.share = share
+
+
+async def test_two_consumers_take_half_each_and_the_survivor_takes_all(tmp_path: Path) -> None:
+    clock = FakeClock(datetime(2027, 3, 1, 9, 0, tzinfo=UTC))
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/t.db", broker_url="embedded://")
+    a_push, b_push = SharePush(), SharePush()
+    async with (
+        open_runtime(settings, clock=clock, push=a_push) as a,
+        open_runtime(settings, clock=clock, push=b_push) as b,
+    ):
+        a_stop, b_stop = asyncio.Event(), asyncio.Event()
+        a_task = asyncio.create_task(run_rate_share(a, a_stop))
+        b_task = asyncio.create_task(run_rate_share(b, b_stop))
+
+        async def beat() -> bool:
+            clock.advance(BEAT_SECONDS)
+            return a_push.share == b_push.share == 0.5
+
+        await eventually(beat, what="both at half the ceiling")
+
+        # b stops (a process killed without leaving is dropped after the TTL instead:
+        # see the store contract's presence tests); a takes the whole ceiling.
+        b_task.cancel()
+        await asyncio.gather(b_task, return_exceptions=True)
+
+        async def alone() -> bool:
+            clock.advance(BEAT_SECONDS)
+            return a_push.share == 1.0
+
+        await eventually(alone, what="a alone")
+        a_stop.set()
+        clock.advance(BEAT_SECONDS)
+        await a_task
