@@ -26,7 +26,6 @@ from tests.deploy.compose_file import (
     environment,
     load_raw,
     load_schema,
-    replicas,
     resolve,
     services,
 )
@@ -140,18 +139,21 @@ def test_token_unset_stays_unset_in_the_containers() -> None:
         assert environment(services(resolved(env))[name])["TEPAT_EXPO_ACCESS_TOKEN"] is None
 
 
-def test_consumers_together_stay_under_expo_s_limit_per_project() -> None:
+def test_every_consumer_gets_the_project_ceiling_which_live_consumers_share() -> None:
+    """The limit is the project's ceiling, shared at run time (consumers/rate_share.py),
+    so every consumer service carries the same ceiling, at most Expo's, never a share."""
     config = resolved()
-    total = 0.0
+    rates = set()
     for name, service in services(config).items():
         env = environment(service)
         if "consumers" not in (service.get("command") or []) and name != "consumers":
             continue
-        rate = float(
-            env.get("TEPAT_EXPO_RATE_LIMIT") or Settings.model_fields["expo_rate_limit"].default
+        rates.add(
+            float(
+                env.get("TEPAT_EXPO_RATE_LIMIT") or Settings.model_fields["expo_rate_limit"].default
+            )
         )
-        total += replicas(service) * rate
-    assert 0 < total <= EXPO_LIMIT_PER_PROJECT
+    assert len(rates) == 1 and 0 < rates.pop() <= EXPO_LIMIT_PER_PROJECT
 
 
 def test_activemq_console_is_published_on_loopback_only_by_default() -> None:
