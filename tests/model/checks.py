@@ -138,7 +138,8 @@ class Checker:
             status = str(m.status)
             if status not in TERMINAL and status != "sent":
                 raise Violation(f"{e.key}: message {m.id} still {status} at {now:%H:%M}Z")
-            if e.verdict is Verdict.NO_ARRIVAL and status in TERMINAL and not m.status_reason:
+            closed = status in TERMINAL and status != "delivered"
+            if e.verdict is Verdict.NO_ARRIVAL and closed and not m.status_reason:
                 raise Violation(f"{e.key}: message {m.id} ended {status} without a reason")
 
     # ------------------------------------------------------------ store
