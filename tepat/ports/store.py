@@ -311,8 +311,8 @@ class OpsViewStore(Protocol):
     """Small read-only queries for the operator dashboard (``tepat/services/dashboard.py``)."""
 
     async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
-        """Tickets sent at or after ``since``, newest first, at most ``limit``, each with
-        its message's category and scheduled instant."""
+        """Tickets sent at or after ``since``, newest first (equal instants in any order),
+        at most ``limit``, each with its message's category and scheduled instant."""
         ...
 
     async def failures_since(self, since: datetime) -> dict[str, int]:

@@ -27,7 +27,8 @@ class OpsViewsMixin(MongoBase):
                 {"sent_at": {"$gte": bson_dt(since)}},
                 projection={"message_id": True, "sent_at": True},
             )
-            .sort([("sent_at", DESCENDING), ("_id", DESCENDING)])
+            # sent_at alone: the index then yields the order and the limit stops the scan
+            .sort([("sent_at", DESCENDING)])
             .limit(limit)
             .to_list(None)
         )

@@ -19,7 +19,7 @@ class OpsViewsMixin(SqliteBase):
         rows = await self._select(
             "SELECT m.category, m.scheduled_at, t.sent_at FROM tickets t "
             "JOIN messages m ON m.id = t.message_id "
-            "WHERE t.sent_at >= ? ORDER BY t.sent_at DESC, t.ticket_id DESC LIMIT ?",
+            "WHERE t.sent_at >= ? ORDER BY t.sent_at DESC LIMIT ?",
             (_ts(since), max(0, limit)),
         )
         return [SendSample(r[0], _dt(r[1]), _dt(r[2])) for r in rows]
