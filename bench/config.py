@@ -61,6 +61,8 @@ class Config:
             "TEPAT_LOG_JSON": "true",
             # receipts are not part of these scenarios: keep the poller out of the way
             "TEPAT_RECEIPT_DELAY_SECONDS": "86400",
+            # several processes on one host: no fixed metrics port for them to fight over
+            "TEPAT_METRICS_PORT": "0",
         }
         if self.expo_rate_limit is not None:
             env["TEPAT_EXPO_RATE_LIMIT"] = str(self.expo_rate_limit)
