@@ -288,7 +288,15 @@ class Dispatcher:
                 continue
             reason = error if not retryable else f"gave up after {m.attempts} attempts: {error}"
             terminal.append(StatusChange(m.id, MessageStatus.FAILED, reason, last_error=error))
-        await self._store.transition_many(terminal, now, expect=[MessageStatus.SENDING])
+        sent = [c for c in terminal if c.to is MessageStatus.SENT]
+        failed = [c for c in terminal if c.to is not MessageStatus.SENT]
+        # A late answer is still the truth: if the lease ran out while this request
+        # waited (a slow provider, a throttled rate) and the sweeper put the message
+        # back to pending, recording it sent now stops a second send.
+        await self._store.transition_many(
+            sent, now, expect=[MessageStatus.SENDING, MessageStatus.PENDING]
+        )
+        await self._store.transition_many(failed, now, expect=[MessageStatus.SENDING])
         if not retries:
             return
         try:

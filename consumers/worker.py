@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import heapq
 import itertools
+import time
 
 import structlog
 
@@ -35,6 +37,8 @@ async def handle_delivery(rt: Runtime, delivery: Delivery) -> None:
 
 
 GATHER_WINDOW_SECONDS = 0.005
+# Longest a batch waits for a higher-priority batch of its second still being sent.
+PRIORITY_HOLD_SECONDS = 1.0
 
 
 class PriorityHold:
@@ -43,21 +47,25 @@ class PriorityHold:
     A broker hands over batches in its own order (per queue, as they fire). Under
     a backlog the consumer holds up to ``prefetch`` of them; taking them from
     this heap means an earlier second goes first, and within one second the
-    higher-priority category (``safety``) goes first. A batch also waits while
-    a higher-priority batch of the same or an earlier second is still being
-    sent, so with several workers ``meal`` does not start beside ``safety``.
+    higher-priority category (``safety``) goes first. A lower-priority batch of
+    the same second also waits while a higher-priority one is being sent, so
+    with several workers ``meal`` does not start beside ``safety`` - but for
+    at most ``PRIORITY_HOLD_SECONDS``: one slow provider answer must not stop
+    the consumer.
 
     What is guaranteed: among the batches this consumer holds. A batch still
     inside the broker (beyond the prefetch), or held by another consumer
     process, is not seen.
     """
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, hold_seconds: float = PRIORITY_HOLD_SECONDS) -> None:
+        self._hold_seconds = hold_seconds
         self._priority = {q: p.priority for q, p in rt.categories.by_queue().items()}
         self._heap: list[tuple[int, int, int, Delivery]] = []
         self._seq = itertools.count()
         self._changed = asyncio.Event()
         self._in_flight: collections.Counter[tuple[int, int]] = collections.Counter()
+        self._started: dict[tuple[int, int], float] = {}
 
     def put(self, delivery: Delivery) -> None:
         due = _due_second(delivery)
@@ -68,27 +76,44 @@ class PriorityHold:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def _blocked(self, due: int, priority: int) -> bool:
-        return any(d <= due and p < priority for (d, p), n in self._in_flight.items() if n)
+    def _blocked_for(self, due: int, priority: int) -> float:
+        """Seconds ``(due, priority)`` still waits for a higher priority of its second."""
+        now = time.monotonic()
+        waits = [
+            self._hold_seconds - (now - self._started[key])
+            for key, n in self._in_flight.items()
+            if n and key[0] == due and key[1] < priority
+        ]
+        return max([w for w in waits if w > 0], default=0.0)
 
     async def take(self) -> tuple[Delivery, tuple[int, int]]:
         """The next batch to work on and its key (give the key back to :meth:`done`)."""
         idle = not self._heap
-        while not self._heap or self._blocked(*self._heap[0][:2]):
+        while True:
+            blocked = self._blocked_for(*self._heap[0][:2]) if self._heap else None
+            if blocked == 0.0:
+                break
             self._changed.clear()
-            await self._changed.wait()
+            # Real time, deliberately: the hold is about requests on a socket.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=blocked)
             if idle:
                 # Idle until now: batches a broker fires together arrive a frame at a
-                # time, so wait a few milliseconds for the rest before choosing (real
-                # time, deliberately: this is about frames on a socket, not the clock).
+                # time, so wait a few milliseconds for the rest before choosing.
                 await asyncio.sleep(GATHER_WINDOW_SECONDS)
                 idle = False
         due, priority, _, delivery = heapq.heappop(self._heap)
-        self._in_flight[(due, priority)] += 1
-        return delivery, (due, priority)
+        key = (due, priority)
+        if not self._in_flight[key]:
+            self._started[key] = time.monotonic()
+        self._in_flight[key] += 1
+        return delivery, key
 
     def done(self, key: tuple[int, int]) -> None:
         self._in_flight[key] -= 1
+        if not self._in_flight[key]:
+            del self._in_flight[key]
+            self._started.pop(key, None)
         self._changed.set()
 
     def drain(self) -> list[Delivery]:

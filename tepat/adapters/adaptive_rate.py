@@ -5,13 +5,18 @@ allowed less, and several consumer processes share one project. Throwing the
 configured rate at a provider that accepts a sixth of it only collects 429s.
 
 - On a 429 the rate drops to what the provider was seen to accept over the
-  last seconds (a little under it), or by a multiplicative step when nothing
-  was accepted yet, and sending pauses for the provider's ``Retry-After``.
-- While requests are accepted the rate creeps back up (0.2 % per second), so
-  a provider that raised its limit is found again, slowly enough that a probe
-  past the limit (one 429) comes about once per 15 seconds of full-rate sending.
-- It never exceeds ``ceiling * share``: ``share`` is this process's part of
-  the ceiling (``1 / live consumers``, see ``consumers/rate_share.py``).
+  last seconds (a little under it); that figure is remembered as the *known
+  good* rate. Sending pauses for the provider's ``Retry-After``.
+- A 429 with nothing accepted to measure (a storm) halves the rate once, not
+  at every refusal: further 429s within ``DECREASE_GAP_SECONDS`` only pause.
+  The rate never goes under ``FLOOR_SHARE`` of the ceiling, so a storm cannot
+  leave the sender crawling for longer than the storm itself.
+- While requests are accepted, the rate climbs back fast (x1.5 per second) up
+  to the known good rate, then creeps up slowly (0.2 % per second) to probe
+  for more, so a probe past the provider's limit (one 429) comes about once per
+  15 seconds of full-rate sending.
+- It never exceeds ``ceiling * share``: ``share`` is this process's part of the
+  ceiling (``1 / live consumers``, see ``consumers/rate_share.py``).
 
 Written by hand because the usual libraries (aiolimiter, pyrate-limiter) give
 fixed rates; the adaptive part is the point here, and it is small.
@@ -27,13 +32,17 @@ from tepat.clock import Clock
 
 # How far back accepted sends count when a 429 asks "what does the provider take?".
 WINDOW_SECONDS = 2.0
-# Relative increase per second of accepted sending.
-INCREASE_PER_SECOND = 0.002
-# Decrease when a 429 comes with nothing accepted to measure from.
+# Probing above the known good rate: relative increase per second.
+PROBE_PER_SECOND = 0.002
+# Recovering up to the known good rate: factor per second.
+RECOVER_PER_SECOND = 1.5
+# A 429 with nothing accepted to measure from.
 DECREASE = 0.5
+DECREASE_GAP_SECONDS = 2.0
 # Aim this far under the measured rate.
 HEADROOM = 0.97
-FLOOR = 1.0
+# Never slower than this part of the ceiling (a storm must not outlast itself).
+FLOOR_SHARE = 0.05
 
 
 class AdaptiveRate:
@@ -45,6 +54,8 @@ class AdaptiveRate:
         self._accepted: deque[tuple[datetime, int]] = deque()
         self._first_accepted: datetime | None = None
         self._last_change = clock.now()
+        self._last_decrease: datetime | None = None
+        self.known_good: float | None = None
         self.throttled = 0
 
     @property
@@ -53,7 +64,11 @@ class AdaptiveRate:
 
     @property
     def limit(self) -> float:
-        return max(FLOOR, self.ceiling * self.share)
+        return max(self.floor, self.ceiling * self.share)
+
+    @property
+    def floor(self) -> float:
+        return max(1.0, self.ceiling * self.share * FLOOR_SHARE)
 
     def set_share(self, share: float) -> None:
         """This process's part of the ceiling (0 < share <= 1)."""
@@ -72,22 +87,35 @@ class AdaptiveRate:
         self._forget_before(now)
         elapsed = (now - self._last_change).total_seconds()
         self._last_change = now
-        if self.bucket.rate < self.limit and elapsed > 0:
-            grown = self.bucket.rate * (1 + INCREASE_PER_SECOND * elapsed)
-            self.bucket.set_rate(min(self.limit, grown))
+        rate = self.bucket.rate
+        if rate >= self.limit or elapsed <= 0:
+            return
+        target = min(self.limit, self.known_good or self.limit)
+        if rate < target:
+            grown = min(target, rate * RECOVER_PER_SECOND**elapsed)
+        else:
+            grown = rate * (1 + PROBE_PER_SECOND * elapsed)
+        self.bucket.set_rate(min(self.limit, grown))
 
     def throttled_by_provider(self, retry_after: float | None) -> None:
         now = self.clock.now()
         self.throttled += 1
         self._forget_before(now)
         taken = sum(n for _, n in self._accepted)
+        target: float | None = None
         if taken and self._first_accepted is not None:
             span = (now - self._first_accepted).total_seconds()
             span = min(WINDOW_SECONDS, max(1.0, span))
-            target = min(self.bucket.rate, taken / span) * HEADROOM
-        else:
+            measured = taken / span
+            target = min(self.bucket.rate, measured) * HEADROOM
+            self.known_good = target
+        elif self._last_decrease is None or (
+            (now - self._last_decrease).total_seconds() >= DECREASE_GAP_SECONDS
+        ):
             target = self.bucket.rate * DECREASE
-        self.bucket.set_rate(max(FLOOR, min(self.limit, target)))
+        if target is not None:
+            self.bucket.set_rate(max(self.floor, min(self.limit, target)))
+            self._last_decrease = now
         self._last_change = now
         if retry_after:
             self.bucket.pause(retry_after)

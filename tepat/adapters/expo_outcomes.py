@@ -8,7 +8,7 @@ what happened                                    maybe_sent why
 ================================================ ========== ==================================
 connect error, refused or timeout; pool timeout  no         no byte went out
 any error before the body was written completely no         Expo never had a whole request
-429 (with its ``Retry-After``), 408              no         refused without acting
+429 (with its ``Retry-After``), 408, 503         no         refused without acting
 read timeout; connection dropped or protocol     yes        the request went out; Expo may
 error after the body went out; unreadable body              have accepted it
 5xx                                              yes        Expo may fail after handing on
@@ -137,6 +137,11 @@ def classify_response(response: httpx.Response, now: datetime) -> Any:
         return RetryLater(reason, retry_after, throttled=True)
     if status == 408:
         # The server gave up waiting for the request: it never had it whole.
+        return RetryLater(reason, retry_after)
+    if status == 503:
+        # "Service Unavailable" (RFC 9110 §15.6.4): the server is unable to handle the
+        # request, so it did not; an overload or maintenance storm is not an unknown
+        # outcome, and closing everything it touches as outcome_unknown would lose it all.
         return RetryLater(reason, retry_after)
     if status >= 500:
         # Expo may fail after handing some notifications on (a gateway timing out in front

@@ -85,3 +85,17 @@ def test_rate_creeps_back_up_while_accepted_and_never_above_the_share() -> None:
         clock.advance(1.0)
         rate.accepted(100)
     assert bucket.rate == 300
+
+
+def test_a_429_storm_halves_once_per_gap_never_under_the_floor_and_recovers_fast() -> None:
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock, capacity=100)
+    rate = AdaptiveRate(bucket, 600, clock)
+    for _ in range(40):  # a 20 s storm: a 429 every half second, nothing accepted
+        rate.throttled_by_provider(retry_after=1.0)
+        clock.advance(0.5)
+    assert bucket.rate == rate.floor == 30  # 5 % of the ceiling, not 1/s
+    for _ in range(8):  # the storm is over
+        clock.advance(1.0)
+        rate.accepted(100)
+    assert bucket.rate == 600  # back in seconds, not the 38 minutes a slow probe would take

@@ -279,3 +279,32 @@ async def test_three_consecutive_failures_deactivate_and_a_success_resets(tmp_pa
             MessageStatus.FAILED,
             MessageStatus.FAILED,
         ]
+
+
+async def test_answer_arriving_after_the_lease_ran_out_is_recorded_and_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    """A throttled or slow request outlives the lease; the sweeper puts the message back.
+    When the answer (accepted) comes before the re-driven batch is claimed, the message
+    is recorded sent, and the re-driven batch claims nothing."""
+    async with pipeline(tmp_path, start=START, consumer=False, sending_lease_seconds=60) as p:
+        _, device = await p.add_user("lea", reminders=[("r", "meal", time(9, 0))])
+        await _plan_day(p)
+        batcher = p.rt.dispatcher._batcher
+        gate = asyncio.Event()
+        gated = _GatedPush(batcher._push, gate)
+        batcher._push = gated
+        p.clock.set(NINE)
+        [m] = await p.messages("lea")
+        claimed = await p.rt.store.claim([m.id], p.clock.now())  # consumer A
+        sending = asyncio.create_task(p.rt.dispatcher.process_claimed(claimed))
+        await eventually(lambda: gated.waiting >= 1, what="the request in flight")
+        p.clock.set(NINE + timedelta(seconds=61))
+        assert await p.rt.sweeper.sweep_once() == 1  # lease ran out: back to pending
+        assert await p.status_of(m.id) is MessageStatus.PENDING
+        gate.set()  # the answer arrives: accepted
+        await sending
+        assert await p.status_of(m.id) is MessageStatus.SENT
+        p.start_consumer()  # consumer B gets the re-driven batch
+        assert await stays_false(lambda: len(p.received_for(device.push_token)) > 1)
+        assert len(p.received_for(device.push_token)) == 1

@@ -254,7 +254,15 @@ async def test_a_408_request_timeout_is_not_sent(
     assert retry_later(await provider.send([req(tok(1))])).maybe_sent is False
 
 
-@pytest.mark.parametrize("status", [500, 502, 503])
+async def test_a_503_is_not_sent_the_server_says_it_did_not_handle_it(
+    provider: ExpoPushProvider, sandbox: ExpoSandbox
+) -> None:
+    sandbox.fail_next(1, status=503, retry_after=3)
+    result = retry_later(await provider.send([req(tok(1))]))
+    assert (result.retry_after, result.maybe_sent) == (3.0, False)
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
 async def test_a_5xx_is_maybe_sent_even_before_expo_accepted_as_the_client_cannot_tell(
     provider: ExpoPushProvider, sandbox: ExpoSandbox, status: int
 ) -> None:

@@ -90,3 +90,20 @@ async def test_priority_hold_takes_earlier_seconds_first_then_higher_priority(
             taken.append(delivery.delivery_id)
             hold.done(key)
         assert taken == ["d4", "d3", "d1", "d2"]
+
+
+async def test_a_slow_higher_priority_batch_holds_its_second_only_briefly(tmp_path: Path) -> None:
+    """One slow provider answer for `safety` must not stop the consumer: a `meal` batch
+    of the same second waits at most the hold, and one of a later second not at all."""
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        hold = PriorityHold(p.rt, hold_seconds=0.2)
+        hold.put(_delivery("tepat.safety", NINE, 1))
+        slow, _ = await hold.take()  # in flight, never done
+        assert slow.delivery_id == "d1"
+        hold.put(_delivery("tepat.meal", NINE + timedelta(seconds=1), 2))
+        later, later_key = await asyncio.wait_for(hold.take(), timeout=0.15)
+        assert later.delivery_id == "d2"  # a later second: not held
+        hold.done(later_key)
+        hold.put(_delivery("tepat.meal", NINE, 3))
+        same, _ = await asyncio.wait_for(hold.take(), timeout=5)
+        assert same.delivery_id == "d3"  # held, then released by the bound
