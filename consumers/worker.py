@@ -150,14 +150,12 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
                 delivery, key = await hold.take()
                 task = asyncio.create_task(handle_delivery(rt, delivery))
                 task.add_done_callback(lambda _, key=key: hold.done(key))  # type: ignore[misc]
+                # Leaves the set when it is done, not when this worker is cancelled:
+                # a drain waits for every batch in hand to be recorded and acked.
                 in_flight.add(task)
-                try:
-                    # Waited on, not awaited: cancelling this worker (a drain) leaves the
-                    # batch in hand to finish and be acked, and whatever the batch
-                    # raises never ends the worker.
-                    await asyncio.wait({task})
-                finally:
-                    in_flight.discard(task)
+                task.add_done_callback(in_flight.discard)
+                # Waited on, not awaited: whatever the batch raises never ends the worker.
+                await asyncio.wait({task})
 
         reader = asyncio.create_task(read())
         workers = [asyncio.create_task(work()) for _ in range(concurrency)]
