@@ -1,6 +1,6 @@
 """A stand-in for Expo's push API, for tests and demos: same paths, limits, shapes and error codes.
 
-What it mimics (docs.expo.dev/push-notifications/sending-notifications, GUIDE.md §6):
+What it mimics (docs.expo.dev/push-notifications/sending-notifications, docs/PRINCIPLES.md §6):
 
 * ``POST /--/api/v2/push/send`` takes one message object or an array; ``to`` may be a string or
   a list, and a list becomes one ticket per recipient. Tickets come back in request order; a
