@@ -37,6 +37,8 @@ async def handle_delivery(rt: Runtime, delivery: Delivery) -> None:
 
 
 GATHER_WINDOW_SECONDS = 0.005
+# Longest a drain waits for the batches in hand (real seconds; Expo's timeout is 15 s).
+DRAIN_SECONDS = 30.0
 # Longest a batch waits for a higher-priority batch of its second still being sent.
 PRIORITY_HOLD_SECONDS = 1.0
 
@@ -177,7 +179,16 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
             await asyncio.gather(reader, *workers, return_exceptions=True)
             if in_flight:
                 log.info("draining", batches=len(in_flight))
-                await asyncio.gather(*in_flight, return_exceptions=True)
+                # Bounded in real time: a batch stuck on a dead provider connection must
+                # not hold a shutdown forever. What is abandoned stays `sending` and the
+                # sweeper's lease re-drives it (the documented duplicate window).
+                _, stuck = await asyncio.wait(set(in_flight), timeout=DRAIN_SECONDS)
+                if stuck:
+                    log.warning("drain timed out; abandoning batches", batches=len(stuck))
+                    for task in stuck:
+                        task.cancel()
+                    rt.dispatcher.abandon_sends()
+                    await asyncio.gather(*stuck, return_exceptions=True)
             # Held but not started: leaving the broker's context hands them back
             # for redelivery (not a nack: that would count against their retries).
             hold.drain()
