@@ -67,6 +67,8 @@ def _env(tmp_path: Path, served: RunningSandbox, prefix: str) -> dict[str, str]:
         "TEPAT_CATEGORIES": json.dumps(categories),
         "TEPAT_RECEIPT_DELAY_SECONDS": "3600",
         "TEPAT_LOG_LEVEL": "WARNING",
+        # Several consumer processes on one host: no metrics port each.
+        "TEPAT_METRICS_PORT": "0",
     }
 
 

@@ -228,14 +228,19 @@ def retry_later(result: object) -> RetryLater:
 
 
 async def test_429_is_not_sent_and_honours_retry_after(
-    provider: ExpoPushProvider, sandbox: ExpoSandbox
+    provider: ExpoPushProvider, sandbox: ExpoSandbox, clock: FakeClock
 ) -> None:
     sandbox.fail_next(1, status=429, retry_after=7)
     result = retry_later(await provider.send([req(tok(1))]))
     assert (result.retry_after, result.maybe_sent) == (7.0, False)
     assert "TOO_MANY_REQUESTS" in result.reason
     assert sandbox.received() == []
-    assert tickets_of(await provider.send([req(tok(1))]))  # and then it works
+    # The client honours Retry-After: the next request waits those 7 s (on the clock).
+    later = asyncio.ensure_future(provider.send([req(tok(1))]))
+    await eventually(lambda: clock.sleepers > 0, what="the next send waiting")
+    assert not later.done()
+    clock.advance(7)
+    assert tickets_of(await later)  # and then it works
 
 
 async def test_the_sandbox_rate_limit_429_is_not_sent_with_retry_after(
