@@ -10,7 +10,7 @@ import json
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tepat.domain.categories import (
@@ -39,6 +39,11 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///./tepat.db"
     broker_url: str = "embedded://"
+    # stomp+ssl:// only, PEM files: the CAs to trust instead of the system's, and a
+    # client certificate (its key in the same file or in the key file) if the broker asks.
+    broker_ca_file: str | None = None
+    broker_key_file: str | None = None
+    broker_cert_file: str | None = Field(default=None, validate_default=True)
     expo_url: str = "https://exp.host"
     expo_access_token: SecretStr | None = None
     expo_max_connections: int = Field(default=6, ge=1, le=64)
@@ -83,8 +88,39 @@ class Settings(BaseSettings):
     @field_validator("broker_url")
     @classmethod
     def _broker_url(cls, v: str) -> str:
-        if not (v == "embedded://" or v.startswith(("stomp://", "stomp+ssl://"))):
-            raise ValueError("expected embedded:// or stomp://[user:pass@]host:61613")
+        if v == "embedded://":
+            return v
+        if not v.startswith(("stomp://", "stomp+ssl://")):
+            raise ValueError(
+                "expected embedded://, stomp://[user:pass@]host:61613"
+                " or stomp+ssl://[user:pass@]host:61614"
+            )
+        from tepat.adapters.stomp.url import parse_stomp_url
+
+        parse_stomp_url(v)
+        return v
+
+    # in field order, so each sees the URL and the key file in info.data
+    @field_validator("broker_ca_file", "broker_key_file", "broker_cert_file")
+    @classmethod
+    def _broker_tls(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from tepat.adapters.stomp import tls
+
+        v = v or None
+        url = info.data.get("broker_url")
+        if v and url and not url.startswith("stomp+ssl://"):
+            scheme = url.partition("://")[0]
+            raise ValueError(f"only used with stomp+ssl://, and TEPAT_BROKER_URL is {scheme}://")
+        if info.field_name == "broker_ca_file" and v:
+            tls.check_ca_file(v)
+        elif info.field_name == "broker_key_file" and v:
+            tls.check_readable(v)
+        elif info.field_name == "broker_cert_file":
+            key = info.data.get("broker_key_file")
+            if v is None and key:
+                raise ValueError("unset, but TEPAT_BROKER_KEY_FILE is set: set both")
+            if v:
+                tls.check_client_files(v, key)
         return v
 
     @field_validator("expo_url")

@@ -18,7 +18,7 @@ from consumers.receipts import ReceiptPoller
 from scheduler.creator import Creator
 from scheduler.sweeper import Sweeper
 from tepat.clock import Clock, SystemClock
-from tepat.config import Settings
+from tepat.config import ConfigError, Settings
 from tepat.domain.categories import Categories
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.zones import TZDATA_RELEASE
@@ -48,9 +48,34 @@ def make_broker(settings: Settings, clock: Clock) -> Broker:
         from tepat.adapters.embedded_broker import EmbeddedBroker
 
         return EmbeddedBroker(clock, redelivery=redelivery)
-    from tepat.adapters.stomp import StompBroker
+    from tepat.adapters.stomp import StompBroker, TlsFiles
 
-    return StompBroker(settings.broker_url, clock=clock, redelivery=redelivery)
+    tls = None
+    if settings.broker_url.startswith("stomp+ssl://"):
+        tls = TlsFiles(settings.broker_ca_file, settings.broker_cert_file, settings.broker_key_file)
+    return StompBroker(settings.broker_url, clock=clock, redelivery=redelivery, tls=tls)
+
+
+# which variable to change when the broker refuses us (BrokerRefused.setting)
+_BROKER_SETTINGS = {
+    "url": "TEPAT_BROKER_URL",
+    "ca_file": "TEPAT_BROKER_CA_FILE",
+    "cert_file": "TEPAT_BROKER_CERT_FILE",
+}
+
+
+async def _connect_broker(broker: Broker) -> None:
+    """Connect; a broker that refuses the settings (certificate, credentials) stops the
+    process with one line naming the variable, since retrying cannot help."""
+    try:
+        await broker.connect()
+    except ConnectionError as e:
+        from tepat.adapters.stomp import BrokerRefused
+
+        if not isinstance(e, BrokerRefused):
+            raise
+        name = _BROKER_SETTINGS.get(e.setting, "TEPAT_BROKER_URL")
+        raise ConfigError(f"tepat: bad configuration: {name}: {e}") from None
 
 
 def make_push_provider(settings: Settings, clock: Clock) -> PushProvider:
@@ -108,7 +133,7 @@ async def open_runtime(
     push = push or make_push_provider(settings, clock)
     await store.open()
     try:
-        await broker.connect()
+        await _connect_broker(broker)
         try:
             enqueuer = Enqueuer(broker, categories, clock)
             outbox = Outbox(store, enqueuer, categories, clock)

@@ -7,7 +7,8 @@ individual dead-letter queue ``DLQ.<queue>``, and the statistics plugin.
 
 One module per part, each documenting how its part maps onto ActiveMQ:
 
-* :mod:`.url`: broker URLs, queue names, selector literals;
+* :mod:`.url`: broker URLs (``stomp://``, ``stomp+ssl://``), queue names, selector literals;
+* :mod:`.tls`: STOMP over TLS: trusted CAs, client certificate, why a connect failed;
 * :mod:`.frames`: the headers the adapter writes, decoding what it reads;
 * :mod:`.link`: one STOMP connection and its threads;
 * :mod:`.consumer`: one ``consume()`` context, its reconnects and iteration;
@@ -16,7 +17,7 @@ One module per part, each documenting how its part maps onto ActiveMQ:
 """
 
 from tepat.adapters.stomp.broker import StompBroker
-from tepat.adapters.stomp.errors import BrokerClosed, BrokerUnavailable
+from tepat.adapters.stomp.errors import BrokerClosed, BrokerRefused, BrokerUnavailable
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
     H_FIRST_FAILURE,
@@ -25,6 +26,7 @@ from tepat.adapters.stomp.frames import (
     H_QUEUE,
     H_REASON,
 )
+from tepat.adapters.stomp.tls import TlsFiles
 from tepat.adapters.stomp.url import StompTarget, parse_stomp_url
 
 __all__ = [
@@ -35,8 +37,10 @@ __all__ = [
     "H_QUEUE",
     "H_REASON",
     "BrokerClosed",
+    "BrokerRefused",
     "BrokerUnavailable",
     "StompBroker",
     "StompTarget",
+    "TlsFiles",
     "parse_stomp_url",
 ]

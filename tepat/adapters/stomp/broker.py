@@ -63,6 +63,7 @@ from tepat.adapters.stomp.frames import (
     int_header,
 )
 from tepat.adapters.stomp.link import Link
+from tepat.adapters.stomp.tls import TlsFiles
 from tepat.adapters.stomp.url import check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
 from tepat.ports.broker import DeadLetter, Delivery, QueueStats, RedeliveryPolicy
@@ -73,7 +74,10 @@ log = structlog.get_logger("tepat.broker.stomp")
 class StompBroker:
     """The :class:`~tepat.ports.broker.Broker` port on ActiveMQ Classic 5.17 over STOMP.
 
-    ``url``: ``stomp://[user:pass@]host[:61613]``. ``redelivery`` says when a
+    ``url``: ``stomp://[user:pass@]host[:61613]``, or
+    ``stomp+ssl://[user:pass@]host[:61614]`` with ``tls`` saying what to trust
+    and the client certificate (:mod:`.tls`; by default the system's CAs, the
+    broker's certificate and host name verified). ``redelivery`` says when a
     nacked message comes back and when it is dead-lettered instead.
     ``publish`` retries on a broken connection for up to
     ``publish_retry_seconds`` before raising :class:`BrokerUnavailable`.
@@ -89,8 +93,9 @@ class StompBroker:
         publish_retry_seconds: float = 30.0,
         max_backoff_seconds: float = 10.0,
         redelivery: RedeliveryPolicy | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
-        self.target = parse_stomp_url(url)
+        self.target = parse_stomp_url(url, tls)
         self.clock: Clock = clock or SystemClock()
         self.heartbeat_ms = heartbeat_ms
         self.request_timeout = request_timeout

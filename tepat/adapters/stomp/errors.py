@@ -9,3 +9,16 @@ class BrokerUnavailable(ConnectionError):
 
 class BrokerClosed(ConnectionError):
     """The adapter was closed; call ``connect()`` again to use it."""
+
+
+class BrokerRefused(BrokerUnavailable):
+    """The broker answered but will not take us until a setting changes: its certificate
+    fails verification, it wants a client certificate, or it refuses the credentials.
+
+    ``setting`` names what to change: ``"url"`` (host, port, user, password),
+    ``"ca_file"`` or ``"cert_file"``.
+    """
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,8 @@ import stomp
 import structlog
 from stomp.exception import StompException
 
-from tepat.adapters.stomp.errors import BrokerUnavailable
+from tepat.adapters.stomp import tls
+from tepat.adapters.stomp.errors import BrokerRefused, BrokerUnavailable
 from tepat.adapters.stomp.frames import text
 from tepat.adapters.stomp.url import StompTarget
 
@@ -112,6 +114,8 @@ class Link:
             prefer_localhost=False,
             try_loopback_connect=False,
         )
+        if t.tls is not None:
+            tls.set_ssl(conn, t.host, t.port, t.tls)
         conn.set_listener("tepat", Listener(self))
         self.conn = conn
         try:
@@ -126,12 +130,31 @@ class Link:
                 self.timeout,
             )
         except (StompException, OSError, TimeoutError) as e:
-            self._executor.submit(quiet_disconnect, conn)
+            # not on the worker: after a timeout it may still wait in connect(),
+            # and only closing the transport ends that wait
+            threading.Thread(target=quiet_disconnect, args=(conn,), daemon=True).start()
             self._executor.shutdown(wait=False)
-            raise BrokerUnavailable(
-                f"cannot connect to ActiveMQ at {t.host}:{t.port}: {type(e).__name__} {e}"
-            ) from e
+            raise await self._why_not(e) from e
         self.connected = True
+
+    async def _why_not(self, e: BaseException) -> BrokerUnavailable:
+        """What stomp.py's bare ``ConnectFailedException`` hides (it only logs the reason)."""
+        t = self._target
+        where = f"cannot connect to ActiveMQ at {t.host}:{t.port}"
+        timed_out = isinstance(e, TimeoutError)
+        try:
+            found = await asyncio.wait_for(
+                asyncio.to_thread(tls.diagnose, t, self.timeout, timed_out=timed_out),
+                self.timeout + 1,
+            )
+        except TimeoutError:
+            found = None
+        if found is None:  # it works now, or nothing more to learn
+            why = f"no answer within {self.timeout:g} s" if timed_out else f"{type(e).__name__} {e}"
+            return BrokerUnavailable(f"{where}: {why}".rstrip())
+        if found.culprit is not None:
+            return BrokerRefused(f"{where}: {found.reason}", found.culprit)
+        return BrokerUnavailable(f"{where}: {found.reason}")
 
     async def request(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send one frame from the worker thread and wait for the broker's RECEIPT."""

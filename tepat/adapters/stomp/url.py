@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from tepat.adapters.stomp.tls import TlsFiles
+
 # characters that would turn a name into a composite destination, a wildcard or
 # a broken selector
 _FORBIDDEN_IN_NAMES = frozenset(",/*> \t\r\n'\"")
+# the scheme and default port of each transport (ActiveMQ's and Amazon MQ's)
+DEFAULT_PORTS = {"stomp": 61613, "stomp+ssl": 61614}
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,24 +20,42 @@ class StompTarget:
     port: int
     user: str | None = None
     password: str | None = None
+    tls: TlsFiles | None = None  # None: plain TCP
 
 
-def parse_stomp_url(url: str) -> StompTarget:
-    """``stomp://[user:pass@]host[:61613]`` -> :class:`StompTarget`; ``ValueError`` if bad."""
+def parse_stomp_url(url: str, tls: TlsFiles | None = None) -> StompTarget:
+    """``stomp://[user:pass@]host[:61613]`` or ``stomp+ssl://[user:pass@]host[:61614]``
+    -> :class:`StompTarget`; ``ValueError`` if bad.
+
+    ``tls``: the files for ``stomp+ssl://`` (default: trust the system's CAs, no
+    client certificate); refused with ``stomp://``, which would ignore them.
+    """
     parts = urlsplit(url)
-    if parts.scheme != "stomp":
-        raise ValueError(f"not a stomp:// URL: {url!r}")
+    if parts.scheme not in DEFAULT_PORTS:
+        raise ValueError(f"not a stomp:// or stomp+ssl:// URL: {_redact(url)!r}")
+    secure = parts.scheme == "stomp+ssl"
+    if tls is not None and not secure:
+        raise ValueError("TLS settings given for a plain stomp:// URL: use stomp+ssl://")
     if not parts.hostname:
-        raise ValueError(f"no host in broker URL {url!r}")
+        raise ValueError(f"no host in broker URL {_redact(url)!r}")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"unexpected path or query in broker URL {url!r}")
+        raise ValueError(f"unexpected path or query in broker URL {_redact(url)!r}")
     try:
-        port = parts.port or 61613
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
     except ValueError:
-        raise ValueError(f"bad port in broker URL {url!r}") from None
+        raise ValueError(f"bad port in broker URL {_redact(url)!r}") from None
     user = unquote(parts.username) if parts.username is not None else None
     password = unquote(parts.password) if parts.password is not None else None
-    return StompTarget(parts.hostname, port, user, password)
+    return StompTarget(
+        parts.hostname, port, user, password, (tls or TlsFiles()) if secure else None
+    )
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
 
 
 def check_name(queue: str) -> str:
