@@ -4,7 +4,7 @@ stomp.py calls listeners on its receiver thread. The listener only hands the
 frame to the event loop (``call_soon_threadsafe``); every frame we *send* (ACK,
 NACK, SEND, SUBSCRIBE ...) goes through the connection's own single worker
 thread. Sending ACKs from the receiver thread deadlocked client and broker
-under a large backlog (``SCALE.md``); blocking socket writes on the event loop
+under a large backlog (``docs/ACTIVEMQ.md``); blocking socket writes on the event loop
 would stall everything else. Heartbeats detect a dead peer.
 """
 
