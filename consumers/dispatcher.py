@@ -37,7 +37,7 @@ from tepat.clock import Clock
 from tepat.domain.batches import Batch
 from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, SkipReason, Ticket, User
-from tepat.domain.planning import plan_reminder_on
+from tepat.domain.planning import intended_on
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.push import (
@@ -187,11 +187,10 @@ class Dispatcher:
             user = users.get(m.user_id)
             if not closed or replacement is None or reminder is None or user is None:
                 continue
-            if reminder.category not in self._categories or replacement.local_date is None:
+            if replacement.local_date is None:
                 continue
             # Planned again under the reminder's own category policy (it may have moved).
-            policy = self._categories.get(reminder.category)
-            fresh = plan_reminder_on(user, reminder, policy, replacement.local_date, now)
+            fresh = intended_on(user, reminder, self._categories, replacement.local_date, now)
             if fresh is not None:
                 replacements.append(fresh)
         if replacements:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
 from tepat.domain.models import Message, MessageStatus, Reminder, SkipReason, User
-from tepat.domain.planning import plan_reminder_on, plan_users, same_intent
+from tepat.domain.planning import intended_on, plan_users, same_intent
 from tepat.ports.store import Store
 from tepat.services.outbox import Outbox
 
@@ -166,10 +166,11 @@ class Creator:
             if m.reminder_id is None or m.plan_version >= version or m.local_date is None:
                 continue  # a one-off, or this re-plan's own message, or a newer one's
             reminder = reminders.get(m.reminder_id)
-            expected = None
-            if reminder is not None and reminder.category in self._categories:
-                policy = self._categories.get(reminder.category)
-                expected = plan_reminder_on(user, reminder, policy, m.local_date, now)
+            expected = (
+                intended_on(user, reminder, self._categories, m.local_date, now)
+                if reminder is not None
+                else None
+            )
             if expected is not None and same_intent(expected, m):
                 continue  # still right (e.g. deferred past quiet hours): keep it
             cancel_reason = reason

@@ -114,6 +114,16 @@ def plan_reminder_on(
     return replace(m, slot_key=slot_key_for(m))
 
 
+def intended_on(
+    user: User, reminder: Reminder, categories: Categories, day: date, now: datetime
+) -> Message | None:
+    """:func:`plan_reminder_on` under the reminder's own category policy; None when that
+    category is no longer configured (nothing to plan, as in :func:`plan_users`)."""
+    if reminder.category not in categories:
+        return None
+    return plan_reminder_on(user, reminder, categories.get(reminder.category), day, now)
+
+
 def same_intent(a: Message, b: Message) -> bool:
     """Whether two messages for one (user, reminder, local date) would notify alike:
     same nominal instant, category, label and content. A re-plan keeps a message
