@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import chaos, plan, scenarios
+from bench import burst, chaos, plan, ratelimited, scenarios
 from bench.activemq import ActiveMQ, activemq
 from bench.config import run_prefix
 from bench.report import Result, emit, log
@@ -103,10 +103,10 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
         return result
     if name == "ratelimited":
         m = args.messages or sizes.ratelimited
-        return scenarios.run_ratelimited(where, backend, ctx.url, ctx.prefix, m)
+        return ratelimited.run_ratelimited(where, backend, ctx.url, ctx.prefix, m)
     if name == "burst":
         m = args.messages or sizes.burst
-        return scenarios.run_burst(where, backend, ctx.url, ctx.prefix, m)
+        return burst.run_burst(where, backend, ctx.url, ctx.prefix, m)
     if ctx.capacity is None:
         ctx.capacity = _calibrate(where, ctx.url, ctx.prefix, sizes.calibration)
     return scenarios.run_lateness(

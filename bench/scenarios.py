@@ -1,8 +1,8 @@
-"""The delivery scenarios: dispatch, ratelimited, lateness and burst (see ``bench/README.md``)."""
+"""The delivery scenarios dispatch and lateness (see ``bench/README.md``); ratelimited and
+burst live in bench/ratelimited.py and bench/burst.py."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -117,51 +117,6 @@ def _merge(outcomes: list[Outcome]) -> Any:
     return total
 
 
-def run_ratelimited(
-    workdir: Path, backend: str, broker_url: str, prefix: str, messages: int
-) -> Result:
-    log(f"ratelimited: {messages} due messages, sandbox at {EXPO_LIMIT:g}/s")
-    o = deliver(
-        workdir / "ratelimited",
-        broker_url,
-        prefix,
-        Plan(
-            items=[(0.0, c) for c in categories_round_robin(messages)],
-            sandbox_rate_limit=EXPO_LIMIT,
-        ),
-    )
-    rate = rate_of(o)
-    arrivals = sorted(o.arrivals.values())
-    window = _seconds(arrivals[-1], arrivals[0]) if len(arrivals) > 1 else 0.0
-    figures = {
-        "send_rate_per_second": round(rate, 1),
-        "fraction_of_limit": round(rate / EXPO_LIMIT, 3),
-        "sandbox_arrival_rate_per_second": round((len(arrivals) - 1) / window, 1)
-        if window
-        else None,
-        "drain_seconds": round(_seconds(o.last_sent, o.start), 2),
-        **_common(o),
-    }
-    goals = {
-        "rate>=95%_of_limit": rate >= 0.95 * EXPO_LIMIT,
-        "zero_429s": o.sandbox_stats.get("too_many_requests", 0) == 0,
-        "zero_duplicates": o.correctness.duplicates == 0,
-    }
-    return Result(
-        scenario="ratelimited",
-        backend=backend,
-        parameters={"messages": messages, "limit_per_second": EXPO_LIMIT, "consumer_processes": 1},
-        figures=figures,
-        goals=goals,
-        correctness=o.correctness,
-        checks=_checks(o),
-        notes=[
-            "send rate = messages / (last `sent` stamp - due instant); the client keeps "
-            "Tepat's default 600/s token bucket (burst of one 100-notification request)",
-        ],
-    )
-
-
 def run_lateness(
     workdir: Path,
     backend: str,
@@ -210,60 +165,5 @@ def run_lateness(
         notes=[
             "lateness = the sandbox's arrival time - the scheduled instant; the sandbox is "
             "unlimited and the client's 600/s limit lifted, at about half the measured capacity",
-        ],
-    )
-
-
-def run_burst(workdir: Path, backend: str, broker_url: str, prefix: str, messages: int) -> Result:
-    log(f"burst: {messages} messages due at one instant, sandbox at {EXPO_LIMIT:g}/s")
-    o = deliver(
-        workdir / "burst",
-        broker_url,
-        prefix,
-        Plan(
-            items=[(0.0, c) for c in categories_round_robin(messages)],
-            sandbox_rate_limit=EXPO_LIMIT,
-        ),
-    )
-    ideal = messages / EXPO_LIMIT
-    last = max(o.arrivals.values(), default=o.start)
-    drain = _seconds(last, o.t0)
-    spans: dict[str, list[float]] = defaultdict(list)
-    for mid, d in o.due.items():
-        if mid in o.arrivals:
-            spans[d.category].append(_seconds(o.arrivals[mid], o.t0))
-    order = sorted(spans, key=lambda c: max(spans[c]))
-    per_category = {
-        c: {"first_s": round(min(v), 2), "last_s": round(max(v), 2), "count": len(v)}
-        for c, v in sorted(spans.items(), key=lambda kv: max(kv[1]))
-    }
-    safety_last = max(spans.get("safety", [float("nan")]))
-    meal_first = min(spans.get("meal", [float("nan")]))
-    meal_last = max(spans.get("meal", [float("nan")]))
-    figures = {
-        "drain_seconds": round(drain, 2),
-        "ideal_seconds": round(ideal, 2),
-        "drain_over_ideal": round(drain / ideal, 3),
-        "drained_order": order,
-        "safety_last_s": round(safety_last, 2),
-        "meal_first_s": round(meal_first, 2),
-        "meal_last_s": round(meal_last, 2),
-        "per_category": per_category,
-        **_common(o),
-    }
-    return Result(
-        scenario="burst",
-        backend=backend,
-        parameters={"messages": messages, "limit_per_second": EXPO_LIMIT, "categories": len(spans)},
-        figures=figures,
-        goals={
-            "drain<=1.05x_ideal": drain <= 1.05 * ideal,
-            "safety_done_before_meal_starts": safety_last <= meal_first,
-            "zero_429s": o.sandbox_stats.get("too_many_requests", 0) == 0,
-        },
-        correctness=o.correctness,
-        checks=_checks(o),
-        notes=[
-            "drain = last arrival at the sandbox - the shared due instant; ideal = K / 600",
         ],
     )
