@@ -33,13 +33,12 @@ class Sizes:
     dispatch: int
     ratelimited: int
     lateness_seconds: int
-    lateness_max_rate: float | None  # quick: keep the run small whatever the capacity
+    lateness_rates: tuple[float, ...]
     burst: int
-    calibration: int
 
 
-FULL = Sizes(100_000, 50_000, 12_000, 120, None, 20_000, 10_000)
-QUICK = Sizes(2_000, 2_000, 1_200, 20, 100.0, 1_000, 1_000)
+FULL = Sizes(100_000, 50_000, 12_000, 60, scenarios.LATENESS_RATES, 20_000)
+QUICK = Sizes(2_000, 2_000, 1_200, 8, (50.0,), 1_000)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -53,7 +52,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--users", type=int, help="plan: users (default 100,000; quick 2,000)")
     p.add_argument("--messages", type=int, help="dispatch/ratelimited/burst: messages")
-    p.add_argument("--capacity", type=float, help="lateness: dispatch capacity (msgs/s) to halve")
+    p.add_argument(
+        "--rate",
+        type=float,
+        action="append",
+        help="lateness: messages due per second (repeatable; default 100, 300, 600, 1200)",
+    )
+    p.add_argument("--seconds", type=int, help="lateness: seconds of due messages per rate (60)")
     p.add_argument(
         "--fault",
         action="append",
@@ -83,7 +88,6 @@ class Context:
     sizes: Sizes
     broker: ActiveMQ | None
     prefix: str
-    capacity: float | None = None  # dispatch capacity, msgs/s, for lateness
 
     @property
     def url(self) -> str:
@@ -97,27 +101,16 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
         return plan.run_plan(where, backend, ctx.broker, ctx.prefix + "plan.", users)
     if name == "dispatch":
         m = args.messages or sizes.dispatch
-        result = scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m)
-        if result.ok and ctx.capacity is None:
-            ctx.capacity = float(result.figures["consumers_1"]["messages_per_second"])
-        return result
+        return scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m)
     if name == "ratelimited":
         m = args.messages or sizes.ratelimited
         return ratelimited.run_ratelimited(where, backend, ctx.url, ctx.prefix, m)
     if name == "burst":
         m = args.messages or sizes.burst
         return burst.run_burst(where, backend, ctx.url, ctx.prefix, m)
-    if ctx.capacity is None:
-        ctx.capacity = _calibrate(where, ctx.url, ctx.prefix, sizes.calibration)
-    return scenarios.run_lateness(
-        where,
-        backend,
-        ctx.url,
-        ctx.prefix,
-        sizes.lateness_seconds,
-        ctx.capacity,
-        sizes.lateness_max_rate,
-    )
+    rates = tuple(args.rate) if args.rate else sizes.lateness_rates
+    seconds = args.seconds or sizes.lateness_seconds
+    return scenarios.run_lateness(where, backend, ctx.url, ctx.prefix, rates, seconds)
 
 
 def chaos_faults(args: argparse.Namespace) -> list[str]:
@@ -156,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         with broker_for(args, workdir) as broker:
-            ctx = Context(args, QUICK if args.quick else FULL, broker, run_prefix(), args.capacity)
+            ctx = Context(args, QUICK if args.quick else FULL, broker, run_prefix())
             for name in wanted:
                 where = workdir / name
                 where.mkdir()
@@ -193,12 +186,6 @@ def _main_chaos(args: argparse.Namespace) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     return status
-
-
-def _calibrate(workdir: Path, url: str, prefix: str, messages: int) -> float:
-    log(f"lateness: measuring dispatch capacity with {messages} messages first")
-    o = scenarios.dispatch_once(workdir / "calibration", url, prefix + "cal.", messages, 1)
-    return scenarios.rate_of(o)
 
 
 if __name__ == "__main__":
