@@ -76,6 +76,30 @@ class DeviceFailure:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanMark:
+    """What a plan run knows it planned for one user: every occurrence whose nominal
+    instant lies in ``[plan_from, plan_next_at)`` was planned under the planning
+    fingerprint ``fingerprint`` (categories and rules) from the user's state at
+    change stamp ``stamp`` (see :meth:`UserStore.set_plan_marks`)."""
+
+    user_id: str
+    stamp: int
+    plan_from: datetime
+    plan_next_at: datetime
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanTarget:
+    """A user as a plan run reads them: the user, their change stamp at that read,
+    and their planning mark if one is standing (none after any change)."""
+
+    user: User
+    stamp: int
+    mark: PlanMark | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Counts:
     by_status_category: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -97,6 +121,42 @@ class UserStore(Protocol):
 
     def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
         """All users in ``user_id`` order, a page at a time (keyset, flat memory)."""
+        ...
+
+    # Planning marks (scheduler/creator.py, docs/ARCHITECTURE.md "Plan runs").
+    # Every user carries a change stamp: any write that can change what planning
+    # makes of them (their zone, quiet hours, enabled flag or plan version; a
+    # reminder of theirs inserted, replaced or deleted) increments it and clears
+    # their mark, in the same write, whoever the writer is.
+
+    def users_to_plan(
+        self,
+        start: datetime,
+        end: datetime,
+        fingerprint: str,
+        batch_size: int = 1000,
+        after: str = "",
+        until: str | None = None,
+    ) -> AsyncIterator[list[PlanTarget]]:
+        """Users whose ``user_id`` is in ``(after, until]`` (no upper bound when None)
+        and whose standing mark does not cover ``[start, end)`` under ``fingerprint``
+        (none, another fingerprint, ``plan_from > start`` or ``plan_next_at < end``),
+        in ``user_id`` order, a page at a time (keyset, flat memory)."""
+        ...
+
+    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
+        """One user with their change stamp and standing mark (None if absent)."""
+        ...
+
+    async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
+        """Write each mark only if its user's change stamp still equals ``mark.stamp``
+        (compare-and-set: a mark computed from a read older than a change never
+        sticks). Returns how many were written."""
+        ...
+
+    async def user_id_bounds(self, parts: int) -> list[str]:
+        """Up to ``parts - 1`` user ids splitting all users, in order, into ``parts``
+        ranges of about equal size (``(after, until]`` for :meth:`users_to_plan`)."""
         ...
 
 
@@ -143,6 +203,27 @@ class ReminderStore(Protocol):
     async def list_reminders(self, user_id: str) -> list[Reminder]: ...
 
     async def reminders_for_users(self, user_ids: Sequence[str]) -> dict[str, list[Reminder]]: ...
+
+
+class ImportStore(Protocol):
+    """Writes of many users' records at once (the bulk import), each in one round trip or
+    transaction where the database allows, with the same per-record rules as the
+    single writes above."""
+
+    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
+        """:meth:`UserStore.upsert_user` for each; returns, in input order, whether this
+        call created the user (exactly one of several concurrent imports of a new user
+        sees ``True``)."""
+        ...
+
+    async def register_devices(self, devices: Sequence[Device]) -> None:
+        """:meth:`DeviceStore.register_device` for each, in input order (a token named
+        twice ends bound to the later device)."""
+        ...
+
+    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
+        """:meth:`ReminderStore.upsert_reminder` for each."""
+        ...
 
 
 class PreferenceStore(Protocol):
@@ -330,6 +411,7 @@ class Store(
     UserStore,
     DeviceStore,
     ReminderStore,
+    ImportStore,
     PreferenceStore,
     MessageStore,
     TicketStore,

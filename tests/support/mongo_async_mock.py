@@ -216,7 +216,7 @@ class AsyncMockCollection:
         errors: list[dict[str, Any]] = []
         for index, op in enumerate(requests):
             try:
-                result = self._c.update_one(op._filter, op._doc)
+                result = self._c.update_one(op._filter, op._doc, upsert=op._upsert)
             except DuplicateKeyError as e:
                 errors.append({"index": index, "code": 11000, "errmsg": str(e)})
                 if ordered:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pymongo import AsyncMongoClient
 
+from tepat.adapters.mongo.bulk import BulkMixin
 from tepat.adapters.mongo.indexes import create_indexes, migrate
 from tepat.adapters.mongo.messages import MessagesMixin
 from tepat.adapters.mongo.ops_views import OpsViewsMixin
@@ -24,6 +25,7 @@ from tepat.adapters.mongo.users import UsersMixin
 
 
 class MongoStore(
+    BulkMixin,  # over UsersMixin: a batch falls back to register_device
     UsersMixin,
     RemindersMixin,
     MessagesMixin,

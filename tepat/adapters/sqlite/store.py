@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tepat.adapters.sqlite.bulk import BulkMixin
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.messages_read import MessagesReadMixin
 from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
@@ -15,6 +16,7 @@ from tepat.adapters.sqlite.users import UsersMixin
 class SqliteStore(
     UsersMixin,
     RemindersMixin,
+    BulkMixin,
     MessagesWriteMixin,
     MessagesReadMixin,
     TicketsMixin,

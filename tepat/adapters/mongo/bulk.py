@@ -1,0 +1,153 @@
+"""Many users' records in a few round trips (the bulk import).
+
+The same documents and rules as the single writes (``users.py``, ``reminders.py``),
+sent as ``insert_many`` / ``bulk_write`` batches. Whether a user was created is
+decided by the ``_id`` index (an insert that one concurrent import wins), never by
+an earlier read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
+
+from tepat.adapters.mongo.base import only_duplicates
+from tepat.adapters.mongo.codecs import (
+    bson_dt,
+    opt_bson_dt,
+    pair_id,
+    reminder_fields,
+    user_fields,
+)
+from tepat.adapters.mongo.users import REPLACED, UsersMixin
+from tepat.domain.models import Device, Reminder, User
+
+
+class BulkMixin(UsersMixin):
+    """:class:`tepat.ports.store.ImportStore` on MongoDB."""
+
+    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
+        if not users:
+            return []
+        coll = self._db["users"]
+        now = self._clock.now()
+        ids = list(dict.fromkeys(u.user_id for u in users))
+        found = await coll.find({"_id": {"$in": ids}}, projection={"_id": True}).to_list(None)
+        existing = {d["_id"] for d in found}
+        # The first occurrence of each user not seen yet is inserted whole; the index
+        # refuses it when a concurrent import got there first, and then it is an update.
+        first: dict[str, int] = {}
+        for i, u in enumerate(users):
+            if u.user_id not in existing and u.user_id not in first:
+                first[u.user_id] = i
+        inserts = list(first.values())
+        docs = [
+            {
+                "_id": users[i].user_id,
+                **user_fields(users[i], now),
+                "created_at": bson_dt(users[i].created_at or now),
+            }
+            for i in inserts
+        ]
+        rejected: set[int] = set()
+        if docs:
+            try:
+                await coll.insert_many(docs, ordered=False)
+            except BulkWriteError as exc:
+                rejected = only_duplicates(exc)
+        inserted = {inserts[j] for j in range(len(inserts)) if j not in rejected}
+        updates = []
+        for i, u in enumerate(users):
+            if i in inserted:
+                continue
+            fields = user_fields(u, now)
+            plan_version = fields.pop("plan_version")
+            updates.append(
+                UpdateOne(
+                    {"_id": u.user_id},
+                    {
+                        "$set": fields,
+                        # Never down: a re-plan may have taken a newer version meanwhile.
+                        "$max": {"plan_version": plan_version},
+                        "$setOnInsert": {"created_at": bson_dt(u.created_at or now)},
+                    },
+                    upsert=True,
+                )
+            )
+        if updates:
+            # Ordered: the same user twice ends as the later item says.
+            await coll.bulk_write(updates, ordered=True)
+        return [i in inserted for i in range(len(users))]
+
+    async def register_devices(self, devices: Sequence[Device]) -> None:
+        if not devices:
+            return
+        keys = [pair_id(d.user_id, d.device_id) for d in devices]
+        tokens = [d.push_token for d in devices]
+        if len(set(keys)) < len(keys) or len(set(tokens)) < len(tokens):
+            # A device or token named twice: the order decides who ends with it.
+            for d in devices:
+                await self.register_device(d)
+            return
+        coll = self._db["devices"]
+        now = self._clock.now()
+        # Step 1, as register_device: every other active binding of these tokens ends.
+        # (A binding this batch re-registers may lose its old token here; step 2
+        # reactivates it with its new one.)
+        await coll.update_many(
+            {
+                "active": True,
+                "push_token": {"$in": tokens},
+                "$nor": [{"_id": k, "push_token": t} for k, t in zip(keys, tokens, strict=True)],
+            },
+            {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": bson_dt(now)}},
+        )
+        ops = [_device_upsert(k, d, now) for k, d in zip(keys, devices, strict=True)]
+        try:
+            await coll.bulk_write(ops, ordered=False)
+        except BulkWriteError as exc:
+            # A concurrent registration took one of the tokens between the steps: those
+            # devices go the single way, which retries until its two steps hold.
+            for i in sorted(only_duplicates(exc)):
+                await self.register_device(devices[i])
+
+    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
+        if not reminders:
+            return
+        now = self._clock.now()
+        ops = [
+            UpdateOne(
+                {"_id": pair_id(r.user_id, r.reminder_id)},
+                {
+                    "$set": reminder_fields(r, now),
+                    "$setOnInsert": {"created_at": bson_dt(r.created_at or now)},
+                },
+                upsert=True,
+            )
+            for r in reminders
+        ]
+        await self._db["reminders"].bulk_write(ops, ordered=True)
+
+
+def _device_upsert(key: str, d: Device, now: datetime) -> UpdateOne:
+    updated = bson_dt(d.updated_at or now)
+    return UpdateOne(
+        {"_id": key},
+        {
+            "$set": {
+                "user_id": d.user_id,
+                "device_id": d.device_id,
+                "push_token": d.push_token,
+                "platform": d.platform,
+                "active": True,
+                "consecutive_failures": 0,
+                "deactivated_reason": None,
+                "updated_at": updated,
+            },
+            "$setOnInsert": {"created_at": opt_bson_dt(d.created_at) or updated},
+        },
+        upsert=True,
+    )

@@ -1,0 +1,106 @@
+"""Many users' records in one write transaction (the bulk import).
+
+Each method applies the same statement as its single-record sibling (``users.py``,
+``reminders.py``), only all of them under one ``BEGIN IMMEDIATE``: one lock, one
+commit, one trip to the worker thread for a whole request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tepat.adapters.sqlite.codecs import (
+    _DEVICE_COLUMNS,
+    _REMINDER_COLUMNS,
+    _USER_COLUMNS,
+    _chunks,
+    _placeholders,
+    _reminder_params,
+    _ts_opt,
+    _user_params,
+)
+from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
+from tepat.adapters.sqlite.schema import Conn
+from tepat.adapters.sqlite.users import ROTATED_REASON
+from tepat.domain.models import Device, Reminder, User
+
+
+class BulkMixin(SqliteBase):
+    """:class:`tepat.ports.store.ImportStore` on SQLite."""
+
+    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
+        if not users:
+            return []
+        now = self._now()
+        rows = [_user_params(u, now) for u in users]
+        upsert = (
+            f"INSERT INTO users ({_USER_COLUMNS}) VALUES ({_placeholders(len(rows[0]))}) "
+            "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
+            "locale = excluded.locale, quiet_start = excluded.quiet_start, "
+            "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
+            "plan_version = max(plan_version, excluded.plan_version), "
+            "updated_at = excluded.updated_at"
+        )
+        ids = [u.user_id for u in users]
+
+        def run(conn: Conn) -> list[bool]:
+            # Inside the write transaction, so no other writer creates one in between:
+            # "created" is exact even when imports of the same users race.
+            existing: set[str] = set()
+            for chunk in _chunks(list(dict.fromkeys(ids)), ID_CHUNK):
+                sql = f"SELECT user_id FROM users WHERE user_id IN ({_placeholders(len(chunk))})"
+                existing.update(r[0] for r in conn.execute(sql, chunk).fetchall())
+            created: list[bool] = []
+            for user_id in ids:
+                created.append(user_id not in existing)
+                existing.add(user_id)  # the same id twice: only the first creates it
+            conn.executemany(upsert, rows)
+            return created
+
+        return await self._write(run)
+
+    async def register_devices(self, devices: Sequence[Device]) -> None:
+        if not devices:
+            return
+        now = self._now()
+        rotate = (
+            "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ? "
+            "WHERE active = 1 AND push_token = ? AND NOT (user_id = ? AND device_id = ?)"
+        )
+        upsert = (
+            f"INSERT INTO devices ({_DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, 1, 0, NULL, ?, ?) "
+            "ON CONFLICT(user_id, device_id) DO UPDATE SET push_token = excluded.push_token, "
+            "platform = excluded.platform, active = 1, consecutive_failures = 0, "
+            "deactivated_reason = NULL, updated_at = excluded.updated_at"
+        )
+
+        def run(conn: Conn) -> None:
+            # One device after the other, as register_device would: a token named twice
+            # ends with the later device, and the partial unique index on active tokens
+            # holds after every statement.
+            for d in devices:
+                created = _ts_opt(d.created_at) or now
+                updated = _ts_opt(d.updated_at) or now
+                conn.execute(
+                    rotate, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
+                )
+                conn.execute(
+                    upsert, (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
+                )
+
+        await self._write(run)
+
+    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
+        if not reminders:
+            return
+        now = self._now()
+        rows = [_reminder_params(r, now) for r in reminders]
+        sql = (
+            f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(len(rows[0]))}) "
+            "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
+            "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
+            "label = excluded.label, days = excluded.days, data = excluded.data, "
+            "enabled = excluded.enabled, version = excluded.version, "
+            "updated_at = excluded.updated_at"
+        )
+        await self._write(lambda c: c.executemany(sql, rows).rowcount)

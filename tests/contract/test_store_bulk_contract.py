@@ -1,0 +1,154 @@
+"""Store contract: many users' records at once (``ImportStore``, the bulk import).
+
+Each batch write must leave the store exactly as the single writes would, in input order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import UTC, datetime, time, timedelta
+
+from tepat.domain.models import Device, QuietHours, Reminder, User
+from tepat.ports.store import Store
+
+T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
+
+
+def user(user_id: str, tz: str = "UTC", **fields: object) -> User:
+    base = User(user_id, tz, created_at=T0, updated_at=T0)
+    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+
+
+def device(user_id: str, device_id: str, token: str) -> Device:
+    return Device(user_id, device_id, token, platform="ios", created_at=T0, updated_at=T0)
+
+
+def reminder(user_id: str, reminder_id: str, **fields: object) -> Reminder:
+    base = Reminder(
+        user_id=user_id,
+        reminder_id=reminder_id,
+        category="meal",
+        local_time=time(7, 30),
+        title="Breakfast",
+        body="Time to eat",
+        created_at=T0,
+        updated_at=T0,
+    )
+    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- users
+
+
+async def test_upsert_users_reports_which_it_created_and_stores_every_field(
+    store: Store,
+) -> None:
+    await store.upsert_user(user("old", plan_version=7))
+    later = T0 + timedelta(hours=1)
+    batch = [
+        user("a", "Asia/Jakarta", locale="id", quiet_hours=QuietHours(time(22), time(6))),
+        user("old", "Europe/Paris", enabled=False, created_at=later, updated_at=later),
+        user("b"),
+    ]
+    assert await store.upsert_users(batch) == [True, False, True]
+    assert await store.get_user("a") == batch[0]
+    # Replacing keeps created_at and never lowers the plan version.
+    assert await store.get_user("old") == dataclasses.replace(
+        batch[1], created_at=T0, plan_version=7
+    )
+    assert await store.upsert_users(batch) == [False, False, False]
+    assert await store.upsert_users([]) == []
+
+
+async def test_upsert_users_the_same_id_twice_ends_as_the_later(store: Store) -> None:
+    created = await store.upsert_users([user("a", "UTC"), user("a", "Asia/Tokyo")])
+    assert created == [True, False]
+    stored = await store.get_user("a")
+    assert stored is not None and stored.timezone == "Asia/Tokyo"
+
+
+async def test_concurrent_imports_of_a_new_user_create_it_once(store: Store) -> None:
+    results = await asyncio.gather(
+        *(store.upsert_users([user("a"), user(f"x{n}")]) for n in range(6))
+    )
+    assert sum(r[0] for r in results) == 1
+    assert all(r[1] for r in results)
+
+
+# --------------------------------------------------------------------------- devices
+
+
+async def test_register_devices_keeps_one_active_binding_per_token(store: Store) -> None:
+    await store.register_device(device("alice", "phone", "tok-1"))
+    await store.register_device(device("alice", "tablet", "tok-kept"))
+    await store.register_devices(
+        [
+            device("bob", "phone", "tok-1"),  # alice's token moves to bob
+            device("carol", "phone", "tok-3"),  # same device id, another user: separate
+            device("alice", "tablet", "tok-kept"),  # unchanged binding stays
+        ]
+    )
+    alice = {d.device_id: d for d in await store.list_devices("alice")}
+    assert (alice["phone"].active, alice["phone"].deactivated_reason) == (False, "replaced")
+    assert (alice["tablet"].active, alice["tablet"].push_token) == (True, "tok-kept")
+    active = await store.active_devices(["alice", "bob", "carol"])
+    assert {u: [(d.device_id, d.push_token) for d in ds] for u, ds in active.items()} == {
+        "alice": [("tablet", "tok-kept")],
+        "bob": [("phone", "tok-1")],
+        "carol": [("phone", "tok-3")],
+    }
+
+
+async def test_register_devices_in_input_order_for_a_repeated_token(store: Store) -> None:
+    await store.register_devices(
+        [device("a", "d1", "tok"), device("b", "d1", "tok"), device("a", "d2", "t2")]
+    )
+    active = await store.active_devices(["a", "b"])
+    assert {u: [(d.device_id, d.push_token) for d in ds] for u, ds in active.items()} == {
+        "a": [("d2", "t2")],
+        "b": [("d1", "tok")],
+    }
+
+
+async def test_register_devices_swapping_tokens_between_two_devices(store: Store) -> None:
+    await store.register_device(device("a", "d1", "t1"))
+    await store.register_device(device("a", "d2", "t2"))
+    await store.register_devices([device("a", "d1", "t2"), device("a", "d2", "t1")])
+    devices = {d.device_id: (d.push_token, d.active) for d in await store.list_devices("a")}
+    assert devices == {"d1": ("t2", True), "d2": ("t1", True)}
+
+
+async def test_register_devices_reactivates_and_resets_failures(store: Store) -> None:
+    await store.register_device(device("a", "d1", "tok"))
+    await store.record_device_outcome("tok", ok=False, max_failures=1, reason="gone")
+    await store.register_devices([device("a", "d1", "tok")])
+    [d] = await store.list_devices("a")
+    assert (d.active, d.consecutive_failures, d.deactivated_reason) == (True, 0, None)
+
+
+async def test_concurrent_batches_naming_one_token_leave_one_active_binding(
+    store: Store,
+) -> None:
+    users = [f"u{n}" for n in range(6)]
+    await asyncio.gather(*(store.register_devices([device(u, "phone", "tok")]) for u in users))
+    active = await store.active_devices(users)
+    assert sum(len(ds) for ds in active.values()) == 1
+
+
+# --------------------------------------------------------------------------- reminders
+
+
+async def test_upsert_reminders_stores_each_and_keeps_created_at(store: Store) -> None:
+    await store.upsert_reminder(reminder("u1", "r1"))
+    later = T0 + timedelta(hours=2)
+    batch = [
+        reminder("u1", "r1", local_time=time(9), version=2, created_at=later, updated_at=later),
+        reminder("u1", "r2", days=("mon",), data={"k": [1]}, label="x", enabled=False),
+        reminder("u2", "r1"),
+    ]
+    await store.upsert_reminders(batch)
+    assert await store.get_reminder("u1", "r1") == dataclasses.replace(batch[0], created_at=T0)
+    assert await store.get_reminder("u1", "r2") == batch[1]
+    assert await store.get_reminder("u2", "r1") == batch[2]
+    await store.upsert_reminders([])
