@@ -21,6 +21,7 @@ from api.auth import Authenticator, AuthError, AuthMiddleware
 from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
 from api.routes import (
     admin,
+    bulk,
     dashboard,
     devices,
     health,
@@ -29,6 +30,7 @@ from api.routes import (
     reminders,
     users,
 )
+from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
 
 MAX_BODY_BYTES = 64 * 1024
@@ -59,13 +61,17 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         description=DESCRIPTION,
     )
     app.state.runtime = rt
-    for module in (users, devices, reminders, preferences, messages, admin, health):
+    for module in (users, devices, reminders, preferences, messages, bulk, admin, health):
         app.include_router(module.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)
     # The last added runs first: credentials are checked before any body is read.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=MAX_BODY_BYTES,
+        path_limits={bulk.PATH: bulk.MAX_BODY_BYTES},
+    )
     app.add_middleware(AuthMiddleware, authenticator=authenticator)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
@@ -81,20 +87,25 @@ class BodyLimitMiddleware:
     """413 for a request body over ``max_bytes``, whether declared or streamed.
 
     Bodies here are small JSON documents, so it reads the body up front (at most
-    ``max_bytes``) and replays it to the app.
+    ``max_bytes``) and replays it to the app. ``path_limits`` gives a path (the
+    bulk import) a limit of its own.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.path_limits = dict(path_limits or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        max_bytes = self.path_limits.get(scope["path"], self.max_bytes)
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > self.max_bytes:
-            await self._too_large(scope, receive, send)
+        if not declared.isdigit() or int(declared) > max_bytes:
+            await self._too_large(scope, receive, send, max_bytes)
             return
         chunks: list[bytes] = []
         size = 0
@@ -104,8 +115,8 @@ class BodyLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(scope, receive, send)
+            if size > max_bytes:
+                await self._too_large(scope, receive, send, max_bytes)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -122,8 +133,8 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        detail = f"request body over {self.max_bytes} bytes"
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        detail = f"request body over {limit} bytes"
         await problem_response(413, detail)(scope, receive, send)
 
 
@@ -144,5 +155,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 content = response.get("content", {})
                 if status[:1] in "45" and "application/json" in content:
                     content[PROBLEM_JSON] = content.pop("application/json")
+    # The bulk import reads its body itself (JSON array or NDJSON); publish its item model.
+    item = BulkUserIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(item.pop("$defs", {}))
+    schemas["BulkUserIn"] = item
     app.openapi_schema = doc
     return doc

@@ -462,3 +462,128 @@ class Ready(BaseModel):
     store: Literal["ok"] = "ok"
     broker: Literal["ok"] = "ok"
     tzdata: str = Field(description="IANA time-zone database release in use", examples=["2026f"])
+
+
+# ---------------------------------------------------------------- bulk import
+
+
+class BulkDeviceIn(DeviceIn):
+    device_id: Identifier = Field(description="Your id for the device (scoped to the user)")
+
+
+class BulkReminderIn(ReminderIn):
+    reminder_id: Identifier = Field(description="Your id for the reminder")
+
+
+class BulkUserIn(UserIn):
+    """One whole user, as ``PUT /v1/users/{id}`` plus its devices and reminders.
+
+    Devices and reminders are created or replaced; ones the item does not name are
+    left as they are (an import never deletes)."""
+
+    user_id: Identifier = Field(description="Your id for the user")
+    devices: list[BulkDeviceIn] = Field(default_factory=list, max_length=20)
+    reminders: list[BulkReminderIn] = Field(default_factory=list, max_length=100)
+
+
+class BulkItemProblem(BaseModel):
+    """The problem+json document the single endpoint would have answered for this item."""
+
+    type: str = "about:blank"
+    title: str = Field(examples=["Unprocessable Entity"])
+    status: int = Field(examples=[422])
+    detail: str | None = None
+    errors: list[dict[str, str]] = Field(
+        description="Each offending field, named from the request's root",
+        examples=[[{"field": "items[3].reminders[0].local_time", "message": "expected …"}]],
+    )
+
+
+class BulkItemOut(BaseModel):
+    index: int = Field(description="The item's position in the request (0-based)")
+    user_id: str | None
+    status: Literal["created", "updated", "unchanged", "error"]
+    problem: BulkItemProblem | None = None
+
+
+class BulkImportOut(BaseModel):
+    items: list[BulkItemOut] = Field(description="One result per item, in request order")
+    created: int
+    updated: int
+    unchanged: int
+    errors: int
+
+
+# --- templates (issue 12): api/routes/templates.py ---------------------------------
+
+
+class TemplateIn(Request):
+    """A template's parts, each a Jinja2 source. Push: `title`, `body`, optional `data`
+    (an object of string templates). Inbox: `title`, `body`, optional `html` (rendered
+    with HTML autoescape) and `link`. A part the channel does not have is refused."""
+
+    title: str | None = Field(default=None, examples=["Order {{ order_id }} is paid"])
+    body: str | None = Field(
+        default=None, examples=["Thank you, {{ name }}: {{ amount }} received."]
+    )
+    data: dict[str, str] | None = Field(
+        default=None,
+        description="push only: notification data, each value a template",
+        examples=[{"url": "myapp://orders/{{ order_id }}"}],
+    )
+    html: str | None = Field(default=None, description="inbox only: an HTML body (autoescaped)")
+    link: str | None = Field(default=None, description="inbox only: a URL or path to open")
+
+    def parts(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class TemplateOut(BaseModel):
+    id: str = Field(
+        description="Names this version for good (what a message pins)",
+        examples=["order.paid:push:en:3"],
+    )
+    type: str = Field(examples=["order.paid"])
+    channel: str = Field(examples=["push"])
+    locale: str = Field(examples=["en"])
+    version: int = Field(ge=1, examples=[3])
+    created_at: datetime
+    parts: dict[str, Any] = Field(description="The sources, as saved")
+    variables: list[str] = Field(
+        description="The variables the template reads (its render data must have them"
+        " unless the template tests them with `is defined` or `default`)",
+        examples=[["amount", "name", "order_id"]],
+    )
+
+
+class TemplateList(BaseModel):
+    templates: list[TemplateOut] = Field(
+        description="The latest version of each (type, channel, locale)"
+    )
+
+
+class TemplatePreviewIn(Request):
+    """Render a stored template (the latest for `locale`, with fallback, or exactly
+    `version`) or the inline `template`, with sample `data`."""
+
+    type: str = Field(max_length=128, examples=["order.paid"])
+    channel: str = Field(max_length=16, examples=["push"])
+    locale: str = Field(max_length=35, examples=["pt-BR"])
+    version: int | None = Field(default=None, ge=1, description="Exactly this version at `locale`")
+    template: TemplateIn | None = Field(default=None, description="Preview unsaved sources")
+    data: dict[str, Any] = Field(
+        default_factory=dict, examples=[{"order_id": "8841", "name": "Ana", "amount": "R$ 10"}]
+    )
+
+
+class TemplatePreviewOut(BaseModel):
+    type: str
+    channel: str
+    locale_requested: str
+    locale: str = Field(description="The locale actually used, after fallback")
+    template_id: str | None = Field(description="The stored version rendered; null for inline")
+    version: int | None
+    rendered: dict[str, Any] = Field(
+        description="push: title, body, data; inbox: title, body, and html and link if set"
+    )
+    variables: list[str]

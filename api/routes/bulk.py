@@ -1,0 +1,198 @@
+"""``/v1/bulk/users``: import many whole users (devices and reminders included) at once.
+
+The body is a JSON array of users, or NDJSON (``Content-Type: application/x-ndjson``,
+one user per line). Each item is checked like the single endpoints and answered on
+its own (``created``, ``updated``, ``unchanged`` or ``error`` with the problem the
+single endpoint would have given, its fields named from the request's root); a bad
+item never fails the others. The work itself is :mod:`tepat.services.bulk_import`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+
+from api.deps import RT, Admin
+from api.problems import FieldError, problem_response, problem_responses
+from api.schemas import BulkImportOut, BulkItemOut, BulkItemProblem, BulkUserIn
+from tepat.services import bulk_import
+from tepat.services.accounts import KEEP
+from tepat.services.bulk_import import (
+    MAX_ITEMS,
+    DeviceItem,
+    FieldProblem,
+    InvalidItem,
+    ItemResult,
+    QuietHoursItem,
+    ReminderItem,
+    UserItem,
+    item_field,
+)
+
+PATH: Final = "/v1/bulk/users"
+# MAX_ITEMS users with a few devices and reminders each fit with room to spare.
+MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+NDJSON_TYPES: Final = frozenset({"application/x-ndjson", "application/jsonl"})
+JSON_TYPES: Final = frozenset({"application/json", ""})
+
+router = APIRouter(prefix="/v1/bulk", tags=["bulk"], responses=problem_responses(401, 403))
+
+_BODY_DOC = {
+    "required": True,
+    "description": f"At most {MAX_ITEMS} users: a JSON array, or NDJSON (one user per line)",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "array",
+                "maxItems": MAX_ITEMS,
+                "items": {"$ref": "#/components/schemas/BulkUserIn"},
+            }
+        },
+        "application/x-ndjson": {
+            "schema": {"$ref": "#/components/schemas/BulkUserIn"},
+        },
+    },
+}
+
+
+class BodyProblem(Exception):
+    def __init__(self, status: int, field: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.message = message
+
+
+@router.post(
+    "/users",
+    response_model=BulkImportOut,
+    responses=problem_responses(400, 413, 415, 422),
+    summary="Import users with their devices and reminders",
+    openapi_extra={"requestBody": _BODY_DOC},
+)
+async def import_users(request: Request, rt: RT, _admin: Admin) -> Any:
+    """Create or update each user, its devices and its reminders, as the single `PUT`s
+    would (fields left out keep their value; devices and reminders not named are kept).
+    Repeating an import changes nothing and plans nothing twice. Store writes are
+    batched per request and the users it creates are planned in one pass."""
+    try:
+        raw = _read_items(request.headers.get("content-type", ""), await request.body())
+    except BodyProblem as e:
+        errors = [FieldError(field=e.field, message=e.message)]
+        return problem_response(e.status, f"{e.field}: {e.message}", errors=errors)
+    items = [_parse_item(i, obj) for i, obj in enumerate(raw)]
+    results = await bulk_import.import_users(rt, items)
+    out = [_item_out(r) for r in results]
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("created", "updated")}
+    return BulkImportOut(
+        items=out,
+        created=counts["created"],
+        updated=counts["updated"],
+        unchanged=sum(1 for r in results if r.status == "unchanged"),
+        errors=sum(1 for r in results if r.status == "error"),
+    )
+
+
+def _read_items(content_type: str, body: bytes) -> list[Any]:
+    """The items as decoded JSON values; a line of NDJSON that is not JSON stays
+    an :class:`InvalidItem` of its own."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media not in NDJSON_TYPES and media not in JSON_TYPES:
+        raise BodyProblem(
+            415, "content-type", "send application/json (an array) or application/x-ndjson"
+        )
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        raise BodyProblem(400, "body", "request body is not UTF-8") from None
+    if media in NDJSON_TYPES:
+        lines = [line for line in text.splitlines() if line.strip()]
+        _check_count(len(lines))
+        items: list[Any] = []
+        for line in lines:
+            try:
+                items.append(json.loads(line))
+            except ValueError:
+                items.append(_BAD_LINE)
+        if items and all(i is _BAD_LINE for i in items):
+            raise BodyProblem(400, "body", "request body is not NDJSON (no line is JSON)")
+        return items
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise BodyProblem(400, "body", "request body is not valid JSON") from None
+    if not isinstance(value, list):
+        raise BodyProblem(
+            422, "body", "expected a JSON array of users (or NDJSON, one user per line)"
+        )
+    _check_count(len(value))
+    return value
+
+
+def _check_count(n: int) -> None:
+    if n > MAX_ITEMS:
+        raise BodyProblem(413, "items", f"at most {MAX_ITEMS} items per request, got {n}")
+
+
+_BAD_LINE: Final = object()
+
+
+def _parse_item(index: int, obj: Any) -> UserItem | InvalidItem:
+    user_id = obj.get("user_id") if isinstance(obj, dict) else None
+    user_id = user_id if isinstance(user_id, str) else None
+    if obj is _BAD_LINE:
+        return InvalidItem(None, [FieldProblem(item_field(index), "this line is not JSON")])
+    try:
+        body = BulkUserIn.model_validate(obj)
+    except ValidationError as e:
+        problems = [
+            FieldProblem(
+                item_field(index, err.get("loc", ())),
+                str(err.get("msg", "invalid value")).removeprefix("Value error, "),
+            )
+            for err in e.errors()
+        ]
+        return InvalidItem(user_id, problems)
+    given = body.model_fields_set
+    qh = body.quiet_hours
+    return UserItem(
+        user_id=body.user_id,
+        timezone=body.timezone,
+        locale=body.locale if "locale" in given else KEEP,
+        quiet_hours=(QuietHoursItem(qh.start, qh.end) if qh else None)
+        if "quiet_hours" in given
+        else KEEP,
+        enabled=body.enabled if "enabled" in given else KEEP,
+        devices=[DeviceItem(d.device_id, d.push_token, d.platform) for d in body.devices],
+        reminders=[
+            ReminderItem(
+                reminder_id=r.reminder_id,
+                category=r.category,
+                local_time=r.local_time,
+                title=r.title,
+                body=r.body,
+                label=r.label,
+                days=r.days,
+                data=r.data,
+                enabled=r.enabled,
+            )
+            for r in body.reminders
+        ],
+    )
+
+
+def _item_out(r: ItemResult) -> BulkItemOut:
+    if not r.errors:
+        return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status)
+    first = r.errors[0]
+    more = f" (and {len(r.errors) - 1} more)" if len(r.errors) > 1 else ""
+    problem = BulkItemProblem(
+        title="Unprocessable Entity",
+        status=422,
+        detail=f"{first.field}: {first.message}{more}",
+        errors=[{"field": p.field, "message": p.message} for p in r.errors],
+    )
+    return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status, problem=problem)

@@ -1,0 +1,368 @@
+"""Importing many whole users at once: user, devices and reminders per item.
+
+The same rules as the single use cases in :mod:`tepat.services.accounts` (same
+parsers, same field names, same "re-plan only what planning sees changed"), but
+the store is read and written a request at a time, and the users the import
+creates are planned together in one pass:
+
+- one read each for the users, their reminders and their active devices;
+- one batched write each for users, devices and reminders (``ImportStore``);
+- new users: planned directly over the creator's horizon and inserted in one
+  batch (they have no pending message to reconcile); a user a concurrent import
+  created first, or an existing user whose zone, quiet hours or reminders
+  changed, goes through :meth:`Creator.replan_user`, which reconciles.
+
+An item is applied whole or not at all: a bad field fails its own item (the
+error names it, ``items[3].reminders[0].local_time``) and never the others.
+Repeating an import changes nothing: unchanged users, devices and reminders are
+not written, so nothing is re-planned and no message is created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from tepat.domain.errors import DomainError
+from tepat.domain.models import Device, QuietHours, Reminder, User
+from tepat.domain.planning import plan_users
+from tepat.domain.validation import (
+    check_identifier,
+    check_push_token,
+    parse_days,
+    parse_hhmm,
+    parse_quiet_hours,
+)
+from tepat.domain.zones import load_zone
+from tepat.runtime import Runtime
+from tepat.services.accounts import KEEP, _Keep, check_payload
+
+#: Items per request: bounds one request's memory, write transaction and planning pass.
+MAX_ITEMS: Final = 1000
+# Re-plans of changed existing users running at once (each is a few store round trips).
+REPLAN_CONCURRENCY: Final = 8
+
+Status = Literal["created", "updated", "unchanged", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceItem:
+    device_id: str
+    push_token: str
+    platform: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderItem:
+    reminder_id: str
+    category: str
+    local_time: str
+    title: str
+    body: str
+    label: str = ""
+    days: Sequence[str] | None = None
+    data: Mapping[str, Any] | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHoursItem:
+    start: str
+    end: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserItem:
+    """One whole user; ``KEEP`` leaves a stored field as it is (defaults on create)."""
+
+    user_id: str
+    timezone: str
+    locale: str | _Keep = KEEP
+    quiet_hours: QuietHoursItem | _Keep | None = KEEP
+    enabled: bool | _Keep = KEEP
+    devices: Sequence[DeviceItem] = ()
+    reminders: Sequence[ReminderItem] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    field: str  # in full: "items[3].reminders[0].local_time"
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    index: int
+    user_id: str | None
+    status: Status
+    errors: list[FieldProblem] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidItem:
+    """An item the caller could not even read (bad JSON line, wrong shape)."""
+
+    user_id: str | None
+    errors: list[FieldProblem]
+
+
+def item_field(index: int, path: Sequence[int | str] = ()) -> str:
+    """``(3, ("reminders", 0, "local_time"))`` -> ``items[3].reminders[0].local_time``."""
+    out = f"items[{index}]"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+@dataclass(slots=True)
+class _Valid:
+    index: int
+    item: UserItem
+    quiet_hours: QuietHours | _Keep | None
+    devices: list[Device]
+    reminders: list[Reminder]
+
+
+async def import_users(rt: Runtime, items: Sequence[UserItem | InvalidItem]) -> list[ItemResult]:
+    """Create or update each item's user, devices and reminders; one result per item, in order."""
+    if len(items) > MAX_ITEMS:
+        raise ValueError(f"at most {MAX_ITEMS} items per request")
+    now = rt.clock.now()
+    results: dict[int, ItemResult] = {}
+    valid: list[_Valid] = []
+    seen_users: dict[str, int] = {}
+    seen_tokens: dict[str, str] = {}
+    for index, item in enumerate(items):
+        if isinstance(item, InvalidItem):
+            results[index] = ItemResult(index, item.user_id, "error", item.errors)
+            continue
+        try:
+            checked = _check(rt, index, item, now, seen_users, seen_tokens)
+        except DomainError as e:
+            problem = FieldProblem(e.field, e.message)
+            results[index] = ItemResult(index, item.user_id, "error", [problem])
+            continue
+        seen_users[item.user_id] = index
+        for d in checked.devices:
+            seen_tokens.setdefault(d.push_token, item_field(index))
+        valid.append(checked)
+
+    if valid:
+        statuses = await _apply(rt, valid, now)
+        for v in valid:
+            results[v.index] = ItemResult(v.index, v.item.user_id, statuses[v.index])
+    return [results[i] for i in range(len(items))]
+
+
+def _check(
+    rt: Runtime,
+    index: int,
+    item: UserItem,
+    now: datetime,
+    seen_users: Mapping[str, int],
+    seen_tokens: Mapping[str, str],
+) -> _Valid:
+    """The single endpoints' checks, with each field named from the request's root."""
+
+    def named(path: Sequence[int | str], e: DomainError) -> DomainError:
+        return DomainError(item_field(index, (*path, *e.field.split("."))), e.message)
+
+    try:
+        check_identifier(item.user_id, "user_id")
+        load_zone(item.timezone, "timezone")
+    except DomainError as e:
+        raise named((), e) from None
+    if item.user_id in seen_users:
+        raise DomainError(
+            item_field(index, ("user_id",)),
+            f"appears twice in this request (also {item_field(seen_users[item.user_id])})",
+        )
+    quiet: QuietHours | _Keep | None = KEEP
+    if not isinstance(item.quiet_hours, _Keep):
+        try:
+            qh = item.quiet_hours
+            quiet = parse_quiet_hours(qh.start, qh.end) if qh is not None else None
+        except DomainError as e:
+            raise named((), e) from None
+
+    devices: list[Device] = []
+    device_ids: set[str] = set()
+    for j, d in enumerate(item.devices):
+        path: tuple[int | str, ...] = ("devices", j)
+        try:
+            device_id = check_identifier(d.device_id, "device_id")
+            token = check_push_token(d.push_token)
+        except DomainError as e:
+            raise named(path, e) from None
+        if device_id in device_ids:
+            raise DomainError(item_field(index, (*path, "device_id")), "appears twice in this user")
+        if token in seen_tokens or any(x.push_token == token for x in devices):
+            other = seen_tokens.get(token, item_field(index))
+            raise DomainError(
+                item_field(index, (*path, "push_token")),
+                f"given to another device in this request (in {other}); "
+                "a token is bound to one device",
+            )
+        device_ids.add(device_id)
+        devices.append(
+            Device(item.user_id, device_id, token, d.platform, created_at=now, updated_at=now)
+        )
+
+    reminders: list[Reminder] = []
+    reminder_ids: set[str] = set()
+    for j, r in enumerate(item.reminders):
+        path = ("reminders", j)
+        try:
+            reminder_id = check_identifier(r.reminder_id, "reminder_id")
+            rt.categories.get(r.category, "category")
+            payload = check_payload(r.title, r.body, r.data)
+            local_time = parse_hhmm(r.local_time, "local_time")
+            days = parse_days(r.days, "days")
+        except DomainError as e:
+            raise named(path, e) from None
+        if reminder_id in reminder_ids:
+            raise DomainError(
+                item_field(index, (*path, "reminder_id")), "appears twice in this user"
+            )
+        reminder_ids.add(reminder_id)
+        reminders.append(
+            Reminder(
+                user_id=item.user_id,
+                reminder_id=reminder_id,
+                category=r.category,
+                local_time=local_time,
+                title=r.title,
+                body=r.body,
+                label=r.label,
+                days=days,
+                data=payload,
+                enabled=r.enabled,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    return _Valid(index, item, quiet, devices, reminders)
+
+
+async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[int, Status]:
+    store = rt.store
+    ids = [v.item.user_id for v in valid]
+    old_users = await store.get_users(ids)
+    old_reminders = await store.reminders_for_users(ids)
+    old_devices = await store.active_devices(ids)
+
+    user_writes: list[User] = []
+    user_write_index: list[int] = []
+    device_writes: list[Device] = []
+    reminder_writes: list[Reminder] = []
+    replan: set[str] = set()  # existing users whose plan changed
+    statuses: dict[int, Status] = {}
+    for v in valid:
+        item, old = v.item, old_users.get(v.item.user_id)
+        base = old or User(user_id=item.user_id, timezone=item.timezone, created_at=now)
+        user = replace(
+            base,
+            timezone=item.timezone,
+            locale=base.locale if isinstance(item.locale, _Keep) else item.locale,
+            quiet_hours=base.quiet_hours if isinstance(v.quiet_hours, _Keep) else v.quiet_hours,
+            enabled=base.enabled if isinstance(item.enabled, _Keep) else item.enabled,
+            updated_at=now,
+        )
+        changed = old is None or _user_fields(old) != _user_fields(user)
+        if changed:
+            user_writes.append(user)
+            user_write_index.append(v.index)
+        if old is not None and (
+            (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
+            or (user.enabled and not old.enabled)
+        ):
+            replan.add(user.user_id)
+
+        stored_r = {r.reminder_id: r for r in old_reminders.get(item.user_id, [])}
+        for r in v.reminders:
+            prior = stored_r.get(r.reminder_id)
+            if prior is not None and _planned_fields(prior) == _planned_fields(r):
+                continue  # nothing planning sees changed: keep its pending messages
+            if prior is not None:
+                r = replace(r, version=prior.version + 1, created_at=prior.created_at)
+                replan.add(user.user_id)
+            reminder_writes.append(r)
+            changed = True
+
+        active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
+        for d in v.devices:
+            prior_d = active.get(d.device_id)
+            if prior_d is not None and (prior_d.push_token, prior_d.platform) == (
+                d.push_token,
+                d.platform,
+            ):
+                continue  # already this device's active binding
+            device_writes.append(d)
+            changed = True
+        statuses[v.index] = "created" if old is None else "updated" if changed else "unchanged"
+
+    created_flags = await store.upsert_users(user_writes)
+    # Users before what hangs off them; devices and reminders in one batch each.
+    await store.register_devices(device_writes)
+    await store.upsert_reminders(reminder_writes)
+
+    new_users: list[User] = []
+    for user, index, created in zip(user_writes, user_write_index, created_flags, strict=True):
+        if user.user_id in old_users:
+            continue
+        if created:
+            new_users.append(user)
+        else:
+            # Another import created this user between our read and our write: its
+            # plan may differ from ours, so reconcile like any change.
+            replan.add(user.user_id)
+            statuses[index] = "updated"
+    await _plan_new_users(rt, new_users, reminder_writes, now)
+    await _replan(rt, sorted(replan))
+    return statuses
+
+
+def _user_fields(u: User) -> tuple[object, ...]:
+    return (u.timezone, u.locale, u.quiet_hours, u.enabled)
+
+
+def _planned_fields(r: Reminder) -> tuple[object, ...]:
+    return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
+
+
+async def _plan_new_users(
+    rt: Runtime, users: Sequence[User], reminders: Sequence[Reminder], now: datetime
+) -> None:
+    """One planning pass over the horizon for every user this import created.
+
+    A new user has no pending message, so there is nothing to reconcile: the
+    messages go in one batched insert (with their outbox marks), and the unique
+    indexes refuse anything a concurrent planner already wrote.
+    """
+    enabled = {u.user_id: u for u in users if u.enabled}
+    if not enabled:
+        return
+    by_user: dict[str, list[Reminder]] = {uid: [] for uid in enabled}
+    for r in reminders:
+        if r.user_id in by_user:
+            by_user[r.user_id].append(r)
+    pairs = [(enabled[uid], rs) for uid, rs in by_user.items() if rs]
+    planned = list(plan_users(pairs, rt.categories, now, now + rt.creator.horizon, now))
+    if planned:
+        await rt.store.insert_messages(planned)
+        await rt.outbox.flush_quietly()
+
+
+async def _replan(rt: Runtime, user_ids: Sequence[str]) -> None:
+    if not user_ids:
+        return
+    gate = asyncio.Semaphore(REPLAN_CONCURRENCY)
+
+    async def one(user_id: str) -> None:
+        async with gate:
+            await rt.creator.replan_user(user_id)
+
+    await asyncio.gather(*(one(u) for u in user_ids))
