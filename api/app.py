@@ -30,8 +30,10 @@ from api.routes import (
     reminders,
     users,
 )
+from api.routes import templates as template_routes
 from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
+from tepat.services.templates import template_service
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -61,8 +63,10 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         description=DESCRIPTION,
     )
     app.state.runtime = rt
+    app.state.templates = template_service(rt)
     for module in (users, devices, reminders, preferences, messages, bulk, admin, health):
         app.include_router(module.router)
+    app.include_router(template_routes.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)

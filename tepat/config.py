@@ -21,6 +21,9 @@ from tepat.domain.categories import (
     QuietPolicy,
     default_maybe_sent,
 )
+from tepat.domain.errors import DomainError
+from tepat.domain.locales import canonical_locale
+from tepat.domain.routing import EventTypes, default_event_types, parse_event_types
 
 ENV_PREFIX = "TEPAT_"
 
@@ -77,6 +80,10 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=9464, ge=0, le=65535, description="0: no metrics server")
     metrics_refresh_seconds: float = Field(default=30, gt=0)
     categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None
+    # After categories: each event type names one of them (validated against info.data).
+    event_types: Annotated[dict[str, Any] | None, NoDecode] = None
+    # Templates fall back to this locale when neither the user's nor its language has one.
+    default_locale: str = "en"
 
     @field_validator("database_url")
     @classmethod
@@ -147,21 +154,64 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected a JSON object of category policies ({e.msg})") from e
         return v
 
+    @field_validator("event_types", mode="before")
+    @classmethod
+    def _event_types_json(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return json.loads(v)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"expected a JSON object of event types ({e.msg})") from e
+        return v
+
+    @field_validator("event_types")
+    @classmethod
+    def _event_types(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        if "categories" not in info.data:  # TEPAT_CATEGORIES is bad: that error is reported
+            return v
+        try:
+            parse_event_types(v, _category_policies(info.data["categories"]))
+        except DomainError as e:
+            raise ValueError(f"{e.field}: {e.message}" if e.field else e.message) from None
+        return v
+
+    @field_validator("default_locale")
+    @classmethod
+    def _default_locale(cls, v: str) -> str:
+        try:
+            return canonical_locale(v)
+        except DomainError as e:
+            raise ValueError(e.message) from None
+
     def category_policies(self) -> Categories:
         """The configured categories; the defaults when ``TEPAT_CATEGORIES`` is unset."""
-        if not self.categories:
-            return Categories(DEFAULT_CATEGORIES)
-        return Categories(
-            CategoryPolicy(
-                name,
-                quiet_hours=c.quiet_hours,
-                missed_window=timedelta(minutes=c.missed_window_minutes),
-                queue=c.queue,
-                priority=c.priority,
-                maybe_sent=c.maybe_sent or default_maybe_sent(name),
-            )
-            for name, c in self.categories.items()
+        return _category_policies(self.categories)
+
+    def event_routing(self) -> EventTypes:
+        """The configured event types; the defaults (tepat/domain/routing.py) when
+        ``TEPAT_EVENT_TYPES`` is unset."""
+        categories = self.category_policies()
+        if self.event_types is None:
+            return default_event_types(categories)
+        return parse_event_types(self.event_types, categories)
+
+
+def _category_policies(categories: dict[str, CategorySetting] | None) -> Categories:
+    if not categories:
+        return Categories(DEFAULT_CATEGORIES)
+    return Categories(
+        CategoryPolicy(
+            name,
+            quiet_hours=c.quiet_hours,
+            missed_window=timedelta(minutes=c.missed_window_minutes),
+            queue=c.queue,
+            priority=c.priority,
+            maybe_sent=c.maybe_sent or default_maybe_sent(name),
         )
+        for name, c in categories.items()
+    )
 
 
 class ConfigError(SystemExit):

@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, Ticket, User
+from tepat.domain.templates import Template, TemplateKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +408,29 @@ class OpsViewStore(Protocol):
         ...
 
 
+class TemplateStore(Protocol):
+    """Message templates (``tepat/domain/templates.py``): every version kept forever,
+    never edited in place; unique on (event type, channel, locale, version)."""
+
+    async def add_template_version(
+        self, key: TemplateKey, parts: Mapping[str, Any], content_hash: str, now: datetime
+    ) -> tuple[Template, bool]:
+        """Append version latest + 1 (1 for a new key) and return it with ``True``; if
+        the latest version has ``content_hash``, create nothing and return it with
+        ``False`` (a retried PUT). Concurrent calls get distinct versions; identical
+        concurrent calls create one."""
+        ...
+
+    async def get_template(self, key: TemplateKey, version: int | None = None) -> Template | None:
+        """That version, or the latest when ``version`` is None."""
+        ...
+
+    async def latest_templates(self, event_type: str | None = None) -> list[Template]:
+        """The latest version of every key (of one event type when given), by
+        (event type, channel, locale)."""
+        ...
+
+
 class Store(
     UserStore,
     DeviceStore,
@@ -417,6 +441,7 @@ class Store(
     TicketStore,
     OpsViewStore,
     PresenceStore,
+    TemplateStore,
     Protocol,
 ):
     async def open(self) -> None:

@@ -177,3 +177,16 @@ async def create_indexes(db: Any) -> None:
     await db["presence"].create_index(
         [("group", ASCENDING), ("beat_at", ASCENDING)], name="group_beat"
     )
+
+    # Message templates (adapters/mongo/templates.py): one document per version; this
+    # unique index keeps two concurrent PUTs from taking the same version.
+    await db["templates"].create_index(
+        [
+            ("event_type", ASCENDING),
+            ("channel", ASCENDING),
+            ("locale", ASCENDING),
+            ("version", DESCENDING),
+        ],
+        unique=True,
+        name="uniq_template_version",
+    )

@@ -20,6 +20,7 @@ from tepat.adapters.mongo.ops_views import OpsViewsMixin
 from tepat.adapters.mongo.outbox import OutboxMixin
 from tepat.adapters.mongo.presence import PresenceMixin
 from tepat.adapters.mongo.reminders import RemindersMixin
+from tepat.adapters.mongo.templates import TemplatesMixin
 from tepat.adapters.mongo.tickets import TicketsMixin
 from tepat.adapters.mongo.users import UsersMixin
 
@@ -33,6 +34,7 @@ class MongoStore(
     TicketsMixin,
     OpsViewsMixin,
     PresenceMixin,
+    TemplatesMixin,
 ):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 

@@ -184,6 +184,23 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        6,
+        (
+            # Message templates (adapters/sqlite/templates.py): every version kept,
+            # never updated; the key and version are the primary key.
+            """CREATE TABLE templates (
+                event_type TEXT NOT NULL,
+                channel TEXT NOT NULL,
+                locale TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                parts TEXT NOT NULL,
+                content_hash TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (event_type, channel, locale, version)
+            )""",
+        ),
+    ),
 )
 
 

@@ -9,6 +9,7 @@ from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
 from tepat.adapters.sqlite.ops_views import OpsViewsMixin
 from tepat.adapters.sqlite.presence import PresenceMixin
 from tepat.adapters.sqlite.reminders import RemindersMixin
+from tepat.adapters.sqlite.templates import TemplatesMixin
 from tepat.adapters.sqlite.tickets import TicketsMixin
 from tepat.adapters.sqlite.users import UsersMixin
 
@@ -22,6 +23,7 @@ class SqliteStore(
     TicketsMixin,
     OpsViewsMixin,
     PresenceMixin,
+    TemplatesMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""

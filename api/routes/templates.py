@@ -1,0 +1,160 @@
+"""``/v1/templates``: versioned message templates (admin API key only).
+
+Each PUT adds a version (never edits one); an identical PUT is an idempotent retry.
+See tepat/domain/templates.py for the rules and limits, README "Templates" for use.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from api.deps import Admin
+from api.problems import problem_responses
+from api.schemas import (
+    TemplateIn,
+    TemplateList,
+    TemplateOut,
+    TemplatePreviewIn,
+    TemplatePreviewOut,
+)
+from tepat.domain.routing import check_event_type_name
+from tepat.domain.templates import Template
+from tepat.services.templates import TemplateService
+
+router = APIRouter(
+    prefix="/v1/templates", tags=["templates"], responses=problem_responses(401, 403)
+)
+
+# Checked by the domain (which names the field and says what is wrong); only bounded here.
+TypePath = Annotated[
+    str, Path(min_length=1, max_length=128, description="Event type", examples=["order.paid"])
+]
+ChannelPath = Annotated[
+    str, Path(min_length=1, max_length=16, description="push or inbox", examples=["push"])
+]
+LocalePath = Annotated[
+    str, Path(min_length=1, max_length=35, description="Locale tag", examples=["pt-BR"])
+]
+
+
+def _service(request: Request) -> TemplateService:
+    service: TemplateService = request.app.state.templates
+    return service
+
+
+def _out(service: TemplateService, t: Template) -> TemplateOut:
+    return TemplateOut(
+        id=t.id,
+        type=t.key.event_type,
+        channel=t.key.channel.value,
+        locale=t.key.locale,
+        version=t.version,
+        created_at=t.created_at,
+        parts=dict(t.parts),
+        variables=list(service.variables(t)),
+    )
+
+
+@router.put(
+    "/{event_type}/{channel}/{locale}",
+    response_model=TemplateOut,
+    status_code=201,
+    responses={
+        200: {"model": TemplateOut, "description": "Identical to the latest version: nothing new"},
+        **problem_responses(400, 413, 422),
+    },
+    summary="Save a new version of a template",
+)
+async def put_template(
+    event_type: TypePath,
+    channel: ChannelPath,
+    locale: LocalePath,
+    body: TemplateIn,
+    request: Request,
+    response: Response,
+    _: Admin,
+) -> TemplateOut:
+    """201 with the new version; 200 with the latest when it already has these sources
+    (a retried PUT creates nothing). A source that does not compile, or is too large, is
+    a 422 naming the part."""
+    service = _service(request)
+    key = service.key(event_type, channel, locale)
+    template, created = await service.put(key, body.parts())
+    response.status_code = 201 if created else 200
+    response.headers["Location"] = (
+        f"/v1/templates/{quote(key.event_type)}/{key.channel.value}/{key.locale}"
+        f"?version={template.version}"
+    )
+    return _out(service, template)
+
+
+@router.get(
+    "/{event_type}/{channel}/{locale}",
+    response_model=TemplateOut,
+    responses=problem_responses(404, 422),
+    summary="A template's latest version, or a given one",
+)
+async def get_template(
+    event_type: TypePath,
+    channel: ChannelPath,
+    locale: LocalePath,
+    request: Request,
+    _: Admin,
+    version: Annotated[int | None, Query(ge=1, le=2**62, description="This version")] = None,
+) -> TemplateOut:
+    """Exactly this locale (no fallback: see the preview for what a user would get)."""
+    service = _service(request)
+    key = service.key(event_type, channel, locale)
+    return _out(service, await service.get(key, version))
+
+
+@router.get(
+    "",
+    response_model=TemplateList,
+    responses=problem_responses(422),
+    summary="The latest version of every template",
+)
+async def list_templates(
+    request: Request,
+    _: Admin,
+    type: Annotated[str | None, Query(max_length=128, description="Only this event type")] = None,
+) -> TemplateList:
+    service = _service(request)
+    if type is not None:
+        check_event_type_name(type, "type")
+    return TemplateList(templates=[_out(service, t) for t in await service.list(type)])
+
+
+@router.post(
+    "/preview",
+    response_model=TemplatePreviewOut,
+    responses=problem_responses(400, 404, 413, 422),
+    summary="Render a stored or inline template with sample data",
+)
+async def preview(body: TemplatePreviewIn, request: Request, _: Admin) -> TemplatePreviewOut:
+    """A stored template is looked up as for a user of `locale` (`pt-BR` → `pt` → the
+    default locale) unless `version` names one; `locale` in the answer is the one used.
+    A variable missing from `data` is a 422 naming it (`data.<name>`)."""
+    service = _service(request)
+    if body.template is not None:
+        result = service.preview_inline(
+            body.type, body.channel, body.locale, body.template.parts(), body.data
+        )
+    else:
+        result = await service.preview_stored(
+            body.type, body.channel, body.locale, body.data, body.version
+        )
+    stored = result.template
+    return TemplatePreviewOut(
+        type=body.type,
+        channel=body.channel,
+        locale_requested=body.locale,
+        locale=result.locale,
+        template_id=stored.id if stored else None,
+        version=stored.version if stored else None,
+        rendered=result.rendered.as_dict(),
+        variables=list(result.variables),
+    )

@@ -1,0 +1,520 @@
+"""Message templates: per (event type, channel, locale), versioned, rendered in a sandbox.
+
+A template holds one source per *part* of its channel (:data:`CHANNEL_PARTS`):
+
+- ``push``: ``title``, ``body``, optional ``data`` (an object of string templates,
+  rendered value by value into the notification's data);
+- ``inbox``: ``title``, ``body``, optional ``html`` (the only part rendered with
+  HTML autoescape) and optional ``link`` (rendered, then checked as a URL or path).
+
+Sources are Jinja2, compiled in a :class:`~jinja2.sandbox.SandboxedEnvironment`
+with :class:`~jinja2.StrictUndefined`: a variable missing from the data fails the
+render (:class:`TemplateError`, reason ``render_error``) instead of printing a blank.
+Sources are compiled when saved, so a syntax error is refused then, with its line.
+
+Limits (sources are written by admin-key holders, data comes from events):
+
+- a template's sources together: :data:`MAX_SOURCE_BYTES`; one part: :data:`MAX_PART_CHARS`;
+- push: title, body and data, encoded as Expo receives them, at most
+  :data:`PUSH_MAX_BYTES` (Expo refuses over 4096; the rest is room for what the
+  dispatcher adds, as for one-offs in ``tepat/services/accounts.py``);
+- inbox: :data:`INBOX_LIMITS` per part;
+- in the sandbox: ``range`` up to :data:`MAX_RANGE`, and string repetition, padding,
+  ``%`` widths and powers bounded, so a template cannot build gigabytes of text.
+
+Stored versions are immutable; :func:`template_id` names one (``order.paid:push:en:3``),
+which a message pins so a retry renders the same text.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import jinja2
+from jinja2 import StrictUndefined, TemplateSyntaxError, meta, nodes
+from jinja2.exceptions import SecurityError, UndefinedError
+from jinja2.sandbox import SandboxedEnvironment
+
+from tepat.domain.errors import DomainError
+from tepat.domain.locales import canonical_locale
+from tepat.domain.routing import Channel, check_event_type_name, parse_channel
+
+# ---------------------------------------------------------------- limits
+
+MAX_SOURCE_BYTES: Final = 16 * 1024
+MAX_PART_CHARS: Final = 8 * 1024
+MAX_DATA_KEYS: Final = 32
+PUSH_MAX_BYTES: Final = 3584  # = accounts.MAX_PAYLOAD_BYTES: Expo's 4096 less headroom
+INBOX_LIMITS: Final[Mapping[str, int]] = {
+    "title": 200,
+    "body": 4000,
+    "html": 32 * 1024,
+    "link": 2048,
+}  # characters
+MAX_RANGE: Final = 1000
+MAX_STRING: Final = 64 * 1024  # the longest string one operation in a template may build
+_MAX_POWER_BITS: Final = 4096
+_DATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+# A rendered inbox link: an absolute URL or app deep link, or a path; never script.
+_LINK = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*:)")
+_UNSAFE_SCHEMES = frozenset({"javascript", "vbscript", "data", "file"})
+_UNDEFINED_NAME = re.compile(r"^'([^']+)' is undefined$")
+
+
+class TemplateFailure(enum.StrEnum):
+    """Why a template was refused or failed; ``render_error`` is also the
+    ``status_reason`` of a message whose render fails."""
+
+    COMPILE_ERROR = "compile_error"
+    TOO_LARGE = "too_large"
+    INVALID = "invalid"
+    RENDER_ERROR = "render_error"
+
+
+class TemplateError(DomainError):
+    """A template problem naming the field (``body``, ``data.order``) and its reason.
+
+    ``variable`` is the missing variable when a render failed on one.
+    """
+
+    def __init__(
+        self,
+        field: str,
+        message: str,
+        reason: TemplateFailure,
+        *,
+        variable: str | None = None,
+    ) -> None:
+        super().__init__(field, message)
+        self.reason = reason
+        self.variable = variable
+
+
+@dataclass(frozen=True, slots=True)
+class PartSpec:
+    name: str
+    required: bool
+    html: bool = False  # rendered with autoescape
+    mapping: bool = False  # an object of string templates
+
+
+CHANNEL_PARTS: Final[Mapping[Channel, tuple[PartSpec, ...]]] = {
+    Channel.PUSH: (
+        PartSpec("title", True),
+        PartSpec("body", True),
+        PartSpec("data", False, mapping=True),
+    ),
+    Channel.INBOX: (
+        PartSpec("title", True),
+        PartSpec("body", True),
+        PartSpec("html", False, html=True),
+        PartSpec("link", False),
+    ),
+}
+
+Parts = Mapping[str, "str | Mapping[str, str]"]
+
+
+# ---------------------------------------------------------------- identity
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateKey:
+    event_type: str
+    channel: Channel
+    locale: str
+
+    @classmethod
+    def parse(cls, event_type: object, channel: object, locale: object) -> TemplateKey:
+        return cls(
+            check_event_type_name(event_type, "type"),
+            parse_channel(channel, "channel"),
+            canonical_locale(locale, "locale"),
+        )
+
+
+def template_id(key: TemplateKey, version: int) -> str:
+    return f"{key.event_type}:{key.channel.value}:{key.locale}:{version}"
+
+
+def parse_template_id(value: str, field: str = "template_id") -> tuple[TemplateKey, int]:
+    """The key and version a :func:`template_id` names."""
+    parts = value.split(":")
+    if len(parts) != 4 or not parts[3].isdigit():
+        raise DomainError(field, f"expected TYPE:CHANNEL:LOCALE:VERSION, got {value!r}")
+    return TemplateKey.parse(*parts[:3]), int(parts[3])
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One stored version; never changed once written."""
+
+    key: TemplateKey
+    version: int
+    parts: Mapping[str, Any]
+    content_hash: str
+    created_at: datetime
+
+    @property
+    def id(self) -> str:
+        return template_id(self.key, self.version)
+
+
+def content_hash(parts: Parts) -> str:
+    """Equal for equal sources, whatever the key order: an identical PUT is a no-op."""
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- the sandbox
+
+
+def _bounded(n: object, what: str, limit: int = MAX_STRING) -> None:
+    if isinstance(n, int) and not isinstance(n, bool) and abs(n) > limit:
+        raise SecurityError(f"{what} over {limit} is not allowed in templates")
+
+
+_WIDTH = re.compile(r"%[-+ #0]*(\d+)?(?:\.(\d+))?")
+# str methods that pad or repeat to a caller-given size (the filters are wrapped below)
+_SIZED_STR_METHODS = frozenset(
+    {"center", "ljust", "rjust", "zfill", "expandtabs", "format", "format_map", "replace"}
+)
+
+
+class _Sandbox(SandboxedEnvironment):
+    """Jinja's sandbox (no access to Python internals), with sizes bounded."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, str) and attr in _SIZED_STR_METHODS:
+            return False
+        return bool(super().is_safe_attribute(obj, attr, value))
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, str | list | tuple) and isinstance(n, int):
+                    _bounded(len(seq) * n, "a repeated string or list of length")
+        elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+            if max(abs(left), 2).bit_length() * abs(right) > _MAX_POWER_BITS:
+                raise SecurityError("a power this large is not allowed in templates")
+        elif operator == "%" and isinstance(left, str):
+            _check_widths(left)
+        return super().call_binop(context, operator, left, right)
+
+
+def _check_widths(fmt: str) -> None:
+    for m in _WIDTH.finditer(fmt):
+        for group in m.groups():
+            if group is not None:
+                _bounded(int(group), "a format width")
+
+
+def _safe_range(*args: int) -> range:
+    r = range(*args)
+    if len(r) > MAX_RANGE:
+        raise SecurityError(f"range() over {MAX_RANGE} items is not allowed in templates")
+    return r
+
+
+def _width_checked(name: str, env: jinja2.Environment) -> Callable[..., Any]:
+    original = env.filters[name]
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for arg in (*args[1:], *kwargs.values()):
+            _bounded(arg, f"a {name} width")
+        if name == "format" and isinstance(args[0], str):
+            _check_widths(args[0])
+        if name == "replace" and len(args) >= 3:
+            value, old, new = str(args[0]), str(args[1]), str(args[2])
+            _bounded((value.count(old) + 1) * max(len(new), 1), "a replaced string of length")
+        return original(*args, **kwargs)
+
+    checked.__name__ = name
+    return checked
+
+
+def _environment(autoescape: bool) -> _Sandbox:
+    env = _Sandbox(undefined=StrictUndefined, autoescape=autoescape, keep_trailing_newline=False)
+    env.globals["range"] = _safe_range
+    for name in ("center", "indent", "format", "replace", "wordwrap", "truncate"):
+        env.filters[name] = _width_checked(name, env)
+    return env
+
+
+_TEXT = _environment(autoescape=False)
+_HTML = _environment(autoescape=True)
+
+
+# ---------------------------------------------------------------- checking at save time
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTemplate:
+    """A channel's parts, compiled once: render many times (see :func:`compile_parts`)."""
+
+    channel: Channel
+    parts: Mapping[str, jinja2.Template]
+    data: Mapping[str, jinja2.Template] = field(default_factory=dict)
+    variables: tuple[str, ...] = ()
+
+
+def check_parts(channel: Channel, parts: object, prefix: str = "") -> dict[str, Any]:
+    """Validate a template's parts for ``channel``: shape, sizes, and that each compiles.
+
+    Returns the parts as stored (optional parts left out or null are absent).
+    Raises :class:`TemplateError` naming ``prefix + part`` (``data.<key>`` for push data).
+    """
+    specs = {s.name: s for s in CHANNEL_PARTS[channel]}
+    if not isinstance(parts, Mapping):
+        raise TemplateError(
+            prefix.rstrip(".") or "body", "expected an object", TemplateFailure.INVALID
+        )
+    for name in parts:
+        if name not in specs:
+            known = ", ".join(specs)
+            raise TemplateError(
+                f"{prefix}{name}",
+                f"not a part of a {channel.value} template (parts: {known})",
+                TemplateFailure.INVALID,
+            )
+    out: dict[str, Any] = {}
+    for spec in specs.values():
+        value = parts.get(spec.name)
+        where = f"{prefix}{spec.name}"
+        if value is None:
+            if spec.required:
+                raise TemplateError(where, "required", TemplateFailure.INVALID)
+            continue
+        if spec.mapping:
+            out[spec.name] = _check_mapping(value, where)
+        else:
+            out[spec.name] = _check_source(value, where)
+    size = len(json.dumps(out, ensure_ascii=False).encode())
+    if size > MAX_SOURCE_BYTES:
+        raise TemplateError(
+            prefix.rstrip(".") or "body",
+            f"template too large: {size} bytes of source (at most {MAX_SOURCE_BYTES})",
+            TemplateFailure.TOO_LARGE,
+        )
+    compile_parts(channel, out, prefix)  # syntax errors, with their line
+    return out
+
+
+def _check_source(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise TemplateError(where, "expected a string (a Jinja2 template)", TemplateFailure.INVALID)
+    if len(value) > MAX_PART_CHARS:
+        raise TemplateError(
+            where,
+            f"template too large: {len(value)} characters (at most {MAX_PART_CHARS} per part)",
+            TemplateFailure.TOO_LARGE,
+        )
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise TemplateError(where, "must be valid Unicode text", TemplateFailure.INVALID) from None
+    return value
+
+
+def _check_mapping(value: object, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise TemplateError(
+            where, "expected an object of string templates", TemplateFailure.INVALID
+        )
+    if len(value) > MAX_DATA_KEYS:
+        raise TemplateError(where, f"at most {MAX_DATA_KEYS} keys", TemplateFailure.TOO_LARGE)
+    out = {}
+    for key, source in value.items():
+        if not isinstance(key, str) or not _DATA_KEY.fullmatch(key):
+            raise TemplateError(
+                f"{where}.{key}",
+                "keys are 1-64 letters, digits and _.- starting with a letter or _",
+                TemplateFailure.INVALID,
+            )
+        out[key] = _check_source(source, f"{where}.{key}")
+    return out
+
+
+def compile_parts(channel: Channel, parts: Mapping[str, Any], prefix: str = "") -> CompiledTemplate:
+    specs = {s.name: s for s in CHANNEL_PARTS[channel]}
+    compiled: dict[str, jinja2.Template] = {}
+    data: dict[str, jinja2.Template] = {}
+    variables: set[str] = set()
+    for name, value in parts.items():
+        spec = specs[name]
+        env = _HTML if spec.html else _TEXT
+        if spec.mapping:
+            for key, source in value.items():
+                data[key] = _compile(env, source, f"{prefix}{name}.{key}", variables)
+        else:
+            compiled[name] = _compile(env, value, f"{prefix}{name}", variables)
+    return CompiledTemplate(channel, compiled, data, tuple(sorted(variables)))
+
+
+def _compile(env: _Sandbox, source: str, where: str, variables: set[str]) -> jinja2.Template:
+    try:
+        ast: nodes.Template = env.parse(source)
+        variables |= meta.find_undeclared_variables(ast)
+        return env.from_string(ast)
+    except TemplateSyntaxError as e:
+        raise TemplateError(
+            where, f"does not compile: line {e.lineno}: {e.message}", TemplateFailure.COMPILE_ERROR
+        ) from None
+    except (RecursionError, MemoryError, ValueError, TypeError, OverflowError) as e:
+        # a pathologically nested source can exhaust the parser, not the process
+        raise TemplateError(
+            where, f"does not compile: {type(e).__name__}", TemplateFailure.COMPILE_ERROR
+        ) from None
+
+
+# ---------------------------------------------------------------- rendering
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered message: the parts of its channel, as the channel adapter sends them."""
+
+    channel: Channel
+    title: str
+    body: str
+    data: Mapping[str, str] = field(default_factory=dict)  # push
+    html: str | None = None  # inbox
+    link: str | None = None  # inbox
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"title": self.title, "body": self.body}
+        if self.channel is Channel.PUSH:
+            out["data"] = dict(self.data)
+        else:
+            if self.html is not None:
+                out["html"] = self.html
+            if self.link is not None:
+                out["link"] = self.link
+        return out
+
+
+def render(
+    compiled: CompiledTemplate,
+    data: Mapping[str, Any],
+    *,
+    prefix: str = "",
+    data_field: str = "data",
+) -> Rendered:
+    """Render with ``data``; any failure is a :class:`TemplateError` with reason
+    ``render_error`` (a missing variable names ``data_field.<variable>``)."""
+    context = dict(data)
+    parts = {
+        name: _render_one(t, context, f"{prefix}{name}", data_field, _limit(compiled.channel, name))
+        for name, t in compiled.parts.items()
+    }
+    values = {
+        key: _render_one(t, context, f"{prefix}data.{key}", data_field, PUSH_MAX_BYTES)
+        for key, t in compiled.data.items()
+    }
+    rendered = Rendered(
+        compiled.channel,
+        title=parts["title"],
+        body=parts["body"],
+        data=values,
+        html=parts.get("html"),
+        link=parts.get("link"),
+    )
+    _check_rendered(rendered, prefix)
+    return rendered
+
+
+def _limit(channel: Channel, part: str) -> int:
+    return PUSH_MAX_BYTES if channel is Channel.PUSH else INBOX_LIMITS[part]
+
+
+def _render_one(
+    template: jinja2.Template, context: dict[str, Any], where: str, data_field: str, limit: int
+) -> str:
+    try:
+        chunks: list[str] = []
+        size = 0
+        # Streamed, so an oversized render stops at the limit instead of finishing.
+        for chunk in template.generate(context):
+            size += len(chunk)
+            if size > limit:
+                raise TemplateError(
+                    where,
+                    f"rendered text over the limit of {limit} characters",
+                    TemplateFailure.RENDER_ERROR,
+                )
+            chunks.append(chunk)
+        text = "".join(chunks)
+        text.encode()  # a lone surrogate from the data cannot be stored or sent
+        return text
+    except TemplateError:
+        raise
+    except UndefinedError as e:
+        line = _template_line(e)
+        m = _UNDEFINED_NAME.match(str(e))
+        if m:
+            variable = m.group(1)
+            raise TemplateError(
+                f"{data_field}.{variable}",
+                f"missing variable {variable!r}, used by {where}{line}",
+                TemplateFailure.RENDER_ERROR,
+                variable=variable,
+            ) from None
+        raise TemplateError(
+            data_field, f"{e} (in {where}{line})", TemplateFailure.RENDER_ERROR
+        ) from None
+    except Exception as e:  # template code can raise anything; none of it may escape
+        raise TemplateError(
+            where,
+            f"render failed{_template_line(e)}: {type(e).__name__}: {e}"[:500],
+            TemplateFailure.RENDER_ERROR,
+        ) from None
+
+
+def _template_line(exc: BaseException) -> str:
+    """`` at line N`` of the template, from Jinja's rewritten traceback."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == "<template>" and frame.lineno:
+            return f" at line {frame.lineno}"
+    return ""
+
+
+def _check_rendered(r: Rendered, prefix: str) -> None:
+    if r.channel is Channel.PUSH:
+        size = len(
+            json.dumps(
+                {"title": r.title, "body": r.body, "data": dict(r.data)}, ensure_ascii=False
+            ).encode("utf-8", "surrogatepass")
+        )
+        if size > PUSH_MAX_BYTES:
+            raise TemplateError(
+                f"{prefix}body",
+                f"rendered notification too large: {size} bytes (at most {PUSH_MAX_BYTES})",
+                TemplateFailure.RENDER_ERROR,
+            )
+        return
+    if r.link is not None:
+        link = r.link.strip()
+        scheme = link.split(":", 1)[0].lower() if ":" in link else ""
+        if not _LINK.match(link) or scheme in _UNSAFE_SCHEMES:
+            raise TemplateError(
+                f"{prefix}link",
+                f"rendered link must be a URL or a path starting with '/', got {link[:100]!r}",
+                TemplateFailure.RENDER_ERROR,
+            )
+
+
+def check_data(data: object, field: str = "data") -> dict[str, Any]:
+    """Render data: a JSON object (the event's ``data``)."""
+    if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
+        raise DomainError(field, "expected a JSON object")
+    return dict(data)
