@@ -3,6 +3,11 @@
 Idempotent by construction: message ids and keys are deterministic and the
 store's unique indexes refuse a second copy, so running a window twice, or two
 jobs at once over overlapping windows, creates nothing new.
+
+Incremental: each user carries a planning mark (ports/store.py, UserStore) saying
+which nominal instants are already planned from their current records. A run
+reads only the users whose mark does not cover its window, and plans each from
+where the mark ends. Marks only save work; the unique indexes keep runs exact.
 """
 
 from __future__ import annotations
@@ -14,8 +19,14 @@ from datetime import datetime, timedelta
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
 from tepat.domain.models import Message, MessageStatus, Reminder, SkipReason, User
-from tepat.domain.planning import intended_on, plan_users, same_intent
-from tepat.ports.store import Store
+from tepat.domain.planning import (
+    intended_on,
+    next_nominal_from,
+    plan_users,
+    planning_fingerprint,
+    same_intent,
+)
+from tepat.ports.store import PlanMark, PlanTarget, Store
 from tepat.services.outbox import Outbox
 
 
@@ -24,12 +35,15 @@ class PlanResult:
     created: int = 0
     existing: int = 0
     cancelled: int = 0
+    # Users a plan run read and planned (the others' marks covered the window).
+    users_planned: int = 0
 
     def __add__(self, other: PlanResult) -> PlanResult:
         return PlanResult(
             self.created + other.created,
             self.existing + other.existing,
             self.cancelled + other.cancelled,
+            self.users_planned + other.users_planned,
         )
 
 
@@ -61,10 +75,16 @@ class Creator:
         *,
         publish: bool = True,
         progress: PlanProgress | None = None,
+        after: str = "",
+        until: str | None = None,
     ) -> PlanResult:
-        """Plan every enabled reminder whose nominal instant falls in ``[start, end)``.
+        """Plan every enabled reminder whose nominal instant falls in ``[start, end)``
+        (of the users whose id is in ``(after, until]``: a worker's range).
 
-        Users stream in pages, so memory stays flat however many there are. The
+        Only users whose planning mark does not cover the window are read, each
+        planned from where their mark ends, and their marks moved on after the
+        messages are written (``users_planned`` counts them). Users stream in
+        pages, so memory stays flat however many there are. The
         messages go to the outbox in the same write; unless ``publish`` is off (a
         ``tepat plan`` process beside an embedded broker it cannot reach, whose
         own outbox loop will publish them), the outbox publishes the ones due
@@ -74,30 +94,75 @@ class Creator:
         if end <= start:
             raise ValueError("end must be after start")
         total = PlanResult()
-        async for users in self._store.iter_users(self._page_size):
-            total += await self._plan_page(users, start, end, publish)
+        fingerprint = planning_fingerprint(self._categories)
+        pages = self._store.users_to_plan(
+            start, end, fingerprint, self._page_size, after=after, until=until
+        )
+        async for targets in pages:
+            total += await self._plan_page(targets, start, end, fingerprint, publish)
             if progress is not None:
-                progress(len(users), total)
+                progress(len(targets), total)
         if publish:
             await self._outbox.flush()
         return total
 
     async def _plan_page(
-        self, users: Sequence[User], start: datetime, end: datetime, publish: bool
+        self,
+        targets: Sequence[PlanTarget],
+        start: datetime,
+        end: datetime,
+        fingerprint: str,
+        publish: bool,
     ) -> PlanResult:
-        enabled = [u for u in users if u.enabled]
-        if not enabled:
-            return PlanResult()
-        reminders = await self._store.reminders_for_users([u.user_id for u in enabled])
-        pairs = ((u, reminders.get(u.user_id, [])) for u in enabled)
+        enabled = [t.user.user_id for t in targets if t.user.enabled]
+        # Read after the users (and their stamps): a reminder written since either
+        # is read here or bumps the stamp, so the mark below is refused.
+        reminders = await self._store.reminders_for_users(enabled) if enabled else {}
         now = self._clock.now()
-        planned = list(plan_users(pairs, self._categories, start, end, now))
-        if not planned:
-            return PlanResult()
-        result = await self._store.insert_messages(planned)
-        if publish and self._outbox_backlog_due_soon(result.created, now):
-            await self._outbox.flush()
-        return PlanResult(len(result.created), result.existing)
+        planned: list[Message] = []
+        for t in targets:
+            if not t.user.enabled:
+                continue
+            own = reminders.get(t.user.user_id, [])
+            planned.extend(
+                plan_users(
+                    [(t.user, own)], self._categories, _plan_from(t, start, fingerprint), end, now
+                )
+            )
+        created: Sequence[Message] = []
+        existing = 0
+        if planned:
+            result = await self._store.insert_messages(planned)
+            created, existing = result.created, result.existing
+            if publish and self._outbox_backlog_due_soon(created, now):
+                await self._outbox.flush()
+        # Only once the messages are written: a crash before leaves the old marks.
+        marks = [
+            self._mark(t, reminders.get(t.user.user_id, []), start, end, fingerprint, now)
+            for t in targets
+        ]
+        await self._store.set_plan_marks(marks)
+        return PlanResult(len(created), existing, users_planned=len(targets))
+
+    def _mark(
+        self,
+        target: PlanTarget,
+        reminders: Sequence[Reminder],
+        start: datetime,
+        end: datetime,
+        fingerprint: str,
+        now: datetime,
+    ) -> PlanMark:
+        """What is planned for ``target`` once ``[start, end)`` is: that window up to
+        the first instant at or after ``end`` that nothing planned yet, joined with
+        the standing mark when the two touch."""
+        user = target.user
+        nxt = next_nominal_from(user, reminders, self._categories, end, now)
+        lo, hi = start, nxt
+        old = _standing(target, fingerprint)
+        if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
+            lo, hi = min(lo, old.plan_from), max(hi, old.plan_next_at)
+        return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
 
     @staticmethod
     def _outbox_backlog_due_soon(created: Sequence[Message], now: datetime) -> bool:
@@ -130,9 +195,10 @@ class Creator:
            older plan after step 3 read.
         """
         version = await self._store.next_plan_version(user_id)
-        user = await self._store.get_user(user_id)
-        if user is None:
+        target = await self._store.get_plan_target(user_id)
+        if target is None:
             return PlanResult()
+        user = target.user
         reminders = {r.reminder_id: r for r in await self._store.list_reminders(user_id)}
         now = self._clock.now()
         total = await self._reconcile(user, reminders, version, reason, now)
@@ -149,6 +215,16 @@ class Creator:
             result = await self._store.insert_messages(planned)
             total += PlanResult(len(result.created), result.existing)
         total += await self._reconcile(user, reminders, version, reason, now)
+        # The horizon is planned from this version's reads: say so, unless a newer
+        # change (a later stamp) came meanwhile; the next plan run then plans it.
+        fingerprint = planning_fingerprint(self._categories)
+        await self._store.set_plan_marks(
+            [
+                self._mark(
+                    target, list(reminders.values()), now, now + self.horizon, fingerprint, now
+                )
+            ]
+        )
         await self._outbox.flush_quietly()
         return total
 
@@ -223,6 +299,23 @@ class Creator:
                 await self._store.set_meta(progress_key, users[-1].user_id)
         await self._store.set_meta(TZDATA_META_KEY, release)
         return total
+
+
+def _standing(target: PlanTarget, fingerprint: str) -> PlanMark | None:
+    """The user's mark if it still counts (the store drops it at any change)."""
+    mark = target.mark
+    if mark is None or mark.fingerprint != fingerprint or mark.stamp != target.stamp:
+        return None
+    return mark
+
+
+def _plan_from(target: PlanTarget, start: datetime, fingerprint: str) -> datetime:
+    """Where this user's window really starts: what their mark covers from ``start``
+    on is planned already."""
+    mark = _standing(target, fingerprint)
+    if mark is not None and mark.plan_from <= start < mark.plan_next_at:
+        return mark.plan_next_at
+    return start
 
 
 TZDATA_META_KEY = "tzdata_release"

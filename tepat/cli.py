@@ -147,10 +147,16 @@ def consumers_command(metrics_host: MetricsHost = None, metrics_port: MetricsPor
 def plan(
     start: Annotated[str, typer.Option(help="Window start, ISO 8601 with offset.")],
     end: Annotated[str, typer.Option(help="Window end (exclusive), ISO 8601 with offset.")],
+    workers: Annotated[
+        int,
+        typer.Option(help="Processes planning user-id ranges side by side (one per core).", min=1),
+    ] = 1,
 ) -> None:
     """Plan an explicit window (ops backfill); prints how many messages were created.
 
-    On a terminal, a progress line on stderr shows users done, messages created and the rate.
+    Users whose planning mark already covers the window are not read again ("N users"
+    counts those planned). On a terminal, a progress line on stderr shows users done,
+    messages created and the rate.
     """
     from tepat.cli_progress import PlanProgress
     from tepat.runtime import open_runtime
@@ -165,9 +171,14 @@ def plan(
         async with open_runtime(settings) as rt:
             # An embedded broker lives inside the serving process: this one's would
             # vanish on exit. The server's outbox loop publishes from the store.
-            await rt.creator.plan_window(
-                begin, finish, publish=not rt.embedded_broker, progress=progress
-            )
+            if workers > 1:
+                from tepat.plan_workers import plan_parallel
+
+                await plan_parallel(rt, begin, finish, workers, done=progress)
+            else:
+                await rt.creator.plan_window(
+                    begin, finish, publish=not rt.embedded_broker, progress=progress
+                )
         typer.echo(progress.finish())
 
     _run(go())

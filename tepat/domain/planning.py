@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from tepat.domain.categories import Categories, CategoryPolicy, QuietPolicy
@@ -205,3 +205,48 @@ def plan_oneoff(
         created_at=now,
         updated_at=now,
     )
+
+
+#: Bump when planning makes something else of the same inputs (placement, keys, which
+#: dates a reminder covers): every standing planning mark then stops counting.
+PLANNING_RULES = "1"
+
+#: ``plan_next_at`` of a user with nothing to plan (disabled, no enabled reminder):
+#: any change that could give them something clears their mark first.
+NOTHING_AHEAD = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def planning_fingerprint(categories: Categories) -> str:
+    """What planning depends on besides the user's own records: the category
+    configuration (which categories exist, their policies) and the rules. A plan
+    mark made under another fingerprint does not count."""
+    policies = sorted((repr(p) for p in categories), key=str)
+    canonical = json.dumps([PLANNING_RULES, policies], separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def next_nominal_from(
+    user: User,
+    reminders: Iterable[Reminder],
+    categories: Categories,
+    instant: datetime,
+    now: datetime,
+) -> datetime:
+    """The first nominal instant at or after ``instant`` that ``user``'s reminders
+    intend (weekdays and DST honoured), or :data:`NOTHING_AHEAD`.
+
+    Looks from the local date before ``instant``'s (a time skipped by a DST gap can
+    move a date's instant into the next date) to eight days after: a reminder
+    fires at least once in any seven consecutive dates, or never.
+    """
+    if not user.enabled:
+        return NOTHING_AHEAD
+    first = utc_to_local(instant, load_zone(user.timezone)).date() - timedelta(days=1)
+    best = NOTHING_AHEAD
+    for reminder in reminders:
+        for n in range(10):
+            m = intended_on(user, reminder, categories, first + timedelta(days=n), now)
+            if m is not None and m.nominal >= instant:
+                best = min(best, m.nominal)
+                break  # a later date's instant is later still
+    return best

@@ -8,6 +8,7 @@ from pymongo import ASCENDING, ReturnDocument
 
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, pair_id, reminder_fields, reminder_from_doc
+from tepat.adapters.mongo.users import PLAN_CHANGED
 from tepat.domain.models import Reminder
 
 
@@ -27,6 +28,7 @@ class RemindersMixin(MongoBase):
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
+        await self._reminders_changed(reminder.user_id)
         return reminder_from_doc(doc)
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
@@ -35,7 +37,13 @@ class RemindersMixin(MongoBase):
 
     async def delete_reminder(self, user_id: str, reminder_id: str) -> bool:
         result = await self._db["reminders"].delete_one({"_id": pair_id(user_id, reminder_id)})
+        await self._reminders_changed(user_id)
         return bool(result.deleted_count)
+
+    async def _reminders_changed(self, user_id: str) -> None:
+        # After the reminder write: a plan run that read the user's stamp before it
+        # either read the new reminders or finds its mark refused (set_plan_marks).
+        await self._db["users"].update_one({"_id": user_id}, PLAN_CHANGED)
 
     async def list_reminders(self, user_id: str) -> list[Reminder]:
         return (await self.reminders_for_users([user_id])).get(user_id, [])

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from pymongo import ASCENDING, ReturnDocument
+from pymongo import ASCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
@@ -16,14 +17,42 @@ from tepat.adapters.mongo.codecs import (
     device_from_doc,
     opt_bson_dt,
     pair_id,
+    read_dt_required,
     user_fields,
     user_from_doc,
 )
 from tepat.domain.models import Device, User
-from tepat.ports.store import DeviceFailure
+from tepat.ports.store import DeviceFailure, PlanMark, PlanTarget
 
 REPLACED = "replaced"  # deactivated_reason of a binding taken over by a new registration
 _REGISTER_ATTEMPTS = 5
+
+#: Every write that can change what planning makes of a user bumps their change
+#: stamp and drops their mark (ports/store.py, UserStore): a standing mark is never stale.
+PLAN_CHANGED: dict[str, Any] = {
+    "$inc": {"plan_stamp": 1},
+    "$unset": {"plan_from": "", "plan_next_at": "", "plan_fp": ""},
+}
+
+
+def _ceil_ms(value: datetime) -> datetime:
+    down = bson_dt(value)
+    return down if down == value else down + timedelta(milliseconds=1)
+
+
+def _plan_target(doc: Mapping[str, Any]) -> PlanTarget:
+    user = user_from_doc(doc)
+    stamp = int(doc.get("plan_stamp") or 0)
+    mark = None
+    if doc.get("plan_next_at") is not None and doc.get("plan_from") is not None:
+        mark = PlanMark(
+            user.user_id,
+            stamp,
+            read_dt_required(doc["plan_from"]),
+            read_dt_required(doc["plan_next_at"]),
+            str(doc.get("plan_fp")),
+        )
+    return PlanTarget(user, stamp, mark)
 
 
 class UsersMixin(MongoBase):
@@ -44,6 +73,7 @@ class UsersMixin(MongoBase):
                 "$max": {"plan_version": plan_version},
                 # Only a new user takes the given created_at: replacing keeps the original.
                 "$setOnInsert": {"created_at": bson_dt(user.created_at or now)},
+                **PLAN_CHANGED,
             },
             upsert=True,
             return_document=ReturnDocument.AFTER,
@@ -56,7 +86,7 @@ class UsersMixin(MongoBase):
         # that does not exist has nothing to re-plan.
         doc = await self._db["users"].find_one_and_update(
             {"_id": user_id},
-            {"$inc": {"plan_version": 1}},
+            {"$inc": {"plan_version": 1, "plan_stamp": 1}, "$unset": PLAN_CHANGED["$unset"]},
             projection={"plan_version": True},
             return_document=ReturnDocument.AFTER,
         )
@@ -91,6 +121,96 @@ class UsersMixin(MongoBase):
             if len(docs) < batch_size:
                 return
             last = docs[-1]["_id"]
+
+    # --- planning marks -----------------------------------------------------------
+
+    async def users_to_plan(
+        self,
+        start: datetime,
+        end: datetime,
+        fingerprint: str,
+        batch_size: int = 1000,
+        after: str = "",
+        until: str | None = None,
+    ) -> AsyncIterator[list[PlanTarget]]:
+        batch_size = max(1, batch_size)
+        # Keyset on _id, the mark tested by the server: a run with nothing new walks
+        # the _id index once and receives nothing (no index on the mark: it would
+        # be rewritten at every run for every user).
+        needs = {
+            "$or": [
+                {"plan_next_at": None},
+                {"plan_fp": {"$ne": fingerprint}},
+                # BSON keeps milliseconds: a stored bound is never wider than
+                # the mark (plan_from rounded up, plan_next_at down), and the
+                # window's end rounds up so "ends before it" stays true.
+                {"plan_from": {"$gt": bson_dt(start)}},
+                {"plan_next_at": {"$lt": _ceil_ms(end)}},
+            ]
+        }
+        while True:
+            ids: dict[str, Any] = {"$gt": after}
+            if until is not None:
+                ids["$lte"] = until
+            docs = (
+                await self._db["users"]
+                .find({"_id": ids, **needs})
+                .sort([("_id", ASCENDING)])
+                .limit(batch_size)
+                .to_list(None)
+            )
+            if not docs:
+                return
+            yield [_plan_target(d) for d in docs]
+            if len(docs) < batch_size:
+                return
+            after = docs[-1]["_id"]
+
+    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
+        doc = await self._db["users"].find_one({"_id": user_id})
+        return None if doc is None else _plan_target(doc)
+
+    async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
+        if not marks:
+            return 0
+        ops = [
+            UpdateOne(
+                # A user written before stamps existed has none: it reads as 0.
+                {"_id": m.user_id, "plan_stamp": m.stamp if m.stamp else {"$in": [0, None]}},
+                {
+                    "$set": {
+                        "plan_from": _ceil_ms(m.plan_from),
+                        "plan_next_at": bson_dt(m.plan_next_at),
+                        "plan_fp": m.fingerprint,
+                    }
+                },
+            )
+            for m in marks
+        ]
+        result = await self._db["users"].bulk_write(ops, ordered=False)
+        return int(result.modified_count)
+
+    async def user_id_bounds(self, parts: int) -> list[str]:
+        if parts <= 1:
+            return []
+        users = self._db["users"]
+        step = await users.count_documents({}) // parts
+        if step == 0:
+            return []
+        # Walks the ids once, a range at a time (ids only): cheap next to the plan.
+        bounds: list[str] = []
+        for _ in range(1, parts):
+            flt: dict[str, Any] = {"_id": {"$gt": bounds[-1]}} if bounds else {}
+            docs = (
+                await users.find(flt, projection={"_id": True})
+                .sort([("_id", ASCENDING)])
+                .limit(step)
+                .to_list(None)
+            )
+            if len(docs) < step:
+                break
+            bounds.append(docs[-1]["_id"])
+        return bounds
 
     # --- devices ------------------------------------------------------------------
 

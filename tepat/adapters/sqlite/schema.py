@@ -11,6 +11,11 @@ Conn = sqlite3.Connection
 BUSY_TIMEOUT_S = 30.0
 CACHE_KIB = 64 * 1024
 
+_CLEAR_MARK = (
+    "UPDATE users SET plan_stamp = plan_stamp + 1, plan_from = NULL, plan_next_at = NULL, "
+    "plan_fp = NULL WHERE user_id = {user}"
+)
+
 # Numbered migrations, applied in order, each exactly once, recorded in
 # ``schema_migrations``. Never edit a released one: append a new number.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -182,6 +187,32 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 beat_at TEXT NOT NULL,
                 PRIMARY KEY (grp, member)
             )""",
+        ),
+    ),
+    (
+        5,
+        (
+            # Planning marks (ports/store.py, UserStore): a change stamp per user and
+            # what the last plan run covered. The triggers bump the stamp and clear
+            # the mark on every write that can change what planning makes of a user,
+            # whoever writes, so a standing mark is never stale.
+            "ALTER TABLE users ADD COLUMN plan_stamp INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE users ADD COLUMN plan_from TEXT",
+            "ALTER TABLE users ADD COLUMN plan_next_at TEXT",
+            "ALTER TABLE users ADD COLUMN plan_fp TEXT",
+            f"""CREATE TRIGGER tr_users_plan_inputs
+                AFTER UPDATE OF timezone, quiet_start, quiet_end, enabled, plan_version ON users
+                WHEN OLD.timezone IS NOT NEW.timezone OR OLD.quiet_start IS NOT NEW.quiet_start
+                    OR OLD.quiet_end IS NOT NEW.quiet_end OR OLD.enabled IS NOT NEW.enabled
+                    OR OLD.plan_version IS NOT NEW.plan_version
+                BEGIN {_CLEAR_MARK.format(user="NEW.user_id")}; END""",
+            f"""CREATE TRIGGER tr_reminders_insert_plan AFTER INSERT ON reminders
+                BEGIN {_CLEAR_MARK.format(user="NEW.user_id")}; END""",
+            f"""CREATE TRIGGER tr_reminders_update_plan AFTER UPDATE ON reminders
+                BEGIN {_CLEAR_MARK.format(user="OLD.user_id")};
+                    {_CLEAR_MARK.format(user="NEW.user_id")}; END""",
+            f"""CREATE TRIGGER tr_reminders_delete_plan AFTER DELETE ON reminders
+                BEGIN {_CLEAR_MARK.format(user="OLD.user_id")}; END""",
         ),
     ),
     (

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 
 from tepat.adapters.sqlite.codecs import (
     _DEVICE_COLUMNS,
     _USER_COLUMNS,
     Row,
     _device,
+    _dt,
     _placeholders,
+    _ts,
     _ts_opt,
     _user,
     _user_params,
@@ -17,9 +20,21 @@ from tepat.adapters.sqlite.codecs import (
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import Device, User
-from tepat.ports.store import DeviceFailure
+from tepat.ports.store import DeviceFailure, PlanMark, PlanTarget
 
 ROTATED_REASON = "replaced"  # why a binding lost its device id or token to a newer one
+
+
+_PLAN_COLUMNS = f"{_USER_COLUMNS}, plan_stamp, plan_from, plan_next_at, plan_fp"
+
+
+def _plan_target(row: Row) -> PlanTarget:
+    user = _user(row[:9])
+    stamp, plan_from, plan_next_at, fingerprint = row[9:]
+    mark = None
+    if plan_from is not None and plan_next_at is not None and fingerprint is not None:
+        mark = PlanMark(user.user_id, stamp, _dt(plan_from), _dt(plan_next_at), fingerprint)
+    return PlanTarget(user, stamp, mark)
 
 
 class UsersMixin(SqliteBase):
@@ -63,6 +78,68 @@ class UsersMixin(SqliteBase):
                 return
             yield [_user(r) for r in rows]
             after = rows[-1][0]
+
+    # ----------------------------------------------------------------- planning marks
+
+    async def users_to_plan(
+        self,
+        start: datetime,
+        end: datetime,
+        fingerprint: str,
+        batch_size: int = 1000,
+        after: str = "",
+        until: str | None = None,
+    ) -> AsyncIterator[list[PlanTarget]]:
+        # One pass over the primary key, filtering in the engine: a run with nothing
+        # new reads every row once and returns none (no index on the mark: it
+        # would be rewritten at every run for every user).
+        upper = "" if until is None else "AND user_id <= ? "
+        sql = (
+            f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id > ? {upper}"
+            "AND (plan_next_at IS NULL OR plan_fp IS NOT ? OR plan_from > ? "
+            "OR plan_next_at < ?) ORDER BY user_id LIMIT ?"
+        )
+        bounds: tuple[str, ...] = () if until is None else (until,)
+        while True:
+            params = (after, *bounds, fingerprint, _ts(start), _ts(end), max(1, batch_size))
+            rows = await self._select(sql, params)
+            if not rows:
+                return
+            yield [_plan_target(r) for r in rows]
+            after = rows[-1][0]
+
+    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
+        sql = f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id = ?"
+        rows = await self._select(sql, (user_id,))
+        return _plan_target(rows[0]) if rows else None
+
+    async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
+        if not marks:
+            return 0
+        sql = (
+            "UPDATE users SET plan_from = ?, plan_next_at = ?, plan_fp = ? "
+            "WHERE user_id = ? AND plan_stamp = ?"
+        )
+        params = [
+            (_ts(m.plan_from), _ts(m.plan_next_at), m.fingerprint, m.user_id, m.stamp)
+            for m in marks
+        ]
+        return await self._write(lambda c: c.executemany(sql, params).rowcount)
+
+    async def user_id_bounds(self, parts: int) -> list[str]:
+        if parts <= 1:
+            return []
+        total = (await self._select("SELECT count(*) FROM users"))[0][0]
+        step = total // parts
+        if step == 0:
+            return []
+        sql = "SELECT user_id FROM users ORDER BY user_id LIMIT 1 OFFSET ?"
+        bounds: list[str] = []
+        for i in range(1, parts):
+            rows = await self._select(sql, (i * step - 1,))
+            if rows and (not bounds or rows[0][0] > bounds[-1]):
+                bounds.append(rows[0][0])
+        return bounds
 
     # ----------------------------------------------------------------- devices
 
