@@ -1,6 +1,6 @@
 """``python -m bench SCENARIO [--backend embedded|activemq] [--quick] [--json]``.
 
-Scenarios: plan, dispatch, ratelimited, lateness, burst, or all; and chaos (faults:
+Scenarios: plan, dispatch, ratelimited, lateness, burst, register, or all; and chaos (faults:
 ``--fault KIND``, repeatable; every kind by default). Exit status: 0 when every
 correctness check held (speed goals are reported, never fatal), 1 when one failed,
 2 when the harness itself broke.
@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import burst, chaos, plan, ratelimited, scenarios
+from bench import burst, chaos, plan, ratelimited, register, scenarios
 from bench.activemq import ActiveMQ, activemq
 from bench.config import run_prefix
 from bench.report import Result, emit, log
 
-SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst")
+SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst", "register")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--stomp-url", help="an ActiveMQ to use (default: $TEPAT_TEST_STOMP_URL, else start one)"
     )
     p.add_argument("--users", type=int, help="plan: users (default 100,000; quick 2,000)")
+    p.add_argument(
+        "--clients", type=int, default=register.CLIENTS, help="register: concurrent HTTP clients"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="register: tepat api --workers N (default 2 on ActiveMQ; embedded: always 1)",
+    )
     p.add_argument("--messages", type=int, help="dispatch/ratelimited/burst: messages")
     p.add_argument(
         "--rate",
@@ -108,6 +116,12 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
     if name == "burst":
         m = args.messages or sizes.burst
         return burst.run_burst(where, backend, ctx.url, ctx.prefix, m)
+    if name == "register":
+        users = args.users or (register.QUICK_USERS if args.quick else register.FULL_USERS)
+        workers = args.workers or (1 if backend == "embedded" else 2)
+        return register.run_register(
+            where, backend, ctx.url, ctx.prefix, users, args.clients, workers
+        )
     rates = tuple(args.rate) if args.rate else sizes.lateness_rates
     seconds = args.seconds or sizes.lateness_seconds
     return scenarios.run_lateness(where, backend, ctx.url, ctx.prefix, rates, seconds)

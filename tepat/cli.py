@@ -97,11 +97,28 @@ def serve(
 
 
 @app.command("api")
-def api_command(host: Host = "127.0.0.1", port: Port = 8000) -> None:
+def api_command(
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="API processes on the one port (more than 1 needs a shared broker).", min=1
+        ),
+    ] = 1,
+) -> None:
     """The HTTP API alone."""
-    from tepat.processes import serve_api
+    from tepat.processes import serve_api, serve_api_workers
 
-    _run(serve_api(_settings(), host, port))
+    settings = _settings()
+    if workers == 1:
+        _run(serve_api(settings, host, port))
+        return
+    try:
+        serve_api_workers(settings, host, port, workers)
+    except ConfigError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
 
 
 MetricsPort = Annotated[

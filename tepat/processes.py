@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Generator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
 import structlog
@@ -199,3 +199,78 @@ async def serve_all(
 # With the in-process sandbox, receipts are polled after seconds, not Expo's 15 minutes,
 # so the README walkthrough shows `delivered` while you watch.
 DEMO_RECEIPT_DELAY_SECONDS = 10.0
+
+
+# --- `tepat api --workers N`: several API processes on one port ---------------------------
+
+
+def check_api_workers(settings: Settings, workers: int) -> None:
+    if workers > 1 and settings.broker_url == "embedded://":
+        raise ConfigError(
+            f"tepat: --workers {workers} needs a shared broker: the embedded broker lives "
+            "inside one process (set TEPAT_BROKER_URL=stomp://…, or run one worker)"
+        )
+
+
+def serve_api_workers(settings: Settings, host: str, port: int, workers: int) -> None:
+    """``workers`` uvicorn worker processes on one port, each with its own runtime.
+
+    uvicorn binds the socket here and starts the workers; each builds its app from
+    :func:`api_worker_app` (settings from the same environment) and opens its
+    runtime in its lifespan. SIGTERM/SIGINT reach uvicorn's supervisor, which
+    stops each worker the way one ``tepat api`` stops: accepted requests finish.
+    """
+    check_api_workers(settings, workers)
+    _admin_key(settings)  # generated (and printed) once here, read by every worker
+    uvicorn.run(
+        "tepat.processes:api_worker_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_config=None,
+    )
+
+
+def api_worker_app() -> Any:
+    """The ASGI app of one worker of ``tepat api --workers N`` (an import-string factory)."""
+    from tepat.config import load_settings
+    from tepat.logging import configure_logging
+    from tepat.services.admin_key import resolve_admin_key
+
+    settings = load_settings()
+    configure_logging(settings.log_level, settings.log_json, settings.access_log_level)
+    key, _ = resolve_admin_key(settings)
+    return _RuntimeApp(settings, key)
+
+
+class _RuntimeApp:
+    """Opens a runtime on lifespan startup, serves the API over it, closes it on shutdown."""
+
+    def __init__(self, settings: Settings, admin_key: str) -> None:
+        self._settings = settings
+        self._admin_key = admin_key
+        self._app: Any = None
+        self._stack = AsyncExitStack()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self._app(scope, receive, send)
+            return
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    rt = await self._stack.enter_async_context(open_runtime(self._settings))
+                except Exception as e:
+                    await send({"type": "lifespan.startup.failed", "message": str(e)})
+                    return
+                from api.app import create_app
+
+                self._app = create_app(rt, self._admin_key)
+                log.info("api worker ready", pid=os.getpid())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self._stack.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
