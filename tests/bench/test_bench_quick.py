@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst")
+SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst", "register")
 STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
 
 
@@ -70,7 +70,7 @@ def test_every_scenario_prints_its_json_line_and_exits_0(
         assert all(isinstance(v, bool) for v in r["goals"].values())
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "plan"])
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in ("plan", "register")])
 def test_every_message_sent_once_nothing_lost(
     run: tuple[int, list[dict[str, Any]], str], scenario: str
 ) -> None:
@@ -97,6 +97,21 @@ def test_plan_twice_creates_nothing_the_second_time(
     assert f["second_run_created"] == 0
     assert f["stored_messages"] == f["messages_created"]
     assert all(plan["checks"].values()), plan["checks"]
+
+
+def test_register_stores_everything_and_plans_it_once(
+    run: tuple[int, list[dict[str, Any]], str],
+) -> None:
+    """Users, devices and reminders through the API (per item and bulk): all stored,
+    every reminder planned, nothing planned twice, a repeated import changes nothing."""
+    _, results, stderr = run
+    register = next((r for r in results if r["scenario"] == "register"), None)
+    assert register is not None, stderr
+    f = register["figures"]
+    assert f["per_item"]["users_fully_registered_per_second"] > 0
+    assert f["bulk"]["users_per_second"] > 0
+    assert f["stored"]["messages"] > 0
+    assert register["checks"] and all(register["checks"].values()), register["checks"]
 
 
 def test_a_failed_correctness_check_makes_the_exit_status_non_zero() -> None:
