@@ -52,12 +52,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--users", type=int, help="plan: users (default 100,000; quick 2,000)")
     p.add_argument(
+        "--scale", action="store_true", help="plan: 10k, 100k and 1M users (quick: 1k, 2k)"
+    )
+    p.add_argument(
         "--clients", type=int, default=register.CLIENTS, help="register: concurrent HTTP clients"
     )
     p.add_argument(
         "--workers",
         type=int,
-        help="register: tepat api --workers N (default 2 on ActiveMQ; embedded: always 1)",
+        help="plan: tepat plan --workers N (default 1); "
+        "register: tepat api --workers N (default 2 on ActiveMQ; embedded: always 1)",
     )
     p.add_argument("--messages", type=int, help="dispatch/ratelimited/burst: messages")
     p.add_argument(
@@ -105,8 +109,14 @@ class Context:
 def run_one(name: str, ctx: Context, where: Path) -> Result:
     args, sizes, backend = ctx.args, ctx.sizes, ctx.args.backend
     if name == "plan":
+        workers = getattr(args, "workers", None) or 1
+        if args.scale:
+            scale = plan.QUICK_SCALE_USERS if args.quick else plan.SCALE_USERS
+            return plan.run_plan_scale(
+                where, backend, ctx.broker, ctx.prefix + "plan.", scale, workers
+            )
         users = args.users or sizes.users
-        return plan.run_plan(where, backend, ctx.broker, ctx.prefix + "plan.", users)
+        return plan.run_plan(where, backend, ctx.broker, ctx.prefix + "plan.", users, workers)
     if name == "dispatch":
         m = args.messages or sizes.dispatch
         return scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m)

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, time
+from datetime import UTC, datetime, time
 from pathlib import Path
 from typing import TypeVar
 
 from tepat.adapters.sqlite import SqliteStore
+from tepat.adapters.sqlite.codecs import (
+    _REMINDER_COLUMNS,
+    _USER_COLUMNS,
+    Row,
+    _placeholders,
+    _reminder_params,
+    _ts,
+    _user_params,
+)
+from tepat.adapters.sqlite.schema import BUSY_TIMEOUT_S
 from tepat.domain.categories import DEFAULT_CATEGORIES
 from tepat.domain.models import Device, Message, Reminder, User, message_id_for, oneoff_live_key
 from tepat.domain.zones import available_zones
 
 CATEGORIES = tuple(c.name for c in DEFAULT_CATEGORIES)
 CHUNK = 500
+SEED_TRANSACTION = 20_000  # users per write transaction when seeding the planning population
 
 T = TypeVar("T")
 
@@ -33,33 +45,55 @@ def reminder_time(user_index: int, k: int) -> time:
     return time(base + (user_index // 60 + k) % 3, minute)
 
 
+def planning_records(i: int, zones: Sequence[str]) -> tuple[User, list[Reminder]]:
+    """User number ``i`` of the planning population and their three daily reminders."""
+    user = User(user_id=f"u{i:07d}", timezone=zones[i % len(zones)])
+    reminders = []
+    for k in range(3):
+        category = CATEGORIES[(i + k) % len(CATEGORIES)]
+        reminders.append(
+            Reminder(
+                user_id=user.user_id,
+                reminder_id=f"r{k}",
+                category=category,
+                local_time=reminder_time(i, k),
+                title=f"{category} time",
+                body="A reminder from the Tepat benchmark",
+            )
+        )
+    return user, reminders
+
+
 async def seed_planning(db_path: Path, users: int) -> int:
-    """``users`` users over every IANA zone, three daily reminders each; returns reminders."""
+    """``users`` users over every IANA zone, three daily reminders each; returns reminders.
+
+    The store's own schema (opened once), then rows written with its own encoders in
+    large transactions: a million users through one call each would take longer
+    than the plan it prepares. The rows are what ``upsert_user`` and
+    ``upsert_reminder`` write (the schema's triggers run as for them).
+    """
     zones = sorted(available_zones())
     store = SqliteStore(str(db_path))
     await store.open()
+    await store.close()
+    now = _ts(datetime.now(UTC))
+    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-
-        async def one(i: int) -> None:
-            user = await store.upsert_user(
-                User(user_id=f"u{i:07d}", timezone=zones[i % len(zones)])
-            )
-            for k in range(3):
-                category = CATEGORIES[(i + k) % len(CATEGORIES)]
-                await store.upsert_reminder(
-                    Reminder(
-                        user_id=user.user_id,
-                        reminder_id=f"r{k}",
-                        category=category,
-                        local_time=reminder_time(i, k),
-                        title=f"{category} time",
-                        body="A reminder from the Tepat benchmark",
-                    )
-                )
-
-        await _in_chunks(range(users), one)
+        user_sql = f"INSERT INTO users ({_USER_COLUMNS}) VALUES ({_placeholders(9)})"
+        reminder_sql = f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(13)})"
+        for first in range(0, users, SEED_TRANSACTION):
+            rows_u: list[Row] = []
+            rows_r: list[Row] = []
+            for i in range(first, min(users, first + SEED_TRANSACTION)):
+                user, reminders = planning_records(i, zones)
+                rows_u.append(_user_params(user, now))
+                rows_r.extend(_reminder_params(r, now) for r in reminders)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(user_sql, rows_u)
+            conn.executemany(reminder_sql, rows_r)
+            conn.execute("COMMIT")
     finally:
-        await store.close()
+        conn.close()
     return users * 3
 
 

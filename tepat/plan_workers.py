@@ -20,8 +20,13 @@ from datetime import datetime
 
 from scheduler.creator import PlanResult
 from tepat.config import load_settings
+from tepat.domain.planning import planning_fingerprint
 from tepat.logging import configure_logging
+from tepat.ports.store import PlanTarget
 from tepat.runtime import Runtime
+
+#: Fewer users than this to plan: one process does it (workers take a second to start).
+PARALLEL_FROM = 5_000
 
 #: Called as each worker finishes: (users it planned, the combined result so far).
 WorkerDone = Callable[[int, PlanResult], None]
@@ -34,9 +39,27 @@ def ranges(bounds: list[str]) -> list[tuple[str, str | None]]:
 
 
 async def plan_parallel(
-    rt: Runtime, start: datetime, end: datetime, workers: int, done: WorkerDone | None = None
+    rt: Runtime,
+    start: datetime,
+    end: datetime,
+    workers: int,
+    done: WorkerDone | None = None,
+    parallel_from: int = PARALLEL_FROM,
 ) -> PlanResult:
-    """Plan ``[start, end)`` over ``workers`` processes; the combined result."""
+    """Plan ``[start, end)`` over ``workers`` processes; the combined result.
+
+    A run with little to do (a later run: most marks cover the window) stays in
+    this process: starting workers would cost more than it saves.
+    """
+    fingerprint = planning_fingerprint(rt.categories)
+    first: list[PlanTarget] = []
+    async for page in rt.store.users_to_plan(start, end, fingerprint, batch_size=parallel_from):
+        first = page
+        break
+    if len(first) < parallel_from:
+        return await rt.creator.plan_window(
+            start, end, publish=not rt.embedded_broker, progress=done
+        )
     parts = ranges(await rt.store.user_id_bounds(workers))
     loop = asyncio.get_running_loop()
     total = PlanResult()
