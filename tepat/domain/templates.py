@@ -120,8 +120,6 @@ CHANNEL_PARTS: Final[Mapping[Channel, tuple[PartSpec, ...]]] = {
     ),
 }
 
-Parts = Mapping[str, "str | Mapping[str, str]"]
-
 
 # ---------------------------------------------------------------- identity
 
@@ -168,7 +166,7 @@ class Template:
         return template_id(self.key, self.version)
 
 
-def content_hash(parts: Parts) -> str:
+def content_hash(parts: Mapping[str, Any]) -> str:
     """Equal for equal sources, whatever the key order: an identical PUT is a no-op."""
     canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
