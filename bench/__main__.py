@@ -38,7 +38,7 @@ class Sizes:
 
 
 FULL = Sizes(100_000, 50_000, 12_000, 60, scenarios.LATENESS_RATES, 20_000)
-QUICK = Sizes(2_000, 2_000, 1_200, 8, (50.0,), 1_000)
+QUICK = Sizes(2_000, 2_000, 600, 8, (50.0,), 1_000)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -69,6 +69,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         action="append",
         help="lateness: messages due per second (repeatable; default 100, 300, 600, 1200)",
+    )
+    p.add_argument(
+        "--provider-limit",
+        type=float,
+        default=ratelimited.DEFAULT_PROVIDER_LIMIT,
+        help="ratelimited: notifications/s the sandbox accepts (Tepat stays at 600)",
     )
     p.add_argument("--seconds", type=int, help="lateness: seconds of due messages per rate (60)")
     p.add_argument(
@@ -122,7 +128,9 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
         return scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m)
     if name == "ratelimited":
         m = args.messages or sizes.ratelimited
-        return ratelimited.run_ratelimited(where, backend, ctx.url, ctx.prefix, m)
+        return ratelimited.run_ratelimited(
+            where, backend, ctx.url, ctx.prefix, m, args.provider_limit
+        )
     if name == "burst":
         m = args.messages or sizes.burst
         return burst.run_burst(where, backend, ctx.url, ctx.prefix, m)
