@@ -17,6 +17,7 @@ nothing cancelled (nothing was re-planned).
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -84,13 +85,42 @@ async def _drain(clients: int, jobs: Iterator[Callable[[], Awaitable[None]]]) ->
     return time.perf_counter() - started
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its descendants (uvicorn's workers), from /proc:
+    a figure the machine's other load does not inflate the way it does wall time."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        parents[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    tree, todo = {pid}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in tree:
+                tree.add(child)
+                todo.append(child)
+    return sum(cpu.get(p, 0.0) for p in tree)
+
+
 def _ok(r: httpx.Response) -> None:
     if not r.is_success:
         raise RuntimeError(f"{r.request.method} {r.request.url.path}: {r.status_code} {r.text}")
 
 
-async def per_item(client: httpx.AsyncClient, clients: int, users: int) -> dict[str, Any]:
+async def per_item(
+    client: httpx.AsyncClient, clients: int, users: int, api_pid: int
+) -> dict[str, Any]:
     ids = range(users)
+    cpu_before = tree_cpu_seconds(api_pid)
 
     def puts(path: Callable[[int], str], body: Callable[[int], dict[str, Any]], n: int) -> Any:
         for i in range(n):
@@ -115,6 +145,7 @@ async def per_item(client: httpx.AsyncClient, clients: int, users: int) -> dict[
         ),
     )
     total = user_s + device_s + reminder_s
+    cpu = tree_cpu_seconds(api_pid) - cpu_before
     return {
         "users": users,
         "user_puts_per_second": round(users / user_s, 1),
@@ -122,10 +153,11 @@ async def per_item(client: httpx.AsyncClient, clients: int, users: int) -> dict[
         "reminder_puts_per_second": round(len(reminder_jobs) / reminder_s, 1),
         "users_fully_registered_per_second": round(users / total, 1),
         "seconds": round(total, 2),
+        "api_cpu_ms_per_user": round(cpu / users * 1000, 2),
     }
 
 
-async def bulk(client: httpx.AsyncClient, clients: int, users: int) -> dict[str, Any]:
+async def bulk(client: httpx.AsyncClient, clients: int, users: int, api_pid: int) -> dict[str, Any]:
     batches = [list(range(s, min(s + BULK_BATCH, users))) for s in range(0, users, BULK_BATCH)]
     statuses: dict[str, int] = {}
 
@@ -142,13 +174,17 @@ async def bulk(client: httpx.AsyncClient, clients: int, users: int) -> dict[str,
 
             yield post
 
+    cpu_before = tree_cpu_seconds(api_pid)
     seconds = await _drain(clients, jobs())
+    cpu = tree_cpu_seconds(api_pid) - cpu_before
     return {
         "users": users,
         "batch": BULK_BATCH,
         "users_per_second": round(users / seconds, 1),
         "goal_users_per_second": GOAL_USERS_PER_SECOND,
         "seconds": round(seconds, 2),
+        # CPU the API processes spent per user: 1000 / this is users/s per busy core.
+        "api_cpu_ms_per_user": round(cpu / users * 1000, 2),
         "statuses": statuses,
     }
 
@@ -235,9 +271,9 @@ def run_register(
             async with httpx.AsyncClient(
                 base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=120
             ) as client:
-                a = await per_item(client, clients, per_item_users)
+                a = await per_item(client, clients, per_item_users, api.pid)
                 log(f"register: per item {a['users_fully_registered_per_second']} users/s")
-                b = await bulk(client, clients, users)
+                b = await bulk(client, clients, users, api.pid)
                 log(f"register: bulk {b['users_per_second']} users/s")
                 before = store_view.message_count(cfg.db_path)
                 again = await repeat_one_batch(client, users)
