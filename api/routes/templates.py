@@ -10,9 +10,10 @@ from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
 
 from api.deps import Admin
-from api.problems import problem_responses
+from api.problems import FieldError, problem_response, problem_responses
 from api.schemas import (
     TemplateIn,
     TemplateList,
@@ -21,7 +22,7 @@ from api.schemas import (
     TemplatePreviewOut,
 )
 from tepat.domain.routing import check_event_type_name
-from tepat.domain.templates import Template
+from tepat.domain.templates import Template, TemplateError
 from tepat.services.templates import TemplateService
 
 router = APIRouter(
@@ -43,6 +44,16 @@ LocalePath = Annotated[
 def _service(request: Request) -> TemplateService:
     service: TemplateService = request.app.state.templates
     return service
+
+
+def _template_problem(e: TemplateError) -> JSONResponse:
+    """The usual 422 naming the field, plus ``reason`` (``compile_error``, ``too_large``,
+    ``invalid``, ``render_error``) and, for a missing variable, ``variable``."""
+    extra = {"reason": e.reason.value}
+    if e.variable is not None:
+        extra["variable"] = e.variable
+    errors = [FieldError(field=e.field, message=e.message)]
+    return problem_response(422, f"{e.field}: {e.message}", errors=errors, extra=extra)
 
 
 def _out(service: TemplateService, t: Template) -> TemplateOut:
@@ -76,13 +87,16 @@ async def put_template(
     request: Request,
     response: Response,
     _: Admin,
-) -> TemplateOut:
+) -> TemplateOut | JSONResponse:
     """201 with the new version; 200 with the latest when it already has these sources
     (a retried PUT creates nothing). A source that does not compile, or is too large, is
     a 422 naming the part."""
     service = _service(request)
     key = service.key(event_type, channel, locale)
-    template, created = await service.put(key, body.parts())
+    try:
+        template, created = await service.put(key, body.parts())
+    except TemplateError as e:
+        return _template_problem(e)
     response.status_code = 201 if created else 200
     response.headers["Location"] = (
         f"/v1/templates/{quote(key.event_type)}/{key.channel.value}/{key.locale}"
@@ -134,19 +148,24 @@ async def list_templates(
     responses=problem_responses(400, 404, 413, 422),
     summary="Render a stored or inline template with sample data",
 )
-async def preview(body: TemplatePreviewIn, request: Request, _: Admin) -> TemplatePreviewOut:
+async def preview(
+    body: TemplatePreviewIn, request: Request, _: Admin
+) -> TemplatePreviewOut | JSONResponse:
     """A stored template is looked up as for a user of `locale` (`pt-BR` → `pt` → the
     default locale) unless `version` names one; `locale` in the answer is the one used.
     A variable missing from `data` is a 422 naming it (`data.<name>`)."""
     service = _service(request)
-    if body.template is not None:
-        result = service.preview_inline(
-            body.type, body.channel, body.locale, body.template.parts(), body.data
-        )
-    else:
-        result = await service.preview_stored(
-            body.type, body.channel, body.locale, body.data, body.version
-        )
+    try:
+        if body.template is not None:
+            result = service.preview_inline(
+                body.type, body.channel, body.locale, body.template.parts(), body.data
+            )
+        else:
+            result = await service.preview_stored(
+                body.type, body.channel, body.locale, body.data, body.version
+            )
+    except TemplateError as e:
+        return _template_problem(e)
     stored = result.template
     return TemplatePreviewOut(
         type=body.type,

@@ -134,9 +134,20 @@ async def test_preview_of_an_inline_template(client: httpx.AsyncClient) -> None:
 async def test_preview_missing_a_variable_names_it(client: httpx.AsyncClient) -> None:
     await client.put(PUSH_URL, json=PAID, headers=ADMIN)
     body = {"type": "order.paid", "channel": "push", "locale": "en", "data": {"order_id": 1}}
-    found = errors(await client.post("/v1/templates/preview", json=body, headers=ADMIN))
+    r = await client.post("/v1/templates/preview", json=body, headers=ADMIN)
+    found = errors(r)
     assert "data.name" in found
     assert "missing variable 'name'" in found["data.name"]
+    assert (r.json()["reason"], r.json()["variable"]) == ("render_error", "name")
+
+
+async def test_template_problems_carry_their_reason(client: httpx.AsyncClient) -> None:
+    bad = await client.put(PUSH_URL, json={**PAID, "body": "{{"}, headers=ADMIN)
+    assert problem(bad, 422)["reason"] == "compile_error"
+    big = await client.put(
+        PUSH_URL, json={**PAID, "body": "x" * (MAX_PART_CHARS + 1)}, headers=ADMIN
+    )
+    assert problem(big, 422)["reason"] == "too_large"
 
 
 async def test_preview_without_any_template_is_404(client: httpx.AsyncClient) -> None:

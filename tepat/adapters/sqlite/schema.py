@@ -243,9 +243,13 @@ def _migrate(conn: Conn, now: str) -> None:
             applied_at TEXT NOT NULL
         )"""
     )
-    current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+    # Every missing number, not only those above the highest applied: migrations
+    # written side by side may land out of order (6 before 5), and a file that got
+    # the later one first must still get the earlier. Such migrations must not
+    # depend on each other.
+    applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
     for version, statements in MIGRATIONS:
-        if version <= current:
+        if version in applied:
             continue
         for statement in statements:
             conn.execute(statement)
