@@ -226,6 +226,10 @@ class ImportStore(Protocol):
         """:meth:`ReminderStore.upsert_reminder` for each."""
         ...
 
+    async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
+        """:meth:`UserStore.get_plan_target` for each (unknown users are absent)."""
+        ...
+
 
 class PreferenceStore(Protocol):
     async def set_preferences(

@@ -8,9 +8,11 @@ creates are planned together in one pass:
 - one read each for the users, their reminders and their active devices;
 - one batched write each for users, devices and reminders (``ImportStore``);
 - new users: planned directly over the creator's horizon and inserted in one
-  batch (they have no pending message to reconcile); a user a concurrent import
-  created first, or an existing user whose zone, quiet hours or reminders
-  changed, goes through :meth:`Creator.replan_user`, which reconciles.
+  batch (they have no pending message to reconcile), then given a planning mark
+  as a re-plan gives one, so the periodic plan run does not read them again; a
+  user a concurrent import created first, or an existing user whose zone, quiet
+  hours or reminders changed, goes through :meth:`Creator.replan_user`, which
+  reconciles (and marks).
 
 An item is applied whole or not at all: a bad field fails its own item (the
 error names it, ``items[3].reminders[0].local_time``) and never the others.
@@ -28,7 +30,7 @@ from typing import Any, Final, Literal
 
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Device, QuietHours, Reminder, User
-from tepat.domain.planning import plan_users
+from tepat.domain.planning import next_nominal_from, plan_users, planning_fingerprint
 from tepat.domain.validation import (
     check_identifier,
     check_push_token,
@@ -37,6 +39,7 @@ from tepat.domain.validation import (
     parse_quiet_hours,
 )
 from tepat.domain.zones import load_zone
+from tepat.ports.store import PlanMark
 from tepat.runtime import Runtime
 from tepat.services.accounts import KEEP, _Keep, check_payload
 
@@ -309,18 +312,18 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
     await store.register_devices(device_writes)
     await store.upsert_reminders(reminder_writes)
 
-    new_users: list[User] = []
+    new_users: list[str] = []
     for user, index, created in zip(user_writes, user_write_index, created_flags, strict=True):
         if user.user_id in old_users:
             continue
         if created:
-            new_users.append(user)
+            new_users.append(user.user_id)
         else:
             # Another import created this user between our read and our write: its
             # plan may differ from ours, so reconcile like any change.
             replan.add(user.user_id)
             statuses[index] = "updated"
-    await _plan_new_users(rt, new_users, reminder_writes, now)
+    await _plan_new_users(rt, new_users, now)
     await _replan(rt, sorted(replan))
     return statuses
 
@@ -333,26 +336,41 @@ def _planned_fields(r: Reminder) -> tuple[object, ...]:
     return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
 
 
-async def _plan_new_users(
-    rt: Runtime, users: Sequence[User], reminders: Sequence[Reminder], now: datetime
-) -> None:
-    """One planning pass over the horizon for every user this import created.
+async def _plan_new_users(rt: Runtime, user_ids: Sequence[str], now: datetime) -> None:
+    """One planning pass over the creator's horizon for every user this import created,
+    leaving each a planning mark, as :meth:`Creator.replan_user` does.
 
     A new user has no pending message, so there is nothing to reconcile: the
     messages go in one batched insert (with their outbox marks), and the unique
-    indexes refuse anything a concurrent planner already wrote.
+    indexes refuse anything a concurrent planner already wrote. The users (with
+    their change stamps) are read before their reminders, so a mark planned from
+    reminders older than a later change is refused by the store (compare-and-set).
     """
-    enabled = {u.user_id: u for u in users if u.enabled}
-    if not enabled:
+    if not user_ids:
         return
-    by_user: dict[str, list[Reminder]] = {uid: [] for uid in enabled}
-    for r in reminders:
-        if r.user_id in by_user:
-            by_user[r.user_id].append(r)
-    pairs = [(enabled[uid], rs) for uid, rs in by_user.items() if rs]
-    planned = list(plan_users(pairs, rt.categories, now, now + rt.creator.horizon, now))
+    store, categories = rt.store, rt.categories
+    targets = await store.get_plan_targets(user_ids)
+    reminders = await store.reminders_for_users(list(targets))
+    end = now + rt.creator.horizon
+    pairs = [(t.user, reminders.get(uid, [])) for uid, t in targets.items() if t.user.enabled]
+    planned = list(plan_users(pairs, categories, now, end, now))
     if planned:
-        await rt.store.insert_messages(planned)
+        await store.insert_messages(planned)
+    fingerprint = planning_fingerprint(categories)
+    marks = [
+        PlanMark(
+            uid,
+            t.stamp,
+            now,
+            next_nominal_from(t.user, reminders.get(uid, []), categories, end, now),
+            fingerprint,
+        )
+        for uid, t in targets.items()
+        if t.mark is None  # a concurrent import's standing mark already covers it
+    ]
+    # Only once the messages are written: a crash before leaves no mark.
+    await store.set_plan_marks(marks)
+    if planned:
         await rt.outbox.flush_quietly()
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+from datetime import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tepat.clock import FakeClock
 from tepat.domain.models import MessageStatus
@@ -246,3 +249,29 @@ async def test_openapi_documents_the_import(client: httpx.AsyncClient) -> None:
     assert set(operation["requestBody"]["content"]) == {"application/json", "application/x-ndjson"}
     assert "BulkUserIn" in doc["components"]["schemas"]
     assert "BulkReminderIn" in doc["components"]["schemas"]
+
+
+async def test_a_plan_run_after_an_import_finds_nothing_to_plan(
+    client: httpx.AsyncClient, rt: Runtime
+) -> None:
+    """The import leaves each new user a planning mark, as a re-plan does: the periodic
+    plan run neither reads them again nor creates anything."""
+    items = [item(f"u{n}") for n in range(10)]
+    items.append(item("off", enabled=False))
+    await ok(await client.post(URL, json=items, headers=ADMIN))
+    before = await all_messages(rt)
+    result = await rt.creator.plan_ahead()
+    assert (result.created, result.users_planned) == (0, 0)
+    assert await all_messages(rt) == before
+    # A later change drops the mark: the next run plans that user again.
+    changed = item("u3")
+    changed["reminders"][0]["local_time"] = "08:45"
+    await ok(await client.post(URL, json=[changed], headers=ADMIN))
+    await rt.store.upsert_reminder(
+        dataclasses.replace(
+            await rt.store.get_reminder("u4", "lunch") or pytest.fail("no reminder"),
+            local_time=time(13, 0),
+        )
+    )
+    result = await rt.creator.plan_ahead()
+    assert result.users_planned == 1  # u4 (written behind the API's back); u3 re-planned

@@ -10,7 +10,7 @@ import dataclasses
 from datetime import UTC, datetime, time, timedelta
 
 from tepat.domain.models import Device, QuietHours, Reminder, User
-from tepat.ports.store import Store
+from tepat.ports.store import PlanMark, Store
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 
@@ -152,3 +152,37 @@ async def test_upsert_reminders_stores_each_and_keeps_created_at(store: Store) -
     assert await store.get_reminder("u1", "r2") == batch[1]
     assert await store.get_reminder("u2", "r1") == batch[2]
     await store.upsert_reminders([])
+
+
+# --------------------------------------------------------------------------- planning marks
+
+
+async def _marked(store: Store, user_id: str) -> None:
+    t = await store.get_plan_target(user_id)
+    assert t is not None
+    mark = PlanMark(user_id, t.stamp, T0, T0 + timedelta(hours=48), "fp")
+    assert await store.set_plan_marks([mark]) == 1
+
+
+async def test_get_plan_targets_reads_each_user_with_stamp_and_mark(store: Store) -> None:
+    await store.upsert_users([user("a"), user("b")])
+    await _marked(store, "a")
+    targets = await store.get_plan_targets(["a", "b", "nobody"])
+    assert set(targets) == {"a", "b"}
+    for user_id, t in targets.items():
+        assert t == await store.get_plan_target(user_id)
+    assert targets["a"].mark is not None and targets["b"].mark is None
+    assert await store.get_plan_targets([]) == {}
+
+
+async def test_batch_writes_drop_the_planning_mark_as_single_writes_do(store: Store) -> None:
+    await store.upsert_users([user("a"), user("b"), user("c")])
+    for user_id in ("a", "b", "c"):
+        await _marked(store, user_id)
+    await store.upsert_users([user("a", "Asia/Tokyo")])
+    await store.upsert_reminders([reminder("b", "r1")])
+    await store.register_devices([device("c", "phone", "tok")])  # not a planning input
+    targets = await store.get_plan_targets(["a", "b", "c"])
+    assert targets["a"].mark is None
+    assert targets["b"].mark is None
+    assert targets["c"].mark is not None

@@ -22,8 +22,9 @@ from tepat.adapters.mongo.codecs import (
     reminder_fields,
     user_fields,
 )
-from tepat.adapters.mongo.users import REPLACED, UsersMixin
+from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target
 from tepat.domain.models import Device, Reminder, User
+from tepat.ports.store import PlanTarget
 
 
 class BulkMixin(UsersMixin):
@@ -73,6 +74,7 @@ class BulkMixin(UsersMixin):
                         # Never down: a re-plan may have taken a newer version meanwhile.
                         "$max": {"plan_version": plan_version},
                         "$setOnInsert": {"created_at": bson_dt(u.created_at or now)},
+                        **PLAN_CHANGED,  # as upsert_user: the planning mark drops
                     },
                     upsert=True,
                 )
@@ -130,6 +132,17 @@ class BulkMixin(UsersMixin):
             for r in reminders
         ]
         await self._db["reminders"].bulk_write(ops, ordered=True)
+        # As upsert_reminder, after the write: each user's planning mark drops, so a
+        # plan run that read them before it cannot leave a mark that skips these.
+        await self._db["users"].update_many(
+            {"_id": {"$in": sorted({r.user_id for r in reminders})}}, PLAN_CHANGED
+        )
+
+    async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
+        if not user_ids:
+            return {}
+        docs = await self._db["users"].find({"_id": {"$in": list(set(user_ids))}}).to_list(None)
+        return {d["_id"]: _plan_target(d) for d in docs}
 
 
 def _device_upsert(key: str, d: Device, now: datetime) -> UpdateOne:

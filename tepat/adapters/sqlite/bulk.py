@@ -21,8 +21,9 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
 from tepat.adapters.sqlite.schema import Conn
-from tepat.adapters.sqlite.users import ROTATED_REASON
+from tepat.adapters.sqlite.users import _PLAN_COLUMNS, ROTATED_REASON, _plan_target
 from tepat.domain.models import Device, Reminder, User
+from tepat.ports.store import PlanTarget
 
 
 class BulkMixin(SqliteBase):
@@ -104,3 +105,9 @@ class BulkMixin(SqliteBase):
             "updated_at = excluded.updated_at"
         )
         await self._write(lambda c: c.executemany(sql, rows).rowcount)
+
+    async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
+        rows = await self._select_in(
+            f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id IN ({{ids}})", user_ids
+        )
+        return {t.user.user_id: t for t in map(_plan_target, rows)}
