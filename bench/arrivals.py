@@ -53,6 +53,21 @@ class Arrivals:
             best = max(best, total)
         return best
 
+    def refused_by_bucket(self, rate: float, capacity: float) -> int:
+        """How many of these requests a provider enforcing ``rate`` with a token bucket of
+        ``capacity`` (full at the start) would have refused, had they come as they came.
+        The same rule as the sandbox's own limit (``TokenBucket.try_acquire``)."""
+        tokens, last, refused = capacity, None, 0
+        for at, n in self.stamps:
+            if last is not None:
+                tokens = min(capacity, tokens + (at - last) * rate)
+            last = at
+            if tokens >= min(n, capacity):
+                tokens -= n
+            else:
+                refused += 1
+        return refused
+
     def steady_rate(self) -> float | None:
         """Mean accepted per second over the whole seconds strictly inside the run (the
         first and last seconds are partial), or None when the run is under 3 s long."""

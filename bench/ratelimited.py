@@ -30,10 +30,12 @@ SHARED_CONSUMERS = 2
 SHARED_SANDBOX_FACTOR = 1.5
 # Shared run size relative to the provider-limited run (it goes 6x faster).
 SHARED_SIZE_FACTOR = 3
-# Arrivals come in requests of up to 100 notifications, stamped when the sandbox takes
-# them: a 1 s window can catch one request more than the rate when one request's
-# latency differs from the next one's. One request of slack, no more.
-WINDOW_TOLERANCE = 100
+# The tolerance on the worst 1 s window: one request (100 notifications, Expo's most per
+# request) per consumer process. Each process's token bucket holds one request, so that a
+# request can go at once after a pause; after a lull (ActiveMQ's scheduler fires in
+# bursts) N processes can each release that one request on top of the steady rate. So
+# ceiling + N x 100 is the bound the design promises; above it the share is wrong.
+REQUEST = 100
 
 
 def _sandbox(o: Outcome) -> dict[str, int]:
@@ -117,7 +119,11 @@ def shared_ceiling(
     rate = messages / drain if drain > 0 else 0.0
     steady = arrivals.steady_rate()
     worst = arrivals.max_in_window(1.0)
+    tolerance = REQUEST * SHARED_CONSUMERS
     per_second = arrivals.per_second()
+    # The strict reading: a provider enforcing exactly the ceiling, its bucket holding one
+    # second (as the sandbox's does), fed these arrivals as they came.
+    would_refuse = arrivals.refused_by_bucket(CEILING, CEILING)
     figures = {
         "messages": messages,
         "consumer_processes": SHARED_CONSUMERS,
@@ -130,7 +136,8 @@ def shared_ceiling(
         "max_accepted_in_1s_window": worst,
         "max_accepted_in_whole_second": max(per_second.values(), default=0),
         "max_per_second_over_5s_window": round(arrivals.max_in_window(5.0) / 5, 1),
-        "window_tolerance": WINDOW_TOLERANCE,
+        "window_tolerance": tolerance,
+        "requests_a_ceiling_provider_would_refuse": would_refuse,
         "per_second_counts": list(per_second.values()),
         "send_requests": s["send_requests"],
         "responses_429": s["429"],
@@ -139,7 +146,8 @@ def shared_ceiling(
     }
     goals = {
         "combined>=95%_of_ceiling": rate >= 0.95 * CEILING,
-        "max_1s_window<=ceiling+tolerance": worst <= CEILING + WINDOW_TOLERANCE,
+        "max_1s_window<=ceiling+tolerance": worst <= CEILING + tolerance,
+        "a_provider_at_the_ceiling_refuses_nothing": would_refuse == 0,
         "zero_429s": s["429"] == 0,
     }
     return figures, goals, o
@@ -179,9 +187,11 @@ def run_ratelimited(
         notes.append(
             "shared ceiling: rates from the sandbox's own stamps of accepted notifications; "
             "combined = K / (last arrival - due instant); the worst 1 s is the maximum over "
-            "every half-open 1 s window, allowed one request (100) over the ceiling because "
-            "arrivals come 100 at a time and are stamped on arrival, so one request's "
-            "latency jitter can move it into the next window"
+            "every half-open 1 s window, allowed one request (100) per consumer process over "
+            "the ceiling: each process's token bucket holds one request, which it may "
+            "release on top of the steady rate after a lull; the strict check replays the "
+            "arrivals through a provider bucket at exactly the ceiling (burst of one "
+            "second, like the sandbox's)"
         )
     return Result(
         scenario="ratelimited",

@@ -86,6 +86,40 @@ def test_every_message_sent_once_nothing_lost(
     assert all(result["checks"].values()), result["checks"]
 
 
+def test_burst_through_the_api_sends_every_reminder_once(
+    run: tuple[int, list[dict[str, Any]], str],
+) -> None:
+    """The API half of ``burst``: every reminder PUT planned one message due at T, and each
+    was sent exactly once (the bulk half is the generic check above)."""
+    _, results, stderr = run
+    burst = next((r for r in results if r["scenario"] == "burst"), None)
+    assert burst is not None, stderr
+    api = burst["correctness"]["api"]
+    assert api["messages_due_at_T"] == api["expected"] > 0, api
+    assert (api["sent"], api["duplicates"], api["lost"]) == (api["expected"], 0, 0), api
+    assert api["tokens_received_twice"] == 0, api
+    assert burst["figures"]["api"]["expo_requests"] > 0
+
+
+def test_ratelimited_runs_against_a_limit_in_force(
+    run: tuple[int, list[dict[str, Any]], str],
+) -> None:
+    """The sandbox really held Tepat (configured at 600/s) to 100/s: its token bucket (burst
+    of one second) lets at most twice the limit through in any second. And the shared
+    run's per-second counts account for every message."""
+    _, results, stderr = run
+    rl = next((r for r in results if r["scenario"] == "ratelimited"), None)
+    assert rl is not None, stderr
+    limited = rl["figures"]["provider_limited"]
+    assert 0 < limited["max_accepted_in_1s_window"] <= 2 * limited["provider_limit_per_second"]
+    shared = rl["figures"]["shared_ceiling"]
+    if rl["backend"] == "embedded":
+        assert shared == "not applicable"
+    else:
+        assert shared["consumer_processes"] == 2
+        assert sum(shared["per_second_counts"]) == shared["messages"]
+
+
 def test_plan_twice_creates_nothing_the_second_time(
     run: tuple[int, list[dict[str, Any]], str],
 ) -> None:
