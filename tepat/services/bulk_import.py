@@ -23,6 +23,7 @@ not written, so nothing is re-planned and no message is created.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -41,7 +42,7 @@ from tepat.domain.validation import (
 from tepat.domain.zones import load_zone
 from tepat.ports.store import PlanMark
 from tepat.runtime import Runtime
-from tepat.services.accounts import KEEP, _Keep, check_payload
+from tepat.services.accounts import KEEP, MAX_PAYLOAD_BYTES, _Keep, check_payload
 
 #: Items per request: bounds one request's memory, write transaction and planning pass.
 MAX_ITEMS: Final = 1000
@@ -221,7 +222,7 @@ def _check(
         try:
             reminder_id = check_identifier(r.reminder_id, "reminder_id")
             rt.categories.get(r.category, "category")
-            payload = check_payload(r.title, r.body, r.data)
+            payload = _payload(r.title, r.body, r.data)
             local_time = parse_hhmm(r.local_time, "local_time")
             days = parse_days(r.days, "days")
         except DomainError as e:
@@ -254,8 +255,10 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
     store = rt.store
     ids = [v.item.user_id for v in valid]
     old_users = await store.get_users(ids)
-    old_reminders = await store.reminders_for_users(ids)
-    old_devices = await store.active_devices(ids)
+    # A user not stored yet has nothing else stored either (the common case of an import).
+    known = [uid for uid in ids if uid in old_users]
+    old_reminders = await store.reminders_for_users(known) if known else {}
+    old_devices = await store.active_devices(known) if known else {}
 
     user_writes: list[User] = []
     user_write_index: list[int] = []
@@ -326,6 +329,21 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
     await _plan_new_users(rt, new_users, now)
     await _replan(rt, sorted(replan))
     return statuses
+
+
+def _payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`check_payload`, with one encoding for the usual valid notification: when
+    it succeeds and fits, so would each part alone; else the full check names the field."""
+    payload = dict(data or {})
+    try:
+        encoded = json.dumps(
+            {"title": title, "body": body, "data": payload}, ensure_ascii=False, allow_nan=False
+        ).encode()
+    except (ValueError, TypeError, RecursionError):
+        return check_payload(title, body, data)
+    if len(encoded) > MAX_PAYLOAD_BYTES:
+        return check_payload(title, body, data)
+    return payload
 
 
 def _user_fields(u: User) -> tuple[object, ...]:

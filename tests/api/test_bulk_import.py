@@ -275,3 +275,25 @@ async def test_a_plan_run_after_an_import_finds_nothing_to_plan(
     )
     result = await rt.creator.plan_ahead()
     assert result.users_planned == 1  # u4 (written behind the API's back); u3 re-planned
+
+
+async def test_payload_rules_name_the_field_as_the_single_put_does(
+    client: httpx.AsyncClient,
+) -> None:
+    big = item("a")
+    big["reminders"][2]["data"] = {"blob": "x" * 3000}
+    big["reminders"][2]["body"] = "y" * 1000
+    nan = item("b")
+    nan["reminders"][0]["data"] = {"n": float("nan")}
+    body = "[" + ",".join(json.dumps(i) for i in (big, nan, item("c"))) + "]"
+    r = await ok(await client.post(URL, content=body, headers=ADMIN))
+    out = r.json()["items"]
+    assert [i["status"] for i in out] == ["error", "error", "created"]
+    assert out[0]["problem"]["errors"][0]["field"] == "items[0].reminders[2].data"
+    assert "too large" in out[0]["problem"]["errors"][0]["message"]
+    assert out[1]["problem"]["errors"][0]["field"] == "items[1].reminders[0].data"
+    same = {k: v for k, v in big["reminders"][2].items() if k != "reminder_id"}
+    single = problem(await client.put("/v1/users/c/reminders/x", json=same, headers=ADMIN), 422)
+    assert single["errors"] == [
+        {"field": "data", "message": out[0]["problem"]["errors"][0]["message"]}
+    ]
