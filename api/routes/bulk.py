@@ -115,14 +115,14 @@ def _read_items(content_type: str, body: bytes) -> list[Any]:
         for line in lines:
             try:
                 items.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):  # nested too deep is not JSON we read
                 items.append(_BAD_LINE)
         if items and all(i is _BAD_LINE for i in items):
             raise BodyProblem(400, "body", "request body is not NDJSON (no line is JSON)")
         return items
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BodyProblem(400, "body", "request body is not valid JSON") from None
     if not isinstance(value, list):
         raise BodyProblem(
@@ -134,7 +134,7 @@ def _read_items(content_type: str, body: bytes) -> list[Any]:
 
 def _check_count(n: int) -> None:
     if n > MAX_ITEMS:
-        raise BodyProblem(413, "items", f"at most {MAX_ITEMS} items per request, got {n}")
+        raise BodyProblem(422, "items", f"at most {MAX_ITEMS} items per request, got {n}")
 
 
 _BAD_LINE: Final = object()
