@@ -12,6 +12,7 @@ where the mark ends. Marks only save work; the unique indexes keep runs exact.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,6 +23,7 @@ from tepat.domain.models import Message, MessageStatus, Reminder, SkipReason, Us
 from tepat.domain.planning import (
     intended_on,
     next_nominal_from,
+    plan_user,
     plan_users,
     planning_fingerprint,
     same_intent,
@@ -45,6 +47,14 @@ class PlanResult:
             self.cancelled + other.cancelled,
             self.users_planned + other.users_planned,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _PlannedPage:
+    targets: Sequence[PlanTarget]
+    messages: list[Message]
+    marks: list[PlanMark]
+    now: datetime
 
 
 #: Called after each page of users: (users in the page, total so far).
@@ -98,51 +108,68 @@ class Creator:
         pages = self._store.users_to_plan(
             start, end, fingerprint, self._page_size, after=after, until=until
         )
-        async for targets in pages:
-            total += await self._plan_page(targets, start, end, fingerprint, publish)
-            if progress is not None:
-                progress(len(targets), total)
+        # Page k is planned (CPU, this thread) while page k-1 is written (the store's
+        # thread, which sqlite3 runs without the GIL): page k is read first, so the
+        # read does not queue behind the write.
+        ready: _PlannedPage | None = None
+        writing: asyncio.Task[PlanResult] | None = None
+        try:
+            async for targets in pages:
+                page = await self._read_page(targets, start, end, fingerprint)
+                if ready is not None:
+                    writing = asyncio.ensure_future(self._write_page(ready, publish))
+                planned = page()
+                if writing is not None:
+                    total += await writing
+                    writing = None
+                    if progress is not None and ready is not None:
+                        progress(len(ready.targets), total)
+                ready = planned
+            if ready is not None:
+                total += await self._write_page(ready, publish)
+                if progress is not None:
+                    progress(len(ready.targets), total)
+        finally:
+            if writing is not None and not writing.done():
+                await asyncio.wait([writing])  # its rows and marks land either way
         if publish:
             await self._outbox.flush()
         return total
 
-    async def _plan_page(
-        self,
-        targets: Sequence[PlanTarget],
-        start: datetime,
-        end: datetime,
-        fingerprint: str,
-        publish: bool,
-    ) -> PlanResult:
+    async def _read_page(
+        self, targets: Sequence[PlanTarget], start: datetime, end: datetime, fingerprint: str
+    ) -> Callable[[], _PlannedPage]:
+        """Read a page's reminders; returns the (CPU-only) planning of the page."""
         enabled = [t.user.user_id for t in targets if t.user.enabled]
         # Read after the users (and their stamps): a reminder written since either
-        # is read here or bumps the stamp, so the mark below is refused.
+        # is read here or bumps the stamp, so the page's marks are refused.
         reminders = await self._store.reminders_for_users(enabled) if enabled else {}
-        now = self._clock.now()
-        planned: list[Message] = []
-        for t in targets:
-            if not t.user.enabled:
-                continue
-            own = reminders.get(t.user.user_id, [])
-            planned.extend(
-                plan_users(
-                    [(t.user, own)], self._categories, _plan_from(t, start, fingerprint), end, now
-                )
-            )
+
+        def plan() -> _PlannedPage:
+            now = self._clock.now()
+            planned: list[Message] = []
+            marks: list[PlanMark] = []
+            for t in targets:
+                own = reminders.get(t.user.user_id, [])
+                if t.user.enabled:
+                    begin = _plan_from(t, start, fingerprint)
+                    planned.extend(plan_user(t.user, own, self._categories, begin, end, now))
+                marks.append(self._mark(t, own, start, end, fingerprint, now))
+            return _PlannedPage(targets, planned, marks, now)
+
+        return plan
+
+    async def _write_page(self, page: _PlannedPage, publish: bool) -> PlanResult:
         created: Sequence[Message] = []
         existing = 0
-        if planned:
-            result = await self._store.insert_messages(planned)
+        if page.messages:
+            result = await self._store.insert_messages(page.messages)
             created, existing = result.created, result.existing
-            if publish and self._outbox_backlog_due_soon(created, now):
+            if publish and self._outbox_backlog_due_soon(created, page.now):
                 await self._outbox.flush()
         # Only once the messages are written: a crash before leaves the old marks.
-        marks = [
-            self._mark(t, reminders.get(t.user.user_id, []), start, end, fingerprint, now)
-            for t in targets
-        ]
-        await self._store.set_plan_marks(marks)
-        return PlanResult(len(created), existing, users_planned=len(targets))
+        await self._store.set_plan_marks(page.marks)
+        return PlanResult(len(created), existing, users_planned=len(page.targets))
 
     def _mark(
         self,

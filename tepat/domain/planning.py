@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -111,7 +111,10 @@ def plan_reminder_on(
         created_at=now,
         updated_at=now,
     )
-    return replace(m, slot_key=slot_key_for(m))
+    # Set on the new message itself: replace() copied every field, which cost a fifth
+    # of a bulk plan. Nothing else holds ``m`` yet.
+    object.__setattr__(m, "slot_key", slot_key_for(m))
+    return m
 
 
 def intended_on(
@@ -241,12 +244,47 @@ def next_nominal_from(
     """
     if not user.enabled:
         return NOTHING_AHEAD
-    first = utc_to_local(instant, load_zone(user.timezone)).date() - timedelta(days=1)
+    zone = load_zone(user.timezone)
+    first = utc_to_local(instant, zone).date() - timedelta(days=1)
+    days = [first + timedelta(days=n) for n in range(10)]
     best = NOTHING_AHEAD
     for reminder in reminders:
-        for n in range(10):
-            m = intended_on(user, reminder, categories, first + timedelta(days=n), now)
-            if m is not None and m.nominal >= instant:
-                best = min(best, m.nominal)
+        if not reminder.enabled or reminder.category not in categories:
+            continue  # intends nothing (as intended_on says)
+        for day in days:
+            if not reminder.fires_on(day):
+                continue
+            # plan_reminder_on's nominal instant, without building the message
+            nominal = local_to_utc(day, reminder.local_time, zone)
+            if nominal >= instant:
+                best = min(best, nominal)
                 break  # a later date's instant is later still
     return best
+
+
+def plan_user(
+    user: User,
+    reminders: Iterable[Reminder],
+    categories: Categories,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> Iterator[Message]:
+    """:func:`plan_users` for one user, the nominal instant tested before a message is
+    built (a window's edge dates mostly fall outside it: building their messages
+    was most of planning's cost)."""
+    if not user.enabled:
+        return
+    zone = load_zone(user.timezone)
+    days = local_dates_covering(start, end, zone)
+    for reminder in reminders:
+        if not reminder.enabled or reminder.category not in categories:
+            continue
+        policy = categories.get(reminder.category)
+        for day in days:
+            if not reminder.fires_on(day):
+                continue
+            if start <= local_to_utc(day, reminder.local_time, zone) < end:
+                m = plan_reminder_on(user, reminder, policy, day, now)
+                if m is not None:
+                    yield m

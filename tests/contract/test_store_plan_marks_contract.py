@@ -156,3 +156,12 @@ async def test_user_id_bounds_split_users_into_ranges(store: Store) -> None:
         assert 20 <= len(part) <= 30
         covered += part
     assert covered == ids
+
+
+async def test_bulk_import_writes_drop_the_mark_too(store: Store) -> None:
+    for uid in ("updated", "reminded", "other"):
+        await add_user(store, uid)
+        assert await mark(store, uid) == 1
+    await store.upsert_users([User("updated", "Asia/Tokyo", created_at=T0, updated_at=T0)])
+    await store.upsert_reminders([reminder("reminded")])
+    assert await to_plan(store) == ["reminded", "updated"]
