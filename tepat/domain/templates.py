@@ -19,8 +19,10 @@ Limits (sources are written by admin-key holders, data comes from events):
   :data:`PUSH_MAX_BYTES` (Expo refuses over 4096; the rest is room for what the
   dispatcher adds, as for one-offs in ``tepat/services/accounts.py``);
 - inbox: :data:`INBOX_LIMITS` per part;
-- in the sandbox: ``range`` up to :data:`MAX_RANGE`, and string repetition, padding,
-  ``%`` widths and powers bounded, so a template cannot build gigabytes of text.
+- in the sandbox: ``range`` up to :data:`MAX_RANGE`, string repetition, padding,
+  ``%`` widths and powers bounded, so a template cannot build gigabytes of text; and
+  at most :data:`MAX_STEPS` loop iterations and calls per part and render, so it
+  cannot spin either (rendering runs on the event loop).
 
 Stored versions are immutable; :func:`template_id` names one (``order.paid:push:en:3``),
 which a message pins so a retry renders the same text.
@@ -28,12 +30,13 @@ which a message pins so a retry renders the same text.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import hashlib
 import json
 import re
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -61,6 +64,11 @@ INBOX_LIMITS: Final[Mapping[str, int]] = {
 }  # characters
 MAX_RANGE: Final = 1000
 MAX_STRING: Final = 64 * 1024  # the longest string one operation in a template may build
+# Steps in one render of one part: a loop iteration is one, a call (macro, function)
+# CALL_STEPS, about their relative cost; nested loops or a doubly recursive macro stop
+# within a few tens of milliseconds instead of keeping the event loop busy.
+MAX_STEPS: Final = 100_000
+CALL_STEPS: Final = 10
 _MAX_POWER_BITS: Final = 4096
 _DATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 # A rendered inbox link: an absolute URL or app deep link, or a path; never script.
@@ -187,10 +195,38 @@ _SIZED_STR_METHODS = frozenset(
 )
 
 
+# The steps left in the render under way (renders are synchronous, so one per context).
+_STEPS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "tepat_template_steps", default=None
+)
+_LOOP_GUARD = "_tepat_loop"  # every {% for %} iterates through it (see _compile)
+
+
+def _step(n: int = 1) -> None:
+    left = _STEPS.get()
+    if left is not None:
+        left[0] -= n
+        if left[0] < 0:
+            raise SecurityError(
+                f"over {MAX_STEPS} steps (loop iterations, and calls at {CALL_STEPS} each):"
+                " templates must stay small"
+            )
+
+
+def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
+    for item in iterable:
+        _step()
+        yield item
+
+
 class _Sandbox(SandboxedEnvironment):
-    """Jinja's sandbox (no access to Python internals), with sizes bounded."""
+    """Jinja's sandbox (no access to Python internals), with sizes and steps bounded."""
 
     intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _step(CALL_STEPS)
+        return super().call(__context, __obj, *args, **kwargs)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(obj, str) and attr in _SIZED_STR_METHODS:
@@ -244,6 +280,7 @@ def _width_checked(name: str, env: jinja2.Environment) -> Callable[..., Any]:
 def _environment(autoescape: bool) -> _Sandbox:
     env = _Sandbox(undefined=StrictUndefined, autoescape=autoescape, keep_trailing_newline=False)
     env.globals["range"] = _safe_range
+    env.globals[_LOOP_GUARD] = _counted
     for name in ("center", "indent", "format", "replace", "wordwrap", "truncate"):
         env.filters[name] = _width_checked(name, env)
     return env
@@ -362,17 +399,27 @@ def compile_parts(channel: Channel, parts: Mapping[str, Any], prefix: str = "") 
 def _compile(env: _Sandbox, source: str, where: str, variables: set[str]) -> jinja2.Template:
     try:
         ast: nodes.Template = env.parse(source)
+    except Exception as e:
+        raise _compile_error(where, e) from None
+    if any(n.name == _LOOP_GUARD for n in ast.find_all(nodes.Name)):
+        raise TemplateError(where, f"{_LOOP_GUARD} is a reserved name", TemplateFailure.INVALID)
+    try:
         variables |= meta.find_undeclared_variables(ast)
+        for loop in ast.find_all(nodes.For):
+            # each iteration takes a step of the render's budget
+            guard = nodes.Call(nodes.Name(_LOOP_GUARD, "load"), [loop.iter], [], None, None)
+            loop.iter = guard.set_lineno(loop.lineno)
         return env.from_string(ast)
-    except TemplateSyntaxError as e:
-        raise TemplateError(
-            where, f"does not compile: line {e.lineno}: {e.message}", TemplateFailure.COMPILE_ERROR
-        ) from None
-    except (RecursionError, MemoryError, ValueError, TypeError, OverflowError) as e:
-        # a pathologically nested source can exhaust the parser, not the process
-        raise TemplateError(
-            where, f"does not compile: {type(e).__name__}", TemplateFailure.COMPILE_ERROR
-        ) from None
+    except Exception as e:
+        raise _compile_error(where, e) from None
+
+
+def _compile_error(where: str, e: Exception) -> TemplateError:
+    if isinstance(e, TemplateSyntaxError):
+        message = f"does not compile: line {e.lineno}: {e.message}"
+    else:  # a pathologically nested source can exhaust the parser (RecursionError)
+        message = f"does not compile: {type(e).__name__}"
+    return TemplateError(where, message, TemplateFailure.COMPILE_ERROR)
 
 
 # ---------------------------------------------------------------- rendering
@@ -438,6 +485,7 @@ def _limit(channel: Channel, part: str) -> int:
 def _render_one(
     template: jinja2.Template, context: dict[str, Any], where: str, data_field: str, limit: int
 ) -> str:
+    token = _STEPS.set([MAX_STEPS])
     try:
         chunks: list[str] = []
         size = 0
@@ -476,6 +524,8 @@ def _render_one(
             f"render failed{_template_line(e)}: {type(e).__name__}: {e}"[:500],
             TemplateFailure.RENDER_ERROR,
         ) from None
+    finally:
+        _STEPS.reset(token)
 
 
 def _template_line(exc: BaseException) -> str:

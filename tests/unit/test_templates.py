@@ -135,12 +135,29 @@ def test_rendered_inbox_parts_have_limits() -> None:
         "{{ ().__class__.__mro__ }}",
         "{{ cycler.__init__.__globals__ }}",
         "{{ 1 / 0 }}",
+        "{% for a in range(999) %}{% for b in range(999) %}{% endfor %}{% endfor %}",
+        "{% macro f(k) %}{% if k %}{{ f(k-1) }}{{ f(k-1) }}{% endif %}{% endmacro %}{{ f(40) }}",
     ],
 )
 def test_the_sandbox_bounds_what_a_template_can_do(source: str) -> None:
     e = fails(push, {}, title="t", body=source)
     assert e.reason is TemplateFailure.RENDER_ERROR
     assert e.field == "body"
+
+
+def test_loops_over_large_data_stop_at_the_step_budget() -> None:
+    items = list(range(1000))
+    assert push({"items": items}, title="t", body="{{ items | length }}")["body"] == "1000"
+    one_loop = "{% for x in items %}{% endfor %}ok"
+    assert push({"items": items}, title="t", body=one_loop)["body"] == "ok"
+    nested = "{% for x in items %}{% for y in items %}{% endfor %}{% endfor %}"
+    e = fails(push, {"items": items}, title="t", body=nested)
+    assert "steps" in e.message
+
+
+def test_the_loop_guard_name_is_reserved() -> None:
+    e = fails(check_parts, PUSH, {"title": "t", "body": "{% set _tepat_loop = 1 %}"})
+    assert e.reason is TemplateFailure.INVALID
 
 
 # --- checking at save time
