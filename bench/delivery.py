@@ -34,6 +34,7 @@ from bench.report import Correctness, log
 from bench.sandbox import running_sandbox
 from tepat.adapters.stomp import StompBroker
 from tepat.clock import SystemClock
+from tepat.config import Settings
 from tepat.services.enqueue import Enqueuer
 
 READY_EMBEDDED = "embedded queue restored from the store"
@@ -80,7 +81,9 @@ def _lead_seconds(n: int) -> float:
 
 async def _publish(cfg: Config, messages: Sequence[Any]) -> int:
     clock = SystemClock()
-    broker = StompBroker(cfg.broker_url, clock=clock)
+    # as the outbox of a `tepat` process publishes: with the lead (the consumer holds)
+    lead = Settings.model_fields["broker_lead_seconds"].default
+    broker = StompBroker(cfg.broker_url, clock=clock, lead_seconds=lead)
     await broker.connect()
     try:
         return await Enqueuer(broker, cfg.categories(), clock).enqueue(messages)

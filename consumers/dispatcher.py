@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -58,6 +58,14 @@ log = structlog.get_logger("tepat.dispatcher")
 # Batches fire up to ~1 s early on ActiveMQ (its scheduler rounds to 500 ms and
 # a batch covers a whole second); items due later than this belong to a later batch.
 BATCH_SPAN = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class _Recipients:
+    users: dict[str, User]
+    prefs: dict[str, dict[str, bool]]
+    devices: dict[str, list[Device]]
+    reminders: dict[str, list[Reminder]]
 
 
 @dataclass
@@ -94,8 +102,19 @@ class Dispatcher:
         """A hard stop: send nothing more (see :meth:`PushBatcher.abandon`)."""
         self._batcher.abandon()
 
-    async def handle(self, batch: Batch) -> None:
-        """Process one batch; returns once every message it claimed is recorded."""
+    async def handle(
+        self, batch: Batch, before_send: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Process one batch; returns once every message it claimed is recorded.
+
+        A batch may arrive before its instant (published with a lead on ActiveMQ):
+        it is held here, on the clock, and nothing is claimed or sent before the
+        instant. While it waits, who it goes to is read (one gathered read), so at
+        the instant only the claim, the decision and the send remain.
+        ``before_send`` is awaited before its requests go out (the consumer's
+        priority order between batches).
+        """
+        early = batch.due > self._clock.now()
         # A message moved since this batch was published (retried, deferred) waits
         # for the batch of its new instant.
         candidates = [
@@ -105,18 +124,42 @@ class Dispatcher:
         ]
         if not candidates:
             return
-        # ActiveMQ may fire a batch early: hold until the last item's exact instant.
+        recipients = None
+        if early:
+            recipients = await self._recipients(sorted({m.user_id for m in candidates}))
+        # Hold until the last item's exact instant (a batch covers a whole second).
         await self._clock.sleep_until(max(m.due for m in candidates))
         claimed = await self._store.claim([m.id for m in candidates], self._clock.now())
         if claimed:
-            await self.process_claimed(claimed)
+            await self.process_claimed(claimed, recipients, before_send)
 
-    async def process_claimed(self, claimed: Sequence[Message]) -> None:
-        user_ids = sorted({m.user_id for m in claimed})
-        users = await self._store.get_users(user_ids)
-        prefs = await self._store.preferences_for_users(user_ids)
-        devices = await self._store.active_devices(user_ids)
-        reminders = await self._store.reminders_for_users(user_ids)
+    async def _recipients(self, user_ids: list[str]) -> _Recipients:
+        """Users, preferences, active devices and reminders of ``user_ids``: the four
+        reads are issued together (one trip through the store's queue)."""
+        users, prefs, devices, reminders = await asyncio.gather(
+            self._store.get_users(user_ids),
+            self._store.preferences_for_users(user_ids),
+            self._store.active_devices(user_ids),
+            self._store.reminders_for_users(user_ids),
+        )
+        return _Recipients(users, prefs, devices, reminders)
+
+    async def process_claimed(
+        self,
+        claimed: Sequence[Message],
+        recipients: _Recipients | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Decide and send ``claimed``; ``recipients`` read ahead (covering every
+        claimed message's user) saves the read."""
+        if recipients is None:
+            recipients = await self._recipients(sorted({m.user_id for m in claimed}))
+        users, prefs, devices, reminders = (
+            recipients.users,
+            recipients.prefs,
+            recipients.devices,
+            recipients.reminders,
+        )
         now = self._clock.now()
         outgoing: list[_Outgoing] = []
         closed: list[StatusChange] = []
@@ -150,6 +193,26 @@ class Dispatcher:
                     closed.append(StatusChange(m.id, MessageStatus.MISSED, f"late by {late:.0f}s"))
                 case Defer(until):
                     deferred.append((m, until))
+        if outgoing:
+            # Sent first: what is not sent is recorded while the requests are out.
+            if before_send is not None:
+                await before_send()
+            sending = asyncio.ensure_future(self._send(outgoing))
+        try:
+            await self._close_unsent(closed, deferred, superseded, users, reminders, now)
+        finally:
+            if outgoing:
+                await sending
+
+    async def _close_unsent(
+        self,
+        closed: list[StatusChange],
+        deferred: list[tuple[Message, datetime]],
+        superseded: list[tuple[Message, Message | None]],
+        users: dict[str, User],
+        reminders: dict[str, list[Reminder]],
+        now: datetime,
+    ) -> None:
         await self._store.transition_many(closed, now, expect=[MessageStatus.SENDING])
         for m, until in deferred:
             await self._defer(m, until)
@@ -157,8 +220,6 @@ class Dispatcher:
             await self._outbox.flush_quietly()
         if superseded:
             await self._supersede(superseded, users, reminders)
-        if outgoing:
-            await self._send(outgoing)
 
     async def _supersede(
         self,
@@ -225,8 +286,9 @@ class Dispatcher:
                     await self._device_failed(device, outcome)
                 if len(o.outcomes) == len(o.devices):
                     answered[id(o)] = o
-            await self._record(list(answered.values()))
-            await self._keep_tickets(tickets)
+            # The outcomes first, the tickets right behind them (queued together; a
+            # ticket that fails to be stored costs receipts, never a second send).
+            await asyncio.gather(self._record(list(answered.values())), self._keep_tickets(tickets))
 
     async def _keep_tickets(self, tickets: list[Ticket]) -> None:
         """Store tickets for the receipt poller. The sends are already recorded, so a

@@ -8,10 +8,12 @@ import contextlib
 import heapq
 import itertools
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
-from tepat.domain.batches import BadBatch, decode_batch
+from tepat.domain.batches import BadBatch, Batch, decode_batch
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
 from tepat.services.loops import wait_or_stop
@@ -19,16 +21,26 @@ from tepat.services.loops import wait_or_stop
 log = structlog.get_logger("tepat.consumer")
 
 
-async def handle_delivery(rt: Runtime, delivery: Delivery) -> None:
-    """Dispatch one broker delivery, then ack it; a failure hands it back (nack)."""
+async def handle_delivery(
+    rt: Runtime,
+    delivery: Delivery,
+    batch: Batch | None = None,
+    before_send: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Dispatch one broker delivery, then ack it; a failure hands it back (nack).
+
+    ``batch``: the delivery's body, already decoded (the consumer decodes it once, to
+    order it); ``before_send``: awaited before its requests go out (the priority turn).
+    """
+    if batch is None:
+        try:
+            batch = decode_batch(delivery.queue, delivery.body)
+        except BadBatch as e:
+            log.error("unreadable broker message", queue=delivery.queue, error=str(e))
+            await rt.broker.nack(delivery, str(e))
+            return
     try:
-        batch = decode_batch(delivery.queue, delivery.body)
-    except BadBatch as e:
-        log.error("unreadable broker message", queue=delivery.queue, error=str(e))
-        await rt.broker.nack(delivery, str(e))
-        return
-    try:
-        await rt.dispatcher.handle(batch)
+        await rt.dispatcher.handle(batch, before_send=before_send)
     except Exception as e:  # the store or provider client failed unexpectedly
         log.exception("batch failed; handing it back", queue=delivery.queue)
         await rt.broker.nack(delivery, f"{type(e).__name__}: {e}")
@@ -39,21 +51,33 @@ async def handle_delivery(rt: Runtime, delivery: Delivery) -> None:
 GATHER_WINDOW_SECONDS = 0.005
 # Longest a drain waits for the batches in hand (real seconds; Expo's timeout is 15 s).
 DRAIN_SECONDS = 30.0
-# Longest a batch waits for a higher-priority batch of its second still being sent.
+# Longest a batch waits for a higher-priority batch of its second to be sent.
 PRIORITY_HOLD_SECONDS = 1.0
+
+Key = tuple[int, int]  # (due second, category priority)
+
+
+@dataclass(eq=False)
+class Turn:
+    """One batch in hand: its delivery, its decoded body and its place in the order."""
+
+    delivery: Delivery
+    batch: Batch | None  # None: unreadable (nacked first)
+    key: Key
+    sent: bool = False  # its requests went out (or it has none): no longer holds others
 
 
 class PriorityHold:
-    """The deliveries a consumer holds, taken by (due second, category priority).
+    """The deliveries a consumer holds, ordered by (due second, category priority).
 
-    A broker hands over batches in its own order (per queue, as they fire). Under
-    a backlog the consumer holds up to ``prefetch`` of them; taking them from
-    this heap means an earlier second goes first, and within one second the
-    higher-priority category (``safety``) goes first. A lower-priority batch of
-    the same second also waits while a higher-priority one is being sent, so
-    with several workers ``meal`` does not start beside ``safety`` - but for
-    at most ``PRIORITY_HOLD_SECONDS``: one slow provider answer must not stop
-    the consumer.
+    A broker hands over batches in its own order (per queue, as they fire), and on
+    ActiveMQ up to ``TEPAT_BROKER_LEAD_SECONDS`` before their instant. Every batch in
+    hand is worked on at once: read, held until its instant, claimed, decided. Its
+    requests go out only at its :meth:`turn`: after those of every batch in hand of
+    an earlier second, and of the same second with a higher priority (``safety``
+    before ``meal``) - but it waits for them at most ``PRIORITY_HOLD_SECONDS``: one
+    slow batch must not stop the consumer. The store work of a second overlaps; the
+    sends keep the order.
 
     What is guaranteed: among the batches this consumer holds. A batch still
     inside the broker (beyond the prefetch), or held by another consumer
@@ -63,83 +87,87 @@ class PriorityHold:
     def __init__(self, rt: Runtime, hold_seconds: float = PRIORITY_HOLD_SECONDS) -> None:
         self._hold_seconds = hold_seconds
         self._priority = {q: p.priority for q, p in rt.categories.by_queue().items()}
-        self._heap: list[tuple[int, int, int, Delivery]] = []
+        self._heap: list[tuple[Key, int, Turn]] = []
         self._seq = itertools.count()
-        self._changed = asyncio.Event()
-        self._in_flight: collections.Counter[tuple[int, int]] = collections.Counter()
-        self._started: dict[tuple[int, int], float] = {}
+        self._arrived = asyncio.Event()
+        self._sent = asyncio.Event()
+        self._unsent: collections.Counter[Key] = collections.Counter()
 
-    def put(self, delivery: Delivery) -> None:
-        due = _due_second(delivery)
-        priority = self._priority.get(delivery.queue, 99)
-        heapq.heappush(self._heap, (due, priority, next(self._seq), delivery))
-        self._changed.set()
+    def put(self, delivery: Delivery) -> Turn:
+        """Hold ``delivery``; its body is decoded here, once."""
+        try:
+            batch: Batch | None = decode_batch(delivery.queue, delivery.body)
+        except BadBatch:
+            batch = None
+        # Unreadable: first, to be dead-lettered without waiting for anything.
+        due = int(batch.due.timestamp()) if batch is not None else 0
+        turn = Turn(delivery, batch, (due, self._priority.get(delivery.queue, 99)))
+        heapq.heappush(self._heap, (turn.key, next(self._seq), turn))
+        self._arrived.set()
+        return turn
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def _blocked_for(self, due: int, priority: int) -> float:
-        """Seconds ``(due, priority)`` still waits for a higher priority of its second."""
-        now = time.monotonic()
-        waits = [
-            self._hold_seconds - (now - self._started[key])
-            for key, n in self._in_flight.items()
-            if n and key[0] == due and key[1] < priority
-        ]
-        return max([w for w in waits if w > 0], default=0.0)
+    async def take(self) -> Turn:
+        """The next batch to work on, earliest key first (give it back to :meth:`done`)."""
+        if not self._heap:
+            while not self._heap:
+                self._arrived.clear()
+                await self._arrived.wait()
+            # Idle until now: batches a broker fires together arrive a frame at a
+            # time, so wait a few milliseconds for the rest before choosing.
+            await asyncio.sleep(GATHER_WINDOW_SECONDS)
+        _, _, turn = heapq.heappop(self._heap)
+        self._unsent[turn.key] += 1
+        return turn
 
-    async def take(self) -> tuple[Delivery, tuple[int, int]]:
-        """The next batch to work on and its key (give the key back to :meth:`done`)."""
-        idle = not self._heap
-        while True:
-            blocked = self._blocked_for(*self._heap[0][:2]) if self._heap else None
-            if blocked == 0.0:
+    def _ahead(self, key: Key) -> bool:
+        return any(n and k < key for k, n in self._unsent.items())
+
+    async def turn(self, turn: Turn) -> None:
+        """Return when ``turn``'s requests may go out (see the class docstring)."""
+        # Real time, deliberately: the hold is about requests on a socket.
+        deadline = time.monotonic() + self._hold_seconds
+        while self._ahead(turn.key):
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
-            self._changed.clear()
-            # Real time, deliberately: the hold is about requests on a socket.
+            self._sent.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=blocked)
-            if idle:
-                # Idle until now: batches a broker fires together arrive a frame at a
-                # time, so wait a few milliseconds for the rest before choosing.
-                await asyncio.sleep(GATHER_WINDOW_SECONDS)
-                idle = False
-        due, priority, _, delivery = heapq.heappop(self._heap)
-        key = (due, priority)
-        if not self._in_flight[key]:
-            self._started[key] = time.monotonic()
-        self._in_flight[key] += 1
-        return delivery, key
+                await asyncio.wait_for(self._sent.wait(), timeout=left)
+        self.sent(turn)
 
-    def done(self, key: tuple[int, int]) -> None:
-        self._in_flight[key] -= 1
-        if not self._in_flight[key]:
-            del self._in_flight[key]
-            self._started.pop(key, None)
-        self._changed.set()
+    def sent(self, turn: Turn) -> None:
+        if turn.sent:
+            return
+        turn.sent = True
+        self._unsent[turn.key] -= 1
+        if not self._unsent[turn.key]:
+            del self._unsent[turn.key]
+        self._sent.set()
+
+    def done(self, turn: Turn) -> None:
+        self.sent(turn)
 
     def drain(self) -> list[Delivery]:
-        held = [d for *_, d in sorted(self._heap)]
+        held = [t.delivery for *_, t in sorted(self._heap, key=lambda e: e[:2])]
         self._heap.clear()
         return held
 
 
-def _due_second(delivery: Delivery) -> int:
-    try:
-        return int(decode_batch(delivery.queue, delivery.body).due.timestamp())
-    except BadBatch:
-        return 0  # unreadable: handled (and dead-lettered) first
-
-
-async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -> None:
+async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None = None) -> None:
     """Consume until ``stop`` is set, then finish the batches in hand (drain) and return.
 
-    One task reads deliveries into a :class:`PriorityHold`; up to ``concurrency``
-    workers take them from it in priority order.
+    One task reads deliveries into a :class:`PriorityHold`; ``concurrency`` workers
+    (by default the prefetch: every batch in hand) take them from it in order. A
+    batch waiting for its instant or its turn costs a worker nothing but memory:
+    the store and the provider's connections bound the real work.
     """
     queues = rt.categories.queues()  # highest priority first
     hold = PriorityHold(rt)
     in_flight: set[asyncio.Task[None]] = set()
+    workers_wanted = concurrency or max(8, rt.settings.consumer_prefetch)
 
     async with rt.broker.consume(queues, prefetch=rt.settings.consumer_prefetch) as deliveries:
 
@@ -149,9 +177,13 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
 
         async def work() -> None:
             while True:
-                delivery, key = await hold.take()
-                task = asyncio.create_task(handle_delivery(rt, delivery))
-                task.add_done_callback(lambda _, key=key: hold.done(key))  # type: ignore[misc]
+                turn = await hold.take()
+
+                async def my_turn(turn: Turn = turn) -> None:
+                    await hold.turn(turn)
+
+                task = asyncio.create_task(handle_delivery(rt, turn.delivery, turn.batch, my_turn))
+                task.add_done_callback(lambda _, turn=turn: hold.done(turn))  # type: ignore[misc]
                 # Leaves the set when it is done, not when this worker is cancelled:
                 # a drain waits for every batch in hand to be recorded and acked.
                 in_flight.add(task)
@@ -160,7 +192,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int = 8) -
                 await asyncio.wait({task})
 
         reader = asyncio.create_task(read())
-        workers = [asyncio.create_task(work()) for _ in range(concurrency)]
+        workers = [asyncio.create_task(work()) for _ in range(workers_wanted)]
         stopping = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait([reader, stopping], return_when=asyncio.FIRST_COMPLETED)

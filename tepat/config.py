@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     max_retry_age_seconds: float = Field(default=3600, gt=0)
     device_max_failures: int = Field(default=3, ge=1)
     consumer_prefetch: int = Field(default=50, ge=1, le=10_000)
+    # ActiveMQ: publish each batch this long before its instant and let the consumer
+    # hold it until the exact instant, so the broker's scheduler firing late (~0.3 s)
+    # does not show. 0: publish for the instant itself.
+    broker_lead_seconds: float = Field(default=1.0, ge=0, le=60)
     # How long the broker hands a failing batch back (with growing delays) before
     # dead-lettering it: longer than a store outage should last.
     broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)

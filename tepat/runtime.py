@@ -53,7 +53,13 @@ def make_broker(settings: Settings, clock: Clock) -> Broker:
     tls = None
     if settings.broker_url.startswith("stomp+ssl://"):
         tls = TlsFiles(settings.broker_ca_file, settings.broker_cert_file, settings.broker_key_file)
-    return StompBroker(settings.broker_url, clock=clock, redelivery=redelivery, tls=tls)
+    return StompBroker(
+        settings.broker_url,
+        clock=clock,
+        redelivery=redelivery,
+        tls=tls,
+        lead_seconds=settings.broker_lead_seconds,
+    )
 
 
 # which variable to change when the broker refuses us (BrokerRefused.setting)

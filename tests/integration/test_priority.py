@@ -86,24 +86,40 @@ async def test_priority_hold_takes_earlier_seconds_first_then_higher_priority(
         hold.put(_delivery(meal, NINE - timedelta(seconds=1), 4))
         taken = []
         for _ in range(4):
-            delivery, key = await hold.take()
-            taken.append(delivery.delivery_id)
-            hold.done(key)
+            turn = await hold.take()
+            taken.append(turn.delivery.delivery_id)
+            hold.done(turn)
         assert taken == ["d4", "d3", "d1", "d2"]
+
+
+async def test_a_batch_sends_after_the_higher_priority_batches_of_its_second(
+    tmp_path: Path,
+) -> None:
+    """All batches in hand are worked on at once; their sends take turns."""
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        hold = PriorityHold(p.rt, hold_seconds=60)
+        hold.put(_delivery("tepat.meal", NINE, 1))
+        hold.put(_delivery("tepat.safety", NINE, 2))
+        first, second = await hold.take(), await hold.take()
+        assert (first.delivery.delivery_id, second.delivery.delivery_id) == ("d2", "d1")
+        meal_turn = asyncio.create_task(hold.turn(second))
+        for _ in range(20):  # let the loop run: the meal turn stays blocked
+            await asyncio.sleep(0)
+        assert not meal_turn.done()  # safety has not sent yet
+        await hold.turn(first)  # nothing ahead of safety
+        await asyncio.wait_for(meal_turn, timeout=5)
 
 
 async def test_a_slow_higher_priority_batch_holds_its_second_only_briefly(tmp_path: Path) -> None:
     """One slow provider answer for `safety` must not stop the consumer: a `meal` batch
-    of the same second waits at most the hold, and one of a later second not at all."""
+    of the same second waits for its turn at most the hold."""
     async with pipeline(tmp_path, start=START, consumer=False) as p:
         hold = PriorityHold(p.rt, hold_seconds=0.2)
         hold.put(_delivery("tepat.safety", NINE, 1))
-        slow, _ = await hold.take()  # in flight, never done
-        assert slow.delivery_id == "d1"
-        hold.put(_delivery("tepat.meal", NINE + timedelta(seconds=1), 2))
-        later, later_key = await asyncio.wait_for(hold.take(), timeout=0.15)
-        assert later.delivery_id == "d2"  # a later second: not held
-        hold.done(later_key)
+        slow = await hold.take()  # in hand, never sent
+        assert slow.delivery.delivery_id == "d1"
         hold.put(_delivery("tepat.meal", NINE, 3))
-        same, _ = await asyncio.wait_for(hold.take(), timeout=5)
-        assert same.delivery_id == "d3"  # held, then released by the bound
+        same = await asyncio.wait_for(hold.take(), timeout=5)
+        assert same.delivery.delivery_id == "d3"
+        await asyncio.wait_for(hold.turn(same), timeout=5)  # released by the bound
+        assert same.sent and not slow.sent

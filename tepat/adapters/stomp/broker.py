@@ -6,7 +6,12 @@ context (:mod:`.consumer`), the operations (:mod:`.admin`).
 * ``publish``: a persistent ``SEND`` to ``/queue/<name>`` with
   ``AMQ_SCHEDULED_DELAY`` in milliseconds, awaited until the broker's
   ``RECEIPT`` (sent after the message is stored). Concurrent publishes
-  pipeline on the one publishing connection.
+  pipeline on the one publishing connection. The delay is shortened by
+  ``lead_seconds`` (``TEPAT_BROKER_LEAD_SECONDS``, 1 s): ActiveMQ's scheduler
+  fires a few hundred milliseconds late, so a batch is published to arrive a
+  little *before* its instant and the consumer holds it until the instant
+  (``consumers/worker.py``; docs/ACTIVEMQ.md). A consumer never sends before
+  the instant the batch carries, whatever the broker does.
 * ``ack``: an ``ACK`` with a receipt, so a ``stats`` right after sees it.
 * ``nack``: **not** a STOMP ``NACK``. Within one STOMP transaction on the
   consumer's connection the adapter sends a copy of the message back to its
@@ -79,6 +84,8 @@ class StompBroker:
     and the client certificate (:mod:`.tls`; by default the system's CAs, the
     broker's certificate and host name verified). ``redelivery`` says when a
     nacked message comes back and when it is dead-lettered instead.
+    ``lead_seconds``: how much earlier than its delay a published message is
+    scheduled (the consumer holds it until its instant).
     ``publish`` retries on a broken connection for up to
     ``publish_retry_seconds`` before raising :class:`BrokerUnavailable`.
     """
@@ -94,8 +101,10 @@ class StompBroker:
         max_backoff_seconds: float = 10.0,
         redelivery: RedeliveryPolicy | None = None,
         tls: TlsFiles | None = None,
+        lead_seconds: float = 0.0,
     ) -> None:
         self.target = parse_stomp_url(url, tls)
+        self.lead_seconds = lead_seconds
         self.clock: Clock = clock or SystemClock()
         self.heartbeat_ms = heartbeat_ms
         self.request_timeout = request_timeout
@@ -140,7 +149,7 @@ class StompBroker:
 
     async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         headers = {"persistent": "true"}
-        delay_ms = round(delay_seconds * 1000)
+        delay_ms = round((delay_seconds - self.lead_seconds) * 1000)
         if delay_ms > 0:
             headers["AMQ_SCHEDULED_DELAY"] = str(delay_ms)
         await self._send(f"/queue/{check_name(queue)}", bytes(body), headers)
