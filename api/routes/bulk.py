@@ -109,7 +109,9 @@ def _read_items(content_type: str, body: bytes) -> list[Any]:
     except UnicodeDecodeError:
         raise BodyProblem(400, "body", "request body is not UTF-8") from None
     if media in NDJSON_TYPES:
-        lines = [line for line in text.splitlines() if line.strip()]
+        # Only "\n" ends a line: str.splitlines would also split inside a JSON string
+        # holding a raw U+2028 or U+0085, which JSON allows unescaped.
+        lines = [line for line in text.split("\n") if line.strip()]
         _check_count(len(lines))
         items: list[Any] = []
         for line in lines:

@@ -144,6 +144,17 @@ async def test_ndjson_with_valid_and_invalid_items_answers_each(
     assert await plan_of(rt, "g")
 
 
+async def test_ndjson_lines_end_only_at_newline(client: httpx.AsyncClient) -> None:
+    odd = item("a")
+    odd["reminders"][0]["title"] = "Line\u2028separator\u0085next\x1ctoo"
+    body = json.dumps(odd, ensure_ascii=False) + "\r\n\n" + json.dumps(item("b")) + "\r\n"
+    r = await ok(await client.post(URL, content=body.encode(), headers=NDJSON))
+    assert [i["status"] for i in r.json()["items"]] == ["created", "created"]
+    got = (await ok(await client.get("/v1/users/a/reminders", headers=ADMIN))).json()
+    titles = {x["reminder_id"]: x["title"] for x in got["reminders"]}
+    assert titles["breakfast"] == odd["reminders"][0]["title"]
+
+
 async def test_repeating_an_import_changes_nothing_and_plans_nothing(
     client: httpx.AsyncClient, rt: Runtime, clock: FakeClock
 ) -> None:
