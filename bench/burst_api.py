@@ -42,7 +42,7 @@ READY_CONSUMER = "runtime ready"
 MARGIN_SECONDS = 15.0
 # Reminder PUTs cost more than user or device PUTs (each re-plans its user): the
 # estimate of their duration assumes this many times slower, generously.
-REMINDER_COST = 3.0
+REMINDER_COST = 2.5
 
 
 @dataclass
