@@ -153,7 +153,11 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
                 log(f"WARNING: ready {-margin:.2f}s after t0; timing starts when ready")
             start = max(t0, ready)
             last_offset = max((o for o, _ in plan.items), default=0.0)
-            _wait_until_finished(db, consumers, max(0.0, margin) + last_offset + 60 + n / 100)
+            # a limited sandbox drains no faster than its limit: leave 3x that (a bound,
+            # not a goal; the stall check still ends a run that makes no progress)
+            drain = 3 * n / plan.sandbox_rate_limit if plan.sandbox_rate_limit else 0.0
+            budget = max(0.0, margin) + last_offset + 60 + max(n / 100, drain)
+            _wait_until_finished(db, consumers, budget)
             received = sandbox.received()
             stats = sandbox.stats()
             statuses = store_view.status_counts(db)
