@@ -1,0 +1,117 @@
+"""A batch that reaches the consumer before its instant is held, then sent at the instant.
+
+On ActiveMQ every batch is published ``TEPAT_BROKER_LEAD_SECONDS`` early, so the
+broker's late-firing scheduler does not show: the consumer must hold it on its clock
+(nothing claimed, nothing sent) and send it at the exact instant, never before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime, time, timedelta
+from pathlib import Path
+
+import pytest
+
+from consumers.worker import run_consumer
+from tepat.domain.batches import batch_messages
+from tepat.domain.models import MessageStatus
+from tepat.ports.broker import Delivery
+from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.server import RunningSandbox, running_sandbox
+from tests.support.pipeline import pipeline
+from tests.support.waiting import eventually, stays_false
+
+START = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
+NINE = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+
+
+async def test_a_batch_delivered_early_is_sent_at_its_instant_and_claimed_only_then(
+    tmp_path: Path,
+) -> None:
+    async with pipeline(tmp_path, start=START) as p:
+        _, device = await p.add_user("ana", reminders=[("breakfast", "meal", time(9, 0))])
+        await p.rt.creator.plan_window(START, START + timedelta(hours=24))
+        [m] = await p.messages("ana")
+        p.clock.set(NINE - timedelta(seconds=1))
+        # As ActiveMQ fires a batch published with the lead: in hand a second early.
+        [batch] = batch_messages([m], p.rt.categories)
+        assert batch.due == NINE
+        await p.rt.broker.publish(batch.queue, batch.encode(), 0.0)
+
+        async def in_hand() -> bool:
+            [stats] = await p.rt.broker.stats([batch.queue])
+            return stats.in_flight == 1 and stats.ready == 0
+
+        await eventually(in_hand, what="the early batch in the consumer's hands")
+        p.clock.set(NINE - timedelta(milliseconds=1))
+        assert await stays_false(lambda: bool(p.received_for(device.push_token)))
+        assert await p.status_of(m.id) is MessageStatus.PENDING  # not claimed while held
+        p.clock.set(NINE)
+        await eventually(lambda: bool(p.received_for(device.push_token)), what="arrival")
+        [got] = p.received_for(device.push_token)
+        assert datetime.fromisoformat(got["received_at"]) == NINE
+
+        async def sent() -> bool:
+            return await p.status_of(m.id) is MessageStatus.SENT
+
+        await eventually(sent, what="recorded as sent")
+        # The outbox's own batch for the same instant finds nothing left to claim.
+        p.clock.set(NINE + timedelta(seconds=5))
+        assert await stays_false(lambda: len(p.received_for(device.push_token)) > 1)
+
+
+@pytest.fixture
+def served() -> Iterator[RunningSandbox]:
+    with running_sandbox(ExpoSandbox()) as s:
+        yield s
+
+
+@pytest.mark.activemq
+async def test_activemq_publishes_with_the_lead_and_the_consumer_holds_until_the_instant(
+    tmp_path: Path, served: RunningSandbox
+) -> None:
+    from tests.integration.test_activemq_delivery import _env, _runtime, _seed_oneoffs
+
+    env = _env(tmp_path, served, f"t{uuid.uuid4().hex[:8]}")
+    env["TEPAT_BROKER_LEAD_SECONDS"] = "1.5"
+    async with _runtime(env) as rt:
+        assert rt.settings.broker_lead_seconds == 1.5
+        arrived: list[datetime] = []
+        real_consume = rt.broker.consume
+
+        @contextlib.asynccontextmanager
+        async def stamped(
+            queues: Sequence[str], prefetch: int
+        ) -> AsyncIterator[AsyncIterator[Delivery]]:
+            async with real_consume(queues, prefetch) as deliveries:
+
+                async def each() -> AsyncIterator[Delivery]:
+                    async for d in deliveries:
+                        arrived.append(rt.clock.now())
+                        yield d
+
+                yield each()
+
+        rt.broker.consume = stamped  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        consumer = asyncio.create_task(run_consumer(rt, stop))
+        try:
+            tokens, send_at = await _seed_oneoffs(rt, 70, due_in=3.0)
+            await eventually(
+                lambda: len({r["to"] for r in served.sandbox.received()}) == 70,
+                timeout=60,
+                what="70 arrivals",
+            )
+        finally:
+            stop.set()
+            await consumer
+        # Fired before the instant (the lead is longer than the scheduler's delay) ...
+        assert arrived and min(arrived) < send_at
+        # ... and held: nothing reached the provider before it, each token once.
+        received = served.sandbox.received()
+        assert min(datetime.fromisoformat(r["received_at"]) for r in received) >= send_at
+        assert sorted(r["to"] for r in received) == sorted(tokens)
