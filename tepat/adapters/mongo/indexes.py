@@ -190,3 +190,15 @@ async def create_indexes(db: Any) -> None:
         unique=True,
         name="uniq_template_version",
     )
+
+    # The in-app inbox (adapters/mongo/inbox.py): one item per (user, message id); a
+    # user's items by seq (the list, newest first, and a stream's resume).
+    inbox = db["inbox"]
+    await inbox.create_index(
+        [("user_id", ASCENDING), ("message_id", ASCENDING)], unique=True, name="uniq_user_message"
+    )
+    await inbox.create_index([("user_id", ASCENDING), ("seq", DESCENDING)], name="user_seq")
+    # Unread items (the unread filter, the count, read-all): read_at is null until read.
+    await inbox.create_index(
+        [("user_id", ASCENDING), ("read_at", ASCENDING), ("seq", DESCENDING)], name="user_read_seq"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pymongo import AsyncMongoClient
 
 from tepat.adapters.mongo.bulk import BulkMixin
+from tepat.adapters.mongo.inbox import InboxMixin
 from tepat.adapters.mongo.indexes import create_indexes, migrate
 from tepat.adapters.mongo.messages import MessagesMixin
 from tepat.adapters.mongo.ops_views import OpsViewsMixin
@@ -35,6 +36,7 @@ class MongoStore(
     OpsViewsMixin,
     PresenceMixin,
     TemplatesMixin,
+    InboxMixin,
 ):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 

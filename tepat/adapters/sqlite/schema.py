@@ -232,6 +232,33 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        8,
+        (
+            # The in-app inbox (adapters/sqlite/inbox.py). AUTOINCREMENT: a seq is never
+            # reused, even after the newest row is deleted, and since SQLite has one
+            # writer at a time a higher seq is always committed after a lower one, so a
+            # stream that has seen seq n has seen every item below it.
+            """CREATE TABLE inbox (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                item_id TEXT NOT NULL UNIQUE,
+                user_id TEXT NOT NULL,
+                message_id TEXT NOT NULL,
+                event_type TEXT,
+                category TEXT NOT NULL,
+                title TEXT NOT NULL,
+                body TEXT NOT NULL,
+                html TEXT,
+                link TEXT,
+                data TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                read_at TEXT,
+                UNIQUE (user_id, message_id)
+            )""",
+            "CREATE INDEX ix_inbox_user_seq ON inbox(user_id, seq)",
+            "CREATE INDEX ix_inbox_unread ON inbox(user_id, seq) WHERE read_at IS NULL",
+        ),
+    ),
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tepat.adapters.sqlite.bulk import BulkMixin
 from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.inbox import InboxMixin
 from tepat.adapters.sqlite.messages_read import MessagesReadMixin
 from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
 from tepat.adapters.sqlite.ops_views import OpsViewsMixin
@@ -24,6 +25,7 @@ class SqliteStore(
     OpsViewsMixin,
     PresenceMixin,
     TemplatesMixin,
+    InboxMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""

@@ -1,0 +1,136 @@
+"""The in-app inbox on MongoDB: one document per item, ``_id`` the item id.
+
+``seq`` comes from one counter document (``counters``, ``_id: "inbox_seq"``) incremented
+with a single ``findAndModify``, atomic like ``next_plan_version``: no two items ever
+get the same seq. The unique index on (user_id, message_id) (``indexes.py``) decides
+which of several concurrent deliveries of one message is stored; a loser's seq is
+simply never used.
+
+Unlike SQLite's single writer, two writers may commit out of seq order (A takes 5, B
+takes 6, B's insert lands first). The live stream covers that window by re-reading
+recent items (``tepat/services/inbox.py``), not this adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pymongo import DESCENDING, ReturnDocument
+from pymongo.errors import DuplicateKeyError
+
+from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.domain.inbox import InboxItem
+
+SEQ_COUNTER = "inbox_seq"
+
+
+def _item(doc: Mapping[str, Any]) -> InboxItem:
+    return InboxItem(
+        seq=int(doc["seq"]),
+        item_id=doc["_id"],
+        user_id=doc["user_id"],
+        message_id=doc["message_id"],
+        event_type=doc.get("event_type"),
+        category=doc["category"],
+        title=doc["title"],
+        body=doc["body"],
+        html=doc.get("html"),
+        link=doc.get("link"),
+        data=dict(doc.get("data") or {}),
+        created_at=read_dt_required(doc["created_at"]),
+        read_at=read_dt(doc.get("read_at")),
+    )
+
+
+class InboxMixin(MongoBase):
+    async def _next_inbox_seq(self) -> int:
+        doc = await self._db["counters"].find_one_and_update(
+            {"_id": SEQ_COUNTER},
+            {"$inc": {"value": 1}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return int(doc["value"])
+
+    async def put_inbox_item(self, item: InboxItem) -> tuple[InboxItem, bool]:
+        inbox = self._db["inbox"]
+        key = {"user_id": item.user_id, "message_id": item.message_id}
+        # A repeat (the common retry) takes no seq; the unique index still decides races.
+        existing = await inbox.find_one(key)
+        if existing is not None:
+            return _item(existing), False
+        doc = {
+            "_id": item.item_id,
+            **key,
+            "seq": await self._next_inbox_seq(),
+            "event_type": item.event_type,
+            "category": item.category,
+            "title": item.title,
+            "body": item.body,
+            "html": item.html,
+            "link": item.link,
+            "data": dict(item.data),
+            "created_at": bson_dt(item.created_at),
+            "read_at": None,
+        }
+        try:
+            await inbox.insert_one(doc)
+        except DuplicateKeyError:
+            winner = await inbox.find_one(key)
+            if winner is None:  # same item_id under another key: not a repeat, a collision
+                raise
+            return _item(winner), False
+        return _item(doc), True
+
+    async def list_inbox(
+        self, user_id: str, limit: int, before_seq: int | None = None, unread_only: bool = False
+    ) -> list[InboxItem]:
+        if limit <= 0:
+            return []
+        query: dict[str, Any] = {"user_id": user_id}
+        if before_seq is not None:
+            query["seq"] = {"$lt": before_seq}
+        if unread_only:
+            query["read_at"] = None
+        docs = (
+            await self._db["inbox"].find(query).sort("seq", DESCENDING).limit(limit).to_list(None)
+        )
+        return [_item(d) for d in docs]
+
+    async def inbox_after(self, user_id: str, after_seq: int, limit: int) -> list[InboxItem]:
+        if limit <= 0:
+            return []
+        docs = (
+            await self._db["inbox"]
+            .find({"user_id": user_id, "seq": {"$gt": after_seq}})
+            .sort("seq", 1)
+            .limit(limit)
+            .to_list(None)
+        )
+        return [_item(d) for d in docs]
+
+    async def mark_inbox_read(self, user_id: str, item_id: str, now: datetime) -> InboxItem | None:
+        inbox = self._db["inbox"]
+        # Forward-only: the filter on read_at keeps the first read.
+        await inbox.update_one(
+            {"_id": item_id, "user_id": user_id, "read_at": None},
+            {"$set": {"read_at": bson_dt(now)}},
+        )
+        doc = await inbox.find_one({"_id": item_id, "user_id": user_id})
+        return None if doc is None else _item(doc)
+
+    async def mark_inbox_read_all(
+        self, user_id: str, now: datetime, up_to_seq: int | None = None
+    ) -> int:
+        query: dict[str, Any] = {"user_id": user_id, "read_at": None}
+        if up_to_seq is not None:
+            query["seq"] = {"$lte": up_to_seq}
+        result = await self._db["inbox"].update_many(query, {"$set": {"read_at": bson_dt(now)}})
+        return int(result.modified_count)
+
+    async def inbox_unread_count(self, user_id: str) -> int:
+        count = await self._db["inbox"].count_documents({"user_id": user_id, "read_at": None})
+        return int(count)
