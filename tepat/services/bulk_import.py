@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Device, QuietHours, Reminder, User
-from tepat.domain.planning import next_nominal_from, plan_users, planning_fingerprint
+from tepat.domain.planning import next_nominal_from, plan_user, planning_fingerprint
 from tepat.domain.validation import (
     check_identifier,
     check_push_token,
@@ -370,8 +370,11 @@ async def _plan_new_users(rt: Runtime, user_ids: Sequence[str], now: datetime) -
     targets = await store.get_plan_targets(user_ids)
     reminders = await store.reminders_for_users(list(targets))
     end = now + rt.creator.horizon
-    pairs = [(t.user, reminders.get(uid, [])) for uid, t in targets.items() if t.user.enabled]
-    planned = list(plan_users(pairs, categories, now, end, now))
+    planned = [
+        m
+        for uid, t in targets.items()
+        for m in plan_user(t.user, reminders.get(uid, []), categories, now, end, now)
+    ]
     if planned:
         await store.insert_messages(planned)
     fingerprint = planning_fingerprint(categories)
