@@ -251,6 +251,18 @@ def _check(
     return _Valid(index, item, quiet, devices, reminders)
 
 
+@dataclass(slots=True)
+class _Writes:
+    """What an import must write: only what differs from the store."""
+
+    users: list[User] = field(default_factory=list)
+    user_items: list[int] = field(default_factory=list)  # the item index of each user
+    devices: list[Device] = field(default_factory=list)
+    reminders: list[Reminder] = field(default_factory=list)
+    replan: set[str] = field(default_factory=set)  # existing users whose plan changed
+    statuses: dict[int, Status] = field(default_factory=dict)
+
+
 async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[int, Status]:
     store = rt.store
     ids = [v.item.user_id for v in valid]
@@ -259,64 +271,17 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
     known = [uid for uid in ids if uid in old_users]
     old_reminders = await store.reminders_for_users(known) if known else {}
     old_devices = await store.active_devices(known) if known else {}
-
-    user_writes: list[User] = []
-    user_write_index: list[int] = []
-    device_writes: list[Device] = []
-    reminder_writes: list[Reminder] = []
-    replan: set[str] = set()  # existing users whose plan changed
-    statuses: dict[int, Status] = {}
+    w = _Writes()
     for v in valid:
-        item, old = v.item, old_users.get(v.item.user_id)
-        base = old or User(user_id=item.user_id, timezone=item.timezone, created_at=now)
-        user = replace(
-            base,
-            timezone=item.timezone,
-            locale=base.locale if isinstance(item.locale, _Keep) else item.locale,
-            quiet_hours=base.quiet_hours if isinstance(v.quiet_hours, _Keep) else v.quiet_hours,
-            enabled=base.enabled if isinstance(item.enabled, _Keep) else item.enabled,
-            updated_at=now,
-        )
-        changed = old is None or _user_fields(old) != _user_fields(user)
-        if changed:
-            user_writes.append(user)
-            user_write_index.append(v.index)
-        if old is not None and (
-            (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
-            or (user.enabled and not old.enabled)
-        ):
-            replan.add(user.user_id)
+        _diff(v, old_users, old_reminders, old_devices, now, w)
 
-        stored_r = {r.reminder_id: r for r in old_reminders.get(item.user_id, [])}
-        for r in v.reminders:
-            prior = stored_r.get(r.reminder_id)
-            if prior is not None and _planned_fields(prior) == _planned_fields(r):
-                continue  # nothing planning sees changed: keep its pending messages
-            if prior is not None:
-                r = replace(r, version=prior.version + 1, created_at=prior.created_at)
-                replan.add(user.user_id)
-            reminder_writes.append(r)
-            changed = True
-
-        active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
-        for d in v.devices:
-            prior_d = active.get(d.device_id)
-            if prior_d is not None and (prior_d.push_token, prior_d.platform) == (
-                d.push_token,
-                d.platform,
-            ):
-                continue  # already this device's active binding
-            device_writes.append(d)
-            changed = True
-        statuses[v.index] = "created" if old is None else "updated" if changed else "unchanged"
-
-    created_flags = await store.upsert_users(user_writes)
+    created_flags = await store.upsert_users(w.users)
     # Users before what hangs off them; devices and reminders in one batch each.
-    await store.register_devices(device_writes)
-    await store.upsert_reminders(reminder_writes)
+    await store.register_devices(w.devices)
+    await store.upsert_reminders(w.reminders)
 
     new_users: list[str] = []
-    for user, index, created in zip(user_writes, user_write_index, created_flags, strict=True):
+    for user, index, created in zip(w.users, w.user_items, created_flags, strict=True):
         if user.user_id in old_users:
             continue
         if created:
@@ -324,11 +289,64 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
         else:
             # Another import created this user between our read and our write: its
             # plan may differ from ours, so reconcile like any change.
-            replan.add(user.user_id)
-            statuses[index] = "updated"
+            w.replan.add(user.user_id)
+            w.statuses[index] = "updated"
     await _plan_new_users(rt, new_users, now)
-    await _replan(rt, sorted(replan))
-    return statuses
+    await _replan(rt, sorted(w.replan))
+    return w.statuses
+
+
+def _diff(
+    v: _Valid,
+    old_users: Mapping[str, User],
+    old_reminders: Mapping[str, list[Reminder]],
+    old_devices: Mapping[str, list[Device]],
+    now: datetime,
+    w: _Writes,
+) -> None:
+    """Add to ``w`` what item ``v`` changes, by the single use cases' rules."""
+    item, old = v.item, old_users.get(v.item.user_id)
+    base = old or User(user_id=item.user_id, timezone=item.timezone, created_at=now)
+    user = replace(
+        base,
+        timezone=item.timezone,
+        locale=base.locale if isinstance(item.locale, _Keep) else item.locale,
+        quiet_hours=base.quiet_hours if isinstance(v.quiet_hours, _Keep) else v.quiet_hours,
+        enabled=base.enabled if isinstance(item.enabled, _Keep) else item.enabled,
+        updated_at=now,
+    )
+    changed = old is None or _user_fields(old) != _user_fields(user)
+    if changed:
+        w.users.append(user)
+        w.user_items.append(v.index)
+    if old is not None and (
+        (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
+        or (user.enabled and not old.enabled)  # re-enabled: plan what was skipped meanwhile
+    ):
+        w.replan.add(user.user_id)
+
+    stored = {r.reminder_id: r for r in old_reminders.get(item.user_id, [])}
+    for r in v.reminders:
+        prior = stored.get(r.reminder_id)
+        if prior is not None and _planned_fields(prior) == _planned_fields(r):
+            continue  # nothing planning sees changed: keep its pending messages
+        if prior is not None:
+            r = replace(r, version=prior.version + 1, created_at=prior.created_at)
+            w.replan.add(user.user_id)
+        w.reminders.append(r)
+        changed = True
+
+    active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
+    for d in v.devices:
+        prior_d = active.get(d.device_id)
+        if prior_d is not None and (prior_d.push_token, prior_d.platform) == (
+            d.push_token,
+            d.platform,
+        ):
+            continue  # already this device's active binding
+        w.devices.append(d)
+        changed = True
+    w.statuses[v.index] = "created" if old is None else "updated" if changed else "unchanged"
 
 
 def _payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
