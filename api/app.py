@@ -25,6 +25,7 @@ from api.routes import (
     dashboard,
     devices,
     health,
+    inbox,
     messages,
     preferences,
     reminders,
@@ -33,6 +34,7 @@ from api.routes import (
 from api.routes import templates as template_routes
 from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
+from tepat.services.inbox import InboxService
 from tepat.services.templates import template_service
 
 MAX_BODY_BYTES = 64 * 1024
@@ -64,9 +66,12 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     )
     app.state.runtime = rt
     app.state.templates = template_service(rt)
+    # One per app: its notifier wakes this process's inbox streams (tepat/services/inbox.py).
+    app.state.inbox = InboxService(rt.store, rt.clock, rt.categories)
     for module in (users, devices, reminders, preferences, messages, bulk, admin, health):
         app.include_router(module.router)
     app.include_router(template_routes.router)
+    app.include_router(inbox.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)

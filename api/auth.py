@@ -19,6 +19,7 @@ import hmac
 import math
 from dataclasses import dataclass
 from typing import Annotated, TypeGuard
+from urllib.parse import parse_qs
 
 import jwt
 from fastapi import Depends, Path, Request
@@ -78,6 +79,11 @@ class Authenticator:
             raise AuthError(401, "expected 'Authorization: Bearer <token>'")
         return Principal(user_id=self._user_from_token(token.strip()))
 
+    def authenticate_query_token(self, token: str) -> Principal:
+        """A user JWT passed as ``?access_token=`` (the inbox stream only: see
+        :func:`stream_query_token`). Never the admin key: that stays out of URLs."""
+        return Principal(user_id=self._user_from_token(token.strip()))
+
     def _user_from_token(self, token: str) -> str:
         if self._jwt_secret is None:
             raise AuthError(
@@ -133,6 +139,23 @@ def authorize(principal: Principal, path: str) -> None:
     raise AuthError(403, "a user token reaches only that user's own resources")
 
 
+def stream_query_token(scope: Scope) -> str | None:
+    """``?access_token=`` on ``/v1/users/{id}/inbox/stream`` when no header credentials came.
+
+    A browser's ``EventSource`` cannot set headers, so the live inbox stream also takes
+    the user's JWT in the query string. The trade-off: a URL is written to access logs
+    and proxy logs, so use short-lived tokens there; every other path ignores it.
+    """
+    parts = scope["path"].split("/")  # "", "v1", "users", "{id}", "inbox", "stream"
+    if len(parts) != 6 or parts[1:3] != ["v1", "users"] or parts[4:] != ["inbox", "stream"]:
+        return None
+    headers = Headers(scope=scope)
+    if "x-api-key" in headers or "authorization" in headers:
+        return None
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("access_token")
+    return values[-1] if values else None
+
+
 class AuthMiddleware:
     """Authenticates and authorizes every ``/v1/`` request; the principal goes in scope state."""
 
@@ -145,7 +168,11 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            principal = self.authenticator.authenticate(Headers(scope=scope))
+            query_token = stream_query_token(scope)
+            if query_token is not None:
+                principal = self.authenticator.authenticate_query_token(query_token)
+            else:
+                principal = self.authenticator.authenticate(Headers(scope=scope))
             authorize(principal, scope["path"])
         except AuthError as e:
             headers = {"WWW-Authenticate": e.challenge} if e.status == 401 else {}

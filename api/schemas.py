@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
+from tepat.domain.inbox import InboxItem
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, User
 from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
 from tepat.ports.broker import DeadLetter, QueueStats
@@ -587,3 +588,85 @@ class TemplatePreviewOut(BaseModel):
         description="push: title, body, data; inbox: title, body, and html and link if set"
     )
     variables: list[str]
+
+
+# ---------------------------------------------------------------- in-app inbox
+
+
+class InboxItemIn(Request):
+    """Admin only, until ``POST /v1/events`` delivers to the inbox."""
+
+    idempotency_key: Identifier = Field(
+        description="Becomes the item's message id: a repeat returns the stored item"
+    )
+    category: Category
+    title: Title
+    body: Body
+    html: Annotated[Text, Field(max_length=32 * 1024)] | None = Field(
+        default=None, description="Rich body, shown as is (trusted: the admin wrote it)"
+    )
+    link: Annotated[Text, Field(max_length=2048)] | None = Field(
+        default=None, description="Opened on tap: a URL or a path starting with '/'"
+    )
+    data: Data = Field(default_factory=dict)
+    event_type: Annotated[Text, Field(max_length=128)] | None = None
+
+
+class InboxItemOut(BaseModel):
+    id: str = Field(description="The item's id (for `…/inbox/{item_id}/read`)")
+    seq: int = Field(description="Position in the inbox; the stream's event id")
+    message_id: str
+    event_type: str | None
+    category: str
+    status: Literal["delivered", "read"]
+    title: str
+    body: str
+    html: str | None
+    link: str | None
+    data: dict[str, Any]
+    created_at: UtcDatetime = Field(description="When it was stored (delivered)")
+    read_at: UtcDatetime | None
+
+    @classmethod
+    def of(cls, i: InboxItem) -> InboxItemOut:
+        return cls(
+            id=i.item_id,
+            seq=i.seq,
+            message_id=i.message_id,
+            event_type=i.event_type,
+            category=i.category,
+            status=i.status.value,
+            title=i.title,
+            body=i.body,
+            html=i.html,
+            link=i.link,
+            data=dict(i.data),
+            created_at=i.created_at,
+            read_at=i.read_at,
+        )
+
+
+class InboxPageOut(BaseModel):
+    items: list[InboxItemOut] = Field(description="Newest first")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null at the end"
+    )
+    unread_count: int
+
+
+class UnreadCountOut(BaseModel):
+    unread_count: int
+
+
+class ReadAllIn(Request):
+    up_to_seq: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**63 - 1,
+        description="Only items up to this seq (the newest the app has shown); default all",
+    )
+
+
+class ReadAllOut(BaseModel):
+    marked: int = Field(description="How many items this call marked read")
+    unread_count: int

@@ -158,6 +158,11 @@ async def _serve_asgi(
     server = _QuietServer(uvicorn.Config(app, host=host, port=port, log_config=None))
     task = asyncio.create_task(server.serve(sockets=[sock] if sock else None))
     await stop.wait()
+    # Open inbox streams never finish by themselves: end them so uvicorn's wait for
+    # in-flight requests does (clients reconnect elsewhere with Last-Event-ID).
+    inbox = getattr(getattr(app, "state", None), "inbox", None)
+    if inbox is not None:
+        inbox.notifier.close()
     server.should_exit = True  # stops accepting, lets in-flight requests finish
     await task
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,3 +67,17 @@ def parse_seq(value: object, field: str) -> int:
     if not 0 <= number <= MAX_SEQ:
         raise DomainError(field, "out of range")
     return number
+
+
+_LINK = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*:)")
+# Links a client opens on tap: never script or local content.
+_UNSAFE_SCHEMES = frozenset({"javascript", "vbscript", "data", "file"})
+
+
+def check_link(value: str, field: str = "link") -> str:
+    """A URL (``https:``, an app scheme) or a path starting with ``/``, as templates allow."""
+    link = value.strip()
+    scheme = link.split(":", 1)[0].lower() if ":" in link else ""
+    if not _LINK.match(link) or scheme in _UNSAFE_SCHEMES:
+        raise DomainError(field, "must be a URL or a path starting with '/'")
+    return link

@@ -1,0 +1,190 @@
+"""``/v1/users/{user_id}/inbox``: the in-app inbox, its unread count, reads and live stream.
+
+The stream is Server-Sent Events: each item is an ``inbox`` event whose ``id:`` is the
+highest seq sent so far, so a client that reconnects with ``Last-Event-ID`` (browsers do
+it by themselves) gets exactly what it missed. See tepat/services/inbox.py for how the
+stream wakes, and README "In-app inbox" for use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from api.deps import Admin, UserId, id_path
+from api.problems import problem_responses
+from api.schemas import (
+    InboxItemIn,
+    InboxItemOut,
+    InboxPageOut,
+    ReadAllIn,
+    ReadAllOut,
+    UnreadCountOut,
+)
+from tepat.domain.inbox import InboxItem, check_link, parse_seq
+from tepat.services.inbox import InboxService
+
+router = APIRouter(
+    prefix="/v1/users/{user_id}/inbox",
+    tags=["inbox"],
+    responses=problem_responses(401, 403, 404, 422),
+)
+
+ItemId = Annotated[str, id_path("The item's `id`", "inb_3f2a9c")]
+SSE_MEDIA_TYPE = "text/event-stream"
+# Tells a reconnecting EventSource to wait this long (ms) rather than its own default.
+SSE_RETRY_MS = 3000
+
+
+def _service(request: Request) -> InboxService:
+    service: InboxService = request.app.state.inbox
+    return service
+
+
+@router.get("", response_model=InboxPageOut, summary="List the user's inbox, newest first")
+async def list_inbox(
+    user_id: UserId,
+    request: Request,
+    cursor: Annotated[
+        str | None, Query(max_length=32, description="`next_cursor` of the previous page")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="Page size")] = 50,
+    unread: Annotated[bool, Query(description="Only items not read yet")] = False,
+) -> InboxPageOut:
+    page = await _service(request).page(user_id, cursor, limit, unread)
+    return InboxPageOut(
+        items=[InboxItemOut.of(i) for i in page.items],
+        next_cursor=page.next_cursor,
+        unread_count=page.unread_count,
+    )
+
+
+@router.get("/unread-count", response_model=UnreadCountOut, summary="How many items are unread")
+async def unread_count(user_id: UserId, request: Request) -> UnreadCountOut:
+    return UnreadCountOut(unread_count=await _service(request).unread_count(user_id))
+
+
+@router.post(
+    "/{item_id}/read", response_model=InboxItemOut, summary="Mark one item read (forward-only)"
+)
+async def read_item(user_id: UserId, item_id: ItemId, request: Request) -> InboxItemOut:
+    """Reading an item again keeps its first `read_at`. Another user's item is a 404."""
+    return InboxItemOut.of(await _service(request).read(user_id, item_id))
+
+
+@router.post("/read-all", response_model=ReadAllOut, summary="Mark every unread item read")
+async def read_all(
+    user_id: UserId,
+    request: Request,
+    body: Annotated[ReadAllIn | None, Body()] = None,
+) -> ReadAllOut:
+    """Every item stored so far, or only those up to `up_to_seq` (the newest the app has
+    shown, so an item arriving meanwhile stays unread)."""
+    service = _service(request)
+    marked = await service.read_all(user_id, body.up_to_seq if body else None)
+    return ReadAllOut(marked=marked, unread_count=await service.unread_count(user_id))
+
+
+@router.post(
+    "",
+    response_model=InboxItemOut,
+    status_code=201,
+    responses={
+        200: {"model": InboxItemOut, "description": "Already stored with this idempotency_key"},
+        **problem_responses(400, 413),
+    },
+    summary="Put an item in the user's inbox (admin; superseded by POST /v1/events)",
+)
+async def put_item(
+    user_id: UserId, body: InboxItemIn, request: Request, response: Response, _: Admin
+) -> InboxItemOut:
+    """Until events reach the inbox, this is how an item gets there. Idempotent on
+    `idempotency_key` (the item's message id): a repeat returns the stored item (200)."""
+    delivered = await _service(request).deliver(
+        user_id,
+        body.idempotency_key,
+        category=body.category,
+        title=body.title,
+        body=body.body,
+        event_type=body.event_type,
+        html=body.html,
+        link=None if body.link is None else check_link(body.link),
+        data=body.data,
+    )
+    if not delivered.created:
+        response.status_code = 200
+    return InboxItemOut.of(delivered.item)
+
+
+@router.get(
+    "/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
+            "description": "Server-Sent Events: `event: inbox`, `id:` the seq, `data:` an "
+            "InboxItemOut as JSON; `: keepalive` comments between",
+        }
+    },
+    summary="Live stream of new inbox items (Server-Sent Events)",
+)
+async def stream(
+    user_id: UserId,
+    request: Request,
+    last_event_id_header: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            max_length=32,
+            description="Resume after this seq (sent by EventSource on reconnect)",
+        ),
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Query(max_length=32, description="Resume after this seq (when no header can be set)"),
+    ] = None,
+    access_token: Annotated[
+        str | None,
+        Query(
+            max_length=8192,
+            description="The user's JWT, for clients that cannot send headers (EventSource). "
+            "It ends up in access logs: prefer the header, or use short-lived tokens.",
+        ),
+    ] = None,
+) -> StreamingResponse:
+    """Items stored after `Last-Event-ID` (header first, then `last_event_id`; none:
+    only new items), each once, then live. Heartbeat comments keep proxies from closing
+    an idle stream. The stream ends when the server shuts down; reconnect to resume."""
+    if last_event_id_header is not None:
+        after = parse_seq(last_event_id_header.strip(), "Last-Event-ID")
+    elif last_event_id is not None:
+        after = parse_seq(last_event_id, "last_event_id")
+    else:
+        after = None
+    service = _service(request)
+    if after is None:
+        # Only what arrives from now on: the newest seq is where this stream starts.
+        newest = (await service.page(user_id, None, 1)).items
+        after = newest[0].seq if newest else 0
+    items = await service.open_stream(user_id, after)
+    return StreamingResponse(
+        _events(items, after),
+        media_type=SSE_MEDIA_TYPE,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _events(items: AsyncIterator[InboxItem | None], position: int) -> AsyncIterator[str]:
+    yield f"retry: {SSE_RETRY_MS}\n: connected\n\n"
+    async for item in items:
+        if item is None:
+            yield ": keepalive\n\n"
+            continue
+        # A late commit (seq below one already sent) keeps the id where it was: the id
+        # is where to resume, and everything up to it has been sent.
+        position = max(position, item.seq)
+        data = InboxItemOut.of(item).model_dump_json()
+        yield f"id: {position}\nevent: inbox\ndata: {data}\n\n"
