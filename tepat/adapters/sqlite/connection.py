@@ -9,6 +9,11 @@ waits for another process's lock instead of failing, and the unique indexes
 Each store owns one connection, used only by one dedicated worker thread, so
 the event loop never waits on the disk or on another process's lock.
 
+Writes queued while the worker is busy are committed together (group commit):
+one ``BEGIN IMMEDIATE`` ... ``COMMIT`` for up to ``WRITES_PER_GROUP`` of them,
+each in a savepoint, so the claim of the next batch does not wait behind one
+commit per earlier outcome, and pages they share are written to the WAL once.
+
 Checkpoints (copying the WAL back into the database file, with an fsync) run on
 a second connection and thread of their own, once a second, instead of inside
 whichever commit crosses SQLite's 1,000-page mark: a consumer's commits then
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -40,6 +46,8 @@ T = TypeVar("T")
 ID_CHUNK = 500
 # Rows per multi-row INSERT (further capped by the connection's variable limit).
 INSERT_ROWS_PER_STATEMENT = 500
+# Writes committed together at most (a group holds the write lock for their sum).
+WRITES_PER_GROUP = 32
 # How often the checkpoint thread copies the WAL back (real seconds).
 CHECKPOINT_INTERVAL_S = 1.0
 
@@ -68,6 +76,10 @@ class SqliteBase:
         self._conn: Conn | None = None  # touched only by the worker thread
         self._rows_per_insert = INSERT_ROWS_PER_STATEMENT
         self._checkpointer: asyncio.Task[None] | None = None
+        # Writes waiting for the worker (see _write); appended on the event loop's
+        # thread, taken on the worker's.
+        self._writes: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
+        self._writes_lock = threading.Lock()
 
     # ----------------------------------------------------------------- plumbing
 
@@ -87,7 +99,53 @@ class SqliteBase:
         return result
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
-        return await self._run(partial(_immediate, fn))
+        """Run ``fn`` in a write transaction: the writes queued while the worker was busy
+        share one (group commit), each in a savepoint of its own, so one that raises
+        is rolled back alone and the others commit."""
+        if self._executor is None:
+            raise RuntimeError("SqliteStore used before open() or after close()")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        with self._writes_lock:
+            self._writes.append((fn, fut))
+            first = len(self._writes) == 1
+        if first:
+            self._executor.submit(self._write_group, loop)
+        result: T = await fut
+        return result
+
+    def _write_group(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the worker: every write queued so far, in one ``BEGIN IMMEDIATE``."""
+        with self._writes_lock:
+            group, self._writes = self._writes[:WRITES_PER_GROUP], self._writes[WRITES_PER_GROUP:]
+            if self._writes:
+                # Past the cap: the rest go in the next group, right behind this one.
+                assert self._executor is not None
+                self._executor.submit(self._write_group, loop)
+        conn = self._conn
+        assert conn is not None, "open() connects before any other call"
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn, fut in group:
+                conn.execute("SAVEPOINT one_write")
+                try:
+                    result = fn(conn)
+                    assert not isinstance(result, sqlite3.Cursor), "return rows, not a cursor"
+                except Exception as e:
+                    conn.execute("ROLLBACK TO one_write")
+                    conn.execute("RELEASE one_write")
+                    outcomes.append((fut, None, e))
+                else:
+                    conn.execute("RELEASE one_write")
+                    outcomes.append((fut, result, None))
+            conn.execute("COMMIT")
+        except BaseException as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            outcomes = [(fut, None, e) for _, fut in group]
+        for fut, result, error in outcomes:
+            loop.call_soon_threadsafe(_settle, fut, result, error)
 
     def _now(self) -> str:
         return _ts(self._clock.now())
@@ -193,3 +251,12 @@ async def _checkpoint_loop(path: str) -> None:
         # The pass in flight ends on its own (PASSIVE never waits).
         executor.submit(close)
         executor.shutdown(wait=False)
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.done():  # the caller was cancelled; its write is committed (or not) all the same
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
