@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,12 +196,14 @@ class InboxService:
 
     # ------------------------------------------------------------------ streaming
 
-    async def open_stream(self, user_id: str, after_seq: int) -> AsyncIterator[InboxItem | None]:
+    async def open_stream(
+        self, user_id: str, after_seq: int
+    ) -> AsyncGenerator[InboxItem | None, None]:
         """Checks the user first (a 404 before the stream starts), then :meth:`stream`."""
         await self._check_user(user_id)
         return self.stream(user_id, after_seq)
 
-    async def stream(self, user_id: str, after_seq: int) -> AsyncIterator[InboxItem | None]:
+    async def stream(self, user_id: str, after_seq: int) -> AsyncGenerator[InboxItem | None, None]:
         """The user's items with a seq above ``after_seq``, each once, oldest first, and
         then as they arrive; ``None`` when a heartbeat is due. Ends on :meth:`InboxNotifier.close`.
         """

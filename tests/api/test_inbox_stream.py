@@ -24,6 +24,7 @@ from tepat.runtime import Runtime
 from tepat.services.inbox import InboxService, StreamTiming
 from tests.api.conftest import ADMIN, bearer, token_for
 from tests.api.helpers import create_user
+from tests.support.waiting import eventually
 
 WAIT = 15.0  # seconds: bounds a failing wait, never paces a passing test
 
@@ -190,7 +191,7 @@ async def test_items_arrive_live_and_a_reconnect_gets_exactly_the_missed_ones(
 async def test_the_header_wins_over_the_query_on_reconnect(
     live: Live, rt: Runtime, clock: FakeClock
 ) -> None:
-    use_timing(live.app, rt, StreamTiming(heartbeat=3600, poll=3600))
+    service = use_timing(live.app, rt, StreamTiming(heartbeat=3600, poll=3600))
     async with httpx.AsyncClient(base_url=live.url) as client:
         await create_user(client, "alice")
         items = [await put(client, "alice", f"m{i}") for i in range(3)]
@@ -203,6 +204,9 @@ async def test_the_header_wins_over_the_query_on_reconnect(
         ) as stream:
             [got] = await stream.items(1)
             assert got.item["id"] == items[2]["id"]
+            assert service.notifier.streams() == 1
+    # The client left: the server notices and drops its subscription.
+    await eventually(lambda: service.notifier.streams() == 0, WAIT, "the stream to close")
 
 
 async def test_items_stored_by_another_process_arrive_by_polling(
