@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
-from tests.api.conftest import ADMIN, bearer, error_fields, problem, token_for
+from tepat.runtime import Runtime, open_runtime
+from tests.api.conftest import ADMIN, bearer, error_fields, make_settings, problem, token_for
 from tests.api.helpers import create_user, ok
+from tests.support.fake_push import FakePush
+from tests.support.mongo_async_mock import AsyncMockClient
+
+
+@pytest.fixture(params=["sqlite", "mongo-mock"])
+async def rt(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
+) -> AsyncIterator[Runtime]:
+    """Every test here on both stores: paging, idempotency and reads are adapter code."""
+    store = None
+    if request.param == "mongo-mock":
+        store = MongoStore(
+            "mongodb://mongomock.invalid/tepat_inbox", client=AsyncMockClient(), clock=clock
+        )
+    async with open_runtime(make_settings(tmp_path), clock=clock, push=push, store=store) as r:
+        yield r
 
 
 def item_body(key: str, **overrides: Any) -> dict[str, Any]:
