@@ -10,6 +10,7 @@ item never fails the others. The work itself is :mod:`tepat.services.bulk_import
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any, Final
 
 from fastapi import APIRouter, Request
@@ -85,14 +86,13 @@ async def import_users(request: Request, rt: RT, _admin: Admin) -> Any:
         return problem_response(e.status, f"{e.field}: {e.message}", errors=errors)
     items = [_parse_item(i, obj) for i, obj in enumerate(raw)]
     results = await bulk_import.import_users(rt, items)
-    out = [_item_out(r) for r in results]
-    counts = {s: sum(1 for r in results if r.status == s) for s in ("created", "updated")}
+    counts = Counter(r.status for r in results)
     return BulkImportOut(
-        items=out,
+        items=[_item_out(r) for r in results],
         created=counts["created"],
         updated=counts["updated"],
-        unchanged=sum(1 for r in results if r.status == "unchanged"),
-        errors=sum(1 for r in results if r.status == "error"),
+        unchanged=counts["unchanged"],
+        errors=counts["error"],
     )
 
 
