@@ -21,6 +21,7 @@ from tepat.ports.broker import DeadLetter, QueueStats
 
 MAX_TITLE = 200
 MAX_BODY = 2000
+MAX_INBOX_HTML = 4000
 
 
 class Request(BaseModel):
@@ -602,7 +603,9 @@ class InboxItemIn(Request):
     category: Category
     title: Title
     body: Body
-    html: Annotated[Text, Field(max_length=32 * 1024)] | None = Field(
+    # 4,000 characters keeps any request this model accepts under the API's 64 KiB body
+    # limit even fully JSON-escaped; rendered inbox templates may hold up to 32 KiB.
+    html: Annotated[Text, Field(max_length=MAX_INBOX_HTML)] | None = Field(
         default=None, description="Rich body, shown as is (trusted: the admin wrote it)"
     )
     link: Annotated[Text, Field(max_length=2048)] | None = Field(
