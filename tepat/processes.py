@@ -217,6 +217,10 @@ def check_api_workers(settings: Settings, workers: int) -> None:
         )
 
 
+# Far above any ordinary request; what it bounds is the wait for held-open streams.
+WORKER_GRACEFUL_SHUTDOWN_SECONDS = 10
+
+
 def serve_api_workers(settings: Settings, host: str, port: int, workers: int) -> None:
     """``workers`` uvicorn worker processes on one port, each with its own runtime.
 
@@ -234,6 +238,10 @@ def serve_api_workers(settings: Settings, host: str, port: int, workers: int) ->
         port=port,
         workers=workers,
         log_config=None,
+        # Here uvicorn handles the signal itself, so nothing ends the open inbox streams
+        # (which never finish by themselves) before it waits for in-flight requests:
+        # after this long it cancels them, and their clients resume with Last-Event-ID.
+        timeout_graceful_shutdown=WORKER_GRACEFUL_SHUTDOWN_SECONDS,
     )
 
 
