@@ -265,3 +265,36 @@ async def test_a_stream_without_a_token_is_a_401_problem(live: Live) -> None:
     assert r.status_code == 401
     assert r.headers["content-type"].startswith("application/problem+json")
     assert "WWW-Authenticate" in r.headers
+
+
+async def test_the_api_process_ends_open_streams_when_it_stops(
+    app: FastAPI, clock: FakeClock
+) -> None:
+    """What `tepat serve` / `tepat api` do on SIGTERM (``tepat/processes.py``)."""
+    from tepat.processes import _serve_asgi
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host}:{port}"
+    stop = asyncio.Event()
+    serving = asyncio.create_task(_serve_asgi(app, stop, sock=sock))
+    try:
+        async with httpx.AsyncClient(base_url=url) as client:
+
+            async def up() -> bool:
+                try:
+                    return (await client.get("/healthz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(up, WAIT, "the API to listen")
+            await create_user(client, "alice")
+        async with open_stream(url, "/v1/users/alice/inbox/stream", bearer("alice", clock)) as s:
+            stop.set()
+            assert await asyncio.wait_for(s.block(), WAIT) is None  # the body ended
+            await asyncio.wait_for(serving, WAIT)
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, WAIT)
+        sock.close()
