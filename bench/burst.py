@@ -53,8 +53,9 @@ def figures_of(
     """Drain, order of categories and requests for K messages due at ``due``."""
     k = len(category_of)
     ideal = k / EXPO_LIMIT
-    last = max((arrivals[m] for m in category_of if m in arrivals), default=due)
-    drain = _seconds(last, due)
+    arrived = [arrivals[m] for m in category_of if m in arrivals]
+    # Not drained until every message arrived: a partial drain has no drain time.
+    drain = _seconds(max(arrived), due) if arrived and len(arrived) == k else math.inf
     spans: dict[str, list[float]] = defaultdict(list)
     for mid, category in category_of.items():
         if mid in arrivals:
@@ -71,9 +72,10 @@ def figures_of(
     fewest = math.ceil(k / 100)
     figures = {
         "messages": k,
-        "drain_seconds": round(drain, 2),
+        "arrived": len(arrived),
+        "drain_seconds": round(drain, 2) if math.isfinite(drain) else None,
         "ideal_seconds": round(ideal, 2),
-        "drain_over_ideal": round(drain / ideal, 3) if ideal else None,
+        "drain_over_ideal": round(drain / ideal, 3) if ideal and math.isfinite(drain) else None,
         "expo_requests": requests,
         "fewest_requests": fewest,
         "requests_over_fewest": round(requests / fewest, 3) if fewest else None,
@@ -86,8 +88,9 @@ def figures_of(
     }
     goals = {
         f"drain<={DRAIN_GOAL}x_ideal": drain <= DRAIN_GOAL * ideal,
-        f"requests<={REQUESTS_GOAL}x_K/100": requests <= REQUESTS_GOAL * fewest,
-        "safety_done_before_meal_starts": safety_last <= meal_first,
+        f"requests<={REQUESTS_GOAL}x_K/100": math.isfinite(drain)
+        and requests <= REQUESTS_GOAL * fewest,
+        "safety_done_before_meal_starts": math.isfinite(drain) and safety_last <= meal_first,
         "zero_429s": refused == 0,
     }
     return figures, goals

@@ -40,9 +40,10 @@ CLIENTS = 16  # concurrent HTTP clients, as many app servers would be
 READY_CONSUMER = "runtime ready"
 # Room after the last reminder PUT before T, on top of the estimate of how long they take.
 MARGIN_SECONDS = 15.0
-# Reminder PUTs cost more than user or device PUTs (each re-plans its user): the
-# estimate of their duration assumes this many times slower, generously.
-REMINDER_COST = 2.5
+# Reminder PUTs cost more than user or device PUTs (each re-plans its user and, on
+# ActiveMQ, publishes with a receipt: 3x a user PUT was seen): the estimate of their
+# duration assumes this many times slower, generously.
+REMINDER_COST = 4.0
 
 
 @dataclass

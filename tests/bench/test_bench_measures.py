@@ -91,3 +91,11 @@ def test_a_provider_at_the_rate_refuses_a_pair_at_twice_it_not_one_at_it() -> No
     assert after_lull.refused_by_bucket(600, 600) == 0
     twice = Arrivals.of(_received(*((i * 0.125, 150) for i in range(40))))
     assert twice.refused_by_bucket(600, 600) > 0
+
+
+def test_a_burst_not_fully_arrived_has_no_drain_and_meets_no_goal() -> None:
+    category_of = {"s1": "safety", "m1": "meal"}
+    figures, goals = figures_of(category_of, {"s1": T}, T, {"send_requests": 1})
+    assert figures["arrived"] == 1
+    assert figures["drain_seconds"] is None
+    assert not any(v for k, v in goals.items() if k != "zero_429s")
