@@ -25,6 +25,7 @@ import gzip
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -68,26 +69,41 @@ GZIP_OVER_BYTES = 1024
 #: How long to leave a device alone after ``MessageRateExceeded`` (Expo: "slowly retry").
 DEVICE_RATE_BACKOFF_SECONDS = 60.0
 
-_limiters: dict[tuple[str, str | None, float, int], TokenBucket] = {}
-_adaptive: dict[int, AdaptiveRate] = {}
+
+@dataclass(frozen=True)
+class _Project:
+    """What every client of one Expo project (credential) in this process shares."""
+
+    bucket: TokenBucket
+    adaptive: AdaptiveRate
+
+
+_projects: dict[tuple[str, str | None, float, int], _Project] = {}
+
+
+def _shared_project(base_url: str, access_token: str | None, rate: float, clock: Clock) -> _Project:
+    """One bucket and one adaptive rate per Expo project and clock, in this process.
+
+    Expo's limit is per project, so two providers with the same credential must not each
+    believe they have the whole budget, nor each find it on their own after a 429. The
+    bucket keeps a reference to its clock, so the clock's ``id`` in the key cannot be
+    reused while the entry lives.
+    """
+    key = (base_url.rstrip("/"), access_token, rate, id(clock))
+    project = _projects.get(key)
+    if project is None or project.bucket.clock is not clock:
+        # A burst of at most one batch: a full bucket of 600 on top of 600/s would let twice
+        # the limit through in the first second.
+        bucket = TokenBucket(rate, clock, capacity=min(rate, float(MAX_BATCH)))
+        project = _projects[key] = _Project(bucket, AdaptiveRate(bucket, bucket.rate, clock))
+    return project
 
 
 def shared_limiter(
     base_url: str, access_token: str | None, rate: float, clock: Clock
 ) -> TokenBucket:
-    """One bucket per Expo project (credential) and clock, shared by every client in the process.
-
-    Expo's limit is per project, so two providers with the same credential must not each
-    believe they have the whole budget. The bucket keeps a reference to its clock, so the
-    clock's ``id`` in the key cannot be reused while the entry lives.
-    """
-    key = (base_url.rstrip("/"), access_token, rate, id(clock))
-    bucket = _limiters.get(key)
-    if bucket is None or bucket.clock is not clock:
-        # A burst of at most one batch: a full bucket of 600 on top of 600/s would let twice
-        # the limit through in the first second.
-        bucket = _limiters[key] = TokenBucket(rate, clock, capacity=min(rate, float(MAX_BATCH)))
-    return bucket
+    """The token bucket of the project (see :func:`_shared_project`)."""
+    return _shared_project(base_url, access_token, rate, clock).bucket
 
 
 def to_expo_message(request: PushRequest, *, channel_per_category: bool = False) -> dict[str, Any]:
@@ -139,14 +155,11 @@ class ExpoPushProvider:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.clock = clock
-        self.limiter = limiter or shared_limiter(self.base_url, access_token, rate_limit, clock)
-        # One adaptive rate per bucket (per project in this process), like the bucket.
-        adaptive = _adaptive.get(id(self.limiter))
-        if adaptive is None or adaptive.bucket is not self.limiter:
-            adaptive = _adaptive[id(self.limiter)] = AdaptiveRate(
-                self.limiter, self.limiter.rate, clock
-            )
-        self.adaptive = adaptive
+        if limiter is None:
+            project = _shared_project(self.base_url, access_token, rate_limit, clock)
+            self.limiter, self.adaptive = project.bucket, project.adaptive
+        else:  # a bucket of the caller's own: its adaptive rate is this client's alone
+            self.limiter, self.adaptive = limiter, AdaptiveRate(limiter, limiter.rate, clock)
         self.device_rate_backoff = device_rate_backoff
         self.channel_per_category = channel_per_category
         headers = {
