@@ -246,7 +246,8 @@ def _wait_drained(db: Path, at: datetime, children: list[Child], timeout: float)
         now = time.monotonic()
         if datetime.now(UTC) > at and left == 0:
             return
-        if left != last_left:
+        if left != last_left or datetime.now(UTC) <= at:
+            # progress, or T not yet come: a stall only counts from T on
             last_left, last_change = left, now
         for c in children:
             if not c.alive():
