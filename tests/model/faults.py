@@ -52,6 +52,9 @@ class Fault(enum.Enum):
     HTTP_500 = "provider 500"
     READ_TIMEOUT = "read timeout after the request went out"
     CONNECT_TIMEOUT = "connect timeout"
+    # The scheduler dies in a plan run after writing a page's messages, before its
+    # planning marks: the next run must still plan everything (marks only save work).
+    CRASH_PLAN_BEFORE_MARKS = "plan run dies before writing its marks"
 
 
 DELIVERY_FAULTS = frozenset({Fault.CRASH_BEFORE_ACK, Fault.LOSE, Fault.REDELIVER, Fault.CONCURRENT})
@@ -69,6 +72,7 @@ class Faults:
         self.fired: list[Fault] = []
         self.sent_since_claim = False
         self.crashed = False
+        self.planning = False  # inside a scheduled plan run (not an API re-plan)
 
     def take(self, fault: Fault) -> bool:
         if fault in self.armed:
@@ -101,6 +105,12 @@ class FaultyStore:
             self._faults.on_fault(Fault.CRASH_AFTER_CLAIM, [m.id for m in claimed], Taint.LATE)
             raise crash(self._faults, "after claim")
         return claimed
+
+    async def set_plan_marks(self, marks: Sequence[Any]) -> Any:
+        if self._faults.planning and marks and self._faults.take(Fault.CRASH_PLAN_BEFORE_MARKS):
+            self._faults.on_fault(Fault.CRASH_PLAN_BEFORE_MARKS, [], None)
+            raise Crash("plan run, before its marks")
+        return await self._inner.set_plan_marks(marks)
 
     async def transition_many(self, changes: Sequence[Any], now: Any, **kw: Any) -> Any:
         recording = self._faults.sent_since_claim and any(

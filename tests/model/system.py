@@ -76,6 +76,7 @@ class System:
         self.taints: dict[str, list[Taint]] = {}  # message id -> every fault that touched it
         self.faults = Faults(self._on_fault)
         self.crashes = 0
+        self.plan_crashes = 0
         self._stack = AsyncExitStack()
         self._seen_received = 0
         self._last_tick = start
@@ -188,10 +189,21 @@ class System:
             return
         await self.pump()
         if second % PLAN_EVERY == 0:
-            await self.rt.creator.plan_ahead()
+            await self.plan_run()
         await self.rt.sweeper.sweep_once()
         if second % RECEIPTS_EVERY == 0:
             await self.rt.receipts.poll_all()
+
+    async def plan_run(self) -> None:
+        """The scheduler's plan-ahead; a crash in it (an armed fault) ends the run, and
+        the scheduler's next run goes on."""
+        self.faults.planning = True
+        try:
+            await self.rt.creator.plan_ahead()
+        except Crash:
+            self.plan_crashes += 1
+        finally:
+            self.faults.planning = False
 
     def _broker_next_due(self) -> datetime | None:
         next_due = getattr(self.rt.broker, "_next_due", None)

@@ -238,3 +238,29 @@ async def test_a_configuration_change_makes_every_mark_stop_counting(
     assert result.users_planned == len(USERS)
     assert result.created == 2  # ana's walks on two dates; the rest was there
     assert (await restarted.plan_ahead()).users_planned == 0
+
+
+class Died(BaseException):
+    """The scheduler process died here (not an Exception: nothing catches it)."""
+
+
+async def test_a_run_that_dies_before_its_marks_leaves_the_next_run_planning_all(
+    rt: Runtime, clock: FakeClock
+) -> None:
+    await seed(rt)
+    store = rt.store
+    real = store.set_plan_marks
+
+    async def die(marks):  # type: ignore[no-untyped-def]
+        raise Died
+
+    store.set_plan_marks = die  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Died):
+            await rt.creator.plan_ahead()
+    finally:
+        store.set_plan_marks = real  # type: ignore[method-assign]
+    again = await rt.creator.plan_ahead()
+    assert again.users_planned == len(USERS) and again.created == 0  # all written before
+    await assert_exact(rt, clock)
+    assert (await rt.creator.plan_ahead()).users_planned == 0
