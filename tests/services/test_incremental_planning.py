@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
@@ -168,7 +168,7 @@ async def test_a_change_between_a_runs_read_and_its_mark_is_planned_by_the_next_
     real = store.reminders_for_users
     written = False
 
-    async def read_then_change(user_ids: list[str]) -> dict[str, list[Reminder]]:
+    async def read_then_change(user_ids: Sequence[str]) -> dict[str, list[Reminder]]:
         nonlocal written
         found = await real(user_ids)
         if not written:
