@@ -36,7 +36,8 @@ def quick_run(backend: str) -> tuple[int, list[dict[str, Any]], str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        # burst's API half waits for a whole minute to come (its reminders' HH:MM)
+        timeout=900,
     )
     lines = proc.stdout.strip().splitlines()[-len(SCENARIOS) :]
     results = [json.loads(line) for line in lines if line.startswith("{")]
