@@ -24,7 +24,7 @@ from api.schemas import (
     ReadAllOut,
     UnreadCountOut,
 )
-from tepat.domain.inbox import InboxItem, check_link, parse_seq
+from tepat.domain.inbox import InboxItem, parse_seq
 from tepat.services.inbox import InboxService
 
 router = APIRouter(
@@ -111,7 +111,7 @@ async def put_item(
         body=body.body,
         event_type=body.event_type,
         html=body.html,
-        link=None if body.link is None else check_link(body.link),
+        link=body.link,
         data=body.data,
     )
     if not delivered.created:
@@ -165,10 +165,8 @@ async def stream(
     else:
         after = None
     service = _service(request)
-    if after is None:
-        # Only what arrives from now on: the newest seq is where this stream starts.
-        newest = (await service.page(user_id, None, 1)).items
-        after = newest[0].seq if newest else 0
+    if after is None:  # only what arrives from now on
+        after = await service.newest_seq(user_id)
     items = await service.open_stream(user_id, after)
     return StreamingResponse(
         _events(items, after),

@@ -33,7 +33,7 @@ from typing import Any
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
 from tepat.domain.errors import DomainError
-from tepat.domain.inbox import InboxItem, inbox_item_id, parse_seq
+from tepat.domain.inbox import InboxItem, check_link, inbox_item_id, parse_seq
 from tepat.domain.validation import check_identifier
 from tepat.ports.store import Store
 from tepat.services.accounts import NotFound
@@ -143,6 +143,8 @@ class InboxService:
         await self._check_user(user_id)
         check_identifier(message_id, "message_id")
         self._categories.get(category, "category")
+        if link is not None:
+            link = check_link(link)
         item = InboxItem(
             item_id=inbox_item_id(user_id, message_id),
             user_id=user_id,
@@ -177,6 +179,12 @@ class InboxService:
         items = items[:limit]
         next_cursor = str(items[-1].seq) if more else None
         return InboxPage(items, next_cursor, await self._store.inbox_unread_count(user_id))
+
+    async def newest_seq(self, user_id: str) -> int:
+        """Where a stream without a resume point starts: after the newest item (0: none)."""
+        await self._check_user(user_id)
+        newest = await self._store.list_inbox(user_id, 1)
+        return newest[0].seq if newest else 0
 
     async def unread_count(self, user_id: str) -> int:
         await self._check_user(user_id)
