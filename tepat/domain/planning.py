@@ -216,7 +216,7 @@ PLANNING_RULES = "1"
 
 #: ``plan_next_at`` of a user with nothing to plan (disabled, no enabled reminder):
 #: any change that could give them something clears their mark first.
-NOTHING_AHEAD = datetime(9999, 1, 1, tzinfo=UTC)
+NOTHING_AHEAD = datetime.max.replace(tzinfo=UTC)
 
 
 def planning_fingerprint(categories: Categories) -> str:
@@ -245,8 +245,13 @@ def next_nominal_from(
     if not user.enabled:
         return NOTHING_AHEAD
     zone = load_zone(user.timezone)
-    first = utc_to_local(instant, zone).date() - timedelta(days=1)
-    days = [first + timedelta(days=n) for n in range(10)]
+    local = utc_to_local(instant, zone).date()
+    days = []
+    for n in range(-1, 9):
+        try:
+            days.append(local + timedelta(days=n))
+        except OverflowError:
+            continue  # past either end of the calendar: no such date to plan
     best = NOTHING_AHEAD
     for reminder in reminders:
         if not reminder.enabled or reminder.category not in categories:
@@ -255,7 +260,10 @@ def next_nominal_from(
             if not reminder.fires_on(day):
                 continue
             # plan_reminder_on's nominal instant, without building the message
-            nominal = local_to_utc(day, reminder.local_time, zone)
+            try:
+                nominal = local_to_utc(day, reminder.local_time, zone)
+            except OverflowError:
+                continue  # an instant past the calendar's end is never planned
             if nominal >= instant:
                 best = min(best, nominal)
                 break  # a later date's instant is later still

@@ -7,6 +7,7 @@ import itertools
 from datetime import UTC, datetime, time, timedelta
 
 from tepat.domain.models import QuietHours, Reminder, User
+from tepat.domain.planning import NOTHING_AHEAD
 from tepat.ports.store import PlanMark, PlanTarget, Store
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
@@ -165,3 +166,14 @@ async def test_bulk_import_writes_drop_the_mark_too(store: Store) -> None:
     await store.upsert_users([User("updated", "Asia/Tokyo", created_at=T0, updated_at=T0)])
     await store.upsert_reminders([reminder("reminded")])
     assert await to_plan(store) == ["reminded", "updated"]
+
+
+async def test_a_mark_of_nothing_ahead_round_trips_and_covers_every_later_window(
+    store: Store,
+) -> None:
+    await add_user(store, "idle")
+    t = await target(store, "idle")
+    await store.set_plan_marks([PlanMark("idle", t.stamp, hours(0), NOTHING_AHEAD, FP)])
+    stored = (await target(store, "idle")).mark
+    assert stored is not None and stored.plan_next_at >= NOTHING_AHEAD - timedelta(seconds=1)
+    assert await to_plan(store, 1, 24 * 365 * 100) == []
