@@ -75,7 +75,12 @@ async def read_item(user_id: UserId, item_id: ItemId, request: Request) -> Inbox
     return InboxItemOut.of(await _service(request).read(user_id, item_id))
 
 
-@router.post("/read-all", response_model=ReadAllOut, summary="Mark every unread item read")
+@router.post(
+    "/read-all",
+    response_model=ReadAllOut,
+    responses=problem_responses(400, 413),
+    summary="Mark every unread item read",
+)
 async def read_all(
     user_id: UserId,
     request: Request,
