@@ -286,9 +286,8 @@ class Dispatcher:
                     await self._device_failed(device, outcome)
                 if len(o.outcomes) == len(o.devices):
                     answered[id(o)] = o
-            # The outcomes first, the tickets right behind them (queued together; a
-            # ticket that fails to be stored costs receipts, never a second send).
-            await asyncio.gather(self._record(list(answered.values())), self._keep_tickets(tickets))
+            await self._record(list(answered.values()))
+            await self._keep_tickets(tickets)
 
     async def _keep_tickets(self, tickets: list[Ticket]) -> None:
         """Store tickets for the receipt poller. The sends are already recorded, so a
