@@ -36,6 +36,7 @@ WINDOW_SECONDS = 2.0
 PROBE_PER_SECOND = 0.002
 # Recovering up to the known good rate: factor per second.
 RECOVER_PER_SECOND = 1.5
+RECOVER_HORIZON_S = 60.0
 # A 429 with nothing accepted to measure from.
 DECREASE = 0.5
 DECREASE_GAP_SECONDS = 2.0
@@ -92,7 +93,9 @@ class AdaptiveRate:
             return
         target = min(self.limit, self.known_good or self.limit)
         if rate < target:
-            grown = min(target, rate * RECOVER_PER_SECOND**elapsed)
+            # The exponent is capped: after a long quiet spell 1.5**elapsed overflows a
+            # float, and a minute of recovery already reaches any target.
+            grown = min(target, rate * RECOVER_PER_SECOND ** min(elapsed, RECOVER_HORIZON_S))
         else:
             grown = rate * (1 + PROBE_PER_SECOND * elapsed)
         self.bucket.set_rate(min(self.limit, grown))

@@ -99,3 +99,18 @@ def test_a_429_storm_halves_once_per_gap_never_under_the_floor_and_recovers_fast
         clock.advance(1.0)
         rate.accepted(100)
     assert bucket.rate == 600  # back in seconds, not the 38 minutes a slow probe would take
+
+
+def test_recovery_after_an_hour_of_silence_reaches_the_known_good_rate_without_overflow() -> None:
+    # Regression: 1.5 ** 3179 s of quiet overflowed a float and broke the send path.
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock=clock)
+    rate = AdaptiveRate(bucket, 600, clock)
+    rate.accepted(100)
+    clock.advance(timedelta(seconds=1))
+    rate.throttled_by_provider(None)
+    lowered = bucket.rate
+    assert lowered < 600
+    clock.advance(timedelta(seconds=3179))
+    rate.accepted(1)
+    assert lowered < bucket.rate <= 600
