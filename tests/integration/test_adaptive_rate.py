@@ -108,9 +108,11 @@ def test_recovery_after_an_hour_of_silence_reaches_the_known_good_rate_without_o
     rate = AdaptiveRate(bucket, 600, clock)
     rate.accepted(100)
     clock.advance(timedelta(seconds=1))
-    rate.throttled_by_provider(None)
+    rate.throttled_by_provider(None)  # known good: what was accepted (about 100/s)
+    clock.advance(timedelta(seconds=3))
+    rate.throttled_by_provider(None)  # nothing accepted since: halved below known good
     lowered = bucket.rate
-    assert lowered < 600
+    assert lowered < rate.known_good
     clock.advance(timedelta(seconds=3179))
     rate.accepted(1)
-    assert lowered < bucket.rate <= 600
+    assert bucket.rate == rate.known_good
