@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import heapq
 import itertools
 import time
@@ -64,7 +63,8 @@ class Turn:
     delivery: Delivery
     batch: Batch | None  # None: unreadable (nacked first)
     key: Key
-    sent: bool = False  # its requests went out (or it has none): no longer holds others
+    released: bool = False  # its turn came: its requests may go out
+    sent: bool = False  # done (answered and recorded, or dropped): no longer holds others
 
 
 class PriorityHold:
@@ -75,9 +75,9 @@ class PriorityHold:
     hand is worked on at once: read, held until its instant, claimed, decided. Its
     requests go out only at its :meth:`turn`: after those of every batch in hand of
     an earlier second, and of the same second with a higher priority (``safety``
-    before ``meal``) - but it waits for them at most ``PRIORITY_HOLD_SECONDS``: one
-    slow batch must not stop the consumer. The store work of a second overlaps; the
-    sends keep the order.
+    before ``meal``), are done - but it waits at most ``PRIORITY_HOLD_SECONDS``
+    without one of them finishing: one slow batch must not stop the consumer. The
+    store work of a second overlaps; the sends keep the order.
 
     What is guaranteed: among the batches this consumer holds. A batch still
     inside the broker (beyond the prefetch), or held by another consumer
@@ -126,7 +126,15 @@ class PriorityHold:
         return any(n and k < key for k, n in self._unsent.items())
 
     async def turn(self, turn: Turn) -> None:
-        """Return when ``turn``'s requests may go out (see the class docstring)."""
+        """Return when ``turn``'s requests may go out (see the class docstring).
+
+        A batch ahead holds this one until it is *done* (its requests answered and
+        recorded), not merely until its own turn came: its requests may still be
+        queued in the rate limiter, and letting a ``meal`` batch queue beside them
+        would interleave the two categories at the provider. The bound counts from
+        the last batch that finished: a backlog of ``safety`` that keeps draining
+        holds ``meal`` for as long as it takes, one that is stuck only briefly.
+        """
         # Real time, deliberately: the hold is about requests on a socket.
         deadline = time.monotonic() + self._hold_seconds
         while self._ahead(turn.key):
@@ -134,9 +142,12 @@ class PriorityHold:
             if left <= 0:
                 break
             self._sent.clear()
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._sent.wait(), timeout=left)
-        self.sent(turn)
+            except TimeoutError:
+                break
+            deadline = time.monotonic() + self._hold_seconds  # progress: a batch finished
+        turn.released = True
 
     def sent(self, turn: Turn) -> None:
         if turn.sent:
