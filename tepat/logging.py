@@ -14,6 +14,7 @@ Prometheus scrapes never flood the log while every API request stays visible.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 from types import TracebackType
@@ -94,10 +95,23 @@ class AccessLevelFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == 5:
-            path = str(args[2]).split("?", 1)[0]
+            full = str(args[2])
+            path = full.split("?", 1)[0]
             if path in PROBE_PATHS:
                 record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            if "?" in full:
+                # The inbox stream takes a user's JWT as ?access_token= (browsers'
+                # EventSource cannot send headers): it must never reach the logs.
+                record.args = (args[0], args[1], redact_query(full), *args[3:])
         return record.levelno >= self.threshold
+
+
+_SECRET_PARAMS = re.compile(r"([?&](?:access_token|token)=)[^&#]*", re.IGNORECASE)
+
+
+def redact_query(target: str) -> str:
+    """``target`` (path and query) with secret query parameters' values replaced."""
+    return _SECRET_PARAMS.sub(r"\1REDACTED", target)
 
 
 def _access_fields(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:

@@ -96,6 +96,14 @@ def test_probes_and_scrapes_are_debug_access_lines(
     assert record.levelno == level
 
 
+def test_a_token_in_the_query_never_reaches_the_access_log() -> None:
+    record = _access("/v1/users/ana/inbox/stream?last_event_id=4&access_token=eyJ.secret.sig")
+    assert AccessLevelFilter(logging.INFO).filter(record)
+    line = record.getMessage()
+    assert "eyJ.secret.sig" not in line
+    assert "/v1/users/ana/inbox/stream?last_event_id=4&access_token=REDACTED" in line
+
+
 def _tepat(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tepat.cli", *args],
