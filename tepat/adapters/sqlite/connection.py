@@ -13,6 +13,9 @@ Writes queued while the worker is busy are committed together (group commit):
 one ``BEGIN IMMEDIATE`` ... ``COMMIT`` for up to ``WRITES_PER_GROUP`` of them,
 each in a savepoint, so the claim of the next batch does not wait behind one
 commit per earlier outcome, and pages they share are written to the WAL once.
+Some errors (SQLITE_FULL, SQLITE_IOERR, ...) make SQLite roll back the whole
+transaction, savepoints included: then that write fails and the others run again,
+each in a transaction of its own (see ``_commit_group``).
 
 Checkpoints (copying the WAL back into the database file, with an fsync) run on
 a second connection and thread of their own, once a second, instead of inside
@@ -60,8 +63,7 @@ def _immediate(fn: Callable[[Conn], T], conn: Conn) -> T:
         result = fn(conn)
         conn.execute("COMMIT")
     except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
     return result
 
@@ -122,30 +124,16 @@ class SqliteBase:
                 # Past the cap: the rest go in the next group, right behind this one.
                 assert self._executor is not None
                 self._executor.submit(self._write_group, loop)
-        conn = self._conn
-        assert conn is not None, "open() connects before any other call"
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        outcomes: list[_Outcome] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for fn, fut in group:
-                conn.execute("SAVEPOINT one_write")
-                try:
-                    result = fn(conn)
-                    assert not isinstance(result, sqlite3.Cursor), "return rows, not a cursor"
-                except Exception as e:
-                    conn.execute("ROLLBACK TO one_write")
-                    conn.execute("RELEASE one_write")
-                    outcomes.append((fut, None, e))
-                else:
-                    conn.execute("RELEASE one_write")
-                    outcomes.append((fut, result, None))
-            conn.execute("COMMIT")
+            outcomes = _commit_group(self._conn, group)
         except BaseException as e:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            # Whatever went wrong, no caller is left waiting for ever.
             outcomes = [(fut, None, e) for _, fut in group]
-        for fut, result, error in outcomes:
-            loop.call_soon_threadsafe(_settle, fut, result, error)
+            raise
+        finally:
+            for fut, result, error in outcomes:
+                loop.call_soon_threadsafe(_settle, fut, result, error)
 
     def _now(self) -> str:
         return _ts(self._clock.now())
@@ -251,6 +239,87 @@ async def _checkpoint_loop(path: str) -> None:
         # The pass in flight ends on its own (PASSIVE never waits).
         executor.submit(close)
         executor.shutdown(wait=False)
+
+
+_Write = tuple[Callable[[Conn], Any], "asyncio.Future[Any]"]
+_Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
+
+
+class TransactionLost(sqlite3.OperationalError):
+    """A write went on after SQLite had rolled its transaction back (it caught the error)."""
+
+
+def _commit_group(conn: Conn | None, group: list[_Write]) -> list[_Outcome]:
+    """Run ``group`` in one transaction, each write in a savepoint; the outcome of each.
+
+    A write that raises is rolled back to its savepoint alone, unless SQLite has
+    already rolled the whole transaction back (SQLITE_FULL, SQLITE_IOERR, SQLITE_BUSY,
+    SQLITE_NOMEM: https://www.sqlite.org/lang_transaction.html): then the savepoint is
+    gone with the writes before it, so that write fails and every other one of the
+    group runs again alone, in a transaction of its own, and reports its own outcome.
+    A failure outside the writes (BEGIN, SAVEPOINT, RELEASE, COMMIT) fails them all:
+    none of them is known committed.
+    """
+    if conn is None:  # closed while this group waited (close() ran first)
+        error = RuntimeError("SqliteStore closed before the write ran")
+        return [(fut, None, error) for _, fut in group]
+    outcomes: list[_Outcome] = []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for i, (fn, fut) in enumerate(group):
+            conn.execute("SAVEPOINT one_write")
+            try:
+                result = _call(fn, conn)
+            except Exception as e:
+                if not conn.in_transaction:
+                    # Those that failed before keep their error (rolled back then);
+                    # those that succeeded are undone now: they and the rest run again.
+                    failed = [o for o in outcomes if o[2] is not None]
+                    undone = {id(o[0]) for o in outcomes if o[2] is None}
+                    again = [w for w in group[:i] if id(w[1]) in undone] + group[i + 1 :]
+                    outcomes = [*failed, (fut, None, e)]
+                    break
+                conn.execute("ROLLBACK TO one_write")
+                conn.execute("RELEASE one_write")
+                outcomes.append((fut, None, e))
+            else:
+                conn.execute("RELEASE one_write")
+                outcomes.append((fut, result, None))
+        else:
+            conn.execute("COMMIT")
+            return outcomes
+    except BaseException as e:
+        _rollback(conn)
+        return [(fut, None, e) for _, fut in group]
+    return [*outcomes, *_each_alone(conn, again)]
+
+
+def _each_alone(conn: Conn, writes: list[_Write]) -> list[_Outcome]:
+    outcomes: list[_Outcome] = []
+    for fn, fut in writes:
+        try:
+            outcomes.append((fut, _immediate(partial(_call, fn), conn), None))
+        except BaseException as e:  # this write's own outcome; the others still run
+            outcomes.append((fut, None, e))
+    return outcomes
+
+
+def _call(fn: Callable[[Conn], T], conn: Conn) -> T:
+    """``fn`` inside the transaction it was given, and still inside it when it returns."""
+    result = fn(conn)
+    assert not isinstance(result, sqlite3.Cursor), "return rows, not a cursor"
+    if not conn.in_transaction:
+        # fn swallowed an error that ended the transaction: what it did before is
+        # undone, what it did after ran in autocommit. Never report that committed.
+        raise TransactionLost("the write's transaction was rolled back by SQLite")
+    return result
+
+
+def _rollback(conn: Conn) -> None:
+    if conn.in_transaction:
+        # A failed ROLLBACK must not hide the error that led here, nor keep callers waiting.
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
