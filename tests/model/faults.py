@@ -28,9 +28,13 @@ class Crash(BaseException):
 
 
 def crash(faults: Faults, where: str) -> Crash:
-    # The flag lets the harness tell this crash from a cancellation it caused: where the
-    # send runs in a task of its own, the consumer sees its request cancelled, not Crash.
+    # The flag lets the harness tell this crash from a cancellation it caused. Where the
+    # send runs in a task of its own (the push batcher's), Crash ends only that task:
+    # ``on_crash`` stops the consumer too, as the process dying would. Left to itself the
+    # consumer would see an abandoned request, which the dispatcher rightly reports as an
+    # ordinary send failure (ConnectionAbortedError: a hard stop, the batch is nacked).
     faults.crashed = True
+    faults.on_crash()
     return Crash(where)
 
 
@@ -73,6 +77,7 @@ class Faults:
         self.sent_since_claim = False
         self.crashed = False
         self.planning = False  # inside a scheduled plan run (not an API re-plan)
+        self.on_crash: Callable[[], None] = lambda: None
 
     def take(self, fault: Fault) -> bool:
         if fault in self.armed:

@@ -157,6 +157,10 @@ class Model:
         self, user: str, tz: str, quiet: Quiet | None, set_quiet: bool, enabled: bool | None
     ) -> int:
         """``set_quiet=False`` / ``enabled=None``: the field is left out of the request."""
+        if set_quiet and quiet is not None and quiet.start == quiet.end:
+            # Local times taken across a fall-back transition can coincide: the API
+            # refuses an empty quiet period (422) and changes nothing.
+            return 422
         self._changed(user)
         old = self.users.get(user)
         if old is None:

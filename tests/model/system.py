@@ -75,6 +75,8 @@ class System:
         self.clock = FakeClock(start)
         self.taints: dict[str, list[Taint]] = {}  # message id -> every fault that touched it
         self.faults = Faults(self._on_fault)
+        self.faults.on_crash = self._kill_consumer
+        self._consumer: asyncio.Future[None] | None = None  # the batch being handled
         self.crashes = 0
         self.plan_crashes = 0
         self._stack = AsyncExitStack()
@@ -136,6 +138,11 @@ class System:
     def _on_fault(self, fault: Fault, ids: Sequence[str], taint: Taint | None) -> None:
         if taint is not None:
             self._taint(ids, taint)
+
+    def _kill_consumer(self) -> None:
+        """The consumer process died: every task of it stops, whichever task crashed."""
+        if self._consumer is not None and not self._consumer.done():
+            self._consumer.cancel()
 
     def _taint(self, ids: Sequence[str], taint: Taint) -> None:
         for i in ids:
@@ -244,41 +251,56 @@ class System:
         instant within the second, a retry's jitter), move the clock to that instant,
         as a consumer that is always running would see it pass."""
         task = asyncio.ensure_future(work)
+        self._consumer = task
         started = time.monotonic()
-        while not task.done():
-            await asyncio.wait({task}, timeout=0.002)
-            waiting = [s[0] for s in getattr(self.clock, "_sleepers", []) if not s[2].done()]
-            if not task.done() and waiting:
-                self.clock.set(max(self.clock.now(), min(waiting)))
-            if time.monotonic() - started > STUCK_PUMP_SECONDS:
-                task.cancel()
-                raise AssertionError("a batch took more than 30 s of real time")
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.002)
+                waiting = [s[0] for s in getattr(self.clock, "_sleepers", []) if not s[2].done()]
+                if not task.done() and waiting:
+                    self.clock.set(max(self.clock.now(), min(waiting)))
+                if time.monotonic() - started > STUCK_PUMP_SECONDS:
+                    task.cancel()
+                    raise AssertionError("a batch took more than 30 s of real time")
+        finally:
+            self._consumer = None
         await task
 
     async def _handle(self, delivery: Delivery) -> None:
         batch = decode_batch(delivery.queue, delivery.body)
         fault = self.faults.take_any(DELIVERY_FAULTS)
+        # The consumer's view of the runtime: once it has died, its acks and nacks
+        # never reach the broker (the broker takes its deliveries back instead).
+        rt = cast(Runtime, _ConsumerRuntime(self.rt, self.faults))
         try:
             if fault is Fault.LOSE:
                 self._taint(batch.ids, Taint.LATE)
                 await self.rt.broker.ack(delivery)
             elif fault is Fault.REDELIVER:
-                await handle_delivery(self.rt, delivery)
+                await handle_delivery(rt, delivery)
                 await self.rt.broker.publish(delivery.queue, delivery.body, 0.0)
             elif fault is Fault.CONCURRENT:
                 await asyncio.gather(
-                    handle_delivery(self.rt, delivery), self.rt.dispatcher.handle(batch)
+                    handle_delivery(rt, delivery), self.rt.dispatcher.handle(batch)
                 )
             elif fault is Fault.CRASH_BEFORE_ACK:
                 await self.rt.dispatcher.handle(batch)
                 raise crash(self.faults, "before ack")
             else:
-                await handle_delivery(self.rt, delivery)
-        except (Crash, asyncio.CancelledError):
-            if self.faults.crashed:
-                # Whatever the dead consumer held is re-driven by the sweeper, late.
-                self._taint(batch.ids, Taint.LATE)
-            raise
+                await handle_delivery(rt, delivery)
+        except BaseException as e:
+            if not self.faults.crashed:
+                raise
+            # Whatever the dead consumer held is re-driven by the sweeper, late. What its
+            # code made of its own death (a cancelled request failing the batch) is moot.
+            self._taint(batch.ids, Taint.LATE)
+            if isinstance(e, Crash | asyncio.CancelledError):
+                raise
+            raise Crash(f"died; its code then raised {type(e).__name__}") from e
+        if self.faults.crashed:
+            # It died in a task of its own (a send) and its code went on to nack.
+            self._taint(batch.ids, Taint.LATE)
+            raise Crash("died while sending")
 
     # ------------------------------------------------------------ observing
 
@@ -325,6 +347,34 @@ class System:
 
     async def call(self, fn: Callable[[], Any]) -> httpx.Response:
         return cast(httpx.Response, await fn())
+
+
+class _ConsumerRuntime:
+    """The runtime as one consumer sees it: acks and nacks of a dead one are lost."""
+
+    def __init__(self, rt: Runtime, faults: Faults) -> None:
+        self._rt = rt
+        self.broker = _ConsumerBroker(rt.broker, faults)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rt, name)
+
+
+class _ConsumerBroker:
+    def __init__(self, inner: Any, faults: Faults) -> None:
+        self._inner = inner
+        self._faults = faults
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def ack(self, delivery: Delivery) -> None:
+        if not self._faults.crashed:
+            await self._inner.ack(delivery)
+
+    async def nack(self, delivery: Delivery, reason: str) -> None:
+        if not self._faults.crashed:
+            await self._inner.nack(delivery, reason)
 
 
 class _Unclosable:
