@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tepat.adapters.sqlite.connection import SqliteBase, TransactionLost
+from tepat.adapters.sqlite.connection import WRITES_PER_GROUP, SqliteBase, TransactionLost
 from tepat.adapters.sqlite.schema import Conn
 
 BIG = b"x" * 200_000  # far more than the few pages the file may still grow by
@@ -144,3 +144,28 @@ async def test_a_raising_write_is_rolled_back_alone(store: SqliteBase) -> None:
     assert outcomes[2] == "b"
     assert await names(store) == ["a", "b"]
     assert await not_in_transaction(store)
+
+
+async def test_writes_past_the_cap_still_run_when_the_store_closes_meanwhile(
+    tmp_path: Path,
+) -> None:
+    store = SqliteBase(str(tmp_path / "closing.db"))
+    await store.open()
+    await store._run(lambda c: c.execute("CREATE TABLE t (name TEXT, data BLOB)").fetchall())
+    gate = threading.Event()
+    assert store._executor is not None
+    store._executor.submit(gate.wait)
+    count = WRITES_PER_GROUP + 8  # two groups: the second is submitted by the first
+    tasks = [asyncio.ensure_future(store._write(insert(f"w{n:02d}"))) for n in range(count)]
+    closing = asyncio.ensure_future(store.close())
+    # close() stops the checkpointer first, then drops the executor; it offers no event.
+    while store._executor is not None:  # noqa: ASYNC110
+        await asyncio.sleep(0)
+    assert len(store._writes) == count
+    gate.set()
+    # A guard, not a wait for time to pass: before the fix these never settled.
+    outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+    await closing
+    assert outcomes == [f"w{n:02d}" for n in range(count)]
+    with contextlib.closing(sqlite3.connect(tmp_path / "closing.db")) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == count

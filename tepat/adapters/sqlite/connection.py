@@ -120,10 +120,10 @@ class SqliteBase:
         """On the worker: every write queued so far, in one ``BEGIN IMMEDIATE``."""
         with self._writes_lock:
             group, self._writes = self._writes[:WRITES_PER_GROUP], self._writes[WRITES_PER_GROUP:]
-            if self._writes:
-                # Past the cap: the rest go in the next group, right behind this one.
-                assert self._executor is not None
-                self._executor.submit(self._write_group, loop)
+            if self._writes and not self._submit_next(loop):
+                # Closed meanwhile: no next group would run, so the rest join this one
+                # (the connection closes after it, on this same thread).
+                group, self._writes = group + self._writes, []
         outcomes: list[_Outcome] = []
         try:
             outcomes = _commit_group(self._conn, group)
@@ -134,6 +134,17 @@ class SqliteBase:
         finally:
             for fut, result, error in outcomes:
                 loop.call_soon_threadsafe(_settle, fut, result, error)
+
+    def _submit_next(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Past the cap: the rest go in the next group, right behind this one."""
+        executor = self._executor
+        if executor is None:
+            return False
+        try:
+            executor.submit(self._write_group, loop)
+        except RuntimeError:  # shut down by close() since
+            return False
+        return True
 
     def _now(self) -> str:
         return _ts(self._clock.now())
