@@ -252,7 +252,9 @@ class Creator:
                 )
             ]
         )
-        await self._outbox.flush_quietly()
+        # Only what is due within seconds: the publisher loop batches the rest with
+        # the other re-plans of its second (one broker message per user otherwise).
+        await self._outbox.flush_soon()
         return total
 
     async def _reconcile(

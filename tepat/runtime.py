@@ -142,7 +142,11 @@ async def open_runtime(
         await _connect_broker(broker)
         try:
             enqueuer = Enqueuer(broker, categories, clock)
-            outbox = Outbox(store, enqueuer, categories, clock)
+            # A write publishes at once what the publisher loop might not reach in time.
+            soon = max(5.0, 2 * settings.outbox_interval_seconds + settings.broker_lead_seconds)
+            outbox = Outbox(
+                store, enqueuer, categories, clock, publish_soon=timedelta(seconds=soon)
+            )
             retry = RetryPolicy(
                 max_attempts=settings.max_attempts,
                 max_age=timedelta(seconds=settings.max_retry_age_seconds),

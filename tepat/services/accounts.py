@@ -290,8 +290,9 @@ async def create_oneoff(
     result = await rt.store.insert_messages([msg])
     if result.created:
         # Stored with its outbox mark: from here on nothing loses it, so a broker
-        # failure is left to the publisher loop, not reported to the client.
-        await rt.outbox.flush_quietly()
+        # failure is left to the publisher loop, not reported to the client. Only
+        # what is due within seconds: the loop batches later ones per due second.
+        await rt.outbox.flush_soon()
         return result.created[0], True
     assert msg.live_key is not None
     existing = await rt.store.find_by_live_key(msg.live_key) or await rt.store.get_message(msg.id)

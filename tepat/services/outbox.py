@@ -15,6 +15,13 @@ A message is published once it is due within ``publish_ahead`` (10 minutes by
 default), not when it is written: the messages thousands of API calls planned
 for one instant tomorrow are then published together, in full batches, rather
 than one broker message per call. (A broker's scheduler holds fewer jobs too.)
+
+A single write (an API re-plan, a one-off) publishes at once only what is due
+within ``publish_soon`` (:meth:`flush_soon`): a few seconds, more than the loop
+needs to come round. Otherwise K reminder PUTs for one instant minutes ahead
+would each publish their own one-id broker message, and the consumer, holding a
+prefetch of broker messages, would have a few dozen notifications in hand at a
+time (issue 10). Left to the loop, the calls of one second share its pass.
 """
 
 from __future__ import annotations
@@ -45,8 +52,10 @@ class Outbox:
         categories: Categories,
         clock: Clock,
         publish_ahead: timedelta = timedelta(minutes=10),
+        publish_soon: timedelta = timedelta(seconds=5),
     ) -> None:
         self.publish_ahead = publish_ahead
+        self.publish_soon = publish_soon
         self._store = store
         self._enqueuer = enqueuer
         self._categories = categories
@@ -57,13 +66,15 @@ class Outbox:
         self._lock = asyncio.Lock()
         self.published_batches = 0
 
-    async def flush(self, everything: bool = False) -> int:
-        """Publish the marked messages due within ``publish_ahead`` (all of them when
-        ``everything``); returns how many messages were published."""
+    async def flush(self, everything: bool = False, within: timedelta | None = None) -> int:
+        """Publish the marked messages due within ``within`` (by default
+        ``publish_ahead``; all of them when ``everything``); returns how many
+        messages were published."""
+        ahead = self.publish_ahead if within is None else within
         async with self._lock:
             total = 0
             while True:
-                horizon = None if everything else self._clock.now() + self.publish_ahead
+                horizon = None if everything else self._clock.now() + ahead
                 page = await self._store.unpublished(PAGE_SIZE, due_before=horizon)
                 if not page:
                     return total
@@ -80,5 +91,14 @@ class Outbox:
         is logged and left to the publisher loop, never reported as a lost write."""
         try:
             await self.flush()
+        except Exception as e:
+            log.warning("outbox publish failed; the publisher loop retries", error=str(e))
+
+    async def flush_soon(self) -> None:
+        """After a single write: publish what is due within ``publish_soon``, quietly
+        (like :meth:`flush_quietly`); the publisher loop, which runs more often than
+        that, publishes the rest with whatever else was written meanwhile."""
+        try:
+            await self.flush(within=self.publish_soon)
         except Exception as e:
             log.warning("outbox publish failed; the publisher loop retries", error=str(e))

@@ -369,6 +369,57 @@ async def test_reminders_put_through_the_api_are_published_in_batches_per_due_se
     assert len(published) == 3  # 250 ids due at 09:00:00, at most 100 per broker message
 
 
+async def test_reminders_put_minutes_before_their_instant_are_published_by_the_loop_in_batches(
+    client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10: the same 250 PUTs three minutes before 09:00, inside the outbox's
+    publish-ahead window: no call publishes its own one-id broker message; the
+    publisher loop's next pass publishes them in full batches."""
+    published: list[tuple[str, bytes]] = []
+    real = rt.broker.publish
+
+    async def counting(queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
+        published.append((queue, body))
+        await real(queue, body, delay_seconds)
+
+    monkeypatch.setattr(rt.broker, "publish", counting)
+    clock.set(START + timedelta(hours=8, minutes=57))
+    for n in range(250):
+        user = f"u{n:03d}"
+        await create_user(client, user, "UTC")
+        await ok(
+            await client.put(
+                f"/v1/users/{user}/reminders/r",
+                json=reminder_body(local_time="09:00"),
+                headers=ADMIN,
+            )
+        )
+    assert published == []
+    await rt.outbox.flush()  # the publisher loop's pass
+    assert len(published) == 3
+
+
+async def test_a_reminder_put_seconds_before_its_instant_is_published_by_the_call(
+    client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    published: list[str] = []
+    real = rt.broker.publish
+
+    async def counting(queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
+        published.append(queue)
+        await real(queue, body, delay_seconds)
+
+    monkeypatch.setattr(rt.broker, "publish", counting)
+    await create_user(client, "u1", "UTC")
+    clock.set(START + timedelta(hours=8, minutes=59, seconds=58))
+    await ok(
+        await client.put(
+            "/v1/users/u1/reminders/r", json=reminder_body(local_time="09:00"), headers=ADMIN
+        )
+    )
+    assert len(published) == 1  # due before the loop could be relied on: not left to it
+
+
 # --------------------------------------------------------------- 6. device ids are scoped
 
 
