@@ -74,7 +74,7 @@ class Checker:
 
     def _arrival(self, model: Model, key: Key, a: Arrival, taints: list[Taint]) -> None:
         e = model.expectations.get(key)
-        where = f"{key} arrived at {a.at:%Y-%m-%d %H:%M:%S}Z on {a.token}"
+        where = f"{key} arrived at {a.at:%Y-%m-%d %H:%M:%S.%f}Z on {a.token}"
         if e is None:
             raise Violation(f"{where}: the model expects nothing for it")
         # Sent later than decided (a fault), after the user's world changed: the
@@ -96,7 +96,7 @@ class Checker:
             raise Violation(f"{where}: not an active device then (model: {sorted(e.tokens)})")
         if not taints:
             if a.at != e.at:
-                raise Violation(f"{where}: the model says at {e.at:%Y-%m-%d %H:%M:%S}Z")
+                raise Violation(f"{where}: the model says at {e.at:%Y-%m-%d %H:%M:%S.%f}Z")
             if a.body != e.body:
                 raise Violation(f"{where}: with body {a.body!r}, the model says {e.body!r}")
         elif not e.at <= a.at <= e.at + MISSED_WINDOW + SLACK:

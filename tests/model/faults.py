@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -60,6 +61,8 @@ class Fault(enum.Enum):
     # planning marks: the next run must still plan everything (marks only save work).
     CRASH_PLAN_BEFORE_MARKS = "plan run dies before writing its marks"
 
+
+RETRY_AFTER_429 = 1  # seconds, the scripted 429's Retry-After
 
 DELIVERY_FAULTS = frozenset({Fault.CRASH_BEFORE_ACK, Fault.LOSE, Fault.REDELIVER, Fault.CONCURRENT})
 SEND_FAULTS = frozenset({Fault.HTTP_429, Fault.HTTP_500, Fault.READ_TIMEOUT, Fault.CONNECT_TIMEOUT})
@@ -140,15 +143,23 @@ class FaultyPush:
         self._transport = transport
         self.max_batch: int = inner.max_batch
         self.max_receipt_batch: int = inner.max_receipt_batch
+        self._paused_until: datetime | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         ids = sorted({r.message_id for r in batch})
+        now = self._sandbox.clock.now()
+        if self._paused_until is not None and now <= self._paused_until:
+            # A 429's Retry-After holds back every request of the project, not only the
+            # refused one (the client pauses its shared bucket, as Expo asks): what goes
+            # out meanwhile is legitimately late, by up to Retry-After.
+            self._faults.on_fault(Fault.HTTP_429, ids, Taint.LATE)
         fault = self._faults.take_any(SEND_FAULTS)
         if fault is Fault.HTTP_429:
-            self._sandbox.fail_next(1, status=429, retry_after=1)
+            self._sandbox.fail_next(1, status=429, retry_after=RETRY_AFTER_429)
+            self._paused_until = now + timedelta(seconds=RETRY_AFTER_429)
             self._faults.on_fault(fault, ids, Taint.LATE)
         elif fault is Fault.HTTP_500:
             self._sandbox.fail_next(1, status=500, retry_after=None)
