@@ -4,9 +4,10 @@ No bulk plan: K users, each with one device and one daily reminder, registered w
 ``PUT /v1/users/{id}``, ``PUT …/devices/{id}`` and ``PUT …/reminders/{id}`` against the
 API in its own process. The reminders' local times are chosen so that they all fall at
 one instant T (a whole minute far enough ahead for the PUTs to finish) in each user's
-own zone, the users spread over many zones. Each reminder PUT re-plans its user and
-publishes through the outbox at once, so the broker sees one small batch per user:
-the consumer must coalesce them into requests of up to 100.
+own zone, the users spread over many zones. Each reminder PUT re-plans its user; T
+being minutes ahead, the PUT leaves the publish to the outbox loop, whose passes
+publish the re-plans of each second together (a PUT used to publish its own one-id
+batch: issue 10), and the consumer coalesces the batches into requests of up to 100.
 
 Processes: embedded, one ``tepat serve`` (API, consumers, scheduler: the broker lives
 inside it); ActiveMQ, ``tepat api``, ``tepat scheduler`` and one ``tepat consumers``.

@@ -61,7 +61,8 @@ class Settings(BaseSettings):
     # How late past its due instant a published batch may be before the sweeper
     # counts it as lost and publishes it again.
     sweep_grace_seconds: float = Field(default=120, gt=0)
-    # The outbox publisher's pass interval (a write in the same process publishes at once).
+    # The outbox publisher's pass interval (a write in the same process publishes at once
+    # only what is due before this loop could: see tepat/services/outbox.py).
     outbox_interval_seconds: float = Field(default=1.0, gt=0)
     sending_lease_seconds: float = Field(default=300, gt=0)
     max_attempts: int = Field(default=10, ge=1)
