@@ -298,7 +298,11 @@ class NotificationIn(Request):
     body: Body
     data: Data = Field(default_factory=dict)
     send_at: OffsetDatetime | None = Field(
-        default=None, description="When to send (ISO 8601 with offset); omit to send now"
+        default=None,
+        description=(
+            "When to send (ISO 8601 with offset; kept to the millisecond, a finer "
+            "instant is rounded up); omit to send now"
+        ),
     )
 
 

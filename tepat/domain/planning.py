@@ -164,6 +164,14 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _whole_ms_up(instant: datetime) -> datetime:
+    """``instant`` rounded up to a whole millisecond, the finest instant every store keeps
+    (a BSON date holds milliseconds): cut down there, a ``send_at`` given to the
+    microsecond would be sent up to a millisecond before it."""
+    extra = instant.microsecond % 1000
+    return instant if not extra else instant + timedelta(microseconds=1000 - extra)
+
+
 def plan_oneoff(
     user: User,
     policy: CategoryPolicy,
@@ -176,7 +184,7 @@ def plan_oneoff(
     request_hash: str,
     device_id: str | None = None,
 ) -> Message:
-    nominal = send_at if send_at is not None and send_at > now else now
+    nominal = _whole_ms_up(send_at) if send_at is not None and send_at > now else now
     placement = place(nominal, user, policy)
     zone = load_zone(user.timezone)
     local = utc_to_local(nominal, zone)

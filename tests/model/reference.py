@@ -40,6 +40,7 @@ from functools import cache
 from zoneinfo import ZoneInfo
 
 MISSED_WINDOW = timedelta(minutes=30)
+_MS = timedelta(milliseconds=1)
 BYPASS_QUIET = frozenset({"safety"})
 
 Key = tuple[str, ...]  # ("r", user, reminder, "YYYY-MM-DD") or ("o", user, idempotency key)
@@ -241,7 +242,12 @@ class Model:
             return 200 if known == request else 409
         self.oneoffs[k] = request
         self._changed(user)
-        nominal = request.send_at if request.send_at and request.send_at > self.now else self.now
+        nominal = self.now
+        if request.send_at and request.send_at > self.now:
+            # Instants are kept to the millisecond (a BSON date's precision): a finer
+            # send_at is rounded up, never down (down would be early).
+            extra = timedelta(microseconds=request.send_at.microsecond % 1000)
+            nominal = request.send_at if not extra else request.send_at - extra + _MS
         u = self.users[user]
         deferred = request.category not in BYPASS_QUIET and bool(
             u.quiet and u.quiet.covers(wall(nominal, u.tz).time())
