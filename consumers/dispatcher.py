@@ -68,6 +68,18 @@ class _Recipients:
     reminders: dict[str, list[Reminder]]
 
 
+class _Once:
+    """``before_send`` awaited once per batch: its later instants already had their turn."""
+
+    def __init__(self, before_send: Callable[[], Awaitable[None]] | None) -> None:
+        self._before_send = before_send
+
+    async def __call__(self) -> None:
+        before_send, self._before_send = self._before_send, None
+        if before_send is not None:
+            await before_send()
+
+
 @dataclass
 class _Outgoing:
     message: Message
@@ -127,11 +139,20 @@ class Dispatcher:
         recipients = None
         if early:
             recipients = await self._recipients(sorted({m.user_id for m in candidates}))
-        # Hold until the last item's exact instant (a batch covers a whole second).
-        await self._clock.sleep_until(max(m.due for m in candidates))
-        claimed = await self._store.claim([m.id for m in candidates], self._clock.now())
-        if claimed:
-            await self.process_claimed(claimed, recipients, before_send)
+        turn = _Once(before_send)
+        # A batch covers a whole second: each item is held until its own instant within
+        # it (one due at .0 must not wait for one due at .5); what is due by then goes
+        # together, so items already due are one claim and one send.
+        waiting = sorted(candidates, key=lambda m: m.due)
+        while waiting:
+            await self._clock.sleep_until(waiting[0].due)
+            now = self._clock.now()
+            due = [m for m in waiting if m.due <= now]
+            waiting = waiting[len(due) :]
+            claimed = await self._store.claim([m.id for m in due], now)
+            if claimed:
+                await self.process_claimed(claimed, recipients, turn)
+            recipients = None  # read ahead for the first instant only: later ones read afresh
 
     async def _recipients(self, user_ids: list[str]) -> _Recipients:
         """Users, preferences, active devices and reminders of ``user_ids``: the four

@@ -22,6 +22,7 @@ from tepat.domain.models import MessageStatus
 from tepat.ports.broker import Delivery
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import RunningSandbox, running_sandbox
+from tepat.services.accounts import create_oneoff
 from tests.support.pipeline import pipeline
 from tests.support.waiting import eventually, stays_false
 
@@ -115,3 +116,33 @@ async def test_activemq_publishes_with_the_lead_and_the_consumer_holds_until_the
         received = served.sandbox.received()
         assert min(datetime.fromisoformat(r["received_at"]) for r in received) >= send_at
         assert sorted(r["to"] for r in received) == sorted(tokens)
+
+
+async def test_each_item_of_a_batch_is_sent_at_its_own_instant_within_the_second(
+    tmp_path: Path,
+) -> None:
+    """A batch covers a whole second: the item due at .0 does not wait for the one at .5."""
+    async with pipeline(tmp_path, start=START) as p:
+        _, device = await p.add_user("ana")
+        half = NINE + timedelta(milliseconds=500)
+        for key, send_at in (("first", NINE), ("half", half)):
+            await create_oneoff(p.rt, "ana", key, "meal", "t", key, send_at=send_at)
+        # Published later, together, by the outbox loop: one batch for the second.
+        p.clock.set(NINE - timedelta(seconds=5))
+        queue = p.rt.categories.get("meal").queue_name
+
+        async def one_batch() -> bool:
+            [stats] = await p.rt.broker.stats([queue])
+            return stats.ready + stats.in_flight + stats.scheduled == 1
+
+        def bodies() -> list[str]:
+            return [r["body"] for r in p.received_for(device.push_token)]
+
+        await eventually(one_batch, what="both in one batch")
+        p.clock.set(NINE)
+        await eventually(lambda: bodies() == ["first"], what="the .0 item at its instant")
+        assert await stays_false(lambda: len(bodies()) > 1)  # the .5 one is held
+        p.clock.set(half)
+        await eventually(lambda: bodies() == ["first", "half"], what="the .5 item")
+        at = [datetime.fromisoformat(r["received_at"]) for r in p.received_for(device.push_token)]
+        assert at == [NINE, half]
