@@ -111,8 +111,8 @@ def test_recovery_after_an_hour_of_silence_reaches_the_known_good_rate_without_o
     rate.throttled_by_provider(None)  # known good: what was accepted (about 100/s)
     clock.advance(timedelta(seconds=3))
     rate.throttled_by_provider(None)  # nothing accepted since: halved below known good
-    lowered = bucket.rate
-    assert lowered < rate.known_good
+    known_good = rate.known_good
+    assert known_good is not None and bucket.rate < known_good
     clock.advance(timedelta(seconds=3179))
     rate.accepted(1)
-    assert bucket.rate == rate.known_good
+    assert bucket.rate == known_good
