@@ -236,9 +236,11 @@ class System:
             try:
                 async with self.rt.broker.consume(queues, prefetch=ready) as deliveries:
                     iterator = deliveries.__aiter__()
-                    for _ in range(ready):
-                        delivery = await iterator.__anext__()
-                        await self._letting_time_pass(self._handle(delivery))
+                    taken = [await iterator.__anext__() for _ in range(ready)]
+                    # Every batch in hand at once, as the consumer works on them: one
+                    # held until a later instant of its second must not hold up the
+                    # others (a crash then takes every batch in hand down with it).
+                    await self._letting_time_pass(self._handle_all(taken))
             except (Crash, asyncio.CancelledError):
                 if not self.faults.crashed:
                     raise
@@ -265,6 +267,9 @@ class System:
         finally:
             self._consumer = None
         await task
+
+    async def _handle_all(self, deliveries: Sequence[Delivery]) -> None:
+        await asyncio.gather(*(self._handle(d) for d in deliveries))
 
     async def _handle(self, delivery: Delivery) -> None:
         batch = decode_batch(delivery.queue, delivery.body)
