@@ -11,7 +11,15 @@ from datetime import datetime, timedelta
 
 from tepat.domain.models import Message, MessageStatus
 from tests.model.faults import Taint
-from tests.model.reference import BYPASS_QUIET, MISSED_WINDOW, Expectation, Key, Model, Verdict
+from tests.model.reference import (
+    BYPASS_QUIET,
+    MISSED_WINDOW,
+    Expectation,
+    Key,
+    Model,
+    Verdict,
+    wall,
+)
 from tests.model.system import Arrival, System, due_of
 
 LEASE = timedelta(seconds=300)  # TEPAT_SENDING_LEASE_SECONDS's default
@@ -99,7 +107,7 @@ class Checker:
                 raise Violation(f"{where}: the model says at {e.at:%Y-%m-%d %H:%M:%S.%f}Z")
             if a.body != e.body:
                 raise Violation(f"{where}: with body {a.body!r}, the model says {e.body!r}")
-        elif not e.at <= a.at <= e.at + MISSED_WINDOW + SLACK:
+        elif not e.at <= a.at <= _latest(model, e, key):
             raise Violation(
                 f"{where}: outside [{e.at:%H:%M:%S}Z + missed window] (taints: {_names(taints)})"
             )
@@ -119,7 +127,8 @@ class Checker:
         """An arrival the model demands has happened by now."""
         if e.verdict is not Verdict.ARRIVE or e.at is None or Taint.MAYBE_SENT in taints:
             return
-        if taints and (now < e.at + SETTLED or model.changed_since_decided(e)):
+        settled = max(e.at + SETTLED, _latest(model, e, e.key))
+        if taints and (now < settled or model.changed_since_decided(e)):
             return
         got = {a.token for a in self.arrivals.get(e.key, [])}
         missing = e.tokens - got
@@ -187,6 +196,23 @@ class Checker:
             if key is not None:
                 out.setdefault(key, []).extend(taints)
         return out
+
+
+def _latest(model: Model, e: Expectation, key: Key) -> datetime:
+    """The latest a late (faulted) arrival may come: within the missed window, or, when
+    the late send met quiet hours (they began after the instant), at their end: the
+    send-time check defers it there, as it would any message due in them."""
+    assert e.at is not None
+    latest = e.at + MISSED_WINDOW + SLACK
+    user = model.users.get(key[1])
+    if e.category in BYPASS_QUIET or user is None or user.quiet is None:
+        return latest
+    t = e.at
+    while t <= e.at + MISSED_WINDOW + SLACK:
+        if user.quiet.covers(wall(t, user.tz).time()):
+            latest = max(latest, user.quiet.end_after(t, user.tz) + SLACK)
+        t += timedelta(minutes=1)
+    return latest
 
 
 def _names(taints: list[Taint]) -> str:
