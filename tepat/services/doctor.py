@@ -209,7 +209,10 @@ async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
     try:
         async with broker.consume([queue], prefetch=1) as deliveries:
             started = time.monotonic()
-            await broker.publish(queue, body, delay_seconds=probe.delay)
+            # The adapter fires messages its lead early (TEPAT_BROKER_LEAD_SECONDS) for
+            # consumers to hold until their instant; the probe asks for its delay net.
+            lead = float(getattr(broker, "lead_seconds", 0.0))
+            await broker.publish(queue, body, delay_seconds=probe.delay + lead)
             elapsed = await _within(_arrival(broker, deliveries, body, started), probe.give_up)
     except TimeoutError:
         return Check(
