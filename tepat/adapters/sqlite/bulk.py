@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tepat.adapters.sqlite.codecs import (
-    _DEVICE_COLUMNS,
     _REMINDER_COLUMNS,
     _USER_COLUMNS,
     _chunks,
@@ -21,7 +20,13 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
 from tepat.adapters.sqlite.schema import Conn
-from tepat.adapters.sqlite.users import _PLAN_COLUMNS, ROTATED_REASON, _plan_target
+from tepat.adapters.sqlite.users import (
+    _PLAN_COLUMNS,
+    ROTATE_TOKEN,
+    ROTATED_REASON,
+    UPSERT_DEVICE,
+    _plan_target,
+)
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.store import PlanTarget
 
@@ -64,16 +69,6 @@ class BulkMixin(SqliteBase):
         if not devices:
             return
         now = self._now()
-        rotate = (
-            "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ? "
-            "WHERE active = 1 AND push_token = ? AND NOT (user_id = ? AND device_id = ?)"
-        )
-        upsert = (
-            f"INSERT INTO devices ({_DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, 1, 0, NULL, ?, ?) "
-            "ON CONFLICT(user_id, device_id) DO UPDATE SET push_token = excluded.push_token, "
-            "platform = excluded.platform, active = 1, consecutive_failures = 0, "
-            "deactivated_reason = NULL, updated_at = excluded.updated_at"
-        )
 
         def run(conn: Conn) -> None:
             # One device after the other, as register_device would: a token named twice
@@ -83,10 +78,11 @@ class BulkMixin(SqliteBase):
                 created = _ts_opt(d.created_at) or now
                 updated = _ts_opt(d.updated_at) or now
                 conn.execute(
-                    rotate, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
+                    ROTATE_TOKEN, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
                 )
                 conn.execute(
-                    upsert, (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
+                    UPSERT_DEVICE,
+                    (d.user_id, d.device_id, d.push_token, d.platform, created, updated),
                 )
 
         await self._write(run)

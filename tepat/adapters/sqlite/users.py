@@ -23,6 +23,20 @@ from tepat.domain.models import Device, User
 from tepat.ports.store import DeviceFailure, PlanMark, PlanTarget
 
 ROTATED_REASON = "replaced"  # why a binding lost its device id or token to a newer one
+# A device id is scoped to its user (the primary key), so only the token can be
+# held elsewhere: a token that moves is the same phone after a new login, and its
+# old binding ends (ROTATE_TOKEN, run before UPSERT_DEVICE). Shared with the bulk
+# import, which must bind tokens exactly as register_device does.
+ROTATE_TOKEN = (
+    "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ? "
+    "WHERE active = 1 AND push_token = ? AND NOT (user_id = ? AND device_id = ?)"
+)
+UPSERT_DEVICE = (
+    f"INSERT INTO devices ({_DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, 1, 0, NULL, ?, ?) "
+    "ON CONFLICT(user_id, device_id) DO UPDATE SET push_token = excluded.push_token, "
+    "platform = excluded.platform, active = 1, consecutive_failures = 0, "
+    "deactivated_reason = NULL, updated_at = excluded.updated_at"
+)
 
 
 _PLAN_COLUMNS = f"{_USER_COLUMNS}, plan_stamp, plan_from, plan_next_at, plan_fp"
@@ -148,24 +162,13 @@ class UsersMixin(SqliteBase):
         created = _ts_opt(device.created_at) or now
         updated = _ts_opt(device.updated_at) or now
         d = device
-        # A device id is scoped to its user (the primary key), so only the token can
-        # be held elsewhere: a token that moves is the same phone after a new login,
-        # and its old binding ends.
-        rotate = (
-            "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ? "
-            "WHERE active = 1 AND push_token = ? AND NOT (user_id = ? AND device_id = ?)"
-        )
-        upsert = (
-            f"INSERT INTO devices ({_DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, 1, 0, NULL, ?, ?) "
-            "ON CONFLICT(user_id, device_id) DO UPDATE SET push_token = excluded.push_token, "
-            "platform = excluded.platform, active = 1, consecutive_failures = 0, "
-            "deactivated_reason = NULL, updated_at = excluded.updated_at "
-            f"RETURNING {_DEVICE_COLUMNS}"
-        )
+        upsert = f"{UPSERT_DEVICE} RETURNING {_DEVICE_COLUMNS}"
 
         def run(conn: Conn) -> Row:
             # Release the token first: the partial unique index is checked per statement.
-            conn.execute(rotate, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id))
+            conn.execute(
+                ROTATE_TOKEN, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
+            )
             params = (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
             row: Row = conn.execute(upsert, params).fetchone()
             return row
