@@ -152,22 +152,12 @@ class Settings(BaseSettings):
     @field_validator("categories", mode="before")
     @classmethod
     def _categories(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            try:
-                return json.loads(v)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"expected a JSON object of category policies ({e.msg})") from e
-        return v
+        return _json_text(v, "category policies")
 
     @field_validator("event_types", mode="before")
     @classmethod
     def _event_types_json(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            try:
-                return json.loads(v)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"expected a JSON object of event types ({e.msg})") from e
-        return v
+        return _json_text(v, "event types")
 
     @field_validator("event_types")
     @classmethod
@@ -234,3 +224,14 @@ def load_settings(**overrides: Any) -> Settings:
         inner = ".".join(str(p) for p in err["loc"][1:])
         where = f"{name}: {inner}" if inner else name
         raise ConfigError(f"tepat: bad configuration: {where}: {err['msg']}") from None
+
+
+def _json_text(v: Any, what: str) -> Any:
+    """A JSON-valued setting arrives from the environment as text (NoDecode: parsed
+    here, so a syntax error names the setting in one line)."""
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"expected a JSON object of {what} ({e.msg})") from e
+    return v
