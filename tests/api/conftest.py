@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,10 +14,12 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from api.app import create_app
+from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.runtime import Runtime, open_runtime
 from tests.support.fake_push import FakePush
+from tests.support.mongo_async_mock import AsyncMockClient
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef"
 JWT_SECRET = "test-jwt-secret-0123456789abcdef0123456789"
@@ -46,6 +49,21 @@ def push() -> FakePush:
 async def rt(tmp_path: Path, clock: FakeClock, push: FakePush) -> AsyncIterator[Runtime]:
     async with open_runtime(make_settings(tmp_path), clock=clock, push=push) as runtime:
         yield runtime
+
+
+@contextlib.asynccontextmanager
+async def runtime_on(
+    store_name: str, tmp_path: Path, clock: FakeClock, push: FakePush, database: str
+) -> AsyncIterator[Runtime]:
+    """A runtime on ``sqlite`` (the settings' file) or ``mongo-mock`` (``database``), for
+    modules whose behaviour lives in adapter code and so runs on both stores."""
+    store = None
+    if store_name == "mongo-mock":
+        store = MongoStore(
+            f"mongodb://mongomock.invalid/{database}", client=AsyncMockClient(), clock=clock
+        )
+    async with open_runtime(make_settings(tmp_path), clock=clock, push=push, store=store) as r:
+        yield r
 
 
 @pytest.fixture

@@ -13,15 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
 from tepat.domain.models import MessageStatus
-from tepat.runtime import Runtime, open_runtime
+from tepat.runtime import Runtime
 from tepat.services.bulk_import import MAX_ITEMS
-from tests.api.conftest import ADMIN, bearer, make_settings, problem
+from tests.api.conftest import ADMIN, bearer, problem, runtime_on
 from tests.api.helpers import create_user, ok, reminder_body
 from tests.support.fake_push import FakePush
-from tests.support.mongo_async_mock import AsyncMockClient
 
 URL = "/v1/bulk/users"
 
@@ -31,12 +29,7 @@ async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:
     """Every test here on both stores: the batch writes are adapter code."""
-    store = None
-    if request.param == "mongo-mock":
-        store = MongoStore(
-            "mongodb://mongomock.invalid/tepat_bulk", client=AsyncMockClient(), clock=clock
-        )
-    async with open_runtime(make_settings(tmp_path), clock=clock, push=push, store=store) as r:
+    async with runtime_on(request.param, tmp_path, clock, push, "tepat_bulk") as r:
         yield r
 
 

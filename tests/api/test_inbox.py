@@ -10,13 +10,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
-from tepat.runtime import Runtime, open_runtime
-from tests.api.conftest import ADMIN, bearer, error_fields, make_settings, problem, token_for
+from tepat.runtime import Runtime
+from tests.api.conftest import (
+    ADMIN,
+    bearer,
+    error_fields,
+    problem,
+    runtime_on,
+    token_for,
+)
 from tests.api.helpers import create_user, ok
 from tests.support.fake_push import FakePush
-from tests.support.mongo_async_mock import AsyncMockClient
 
 
 @pytest.fixture(params=["sqlite", "mongo-mock"])
@@ -24,12 +29,7 @@ async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:
     """Every test here on both stores: paging, idempotency and reads are adapter code."""
-    store = None
-    if request.param == "mongo-mock":
-        store = MongoStore(
-            "mongodb://mongomock.invalid/tepat_inbox", client=AsyncMockClient(), clock=clock
-        )
-    async with open_runtime(make_settings(tmp_path), clock=clock, push=push, store=store) as r:
+    async with runtime_on(request.param, tmp_path, clock, push, "tepat_inbox") as r:
         yield r
 
 
