@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -30,6 +31,23 @@ from tepat.adapters.stomp.frames import text
 from tepat.adapters.stomp.url import StompTarget
 
 log = structlog.get_logger("tepat.broker.stomp")
+
+
+class _DropResentErrors(logging.Filter):
+    """stomp.py logs a failed socket write with its traceback and then re-raises it.
+
+    Every write goes through :meth:`Link.request` or :meth:`Link.open`, which turn the
+    error into ``BrokerUnavailable`` and say what happened in one line; the extra
+    traceback was noise, and a second line where a refused connect must print one
+    (a broker that refuses the client certificate closes the socket while stomp.py
+    still writes CONNECT).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "error sending frame"
+
+
+logging.getLogger("stomp.py").addFilter(_DropResentErrors())
 
 _link_ids = count(1)
 
