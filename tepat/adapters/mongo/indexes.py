@@ -202,3 +202,12 @@ async def create_indexes(db: Any) -> None:
     await inbox.create_index(
         [("user_id", ASCENDING), ("read_at", ASCENDING), ("seq", DESCENDING)], name="user_read_seq"
     )
+
+    # Business events (adapters/mongo/events.py): _id is the event id (one per id); the
+    # open ones oldest first for the fan-out loop; listed recipients paged by user id.
+    await db["events"].create_index(
+        [("state", ASCENDING), ("created_at", ASCENDING), ("_id", ASCENDING)], name="state_created"
+    )
+    await db["event_recipients"].create_index(
+        [("event_id", ASCENDING), ("user_id", ASCENDING)], name="event_user"
+    )

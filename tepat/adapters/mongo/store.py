@@ -14,6 +14,7 @@ from __future__ import annotations
 from pymongo import AsyncMongoClient
 
 from tepat.adapters.mongo.bulk import BulkMixin
+from tepat.adapters.mongo.events import EventsMixin
 from tepat.adapters.mongo.inbox import InboxMixin
 from tepat.adapters.mongo.indexes import create_indexes, migrate
 from tepat.adapters.mongo.messages import MessagesMixin
@@ -37,6 +38,7 @@ class MongoStore(
     PresenceMixin,
     TemplatesMixin,
     InboxMixin,
+    EventsMixin,
 ):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 

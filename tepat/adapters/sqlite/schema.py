@@ -233,6 +233,41 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        7,
+        (
+            # Business events and their fan-out (adapters/sqlite/events.py): one row per
+            # event_id, its cursor (the last recipient done) and counts; the listed
+            # recipients beside it, paged by user id. The event's push messages are
+            # found by their keys (a range of ux_messages_dedup), so messages need no
+            # new column.
+            """CREATE TABLE events (
+                event_id TEXT PRIMARY KEY,
+                type TEXT NOT NULL,
+                category TEXT NOT NULL,
+                priority TEXT NOT NULL,
+                request_hash TEXT NOT NULL,
+                all_users INTEGER NOT NULL,
+                data TEXT NOT NULL,
+                occurred_at TEXT NOT NULL,
+                send_at TEXT,
+                local_time TEXT,
+                listed INTEGER NOT NULL,
+                state TEXT NOT NULL,
+                cursor TEXT NOT NULL,
+                recipients INTEGER NOT NULL,
+                counts TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            "CREATE INDEX ix_events_open ON events(created_at) WHERE state != 'done'",
+            """CREATE TABLE event_recipients (
+                event_id TEXT NOT NULL,
+                user_id TEXT NOT NULL,
+                PRIMARY KEY (event_id, user_id)
+            ) WITHOUT ROWID""",
+        ),
+    ),
+    (
         8,
         (
             # The in-app inbox (adapters/sqlite/inbox.py). AUTOINCREMENT: a seq is never

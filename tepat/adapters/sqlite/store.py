@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tepat.adapters.sqlite.bulk import BulkMixin
 from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.events import EventsMixin
 from tepat.adapters.sqlite.inbox import InboxMixin
 from tepat.adapters.sqlite.messages_read import MessagesReadMixin
 from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
@@ -26,6 +27,7 @@ class SqliteStore(
     PresenceMixin,
     TemplatesMixin,
     InboxMixin,
+    EventsMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""

@@ -1,0 +1,192 @@
+"""Business events on MongoDB: ``events`` (``_id`` the event id) and ``event_recipients``.
+
+MongoDB has no transaction here, so a listed event is written in three steps: the event
+as ``accepting`` (its unique ``_id`` decides which concurrent request creates it), its
+recipients (idempotent: ``_id`` is (event, user)), then ``fanning_out``. The fan-out loop
+takes only ``fanning_out`` events, so it never sees a partial list; a crash between the
+steps leaves ``accepting``, and a retry of the same request finishes the steps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING, ReturnDocument
+from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+from tepat.adapters.mongo.base import MongoBase, only_duplicates
+from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.domain.events import Event, EventState, event_key_range
+from tepat.domain.routing import Priority
+from tepat.domain.validation import format_hhmm, parse_hhmm
+
+_RECIPIENT_CHUNK = 5000
+
+
+def _doc(event: Event, state: EventState, now: datetime) -> dict[str, Any]:
+    return {
+        "_id": event.event_id,
+        "type": event.type,
+        "category": event.category,
+        "priority": event.priority.value,
+        "request_hash": event.request_hash,
+        "all_users": event.all_users,
+        # As JSON text: the caller's keys may hold "." or "$", which field names may not.
+        "data": json.dumps(dict(event.data), ensure_ascii=False, separators=(",", ":")),
+        "occurred_at": bson_dt(event.occurred_at),
+        "send_at": None if event.send_at is None else bson_dt(event.send_at),
+        "local_time": None if event.local_time is None else format_hhmm(event.local_time),
+        "listed": event.listed,
+        "state": state.value,
+        "cursor": "",
+        "recipients": 0,
+        "counts": {},
+        "created_at": bson_dt(now),
+        "updated_at": bson_dt(now),
+    }
+
+
+def _event(doc: Mapping[str, Any]) -> Event:
+    return Event(
+        event_id=doc["_id"],
+        type=doc["type"],
+        category=doc["category"],
+        priority=Priority(doc["priority"]),
+        request_hash=doc["request_hash"],
+        all_users=bool(doc["all_users"]),
+        data=json.loads(doc["data"]),
+        occurred_at=read_dt_required(doc["occurred_at"]),
+        send_at=read_dt(doc.get("send_at")),
+        local_time=None if doc.get("local_time") is None else parse_hhmm(doc["local_time"], "t"),
+        listed=int(doc["listed"]),
+        state=EventState(doc["state"]),
+        cursor=doc["cursor"],
+        recipients=int(doc["recipients"]),
+        counts={k: int(v) for k, v in (doc.get("counts") or {}).items()},
+        created_at=read_dt(doc.get("created_at")),
+        updated_at=read_dt(doc.get("updated_at")),
+    )
+
+
+class EventsMixin(MongoBase):
+    async def _put_recipients(self, event_id: str, ids: Sequence[str]) -> None:
+        recipients = self._db["event_recipients"]
+        for i in range(0, len(ids), _RECIPIENT_CHUNK):
+            docs = [
+                {"_id": f"{event_id}|{u}", "event_id": event_id, "user_id": u}
+                for u in ids[i : i + _RECIPIENT_CHUNK]
+            ]
+            try:
+                await recipients.insert_many(docs, ordered=False)
+            except BulkWriteError as exc:
+                only_duplicates(exc)  # a retry's: already there
+
+    async def _finish_accepting(self, event_id: str, ids: Sequence[str]) -> None:
+        await self._put_recipients(event_id, ids)
+        await self._db["events"].update_one(
+            {"_id": event_id, "state": EventState.ACCEPTING.value},
+            {"$set": {"state": EventState.FANNING_OUT.value}},
+        )
+
+    async def create_event(self, event: Event, user_ids: Sequence[str]) -> tuple[Event, bool]:
+        events = self._db["events"]
+        ids = sorted(set(user_ids))
+        state = EventState.ACCEPTING if ids else EventState.FANNING_OUT
+        created = True
+        try:
+            await events.insert_one(_doc(event, state, self._clock.now()))
+        except DuplicateKeyError:
+            created = False
+            stored = await events.find_one({"_id": event.event_id})
+            if (
+                stored is None
+                or stored["state"] != EventState.ACCEPTING.value
+                or stored["request_hash"] != event.request_hash
+            ):
+                return _event(stored) if stored else event, False
+        if ids:
+            await self._finish_accepting(event.event_id, ids)
+        stored = await events.find_one({"_id": event.event_id})
+        assert stored is not None
+        return _event(stored), created
+
+    async def get_event(self, event_id: str) -> Event | None:
+        doc = await self._db["events"].find_one({"_id": event_id})
+        return None if doc is None else _event(doc)
+
+    async def events_fanning_out(self, limit: int) -> list[Event]:
+        docs = (
+            await self._db["events"]
+            .find({"state": EventState.FANNING_OUT.value})
+            .sort([("created_at", ASCENDING), ("_id", ASCENDING)])
+            .limit(max(1, limit))
+            .to_list(None)
+        )
+        return [_event(d) for d in docs][: max(0, limit)]
+
+    async def event_recipients(
+        self, event_id: str, all_users: bool, after: str, limit: int
+    ) -> list[str]:
+        if limit <= 0:
+            return []
+        if all_users:
+            docs = (
+                await self._db["users"]
+                .find({"_id": {"$gt": after}}, projection={"_id": True})
+                .sort([("_id", ASCENDING)])
+                .limit(limit)
+                .to_list(None)
+            )
+            return [d["_id"] for d in docs]
+        docs = (
+            await self._db["event_recipients"]
+            .find({"event_id": event_id, "user_id": {"$gt": after}}, projection={"user_id": True})
+            .sort([("user_id", ASCENDING)])
+            .limit(limit)
+            .to_list(None)
+        )
+        return [d["user_id"] for d in docs]
+
+    async def advance_event(
+        self,
+        event_id: str,
+        after: str,
+        to: str,
+        recipients: int,
+        counts: Mapping[str, int],
+        done: bool,
+        now: datetime,
+    ) -> bool:
+        inc: dict[str, int] = {"recipients": recipients}
+        inc.update({f"counts.{k}": n for k, n in counts.items() if n})
+        state = EventState.DONE if done else EventState.FANNING_OUT
+        # One findAndModify conditional on the cursor: a page done twice moves it once.
+        doc = await self._db["events"].find_one_and_update(
+            {"_id": event_id, "cursor": after, "state": EventState.FANNING_OUT.value},
+            {
+                "$set": {"cursor": to, "state": state.value, "updated_at": bson_dt(now)},
+                "$inc": inc,
+            },
+            return_document=ReturnDocument.AFTER,
+        )
+        return doc is not None
+
+    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str], int]:
+        low, high = event_key_range(event_id)
+        rows = await (
+            await self._db["messages"].aggregate(
+                [
+                    {"$match": {"dedup_key": {"$gte": low, "$lt": high}}},
+                    {
+                        "$group": {
+                            "_id": {"status": "$status", "reason": "$status_reason"},
+                            "n": {"$sum": 1},
+                        }
+                    },
+                ]
+            )
+        ).to_list(None)
+        return {(r["_id"]["status"], r["_id"].get("reason") or ""): int(r["n"]) for r in rows}

@@ -1,0 +1,159 @@
+"""Business events on SQLite (migration 7): the event row, its listed recipients, its cursor."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from tepat.adapters.sqlite.codecs import Row, _dt, _ts, _ts_opt
+from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.schema import Conn
+from tepat.domain.events import Event, EventState, event_key_range
+from tepat.domain.routing import Priority
+from tepat.domain.validation import format_hhmm, parse_hhmm
+
+_COLUMNS = (
+    "event_id, type, category, priority, request_hash, all_users, data, occurred_at, "
+    "send_at, local_time, listed, state, cursor, recipients, counts, created_at, updated_at"
+)
+_SELECT = f"SELECT {_COLUMNS} FROM events"
+_RECIPIENT_CHUNK = 5000
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _event(row: Row) -> Event:
+    return Event(
+        event_id=row[0],
+        type=row[1],
+        category=row[2],
+        priority=Priority(row[3]),
+        request_hash=row[4],
+        all_users=bool(row[5]),
+        data=json.loads(row[6]),
+        occurred_at=_dt(row[7]),
+        send_at=None if row[8] is None else _dt(row[8]),
+        local_time=None if row[9] is None else parse_hhmm(row[9], "local_time"),
+        listed=int(row[10]),
+        state=EventState(row[11]),
+        cursor=row[12],
+        recipients=int(row[13]),
+        counts=json.loads(row[14]),
+        created_at=_dt(row[15]),
+        updated_at=_dt(row[16]),
+    )
+
+
+class EventsMixin(SqliteBase):
+    async def create_event(self, event: Event, user_ids: Sequence[str]) -> tuple[Event, bool]:
+        now = self._now()
+        values = (
+            event.event_id,
+            event.type,
+            event.category,
+            event.priority.value,
+            event.request_hash,
+            int(event.all_users),
+            _json(dict(event.data)),
+            _ts(event.occurred_at),
+            _ts_opt(event.send_at),
+            None if event.local_time is None else format_hhmm(event.local_time),
+            event.listed,
+            EventState.FANNING_OUT.value,
+            "",
+            0,
+            "{}",
+            now,
+            now,
+        )
+        ids = sorted(set(user_ids))
+
+        # One transaction: the event is never seen without all its recipients.
+        def run(conn: Conn) -> tuple[Row, bool]:
+            inserted = conn.execute(
+                f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join('?' * 17)}) "
+                "ON CONFLICT DO NOTHING",
+                values,
+            ).rowcount
+            if inserted == 1:
+                for i in range(0, len(ids), _RECIPIENT_CHUNK):
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO event_recipients VALUES (?, ?)",
+                        [(event.event_id, u) for u in ids[i : i + _RECIPIENT_CHUNK]],
+                    )
+            row = conn.execute(f"{_SELECT} WHERE event_id = ?", (event.event_id,)).fetchone()
+            return row, inserted == 1
+
+        row, created = await self._write(run)
+        return _event(row), created
+
+    async def get_event(self, event_id: str) -> Event | None:
+        rows = await self._select(f"{_SELECT} WHERE event_id = ?", (event_id,))
+        return _event(rows[0]) if rows else None
+
+    async def events_fanning_out(self, limit: int) -> list[Event]:
+        # "!= 'done'" spelled out so the partial index ix_events_open serves it.
+        rows = await self._select(
+            f"{_SELECT} WHERE state != 'done' AND state = ? ORDER BY created_at, event_id LIMIT ?",
+            (EventState.FANNING_OUT.value, max(0, limit)),
+        )
+        return [_event(r) for r in rows]
+
+    async def event_recipients(
+        self, event_id: str, all_users: bool, after: str, limit: int
+    ) -> list[str]:
+        if all_users:
+            rows = await self._select(
+                "SELECT user_id FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?",
+                (after, max(0, limit)),
+            )
+        else:
+            rows = await self._select(
+                "SELECT user_id FROM event_recipients WHERE event_id = ? AND user_id > ? "
+                "ORDER BY user_id LIMIT ?",
+                (event_id, after, max(0, limit)),
+            )
+        return [r[0] for r in rows]
+
+    async def advance_event(
+        self,
+        event_id: str,
+        after: str,
+        to: str,
+        recipients: int,
+        counts: Mapping[str, int],
+        done: bool,
+        now: datetime,
+    ) -> bool:
+        def run(conn: Conn) -> bool:
+            row = conn.execute(
+                "SELECT counts FROM events WHERE event_id = ? AND cursor = ? AND state = ?",
+                (event_id, after, EventState.FANNING_OUT.value),
+            ).fetchone()
+            if row is None:
+                return False
+            merged = dict(json.loads(row[0]))
+            for key, n in counts.items():
+                merged[key] = merged.get(key, 0) + n
+            state = EventState.DONE if done else EventState.FANNING_OUT
+            conn.execute(
+                "UPDATE events SET cursor = ?, recipients = recipients + ?, counts = ?, "
+                "state = ?, updated_at = ? WHERE event_id = ?",
+                (to, recipients, _json(merged), state.value, _ts(now), event_id),
+            )
+            return True
+
+        moved: bool = await self._write(run)
+        return moved
+
+    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str], int]:
+        low, high = event_key_range(event_id)
+        rows = await self._select(
+            "SELECT status, coalesce(status_reason, ''), count(*) FROM messages "
+            "WHERE dedup_key >= ? AND dedup_key < ? GROUP BY 1, 2",
+            (low, high),
+        )
+        return {(r[0], r[1]): int(r[2]) for r in rows}
