@@ -314,9 +314,15 @@ class MessageStore(Protocol):
         """Every pending message of one user (a re-plan compares them with the new plan)."""
         ...
 
-    async def unpublished(self, limit: int, due_before: datetime | None = None) -> list[Message]:
+    async def unpublished(
+        self,
+        limit: int,
+        due_before: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[Message]:
         """Pending messages carrying the outbox mark (due before ``due_before`` when
-        given), by (``due_at``, id)."""
+        given), by (``due_at``, id); ``after`` a (``due_at``, id) pair: only those
+        after it (pages over messages a pass leaves marked)."""
         ...
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:

@@ -22,12 +22,19 @@ needs to come round. Otherwise K reminder PUTs for one instant minutes ahead
 would each publish their own one-id broker message, and the consumer, holding a
 prefetch of broker messages, would have a few dozen notifications in hand at a
 time (issue 10). Left to the loop, the calls of one second share its pass.
+
+Further ahead than ``publish_soon`` a pass publishes only *full* batches (100
+ids for one queue and second): calls for one instant spread over many passes
+would otherwise still leave as one broker message per pass, and the consumer
+would send Expo requests of that size. The rest of each batch waits, marked,
+until it is due within ``publish_soon``; so K notifications planned through the
+API for one instant reach the broker in about K/100 broker messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -69,22 +76,65 @@ class Outbox:
     async def flush(self, everything: bool = False, within: timedelta | None = None) -> int:
         """Publish the marked messages due within ``within`` (by default
         ``publish_ahead``; all of them when ``everything``); returns how many
-        messages were published."""
+        messages were published.
+
+        Beyond ``publish_soon`` only full batches go: a (queue, second) still
+        filling (K API calls for one instant, a few each second) waits, marked,
+        until it is due within ``publish_soon`` or full, and then goes as one
+        broker message rather than one per pass."""
         ahead = self.publish_ahead if within is None else within
         async with self._lock:
-            total = 0
-            while True:
-                horizon = None if everything else self._clock.now() + ahead
-                page = await self._store.unpublished(PAGE_SIZE, due_before=horizon)
-                if not page:
-                    return total
-                builder = BatchBuilder(self._categories)
-                batches = builder.add(page) + builder.drain()
-                self.published_batches += await self._enqueuer.publish(batches)
-                await self._store.mark_published([(m.id, m.due) for m in page])
-                total += len(page)
-                if len(page) < PAGE_SIZE:
-                    return total
+            if everything:
+                return await self._publish_all(None)
+            now = self._clock.now()
+            soon = min(ahead, self.publish_soon)
+            total = await self._publish_all(now + soon)
+            if ahead > soon:
+                total += await self._publish_full(now + soon, now + ahead)
+            return total
+
+    async def _publish_all(self, horizon: datetime | None) -> int:
+        total = 0
+        while True:
+            page = await self._store.unpublished(PAGE_SIZE, due_before=horizon)
+            if not page:
+                return total
+            builder = BatchBuilder(self._categories)
+            batches = builder.add(page) + builder.drain()
+            self.published_batches += await self._enqueuer.publish(batches)
+            await self._store.mark_published([(m.id, m.due) for m in page])
+            total += len(page)
+            if len(page) < PAGE_SIZE:
+                return total
+
+    async def _publish_full(self, start: datetime, horizon: datetime) -> int:
+        """Publish the full batches among the marked messages due in [start, horizon)."""
+        builder = BatchBuilder(self._categories)
+        # the read due_at of every message in a group still filling: the mark is
+        # cleared only for that due_at (a message moved meanwhile keeps its mark)
+        held: dict[str, datetime] = {}
+        total = 0
+        after = (start, "")  # every id sorts after "": due at start or later
+        while True:
+            page = await self._store.unpublished(PAGE_SIZE, due_before=horizon, after=after)
+            if page:
+                after = (page[-1].due, page[-1].id)
+            held.update((m.id, m.due) for m in page)
+            full = builder.add(page)
+            if full:
+                self.published_batches += await self._enqueuer.publish(full)
+                ids = [i for b in full for i in b.ids]
+                await self._store.mark_published([(i, held.pop(i)) for i in ids])
+                total += len(ids)
+            if len(page) < PAGE_SIZE:
+                break
+        # Messages the builder skipped (not pending any more, an unknown category)
+        # were never held in a group: clear their marks as _publish_all does.
+        grouped = {i for b in builder.drain() for i in b.ids}
+        skipped = [(i, due) for i, due in held.items() if i not in grouped]
+        if skipped:
+            await self._store.mark_published(skipped)
+        return total
 
     async def flush_quietly(self) -> None:
         """:meth:`flush` for callers whose write already succeeded: a broker failure

@@ -8,6 +8,7 @@ a real runtime (SQLite, embedded broker, fake clock, fake push provider).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
@@ -366,7 +367,11 @@ async def test_reminders_put_through_the_api_are_published_in_batches_per_due_se
     assert published == []  # due hours ahead: nothing published per call
     clock.set(START + timedelta(hours=8, minutes=55))
     await rt.outbox.flush()
-    assert len(published) == 3  # 250 ids due at 09:00:00, at most 100 per broker message
+    assert len(published) == 2  # two full batches of the 250 ids due at 09:00:00
+    clock.set(START + timedelta(hours=8, minutes=59, seconds=58))
+    await rt.outbox.flush()
+    assert len(published) == 3  # the last 50 once soon due, never one per user
+    assert sorted(len(json.loads(body)["ids"]) for _, body in published) == [50, 100, 100]
 
 
 async def test_reminders_put_minutes_before_their_instant_are_published_by_the_loop_in_batches(
@@ -396,7 +401,45 @@ async def test_reminders_put_minutes_before_their_instant_are_published_by_the_l
         )
     assert published == []
     await rt.outbox.flush()  # the publisher loop's pass
+    assert len(published) == 2  # the full batches; 50 ids wait to fill
+    clock.set(START + timedelta(hours=8, minutes=59, seconds=58))
+    await rt.outbox.flush()
     assert len(published) == 3
+
+
+async def test_reminders_put_between_publisher_passes_still_make_full_batches(
+    client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10's API burst: the PUTs for one instant arrive over many passes of the
+    publisher loop (a few dozen each); each pass used to publish its few dozen ids as
+    one broker message, and the consumer then sent Expo requests of that size."""
+    published: list[tuple[str, bytes]] = []
+    real = rt.broker.publish
+
+    async def counting(queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
+        published.append((queue, body))
+        await real(queue, body, delay_seconds)
+
+    monkeypatch.setattr(rt.broker, "publish", counting)
+    clock.set(START + timedelta(hours=8, minutes=58))
+    for n in range(250):
+        user = f"u{n:03d}"
+        await create_user(client, user, "UTC")
+        await ok(
+            await client.put(
+                f"/v1/users/{user}/reminders/r",
+                json=reminder_body(local_time="09:00"),
+                headers=ADMIN,
+            )
+        )
+        if n % 30 == 29:
+            clock.advance(timedelta(seconds=1))
+            await rt.outbox.flush()  # the loop's pass, every second
+    clock.set(START + timedelta(hours=8, minutes=59, seconds=57))
+    await rt.outbox.flush()
+    assert sorted(len(json.loads(body)["ids"]) for _, body in published) == [50, 100, 100]
+    ids = [i for _, body in published for i in json.loads(body)["ids"]]
+    assert len(ids) == len(set(ids)) == 250
 
 
 async def test_a_reminder_put_seconds_before_its_instant_is_published_by_the_call(

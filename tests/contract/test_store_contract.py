@@ -830,6 +830,23 @@ async def test_unpublished_due_before_lists_only_messages_due_before_it(store: S
     assert len(await store.unpublished(10, due_before=None)) == 4
 
 
+async def test_unpublished_after_pages_by_due_at_then_id(store: Store) -> None:
+    # two at one instant (ordered by id), one before, one after
+    ms = [
+        msg(f"m{n}", label=f"l{n}", scheduled_at=at(s)) for n, s in ((1, 1), (2, 1), (3, 0), (4, 2))
+    ]
+    await store.insert_messages(ms)
+    everything = await store.unpublished(10)
+    pages, after = [], None
+    while page := await store.unpublished(1, after=after):
+        pages.append(page[0])
+        after = (page[0].due, page[0].id)
+    assert pages == everything
+    first_at_1 = everything[1]
+    rest = await store.unpublished(10, due_before=at(2), after=(first_at_1.due, first_at_1.id))
+    assert rest == [everything[2]]
+
+
 async def test_mark_published_keeps_mark_when_due_at_moved(store: Store) -> None:
     m = msg("a")
     await store.insert_messages([m])

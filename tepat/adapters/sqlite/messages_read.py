@@ -104,14 +104,20 @@ class MessagesReadMixin(SqliteBase):
         )
         return [_message(r) for r in rows]
 
-    async def unpublished(self, limit: int, due_before: datetime | None = None) -> list[Message]:
-        # "~" sorts after every timestamp: no bound.
+    async def unpublished(
+        self,
+        limit: int,
+        due_before: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[Message]:
+        # "~" sorts after every timestamp: no bound; "" before every one.
         bound = "~" if due_before is None else _ts(due_before)
+        start = ("", "") if after is None else (_ts(after[0]), after[1])
         rows = await self._select(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY ix_messages_outbox "
-            "WHERE publish_pending = 1 AND due_at < ? AND status = 'pending' "
-            "ORDER BY due_at, id LIMIT ?",
-            (bound, limit),
+            "WHERE publish_pending = 1 AND due_at < ? AND (due_at, id) > (?, ?) "
+            "AND status = 'pending' ORDER BY due_at, id LIMIT ?",
+            (bound, *start, limit),
         )
         return [_message(r) for r in rows]
 
