@@ -296,20 +296,6 @@ class MessageStore(Protocol):
         a whole provider request at once). Returns how many were applied."""
         ...
 
-    async def cancel_pending(
-        self,
-        user_id: str,
-        after: datetime,
-        now: datetime,
-        reason: str,
-        reminder_id: str | None = None,
-    ) -> int:
-        """Cancel the user's pending *reminder* messages scheduled at or after
-        ``after`` (only one reminder's when given), releasing their live keys.
-        One-off messages name an absolute instant and are left alone.
-        """
-        ...
-
     async def pending_for_user(self, user_id: str) -> list[Message]:
         """Every pending message of one user (a re-plan compares them with the new plan)."""
         ...
@@ -346,10 +332,6 @@ class MessageStore(Protocol):
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
         """Published pending messages due (``due_at``) before ``before``, oldest first:
         the broker should have delivered them (sweeper)."""
-        ...
-
-    def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
-        """Every pending message, in (scheduled_at, id) order (re-enqueue on start)."""
         ...
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]: ...

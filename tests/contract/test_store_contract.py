@@ -515,7 +515,9 @@ async def test_a_live_key_refuses_a_new_plan_version_until_released(store: Store
     assert (refused.created, refused.existing) == ([], 1)
     assert await store.get_message(v2.id) is None
 
-    assert await store.cancel_pending("u1", T0, at(1), "superseded") == 1
+    assert await store.transition(
+        v1.id, CANCELLED, at(1), expect=[PENDING], reason="superseded", release_live_key=True
+    )
     old = await store.get_message(v1.id)
     assert old is not None
     assert (old.status, old.live_key) == (CANCELLED, None)
@@ -530,7 +532,9 @@ async def test_a_live_key_held_by_a_sent_message_is_never_reused(store: Store) -
     await store.insert_messages([v1])
     await store.claim([v1.id], at(0))
     assert await store.transition(v1.id, SENT, at(1), expect=[SENDING], ticket_id="t")
-    assert await store.cancel_pending("u1", T0 - timedelta(days=1), at(2), "superseded") == 0
+    assert not await store.transition(
+        v1.id, CANCELLED, at(2), expect=[PENDING], reason="superseded", release_live_key=True
+    )
     v2 = msg("v2", live_key="r|u1|r1|2027-03-14", scheduled_at=at(30))
     assert (await store.insert_messages([v2])).existing == 1
 
@@ -721,35 +725,6 @@ async def test_transition_sets_the_given_fields_only(store: Store) -> None:
     assert (failed.status, failed.status_reason) == (FAILED, "gave up")
 
 
-async def test_cancel_pending_touches_only_future_pending_reminder_messages(store: Store) -> None:
-    before = msg("before", scheduled_at=at(-1))
-    boundary = msg("boundary", scheduled_at=at(0))
-    later = msg("later", scheduled_at=at(60), reminder_id="r2")
-    claimed = msg("claimed", scheduled_at=at(90))
-    oneoff = msg("oneoff", scheduled_at=at(120), reminder_id=None, idempotency_key="k")
-    other_user = msg("other", scheduled_at=at(60), user_id="u2")
-    await store.insert_messages([before, boundary, later, claimed, oneoff, other_user])
-    await store.claim([claimed.id], at(-5))
-
-    assert await store.cancel_pending("u1", at(0), at(1), "superseded", reminder_id="r2") == 1
-    assert await store.cancel_pending("u1", at(0), at(1), "superseded") == 1
-
-    statuses = {m.id: await status_of(store, m.id) for m in (before, claimed, oneoff, other_user)}
-    assert statuses == {
-        before.id: PENDING,
-        claimed.id: SENDING,
-        oneoff.id: PENDING,
-        other_user.id: PENDING,
-    }
-    for m in (boundary, later):
-        cancelled = await store.get_message(m.id)
-        assert cancelled is not None
-        assert cancelled.status == CANCELLED
-        assert cancelled.status_reason == "superseded"
-        assert cancelled.live_key is None
-        assert cancelled.updated_at == at(1)
-
-
 async def test_pending_for_user(store: Store) -> None:
     reminder_msg = msg("a", scheduled_at=at(5))
     one = oneoff("b", scheduled_at=at(1))
@@ -863,7 +838,7 @@ async def test_mark_published_keeps_mark_when_due_at_moved(store: Store) -> None
 
 
 async def test_terminal_transition_clears_outbox_mark(store: Store) -> None:
-    cancelled, failed, sending, sent, _replanned = ms = [
+    cancelled, failed, sending, sent, replanned = ms = [
         msg(key, label=key, scheduled_at=at(30) if key == "replanned" else T0)
         for key in ("cancelled", "failed", "sending", "sent", "replanned")
     ]
@@ -879,7 +854,9 @@ async def test_terminal_transition_clears_outbox_mark(store: Store) -> None:
     )
     await store.claim([sending.id, sent.id], at(1))
     assert await store.transition(sent.id, SENT, at(2), expect=[SENDING], ticket_id="t")
-    assert await store.cancel_pending("u1", at(30), at(2), "superseded") == 1
+    assert await store.transition(
+        replanned.id, CANCELLED, at(2), expect=[PENDING], reason="superseded"
+    )
     assert await store.unpublished(10) == []
     # Nothing pending, so nothing to put back on the outbox either.
     assert await store.republish([m.id for m in ms], at(5)) == 0
@@ -994,17 +971,6 @@ async def test_stuck_sending_finds_old_claims(store: Store) -> None:
         a.id,
         b.id,
     ]
-
-
-async def test_iter_pending_yields_every_pending_message_once_in_order(store: Store) -> None:
-    ms = [msg(f"m{n:02d}", scheduled_at=at(n % 4), label=f"l{n}") for n in range(23)]
-    await store.insert_messages(ms)
-    await store.claim([ms[0].id], at(0))
-    pages = [page async for page in store.iter_pending(batch_size=5)]
-    assert [len(p) for p in pages] == [5, 5, 5, 5, 2]
-    got = [m.id for p in pages for m in p]
-    expected = sorted(ms[1:], key=lambda m: (m.scheduled_at, m.id))
-    assert got == [m.id for m in expected]
 
 
 async def test_count_messages_by_status_and_category(store: Store) -> None:

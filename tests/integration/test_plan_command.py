@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -93,19 +95,17 @@ async def _seed(db: Path, users_per_zone: int = 1) -> None:
         await store.close()
 
 
-async def _planned(db: Path) -> list[tuple[str, str, date, time, datetime]]:
-    store = SqliteStore(str(db))
-    await store.open()
-    try:
-        rows = []
-        async for page in store.iter_pending(1000):
-            for m in page:
-                assert m.local_date is not None and m.local_time is not None
-                assert m.reminder_id is not None
-                rows.append((m.user_id, m.reminder_id, m.local_date, m.local_time, m.scheduled_at))
-        return rows
-    finally:
-        await store.close()
+def _planned(db: Path) -> list[tuple[str, str, date, time, datetime]]:
+    """Every pending reminder message, read straight from the file."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT user_id, reminder_id, local_date, local_time, scheduled_at FROM messages "
+            "WHERE status = 'pending' ORDER BY scheduled_at, id"
+        ).fetchall()
+    return [
+        (user, reminder, date.fromisoformat(d), time.fromisoformat(t), datetime.fromisoformat(at))
+        for user, reminder, d, t, at in rows
+    ]
 
 
 def test_tepat_plan_yields_the_instants_the_rules_define(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_tepat_plan_yields_the_instants_the_rules_define(tmp_path: Path) -> None
     proc = _tepat(db, "plan", "--start", "2027-01-01T00:00:00Z", "--end", "2028-01-01T00:00:00Z")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    rows = asyncio.run(_planned(db))
+    rows = _planned(db)
     assert out.startswith(f"created {len(rows)}, existing 0 (")
     instants = {(u.rsplit("-", 1)[0].replace("_", "/", 1), d, t): at for u, _, d, t, at in rows}
     for key, expected in EXPECTED.items():
@@ -136,7 +136,7 @@ def test_two_planners_at_once_plan_each_local_date_once(tmp_path: Path) -> None:
         assert p.returncode == 0, err
     created = [int(out.split()[1].rstrip(",")) for out, _ in results]
     existing = [int(out.split()[3]) for out, _ in results]
-    rows = asyncio.run(_planned(db))
+    rows = _planned(db)
     per_key = Counter((u, r, d) for u, r, d, _, _ in rows)
     assert max(per_key.values()) == 1
     assert sum(created) == len(rows) == len(per_key)

@@ -121,12 +121,12 @@ async def create_indexes(db: Any) -> None:
         name="pending_due",
         partialFilterExpression={"status": "pending"},
     )
-    # iter_pending / count by status.
+    # count_messages (by status); the sweeper.
     await messages.create_index(
         [("status", ASCENDING), ("scheduled_at", ASCENDING), ("_id", ASCENDING)],
         name="status_scheduled",
     )
-    # list_messages (user history, newest first), cancel_pending, pending_for_user.
+    # list_messages (user history, newest first), pending_for_user.
     await messages.create_index(
         [("user_id", ASCENDING), ("scheduled_at", ASCENDING), ("_id", ASCENDING)],
         name="user_scheduled",

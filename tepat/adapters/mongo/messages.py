@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -161,37 +161,6 @@ class MessagesMixin(MongoBase):
             return int(e.details.get("nModified", 0))
         return int(result.modified_count)
 
-    async def cancel_pending(
-        self,
-        user_id: str,
-        after: datetime,
-        now: datetime,
-        reason: str,
-        reminder_id: str | None = None,
-    ) -> int:
-        flt: dict[str, Any] = {
-            "user_id": user_id,
-            "status": MessageStatus.PENDING.value,
-            "scheduled_at": {"$gte": bson_dt(after)},
-        }
-        # One-off messages (no reminder) name an absolute instant: never re-planned.
-        flt["reminder_id"] = reminder_id if reminder_id is not None else {"$ne": None}
-        # Each document is updated atomically and the status filter is re-checked
-        # per document, so a message claimed meanwhile is left alone.
-        result = await self._db["messages"].update_many(
-            flt,
-            {
-                "$set": {
-                    "status": MessageStatus.CANCELLED.value,
-                    "status_reason": reason,
-                    "updated_at": bson_dt(now),
-                    "publish_pending": False,
-                },
-                "$unset": {"live_key": ""},
-            },
-        )
-        return int(result.modified_count)
-
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         if query.limit < 1:
             raise DomainError("limit", "must be at least 1")
@@ -252,32 +221,6 @@ class MessagesMixin(MongoBase):
             .to_list(None)
         )
         return [message_from_doc(d) for d in docs]
-
-    async def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
-        batch_size = max(1, batch_size)  # limit(0) would mean "everything"
-        pending = MessageStatus.PENDING.value
-        last: tuple[datetime, str] | None = None
-        while True:
-            flt: dict[str, Any] = {"status": pending}
-            if last is not None:
-                at, mid = last
-                flt["$or"] = [
-                    {"scheduled_at": {"$gt": at}},
-                    {"scheduled_at": at, "_id": {"$gt": mid}},
-                ]
-            docs = (
-                await self._db["messages"]
-                .find(flt)
-                .sort([("scheduled_at", ASCENDING), ("_id", ASCENDING)])
-                .limit(batch_size)
-                .to_list(None)
-            )
-            if not docs:
-                return
-            yield [message_from_doc(d) for d in docs]
-            if len(docs) < batch_size:
-                return
-            last = (docs[-1]["scheduled_at"], docs[-1]["_id"])
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
         if limit <= 0:  # limit(0) means *no* limit to MongoDB

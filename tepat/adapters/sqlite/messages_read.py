@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -120,21 +120,6 @@ class MessagesReadMixin(SqliteBase):
             (bound, *start, limit),
         )
         return [_message(r) for r in rows]
-
-    async def iter_pending(self, batch_size: int = 1000) -> AsyncIterator[list[Message]]:
-        sql = (
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-            "WHERE status = 'pending' AND (scheduled_at, id) > (?, ?) "
-            "ORDER BY scheduled_at, id LIMIT ?"
-        )
-        after = ("", "")
-        while True:
-            rows = await self._select(sql, (*after, batch_size))
-            if not rows:
-                return
-            yield [_message(r) for r in rows]
-            last = rows[-1]
-            after = (last[_MESSAGE_FIELDS.index("scheduled_at")], last[0])
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
         rows = await self._select(

@@ -212,28 +212,6 @@ class MessagesWriteMixin(SqliteBase):
             )
         )
 
-    async def cancel_pending(
-        self,
-        user_id: str,
-        after: datetime,
-        now: datetime,
-        reason: str,
-        reminder_id: str | None = None,
-    ) -> int:
-        stamp = _ts(now)
-        # One-off messages name an absolute instant a re-plan does not change.
-        sql = (
-            "UPDATE messages SET status = 'cancelled', status_reason = ?, live_key = NULL, "
-            "updated_at = ?, publish_pending = 0 "
-            "WHERE user_id = ? AND status = 'pending' AND scheduled_at >= ? "
-            "AND reminder_id IS NOT NULL"
-        )
-        params: list[Any] = [reason, stamp, user_id, _ts(after)]
-        if reminder_id is not None:
-            sql += " AND reminder_id = ?"
-            params.append(reminder_id)
-        return await self._write(lambda c: c.execute(sql, params).rowcount)
-
 
 def _pick_inserted(batch: Sequence[Message], inserted: set[str]) -> Iterator[Message]:
     """The messages of ``batch`` whose rows were inserted, in input order.

@@ -294,6 +294,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX ix_inbox_unread ON inbox(user_id, seq) WHERE read_at IS NULL",
         ),
     ),
+    (
+        10,
+        (
+            # Read by nothing since the outbox (pending messages are found by due_at):
+            # it only cost an index update on every insert and every claim.
+            "DROP INDEX IF EXISTS ix_messages_pending_due",
+        ),
+    ),
 )
 
 
