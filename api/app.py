@@ -31,9 +31,11 @@ from api.routes import (
     reminders,
     users,
 )
+from api.routes import events as event_routes
 from api.routes import templates as template_routes
 from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
+from tepat.services.events import event_service
 from tepat.services.inbox import InboxService
 from tepat.services.templates import template_service
 
@@ -68,10 +70,12 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.state.templates = template_service(rt)
     # One per app: its notifier wakes this process's inbox streams (tepat/services/inbox.py).
     app.state.inbox = InboxService(rt.store, rt.clock, rt.categories)
+    app.state.events = event_service(rt, app.state.templates, app.state.inbox)
     for module in (users, devices, reminders, preferences, messages, bulk, admin, health):
         app.include_router(module.router)
     app.include_router(template_routes.router)
     app.include_router(inbox.router)
+    app.include_router(event_routes.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)
@@ -79,7 +83,10 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=MAX_BODY_BYTES,
-        path_limits={bulk.PATH: bulk.MAX_BODY_BYTES},
+        path_limits={
+            bulk.PATH: bulk.MAX_BODY_BYTES,
+            event_routes.PATH: event_routes.MAX_BODY_BYTES,
+        },
     )
     app.add_middleware(AuthMiddleware, authenticator=authenticator)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

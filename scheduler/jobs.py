@@ -8,6 +8,7 @@ import structlog
 
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.runtime import Runtime
+from tepat.services.events import event_service
 from tepat.services.loops import wait_or_stop
 
 log = structlog.get_logger("tepat.scheduler")
@@ -48,3 +49,18 @@ async def run_outbox(rt: Runtime, stop: asyncio.Event) -> None:
         except Exception:
             log.exception("outbox publish failed")
         await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)
+
+
+async def run_event_fanout(rt: Runtime, stop: asyncio.Event) -> None:
+    """Fan out accepted events a page at a time (tepat/services/events.py): straight on
+    while there is work, else look again after the outbox interval (an event accepted
+    by an API in another process is found by that poll)."""
+    service = event_service(rt)
+    while not stop.is_set():
+        pages = 0
+        try:
+            pages = await service.fan_out_once()
+        except Exception:
+            log.exception("event fan-out failed")
+        if not pages:
+            await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import datetime, time, timedelta
 from typing import Any
 
 from tepat.domain.categories import CategoryPolicy
@@ -161,7 +161,3 @@ def plan_event_push(
         created_at=now,
         updated_at=now,
     )
-
-
-def utc(instant: datetime) -> datetime:
-    return instant.astimezone(UTC)

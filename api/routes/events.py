@@ -1,0 +1,225 @@
+"""``/v1/events``: business events in (admin API key), fanned out in the background.
+
+``POST`` answers at once (202) with a handle; ``GET /v1/events/{event_id}`` follows the
+fan-out. The rules live in :mod:`tepat.services.events`; here only types and bounds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Path, Request
+from pydantic import BaseModel, Field
+
+from api.deps import Admin
+from api.problems import problem_responses
+from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text
+from api.schemas import Request as StrictRequest
+from tepat.domain.events import MAX_USER_IDS, Event, EventState, Outcome
+from tepat.domain.models import MessageStatus
+from tepat.domain.routing import Channel
+from tepat.domain.validation import IDENTIFIER_PATTERN
+from tepat.services.events import EventRequest, EventService, EventStatus
+
+PATH: Final = "/v1/events"
+# MAX_USER_IDS ids of up to 128 characters, quoted and separated, with room for data.
+MAX_BODY_BYTES: Final = MAX_USER_IDS * 131 + 64 * 1024
+
+router = APIRouter(prefix=PATH, tags=["events"], responses=problem_responses(401, 403))
+
+
+class EventIn(StrictRequest):
+    event_id: Identifier = Field(
+        description="Your id for the event: a repeat with the same body returns the same "
+        "result and creates nothing; another body under it is a 409"
+    )
+    type: Annotated[Text, Field(min_length=1, max_length=128, examples=["order.paid"])] = Field(
+        description="A configured event type (TEPAT_EVENT_TYPES)"
+    )
+    user_ids: list[Identifier] | None = Field(
+        default=None,
+        max_length=MAX_USER_IDS,
+        description=f"The recipients (1 to {MAX_USER_IDS}); or all_users",
+    )
+    all_users: bool = Field(default=False, description="Every user (a campaign)")
+    data: Data = Field(default_factory=dict, description="The templates' variables")
+    occurred_at: OffsetDatetime = Field(description="When it happened")
+    priority: Annotated[Text, Field(max_length=16)] | None = Field(
+        default=None, description="critical, normal or bulk; the event type's by default"
+    )
+    send_at: OffsetDatetime | None = Field(
+        default=None, description="Send at this instant (default: now)"
+    )
+    local_time: HHMM | None = Field(
+        default=None,
+        description='Send at each recipient\'s next "HH:MM" in their own zone (quiet hours '
+        "apply as to reminders); not with send_at",
+    )
+
+
+class EventHandle(BaseModel):
+    event_id: str
+    type: str
+    state: EventState
+    status_url: str = Field(description="GET it to follow the fan-out")
+
+
+class ChannelCounts(BaseModel):
+    created: int = Field(description="Messages (push) or items (inbox) created")
+    sent: int = Field(description="Push: accepted by Expo or delivered; inbox: stored")
+    failed: int
+    pending: int = Field(description="Not sent yet (push: pending or sending)")
+    skipped: dict[str, int] = Field(description="By reason (not_routed: condition not met)")
+    by_status: dict[str, int] = Field(default_factory=dict)
+
+
+class EventStatusOut(BaseModel):
+    event_id: str
+    type: str
+    category: str
+    priority: str
+    state: EventState = Field(description="fanning_out (or accepting), then done")
+    recipients: int = Field(description="Recipients resolved so far (unknown ids included)")
+    unknown_users: int
+    listed: int = Field(description="Distinct user ids the request named (0 for all_users)")
+    messages_created: int
+    sent: int
+    failed: int
+    pending: int
+    skipped: dict[str, int] = Field(description="By reason, every channel")
+    channels: dict[str, ChannelCounts]
+    occurred_at: datetime
+    send_at: datetime | None
+    local_time: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+def _service(request: Request) -> EventService:
+    service: EventService = request.app.state.events
+    return service
+
+
+def _handle(event: Event) -> EventHandle:
+    return EventHandle(
+        event_id=event.event_id,
+        type=event.type,
+        state=event.state,
+        status_url=f"{PATH}/{event.event_id}",
+    )
+
+
+@router.post(
+    "",
+    response_model=EventHandle,
+    status_code=202,
+    responses=problem_responses(400, 409, 413, 422),
+    summary="Accept a business event; fan it out to its recipients in the background",
+)
+async def post_event(body: EventIn, request: Request, _: Admin) -> EventHandle:
+    """202 with a handle at once, for a new event and for a repeat alike; the fan-out
+    runs in the scheduler process (`tepat serve` or `tepat scheduler`)."""
+    event, _created = await _service(request).accept(
+        EventRequest(
+            event_id=body.event_id,
+            type=body.type,
+            data=body.data,
+            occurred_at=body.occurred_at,
+            user_ids=body.user_ids,
+            all_users=body.all_users,
+            priority=body.priority,
+            send_at=body.send_at,
+            local_time=body.local_time,
+        )
+    )
+    return _handle(event)
+
+
+EventIdPath = Annotated[
+    str, Path(min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN, examples=["ord-8841"])
+]
+
+
+@router.get(
+    "/{event_id}",
+    response_model=EventStatusOut,
+    responses=problem_responses(404, 422),
+    summary="Follow an event's fan-out and outcomes",
+)
+async def get_event(event_id: EventIdPath, request: Request, _: Admin) -> EventStatusOut:
+    return status_out(await _service(request).status(event_id))
+
+
+def status_out(status: EventStatus) -> EventStatusOut:
+    e = status.event
+    push = _push_counts(status)
+    inbox = _inbox_counts(e)
+    skipped: dict[str, int] = {}
+    for counts in (push, inbox):
+        for reason, n in counts.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+    return EventStatusOut(
+        event_id=e.event_id,
+        type=e.type,
+        category=e.category,
+        priority=e.priority.value,
+        state=e.state,
+        recipients=e.recipients,
+        unknown_users=e.counts.get(Outcome.UNKNOWN_USER.value, 0),
+        listed=e.listed,
+        messages_created=push.created + inbox.created,
+        sent=push.sent + inbox.sent,
+        failed=push.failed + inbox.failed,
+        pending=push.pending,
+        skipped=skipped,
+        channels={Channel.PUSH.value: push, Channel.INBOX.value: inbox},
+        occurred_at=e.occurred_at,
+        send_at=e.send_at,
+        local_time=None if e.local_time is None else e.local_time.strftime("%H:%M"),
+        created_at=e.created_at,
+        updated_at=e.updated_at,
+    )
+
+
+def _push_counts(status: EventStatus) -> ChannelCounts:
+    by_status: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    for (s, reason), n in status.messages.items():
+        by_status[s] = by_status.get(s, 0) + n
+        if s == MessageStatus.FAILED:
+            failed[reason] = failed.get(reason, 0) + n
+        elif s in (MessageStatus.SKIPPED, MessageStatus.MISSED, MessageStatus.CANCELLED):
+            key = reason or s
+            skipped[key] = skipped.get(key, 0) + n
+    not_routed = status.event.counts.get(f"{Channel.PUSH.value}:{Outcome.NOT_ROUTED}", 0)
+    if not_routed:
+        skipped[Outcome.NOT_ROUTED.value] = not_routed
+    return ChannelCounts(
+        created=sum(by_status.values()),
+        sent=by_status.get(MessageStatus.SENT, 0) + by_status.get(MessageStatus.DELIVERED, 0),
+        failed=sum(failed.values()),
+        pending=by_status.get(MessageStatus.PENDING, 0) + by_status.get(MessageStatus.SENDING, 0),
+        skipped=skipped,
+        by_status=by_status,
+    )
+
+
+def _inbox_counts(e: Event) -> ChannelCounts:
+    prefix = f"{Channel.INBOX.value}:"
+    got: dict[str, Any] = {
+        k.removeprefix(prefix): n for k, n in e.counts.items() if k.startswith(prefix)
+    }
+    delivered = int(got.pop(Outcome.DELIVERED.value, 0))
+    failed = int(got.pop(Outcome.RENDER_ERROR.value, 0))
+    skipped = {k: int(n) for k, n in got.items() if n}
+    by_status = {"delivered": delivered, "failed": failed} if delivered or failed else {}
+    return ChannelCounts(
+        created=delivered,
+        sent=delivered,
+        failed=failed,
+        pending=0,
+        skipped=skipped,
+        by_status=by_status,
+    )

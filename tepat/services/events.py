@@ -1,0 +1,395 @@
+"""Events in, messages and inbox items out (issue 12, part 1): accept, fan out, report.
+
+:meth:`EventService.accept` checks a request, stores the event (and its listed
+recipients) once per ``event_id`` and returns at once; the fan-out loop
+(``scheduler/jobs.py`` ``run_event_fanout``) then pages through the recipients in user-id
+order (:meth:`EventService.fan_out_page`): for each page it reads the users, their active
+devices and preferences in one read each, routes each recipient
+(``tepat/domain/routing.py``), renders the template version resolved for the recipient's
+locale (``TemplateService.resolve``, ``render_pinned``), inserts the page's push messages
+in one idempotent bulk insert (the planner's path, each carrying the outbox mark),
+stores the inbox items (``InboxService.deliver``, idempotent on (user, message id)),
+and only then moves the event's cursor, compare-and-set. A crash before the move does
+the page again: the keys make every write a no-op the second time and the counts are
+added once, with the cursor. Memory holds one page.
+
+A push message is rendered at fan-out with the pinned version and stored rendered, as a
+one-off is, so a retry sends the same text. A render error (or no template in the
+locale chain) is that recipient's ``render_error``: a push message stored ``failed``
+with that reason, an inbox outcome counted on the event; the event carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time
+from typing import Any, Final
+
+import structlog
+
+from tepat.clock import Clock
+from tepat.domain.categories import Categories
+from tepat.domain.errors import DomainError
+from tepat.domain.events import (
+    MAX_DATA_BYTES,
+    MAX_USER_IDS,
+    Event,
+    Outcome,
+    count_key,
+    event_message_key,
+    plan_event_push,
+)
+from tepat.domain.locales import fallback_chain
+from tepat.domain.models import Message, User, message_id_for
+from tepat.domain.planning import _whole_ms_up, request_fingerprint
+from tepat.domain.routing import Channel, EventTypes, Priority, Route, select_channels
+from tepat.domain.templates import Rendered
+from tepat.domain.validation import check_identifier, format_hhmm, parse_hhmm
+from tepat.ports.store import Store
+from tepat.runtime import Runtime
+from tepat.services.accounts import MAX_SEND_AHEAD, IdempotencyConflict, NotFound
+from tepat.services.inbox import InboxService
+from tepat.services.outbox import Outbox
+from tepat.services.templates import TemplateService, template_service
+
+log = structlog.get_logger("tepat.events")
+
+#: Recipients per page: one read of users, devices and preferences, one bulk insert.
+PAGE_SIZE: Final = 500
+#: Events worked on per pass of the loop (each a page at a time, in turn).
+EVENTS_PER_PASS: Final = 10
+
+
+@dataclass(frozen=True, slots=True)
+class EventRequest:
+    """``POST /v1/events`` as the API parsed it (types checked, rules not yet)."""
+
+    event_id: str
+    type: str
+    data: Mapping[str, Any]
+    occurred_at: datetime
+    user_ids: Sequence[str] | None = None
+    all_users: bool = False
+    priority: str | None = None
+    send_at: datetime | None = None
+    local_time: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventStatus:
+    event: Event
+    # The push messages in the store by (status, reason or "").
+    messages: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Page:
+    """What one page decided, before it is written."""
+
+    messages: list[Message] = field(default_factory=list)
+    inbox: list[tuple[User, str, Rendered]] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+class EventService:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        categories: Categories,
+        event_types: EventTypes,
+        templates: TemplateService,
+        inbox: InboxService,
+        outbox: Outbox,
+        page_size: int = PAGE_SIZE,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._categories = categories
+        self._event_types = event_types
+        self._templates = templates
+        self._inbox = inbox
+        self._outbox = outbox
+        self.page_size = page_size
+        # Set by accept(): a fan-out loop in this process starts without waiting its turn.
+        self.wake = asyncio.Event()
+
+    # ------------------------------------------------------------------ accepting
+
+    async def accept(self, req: EventRequest) -> tuple[Event, bool]:
+        """Store the event once per ``event_id``: ``(event, created)``. The same id with
+        another request is an :class:`IdempotencyConflict`."""
+        event_id = check_identifier(req.event_id, "event_id")
+        etype = self._event_types.get(req.type, "type")
+        ids = _check_recipients(req.user_ids, req.all_users)
+        data = _check_data(req.data)
+        priority = _check_priority(req.priority, etype.priority)
+        now = self._clock.now()
+        send_at, local_time = _check_when(req.send_at, req.local_time, now)
+        occurred_at = req.occurred_at.astimezone(UTC)
+        request_hash = request_fingerprint(
+            {
+                "type": etype.name,
+                "user_ids": ids,
+                "all_users": req.all_users,
+                "data": data,
+                "occurred_at": occurred_at.isoformat(),
+                "priority": priority.value,
+                "send_at": send_at.isoformat() if send_at else None,
+                "local_time": format_hhmm(local_time) if local_time else None,
+            }
+        )
+        event = Event(
+            event_id=event_id,
+            type=etype.name,
+            category=etype.category,
+            priority=priority,
+            request_hash=request_hash,
+            all_users=req.all_users,
+            data=data,
+            occurred_at=occurred_at,
+            send_at=send_at,
+            local_time=local_time,
+            listed=len(ids),
+        )
+        stored, created = await self._store.create_event(event, ids)
+        if stored.request_hash != request_hash:
+            raise IdempotencyConflict(
+                f"event_id {event_id!r} was already used with a different request"
+            )
+        if created:
+            self.wake.set()
+        return stored, created
+
+    async def status(self, event_id: str) -> EventStatus:
+        check_identifier(event_id, "event_id")
+        event = await self._store.get_event(event_id)
+        if event is None:
+            raise NotFound("event", event_id)
+        return EventStatus(event, await self._store.event_message_counts(event_id))
+
+    # ------------------------------------------------------------------ fan-out
+
+    async def fan_out_once(self) -> int:
+        """One page of each event still fanning out; how many pages were done."""
+        pages = 0
+        for event in await self._store.events_fanning_out(EVENTS_PER_PASS):
+            try:
+                await self.fan_out_page(event)
+                pages += 1
+            except Exception:
+                # One event's trouble (a store error) must not hold up the others; its
+                # cursor did not move, so the page is done again on the next pass.
+                log.exception("event fan-out failed", event_id=event.event_id)
+        return pages
+
+    async def fan_out_until_idle(self) -> int:
+        """Every page of every event (tests, and a loop catching up); how many."""
+        total = 0
+        while pages := await self.fan_out_once():
+            total += pages
+        return total
+
+    async def fan_out_page(self, event: Event) -> bool:
+        """The next page of ``event``; whether this call moved its cursor."""
+        ids = await self._store.event_recipients(
+            event.event_id, event.all_users, event.cursor, self.page_size
+        )
+        now = self._clock.now()
+        if not ids:
+            return await self._store.advance_event(
+                event.event_id, event.cursor, event.cursor, 0, {}, True, now
+            )
+        page = await self._plan_page(event, ids, now)
+        if page.messages:
+            # The planner's path: one bulk insert; an existing key is counted, not raised.
+            await self._store.insert_messages(page.messages)
+        if page.inbox:
+            outcomes = await asyncio.gather(*(self._deliver(event, *i) for i in page.inbox))
+            page.counts.update(count_key(Channel.INBOX, o) for o in outcomes)
+        moved = await self._store.advance_event(
+            event.event_id,
+            event.cursor,
+            ids[-1],
+            len(ids),
+            page.counts,
+            len(ids) < self.page_size,
+            now,
+        )
+        if page.messages:
+            await self._outbox.flush_soon()
+        return moved
+
+    async def _plan_page(self, event: Event, ids: list[str], now: datetime) -> _Page:
+        page = _Page()
+        routes: tuple[Route, ...] = ()
+        if event.type in self._event_types and event.category in self._categories:
+            routes = self._event_types.get(event.type).routes
+        else:
+            log.warning("event type or category no longer configured", event_id=event.event_id)
+        channels = {r.channel for r in routes}
+        users = await self._store.get_users(ids)
+        devices = await self._store.active_devices(ids) if Channel.PUSH in channels else {}
+        prefs = await self._store.preferences_for_users(ids) if Channel.INBOX in channels else {}
+        renders: dict[tuple[Channel, str], Rendered | str] = {}
+        for user_id in ids:
+            user = users.get(user_id)
+            if user is None:
+                page.counts[count_key(None, Outcome.UNKNOWN_USER)] += 1
+                continue
+            chosen = select_channels(routes, has_active_device=bool(devices.get(user_id)))
+            for route in routes:
+                if route.channel not in chosen:
+                    page.counts[count_key(route.channel, Outcome.NOT_ROUTED)] += 1
+            for channel in chosen:
+                rendered = await self._render(event, channel, user.locale, renders)
+                if channel is Channel.PUSH:
+                    page.messages.append(self._push_message(event, user, rendered, now))
+                elif isinstance(rendered, str):
+                    page.counts[count_key(channel, Outcome.RENDER_ERROR)] += 1
+                elif not user.enabled:
+                    page.counts[count_key(channel, Outcome.USER_DISABLED)] += 1
+                elif not prefs.get(user_id, {}).get(event.category, True):
+                    page.counts[count_key(channel, Outcome.OPTED_OUT)] += 1
+                else:
+                    page.inbox.append((user, message_id_for_inbox(event, user_id), rendered))
+        return page
+
+    def _push_message(
+        self, event: Event, user: User, rendered: Rendered | str, now: datetime
+    ) -> Message:
+        policy = self._categories.get(event.category)
+        if isinstance(rendered, str):
+            return plan_event_push(event, user, policy, "", "", {}, now, render_error=rendered)
+        return plan_event_push(
+            event, user, policy, rendered.title, rendered.body, rendered.data, now
+        )
+
+    async def _render(
+        self,
+        event: Event,
+        channel: Channel,
+        locale: str,
+        renders: dict[tuple[Channel, str], Rendered | str],
+    ) -> Rendered | str:
+        """The rendered parts for a recipient of ``locale``, or why not (render_error).
+        The event's data is the same for every recipient, so one render per resolved
+        (channel, locale) serves the page."""
+        if (channel, locale) in renders:
+            return renders[(channel, locale)]
+        pinned = await self._templates.resolve(event.type, channel, locale)
+        result: Rendered | str
+        if pinned is None:
+            tried = ", ".join(fallback_chain(locale, self._templates.default_locale))
+            result = f"no {channel.value} template for {event.type} in any of {tried}"
+        else:
+            try:
+                result = await self._templates.render_pinned(pinned.template_id, event.data)
+            except DomainError as e:  # TemplateError: reason render_error
+                result = f"{pinned.template_id}: {e}"
+        renders[(channel, locale)] = result
+        return result
+
+    async def _deliver(self, event: Event, user: User, message_id: str, r: Rendered) -> Outcome:
+        try:
+            await self._inbox.deliver(
+                user.user_id,
+                message_id,
+                category=event.category,
+                title=r.title,
+                body=r.body,
+                event_type=event.type,
+                html=r.html,
+                link=r.link,
+                data=event.data,
+            )
+        except NotFound:
+            return Outcome.UNKNOWN_USER  # deleted since the page was read
+        except DomainError:
+            return Outcome.RENDER_ERROR  # a rendered link the inbox refuses
+        return Outcome.DELIVERED
+
+
+def message_id_for_inbox(event: Event, user_id: str) -> str:
+    """The inbox item's message id: from the (event, user, inbox) key, in the characters
+    an inbox message id allows."""
+    return message_id_for(event_message_key(event.event_id, user_id, Channel.INBOX))
+
+
+# ---------------------------------------------------------------------- checks
+
+
+def _check_recipients(user_ids: Sequence[str] | None, all_users: bool) -> list[str]:
+    if all_users:
+        if user_ids:
+            raise DomainError("user_ids", "give user_ids or all_users: true, not both")
+        return []
+    if not user_ids:
+        raise DomainError("user_ids", f"give 1 to {MAX_USER_IDS} user ids, or all_users: true")
+    if len(user_ids) > MAX_USER_IDS:
+        raise DomainError(
+            "user_ids", f"at most {MAX_USER_IDS} ids (send more with all_users or more events)"
+        )
+    for i, user_id in enumerate(user_ids):
+        check_identifier(user_id, f"user_ids.{i}")
+    return sorted(set(user_ids))
+
+
+def _check_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        text = json.dumps(dict(data), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        size = len(text.encode())
+    except (ValueError, TypeError, RecursionError):
+        raise DomainError("data", "must be valid JSON (no NaN, no lone surrogates)") from None
+    if size > MAX_DATA_BYTES:
+        raise DomainError("data", f"at most {MAX_DATA_BYTES} bytes as JSON, got {size}")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def _check_priority(value: str | None, default: Priority) -> Priority:
+    if value is None:
+        return default
+    try:
+        return Priority(value)
+    except ValueError:
+        raise DomainError("priority", "expected critical, normal or bulk") from None
+
+
+def _check_when(
+    send_at: datetime | None, local_time: str | None, now: datetime
+) -> tuple[datetime | None, time | None]:
+    if send_at is not None and local_time is not None:
+        raise DomainError("local_time", "give send_at or local_time, not both")
+    if local_time is not None:
+        return None, parse_hhmm(local_time, "local_time")
+    if send_at is None:
+        return None, None
+    if send_at.tzinfo is None or send_at.utcoffset() is None:
+        raise DomainError("send_at", "expected an ISO 8601 instant with a UTC offset")
+    utc = send_at.astimezone(UTC)
+    if utc - now > MAX_SEND_AHEAD:
+        raise DomainError("send_at", f"must be within {MAX_SEND_AHEAD.days} days from now")
+    # Rounded up before it is stored: a BSON date would cut it down, and the event
+    # would then be sent up to a millisecond early (as for a one-off's send_at).
+    return _whole_ms_up(utc), None
+
+
+def event_service(
+    rt: Runtime, templates: TemplateService | None = None, inbox: InboxService | None = None
+) -> EventService:
+    """The service over a runtime, sharing the API's template
+    and inbox services when given (their caches, the inbox's stream notifier)."""
+    return EventService(
+        rt.store,
+        rt.clock,
+        rt.categories,
+        rt.settings.event_routing(),
+        templates or template_service(rt),
+        inbox or InboxService(rt.store, rt.clock, rt.categories),
+        rt.outbox,
+    )
