@@ -228,6 +228,14 @@ class ImportStore(Protocol):
         """:meth:`ReminderStore.upsert_reminder` for each."""
         ...
 
+    async def write_records(
+        self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
+    ) -> list[bool]:
+        """:meth:`upsert_users`, then :meth:`register_devices`, then
+        :meth:`upsert_reminders` (users before what hangs off them), in one transaction
+        where the database allows; returns what :meth:`upsert_users` returns."""
+        ...
+
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         """:meth:`UserStore.get_plan_target` for each (unknown users are absent)."""
         ...

@@ -6,7 +6,8 @@ the store is read and written a request at a time, and the users the import
 creates are planned together in one pass:
 
 - one read each for the users, their reminders and their active devices;
-- one batched write each for users, devices and reminders (``ImportStore``);
+- one batched write each for users, devices and reminders (``ImportStore``), in one
+  transaction where the store has them;
 - new users: planned directly over the creator's horizon and inserted in one
   batch (they have no pending message to reconcile), then given a planning mark
   as a re-plan gives one, so the periodic plan run does not read them again; a
@@ -275,10 +276,8 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
     for v in valid:
         _diff(v, old_users, old_reminders, old_devices, now, w)
 
-    created_flags = await store.upsert_users(w.users)
-    # Users before what hangs off them; devices and reminders in one batch each.
-    await store.register_devices(w.devices)
-    await store.upsert_reminders(w.reminders)
+    # Users before what hangs off them, in one batch each and one transaction for all.
+    created_flags = await store.write_records(w.users, w.devices, w.reminders)
 
     new_users: list[str] = []
     for user, index, created in zip(w.users, w.user_items, created_flags, strict=True):

@@ -186,3 +186,39 @@ async def test_batch_writes_drop_the_planning_mark_as_single_writes_do(store: St
     assert targets["a"].mark is None
     assert targets["b"].mark is None
     assert targets["c"].mark is not None
+
+
+# --------------------------------------------------------------------------- all three at once
+
+
+async def test_write_records_writes_users_then_devices_then_reminders(store: Store) -> None:
+    await store.upsert_user(user("old"))
+    await store.register_device(device("old", "phone", "tok-moves"))
+    await _marked(store, "old")
+    users = [user("new", "Asia/Jakarta"), user("old", "Europe/Paris")]
+    devices = [device("new", "phone", "tok-moves"), device("old", "tablet", "tok-2")]
+    reminders = [reminder("new", "r1"), reminder("old", "r1", days=("sat", "sun"))]
+    assert await store.write_records(users, devices, reminders) == [True, False]
+    assert (await store.get_user("new"), await store.get_user("old")) == (
+        users[0],
+        dataclasses.replace(users[1], created_at=T0),
+    )
+    active = await store.active_devices(["new", "old"])
+    assert {u: [(d.device_id, d.push_token) for d in ds] for u, ds in active.items()} == {
+        "new": [("phone", "tok-moves")],  # moved from old's phone, as register_devices does
+        "old": [("tablet", "tok-2")],
+    }
+    assert await store.get_reminder("new", "r1") == reminders[0]
+    assert await store.get_reminder("old", "r1") == reminders[1]
+    targets = await store.get_plan_targets(["old"])
+    assert targets["old"].mark is None  # a planning input changed: the mark drops
+
+
+async def test_write_records_with_only_some_kinds(store: Store) -> None:
+    assert await store.write_records([], [], []) == []
+    await store.upsert_user(user("a"))
+    assert await store.write_records([], [device("a", "phone", "tok")], []) == []
+    assert await store.write_records([], [], [reminder("a", "r1")]) == []
+    assert [d.push_token for d in await store.list_devices("a")] == ["tok"]
+    assert await store.get_reminder("a", "r1") == reminder("a", "r1")
+    assert await store.write_records([user("b")], [], []) == [True]

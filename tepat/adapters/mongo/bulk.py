@@ -138,6 +138,16 @@ class BulkMixin(UsersMixin):
             {"_id": {"$in": sorted({r.user_id for r in reminders})}}, PLAN_CHANGED
         )
 
+    async def write_records(
+        self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
+    ) -> list[bool]:
+        # No transaction across collections here: each batch as its own method writes it,
+        # in the order the port asks (users before what hangs off them).
+        created = await self.upsert_users(users)
+        await self.register_devices(devices)
+        await self.upsert_reminders(reminders)
+        return created
+
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         if not user_ids:
             return {}

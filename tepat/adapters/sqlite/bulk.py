@@ -2,12 +2,13 @@
 
 Each method applies the same statement as its single-record sibling (``users.py``,
 ``reminders.py``), only all of them under one ``BEGIN IMMEDIATE``: one lock, one
-commit, one trip to the worker thread for a whole request.
+commit, one trip to the worker thread for a whole request (``write_records``: for the
+users, devices and reminders of a request together).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tepat.adapters.sqlite.codecs import (
     _REMINDER_COLUMNS,
@@ -37,73 +38,106 @@ class BulkMixin(SqliteBase):
     async def upsert_users(self, users: Sequence[User]) -> list[bool]:
         if not users:
             return []
-        now = self._now()
-        rows = [_user_params(u, now) for u in users]
-        upsert = (
-            f"INSERT INTO users ({_USER_COLUMNS}) VALUES ({_placeholders(len(rows[0]))}) "
-            "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
-            "locale = excluded.locale, quiet_start = excluded.quiet_start, "
-            "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
-            "plan_version = max(plan_version, excluded.plan_version), "
-            "updated_at = excluded.updated_at"
-        )
-        ids = [u.user_id for u in users]
+        return await self._write(_upsert_users(users, self._now()))
 
+    async def register_devices(self, devices: Sequence[Device]) -> None:
+        if devices:
+            await self._write(_register_devices(devices, self._now()))
+
+    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
+        if reminders:
+            await self._write(_upsert_reminders(reminders, self._now()))
+
+    async def write_records(
+        self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
+    ) -> list[bool]:
+        if not (users or devices or reminders):
+            return []
+        now = self._now()
+        write_users = _upsert_users(users, now) if users else None
+        write_devices = _register_devices(devices, now) if devices else None
+        write_reminders = _upsert_reminders(reminders, now) if reminders else None
+
+        # One transaction for the three: the write lock is taken (and, with several
+        # processes on one file, waited for) once per import instead of three times.
         def run(conn: Conn) -> list[bool]:
-            # Inside the write transaction, so no other writer creates one in between:
-            # "created" is exact even when imports of the same users race.
-            existing: set[str] = set()
-            for chunk in _chunks(list(dict.fromkeys(ids)), ID_CHUNK):
-                sql = f"SELECT user_id FROM users WHERE user_id IN ({_placeholders(len(chunk))})"
-                existing.update(r[0] for r in conn.execute(sql, chunk).fetchall())
-            created: list[bool] = []
-            for user_id in ids:
-                created.append(user_id not in existing)
-                existing.add(user_id)  # the same id twice: only the first creates it
-            conn.executemany(upsert, rows)
+            created = write_users(conn) if write_users else []
+            if write_devices:
+                write_devices(conn)
+            if write_reminders:
+                write_reminders(conn)
             return created
 
         return await self._write(run)
-
-    async def register_devices(self, devices: Sequence[Device]) -> None:
-        if not devices:
-            return
-        now = self._now()
-
-        def run(conn: Conn) -> None:
-            # One device after the other, as register_device would: a token named twice
-            # ends with the later device, and the partial unique index on active tokens
-            # holds after every statement.
-            for d in devices:
-                created = _ts_opt(d.created_at) or now
-                updated = _ts_opt(d.updated_at) or now
-                conn.execute(
-                    ROTATE_TOKEN, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
-                )
-                conn.execute(
-                    UPSERT_DEVICE,
-                    (d.user_id, d.device_id, d.push_token, d.platform, created, updated),
-                )
-
-        await self._write(run)
-
-    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
-        if not reminders:
-            return
-        now = self._now()
-        rows = [_reminder_params(r, now) for r in reminders]
-        sql = (
-            f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(len(rows[0]))}) "
-            "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
-            "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
-            "label = excluded.label, days = excluded.days, data = excluded.data, "
-            "enabled = excluded.enabled, version = excluded.version, "
-            "updated_at = excluded.updated_at"
-        )
-        await self._write(lambda c: c.executemany(sql, rows).rowcount)
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         rows = await self._select_in(
             f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id IN ({{ids}})", user_ids
         )
         return {t.user.user_id: t for t in map(_plan_target, rows)}
+
+
+def _upsert_users(users: Sequence[User], now: str) -> Callable[[Conn], list[bool]]:
+    rows = [_user_params(u, now) for u in users]
+    upsert = (
+        f"INSERT INTO users ({_USER_COLUMNS}) VALUES ({_placeholders(len(rows[0]))}) "
+        "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
+        "locale = excluded.locale, quiet_start = excluded.quiet_start, "
+        "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
+        "plan_version = max(plan_version, excluded.plan_version), "
+        "updated_at = excluded.updated_at"
+    )
+    ids = [u.user_id for u in users]
+
+    def run(conn: Conn) -> list[bool]:
+        # Inside the write transaction, so no other writer creates one in between:
+        # "created" is exact even when imports of the same users race.
+        existing: set[str] = set()
+        for chunk in _chunks(list(dict.fromkeys(ids)), ID_CHUNK):
+            sql = f"SELECT user_id FROM users WHERE user_id IN ({_placeholders(len(chunk))})"
+            existing.update(r[0] for r in conn.execute(sql, chunk).fetchall())
+        created: list[bool] = []
+        for user_id in ids:
+            created.append(user_id not in existing)
+            existing.add(user_id)  # the same id twice: only the first creates it
+        conn.executemany(upsert, rows)
+        return created
+
+    return run
+
+
+def _register_devices(devices: Sequence[Device], now: str) -> Callable[[Conn], None]:
+    rotations = []
+    upserts = []
+    for d in devices:
+        created = _ts_opt(d.created_at) or now
+        updated = _ts_opt(d.updated_at) or now
+        rotations.append((ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id))
+        upserts.append((d.user_id, d.device_id, d.push_token, d.platform, created, updated))
+
+    def run(conn: Conn) -> None:
+        # One device after the other, as register_device would: a token named twice
+        # ends with the later device, and the partial unique index on active tokens
+        # holds after every statement.
+        for rotation, upsert in zip(rotations, upserts, strict=True):
+            conn.execute(ROTATE_TOKEN, rotation)
+            conn.execute(UPSERT_DEVICE, upsert)
+
+    return run
+
+
+def _upsert_reminders(reminders: Sequence[Reminder], now: str) -> Callable[[Conn], None]:
+    rows = [_reminder_params(r, now) for r in reminders]
+    sql = (
+        f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(len(rows[0]))}) "
+        "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
+        "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
+        "label = excluded.label, days = excluded.days, data = excluded.data, "
+        "enabled = excluded.enabled, version = excluded.version, "
+        "updated_at = excluded.updated_at"
+    )
+
+    def run(conn: Conn) -> None:
+        conn.executemany(sql, rows)
+
+    return run
