@@ -371,3 +371,30 @@ async def test_send_at_later_plans_for_that_instant(
 
 def utc(hour: int, minute: int) -> datetime:
     return datetime(2027, 3, 1, hour, minute, tzinfo=UTC)
+
+
+async def test_the_scheduler_loop_fans_out_what_the_api_accepted(
+    client: httpx.AsyncClient, rt: Runtime, push: FakePush
+) -> None:
+    from scheduler.jobs import run_event_fanout
+    from tepat.processes import scheduler_parts
+    from tests.support.waiting import eventually
+
+    assert run_event_fanout in scheduler_parts()  # `tepat scheduler` and `tepat serve`
+    await user_with_phone(client, "alice")
+    await templates(client)
+    await post(client, event_body())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(run_event_fanout(rt, stop))
+
+    async def done() -> bool:
+        state: str = (await status(client))["state"]
+        return state == "done"
+
+    try:
+        await eventually(done, what="the event fanned out")
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 5)
+    await drain_due(rt)
+    assert len(push.requests) == 1

@@ -65,9 +65,7 @@ async def test_local_time_round_trips(store: Store) -> None:
 
 
 async def test_concurrent_creates_of_one_id_store_one_event(store: Store) -> None:
-    results = await asyncio.gather(
-        *(store.create_event(event(), ["u1", "u2"]) for _ in range(20))
-    )
+    results = await asyncio.gather(*(store.create_event(event(), ["u1", "u2"]) for _ in range(20)))
     assert sum(created for _, created in results) == 1
     assert all(e == results[0][0] for e, _ in results)
     assert await store.event_recipients("ev-1", False, "", 10) == ["u1", "u2"]
