@@ -115,8 +115,6 @@ class EventService:
         self._inbox = inbox
         self._outbox = outbox
         self.page_size = page_size
-        # Set by accept(): a fan-out loop in this process starts without waiting its turn.
-        self.wake = asyncio.Event()
 
     # ------------------------------------------------------------------ accepting
 
@@ -161,8 +159,6 @@ class EventService:
             raise IdempotencyConflict(
                 f"event_id {event_id!r} was already used with a different request"
             )
-        if created:
-            self.wake.set()
         return stored, created
 
     async def status(self, event_id: str) -> EventStatus:
