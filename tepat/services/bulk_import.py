@@ -348,14 +348,16 @@ def _diff(
     w.statuses[v.index] = "created" if old is None else "updated" if changed else "unchanged"
 
 
+# json.dumps(..., ensure_ascii=False, allow_nan=False), built once rather than per call.
+_PAYLOAD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def _payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
     """:func:`check_payload`, with one encoding for the usual valid notification: when
     it succeeds and fits, so would each part alone; else the full check names the field."""
     payload = dict(data or {})
     try:
-        encoded = json.dumps(
-            {"title": title, "body": body, "data": payload}, ensure_ascii=False, allow_nan=False
-        ).encode()
+        encoded = _PAYLOAD_ENCODER.encode({"title": title, "body": body, "data": payload}).encode()
     except (ValueError, TypeError, RecursionError):
         return check_payload(title, body, data)
     if len(encoded) > MAX_PAYLOAD_BYTES:
