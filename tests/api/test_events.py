@@ -398,3 +398,48 @@ async def test_the_scheduler_loop_fans_out_what_the_api_accepted(
         await asyncio.wait_for(loop, 5)
     await drain_due(rt)
     assert len(push.requests) == 1
+
+
+async def test_an_open_inbox_stream_gets_the_event_once(
+    client: httpx.AsyncClient, app: FastAPI, rt: Runtime, push: FakePush
+) -> None:
+    from tepat.domain.inbox import InboxItem
+    from tepat.services.inbox import InboxService
+    from tests.support.waiting import eventually, stays_false
+
+    await user_with_phone(client, "alice")
+    await templates(client)
+    inbox: InboxService = app.state.inbox  # the API's: the fan-out wakes its streams
+    received: list[InboxItem] = []
+
+    async def hold_open() -> None:
+        async for item in await inbox.open_stream("alice", 0):
+            if item is not None:
+                received.append(item)
+
+    stream = asyncio.create_task(hold_open())
+    try:
+        await post(client, event_body())
+        await events(app).fan_out_until_idle()
+        await eventually(lambda: len(received) == 1, what="the item on the stream")
+        await asyncio.gather(*(post(client, event_body()) for _ in range(20)))
+        await events(app).fan_out_until_idle()
+        assert await stays_false(lambda: len(received) > 1)
+    finally:
+        stream.cancel()
+    assert received[0].title == "Paid: 8841" and received[0].event_type == "order.paid"
+    await drain_due(rt)
+    assert len(push.requests) == 1
+
+
+async def test_a_template_edited_after_fan_out_does_not_change_what_is_sent(
+    client: httpx.AsyncClient, app: FastAPI, rt: Runtime, push: FakePush, clock: FakeClock
+) -> None:
+    await user_with_phone(client, "alice")
+    await templates(client)
+    await post(client, event_body(send_at="2027-03-01T00:10:00Z"))
+    await events(app).fan_out_until_idle()
+    await templates(client, title="Edited {{ order }}")  # version 2, after the message exists
+    clock.advance(600)
+    await drain_due(rt)
+    assert [r.title for r in push.requests] == ["Order 8841 paid"]
