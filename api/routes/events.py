@@ -69,6 +69,9 @@ class ChannelCounts(BaseModel):
     created: int = Field(description="Messages (push) or items (inbox) created")
     sent: int = Field(description="Push: accepted by Expo or delivered; inbox: stored")
     failed: int
+    failed_reasons: dict[str, int] = Field(
+        default_factory=dict, description="By reason (render_error, provider errors…)"
+    )
     pending: int = Field(description="Not sent yet (push: pending or sending)")
     skipped: dict[str, int] = Field(description="By reason (not_routed: condition not met)")
     by_status: dict[str, int] = Field(default_factory=dict)
@@ -200,6 +203,7 @@ def _push_counts(status: EventStatus) -> ChannelCounts:
         created=sum(by_status.values()),
         sent=by_status.get(MessageStatus.SENT, 0) + by_status.get(MessageStatus.DELIVERED, 0),
         failed=sum(failed.values()),
+        failed_reasons=failed,
         pending=by_status.get(MessageStatus.PENDING, 0) + by_status.get(MessageStatus.SENDING, 0),
         skipped=skipped,
         by_status=by_status,
@@ -214,11 +218,12 @@ def _inbox_counts(e: Event) -> ChannelCounts:
     delivered = int(got.pop(Outcome.DELIVERED.value, 0))
     failed = int(got.pop(Outcome.RENDER_ERROR.value, 0))
     skipped = {k: int(n) for k, n in got.items() if n}
-    by_status = {"delivered": delivered, "failed": failed} if delivered or failed else {}
+    by_status = {k: n for k, n in (("delivered", delivered), ("failed", failed)) if n}
     return ChannelCounts(
         created=delivered,
         sent=delivered,
         failed=failed,
+        failed_reasons={Outcome.RENDER_ERROR.value: failed} if failed else {},
         pending=0,
         skipped=skipped,
         by_status=by_status,

@@ -213,6 +213,8 @@ async def test_a_render_error_fails_that_recipient_not_the_event(
     assert (got["sent"], got["failed"]) == (2, 2)  # alice: push + inbox; bruno: both failed
     assert got["channels"]["push"]["by_status"] == {"sent": 1, "failed": 1}
     assert got["channels"]["inbox"]["failed"] == 1
+    assert got["channels"]["push"]["failed_reasons"] == {"render_error": 1}
+    assert got["channels"]["inbox"]["failed_reasons"] == {"render_error": 1}
 
 
 async def test_locale_falls_back_from_pt_br_to_pt_then_the_default(
