@@ -319,6 +319,14 @@ class MessageStore(Protocol):
         after it (pages over messages a pass leaves marked)."""
         ...
 
+    async def unpublished_counts(
+        self, due_from: datetime, due_before: datetime
+    ) -> dict[tuple[datetime, str], int]:
+        """How many pending messages carrying the outbox mark are due at each
+        (``due_at``, category) in [``due_from``, ``due_before``): the publisher reads
+        only the seconds that fill a whole batch."""
+        ...
+
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
         """Clear the outbox mark of each (id, due_at) whose ``due_at`` is unchanged
         (a message put back to pending meanwhile keeps its mark). Returns how many."""

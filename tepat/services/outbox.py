@@ -34,12 +34,13 @@ API for one instant reach the broker in about K/100 broker messages.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+import collections
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
 from tepat.clock import Clock
-from tepat.domain.batches import BatchBuilder
+from tepat.domain.batches import MAX_BATCH, BatchBuilder
 from tepat.domain.categories import Categories
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
@@ -108,33 +109,41 @@ class Outbox:
                 return total
 
     async def _publish_full(self, start: datetime, horizon: datetime) -> int:
-        """Publish the full batches among the marked messages due in [start, horizon)."""
+        """Publish the full batches among the marked messages due in [start, horizon).
+
+        Counted in the store first: only the seconds holding a full batch are read,
+        so a pass over a window of batches still filling costs one aggregate query."""
+        per_batch: collections.Counter[tuple[int, str]] = collections.Counter()
+        for (due, category), n in (await self._store.unpublished_counts(start, horizon)).items():
+            if category in self._categories:
+                per_batch[(int(due.timestamp()), self._categories.get(category).queue_name)] += n
+        seconds = sorted({second for (second, _), n in per_batch.items() if n >= MAX_BATCH})
+        total = 0
+        for second in seconds:
+            at = datetime.fromtimestamp(second, UTC)
+            total += await self._publish_full_second(max(at, start), at + timedelta(seconds=1))
+        return total
+
+    async def _publish_full_second(self, start: datetime, end: datetime) -> int:
         builder = BatchBuilder(self._categories)
-        # the read due_at of every message in a group still filling: the mark is
-        # cleared only for that due_at (a message moved meanwhile keeps its mark)
-        held: dict[str, datetime] = {}
+        # the read due_at of each message, to clear its mark only for that due_at (a
+        # message moved meanwhile keeps its mark)
+        read: dict[str, datetime] = {}
         total = 0
         after = (start, "")  # every id sorts after "": due at start or later
         while True:
-            page = await self._store.unpublished(PAGE_SIZE, due_before=horizon, after=after)
+            page = await self._store.unpublished(PAGE_SIZE, due_before=end, after=after)
             if page:
                 after = (page[-1].due, page[-1].id)
-            held.update((m.id, m.due) for m in page)
+            read.update((m.id, m.due) for m in page)
             full = builder.add(page)
             if full:
                 self.published_batches += await self._enqueuer.publish(full)
                 ids = [i for b in full for i in b.ids]
-                await self._store.mark_published([(i, held.pop(i)) for i in ids])
+                await self._store.mark_published([(i, read[i]) for i in ids])
                 total += len(ids)
             if len(page) < PAGE_SIZE:
-                break
-        # Messages the builder skipped (not pending any more, an unknown category)
-        # were never held in a group: clear their marks as _publish_all does.
-        grouped = {i for b in builder.drain() for i in b.ids}
-        skipped = [(i, due) for i, due in held.items() if i not in grouped]
-        if skipped:
-            await self._store.mark_published(skipped)
-        return total
+                return total
 
     async def flush_quietly(self) -> None:
         """:meth:`flush` for callers whose write already succeeded: a broker failure

@@ -822,6 +822,23 @@ async def test_unpublished_after_pages_by_due_at_then_id(store: Store) -> None:
     assert rest == [everything[2]]
 
 
+async def test_unpublished_counts_per_due_at_and_category_in_a_window(store: Store) -> None:
+    ms = [
+        msg("a", label="a", scheduled_at=at(1)),
+        msg("b", label="b", scheduled_at=at(1)),
+        msg("c", label="c", scheduled_at=at(1), category="safety"),
+        msg("d", label="d", scheduled_at=at(2)),
+        msg("e", label="e", scheduled_at=at(3)),  # at the window's end: outside
+        msg("f", label="f", scheduled_at=at(0)),  # before it
+        msg("g", label="g", scheduled_at=at(2), status=SENT),  # not pending
+    ]
+    await store.insert_messages(ms)
+    await store.mark_published([(ms[3].id, ms[3].due)])  # published already
+    counts = await store.unpublished_counts(at(1), at(3))
+    assert counts == {(at(1), "meal"): 2, (at(1), "safety"): 1}
+    assert await store.unpublished_counts(at(3), at(3)) == {}
+
+
 async def test_mark_published_keeps_mark_when_due_at_moved(store: Store) -> None:
     m = msg("a")
     await store.insert_messages([m])

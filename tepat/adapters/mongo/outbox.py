@@ -16,7 +16,7 @@ from typing import Any
 from pymongo import ASCENDING, UpdateOne
 
 from tepat.adapters.mongo.base import MongoBase
-from tepat.adapters.mongo.codecs import bson_dt, message_from_doc
+from tepat.adapters.mongo.codecs import bson_dt, message_from_doc, read_dt
 from tepat.domain.models import Message, MessageStatus
 
 
@@ -45,6 +45,27 @@ class OutboxMixin(MongoBase):
             .to_list(None)
         )
         return [message_from_doc(d) for d in docs]
+
+    async def unpublished_counts(
+        self, due_from: datetime, due_before: datetime
+    ) -> dict[tuple[datetime, str], int]:
+        pipeline: list[dict[str, Any]] = [
+            {
+                "$match": {
+                    "publish_pending": True,
+                    "status": MessageStatus.PENDING.value,
+                    "due_at": {"$gte": bson_dt(due_from), "$lt": bson_dt(due_before)},
+                }
+            },
+            {"$group": {"_id": {"due": "$due_at", "category": "$category"}, "n": {"$sum": 1}}},
+        ]
+        docs = await (await self._db["messages"].aggregate(pipeline)).to_list(None)
+        counts: dict[tuple[datetime, str], int] = {}
+        for d in docs:
+            due = read_dt(d["_id"]["due"])
+            assert due is not None  # matched on a due_at range
+            counts[(due, d["_id"]["category"])] = int(d["n"])
+        return counts
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
         if not published:

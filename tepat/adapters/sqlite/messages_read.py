@@ -121,6 +121,17 @@ class MessagesReadMixin(SqliteBase):
         )
         return [_message(r) for r in rows]
 
+    async def unpublished_counts(
+        self, due_from: datetime, due_before: datetime
+    ) -> dict[tuple[datetime, str], int]:
+        rows = await self._select(
+            "SELECT due_at, category, count(*) FROM messages INDEXED BY ix_messages_outbox "
+            "WHERE publish_pending = 1 AND due_at >= ? AND due_at < ? AND status = 'pending' "
+            "GROUP BY due_at, category",
+            (_ts(due_from), _ts(due_before)),
+        )
+        return {(_dt(due), category): n for due, category, n in rows}
+
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
         rows = await self._select(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages "
