@@ -103,6 +103,18 @@ class PlanTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordsWritten:
+    """What :meth:`ImportStore.write_records` did: ``created`` as
+    :meth:`ImportStore.upsert_users` answers it, and for users it created, their change
+    stamp as the write left them, where the store reads it in the same transaction
+    (SQLite; empty where it cannot). A later :class:`PlanTarget` with that stamp means
+    nothing planning reads changed since: the user has exactly the reminders written."""
+
+    created: list[bool]
+    stamps: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Counts:
     by_status_category: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -230,10 +242,10 @@ class ImportStore(Protocol):
 
     async def write_records(
         self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
-    ) -> list[bool]:
+    ) -> RecordsWritten:
         """:meth:`upsert_users`, then :meth:`register_devices`, then
         :meth:`upsert_reminders` (users before what hangs off them), in one transaction
-        where the database allows; returns what :meth:`upsert_users` returns."""
+        where the database allows (see :class:`RecordsWritten`)."""
         ...
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:

@@ -8,9 +8,10 @@ creates are planned together in one pass:
 - one read each for the users, their reminders and their active devices;
 - one batched write each for users, devices and reminders (``ImportStore``), in one
   transaction where the store has them;
-- new users: planned directly over the creator's horizon and inserted in one
-  batch (they have no pending message to reconcile), then given a planning mark
-  as a re-plan gives one, so the periodic plan run does not read them again; a
+- new users: planned directly over the creator's horizon (from the reminders the
+  import wrote, unless their change stamp says something changed them since) and
+  inserted in one batch (they have no pending message to reconcile), then given a
+  planning mark as a re-plan gives one, so the periodic plan run does not read them again; a
   user a concurrent import created first, or an existing user whose zone, quiet
   hours or reminders changed, goes through :meth:`Creator.replan_user`, which
   reconciles (and marks).
@@ -277,10 +278,10 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
         _diff(v, old_users, old_reminders, old_devices, now, w)
 
     # Users before what hangs off them, in one batch each and one transaction for all.
-    created_flags = await store.write_records(w.users, w.devices, w.reminders)
+    written = await store.write_records(w.users, w.devices, w.reminders)
 
     new_users: list[str] = []
-    for user, index, created in zip(w.users, w.user_items, created_flags, strict=True):
+    for user, index, created in zip(w.users, w.user_items, written.created, strict=True):
         if user.user_id in old_users:
             continue
         if created:
@@ -290,7 +291,7 @@ async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[in
             # plan may differ from ours, so reconcile like any change.
             w.replan.add(user.user_id)
             w.statuses[index] = "updated"
-    await _plan_new_users(rt, new_users, now)
+    await _plan_new_users(rt, new_users, w.reminders, written.stamps, now)
     await _replan(rt, sorted(w.replan))
     return w.statuses
 
@@ -373,7 +374,13 @@ def _planned_fields(r: Reminder) -> tuple[object, ...]:
     return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
 
 
-async def _plan_new_users(rt: Runtime, user_ids: Sequence[str], now: datetime) -> None:
+async def _plan_new_users(
+    rt: Runtime,
+    user_ids: Sequence[str],
+    written: Sequence[Reminder],
+    stamps: Mapping[str, int],
+    now: datetime,
+) -> None:
     """One planning pass over the creator's horizon for every user this import created,
     leaving each a planning mark, as :meth:`Creator.replan_user` does.
 
@@ -382,12 +389,23 @@ async def _plan_new_users(rt: Runtime, user_ids: Sequence[str], now: datetime) -
     indexes refuse anything a concurrent planner already wrote. The users (with
     their change stamps) are read before their reminders, so a mark planned from
     reminders older than a later change is refused by the store (compare-and-set).
+    A user whose stamp is still the one the import's own write left (``stamps``)
+    has exactly the reminders it wrote: those are planned without reading them back.
     """
     if not user_ids:
         return
     store, categories = rt.store, rt.categories
     targets = await store.get_plan_targets(user_ids)
-    reminders = await store.reminders_for_users(list(targets))
+    unchanged = {uid for uid, t in targets.items() if stamps.get(uid) == t.stamp}
+    reminders: dict[str, list[Reminder]] = {uid: [] for uid in unchanged}
+    for r in written:
+        if r.user_id in unchanged:
+            reminders[r.user_id].append(r)
+    for rs in reminders.values():
+        rs.sort(key=_by_id)  # the order the store reads them in
+    changed = [uid for uid in targets if uid not in unchanged]
+    if changed:
+        reminders.update(await store.reminders_for_users(changed))
     end = now + rt.creator.horizon
     planned = [
         m
@@ -412,6 +430,10 @@ async def _plan_new_users(rt: Runtime, user_ids: Sequence[str], now: datetime) -
     await store.set_plan_marks(marks)
     if planned:
         await rt.outbox.flush_quietly()
+
+
+def _by_id(r: Reminder) -> str:
+    return r.reminder_id
 
 
 async def _replan(rt: Runtime, user_ids: Sequence[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import pytest
 
 from tepat.clock import FakeClock
 from tepat.domain.models import MessageStatus
+from tepat.ports.store import PlanTarget
 from tepat.runtime import Runtime
 from tepat.services.bulk_import import MAX_ITEMS
 from tests.api.conftest import ADMIN, bearer, problem, runtime_on
@@ -302,6 +303,27 @@ async def test_a_plan_run_after_an_import_finds_nothing_to_plan(
     )
     result = await rt.creator.plan_ahead()
     assert result.users_planned == 1  # u4 (written behind the API's back); u3 re-planned
+
+
+async def test_a_change_between_the_write_and_the_planning_is_planned_from_the_store(
+    client: httpx.AsyncClient, rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import plans a new user from the reminders it wrote only while nothing changed
+    them since: a reminder another request moves in between is planned as stored."""
+    read_targets = rt.store.get_plan_targets
+
+    async def change_first(user_ids: Sequence[str]) -> dict[str, PlanTarget]:
+        lunch = await rt.store.get_reminder("a", "lunch") or pytest.fail("no reminder")
+        await rt.store.upsert_reminder(dataclasses.replace(lunch, local_time=time(12, 40)))
+        return await read_targets(user_ids)
+
+    monkeypatch.setattr(rt.store, "get_plan_targets", change_first)
+    await ok(await client.post(URL, json=[item("a")], headers=ADMIN))
+    lunch = [m for m in await rt.store.pending_for_user("a") if m.reminder_id == "lunch"]
+    assert lunch and all(m.local_time == time(12, 40) for m in lunch)
+    monkeypatch.undo()
+    result = await rt.creator.plan_ahead()
+    assert result.created == 0  # and the mark it left holds: nothing left to plan
 
 
 async def test_payload_rules_name_the_field_as_the_single_put_does(

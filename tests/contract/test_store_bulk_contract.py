@@ -198,7 +198,8 @@ async def test_write_records_writes_users_then_devices_then_reminders(store: Sto
     users = [user("new", "Asia/Jakarta"), user("old", "Europe/Paris")]
     devices = [device("new", "phone", "tok-moves"), device("old", "tablet", "tok-2")]
     reminders = [reminder("new", "r1"), reminder("old", "r1", days=("sat", "sun"))]
-    assert await store.write_records(users, devices, reminders) == [True, False]
+    written = await store.write_records(users, devices, reminders)
+    assert written.created == [True, False]
     assert (await store.get_user("new"), await store.get_user("old")) == (
         users[0],
         dataclasses.replace(users[1], created_at=T0),
@@ -212,13 +213,21 @@ async def test_write_records_writes_users_then_devices_then_reminders(store: Sto
     assert await store.get_reminder("old", "r1") == reminders[1]
     targets = await store.get_plan_targets(["old"])
     assert targets["old"].mark is None  # a planning input changed: the mark drops
+    # Stamps, where the store gives them, are those of the users it created, as written.
+    assert set(written.stamps) <= {"new"}
+    for user_id, stamp in written.stamps.items():
+        target = await store.get_plan_target(user_id)
+        assert target is not None and target.stamp == stamp
+    await store.upsert_reminders([reminder("new", "r2")])
+    target = await store.get_plan_target("new")
+    assert target is not None and target.stamp not in written.stamps.values()
 
 
 async def test_write_records_with_only_some_kinds(store: Store) -> None:
-    assert await store.write_records([], [], []) == []
+    assert (await store.write_records([], [], [])).created == []
     await store.upsert_user(user("a"))
-    assert await store.write_records([], [device("a", "phone", "tok")], []) == []
-    assert await store.write_records([], [], [reminder("a", "r1")]) == []
+    assert (await store.write_records([], [device("a", "phone", "tok")], [])).created == []
+    assert (await store.write_records([], [], [reminder("a", "r1")])).created == []
     assert [d.push_token for d in await store.list_devices("a")] == ["tok"]
     assert await store.get_reminder("a", "r1") == reminder("a", "r1")
-    assert await store.write_records([user("b")], [], []) == [True]
+    assert (await store.write_records([user("b")], [], [])).created == [True]

@@ -24,7 +24,7 @@ from tepat.adapters.mongo.codecs import (
 )
 from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target
 from tepat.domain.models import Device, Reminder, User
-from tepat.ports.store import PlanTarget
+from tepat.ports.store import PlanTarget, RecordsWritten
 
 
 class BulkMixin(UsersMixin):
@@ -140,13 +140,14 @@ class BulkMixin(UsersMixin):
 
     async def write_records(
         self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
-    ) -> list[bool]:
+    ) -> RecordsWritten:
         # No transaction across collections here: each batch as its own method writes it,
-        # in the order the port asks (users before what hangs off them).
+        # in the order the port asks (users before what hangs off them). No stamps: a
+        # read after these writes could already see another writer's change.
         created = await self.upsert_users(users)
         await self.register_devices(devices)
         await self.upsert_reminders(reminders)
-        return created
+        return RecordsWritten(created)
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         if not user_ids:

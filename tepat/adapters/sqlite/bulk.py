@@ -29,7 +29,7 @@ from tepat.adapters.sqlite.users import (
     _plan_target,
 )
 from tepat.domain.models import Device, Reminder, User
-from tepat.ports.store import PlanTarget
+from tepat.ports.store import PlanTarget, RecordsWritten
 
 
 class BulkMixin(SqliteBase):
@@ -50,23 +50,33 @@ class BulkMixin(SqliteBase):
 
     async def write_records(
         self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
-    ) -> list[bool]:
+    ) -> RecordsWritten:
         if not (users or devices or reminders):
-            return []
+            return RecordsWritten([])
         now = self._now()
         write_users = _upsert_users(users, now) if users else None
         write_devices = _register_devices(devices, now) if devices else None
         write_reminders = _upsert_reminders(reminders, now) if reminders else None
+        ids = [u.user_id for u in users]
 
         # One transaction for the three: the write lock is taken (and, with several
         # processes on one file, waited for) once per import instead of three times.
-        def run(conn: Conn) -> list[bool]:
+        def run(conn: Conn) -> RecordsWritten:
             created = write_users(conn) if write_users else []
             if write_devices:
                 write_devices(conn)
             if write_reminders:
                 write_reminders(conn)
-            return created
+            # Still inside the transaction: no other writer's change is in these.
+            new = [uid for uid, c in zip(ids, created, strict=True) if c]
+            stamps: dict[str, int] = {}
+            for chunk in _chunks(new, ID_CHUNK):
+                sql = (
+                    "SELECT user_id, plan_stamp FROM users "
+                    f"WHERE user_id IN ({_placeholders(len(chunk))})"
+                )
+                stamps.update(conn.execute(sql, chunk).fetchall())
+            return RecordsWritten(created, stamps)
 
         return await self._write(run)
 
