@@ -126,7 +126,17 @@ class Dispatcher:
         ``before_send`` is awaited before its requests go out (the consumer's
         priority order between batches).
         """
-        early = batch.due > self._clock.now()
+        now = self._clock.now()
+        turn = _Once(before_send)
+        if batch.due + BATCH_SPAN <= now:
+            # Its whole second has passed (a backlog): every item still meant for it
+            # is due, so one claim, bounded like the candidates below, replaces the
+            # read. A message moved since (retried, deferred) stays for its new batch.
+            claimed = await self._store.claim(batch.ids, now, due_before=batch.due + BATCH_SPAN)
+            if claimed:
+                await self.process_claimed(claimed, None, turn)
+            return
+        early = batch.due > now
         # A message moved since this batch was published (retried, deferred) waits
         # for the batch of its new instant.
         candidates = [
@@ -139,7 +149,6 @@ class Dispatcher:
         recipients = None
         if early:
             recipients = await self._recipients(sorted({m.user_id for m in candidates}))
-        turn = _Once(before_send)
         # A batch covers a whole second: each item is held until its own instant within
         # it (one due at .0 must not wait for one due at .5); what is due by then goes
         # together, so items already due are one claim and one send.

@@ -280,9 +280,13 @@ class MessageStore(Protocol):
 
     async def find_by_live_key(self, live_key: str) -> Message | None: ...
 
-    async def claim(self, message_ids: Sequence[str], now: datetime) -> list[Message]:
+    async def claim(
+        self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
+    ) -> list[Message]:
         """Atomically move each ``pending`` message to ``sending`` (``claimed_at=now``,
         ``attempts += 1``) and return those this call claimed; a second claimant gets nothing.
+        ``due_before``: only messages whose ``due_at`` is before it (a consumer claims a
+        batch whose second has passed without reading it first).
         """
         ...
 

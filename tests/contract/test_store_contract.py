@@ -725,6 +725,19 @@ async def test_transition_sets_the_given_fields_only(store: Store) -> None:
     assert (failed.status, failed.status_reason) == (FAILED, "gave up")
 
 
+async def test_claim_due_before_takes_only_messages_due_before_it(store: Store) -> None:
+    early, boundary, late = (
+        msg(key, label=key, scheduled_at=at(n)) for key, n in (("e", 0), ("b", 1), ("l", 2))
+    )
+    await store.insert_messages([early, boundary, late])
+    claimed = await store.claim([early.id, boundary.id, late.id], at(5), due_before=at(1))
+    assert [m.id for m in claimed] == [early.id]  # exclusive bound
+    assert {m.id for m in await store.claim([boundary.id, late.id], at(5))} == {
+        boundary.id,
+        late.id,
+    }
+
+
 async def test_pending_for_user(store: Store) -> None:
     reminder_msg = msg("a", scheduled_at=at(5))
     one = oneoff("b", scheduled_at=at(1))

@@ -106,8 +106,8 @@ class FaultyStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def claim(self, message_ids: Sequence[str], now: Any) -> Any:
-        claimed = await self._inner.claim(message_ids, now)
+    async def claim(self, message_ids: Sequence[str], now: Any, due_before: Any = None) -> Any:
+        claimed = await self._inner.claim(message_ids, now, due_before)
         self._faults.sent_since_claim = False
         if claimed and self._faults.take(Fault.CRASH_AFTER_CLAIM):
             self._faults.on_fault(Fault.CRASH_AFTER_CLAIM, [m.id for m in claimed], Taint.LATE)

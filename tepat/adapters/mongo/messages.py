@@ -76,7 +76,9 @@ class MessagesMixin(MongoBase):
         doc = await self._db["messages"].find_one({"live_key": live_key})
         return None if doc is None else message_from_doc(doc)
 
-    async def claim(self, message_ids: Sequence[str], now: datetime) -> list[Message]:
+    async def claim(
+        self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
+    ) -> list[Message]:
         # One find_one_and_update per id rather than update_many + a claim token:
         # a single-document findAndModify is atomic and a *retryable write*, so a
         # network blip is retried by the driver exactly once and still tells us
@@ -85,9 +87,13 @@ class MessagesMixin(MongoBase):
         messages = self._db["messages"]
         claimed_at = bson_dt(now)
 
+        flt: dict[str, Any] = {"status": MessageStatus.PENDING.value}
+        if due_before is not None:
+            flt["due_at"] = {"$lt": bson_dt(due_before)}
+
         async def one(mid: str) -> Message | None:
             doc = await messages.find_one_and_update(
-                {"_id": mid, "status": MessageStatus.PENDING.value},
+                {"_id": mid, **flt},
                 {
                     "$set": {
                         "status": MessageStatus.SENDING.value,

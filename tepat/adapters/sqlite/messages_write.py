@@ -101,9 +101,13 @@ class MessagesWriteMixin(SqliteBase):
             inserted.update(r[0] for r in cursor.fetchall())
         return inserted
 
-    async def claim(self, message_ids: Sequence[str], now: datetime) -> list[Message]:
+    async def claim(
+        self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
+    ) -> list[Message]:
         ids = _unique(message_ids)
         stamp = _ts(now)
+        # "~" sorts after every timestamp: no bound.
+        bound = "~" if due_before is None else _ts(due_before)
 
         def run(conn: Conn) -> list[Row]:
             rows: list[Row] = []
@@ -112,9 +116,9 @@ class MessagesWriteMixin(SqliteBase):
                     "UPDATE messages SET status = 'sending', claimed_at = ?, "
                     "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
                     f"WHERE id IN ({_placeholders(len(chunk))}) AND status = 'pending' "
-                    f"RETURNING {_MESSAGE_COLUMNS}"
+                    f"AND due_at < ? RETURNING {_MESSAGE_COLUMNS}"
                 )
-                rows.extend(conn.execute(sql, (stamp, stamp, *chunk)).fetchall())
+                rows.extend(conn.execute(sql, (stamp, stamp, *chunk, bound)).fetchall())
             return rows
 
         by_id = {m.id: m for m in map(_message, await self._write(run))}
