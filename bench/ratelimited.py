@@ -84,6 +84,7 @@ def provider_limited(
         "responses_429": s["429"],
         "share_429_of_send_requests": round(share_429, 4),
         "max_accepted_in_1s_window": arrivals.max_in_window(),
+        "per_second_counts": list(arrivals.per_second().values()),
         "consumer_peak_rss_mb": o.peak_rss_mb,
         "ready_margin_s": o.ready_margin_s,
     }

@@ -4,19 +4,36 @@
 allowed less, and several consumer processes share one project. Throwing the
 configured rate at a provider that accepts a sixth of it only collects 429s.
 
-- On a 429 the rate drops to what the provider was seen to accept over the
-  last seconds (a little under it); that figure is remembered as the *known
-  good* rate. Sending pauses for the provider's ``Retry-After``.
-- A 429 with nothing accepted to measure (a storm) halves the rate once, not
-  at every refusal: further 429s within ``DECREASE_GAP_SECONDS`` only pause.
-  The rate never goes under ``FLOOR_SHARE`` of the ceiling, so a storm cannot
+- A 429 starts an *episode*: the rate drops to what the provider was seen to
+  accept (a little under it), and that figure is remembered as the *known
+  good* rate. Sending pauses for the provider's ``Retry-After``; the requests
+  already waiting for tokens wait out the pause too and then go at the new
+  rate (see :meth:`TokenBucket.pause`).
+- One decrease per episode, not one per refused request: the requests that
+  were already on their way when the rate came down (several are in flight at
+  once) come back 429 together; they only pause. The sender says when each
+  refused request left (``sent_at``), so a request sent before the last
+  decrease is part of that episode.
+- "What the provider accepts" is measured from the accepted requests since
+  the last pause ended, over at most ``WINDOW_SECONDS``, up to the moment the
+  refused request left: notifications accepted / time, the time never under a
+  second (the provider's bucket holds about a second, so a shorter span says
+  nothing about its rate). Seconds spent paused are not counted as seconds in
+  which the provider accepted nothing.
+- A 429 with nothing accepted to measure (a storm, or another sender using up
+  the budget) halves the rate, at most once per ``DECREASE_GAP_SECONDS``. The
+  rate never goes under ``FLOOR_SHARE`` of the ceiling, so a storm cannot
   leave the sender crawling for longer than the storm itself.
 - While requests are accepted, the rate climbs back fast (x1.5 per second) up
-  to the known good rate, then creeps up slowly (0.2 % per second) to probe
-  for more, so a probe past the provider's limit (one 429) comes about once per
-  15 seconds of full-rate sending.
+  to the known good rate. Above it, it holds for ``HOLD_SECONDS`` after the
+  last refusal (a rate just refused is not worth trying again at once: every
+  probe past the limit costs a 429 and a pause), then creeps up slowly (0.2 %
+  per second) to find whether the provider now takes more.
 - It never exceeds ``ceiling * share``: ``share`` is this process's part of the
   ceiling (``1 / live consumers``, see ``consumers/rate_share.py``).
+
+Every unit is notifications per second, as Expo counts them (up to 100 per
+request), the same unit as the token bucket and the sandbox's limit.
 
 Written by hand because the usual libraries (aiolimiter, pyrate-limiter) give
 fixed rates; the adaptive part is the point here, and it is small.
@@ -24,16 +41,27 @@ fixed rates; the adaptive part is the point here, and it is small.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 
+log = logging.getLogger(__name__)
+
 # How far back accepted sends count when a 429 asks "what does the provider take?".
-WINDOW_SECONDS = 2.0
+WINDOW_SECONDS = 3.0
+# How long accepted sends are remembered: a refused request's answer can come back late
+# (up to the client's timeout), and it is measured from when it left.
+KEEP_SECONDS = 30.0
+# A measurement over a shorter span is taken over this long: the provider lets a second's
+# worth through at once, so a burst says nothing about its rate.
+MIN_SPAN_SECONDS = 1.0
 # Probing above the known good rate: relative increase per second.
 PROBE_PER_SECOND = 0.002
+# No probing for this long after a refusal.
+HOLD_SECONDS = 60.0
 # Recovering up to the known good rate: factor per second.
 RECOVER_PER_SECOND = 1.5
 RECOVER_HORIZON_S = 60.0
@@ -52,12 +80,15 @@ class AdaptiveRate:
         self.ceiling = float(ceiling)
         self.share = 1.0
         self.clock = clock
+        # (when the request left, notifications) of accepted requests, oldest first.
         self._accepted: deque[tuple[datetime, int]] = deque()
-        self._first_accepted: datetime | None = None
+        self._paused_until: datetime | None = None
         self._last_change = clock.now()
         self._last_decrease: datetime | None = None
+        self._last_refusal: datetime | None = None
         self.known_good: float | None = None
-        self.throttled = 0
+        self.throttled = 0  # refused requests
+        self.episodes = 0  # decreases
 
     @property
     def rate(self) -> float:
@@ -80,12 +111,11 @@ class AdaptiveRate:
             # Never throttled: the share alone sets the pace.
             self.bucket.set_rate(self.limit)
 
-    def accepted(self, n: int) -> None:
+    def accepted(self, n: int, sent_at: datetime | None = None) -> None:
+        """``n`` notifications accepted in a request that left at ``sent_at`` (default now)."""
         now = self.clock.now()
-        if self._first_accepted is None:
-            self._first_accepted = now
-        self._accepted.append((now, n))
-        self._forget_before(now)
+        self._accepted.append((sent_at or now, n))
+        self._forget_before(now - timedelta(seconds=KEEP_SECONDS))
         elapsed = (now - self._last_change).total_seconds()
         self._last_change = now
         rate = self.bucket.rate
@@ -96,33 +126,69 @@ class AdaptiveRate:
             # The exponent is capped: after a long quiet spell 1.5**elapsed overflows a
             # float, and a minute of recovery already reaches any target.
             grown = min(target, rate * RECOVER_PER_SECOND ** min(elapsed, RECOVER_HORIZON_S))
+        elif self._holding(now):
+            return
         else:
             grown = rate * (1 + PROBE_PER_SECOND * elapsed)
         self.bucket.set_rate(min(self.limit, grown))
 
-    def throttled_by_provider(self, retry_after: float | None) -> None:
+    def throttled_by_provider(
+        self, retry_after: float | None, sent_at: datetime | None = None
+    ) -> None:
+        """The provider answered 429 to a request that left at ``sent_at`` (default now)."""
         now = self.clock.now()
+        sent = sent_at or now
         self.throttled += 1
-        self._forget_before(now)
-        taken = sum(n for _, n in self._accepted)
-        target: float | None = None
-        if taken and self._first_accepted is not None:
-            span = (now - self._first_accepted).total_seconds()
-            span = min(WINDOW_SECONDS, max(1.0, span))
-            measured = taken / span
-            target = min(self.bucket.rate, measured) * HEADROOM
+        self._last_refusal = now
+        self._last_change = now
+        if self._last_decrease is None or sent >= self._last_decrease:
+            self._decrease(now, sent)
+        if retry_after:
+            self.bucket.pause(retry_after)
+            until = now + timedelta(seconds=retry_after)
+            self._paused_until = max(until, self._paused_until or until)
+
+    def _decrease(self, now: datetime, sent: datetime) -> None:
+        before = self.bucket.rate
+        measured = self._measured(sent)
+        if measured is not None:
+            target = min(before, measured) * HEADROOM
             self.known_good = target
         elif self._last_decrease is None or (
             (now - self._last_decrease).total_seconds() >= DECREASE_GAP_SECONDS
         ):
-            target = self.bucket.rate * DECREASE
-        if target is not None:
-            self.bucket.set_rate(max(self.floor, min(self.limit, target)))
-            self._last_decrease = now
-        self._last_change = now
-        if retry_after:
-            self.bucket.pause(retry_after)
+            target = before * DECREASE
+        else:
+            return
+        self.bucket.set_rate(max(self.floor, min(self.limit, target)))
+        self._last_decrease = now
+        self.episodes += 1
+        log.info(
+            "provider refused a request (429): rate %.1f -> %.1f notifications/s (%s)",
+            before,
+            self.bucket.rate,
+            f"accepted {measured:.1f}/s" if measured is not None else "nothing accepted to measure",
+        )
 
-    def _forget_before(self, now: datetime) -> None:
-        while self._accepted and (now - self._accepted[0][0]).total_seconds() > WINDOW_SECONDS:
+    def _measured(self, end: datetime) -> float | None:
+        """Notifications/s accepted in requests that left since the last pause ended (at
+        most ``WINDOW_SECONDS`` back) and before ``end``; None when there were none."""
+        start = end - timedelta(seconds=WINDOW_SECONDS)
+        if self._paused_until is not None:
+            start = max(start, self._paused_until)
+        sent = [(at, n) for at, n in self._accepted if start <= at < end]
+        if not sent:
+            return None
+        first = min(at for at, _ in sent)
+        span = max(MIN_SPAN_SECONDS, (end - first).total_seconds())
+        return sum(n for _, n in sent) / span
+
+    def _holding(self, now: datetime) -> bool:
+        return (
+            self._last_refusal is not None
+            and (now - self._last_refusal).total_seconds() < HOLD_SECONDS
+        )
+
+    def _forget_before(self, when: datetime) -> None:
+        while self._accepted and self._accepted[0][0] < when:
             self._accepted.popleft()

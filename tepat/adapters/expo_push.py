@@ -228,12 +228,15 @@ class ExpoPushProvider:
 
         if to_send:
             await self.limiter.acquire(len(to_send))
+            # When it left, not when it was answered: a 429 for a request that left before
+            # the rate came down is part of the episode that brought it down.
+            sent_at = self.clock.now()
             result = await self._post(SEND_PATH, [m for _, m in to_send])
             if isinstance(result, RetryLater) and result.throttled:
-                self.adaptive.throttled_by_provider(result.retry_after)
+                self.adaptive.throttled_by_provider(result.retry_after, sent_at)
             if isinstance(result, RetryLater | Rejected):
                 return result
-            self.adaptive.accepted(len(to_send))
+            self.adaptive.accepted(len(to_send), sent_at)
             tickets = self._parse_tickets(result, len(to_send))
             if isinstance(tickets, Rejected):
                 return tickets

@@ -5,7 +5,13 @@ Tokens refill continuously at ``rate`` per second up to ``capacity``. Two ways t
 * :meth:`TokenBucket.acquire` (senders) *reserves* ``n`` tokens at once, even into debt, and
   then sleeps on the clock until the debt is repaid. Reservations are served in call order, so
   concurrent senders queue fairly without polling, and a request bigger than the bucket (100
-  notifications through a 10/s bucket) still goes, just later.
+  notifications through a 10/s bucket) still goes, just later. A sender that wakes checks
+  again whether its tokens are there: a rate lowered or a :meth:`TokenBucket.pause` made while
+  it slept (a provider's 429) applies to the reservations already waiting, not only to the
+  next ones, so senders queued at the old rate do not all go at the old pace into more 429s.
+  A sender that wakes late (a busy event loop) does not pass its lateness on as credit to the
+  next one: a provider's bucket does not keep it either, so two requests must not reach it
+  closer together than their cost allows.
 * :meth:`TokenBucket.try_acquire` (the sandbox's server side) never waits: it takes the tokens
   or says how long until it could.
 
@@ -32,6 +38,11 @@ class TokenBucket:
         self.clock = clock
         self._tokens = self.capacity
         self._updated: datetime = clock.now()
+        # Every token ever reserved, and those reserved by acquire() calls still waiting for
+        # them. A reservation is served once the tokens handed out (reserved + available)
+        # reach its mark, whatever the rate did meanwhile.
+        self._reserved = 0.0
+        self._waiting = 0.0
         # The sandbox is called from a server thread and from tests at once.
         self._lock = threading.Lock()
 
@@ -55,10 +66,12 @@ class TokenBucket:
 
     def pause(self, seconds: float) -> None:
         """Hand out nothing for ``seconds`` (a provider's Retry-After): a reservation of a
-        full bucket made now waits that long (not that long *plus* its own cost)."""
+        full bucket made now waits that long (not that long *plus* its own cost), and the
+        reservations already waiting go after the pause, one after the other at the rate
+        (the tokens they reserved before are owed again from the end of the pause)."""
         with self._lock:
             self._refill()
-            self._tokens = min(self._tokens, self.capacity - seconds * self.rate)
+            self._tokens = min(self._tokens, self.capacity - seconds * self.rate - self._waiting)
 
     @property
     def available(self) -> float:
@@ -74,14 +87,42 @@ class TokenBucket:
         with self._lock:
             self._refill()
             self._tokens -= n
+            self._reserved += n
             return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
 
     async def acquire(self, n: float = 1.0) -> float:
         """Wait on the clock until ``n`` tokens are ours; return how long that took (seconds)."""
-        delay = self.reserve(n)
-        if delay > 0:
-            await self.clock.sleep(delay)
-        return delay
+        if n < 0:
+            raise ValueError(f"cannot reserve a negative number of tokens ({n!r})")
+        started = self.clock.now()
+        with self._lock:
+            self._refill()
+            self._tokens -= n
+            self._reserved += n
+            mark = self._reserved
+            self._waiting += n
+        try:
+            while (delay := self._until(mark)) > 0:
+                await self.clock.sleep(delay)
+        finally:
+            with self._lock:
+                self._waiting -= n
+        with self._lock:
+            self._refill()
+            # A sender that woke late does not hand its lateness on as credit: the
+            # provider's bucket, full when this request reaches it, kept no more than a
+            # bucket either, so the next request is owed its own cost from now.
+            most = mark - n + max(self.capacity, n)
+            self._tokens = min(self._tokens, most - self._reserved)
+        return (self.clock.now() - started).total_seconds()
+
+    def _until(self, mark: float) -> float:
+        """Seconds until the tokens handed out reach ``mark`` at the current rate (0: now)."""
+        with self._lock:
+            self._refill()
+            delay = (mark - (self._reserved + self._tokens)) / self.rate
+        # Under the clock's resolution (1 us) is now: a sleep cannot be shorter.
+        return delay if delay >= 1e-6 else 0.0
 
     def try_acquire(self, n: float = 1.0) -> float:
         """Take ``n`` tokens if available and return 0.0; otherwise take nothing and return the

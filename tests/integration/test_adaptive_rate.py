@@ -7,7 +7,10 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from tepat.adapters.adaptive_rate import AdaptiveRate
+import httpx
+import pytest
+
+from tepat.adapters.adaptive_rate import HOLD_SECONDS, AdaptiveRate
 from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import FakeClock
@@ -116,3 +119,112 @@ def test_recovery_after_an_hour_of_silence_reaches_the_known_good_rate_without_o
     clock.advance(timedelta(seconds=3179))
     rate.accepted(1)
     assert bucket.rate == known_good
+
+
+def at(seconds: float) -> datetime:
+    return START + timedelta(seconds=seconds)
+
+
+def test_requests_refused_together_bring_the_rate_down_once_per_episode() -> None:
+    # Several requests are in flight at once; when the provider's limit is hit they come
+    # back 429 together. Only the first says something new: the rest left before it.
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock, capacity=100)
+    rate = AdaptiveRate(bucket, 600, clock)
+    clock.set(at(0.04))
+    rate.accepted(100, sent_at=at(0.0))
+    for k, sent in enumerate((0.01, 0.02, 0.03)):
+        clock.set(at(0.05 + k / 100))
+        rate.throttled_by_provider(retry_after=1.0, sent_at=at(sent))
+    assert bucket.rate == pytest.approx(97)  # 100/s accepted, a little under it; once
+    assert (rate.throttled, rate.episodes) == (3, 1)
+    # A request that left after the rate came down and is refused: a new episode.
+    clock.set(at(1.2))
+    rate.accepted(100, sent_at=at(1.1))
+    clock.set(at(2.2))
+    rate.throttled_by_provider(retry_after=1.0, sent_at=at(2.13))
+    assert rate.episodes == 2
+    assert bucket.rate == pytest.approx(97 * 0.97)
+
+
+def test_seconds_paused_for_retry_after_are_not_seconds_in_which_nothing_was_accepted() -> None:
+    # 97/s in requests of 100 (one every 1.031 s), a 429 and its 1 s pause, then a second
+    # 429: the provider took 97/s between them, not the ~65/s that counting the pause as
+    # idle would say (which left the sender crawling at half the provider's rate).
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock, capacity=100)
+    rate = AdaptiveRate(bucket, 600, clock)
+    clock.set(at(0.02))
+    rate.accepted(100, sent_at=at(0.0))
+    clock.set(at(0.11))
+    rate.throttled_by_provider(retry_after=1.0, sent_at=at(0.1))  # paused until 1.11
+    for sent in (1.11, 2.141):
+        clock.set(at(sent + 0.01))
+        rate.accepted(100, sent_at=at(sent))
+    clock.set(at(3.18))
+    rate.throttled_by_provider(retry_after=1.0, sent_at=at(3.172))
+    assert rate.known_good == pytest.approx(97 * 0.97, rel=0.01)
+
+
+def test_no_probing_above_the_known_good_rate_for_a_while_after_a_refusal() -> None:
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock, capacity=100)
+    rate = AdaptiveRate(bucket, 600, clock)
+    clock.set(at(0.02))
+    rate.accepted(100, sent_at=at(0.0))
+    clock.set(at(0.2))
+    rate.throttled_by_provider(retry_after=1.0, sent_at=at(0.17))
+    known_good = rate.known_good
+    assert known_good is not None and bucket.rate == known_good
+    t = 1.2
+    while t < 0.2 + HOLD_SECONDS - 1:  # a probe now would only find the 429 again
+        clock.set(at(t))
+        rate.accepted(100, sent_at=at(t))
+        t += 1.0
+    assert bucket.rate == known_good
+    while t < 0.2 + HOLD_SECONDS + 30:  # then it looks for more, slowly
+        clock.set(at(t))
+        rate.accepted(100, sent_at=at(t))
+        t += 1.0
+    assert known_good < bucket.rate < known_good * 1.1
+
+
+async def test_six_requests_in_flight_at_once_cost_one_429_at_the_start() -> None:
+    # As the consumer's batcher sends: up to six requests at once, a refused one sent
+    # again later. Configured at 600/s against a provider taking 100/s, the requests
+    # already queued when the first 429 comes back must wait, not follow it into 429s.
+    clock = FakeClock(START)
+    sandbox = ExpoSandbox(clock=clock, receipt_delay_seconds=900)
+    sandbox.set_rate_limit(100)
+    transport = httpx.ASGITransport(app=sandbox.app)
+    chunks = [requests(100, 100 * i) for i in range(24)]
+    refused = 0
+    workers = 6
+
+    async def worker(provider: ExpoPushProvider) -> None:
+        nonlocal refused, workers
+        try:
+            while chunks:
+                chunk = chunks.pop(0)
+                result = await provider.send(chunk)
+                if not isinstance(result, Tickets):
+                    assert isinstance(result, RetryLater) and result.throttled
+                    refused += 1
+                    chunks.append(chunk)
+        finally:
+            workers -= 1
+
+    async with ExpoPushProvider(
+        "http://sandbox.test", clock=clock, rate_limit=600, transport=transport
+    ) as provider:
+        started = clock.now()
+        tasks = [asyncio.create_task(worker(provider)) for _ in range(workers)]
+        while workers:
+            await asyncio.sleep(0)
+            if workers and clock.sleepers == workers:  # every sender waits on the clock
+                clock.advance(0.005)
+        await asyncio.gather(*tasks)
+        took = (clock.now() - started).total_seconds()
+    assert sandbox.stats()["send_requests"] == 24
+    assert refused == 1
+    assert took <= 1.1 * 2400 / 100, took

@@ -109,3 +109,69 @@ def test_rejects_negative_amounts() -> None:
         bucket.reserve(-1)
     with pytest.raises(ValueError):
         bucket.try_acquire(-1)
+
+
+async def test_a_pause_holds_back_the_senders_already_waiting_then_spaces_them() -> None:
+    # A provider's 429 must reach the requests already queued for tokens: woken on their
+    # old schedule, they would go straight into more 429s.
+    clock = FakeClock()
+    bucket = TokenBucket(100, clock, capacity=100)
+    await bucket.acquire(100)
+    first = asyncio.create_task(bucket.acquire(100))  # due at 1.0
+    second = asyncio.create_task(bucket.acquire(100))  # due at 2.0
+    await settle()
+    clock.advance(0.5)
+    bucket.pause(1.0)  # nothing goes before 1.5
+    clock.advance(0.99)
+    await settle()
+    assert not first.done()
+    clock.advance(0.01)
+    await settle()
+    assert first.done() and not second.done()
+    clock.advance(0.99)
+    await settle()
+    assert not second.done()  # one request's cost after the first, not its old 2.0
+    clock.advance(0.01)
+    await settle()
+    assert second.done()
+
+
+async def test_a_lower_rate_applies_to_the_senders_already_waiting() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(100, clock, capacity=100)
+    await bucket.acquire(100)
+    waiting = asyncio.create_task(bucket.acquire(100))  # due at 1.0 at 100/s
+    await settle()
+    clock.advance(0.5)
+    bucket.set_rate(50)  # the other half of its tokens now takes a second
+    clock.advance(0.5)
+    await settle()
+    assert not waiting.done()  # its old schedule
+    clock.advance(0.49)
+    await settle()
+    assert not waiting.done()
+    clock.advance(0.01)
+    await settle()
+    assert waiting.done()
+
+
+async def test_a_sender_that_woke_late_does_not_pass_its_lateness_on() -> None:
+    # The provider's bucket was full when the late request reached it and kept no more:
+    # the next request of a full bucket's cost must wait a whole second after it.
+    clock = FakeClock()
+    bucket = TokenBucket(100, clock, capacity=100)
+    assert await bucket.acquire(50) == 0.0  # a burst within the bucket still goes at once
+    assert await bucket.acquire(50) == 0.0
+    late = asyncio.create_task(bucket.acquire(100))  # due at 1.0
+    await settle()
+    clock.advance(1.3)  # the event loop was busy: it goes 0.3 s late
+    await settle()
+    assert late.done()
+    following = asyncio.create_task(bucket.acquire(100))
+    await settle()
+    clock.advance(0.99)  # 2.29: the old schedule (2.0) is long past
+    await settle()
+    assert not following.done()
+    clock.advance(0.01)
+    await settle()
+    assert following.done()
