@@ -29,8 +29,20 @@ configured rate at a provider that accepts a sixth of it only collects 429s.
   last refusal (a rate just refused is not worth trying again at once: every
   probe past the limit costs a 429 and a pause), then creeps up slowly (0.2 %
   per second) to find whether the provider now takes more.
+- A measurement over less than a second in which less was accepted than the
+  refused request asked for (the first second of sending: a batch of 12
+  accepted, then 100 refused 0.07 s later) says nothing about the provider's
+  rate ("12/s"): it counts as nothing accepted, so the rate halves instead.
 - It never exceeds ``ceiling * share``: ``share`` is this process's part of the
   ceiling (``1 / live consumers``, see ``consumers/rate_share.py``).
+- Requests hold at most ``REQUEST_SECONDS`` of the rate (:meth:`request_size`):
+  at 100/s, 50 notifications, not Expo's 100. The provider lets about a second
+  of its rate through at once; a request of a whole second must find its bucket
+  full, so it must reach the provider a full second after the previous one, and
+  a request delayed on the way followed by one that is not (a busy event loop, a
+  slow connection) is refused. Half-second requests leave half a second of
+  slack. At 200/s and more (Expo's 600/s, or two consumers sharing it) nothing
+  changes: requests stay at 100.
 
 Every unit is notifications per second, as Expo counts them (up to 100 per
 request), the same unit as the token bucket and the sandbox's limit.
@@ -72,6 +84,8 @@ DECREASE_GAP_SECONDS = 2.0
 HEADROOM = 0.97
 # Never slower than this part of the ceiling (a storm must not outlast itself).
 FLOOR_SHARE = 0.05
+# The most of a second's rate one request may hold.
+REQUEST_SECONDS = 0.5
 
 
 class AdaptiveRate:
@@ -111,6 +125,11 @@ class AdaptiveRate:
             # Never throttled: the share alone sets the pace.
             self.bucket.set_rate(self.limit)
 
+    def request_size(self, most: int) -> int:
+        """Notifications per request at the current rate: ``most`` (the provider's own
+        limit) or fewer, so that a request is at most ``REQUEST_SECONDS`` of the rate."""
+        return max(1, min(most, int(self.bucket.rate * REQUEST_SECONDS)))
+
     def accepted(self, n: int, sent_at: datetime | None = None) -> None:
         """``n`` notifications accepted in a request that left at ``sent_at`` (default now)."""
         now = self.clock.now()
@@ -133,24 +152,25 @@ class AdaptiveRate:
         self.bucket.set_rate(min(self.limit, grown))
 
     def throttled_by_provider(
-        self, retry_after: float | None, sent_at: datetime | None = None
+        self, retry_after: float | None, sent_at: datetime | None = None, n: int | None = None
     ) -> None:
-        """The provider answered 429 to a request that left at ``sent_at`` (default now)."""
+        """The provider answered 429 to a request of ``n`` notifications that left at
+        ``sent_at`` (default now)."""
         now = self.clock.now()
         sent = sent_at or now
         self.throttled += 1
         self._last_refusal = now
         self._last_change = now
         if self._last_decrease is None or sent >= self._last_decrease:
-            self._decrease(now, sent)
+            self._decrease(now, sent, n)
         if retry_after:
             self.bucket.pause(retry_after)
             until = now + timedelta(seconds=retry_after)
             self._paused_until = max(until, self._paused_until or until)
 
-    def _decrease(self, now: datetime, sent: datetime) -> None:
+    def _decrease(self, now: datetime, sent: datetime, refused: int | None) -> None:
         before = self.bucket.rate
-        measured = self._measured(sent)
+        measured = self._measured(sent, refused)
         if measured is not None:
             target = min(before, measured) * HEADROOM
             self.known_good = target
@@ -170,18 +190,21 @@ class AdaptiveRate:
             f"accepted {measured:.1f}/s" if measured is not None else "nothing accepted to measure",
         )
 
-    def _measured(self, end: datetime) -> float | None:
+    def _measured(self, end: datetime, refused: int | None) -> float | None:
         """Notifications/s accepted in requests that left since the last pause ended (at
-        most ``WINDOW_SECONDS`` back) and before ``end``; None when there were none."""
+        most ``WINDOW_SECONDS`` back) and before ``end``; None when there were none, or
+        when under a second's burst was smaller than the ``refused`` request."""
         start = end - timedelta(seconds=WINDOW_SECONDS)
         if self._paused_until is not None:
             start = max(start, self._paused_until)
         sent = [(at, n) for at, n in self._accepted if start <= at < end]
         if not sent:
             return None
-        first = min(at for at, _ in sent)
-        span = max(MIN_SPAN_SECONDS, (end - first).total_seconds())
-        return sum(n for _, n in sent) / span
+        taken = sum(n for _, n in sent)
+        span = (end - min(at for at, _ in sent)).total_seconds()
+        if span < MIN_SPAN_SECONDS and refused is not None and taken < refused:
+            return None
+        return taken / max(MIN_SPAN_SECONDS, span)
 
     def _holding(self, now: datetime) -> bool:
         return (

@@ -9,7 +9,9 @@ What this client does, following docs.expo.dev/push-notifications/sending-notifi
   becomes that notification's error outcome without a request, and the rest still go.
 * Stays under the project's rate (600 notifications/s) with a token bucket on the injected
   clock, so that it waits rather than provoking 429s; at most ``max_connections`` requests are
-  in flight (Expo asks for about 6).
+  in flight (Expo asks for about 6). When Expo accepts less, the rate adapts
+  (:mod:`tepat.adapters.adaptive_rate`) and ``max_batch`` shrinks below 100 while the rate
+  is under 200/s, so that one request is never more than half a second of it.
 * Gzips request bodies over 1 KiB, as Expo's Node SDK does, and accepts gzip responses.
 * Never raises for provider-side trouble. A whole-request failure becomes ``RetryLater``
   (429, 5xx, network errors, timeouts) or ``Rejected`` (401/403, other 4xx); a per-notification
@@ -136,6 +138,9 @@ def payload_size(message: Mapping[str, Any]) -> int:
 
 
 class ExpoPushProvider:
+    #: How many notifications a caller should put in one request now: Expo's 100, less
+    #: while the provider allows under two requests of 100 a second (see
+    #: :meth:`AdaptiveRate.request_size`). :meth:`send` still takes up to 100.
     max_batch: int = MAX_BATCH
     max_receipt_batch: int = MAX_RECEIPT_BATCH
 
@@ -194,10 +199,12 @@ class ExpoPushProvider:
     # ---- send ----
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
-        """Send up to :attr:`max_batch` notifications; outcomes come back in batch order."""
-        if len(batch) > self.max_batch:
+        """Send up to 100 notifications (:attr:`max_batch` is what to aim for now); outcomes
+        come back in batch order."""
+        if len(batch) > MAX_BATCH:
             # A caller bug, not a provider problem: the port promises batches of max_batch.
-            raise ValueError(f"at most {self.max_batch} notifications per send, got {len(batch)}")
+            # (Up to Expo's 100 still go: max_batch may have shrunk since the batch was cut.)
+            raise ValueError(f"at most {MAX_BATCH} notifications per send, got {len(batch)}")
         outcomes: list[TicketOutcome | None] = [None] * len(batch)
         to_send: list[tuple[int, dict[str, Any]]] = []
         for index, request in enumerate(batch):
@@ -233,10 +240,12 @@ class ExpoPushProvider:
             sent_at = self.clock.now()
             result = await self._post(SEND_PATH, [m for _, m in to_send])
             if isinstance(result, RetryLater) and result.throttled:
-                self.adaptive.throttled_by_provider(result.retry_after, sent_at)
+                self.adaptive.throttled_by_provider(result.retry_after, sent_at, len(to_send))
+                self.max_batch = self.adaptive.request_size(MAX_BATCH)
             if isinstance(result, RetryLater | Rejected):
                 return result
             self.adaptive.accepted(len(to_send), sent_at)
+            self.max_batch = self.adaptive.request_size(MAX_BATCH)
             tickets = self._parse_tickets(result, len(to_send))
             if isinstance(tickets, Rejected):
                 return tickets
@@ -246,6 +255,7 @@ class ExpoPushProvider:
 
     def set_rate_share(self, share: float) -> None:
         self.adaptive.set_share(share)
+        self.max_batch = self.adaptive.request_size(MAX_BATCH)
 
     def _parse_tickets(self, body: Any, expected: int) -> list[TicketOutcome] | Rejected:
         data = body.get("data") if isinstance(body, Mapping) else None

@@ -168,25 +168,60 @@ def test_seconds_paused_for_retry_after_are_not_seconds_in_which_nothing_was_acc
 
 def test_no_probing_above_the_known_good_rate_for_a_while_after_a_refusal() -> None:
     clock = FakeClock(START)
-    bucket = TokenBucket(600, clock, capacity=100)
+    bucket = TokenBucket(100, clock, capacity=100)
     rate = AdaptiveRate(bucket, 600, clock)
-    clock.set(at(0.02))
-    rate.accepted(100, sent_at=at(0.0))
-    clock.set(at(0.2))
-    rate.throttled_by_provider(retry_after=1.0, sent_at=at(0.17))
+    for sent in (0.0, 1.0, 2.0):  # 100/s, measured over two seconds
+        clock.set(at(sent + 0.01))
+        rate.accepted(100, sent_at=at(sent))
+    clock.set(at(3.0))
+    rate.throttled_by_provider(retry_after=1.0, sent_at=at(2.99))
     known_good = rate.known_good
     assert known_good is not None and bucket.rate == known_good
-    t = 1.2
-    while t < 0.2 + HOLD_SECONDS - 1:  # a probe now would only find the 429 again
+    t = 4.0
+    while t < 3.0 + HOLD_SECONDS - 1:  # a probe now would only find the 429 again
         clock.set(at(t))
         rate.accepted(100, sent_at=at(t))
         t += 1.0
     assert bucket.rate == known_good
-    while t < 0.2 + HOLD_SECONDS + 30:  # then it looks for more, slowly
+    while t < 3.0 + HOLD_SECONDS + 30:  # then it looks for more, slowly
         clock.set(at(t))
         rate.accepted(100, sent_at=at(t))
         t += 1.0
     assert known_good < bucket.rate < known_good * 1.1
+
+
+def test_a_small_burst_then_a_bigger_request_refused_measures_nothing_so_the_rate_halves() -> None:
+    # The first request (12 notifications) was accepted, the next (100) refused 0.07 s
+    # later: "12/s" says nothing about a provider that takes 100/s, and taken as the
+    # provider's rate it would leave the sender at its floor for a minute.
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock, capacity=100)
+    rate = AdaptiveRate(bucket, 600, clock)
+    clock.set(at(0.05))
+    rate.accepted(12, sent_at=at(0.0))
+    clock.set(at(0.08))
+    rate.throttled_by_provider(retry_after=1.0, sent_at=at(0.07), n=100)
+    assert bucket.rate == 300 and rate.known_good is None
+    # A burst as big as the refused request does measure: the provider took 100 in its
+    # first second.
+    clock.set(at(1.2))
+    rate.accepted(100, sent_at=at(1.1))
+    clock.set(at(1.5))
+    rate.throttled_by_provider(retry_after=1.0, sent_at=at(1.43), n=100)
+    assert bucket.rate == pytest.approx(97)
+
+
+def test_requests_hold_at_most_half_a_second_of_the_rate() -> None:
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock, capacity=100)
+    rate = AdaptiveRate(bucket, 600, clock)
+    assert rate.request_size(100) == 100  # Expo's 600/s: requests of 100
+    bucket.set_rate(300)  # two consumers sharing it: still 100
+    assert rate.request_size(100) == 100
+    bucket.set_rate(97)  # a provider taking 100/s: two requests a second
+    assert rate.request_size(100) == 48
+    bucket.set_rate(1)
+    assert rate.request_size(100) == 1
 
 
 async def test_six_requests_in_flight_at_once_cost_one_429_at_the_start() -> None:
@@ -226,5 +261,5 @@ async def test_six_requests_in_flight_at_once_cost_one_429_at_the_start() -> Non
         await asyncio.gather(*tasks)
         took = (clock.now() - started).total_seconds()
     assert sandbox.stats()["send_requests"] == 24
-    assert refused == 1
+    assert refused == 1, refused
     assert took <= 1.1 * 2400 / 100, took
