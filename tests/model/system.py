@@ -160,6 +160,7 @@ class System:
                 _next_multiple(now, RECEIPTS_EVERY),
                 _next_multiple(now, PLAN_EVERY),
                 await self._next_sweep(now),
+                await self._next_publish(now),
             ]
             due = self._broker_next_due()
             if due is not None:
@@ -174,6 +175,16 @@ class System:
         if target > self.clock.now():
             self.clock.set(target)
         await self.pump()
+
+    async def _next_publish(self, now: datetime) -> datetime | None:
+        """When the outbox loop (every second in a real process) publishes the first
+        message still marked: a batch still filling goes once due within publish_soon."""
+        outbox = getattr(self.rt, "outbox", None)
+        first = await self.real_store.unpublished(1)
+        if outbox is None or not first:
+            return None
+        at = due_of(first[0]) - outbox.publish_soon
+        return _ceil_second(max(at, now + timedelta(microseconds=1)))
 
     async def _next_sweep(self, now: datetime) -> datetime | None:
         """The first sweeper tick at which it can find something: a pending message past

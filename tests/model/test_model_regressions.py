@@ -50,3 +50,43 @@ def test_a_oneoff_deferred_by_the_old_zones_quiet_hours_may_keep_its_placement(
             state.everything_agrees()
         finally:
             state.teardown()
+
+
+def test_a_reminder_planned_a_minute_ahead_is_published_in_time_by_the_outbox_loop(
+    tmp_path: Path,
+) -> None:
+    """A reminder put a minute before its instant is a batch of one, still filling:
+    the outbox publishes it only once due within publish_soon. The harness ticked
+    the outbox only at its other jobs' instants, so it went out minutes late;
+    a running process's loop passes every second."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(transition=datetime(2027, 3, 14, 7, 0, tzinfo=UTC), hours_before=0)
+        try:
+            state.put_user(
+                enabled=None,
+                quiet=None,
+                set_quiet=False,
+                soon=None,
+                twice=False,
+                tz="America/New_York",
+                user="ana",
+            )
+            state.register_device(
+                device="phone", token="ExponentPushToken[tok0]", twice=False, user="ana"
+            )
+            state.advance(minutes=30)
+            state.put_reminder(
+                at=time(0, 30),
+                category="meal",
+                enabled=True,
+                rid="r1",
+                soon=1,
+                twice=False,
+                user="ana",
+                variant=0,
+            )
+            state.advance(minutes=30)
+            state.everything_agrees()
+        finally:
+            state.teardown()
