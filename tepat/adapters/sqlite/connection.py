@@ -53,6 +53,10 @@ INSERT_ROWS_PER_STATEMENT = 500
 WRITES_PER_GROUP = 32
 # How often the checkpoint thread copies the WAL back (real seconds).
 CHECKPOINT_INTERVAL_S = 1.0
+# WAL frames (pages, 4 KiB) past which a checkpoint makes the WAL start over (64 MiB),
+# and how long it may wait for the writer to let it.
+WAL_RESTART_FRAMES = 16384
+RESTART_WAIT_MS = 5000
 
 
 def _immediate(fn: Callable[[Conn], T], conn: Conn) -> T:
@@ -219,6 +223,25 @@ def _on_disk(path: str) -> bool:
     return path != ":memory:" and not path.startswith("file:")
 
 
+def checkpoint_once(conn: Conn, restart_frames: int = WAL_RESTART_FRAMES) -> None:
+    """One checkpoint pass: PASSIVE, and RESTART once the WAL holds ``restart_frames``.
+
+    Under a steady stream of writes a PASSIVE pass never catches up with the last
+    frame, and SQLite starts the WAL over only after a pass that did: the file
+    grew without bound (28 GB while planning a million users). RESTART waits for
+    the writer in progress, copies every frame and holds the next writer back
+    until the WAL can start over; the wait is bounded by ``RESTART_WAIT_MS``.
+    """
+    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    if frames < restart_frames:
+        return
+    conn.execute(f"PRAGMA busy_timeout={RESTART_WAIT_MS}")
+    try:
+        conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+    finally:
+        conn.execute("PRAGMA busy_timeout=0")
+
+
 async def _checkpoint_loop(path: str) -> None:
     """Copy the WAL back into the database file every second, off the working thread.
 
@@ -235,7 +258,7 @@ async def _checkpoint_loop(path: str) -> None:
             # No busy wait: a pass that finds the file locked is simply skipped.
             conn.append(sqlite3.connect(path, timeout=0, isolation_level=None))
         with contextlib.suppress(sqlite3.Error):
-            conn[0].execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            checkpoint_once(conn[0])
 
     def close() -> None:
         for c in conn:
