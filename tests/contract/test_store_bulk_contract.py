@@ -154,6 +154,14 @@ async def test_upsert_reminders_stores_each_and_keeps_created_at(store: Store) -
     await store.upsert_reminders([])
 
 
+async def test_upsert_reminders_the_same_one_twice_ends_as_the_later(store: Store) -> None:
+    many = [reminder(f"u{n}", "r1") for n in range(700)]  # more than one statement's rows
+    await store.upsert_reminders([*many, reminder("u1", "r1", title="Later", version=2)])
+    stored = await store.get_reminder("u1", "r1")
+    assert stored is not None and (stored.title, stored.version) == ("Later", 2)
+    assert len(await store.reminders_for_users([f"u{n}" for n in range(700)])) == 700
+
+
 # --------------------------------------------------------------------------- planning marks
 
 
