@@ -119,12 +119,13 @@ class PriorityHold:
 
     async def take(self) -> Turn:
         """The next batch to work on, earliest key first (give it back to :meth:`done`)."""
-        if not self._heap:
+        while not self._heap:
             while not self._heap:
                 self._arrived.clear()
                 await self._arrived.wait()
             # Idle until now: batches a broker fires together arrive a frame at a
-            # time, so wait a few milliseconds for the rest before choosing.
+            # time, so wait a few milliseconds for the rest before choosing. Every
+            # idle worker woke: those that find the heap emptied meanwhile wait again.
             await asyncio.sleep(GATHER_WINDOW_SECONDS)
         _, _, turn = heapq.heappop(self._heap)
         self._unreleased[turn.key] += 1

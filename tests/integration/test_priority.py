@@ -146,3 +146,29 @@ async def test_a_slow_higher_priority_batch_holds_its_second_only_briefly(tmp_pa
         assert same.delivery.delivery_id == "d3"
         await asyncio.wait_for(hold.turn(same), timeout=5)  # released by the bound
         assert same.released and not slow.released
+
+
+async def test_idle_workers_that_wake_to_fewer_batches_than_they_are_keep_waiting(
+    tmp_path: Path,
+) -> None:
+    """Every idle worker wakes when a batch arrives; those that find nothing left must
+    wait for the next one. They used to die on an empty heap (IndexError, unseen), until
+    one worker was left and the consumer worked on one batch at a time."""
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        hold = PriorityHold(p.rt)
+        idle = [asyncio.create_task(hold.take()) for _ in range(5)]
+        await asyncio.sleep(0)  # all five are waiting
+        hold.put(_delivery("tepat.meal", NINE, 1))
+        hold.put(_delivery("tepat.safety", NINE, 2))
+        await asyncio.wait(idle, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.sleep(0.05)  # real time: the others pass their gather window and look again
+        finished = [t for t in idle if t.done()]
+        assert all(t.exception() is None for t in finished)
+        assert sorted(t.result().delivery.delivery_id for t in finished) == ["d1", "d2"]
+        still = [t for t in idle if not t.done()]
+        assert len(still) == 3  # waiting, not dead
+        hold.put(_delivery("tepat.mood", NINE, 3))
+        got, _ = await asyncio.wait(still, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        assert [t.result().delivery.delivery_id for t in got] == ["d3"]
+        for t in idle:
+            t.cancel()
