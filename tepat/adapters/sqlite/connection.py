@@ -51,6 +51,8 @@ ID_CHUNK = 500
 INSERT_ROWS_PER_STATEMENT = 500
 # Writes committed together at most (a group holds the write lock for their sum).
 WRITES_PER_GROUP = 32
+# The reader connection's page cache: lookups by key, the OS caches the file behind it.
+READER_CACHE_KIB = 16 * 1024
 # How often the checkpoint thread copies the WAL back (real seconds).
 CHECKPOINT_INTERVAL_S = 1.0
 # WAL frames (pages, 4 KiB) past which a checkpoint makes the WAL start over (64 MiB),
@@ -73,13 +75,19 @@ def _immediate(fn: Callable[[Conn], T], conn: Conn) -> T:
 
 
 class SqliteBase:
-    """One connection, used only by one worker thread, and the helpers every query runs through."""
+    """A writer connection on one worker thread (every write, group-committed), a reader
+    connection on another (every read, for a file), and the helpers every query runs through."""
 
     def __init__(self, path: str, clock: Clock | None = None) -> None:
         self._path = path
         self._clock: Clock = clock or SystemClock()
         self._executor: ThreadPoolExecutor | None = None
         self._conn: Conn | None = None  # touched only by the worker thread
+        # Reads on a connection and thread of their own (a file in WAL mode: readers
+        # never wait for the writer): a consumer's read-ahead for its next batches no
+        # longer queues behind the claims of this second, nor a claim behind reads.
+        self._reader: ThreadPoolExecutor | None = None
+        self._reader_conn: Conn | None = None  # touched only by the reader thread
         self._rows_per_insert = INSERT_ROWS_PER_STATEMENT
         self._checkpointer: asyncio.Task[None] | None = None
         # Writes waiting for the worker (see _write); appended on the event loop's
@@ -90,10 +98,19 @@ class SqliteBase:
     # ----------------------------------------------------------------- plumbing
 
     async def _run(self, fn: Callable[[Conn], T]) -> T:
+        """Run the read ``fn`` (it must not write): on the reader when there is one."""
         if self._executor is None:
             raise RuntimeError("SqliteStore used before open() or after close()")
         loop = asyncio.get_running_loop()
+        if self._reader is not None:
+            return await loop.run_in_executor(self._reader, self._in_reader, fn)
         return await loop.run_in_executor(self._executor, self._in_worker, fn)
+
+    def _in_reader(self, fn: Callable[[Conn], T]) -> T:
+        assert self._reader_conn is not None, "open() connects the reader first"
+        result = fn(self._reader_conn)
+        assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
+        return result
 
     def _in_worker(self, fn: Callable[[Conn], T]) -> T:
         assert self._conn is not None, "open() connects before any other call"
@@ -194,6 +211,18 @@ class SqliteBase:
             await self.close()
             raise
         if _on_disk(self._path):
+            reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite-read")
+
+            def connect_reader() -> None:
+                self._reader_conn = _connect(self._path, cache_kib=READER_CACHE_KIB)
+
+            try:
+                await loop.run_in_executor(reader, connect_reader)
+            except BaseException:
+                reader.shutdown(wait=False)
+                await self.close()
+                raise
+            self._reader = reader
             self._checkpointer = asyncio.create_task(_checkpoint_loop(self._path))
 
     async def close(self) -> None:
@@ -201,6 +230,18 @@ class SqliteBase:
         if checkpointer is not None:
             checkpointer.cancel()
             await asyncio.gather(checkpointer, return_exceptions=True)
+        reader, self._reader = self._reader, None
+        if reader is not None:
+
+            def close_reader() -> None:
+                if self._reader_conn is not None:
+                    self._reader_conn.close()
+                    self._reader_conn = None
+
+            try:
+                await asyncio.get_running_loop().run_in_executor(reader, close_reader)
+            finally:
+                reader.shutdown(wait=False)
         executor, self._executor = self._executor, None
         if executor is None:
             return

@@ -341,7 +341,7 @@ def _enable_wal(conn: Conn) -> None:
             _time.sleep(0.05)  # worker thread, not the event loop
 
 
-def _connect(path: str) -> Conn:
+def _connect(path: str, cache_kib: int = CACHE_KIB) -> Conn:
     if path != ":memory:" and not path.startswith("file:"):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
@@ -352,5 +352,5 @@ def _connect(path: str) -> Conn:
     conn.execute("PRAGMA synchronous=NORMAL")
     # Bulk plans insert into seven message indexes in hash order; the default
     # 2 MB page cache makes that disk-bound long before 300k rows.
-    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    conn.execute(f"PRAGMA cache_size=-{cache_kib}")
     return conn
