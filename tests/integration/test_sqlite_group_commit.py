@@ -41,7 +41,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteBase]:
         # Room for small rows, never for BIG: that insert fails with SQLITE_FULL.
         conn.execute(f"PRAGMA max_page_count={pages + 8}")
 
-    await s._run(setup)
+    await s._on_writer(setup)
     yield s
     await s.close()
 
@@ -73,7 +73,7 @@ async def names(store: SqliteBase) -> list[str]:
 
 
 async def not_in_transaction(store: SqliteBase) -> bool:
-    return await store._run(lambda c: not c.in_transaction)
+    return await store._on_writer(lambda c: not c.in_transaction)
 
 
 async def test_disk_full_fails_that_write_and_commits_the_others_once(
@@ -124,7 +124,7 @@ async def test_a_failed_commit_fails_every_write_of_the_group(store: SqliteBase)
         return "orphan"
 
     # Outside any transaction (inside one the pragma is a no-op).
-    await store._run(lambda c: c.execute("PRAGMA foreign_keys=ON").fetchall())
+    await store._on_writer(lambda c: c.execute("PRAGMA foreign_keys=ON").fetchall())
     outcomes = await grouped(store, insert("a"), orphan, insert("b"))
     assert all(isinstance(o, sqlite3.IntegrityError) for o in outcomes), outcomes
     assert await names(store) == []
@@ -151,7 +151,7 @@ async def test_writes_past_the_cap_still_run_when_the_store_closes_meanwhile(
 ) -> None:
     store = SqliteBase(str(tmp_path / "closing.db"))
     await store.open()
-    await store._run(lambda c: c.execute("CREATE TABLE t (name TEXT, data BLOB)").fetchall())
+    await store._on_writer(lambda c: c.execute("CREATE TABLE t (name TEXT, data BLOB)").fetchall())
     gate = threading.Event()
     assert store._executor is not None
     store._executor.submit(gate.wait)

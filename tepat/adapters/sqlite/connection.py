@@ -106,6 +106,14 @@ class SqliteBase:
             return await loop.run_in_executor(self._reader, self._in_reader, fn)
         return await loop.run_in_executor(self._executor, self._in_worker, fn)
 
+    async def _on_writer(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn`` on the writer's connection and thread, outside any transaction
+        (connection settings; what a test must do where the writes happen)."""
+        if self._executor is None:
+            raise RuntimeError("SqliteStore used before open() or after close()")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._in_worker, fn)
+
     def _in_reader(self, fn: Callable[[Conn], T]) -> T:
         assert self._reader_conn is not None, "open() connects the reader first"
         result = fn(self._reader_conn)
