@@ -341,11 +341,8 @@ async def test_oneoff_accepted_while_the_broker_is_down_is_sent_once_it_is_back(
     assert [x.message_id for x in push.requests] == [r.json()["id"]]
 
 
-async def test_reminders_put_through_the_api_are_published_in_batches_per_due_second(
-    client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """250 users each PUT a reminder for 09:00 UTC, as apps do: the broker sees at most
-    one message per 100 ids and due second, not one per user."""
+def record_publishes(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bytes]]:
+    """Every (queue, body) the broker is asked to publish from now on, in order."""
     published: list[tuple[str, bytes]] = []
     real = rt.broker.publish
 
@@ -354,6 +351,15 @@ async def test_reminders_put_through_the_api_are_published_in_batches_per_due_se
         await real(queue, body, delay_seconds)
 
     monkeypatch.setattr(rt.broker, "publish", counting)
+    return published
+
+
+async def test_reminders_put_through_the_api_are_published_in_batches_per_due_second(
+    client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """250 users each PUT a reminder for 09:00 UTC, as apps do: the broker sees at most
+    one message per 100 ids and due second, not one per user."""
+    published = record_publishes(rt, monkeypatch)
     for n in range(250):
         user = f"u{n:03d}"
         await create_user(client, user, "UTC")
@@ -380,14 +386,7 @@ async def test_reminders_put_minutes_before_their_instant_are_published_by_the_l
     """Issue 10: the same 250 PUTs three minutes before 09:00, inside the outbox's
     publish-ahead window: no call publishes its own one-id broker message; the
     publisher loop's next pass publishes them in full batches."""
-    published: list[tuple[str, bytes]] = []
-    real = rt.broker.publish
-
-    async def counting(queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
-        published.append((queue, body))
-        await real(queue, body, delay_seconds)
-
-    monkeypatch.setattr(rt.broker, "publish", counting)
+    published = record_publishes(rt, monkeypatch)
     clock.set(START + timedelta(hours=8, minutes=57))
     for n in range(250):
         user = f"u{n:03d}"
@@ -413,14 +412,7 @@ async def test_reminders_put_between_publisher_passes_still_make_full_batches(
     """Issue 10's API burst: the PUTs for one instant arrive over many passes of the
     publisher loop (a few dozen each); each pass used to publish its few dozen ids as
     one broker message, and the consumer then sent Expo requests of that size."""
-    published: list[tuple[str, bytes]] = []
-    real = rt.broker.publish
-
-    async def counting(queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
-        published.append((queue, body))
-        await real(queue, body, delay_seconds)
-
-    monkeypatch.setattr(rt.broker, "publish", counting)
+    published = record_publishes(rt, monkeypatch)
     clock.set(START + timedelta(hours=8, minutes=58))
     for n in range(250):
         user = f"u{n:03d}"
@@ -445,14 +437,7 @@ async def test_reminders_put_between_publisher_passes_still_make_full_batches(
 async def test_a_reminder_put_seconds_before_its_instant_is_published_by_the_call(
     client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    published: list[str] = []
-    real = rt.broker.publish
-
-    async def counting(queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
-        published.append(queue)
-        await real(queue, body, delay_seconds)
-
-    monkeypatch.setattr(rt.broker, "publish", counting)
+    published = record_publishes(rt, monkeypatch)
     await create_user(client, "u1", "UTC")
     clock.set(START + timedelta(hours=8, minutes=59, seconds=58))
     await ok(
