@@ -227,10 +227,7 @@ class Dispatcher:
             # Sent first: what is not sent is recorded while the requests are out.
             if before_send is not None:
                 await before_send()
-            # Submitted now, with no await since the turn came: the order of turns is
-            # the order in which requests queue for the provider (PriorityHold).
-            pending = self._submit(outgoing)
-            sending = asyncio.ensure_future(self._collect(pending))
+            sending = asyncio.ensure_future(self._send(outgoing))
         try:
             await self._close_unsent(closed, deferred, superseded, users, reminders, now)
         finally:
@@ -291,19 +288,15 @@ class Dispatcher:
             await self._store.insert_messages(replacements)
             await self._outbox.flush_quietly()
 
-    def _submit(
-        self, outgoing: list[_Outgoing]
-    ) -> dict[asyncio.Future[Outcome], tuple[_Outgoing, Device]]:
-        """Queue every (message, device) request on the shared batcher."""
+    async def _send(self, outgoing: list[_Outgoing]) -> None:
+        """Send every (message, device) request through the shared batcher, and record
+        each message as soon as all of its requests are answered: the window in which
+        a crash could make the sweeper send it again stays one request long."""
         pairs = [(o, d) for o in outgoing for d in o.devices]
         futures = self._batcher.submit([_request(o.message, d) for o, d in pairs])
-        return dict(zip(futures, pairs, strict=True))
-
-    async def _collect(
-        self, pending: dict[asyncio.Future[Outcome], tuple[_Outgoing, Device]]
-    ) -> None:
-        """Record each message as soon as all of its requests are answered: the window
-        in which a crash could make the sweeper send it again stays one request long."""
+        pending: dict[asyncio.Future[Outcome], tuple[_Outgoing, Device]] = dict(
+            zip(futures, pairs, strict=True)
+        )
         while pending:
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             tickets: list[Ticket] = []

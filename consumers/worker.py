@@ -63,7 +63,8 @@ class Turn:
     delivery: Delivery
     batch: Batch | None  # None: unreadable (nacked first)
     key: Key
-    released: bool = False  # its turn came (or it finished): no longer holds others
+    released: bool = False  # its turn came: its requests may go out
+    sent: bool = False  # done (answered and recorded, or dropped): no longer holds others
 
 
 class PriorityHold:
@@ -72,20 +73,11 @@ class PriorityHold:
     A broker hands over batches in its own order (per queue, as they fire), and on
     ActiveMQ up to ``TEPAT_BROKER_LEAD_SECONDS`` before their instant. Every batch in
     hand is worked on at once: read, held until its instant, claimed, decided. Its
-    requests are submitted only at its :meth:`turn`: after those of every batch in
-    hand of an earlier second, and of the same second with a higher priority
-    (``safety`` before ``meal``), were submitted (or that batch finished) - but it
-    waits at most ``PRIORITY_HOLD_SECONDS`` without one of them moving on: one slow
-    batch must not stop the consumer.
-
-    Submitted is enough: from there every request waits in first-come order - for
-    a request of the push batcher (``consumers/push_batcher.py``), for one of its
-    connections, and for its tokens in the rate limiter, whose reservations are
-    served in call order (``tepat/adapters/rate_limit.py``). A ``meal`` request
-    therefore reaches the provider after every ``safety`` request submitted before
-    it, at worst in the same request. Waiting for ``safety`` to be *answered*
-    instead sent the batches of one second one request after another (seven
-    round trips at the top of every second, whatever the load).
+    requests go out only at its :meth:`turn`: after those of every batch in hand of
+    an earlier second, and of the same second with a higher priority (``safety``
+    before ``meal``), are done - but it waits at most ``PRIORITY_HOLD_SECONDS``
+    without one of them finishing: one slow batch must not stop the consumer. The
+    store work of a second overlaps; the sends keep the order.
 
     What is guaranteed: among the batches this consumer holds. A batch still
     inside the broker (beyond the prefetch), or held by another consumer
@@ -98,8 +90,8 @@ class PriorityHold:
         self._heap: list[tuple[Key, int, Turn]] = []
         self._seq = itertools.count()
         self._arrived = asyncio.Event()
-        self._moved = asyncio.Event()
-        self._unreleased: collections.Counter[Key] = collections.Counter()
+        self._sent = asyncio.Event()
+        self._unsent: collections.Counter[Key] = collections.Counter()
 
     def put(self, delivery: Delivery) -> Turn:
         """Hold ``delivery``; its body is decoded here, once."""
@@ -128,19 +120,24 @@ class PriorityHold:
             # idle worker woke: those that find the heap emptied meanwhile wait again.
             await asyncio.sleep(GATHER_WINDOW_SECONDS)
         _, _, turn = heapq.heappop(self._heap)
-        self._unreleased[turn.key] += 1
+        self._unsent[turn.key] += 1
         return turn
 
     def _ahead(self, key: Key) -> bool:
-        return any(n and k < key for k, n in self._unreleased.items())
+        return any(n and k < key for k, n in self._unsent.items())
 
     async def turn(self, turn: Turn) -> None:
-        """Return when ``turn``'s requests may be submitted (see the class docstring);
-        the caller submits them before its next ``await``.
+        """Return when ``turn``'s requests may go out (see the class docstring).
 
-        The bound counts from the last batch ahead that moved on: a backlog of
-        ``safety`` that keeps being submitted holds ``meal`` for as long as it
-        takes, one that is stuck (a batch held up in the store) only briefly.
+        A batch ahead holds this one until it is *done* (its requests answered and
+        recorded), not merely until its own turn came: its requests may still be
+        queued in the rate limiter, and letting a ``meal`` batch queue beside them
+        would interleave the two categories at the provider. Waiting for *done* also
+        lets the acks bring in the batches of the same second beyond the prefetch,
+        which then get ahead (releasing at submission let ``meal`` out 4.5 s before
+        the last ``safety`` of a 20,000 burst). The bound counts from
+        the last batch that finished: a backlog of ``safety`` that keeps draining
+        holds ``meal`` for as long as it takes, one that is stuck only briefly.
         """
         # Real time, deliberately: the hold is about requests on a socket.
         deadline = time.monotonic() + self._hold_seconds
@@ -148,26 +145,25 @@ class PriorityHold:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            self._moved.clear()
+            self._sent.clear()
             try:
-                await asyncio.wait_for(self._moved.wait(), timeout=left)
+                await asyncio.wait_for(self._sent.wait(), timeout=left)
             except TimeoutError:
                 break
-            deadline = time.monotonic() + self._hold_seconds  # progress: a batch moved on
-        self._release(turn)
-
-    def _release(self, turn: Turn) -> None:
-        if turn.released:
-            return
+            deadline = time.monotonic() + self._hold_seconds  # progress: a batch finished
         turn.released = True
-        self._unreleased[turn.key] -= 1
-        if not self._unreleased[turn.key]:
-            del self._unreleased[turn.key]
-        self._moved.set()
+
+    def sent(self, turn: Turn) -> None:
+        if turn.sent:
+            return
+        turn.sent = True
+        self._unsent[turn.key] -= 1
+        if not self._unsent[turn.key]:
+            del self._unsent[turn.key]
+        self._sent.set()
 
     def done(self, turn: Turn) -> None:
-        """``turn`` finished (sent and recorded, or never needed its turn)."""
-        self._release(turn)
+        self.sent(turn)
 
     def drain(self) -> list[Delivery]:
         held = [t.delivery for *_, t in sorted(self._heap, key=lambda e: e[:2])]

@@ -105,18 +105,23 @@ async def test_a_batch_sends_after_the_higher_priority_batches_of_its_second(
         meal_turn = asyncio.create_task(hold.turn(second))
         for _ in range(20):  # let the loop run: the meal turn stays blocked
             await asyncio.sleep(0)
-        assert not meal_turn.done()  # safety has not submitted its requests yet
-        await hold.turn(first)  # nothing ahead of safety; its requests are submitted now
-        # meal's requests may follow: they queue behind safety's, first come first served
+        assert not meal_turn.done()  # safety has not sent yet
+        await hold.turn(first)  # nothing ahead of safety
+        for _ in range(20):
+            await asyncio.sleep(0)
+        # Safety's turn came, but its requests may still wait in the rate limiter:
+        # meal queues behind them only once safety is done.
+        assert first.released and not meal_turn.done()
+        hold.done(first)
         await asyncio.wait_for(meal_turn, timeout=5)
-        assert first.released and second.released
+        assert second.released
 
 
 async def test_a_draining_safety_backlog_holds_meal_past_the_bound_while_it_progresses(
     tmp_path: Path,
 ) -> None:
-    """The bound counts from the last batch that moved on: safety batches whose turns
-    keep coming hold a meal batch of their second for longer than the bound."""
+    """The bound counts from the last batch that finished: safety batches that keep
+    finishing hold a meal batch of their second for longer than the bound."""
     async with pipeline(tmp_path, start=START, consumer=False) as p:
         hold = PriorityHold(p.rt, hold_seconds=0.3)
         for n in range(4):
@@ -126,10 +131,11 @@ async def test_a_draining_safety_backlog_holds_meal_past_the_bound_while_it_prog
         meal = await hold.take()
         assert meal.delivery.delivery_id == "d9"
         meal_turn = asyncio.create_task(hold.turn(meal))
-        for s in safety:  # one moves on every 0.2 s: 0.8 s in all, over twice the bound
+        for s in safety:  # one finishes every 0.2 s: 0.8 s in all, over twice the bound
+            await hold.turn(s)
             await asyncio.sleep(0.2)  # real time: the bound is about a socket
             assert not meal_turn.done()
-            await hold.turn(s)
+            hold.done(s)
         await asyncio.wait_for(meal_turn, timeout=5)
 
 
@@ -145,7 +151,7 @@ async def test_a_slow_higher_priority_batch_holds_its_second_only_briefly(tmp_pa
         same = await asyncio.wait_for(hold.take(), timeout=5)
         assert same.delivery.delivery_id == "d3"
         await asyncio.wait_for(hold.turn(same), timeout=5)  # released by the bound
-        assert same.released and not slow.released
+        assert same.released and not slow.sent
 
 
 async def test_idle_workers_that_wake_to_fewer_batches_than_they_are_keep_waiting(
