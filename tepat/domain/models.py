@@ -191,6 +191,15 @@ class Message:
     due_at: datetime | None = None
     # The pending-slot identity (unique among pending messages): see ``slot_key_for``.
     slot_key: str | None = None
+    # Where it goes (tepat.domain.routing.Channel's values, and "webhook" for status
+    # events out): push messages go to every active device; every other channel to one
+    # target resolved at send time (tepat/ports/channel.py).
+    channel: str = "push"
+    # The channel's rendered parts besides title and body (inbox: html, link; email:
+    # html), pinned when the message is created, like title and body.
+    content: dict[str, Any] = field(default_factory=dict)
+    # An event's priority ("critical": the channel's critical queue, never behind bulk).
+    priority: str | None = None
 
     @property
     def nominal(self) -> datetime:
