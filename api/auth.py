@@ -11,6 +11,10 @@ and body parsing, so a caller without valid credentials always gets 401 (not
 a 404 or 422 that would tell them about the API), and a user token on another
 user's path gets 403. The route dependencies below re-check the same rule
 against the parsed path parameter and declare the schemes for OpenAPI.
+
+``/v1/providers/…`` (status callbacks and inbound messages from Twilio, the e-mail
+provider) takes neither: a provider cannot send our credentials, so each of those
+routes verifies the provider's own signature and answers 403 when it does not hold.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from tepat.clock import Clock
 from tepat.domain.validation import IDENTIFIER_PATTERN
 
 JWT_LEEWAY_SECONDS = 10
+# Provider callbacks: authenticated by the provider's signature in the route, not here.
+PROVIDER_PREFIX = "/v1/providers/"
 _CHALLENGE = 'Bearer realm="tepat", ApiKey realm="tepat" header="X-API-Key"'
 
 
@@ -164,7 +170,12 @@ class AuthMiddleware:
         self.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        path = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or not path.startswith("/v1/")
+            or path.startswith(PROVIDER_PREFIX)
+        ):
             await self.app(scope, receive, send)
             return
         try:
