@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from tepat.domain.contacts import Contact, Suppression, SuppressionReason
 from tepat.domain.events import Event
 from tepat.domain.inbox import InboxItem
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, Ticket, User
@@ -537,6 +538,114 @@ class EventStore(Protocol):
         ...
 
 
+class ContactStore(Protocol):
+    """Contact points, suppressions and provider-callback dedup (``tepat/domain/contacts.py``).
+
+    Addresses arrive normalised (``normalise_address``): the store compares strings.
+    One contact per (user, channel); one suppression per (channel, address); one
+    provider event per (provider, event id), each held by a unique key.
+    """
+
+    async def set_contact(
+        self, user_id: str, channel: str, address: str | None, verified: bool, now: datetime
+    ) -> None:
+        """Set the user's contact point on ``channel`` (``"email"`` or ``"sms"``),
+        replacing any; ``address`` None removes it (removing none is no error)."""
+        ...
+
+    async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
+        """Each listed user's contact on ``channel`` (users without one are absent)."""
+        ...
+
+    async def list_contacts(self, user_id: str) -> list[Contact]:
+        """Every contact point of one user, by channel."""
+        ...
+
+    async def add_suppression(
+        self,
+        channel: str,
+        address: str,
+        reason: SuppressionReason,
+        now: datetime,
+        source: str | None = None,
+    ) -> bool:
+        """Suppress ``address`` on ``channel``; True if it was not suppressed before.
+        An existing suppression keeps its ``added_at`` and its reason, except that a
+        stronger reason replaces a weaker one (``tepat.domain.contacts.overrides``:
+        complaint > hard_bounce > the rest), with its ``source``. Concurrent adds of one
+        address make one suppression and exactly one of them gets True."""
+        ...
+
+    async def lift_suppression(
+        self, channel: str, address: str, reason: SuppressionReason | None = None
+    ) -> bool:
+        """Remove the suppression; True if there was one. With ``reason``, only a
+        suppression for that reason is lifted (a START reply lifts a STOP, not a hard
+        bounce)."""
+        ...
+
+    async def suppressions_for(
+        self, channel: str, addresses: Sequence[str]
+    ) -> dict[str, Suppression]:
+        """The suppressions among ``addresses`` on ``channel``, by address."""
+        ...
+
+    async def list_suppressions(
+        self, channel: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[Suppression]:
+        """Suppressions (of one channel when given) by (channel, address), those after
+        the key ``after`` = (channel, address) only: a keyset page of at most ``limit``."""
+        ...
+
+    async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
+        """True the first time (``provider``, ``event_id``) is recorded, False ever
+        after: a provider callback delivered twice, or to two processes at once, is
+        acted on once (a unique key, not a read before the write)."""
+        ...
+
+
+class WebhookStore(Protocol):
+    """Status webhook subscriptions and the journal of status changes waiting to become
+    webhooks (``tepat/domain/webhooks.py``).
+
+    The journal is written in the same write as the status change it records: a
+    message's move to ``sent``, ``delivered``, ``failed``, ``skipped`` or ``missed`` (by
+    any write: a transition or an insert in that status) and an inbox item's first read,
+    except for webhook delivery messages themselves (user ``~webhook``), and only while a
+    subscription is enabled (SQLite: at once; MongoDB: seen within seconds in other
+    processes, since each process caches whether one exists)."""
+
+    async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
+        """Store a new subscription; False (nothing changed) if its id exists."""
+        ...
+
+    async def get_webhook_subscription(
+        self, subscription_id: str
+    ) -> WebhookSubscription | None: ...
+
+    async def list_webhook_subscriptions(self) -> list[WebhookSubscription]:
+        """Every subscription, enabled or not, by creation time then id."""
+        ...
+
+    async def update_webhook_subscription(
+        self, sub: WebhookSubscription, expect_version: int
+    ) -> bool:
+        """Compare-and-set: replace the stored subscription (url, event types, categories,
+        secrets, enabled, reason, version: all of ``sub``) only if its version is still
+        ``expect_version``. Returns whether it did."""
+        ...
+
+    async def delete_webhook_subscription(self, subscription_id: str) -> bool: ...
+
+    async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
+        """Up to ``limit`` journal entries, oldest first where the store knows the order."""
+        ...
+
+    async def drop_webhook_journal(self, entries: Sequence[StatusChangeEntry]) -> int:
+        """Remove these entries (by ``key``) once turned into deliveries; returns how many."""
+        ...
+
+
 class Store(
     UserStore,
     DeviceStore,
@@ -550,6 +659,7 @@ class Store(
     TemplateStore,
     InboxStore,
     EventStore,
+    ContactStore,
     Protocol,
 ):
     async def open(self) -> None:

@@ -211,3 +211,15 @@ async def create_indexes(db: Any) -> None:
     await db["event_recipients"].create_index(
         [("event_id", ASCENDING), ("user_id", ASCENDING)], name="event_user"
     )
+
+    # Contacts, suppressions and provider-event dedup (adapters/mongo/contacts.py): each
+    # unique index is the port's key; a contact is also found by user alone (the API's list).
+    await db["contacts"].create_index(
+        [("user_id", ASCENDING), ("channel", ASCENDING)], unique=True, name="uniq_user_channel"
+    )
+    await db["suppressions"].create_index(
+        [("channel", ASCENDING), ("address", ASCENDING)], unique=True, name="uniq_channel_address"
+    )
+    await db["provider_events"].create_index(
+        [("provider", ASCENDING), ("event_id", ASCENDING)], unique=True, name="uniq_provider_event"
+    )

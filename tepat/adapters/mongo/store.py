@@ -14,6 +14,7 @@ from __future__ import annotations
 from pymongo import AsyncMongoClient
 
 from tepat.adapters.mongo.bulk import BulkMixin
+from tepat.adapters.mongo.contacts import ContactsMixin
 from tepat.adapters.mongo.events import EventsMixin
 from tepat.adapters.mongo.inbox import InboxMixin
 from tepat.adapters.mongo.indexes import create_indexes, migrate
@@ -39,6 +40,7 @@ class MongoStore(
     TemplatesMixin,
     InboxMixin,
     EventsMixin,
+    ContactsMixin,
 ):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 

@@ -302,6 +302,35 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "DROP INDEX IF EXISTS ix_messages_pending_due",
         ),
     ),
+    (
+        12,
+        (
+            # Contact points, suppressions and provider-event dedup
+            # (adapters/sqlite/contacts.py): each primary key is the port's unique key.
+            """CREATE TABLE contacts (
+                user_id TEXT NOT NULL,
+                channel TEXT NOT NULL,
+                address TEXT NOT NULL,
+                verified INTEGER NOT NULL,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (user_id, channel)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE suppressions (
+                channel TEXT NOT NULL,
+                address TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                added_at TEXT NOT NULL,
+                source TEXT,
+                PRIMARY KEY (channel, address)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE provider_events (
+                provider TEXT NOT NULL,
+                event_id TEXT NOT NULL,
+                recorded_at TEXT NOT NULL,
+                PRIMARY KEY (provider, event_id)
+            ) WITHOUT ROWID""",
+        ),
+    ),
 )
 
 

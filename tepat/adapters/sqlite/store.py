@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tepat.adapters.sqlite.bulk import BulkMixin
 from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.contacts import ContactsMixin
 from tepat.adapters.sqlite.events import EventsMixin
 from tepat.adapters.sqlite.inbox import InboxMixin
 from tepat.adapters.sqlite.messages_read import MessagesReadMixin
@@ -28,6 +29,7 @@ class SqliteStore(
     TemplatesMixin,
     InboxMixin,
     EventsMixin,
+    ContactsMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""

@@ -1,0 +1,162 @@
+"""Contact points, suppressions and provider-event dedup on MongoDB.
+
+Three collections, each with the port's unique key as a unique index (``indexes.py``):
+``contacts`` (user_id, channel), ``suppressions`` (channel, address) and
+``provider_events`` (provider, event_id). Whether a write is the first is decided by
+the index (an insert's DuplicateKeyError), never by a read before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING
+from pymongo.errors import DuplicateKeyError
+
+from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
+from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
+
+_ORDER = [("channel", ASCENDING), ("address", ASCENDING)]
+
+
+def _contact(doc: Mapping[str, Any]) -> Contact:
+    return Contact(
+        user_id=doc["user_id"],
+        channel=doc["channel"],
+        address=doc["address"],
+        verified=bool(doc["verified"]),
+        updated_at=read_dt_required(doc["updated_at"]),
+    )
+
+
+def _suppression(doc: Mapping[str, Any]) -> Suppression:
+    return Suppression(
+        channel=doc["channel"],
+        address=doc["address"],
+        reason=SuppressionReason(doc["reason"]),
+        added_at=read_dt_required(doc["added_at"]),
+        source=doc.get("source"),
+    )
+
+
+class ContactsMixin(MongoBase):
+    async def set_contact(
+        self, user_id: str, channel: str, address: str | None, verified: bool, now: datetime
+    ) -> None:
+        contacts = self._db["contacts"]
+        key = {"user_id": user_id, "channel": channel}
+        if address is None:
+            await contacts.delete_one(key)
+            return
+        update = {"$set": {"address": address, "verified": verified, "updated_at": bson_dt(now)}}
+        try:
+            await contacts.update_one(key, update, upsert=True)
+        except DuplicateKeyError:
+            # Two first sets at once: the other upsert inserted; ours now matches it.
+            await contacts.update_one(key, update)
+
+    async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
+        if not user_ids:
+            return {}
+        docs = (
+            await self._db["contacts"]
+            .find({"user_id": {"$in": list(set(user_ids))}, "channel": channel})
+            .to_list(None)
+        )
+        return {d["user_id"]: _contact(d) for d in docs}
+
+    async def list_contacts(self, user_id: str) -> list[Contact]:
+        docs = (
+            await self._db["contacts"]
+            .find({"user_id": user_id})
+            .sort("channel", ASCENDING)
+            .to_list(None)
+        )
+        return [_contact(d) for d in docs]
+
+    async def add_suppression(
+        self,
+        channel: str,
+        address: str,
+        reason: SuppressionReason,
+        now: datetime,
+        source: str | None = None,
+    ) -> bool:
+        reason = SuppressionReason(reason)
+        suppressions = self._db["suppressions"]
+        try:
+            await suppressions.insert_one(
+                {
+                    "channel": channel,
+                    "address": address,
+                    "reason": reason.value,
+                    "added_at": bson_dt(now),
+                    "source": source,
+                }
+            )
+            return True
+        except DuplicateKeyError:
+            pass
+        weaker = [r.value for r in SuppressionReason if overrides(reason, r)]
+        if weaker:
+            # Conditional on the stored reason being weaker: two upgrades at once
+            # cannot turn a complaint back into a hard bounce.
+            await suppressions.update_one(
+                {"channel": channel, "address": address, "reason": {"$in": weaker}},
+                {"$set": {"reason": reason.value, "source": source}},
+            )
+        return False
+
+    async def lift_suppression(
+        self, channel: str, address: str, reason: SuppressionReason | None = None
+    ) -> bool:
+        query: dict[str, Any] = {"channel": channel, "address": address}
+        if reason is not None:
+            query["reason"] = SuppressionReason(reason).value
+        result = await self._db["suppressions"].delete_one(query)
+        return int(result.deleted_count) > 0
+
+    async def suppressions_for(
+        self, channel: str, addresses: Sequence[str]
+    ) -> dict[str, Suppression]:
+        if not addresses:
+            return {}
+        docs = (
+            await self._db["suppressions"]
+            .find({"channel": channel, "address": {"$in": list(set(addresses))}})
+            .to_list(None)
+        )
+        return {d["address"]: _suppression(d) for d in docs}
+
+    async def list_suppressions(
+        self, channel: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[Suppression]:
+        if limit <= 0:
+            return []
+        clauses: list[dict[str, Any]] = []
+        if channel is not None:
+            clauses.append({"channel": channel})
+        if after is not None:
+            clauses.append(
+                {
+                    "$or": [
+                        {"channel": {"$gt": after[0]}},
+                        {"channel": after[0], "address": {"$gt": after[1]}},
+                    ]
+                }
+            )
+        query: dict[str, Any] = {"$and": clauses} if clauses else {}
+        docs = await self._db["suppressions"].find(query).sort(_ORDER).limit(limit).to_list(None)
+        return [_suppression(d) for d in docs]
+
+    async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
+        try:
+            await self._db["provider_events"].insert_one(
+                {"provider": provider, "event_id": event_id, "recorded_at": bson_dt(now)}
+            )
+        except DuplicateKeyError:
+            return False
+        return True

@@ -1,0 +1,158 @@
+"""Contact points, suppressions and provider-event dedup on SQLite (migration 12).
+
+Each table's primary key is the uniqueness the port promises: (user, channel),
+(channel, address), (provider, event id). A write decides with ``ON CONFLICT``, never
+with a read before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from tepat.adapters.sqlite.codecs import Row, _dt, _ts
+from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.schema import Conn
+from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
+
+_SUPPRESSION = "SELECT channel, address, reason, added_at, source FROM suppressions"
+
+
+def _contact(row: Row) -> Contact:
+    return Contact(
+        user_id=row[0],
+        channel=row[1],
+        address=row[2],
+        verified=bool(row[3]),
+        updated_at=_dt(row[4]),
+    )
+
+
+def _suppression(row: Row) -> Suppression:
+    return Suppression(
+        channel=row[0],
+        address=row[1],
+        reason=SuppressionReason(row[2]),
+        added_at=_dt(row[3]),
+        source=row[4],
+    )
+
+
+class ContactsMixin(SqliteBase):
+    async def set_contact(
+        self, user_id: str, channel: str, address: str | None, verified: bool, now: datetime
+    ) -> None:
+        if address is None:
+            await self._write(
+                lambda c: (
+                    c.execute(
+                        "DELETE FROM contacts WHERE user_id = ? AND channel = ?", (user_id, channel)
+                    ).rowcount
+                )
+            )
+            return
+        sql = (
+            "INSERT INTO contacts (user_id, channel, address, verified, updated_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id, channel) DO UPDATE SET "
+            "address = excluded.address, verified = excluded.verified, "
+            "updated_at = excluded.updated_at"
+        )
+        params = (user_id, channel, address, int(verified), _ts(now))
+        await self._write(lambda c: c.execute(sql, params).rowcount)
+
+    async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
+        rows = await self._select_in(
+            "SELECT user_id, channel, address, verified, updated_at FROM contacts "
+            "WHERE user_id IN ({ids}) AND channel = ?",
+            user_ids,
+            (channel,),
+        )
+        return {row[0]: _contact(row) for row in rows}
+
+    async def list_contacts(self, user_id: str) -> list[Contact]:
+        rows = await self._select(
+            "SELECT user_id, channel, address, verified, updated_at FROM contacts "
+            "WHERE user_id = ? ORDER BY channel",
+            (user_id,),
+        )
+        return [_contact(r) for r in rows]
+
+    async def add_suppression(
+        self,
+        channel: str,
+        address: str,
+        reason: SuppressionReason,
+        now: datetime,
+        source: str | None = None,
+    ) -> bool:
+        reason = SuppressionReason(reason)
+
+        # Insert-or-read in one write transaction: the insert decides whether it is
+        # new, and an existing row is upgraded only to a stronger reason.
+        def run(conn: Conn) -> bool:
+            inserted = conn.execute(
+                "INSERT INTO suppressions (channel, address, reason, added_at, source) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (channel, address, reason.value, _ts(now), source),
+            ).rowcount
+            if inserted == 1:
+                return True
+            row = conn.execute(
+                "SELECT reason FROM suppressions WHERE channel = ? AND address = ?",
+                (channel, address),
+            ).fetchone()
+            if row is not None and overrides(reason, SuppressionReason(row[0])):
+                conn.execute(
+                    "UPDATE suppressions SET reason = ?, source = ? "
+                    "WHERE channel = ? AND address = ?",
+                    (reason.value, source, channel, address),
+                )
+            return False
+
+        created: bool = await self._write(run)
+        return created
+
+    async def lift_suppression(
+        self, channel: str, address: str, reason: SuppressionReason | None = None
+    ) -> bool:
+        sql = "DELETE FROM suppressions WHERE channel = ? AND address = ?"
+        params: tuple[str, ...] = (channel, address)
+        if reason is not None:
+            sql += " AND reason = ?"
+            params = (*params, SuppressionReason(reason).value)
+        count: int = await self._write(lambda c: c.execute(sql, params).rowcount)
+        return count > 0
+
+    async def suppressions_for(
+        self, channel: str, addresses: Sequence[str]
+    ) -> dict[str, Suppression]:
+        rows = await self._select_in(
+            f"{_SUPPRESSION} WHERE address IN ({{ids}}) AND channel = ?", addresses, (channel,)
+        )
+        return {row[1]: _suppression(row) for row in rows}
+
+    async def list_suppressions(
+        self, channel: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[Suppression]:
+        where: list[str] = []
+        params: list[object] = []
+        if channel is not None:
+            where.append("channel = ?")
+            params.append(channel)
+        if after is not None:
+            where.append("(channel, address) > (?, ?)")
+            params.extend(after)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._select(
+            f"{_SUPPRESSION}{clause} ORDER BY channel, address LIMIT ?", (*params, max(0, limit))
+        )
+        return [_suppression(r) for r in rows]
+
+    async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
+        sql = (
+            "INSERT INTO provider_events (provider, event_id, recorded_at) VALUES (?, ?, ?) "
+            "ON CONFLICT DO NOTHING"
+        )
+        params = (provider, event_id, _ts(now))
+        count: int = await self._write(lambda c: c.execute(sql, params).rowcount)
+        return count == 1

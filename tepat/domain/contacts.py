@@ -1,0 +1,161 @@
+"""Contact points and suppressions (issue 13, items 4 and 5).
+
+A user has at most one contact point per channel: an e-mail address and a phone number
+(E.164), each with a verified flag, set through the API. A suppression is separate from
+preferences: it comes from a provider (a hard bounce, a complaint, a STOP reply) or an
+operator, names an address rather than a user, and makes a send to that address end
+``skipped`` with reason ``suppressed`` whoever the user is.
+
+Addresses are normalised before they are stored or looked up, so the contact a user set
+and the suppression a provider reported meet on the same string.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+import phonenumbers
+
+from tepat.domain.errors import DomainError
+
+#: The channels a contact point or a suppression can name.
+CONTACT_CHANNELS: tuple[str, ...] = ("email", "sms")
+
+#: Skip reasons a send to a contact channel can end with (``Message.status_reason``).
+NO_CONTACT = "no_contact"
+SUPPRESSED = "suppressed"
+
+# RFC 5321: 64 octets of local part, 254 for the whole path an SMTP server accepts.
+_MAX_LOCAL = 64
+_MAX_EMAIL = 254
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+# Printable ASCII except the specials that need quoting; quoted local parts are legal
+# but no real mailbox uses them, and accepting them invites header injection.
+_LOCAL = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+$")
+
+
+class SuppressionReason(enum.StrEnum):
+    HARD_BOUNCE = "hard_bounce"
+    COMPLAINT = "complaint"
+    STOP = "stop"
+    INVALID = "invalid"
+    MANUAL = "manual"
+
+
+# Which reason a second report may overwrite (see ``overrides``): a complaint says the
+# most about the recipient (they do not want mail from us), a hard bounce that the
+# mailbox is dead; either outranks a STOP, an invalid number or an operator's entry.
+_RANK: dict[SuppressionReason, int] = {
+    SuppressionReason.COMPLAINT: 2,
+    SuppressionReason.HARD_BOUNCE: 1,
+    SuppressionReason.STOP: 0,
+    SuppressionReason.INVALID: 0,
+    SuppressionReason.MANUAL: 0,
+}
+
+
+def overrides(new: SuppressionReason, old: SuppressionReason) -> bool:
+    """Whether a suppression reported again with ``new`` replaces the stored ``old``
+    reason: only a strictly stronger one does (complaint > hard_bounce > the rest), so
+    an address keeps its first reason unless it gets worse. ``added_at`` never moves."""
+    return _RANK[new] > _RANK[old]
+
+
+@dataclass(frozen=True, slots=True)
+class Contact:
+    user_id: str
+    channel: str  # one of CONTACT_CHANNELS
+    address: str  # normalised: see normalise_address
+    verified: bool
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Suppression:
+    channel: str
+    address: str  # normalised
+    reason: SuppressionReason
+    added_at: datetime
+    source: str | None = None  # who reported it: "smtp", "ses", "twilio", "admin", ...
+
+
+def check_channel(value: object, field: str) -> str:
+    if not isinstance(value, str) or value not in CONTACT_CHANNELS:
+        raise DomainError(field, f"must be one of {', '.join(CONTACT_CHANNELS)}")
+    return value
+
+
+def check_reason(value: object, field: str) -> SuppressionReason:
+    try:
+        return SuppressionReason(str(value))
+    except ValueError:
+        names = ", ".join(r.value for r in SuppressionReason)
+        raise DomainError(field, f"must be one of {names}") from None
+
+
+def normalise_email(value: object, field: str) -> str:
+    """``local@domain`` with the domain lower-cased (domains are case-insensitive; the
+    local part is the receiving server's business, so its case is kept). A light
+    check, not RFC 5322: one ``@``, a dot-atom local part, a domain of at least two
+    valid labels, no whitespace. Internationalised domains are accepted in their
+    Unicode or ``xn--`` form and stored as ``xn--`` (what DNS and SMTP see)."""
+    if not isinstance(value, str):
+        raise DomainError(field, "must be a string")
+    text = value.strip()
+    if not text:
+        raise DomainError(field, "must not be empty")
+    if len(text) > _MAX_EMAIL:
+        raise DomainError(field, f"must be at most {_MAX_EMAIL} characters")
+    local, at, domain = text.rpartition("@")
+    if not at or not local or not domain:
+        raise DomainError(field, "must be an e-mail address (name@example.com)")
+    if len(local) > _MAX_LOCAL:
+        raise DomainError(field, f"the part before @ must be at most {_MAX_LOCAL} characters")
+    if not _LOCAL.match(local) or local.startswith(".") or local.endswith(".") or ".." in local:
+        raise DomainError(field, "the part before @ is not a valid mailbox name")
+    try:
+        ascii_domain = domain.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise DomainError(field, "the domain is not a valid host name") from None
+    labels = ascii_domain.split(".")
+    if len(labels) < 2 or not all(_LABEL.match(label) for label in labels):
+        raise DomainError(field, "the domain is not a valid host name")
+    if labels[-1].isdigit():
+        raise DomainError(field, "the domain is not a valid host name")
+    return f"{local}@{ascii_domain}"
+
+
+def normalise_phone(value: object, field: str, default_region: str | None = None) -> str:
+    """The number in E.164 (``+14155550100``). Without ``default_region`` the number
+    must be international (a leading ``+``); with one (ISO 3166 alpha-2, ``"GB"``) a
+    national number of that region is accepted too. Rejects what ``phonenumbers``
+    does not consider a valid number (wrong length or an unassigned range), since a
+    provider would refuse it (Twilio 21211) after we paid for the attempt."""
+    if not isinstance(value, str):
+        raise DomainError(field, "must be a string")
+    text = value.strip()
+    if not text:
+        raise DomainError(field, "must not be empty")
+    if len(text) > 64:
+        raise DomainError(field, "must be at most 64 characters")
+    try:
+        number = phonenumbers.parse(text, default_region)
+    except phonenumbers.NumberParseException:
+        international = default_region is None and not text.startswith("+")
+        hint = " (start with + and the country code)" if international else ""
+        raise DomainError(field, f"is not a phone number{hint}") from None
+    if not phonenumbers.is_valid_number(number):
+        raise DomainError(field, "is not a valid phone number")
+    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+def normalise_address(channel: str, value: object, field: str) -> str:
+    """The address as stored for ``channel`` (see ``normalise_email``, ``normalise_phone``)."""
+    if channel == "email":
+        return normalise_email(value, field)
+    if channel == "sms":
+        return normalise_phone(value, field)
+    raise DomainError("channel", f"must be one of {', '.join(CONTACT_CHANNELS)}")
