@@ -274,15 +274,22 @@ class ReminderList(BaseModel):
 class PreferencesIn(Request):
     categories: dict[str, bool] = Field(
         max_length=64,
-        description="Opt in (true) or out (false) per category; others stay as they are",
-        examples=[{"mood": False}],
+        description=(
+            "Opt in (true) or out (false) per category on every channel ('mood'), or per"
+            " category on one channel ('mood.email'; the channel key wins over the"
+            " category key); keys not named stay as they are"
+        ),
+        examples=[{"mood": False}, {"marketing.email": False, "marketing.inbox": True}],
     )
 
 
 class PreferencesOut(BaseModel):
     categories: dict[str, bool] = Field(
-        description="Every configured category; true unless the user opted out",
-        examples=[{"safety": True, "meal": True, "mood": False}],
+        description=(
+            "Every configured category (true unless the user opted out), then the"
+            " '<category>.<channel>' keys the user set"
+        ),
+        examples=[{"safety": True, "meal": True, "mood": False, "meal.email": False}],
     )
 
 

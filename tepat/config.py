@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     event_types: Annotated[dict[str, Any] | None, NoDecode] = None
     # Templates fall back to this locale when neither the user's nor its language has one.
     default_locale: str = "en"
+    # Contact channels (tepat/services/targets.py): send only to contact points marked
+    # verified; unverified ones are skipped no_contact.
+    require_verified_contacts: bool = False
 
     @field_validator("database_url")
     @classmethod

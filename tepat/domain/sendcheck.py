@@ -12,6 +12,7 @@ from datetime import datetime
 from tepat.domain.categories import CategoryPolicy, QuietPolicy
 from tepat.domain.models import Message, Reminder, SkipReason, User
 from tepat.domain.planning import plan_reminder_on
+from tepat.domain.preferences import allowed
 from tepat.domain.timerules import in_quiet_hours, quiet_period_end, utc_to_local
 from tepat.domain.zones import load_zone
 
@@ -100,7 +101,7 @@ def decide(
         superseded = check_still_intended(message, user, reminder, policy, now)
         if superseded is not None:
             return superseded
-    if not preferences.get(message.category, True):
+    if not allowed(preferences, message.category, message.channel):
         return Skip(SkipReason.OPTED_OUT)
     late = now - message.scheduled_at
     if late > policy.missed_window:

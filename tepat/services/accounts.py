@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from tepat.domain import preferences
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Device, Message, QuietHours, Reminder, User
 from tepat.domain.planning import plan_oneoff, request_fingerprint
@@ -215,10 +216,13 @@ async def list_reminders(rt: Runtime, user_id: str) -> list[Reminder]:
 async def set_preferences(
     rt: Runtime, user_id: str, categories: Mapping[str, bool]
 ) -> dict[str, bool]:
-    """Merge opt-ins/outs; returns every configured category (opted in unless stored otherwise)."""
+    """Merge opt-ins/outs, per category (``"meal"``: every channel) or per category and
+    channel (``"meal.email"``, see :mod:`tepat.domain.preferences`); returns every
+    configured category (opted in unless stored otherwise) and the channel keys set."""
     await get_user(rt, user_id)
-    for name in categories:
-        rt.categories.get(name, f"categories.{name}")
+    names = rt.categories.names
+    for key in categories:
+        preferences.check_key(key, names, f"categories.{key}")
     stored = await rt.store.set_preferences(user_id, dict(categories))
     return _with_defaults(rt, stored)
 
@@ -229,7 +233,7 @@ async def get_preferences(rt: Runtime, user_id: str) -> dict[str, bool]:
 
 
 def _with_defaults(rt: Runtime, stored: Mapping[str, bool]) -> dict[str, bool]:
-    return {name: stored.get(name, True) for name in rt.categories.names}
+    return preferences.view(stored, rt.categories.names)
 
 
 # ---------------------------------------------------------------- messages

@@ -124,9 +124,8 @@ async def test_list_suppressions_pages_by_channel_and_address(store: Store) -> N
     ]
     sms = await store.list_suppressions("sms", None, 10)
     assert [s.address for s in sms] == ["+14155550101", "+14155550102"]
-    assert [s.address for s in await store.list_suppressions("sms", ("sms", "+14155550101"), 10)] == [
-        "+14155550102"
-    ]
+    rest = await store.list_suppressions("sms", ("sms", "+14155550101"), 10)
+    assert [s.address for s in rest] == ["+14155550102"]
     # A cursor from the email pages, used with the sms filter, still starts right.
     assert len(await store.list_suppressions("sms", ("email", "zzz"), 10)) == 2
     assert await store.list_suppressions("email", ("email", "c@example.com"), 10) == []

@@ -1,0 +1,47 @@
+"""Where a channel message goes: each user's contact point, checked against suppressions.
+
+Called by the one send path for contact channels (``consumers/channel_sender.py``) at
+send time, for a whole batch at once: one read of the contacts, one of the
+suppressions, whatever the number of users. Resolving at send time (not when the
+message is planned) means an address changed or suppressed since is honoured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tepat.domain.contacts import NO_CONTACT, SUPPRESSED
+from tepat.ports.store import ContactStore
+
+#: What a user resolves to when there is nothing to send to (``Message.status_reason``
+#: of the skipped message). Addresses never look like these: an e-mail address has an
+#: ``@``, a phone number a leading ``+``.
+SKIP_REASONS: frozenset[str] = frozenset({NO_CONTACT, SUPPRESSED})
+
+
+async def resolve_targets(
+    store: ContactStore,
+    channel: str,
+    user_ids: Sequence[str],
+    *,
+    require_verified: bool = False,
+) -> dict[str, str]:
+    """For each user (every one of ``user_ids`` is a key): the address to send to on
+    ``channel``, or a skip reason: ``"no_contact"`` (none set, or not verified when
+    ``require_verified``, i.e. ``TEPAT_REQUIRE_VERIFIED_CONTACTS``) or ``"suppressed"``
+    (the address is suppressed on that channel)."""
+    contacts = await store.contacts_for_users(user_ids, channel)
+    usable = {uid: c.address for uid, c in contacts.items() if c.verified or not require_verified}
+    suppressed = (
+        await store.suppressions_for(channel, sorted(set(usable.values()))) if usable else {}
+    )
+    out: dict[str, str] = {}
+    for uid in user_ids:
+        address = usable.get(uid)
+        if address is None:
+            out[uid] = NO_CONTACT
+        elif address in suppressed:
+            out[uid] = SUPPRESSED
+        else:
+            out[uid] = address
+    return out
