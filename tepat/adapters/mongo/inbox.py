@@ -22,6 +22,7 @@ from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.adapters.mongo.webhooks import read_update, webhooks_active
 from tepat.domain.inbox import InboxItem
 
 SEQ_COUNTER = "inbox_seq"
@@ -117,7 +118,7 @@ class InboxMixin(MongoBase):
         # Forward-only: the filter on read_at keeps the first read.
         await inbox.update_one(
             {"_id": item_id, "user_id": user_id, "read_at": None},
-            {"$set": {"read_at": bson_dt(now)}},
+            read_update(now, await webhooks_active(self)),
         )
         doc = await inbox.find_one({"_id": item_id, "user_id": user_id})
         return None if doc is None else _item(doc)
@@ -128,7 +129,8 @@ class InboxMixin(MongoBase):
         query: dict[str, Any] = {"user_id": user_id, "read_at": None}
         if up_to_seq is not None:
             query["seq"] = {"$lte": up_to_seq}
-        result = await self._db["inbox"].update_many(query, {"$set": {"read_at": bson_dt(now)}})
+        update = read_update(now, await webhooks_active(self))
+        result = await self._db["inbox"].update_many(query, update)
         return int(result.modified_count)
 
     async def inbox_unread_count(self, user_id: str) -> int:

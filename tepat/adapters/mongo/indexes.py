@@ -223,3 +223,12 @@ async def create_indexes(db: Any) -> None:
     await db["provider_events"].create_index(
         [("provider", ASCENDING), ("event_id", ASCENDING)], unique=True, name="uniq_provider_event"
     )
+
+    # Status webhooks (adapters/mongo/webhooks.py): the journal rides in the changed
+    # document's `wh` array, present only while entries wait; the emitter finds them here.
+    for collection in ("messages", "inbox"):
+        await db[collection].create_index(
+            [("wh.at", ASCENDING)],
+            name="webhook_journal",
+            partialFilterExpression={"wh": {"$exists": True}},
+        )

@@ -14,6 +14,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
+from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.store import Counts, InsertResult, MessagePage, MessageQuery, StatusChange
@@ -43,6 +44,9 @@ class MessagesMixin(MongoBase):
             return InsertResult(created=[], existing=0)
         now = self._clock.now()
         docs = [message_doc(m, now) for m in messages]
+        if await webhooks_active(self):  # status webhooks: the journal rides the insert
+            for doc in docs:
+                journal_on_insert(doc)
         rejected: set[int] = set()
         try:
             # Unordered: one duplicate must not stop the rest of the batch, and the
@@ -142,6 +146,8 @@ class MessagesMixin(MongoBase):
             now,
             expect,
         )
+        if await webhooks_active(self):  # status webhooks: the journal rides the update
+            add_journal_push(update, to.value, reason, now)
         try:
             result = await self._db["messages"].update_one(query, update)
         except DuplicateKeyError:
@@ -156,7 +162,13 @@ class MessagesMixin(MongoBase):
     ) -> int:
         if not expect or not changes:
             return 0
-        ops = [UpdateOne(*_transition_update(ch, now, expect)) for ch in changes]
+        journal = await webhooks_active(self)  # status webhooks: the journal rides each update
+        ops = []
+        for ch in changes:
+            query, update = _transition_update(ch, now, expect)
+            if journal:
+                add_journal_push(update, ch.to.value, ch.reason, now)
+            ops.append(UpdateOne(query, update))
         try:
             result = await self._db["messages"].bulk_write(ops, ordered=False)
         except BulkWriteError as e:

@@ -26,6 +26,7 @@ from tepat.adapters.mongo.reminders import RemindersMixin
 from tepat.adapters.mongo.templates import TemplatesMixin
 from tepat.adapters.mongo.tickets import TicketsMixin
 from tepat.adapters.mongo.users import UsersMixin
+from tepat.adapters.mongo.webhooks import WebhooksMixin
 
 
 class MongoStore(
@@ -41,6 +42,7 @@ class MongoStore(
     InboxMixin,
     EventsMixin,
     ContactsMixin,
+    WebhooksMixin,
 ):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 

@@ -16,6 +16,18 @@ _CLEAR_MARK = (
     "plan_fp = NULL WHERE user_id = {user}"
 )
 
+# Status webhooks (migration 11): which message statuses reach the journal, and when.
+_WEBHOOK_ANY = "EXISTS (SELECT 1 FROM webhook_subscriptions WHERE enabled = 1)"
+_WEBHOOK_JOURNALED = (
+    "NEW.status IN ('sent', 'delivered', 'failed', 'skipped', 'missed') "
+    f"AND NEW.user_id != '~webhook' AND {_WEBHOOK_ANY}"
+)
+_WEBHOOK_JOURNAL_MESSAGE = (
+    "INSERT INTO webhook_journal (message_id, status, reason, user_id, category, channel, at) "
+    "VALUES (NEW.id, NEW.status, NEW.status_reason, NEW.user_id, NEW.category, NULL, "
+    "NEW.updated_at);"
+)
+
 # Numbered migrations, applied in order, each exactly once, recorded in
 # ``schema_migrations``. Never edit a released one: append a new number.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -300,6 +312,67 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             # Read by nothing since the outbox (pending messages are found by due_at):
             # it only cost an index update on every insert and every claim.
             "DROP INDEX IF EXISTS ix_messages_pending_due",
+        ),
+    ),
+    (
+        9,
+        (
+            # Channels (issue 12): where a message goes, its channel's extra rendered
+            # parts (JSON), and an event's priority (which queue: critical, normal, bulk).
+            "ALTER TABLE messages ADD COLUMN channel TEXT NOT NULL DEFAULT 'push'",
+            "ALTER TABLE messages ADD COLUMN content TEXT NOT NULL DEFAULT '{}'",
+            "ALTER TABLE messages ADD COLUMN priority TEXT",
+        ),
+    ),
+    (
+        11,
+        (
+            # Status webhooks (adapters/sqlite/webhooks.py, tepat/domain/webhooks.py):
+            # the subscriptions, and the journal of status changes waiting to become
+            # webhook deliveries. The triggers write the journal in the same statement
+            # as the change, so no change is lost between its write and its webhook; they
+            # write nothing while no subscription is enabled (one probe of a tiny table),
+            # nor for the webhook deliveries themselves (user '~webhook': keyed on the
+            # user id, not the channel column, so this migration needs no other).
+            """CREATE TABLE webhook_subscriptions (
+                id TEXT PRIMARY KEY,
+                url TEXT NOT NULL,
+                event_types TEXT NOT NULL,
+                categories TEXT NOT NULL,
+                secrets TEXT NOT NULL,
+                description TEXT NOT NULL,
+                enabled INTEGER NOT NULL,
+                disabled_reason TEXT,
+                version INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE webhook_journal (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                message_id TEXT NOT NULL,
+                status TEXT NOT NULL,
+                reason TEXT,
+                user_id TEXT NOT NULL,
+                category TEXT NOT NULL,
+                channel TEXT,
+                at TEXT NOT NULL
+            )""",
+            f"""CREATE TRIGGER tr_webhook_status AFTER UPDATE OF status ON messages
+                WHEN NEW.status IS NOT OLD.status AND {_WEBHOOK_JOURNALED}
+                BEGIN {_WEBHOOK_JOURNAL_MESSAGE} END""",
+            # Messages written already final (a render error fails at creation).
+            f"""CREATE TRIGGER tr_webhook_status_insert AFTER INSERT ON messages
+                WHEN {_WEBHOOK_JOURNALED}
+                BEGIN {_WEBHOOK_JOURNAL_MESSAGE} END""",
+            # An inbox item's first read (forward-only: read_at is set once).
+            f"""CREATE TRIGGER tr_webhook_inbox_read AFTER UPDATE OF read_at ON inbox
+                WHEN OLD.read_at IS NULL AND NEW.read_at IS NOT NULL AND {_WEBHOOK_ANY}
+                BEGIN
+                    INSERT INTO webhook_journal
+                        (message_id, status, reason, user_id, category, channel, at)
+                    VALUES (NEW.message_id, 'read', NULL, NEW.user_id, NEW.category, 'inbox',
+                        NEW.read_at);
+                END""",
         ),
     ),
     (

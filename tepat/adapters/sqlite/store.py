@@ -15,6 +15,7 @@ from tepat.adapters.sqlite.reminders import RemindersMixin
 from tepat.adapters.sqlite.templates import TemplatesMixin
 from tepat.adapters.sqlite.tickets import TicketsMixin
 from tepat.adapters.sqlite.users import UsersMixin
+from tepat.adapters.sqlite.webhooks import WebhooksMixin
 
 
 class SqliteStore(
@@ -30,6 +31,7 @@ class SqliteStore(
     InboxMixin,
     EventsMixin,
     ContactsMixin,
+    WebhooksMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""

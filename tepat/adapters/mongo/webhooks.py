@@ -1,0 +1,253 @@
+"""Status webhook subscriptions and the status journal on MongoDB.
+
+MongoDB has no triggers, and a multi-document transaction per status change would cost
+the hot path dearly. So the journal lives *inside* the document that changes: a status
+transition of a message (``messages.py``) or an inbox item's first read (``inbox.py``)
+pushes ``{s: status, r: reason, at}`` onto the document's ``wh`` array in the same
+single-document update, atomic with the change. The emitter finds documents that carry
+``wh`` (a partial index, ``indexes.py``), turns the entries into deliveries, then pulls
+them (and unsets an emptied array, so the document leaves the index).
+
+A process pushes only while a subscription is enabled. Whether one is, it caches for a
+few seconds (:func:`webhooks_active`): a subscription created in another process starts
+receiving within that time; one created through this store, at once. Webhook delivery
+messages journal their own transitions too (an update cannot look at the document's
+user before writing it); :meth:`WebhooksMixin.webhook_journal` drops those unread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING
+from pymongo.errors import DuplicateKeyError
+
+from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.domain.webhooks import (
+    STATUS_EVENT_TYPES,
+    WEBHOOK_USER,
+    StatusChangeEntry,
+    WebhookSecret,
+    WebhookSubscription,
+)
+
+SUBSCRIPTIONS = "webhook_subscriptions"
+JOURNAL_FIELD = "wh"
+# Seconds a process trusts its answer to "is any subscription enabled?".
+ACTIVE_CACHE_SECONDS = 5.0
+_MESSAGE_STATUSES = frozenset(STATUS_EVENT_TYPES) - {"read"}
+
+
+async def webhooks_active(store: MongoBase) -> bool:
+    """Whether status changes must be journaled now (cached per store object)."""
+    cached: tuple[bool, float] | None = getattr(store, "_webhooks_active", None)
+    now = time.monotonic()
+    if cached is not None and now < cached[1]:
+        return cached[0]
+    found = await store._db[SUBSCRIPTIONS].find_one({"enabled": True}, projection={"_id": 1})
+    active = found is not None
+    store._webhooks_active = (active, now + ACTIVE_CACHE_SECONDS)  # type: ignore[attr-defined]
+    return active
+
+
+def journal_entry(status: str, reason: str | None, at: datetime) -> dict[str, Any]:
+    return {"s": status, "r": reason, "at": bson_dt(at)}
+
+
+def add_journal_push(
+    update: dict[str, Any], status: str, reason: str | None, at: datetime
+) -> dict[str, Any]:
+    """``update`` (a message transition's) with the journal push, for a journaled status."""
+    if status in _MESSAGE_STATUSES:
+        update["$push"] = {JOURNAL_FIELD: journal_entry(status, reason, at)}
+    return update
+
+
+def read_update(now: datetime, journal: bool) -> dict[str, Any]:
+    """An inbox item's first read, journaled (status ``read``) in the same update."""
+    update: dict[str, Any] = {"$set": {"read_at": bson_dt(now)}}
+    if journal:
+        update["$push"] = {JOURNAL_FIELD: journal_entry("read", None, now)}
+    return update
+
+
+def journal_on_insert(doc: dict[str, Any]) -> None:
+    """A message inserted already final (a render error) carries its entry from the start."""
+    if doc.get("status") in _MESSAGE_STATUSES:
+        doc[JOURNAL_FIELD] = [
+            journal_entry(doc["status"], doc.get("status_reason"), doc["updated_at"])
+        ]
+
+
+def _sub_doc(sub: WebhookSubscription) -> dict[str, Any]:
+    return {
+        "_id": sub.id,
+        "url": sub.url,
+        "event_types": list(sub.event_types),
+        "categories": list(sub.categories),
+        "secrets": [
+            {
+                "secret": s.secret,
+                "created_at": bson_dt(s.created_at),
+                "expires_at": None if s.expires_at is None else bson_dt(s.expires_at),
+            }
+            for s in sub.secrets
+        ],
+        "description": sub.description,
+        "enabled": sub.enabled,
+        "disabled_reason": sub.disabled_reason,
+        "version": sub.version,
+        "created_at": bson_dt(sub.created_at),
+        "updated_at": bson_dt(sub.updated_at),
+    }
+
+
+def _subscription(doc: Mapping[str, Any]) -> WebhookSubscription:
+    return WebhookSubscription(
+        id=doc["_id"],
+        url=doc["url"],
+        event_types=tuple(doc["event_types"]),
+        categories=tuple(doc.get("categories") or ()),
+        secrets=tuple(
+            WebhookSecret(
+                s["secret"], read_dt_required(s["created_at"]), read_dt(s.get("expires_at"))
+            )
+            for s in doc["secrets"]
+        ),
+        description=doc.get("description", ""),
+        enabled=bool(doc["enabled"]),
+        disabled_reason=doc.get("disabled_reason"),
+        version=int(doc["version"]),
+        created_at=read_dt_required(doc["created_at"]),
+        updated_at=read_dt_required(doc["updated_at"]),
+    )
+
+
+class WebhooksMixin(MongoBase):
+    _webhooks_active: tuple[bool, float] | None = None
+
+    def _forget_webhooks_active(self) -> None:
+        self._webhooks_active = None
+
+    async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
+        try:
+            await self._db[SUBSCRIPTIONS].insert_one(_sub_doc(sub))
+        except DuplicateKeyError:
+            return False
+        self._forget_webhooks_active()
+        return True
+
+    async def get_webhook_subscription(self, subscription_id: str) -> WebhookSubscription | None:
+        doc = await self._db[SUBSCRIPTIONS].find_one({"_id": subscription_id})
+        return None if doc is None else _subscription(doc)
+
+    async def list_webhook_subscriptions(self) -> list[WebhookSubscription]:
+        docs = (
+            await self._db[SUBSCRIPTIONS]
+            .find({})
+            .sort([("created_at", ASCENDING), ("_id", ASCENDING)])
+            .to_list(None)
+        )
+        return [_subscription(d) for d in docs]
+
+    async def update_webhook_subscription(
+        self, sub: WebhookSubscription, expect_version: int
+    ) -> bool:
+        fields = _sub_doc(sub)
+        del fields["_id"], fields["created_at"]
+        result = await self._db[SUBSCRIPTIONS].update_one(
+            {"_id": sub.id, "version": expect_version}, {"$set": fields}
+        )
+        self._forget_webhooks_active()
+        return bool(result.modified_count)
+
+    async def delete_webhook_subscription(self, subscription_id: str) -> bool:
+        result = await self._db[SUBSCRIPTIONS].delete_one({"_id": subscription_id})
+        self._forget_webhooks_active()
+        return bool(result.deleted_count)
+
+    async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
+        if limit <= 0:
+            return []
+        out: list[StatusChangeEntry] = []
+        has = {JOURNAL_FIELD: {"$exists": True}}
+        messages = (
+            await self._db["messages"]
+            .find(has, projection={"user_id": 1, "category": 1, "channel": 1, JOURNAL_FIELD: 1})
+            .limit(limit)
+            .to_list(None)
+        )
+        own = [d["_id"] for d in messages if d["user_id"] == WEBHOOK_USER]
+        if own:  # a delivery's own transitions: nothing to report, dropped here
+            await self._db["messages"].update_many(
+                {"_id": {"$in": own}}, {"$unset": {JOURNAL_FIELD: ""}}
+            )
+        for d in messages:
+            if d["user_id"] == WEBHOOK_USER:
+                continue
+            for e in d.get(JOURNAL_FIELD) or ():
+                out.append(
+                    StatusChangeEntry(
+                        key=f"m|{d['_id']}|{e['s']}",
+                        message_id=d["_id"],
+                        status=e["s"],
+                        reason=e.get("r"),
+                        user_id=d["user_id"],
+                        category=d["category"],
+                        channel=d.get("channel"),
+                        at=read_dt_required(e["at"]),
+                    )
+                )
+        if len(messages) < limit:
+            items = (
+                await self._db["inbox"]
+                .find(
+                    has,
+                    projection={"user_id": 1, "category": 1, "message_id": 1, JOURNAL_FIELD: 1},
+                )
+                .limit(limit - len(messages))
+                .to_list(None)
+            )
+            for d in items:
+                for e in d.get(JOURNAL_FIELD) or ():
+                    out.append(
+                        StatusChangeEntry(
+                            key=f"i|{d['_id']}|{e['s']}",
+                            message_id=d["message_id"],
+                            status=e["s"],
+                            reason=e.get("r"),
+                            user_id=d["user_id"],
+                            category=d["category"],
+                            channel="inbox",
+                            at=read_dt_required(e["at"]),
+                        )
+                    )
+        out.sort(key=lambda e: e.at)
+        return out
+
+    async def drop_webhook_journal(self, entries: Sequence[StatusChangeEntry]) -> int:
+        grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for e in entries:
+            kind, doc_id, status = e.key.split("|", 2)
+            grouped[("messages" if kind == "m" else "inbox", doc_id)].append(status)
+        dropped = 0
+        emptied: dict[str, list[str]] = defaultdict(list)
+        for (collection, doc_id), statuses in grouped.items():
+            result = await self._db[collection].update_one(
+                {"_id": doc_id}, {"$pull": {JOURNAL_FIELD: {"s": {"$in": statuses}}}}
+            )
+            dropped += len(statuses) if result.modified_count else 0
+            emptied[collection].append(doc_id)
+        # Out of the partial index; an entry pushed since keeps the array (and the
+        # document) there, since the filter is on the emptied array only.
+        for collection, ids in emptied.items():
+            await self._db[collection].update_many(
+                {"_id": {"$in": ids}, JOURNAL_FIELD: {"$size": 0}},
+                {"$unset": {JOURNAL_FIELD: ""}},
+            )
+        return dropped

@@ -1,0 +1,370 @@
+"""Signed status webhooks out (issue 12, item 5), following the Standard Webhooks spec.
+
+An app subscribes a URL to status changes of messages. Each change becomes one *status
+event* whose id (:func:`status_event_id`) is the same across retries and across
+subscriptions, so a receiver dedups on it (the ``webhook-id`` header). Each (subscription,
+event) becomes one webhook *delivery message* (:func:`delivery_message`): a
+:class:`~tepat.domain.models.Message` on channel ``webhook`` that rides the outbox, the
+queues, the claim, the retries and the dead-lettering of every other message.
+
+Signing (https://www.standardwebhooks.com, "Signature scheme"): the content signed is
+``{webhook-id}.{webhook-timestamp}.{body}``; the signature is the base64 HMAC-SHA256 of it
+under the secret's bytes (the base64 after ``whsec_``), written ``v1,<signature>``. While a
+rotated secret is still valid every valid secret signs, space separated, so a receiver
+that knows either verifies.
+
+Pure: no I/O; the clock and the randomness come from the caller.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import ipaddress
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from tepat.domain.errors import DomainError
+from tepat.domain.models import Message, message_id_for
+from tepat.domain.retry import RetryPolicy
+
+#: The channel of delivery messages, and the user id they carry: not a valid user id
+#: (``check_identifier`` refuses ``~``), so a user's message list never shows them and no
+#: plan run or re-plan ever touches them.
+WEBHOOK_CHANNEL = "webhook"
+WEBHOOK_USER = "~webhook"
+
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32  # the spec asks for 24 to 64
+# How long a rotated-out secret keeps signing beside the new one.
+ROTATION_OVERLAP = timedelta(hours=24)
+MAX_URL_LENGTH = 2048
+MAX_SECRETS = 8  # rotations within one overlap window pile up; beyond this, refuse
+
+#: Status -> event type. ``missed`` (past its category's window) is a kind of skip for a
+#: receiver: it arrives as ``message.skipped`` with ``status: "missed"``. ``read`` comes
+#: from the inbox. ``pending``, ``sending`` and ``cancelled`` (a re-plan's replacement)
+#: are internal and never sent.
+STATUS_EVENT_TYPES: Mapping[str, str] = {
+    "sent": "message.sent",
+    "delivered": "message.delivered",
+    "failed": "message.failed",
+    "skipped": "message.skipped",
+    "missed": "message.skipped",
+    "read": "message.read",
+}
+EVENT_TYPES: tuple[str, ...] = (
+    "message.sent",
+    "message.delivered",
+    "message.failed",
+    "message.skipped",
+    "message.read",
+)
+
+#: A receiver down for an hour loses nothing: full-jitter backoff from 5 s, at most an
+#: hour between attempts, given up after 3 days (the spec's example schedule spans about
+#: three days too). The attempt count is not the limit: age is.
+WEBHOOK_RETRY = RetryPolicy(
+    base_seconds=5.0, cap_seconds=3600.0, max_attempts=1000, max_age=timedelta(days=3)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSecret:
+    """One signing secret, ``whsec_<base64>``; ``expires_at`` set once rotated out."""
+
+    secret: str
+    created_at: datetime
+    expires_at: datetime | None = None
+
+    def valid_at(self, now: datetime) -> bool:
+        return self.expires_at is None or now < self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSubscription:
+    id: str
+    url: str
+    event_types: tuple[str, ...]
+    secrets: tuple[WebhookSecret, ...]
+    created_at: datetime
+    updated_at: datetime
+    # Empty: every category.
+    categories: tuple[str, ...] = ()
+    description: str = ""
+    enabled: bool = True
+    # Why it stopped (``gone``: the receiver answered 410).
+    disabled_reason: str | None = None
+    # Compare-and-set token of every update (a rotation, a disable).
+    version: int = 1
+
+    def wants(self, event_type: str, category: str) -> bool:
+        if not self.enabled or event_type not in self.event_types:
+            return False
+        return not self.categories or category in self.categories
+
+    def signing_secrets(self, now: datetime) -> list[str]:
+        """The secrets that sign at ``now``: the current one and any still in overlap."""
+        return [s.secret for s in self.secrets if s.valid_at(now)]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChangeEntry:
+    """One status change waiting to become webhooks (the store's journal).
+
+    Written in the same write as the change itself, so a change is never lost between
+    its write and its webhook. ``channel`` is None where the journal does not know it
+    (the emitter reads it from the message). ``key`` is the store's handle to drop it.
+    """
+
+    key: str
+    message_id: str
+    status: str
+    user_id: str
+    category: str
+    at: datetime
+    reason: str | None = None
+    channel: str | None = None
+
+
+# --- secrets and signing ----------------------------------------------------------
+
+
+def new_secret(random_bytes: bytes) -> str:
+    """``whsec_`` + base64 of the caller's random bytes (``secrets.token_bytes``)."""
+    if not 24 <= len(random_bytes) <= 64:
+        raise ValueError("a signing secret is 24 to 64 random bytes")
+    return SECRET_PREFIX + base64.b64encode(random_bytes).decode("ascii")
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key: the bytes the base64 after ``whsec_`` encodes."""
+    try:
+        return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not a whsec_ secret") from None
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: str | bytes) -> str:
+    """One signature, ``v1,<base64 HMAC-SHA256 of "{msg_id}.{timestamp}.{body}">``."""
+    payload = body.encode() if isinstance(body, str) else body
+    content = f"{msg_id}.{timestamp}.".encode() + payload
+    digest = hmac.new(secret_key(secret), content, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+def signature_header(secrets: Sequence[str], msg_id: str, timestamp: int, body: str) -> str:
+    """The ``webhook-signature`` value: one signature per secret, space separated."""
+    return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
+
+
+def webhook_headers(
+    secrets: Sequence[str], msg_id: str, timestamp: int, body: str
+) -> dict[str, str]:
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature_header(secrets, msg_id, timestamp, body),
+        "content-type": "application/json",
+    }
+
+
+def rotate(sub: WebhookSubscription, secret: str, now: datetime) -> WebhookSubscription:
+    """A new current secret; the ones signing until now keep signing for
+    :data:`ROTATION_OVERLAP` (or less, if they were already due to stop), expired ones
+    are dropped."""
+    kept: list[WebhookSecret] = []
+    for s in sub.secrets:
+        if not s.valid_at(now):
+            continue
+        ends = now + ROTATION_OVERLAP
+        kept.append(
+            replace(s, expires_at=ends if s.expires_at is None else min(s.expires_at, ends))
+        )
+    if len(kept) + 1 > MAX_SECRETS:
+        raise DomainError(
+            "secret", f"at most {MAX_SECRETS} secrets sign at once; wait for one to expire"
+        )
+    return replace(
+        sub,
+        secrets=(*kept, WebhookSecret(secret, created_at=now)),
+        updated_at=now,
+        version=sub.version + 1,
+    )
+
+
+# --- input checks -----------------------------------------------------------------
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_url(value: str, allow_http: bool = False) -> str:
+    """An absolute ``https`` URL; ``http`` only to a loopback host or when allowed
+    (``TEPAT_WEBHOOK_ALLOW_HTTP``, for a private network)."""
+    url = value.strip()
+    if not url or len(url) > MAX_URL_LENGTH:
+        raise DomainError("url", f"must be 1 to {MAX_URL_LENGTH} characters")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        _ = parts.port  # raises on a bad port
+    except ValueError:
+        raise DomainError("url", "not a valid URL") from None
+    if parts.scheme not in ("https", "http") or not host:
+        raise DomainError("url", "must be an absolute https:// URL")
+    if parts.username is not None or parts.password is not None:
+        raise DomainError("url", "must not carry credentials (verify the signature instead)")
+    if parts.fragment:
+        raise DomainError("url", "must not have a fragment")
+    if any(c.isspace() or ord(c) < 0x20 for c in url):
+        raise DomainError("url", "must not contain spaces or control characters")
+    if parts.scheme == "http" and not (allow_http or _loopback(host)):
+        raise DomainError(
+            "url",
+            "must be https:// (http:// only to a loopback host, or with TEPAT_WEBHOOK_ALLOW_HTTP)",
+        )
+    return url
+
+
+def check_event_types(values: Iterable[str]) -> tuple[str, ...]:
+    chosen = list(dict.fromkeys(values))
+    if not chosen:
+        raise DomainError("event_types", f"name at least one of {', '.join(EVENT_TYPES)}")
+    for v in chosen:
+        if v not in EVENT_TYPES:
+            raise DomainError(
+                "event_types", f"unknown event type {v!r}; one of {', '.join(EVENT_TYPES)}"
+            )
+    return tuple(t for t in EVENT_TYPES if t in chosen)
+
+
+def check_categories(values: Iterable[str], known: Iterable[str]) -> tuple[str, ...]:
+    names = set(known)
+    chosen = tuple(dict.fromkeys(values))
+    for v in chosen:
+        if v not in names:
+            raise DomainError("categories", f"unknown category {v!r}")
+    return chosen
+
+
+# --- status events and their deliveries ---------------------------------------------
+
+
+def status_event_id(message_id: str, status: str) -> str:
+    """The event's stable id (``webhook-id``): one per (message, status), since a status
+    is reached at most once (forward-only). No ``.`` in it, as the spec asks."""
+    digest = hashlib.blake2b(f"{message_id}|{status}".encode(), digest_size=16).hexdigest()
+    return f"msg_{digest}"
+
+
+def business_event_id(dedup_key: str) -> str | None:
+    """The business event a message came from (its keys are ``e|event|user|channel``;
+    ``|`` never appears in an id)."""
+    if not dedup_key.startswith("e|"):
+        return None
+    parts = dedup_key.split("|")
+    return parts[1] if len(parts) >= 4 else None
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def status_payload(entry: StatusChangeEntry, channel: str, event_id: str | None) -> dict[str, Any]:
+    """The body: ``type``, ``timestamp`` (when the status changed) and ``data``."""
+    data: dict[str, Any] = {
+        "message_id": entry.message_id,
+        "user_id": entry.user_id,
+        "category": entry.category,
+        "channel": channel,
+        "status": entry.status,
+        "reason": entry.reason,
+    }
+    if event_id is not None:
+        data["event_id"] = event_id
+    return {"type": STATUS_EVENT_TYPES[entry.status], "timestamp": _iso(entry.at), "data": data}
+
+
+def encode_body(payload: Mapping[str, Any]) -> str:
+    """Compact JSON, fixed when the delivery is created: every attempt sends (and signs)
+    the same bytes."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def delivery_key(subscription_id: str, event_id: str) -> str:
+    return f"w|{subscription_id}|{event_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What a delivery message carries in ``content``."""
+
+    subscription_id: str
+    event_id: str
+    event_type: str
+    body: str
+
+    def content(self) -> dict[str, Any]:
+        return {
+            "subscription_id": self.subscription_id,
+            "event_id": self.event_id,
+            "type": self.event_type,
+            "body": self.body,
+        }
+
+    @staticmethod
+    def from_content(content: Mapping[str, Any]) -> Delivery | None:
+        try:
+            return Delivery(
+                subscription_id=str(content["subscription_id"]),
+                event_id=str(content["event_id"]),
+                event_type=str(content["type"]),
+                body=str(content["body"]),
+            )
+        except KeyError:
+            return None
+
+
+def delivery_message(
+    subscription_id: str, entry: StatusChangeEntry, payload: Mapping[str, Any], now: datetime
+) -> Message:
+    """The message that delivers one event to one subscription. Its dedup, live and slot
+    keys are (subscription, event), and its id their hash: turning one journal entry
+    into deliveries twice (a crash before the entry was dropped) inserts nothing new."""
+    event_id = status_event_id(entry.message_id, entry.status)
+    key = delivery_key(subscription_id, event_id)
+    body = encode_body(payload)
+    return Message(
+        id=message_id_for(key),
+        user_id=WEBHOOK_USER,
+        category=entry.category,
+        label=WEBHOOK_CHANNEL,
+        title=STATUS_EVENT_TYPES[entry.status],
+        body="",
+        scheduled_at=now,
+        timezone="UTC",
+        dedup_key=key,
+        live_key=key,
+        slot_key=key,
+        nominal_at=now,
+        due_at=now,
+        channel=WEBHOOK_CHANNEL,
+        content=Delivery(
+            subscription_id, event_id, STATUS_EVENT_TYPES[entry.status], body
+        ).content(),
+    )
