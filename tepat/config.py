@@ -7,8 +7,9 @@ A bad value stops the process with one line naming the variable: see
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -26,6 +27,9 @@ from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import EventTypes, default_event_types, parse_event_types
 
 ENV_PREFIX = "TEPAT_"
+# One label of a DNS name, or an IPv4/IPv6 literal: what TEPAT_SMTP_HOST may hold.
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_IP_LITERAL = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 
 
 class CategorySetting(BaseModel):
@@ -89,6 +93,28 @@ class Settings(BaseSettings):
     event_types: Annotated[dict[str, Any] | None, NoDecode] = None
     # Templates fall back to this locale when neither the user's nor its language has one.
     default_locale: str = "en"
+    # --- email over SMTP (tepat/adapters/smtp_email.py); the channel is off without a host
+    smtp_host: str | None = None
+    smtp_port: int | None = Field(default=None, ge=1, le=65535)  # None: 25, 587 or 465 by TLS
+    smtp_tls: Literal["none", "starttls", "implicit"] = "starttls"
+    smtp_username: str | None = None
+    smtp_password: SecretStr | None = Field(default=None, validate_default=True)
+    smtp_from: str | None = Field(default=None, validate_default=True)
+    # A PEM file of the CAs to trust for the relay instead of the system's (a self-signed relay).
+    smtp_ca_file: str | None = None
+    smtp_rate: float = Field(default=50, gt=0, le=100_000, description="messages/s to the relay")
+    smtp_timeout: float = Field(default=30, gt=0, le=600)
+    smtp_connections: int = Field(default=4, ge=1, le=64)
+    # One-click unsubscribe (RFC 8058): the HMAC key of the link tokens, the base URL the
+    # links point at (this API, as recipients reach it), how long a link works, and a
+    # mailto for the List-Unsubscribe header.
+    public_url: str | None = Field(default=None, validate_default=True)
+    unsubscribe_secret: SecretStr | None = Field(default=None, validate_default=True)
+    unsubscribe_mailto: str | None = None
+    unsubscribe_link_days: int = Field(default=90, ge=1, le=3650)
+    # Self-hosted relays posting bounce/complaint/delivery events: the HMAC-SHA256 key of
+    # their X-Tepat-Signature header (SES over SNS is verified by its own signature).
+    email_events_secret: SecretStr | None = None
     # Contact channels (tepat/services/targets.py): send only to contact points marked
     # verified; unverified ones are skipped no_contact.
     require_verified_contacts: bool = False
@@ -183,6 +209,94 @@ class Settings(BaseSettings):
         except DomainError as e:
             raise ValueError(e.message) from None
 
+    @field_validator("smtp_host")
+    @classmethod
+    def _smtp_host(cls, v: str | None) -> str | None:
+        v = (v or "").strip() or None
+        if v is not None and not _is_host(v):
+            raise ValueError("expected a host name or IP address, without scheme or port")
+        return v
+
+    @field_validator("smtp_password")
+    @classmethod
+    def _smtp_password(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if v is not None and not v.get_secret_value():
+            v = None
+        if (v is None) != (not info.data.get("smtp_username")):
+            raise ValueError("set both TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD, or neither")
+        return v
+
+    @field_validator("smtp_from")
+    @classmethod
+    def _smtp_from(cls, v: str | None, info: ValidationInfo) -> str | None:
+        v = (v or "").strip() or None
+        if v is None:
+            if info.data.get("smtp_host"):
+                raise ValueError("required with TEPAT_SMTP_HOST: the sender's address")
+            return None
+        from tepat.adapters.smtp_message import parse_from
+
+        parse_from(v)
+        return v
+
+    @field_validator("smtp_ca_file")
+    @classmethod
+    def _smtp_ca_file(cls, v: str | None) -> str | None:
+        from tepat.adapters.stomp import tls
+
+        v = v or None
+        if v:
+            tls.check_ca_file(v)
+        return v
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, v: str | None, info: ValidationInfo) -> str | None:
+        v = (v or "").strip().rstrip("/") or None
+        if v is None:
+            if info.data.get("smtp_host"):
+                raise ValueError(
+                    "required with TEPAT_SMTP_HOST: the https URL recipients reach this API at"
+                    " (for the unsubscribe links)"
+                )
+            return None
+        from tepat.services.unsubscribe import check_public_url
+
+        check_public_url(v)
+        return v
+
+    @field_validator("unsubscribe_secret")
+    @classmethod
+    def _unsubscribe_secret(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if v is not None and not v.get_secret_value():
+            v = None
+        if v is None:
+            if info.data.get("smtp_host"):
+                raise ValueError("required with TEPAT_SMTP_HOST: the key of the unsubscribe links")
+            return None
+        if len(v.get_secret_value().encode()) < 32:
+            raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
+        return v
+
+    @field_validator("unsubscribe_mailto")
+    @classmethod
+    def _unsubscribe_mailto(cls, v: str | None) -> str | None:
+        v = (v or "").strip() or None
+        if v is not None:
+            from tepat.adapters.smtp_message import check_mailto
+
+            check_mailto(v)
+        return v
+
+    @field_validator("email_events_secret")
+    @classmethod
+    def _email_events_secret(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value():
+            return None
+        if v is not None and len(v.get_secret_value().encode()) < 32:
+            raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
+        return v
+
     def category_policies(self) -> Categories:
         """The configured categories; the defaults when ``TEPAT_CATEGORIES`` is unset."""
         return _category_policies(self.categories)
@@ -227,6 +341,13 @@ def load_settings(**overrides: Any) -> Settings:
         inner = ".".join(str(p) for p in err["loc"][1:])
         where = f"{name}: {inner}" if inner else name
         raise ConfigError(f"tepat: bad configuration: {where}: {err['msg']}") from None
+
+
+def _is_host(v: str) -> bool:
+    if _IP_LITERAL.fullmatch(v):
+        return True
+    labels = v.removesuffix(".").split(".")
+    return len(v) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
 
 
 def _json_text(v: Any, what: str) -> Any:
