@@ -115,6 +115,15 @@ class Settings(BaseSettings):
     # Self-hosted relays posting bounce/complaint/delivery events: the HMAC-SHA256 key of
     # their X-Tepat-Signature header (SES over SNS is verified by its own signature).
     email_events_secret: SecretStr | None = None
+    # --- SMS through Twilio (tepat/adapters/twilio_sms.py); the channel is off without
+    # an account SID and auth token. Status callbacks go to TEPAT_PUBLIC_URL.
+    twilio_account_sid: str | None = None
+    twilio_auth_token: SecretStr | None = Field(default=None, validate_default=True)
+    twilio_from: str | None = None  # E.164 number, short code or alphanumeric sender id
+    twilio_messaging_service_sid: str | None = Field(default=None, validate_default=True)
+    twilio_url: str = "https://api.twilio.com"
+    twilio_rate: float = Field(default=10, gt=0, le=10_000, description="messages/s to Twilio")
+    sms_max_segments: int = Field(default=3, ge=1, le=10)
     # Contact channels (tepat/services/targets.py): send only to contact points marked
     # verified; unverified ones are skipped no_contact.
     require_verified_contacts: bool = False
@@ -297,6 +306,57 @@ class Settings(BaseSettings):
             raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
         return v
 
+    @field_validator("twilio_account_sid")
+    @classmethod
+    def _twilio_account_sid(cls, v: str | None) -> str | None:
+        v = (v or "").strip() or None
+        if v is not None and not re.fullmatch(r"AC[0-9a-fA-F]{32}", v):
+            raise ValueError("expected a Twilio account SID: AC followed by 32 hex digits")
+        return v
+
+    @field_validator("twilio_auth_token")
+    @classmethod
+    def _twilio_auth_token(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            v = None
+        if (v is None) != (info.data.get("twilio_account_sid") is None):
+            raise ValueError(
+                "set both TEPAT_TWILIO_ACCOUNT_SID and TEPAT_TWILIO_AUTH_TOKEN, or neither"
+            )
+        return v
+
+    @field_validator("twilio_from")
+    @classmethod
+    def _twilio_from(cls, v: str | None) -> str | None:
+        v = (v or "").strip() or None
+        if v is not None and not _is_sms_sender(v):
+            raise ValueError(
+                "expected an E.164 number (+14155550100), a short code (digits) or an"
+                " alphanumeric sender id (at most 11 letters and digits)"
+            )
+        return v
+
+    @field_validator("twilio_messaging_service_sid")
+    @classmethod
+    def _twilio_service(cls, v: str | None, info: ValidationInfo) -> str | None:
+        v = (v or "").strip() or None
+        if v is not None and not re.fullmatch(r"MG[0-9a-fA-F]{32}", v):
+            raise ValueError("expected a Messaging Service SID: MG followed by 32 hex digits")
+        if (
+            info.data.get("twilio_account_sid") is not None
+            and v is None
+            and info.data.get("twilio_from") is None
+        ):
+            raise ValueError("Twilio is configured: set TEPAT_TWILIO_FROM or this")
+        return v
+
+    @field_validator("twilio_url")
+    @classmethod
+    def _twilio_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("expected an http(s) URL")
+        return v.rstrip("/")
+
     def category_policies(self) -> Categories:
         """The configured categories; the defaults when ``TEPAT_CATEGORIES`` is unset."""
         return _category_policies(self.categories)
@@ -341,6 +401,15 @@ def load_settings(**overrides: Any) -> Settings:
         inner = ".".join(str(p) for p in err["loc"][1:])
         where = f"{name}: {inner}" if inner else name
         raise ConfigError(f"tepat: bad configuration: {where}: {err['msg']}") from None
+
+
+def _is_sms_sender(v: str) -> bool:
+    """An E.164 number, a short code, or an alphanumeric sender id (Twilio's From)."""
+    if v.startswith("+"):
+        return re.fullmatch(r"\+[1-9][0-9]{6,14}", v) is not None
+    if v.isdigit():
+        return 3 <= len(v) <= 8
+    return re.fullmatch(r"[A-Za-z0-9 ]{1,11}", v) is not None and any(c.isalpha() for c in v)
 
 
 def _is_host(v: str) -> bool:

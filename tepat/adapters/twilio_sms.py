@@ -1,0 +1,211 @@
+"""SMS through Twilio's Messages API as a :class:`~tepat.ports.channel.Channel` (``sms``).
+
+One form-encoded ``POST /2010-04-01/Accounts/{sid}/Messages.json`` per message, HTTP
+Basic auth with the account SID and auth token (twilio.com/docs/messaging/api/message-resource).
+No Twilio SDK: it is synchronous, and the request is a form post.
+
+* The body is counted in segments first (tepat/domain/sms.py): more than
+  ``TEPAT_SMS_MAX_SEGMENTS`` is ``Refused("too_many_segments")`` without a request.
+* A token bucket on the injected clock keeps to ``TEPAT_TWILIO_RATE`` requests/s (Twilio
+  queues what a sender number cannot send at once, and answers 20429 past its API limit).
+* ``StatusCallback`` is ``{TEPAT_PUBLIC_URL}/v1/providers/twilio/status?m=<message id>``,
+  so a callback names its message without a lookup by SID (api/routes/providers_twilio.py).
+  Without a public URL there are no callbacks and an SMS stays ``sent``.
+* Outcomes, never exceptions: 201 -> ``Accepted(sid)``; 21211 (not a valid number) and
+  21614 (not a mobile number) -> ``Refused(suppress="invalid")``; 21610 (the recipient
+  replied STOP) -> ``Refused(suppress="stop")``; other 4xx -> ``Refused("twilio_<code>")``;
+  429 / 20429 -> ``TryAgain(throttled=True)``; 5xx, a read timeout or a connection lost
+  after the request went out -> ``TryAgain(maybe_sent=True)``; a connection never made
+  -> ``TryAgain(maybe_sent=False)``; 401/403 (bad credentials: a configuration problem,
+  logged) -> ``TryAgain`` so nothing is lost while an operator fixes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from tepat.adapters.expo_outcomes import parse_retry_after
+from tepat.adapters.rate_limit import TokenBucket
+from tepat.clock import Clock
+from tepat.config import Settings
+from tepat.domain.errors import DomainError
+from tepat.domain.sms import check_segments
+from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Outgoing, Refused, TryAgain
+
+log = logging.getLogger("tepat.twilio")
+
+STATUS_CALLBACK_PATH = "/v1/providers/twilio/status"
+INBOUND_PATH = "/v1/providers/twilio/inbound"
+
+# Refusals that say the number itself cannot take SMS: later messages to it are skipped.
+SUPPRESS_ON: Mapping[int, str] = {21211: "invalid", 21614: "invalid", 21610: "stop"}
+THROTTLED = 20429
+
+#: Failures before any byte of the request is written: Twilio cannot have acted on it.
+_BEFORE_SENDING = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.UnsupportedProtocol,
+    httpx.ProxyError,
+)
+
+
+def status_callback_url(public_url: str, message_id: str) -> str:
+    return f"{public_url.rstrip('/')}{STATUS_CALLBACK_PATH}?m={quote(message_id, safe='')}"
+
+
+class TwilioSmsChannel:
+    name = "sms"
+    max_batch = 20
+
+    def __init__(
+        self,
+        *,
+        account_sid: str,
+        auth_token: str,
+        clock: Clock,
+        from_number: str | None = None,
+        messaging_service_sid: str | None = None,
+        base_url: str = "https://api.twilio.com",
+        public_url: str | None = None,
+        rate: float = 10.0,
+        max_segments: int = 3,
+        timeout: float = 10.0,
+        max_connections: int = 4,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if from_number is None and messaging_service_sid is None:
+            raise ValueError("a From number or a Messaging Service SID is needed")
+        self.account_sid = account_sid
+        self.from_number = from_number
+        self.messaging_service_sid = messaging_service_sid
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self.max_segments = max_segments
+        self.clock = clock
+        self.limiter = TokenBucket(rate, clock)
+        self._path = f"/2010-04-01/Accounts/{quote(account_sid, safe='')}/Messages.json"
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            auth=httpx.BasicAuth(account_sid, auth_token),
+            headers={"Accept": "application/json", "User-Agent": "tepat-twilio-sms/0.1"},
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+        # Wait for a connection here, not in httpx's pool (whose wait counts as a timeout).
+        self._slots = asyncio.Semaphore(max_connections)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+        return list(await asyncio.gather(*(self._send_one(item) for item in items)))
+
+    def form(self, item: Outgoing) -> dict[str, str]:
+        data = {"To": item.target, "Body": item.message.body}
+        if self.messaging_service_sid is not None:
+            data["MessagingServiceSid"] = self.messaging_service_sid
+        if self.from_number is not None:
+            data["From"] = self.from_number
+        if self.public_url is not None:
+            data["StatusCallback"] = status_callback_url(self.public_url, item.message.id)
+        return data
+
+    async def _send_one(self, item: Outgoing) -> ChannelOutcome:
+        try:
+            check_segments(item.message.body, self.max_segments, "body")
+        except DomainError as e:
+            reason = "empty_body" if not item.message.body else "too_many_segments"
+            log.info("SMS %s not sent: %s", item.message.id, e.message)
+            return Refused(reason)
+        data = self.form(item)
+        async with self._slots:
+            await self.limiter.acquire(1)
+            try:
+                response = await self._client.post(self._path, data=data)
+            except httpx.HTTPError as error:
+                return _failure(error)
+        return self._classify(response)
+
+    def _classify(self, response: httpx.Response) -> ChannelOutcome:
+        body = _json(response)
+        status = response.status_code
+        code = _int(body.get("code"))
+        text = str(body.get("message") or response.reason_phrase or "")
+        if status in (200, 201):
+            sid = body.get("sid")
+            return Accepted(str(sid) if sid else None)
+        if status == 429 or code == THROTTLED:
+            retry_after = parse_retry_after(response.headers.get("retry-after"), self.clock.now())
+            if retry_after:
+                self.limiter.pause(retry_after)
+            return TryAgain(f"twilio_{code or 20429}: {text}", retry_after, throttled=True)
+        if status >= 500:
+            return TryAgain(f"twilio_http_{status}: {text}", maybe_sent=True)
+        if status in (401, 403):
+            log.error(
+                "Twilio refused the credentials (HTTP %s, code %s: %s): check"
+                " TEPAT_TWILIO_ACCOUNT_SID and TEPAT_TWILIO_AUTH_TOKEN",
+                status,
+                code,
+                text,
+            )
+            return TryAgain(f"twilio_{code or status}: {text}")
+        reason = f"twilio_{code}" if code is not None else f"twilio_http_{status}"
+        return Refused(reason, suppress=SUPPRESS_ON.get(code) if code is not None else None)
+
+
+def _failure(error: httpx.HTTPError) -> TryAgain:
+    maybe_sent = not isinstance(error, _BEFORE_SENDING)
+    what = "timeout" if isinstance(error, httpx.TimeoutException) else "network error"
+    when = "after the request was sent" if maybe_sent else "before the request was sent"
+    return TryAgain(
+        f"{what} talking to Twilio {when}: {type(error).__name__}", maybe_sent=maybe_sent
+    )
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def build_sms_channel(settings: Settings, clock: Clock) -> Channel | None:
+    """The SMS channel from ``TEPAT_TWILIO_*``; ``None`` when Twilio is not configured."""
+    if settings.twilio_account_sid is None or settings.twilio_auth_token is None:
+        return None
+    public_url = settings.public_url
+    if public_url is None:
+        log.warning(
+            "TEPAT_PUBLIC_URL is unset: Twilio gets no StatusCallback, so SMS stay 'sent'"
+            " (never 'delivered' or 'failed' from the carrier)"
+        )
+    return TwilioSmsChannel(
+        account_sid=settings.twilio_account_sid,
+        auth_token=settings.twilio_auth_token.get_secret_value(),
+        clock=clock,
+        from_number=settings.twilio_from,
+        messaging_service_sid=settings.twilio_messaging_service_sid,
+        base_url=settings.twilio_url,
+        public_url=public_url,
+        rate=settings.twilio_rate,
+        max_segments=settings.sms_max_segments,
+    )

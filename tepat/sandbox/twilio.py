@@ -1,0 +1,603 @@
+"""A stand-in for Twilio's Messages API, for tests and demos: same path, auth, shapes, codes.
+
+What it mimics (twilio.com/docs/messaging/api/message-resource, /docs/api/errors,
+/docs/usage/webhooks/webhooks-security):
+
+* ``POST /2010-04-01/Accounts/{AccountSid}/Messages.json``, form-encoded ``To``, ``From``
+  or ``MessagingServiceSid``, ``Body``, ``StatusCallback``; HTTP Basic auth with the
+  account SID and auth token (anything else: 401, code 20003, as Twilio's JSON error).
+* 201 with a Message resource: ``sid`` ``SM…``, ``status`` ``queued`` (``accepted`` through
+  a Messaging Service), ``num_segments`` counted as GSM-7 or UCS-2.
+* Refusals as Twilio words them, HTTP 400 ``{code, message, more_info, status}``: 21604 /
+  21603 / 21602 (To / From / Body missing), 21617 (body over 1600 characters), 21212 (bad
+  From), 21211 (To is not a valid E.164 number: checked with ``phonenumbers``), 21610 (To
+  has replied STOP: see :meth:`TwilioSandbox.inbound`), and per number (scripted) 21211,
+  21408 (region not enabled), 21610, 21614 (not a mobile number).
+* Over the configured rate (requests/s, token bucket on the clock): 429, code 20429.
+* With ``StatusCallback``: the status callbacks Twilio would POST there, form-encoded and
+  signed with ``X-Twilio-Signature`` (tepat/adapters/twilio_signature.py): ``queued``,
+  ``sent``, ``delivered``; or ``queued``, ``sent``, ``undelivered`` / ``queued``, ``failed``
+  with an ``ErrorCode`` (scripted per number). Twilio makes one attempt per callback; so
+  does the sandbox, and it logs the receiver's answer.
+
+What it adds for tests: per-number scripts, "the next N requests fail with 429/500", "the
+next N are accepted and then the answer is lost" (stall, drop, 5xx), callbacks delayed on
+the clock, reversed or duplicated, a signed inbound message (``STOP``) posted to a URL, a
+log of every message received and of every callback posted, counters. The same controls
+are methods here and HTTP endpoints under ``/_sandbox/`` (tepat/sandbox/twilio_controls.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import enum
+import hmac
+import itertools
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import httpx
+import phonenumbers
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tepat.adapters.rate_limit import TokenBucket
+from tepat.adapters.twilio_signature import twilio_signature
+from tepat.clock import Clock, SystemClock
+from tepat.domain.sms import count_segments
+from tepat.sandbox.expo_faults import AfterAccept, DroppedResponse, Stalls
+from tepat.sandbox.twilio_wire import (
+    API_VERSION,
+    DELIVERY_ERRORS,
+    MAX_BODY_CHARS,
+    MESSAGES_PATH,
+    SCRIPTABLE_API_ERRORS,
+    error_response,
+    message_resource,
+    read_form,
+)
+
+# Twilio's formats: "AC"/"SM"/"MG" + 32 hex digits; an auth token is 32 hex digits.
+DEFAULT_ACCOUNT_SID = "AC" + "5a" * 16
+DEFAULT_AUTH_TOKEN = "0123456789abcdef" * 2
+# The number a Messaging Service picks when the request names no From.
+SERVICE_FROM = "+15005550006"
+
+# Twilio's default opt-out and opt-in keywords (Advanced Opt-Out off).
+STOP_WORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
+START_WORDS = frozenset({"START", "YES", "UNSTOP"})
+
+FINAL_STATUSES = frozenset({"delivered", "undelivered", "failed"})
+
+
+class CallbackOrder(enum.StrEnum):
+    IN_ORDER = "in_order"
+    REVERSED = "reversed"  # the final status first, then the older ones
+    DUPLICATED = "duplicated"  # every callback posted twice
+
+
+@dataclass(frozen=True, slots=True)
+class NumberScript:
+    """What happens to messages to one number: refused at the API (``api_error``), or
+    accepted and ending ``status`` (``delivered``, ``undelivered`` or ``failed``, the
+    latter two with a 300xx ``error_code``)."""
+
+    api_error: int | None = None
+    status: str = "delivered"
+    error_code: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.api_error is not None and self.api_error not in SCRIPTABLE_API_ERRORS:
+            raise ValueError(
+                f"unknown api_error {self.api_error!r} (one of {sorted(SCRIPTABLE_API_ERRORS)})"
+            )
+        if self.status not in FINAL_STATUSES:
+            raise ValueError(f"status must be one of {sorted(FINAL_STATUSES)}")
+        if self.status == "delivered" and self.error_code is not None:
+            raise ValueError("a delivered message carries no error_code")
+        if self.status != "delivered" and self.error_code not in DELIVERY_ERRORS:
+            raise ValueError(f"error_code must be one of {sorted(DELIVERY_ERRORS)}")
+
+
+@dataclass(slots=True)
+class _FailNext:
+    status: int
+    remaining: int
+
+
+@dataclass(slots=True)
+class _LostAnswer:
+    fault: AfterAccept
+    remaining: int
+    status: int
+
+
+_Fault = TypeVar("_Fault", _FailNext, _LostAnswer)
+
+
+def _take_next(pending: list[_Fault]) -> _Fault | None:
+    """Use up one request of the first scripted fault (the caller holds the lock)."""
+    if not pending:
+        return None
+    fault = pending[0]
+    fault.remaining -= 1
+    if fault.remaining <= 0:
+        pending.pop(0)
+    return fault
+
+
+@dataclass(order=True, slots=True)
+class _Callback:
+    due: datetime
+    seq: int
+    url: str = field(compare=False)
+    params: list[tuple[str, str]] = field(compare=False)
+
+
+@dataclass(slots=True)
+class _Stats:
+    requests: int = 0
+    accepted: int = 0
+    refused: int = 0
+    unauthorized: int = 0
+    too_many_requests: int = 0
+    server_errors: int = 0
+    answers_lost: int = 0
+    callbacks_posted: int = 0
+    callbacks_failed: int = 0
+    inbound_posted: int = 0
+
+
+@dataclass(slots=True)
+class _State:
+    received: list[dict[str, Any]] = field(default_factory=list)
+    callbacks: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[_Callback] = field(default_factory=list)
+    scripts: dict[str, NumberScript] = field(default_factory=dict)
+    unsubscribed: set[str] = field(default_factory=set)
+    fail_next: list[_FailNext] = field(default_factory=list)
+    after_accept: list[_LostAnswer] = field(default_factory=list)
+    stats: _Stats = field(default_factory=_Stats)
+
+
+class TwilioSandbox:
+    """The state of one fake Twilio account, and the ASGI app that serves it (:attr:`app`).
+
+    Safe to drive from a test thread while a server thread serves requests.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        account_sid: str = DEFAULT_ACCOUNT_SID,
+        auth_token: str = DEFAULT_AUTH_TOKEN,
+        rate_limit: float | None = None,
+        callback_delay_seconds: float = 0.0,
+        callback_order: CallbackOrder | str = CallbackOrder.IN_ORDER,
+        scripts: Mapping[str, NumberScript] | None = None,
+        stall_limit_seconds: float = 60.0,
+        callback_timeout_seconds: float = 10.0,
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.account_sid = account_sid
+        self.auth_token = auth_token
+        self.callback_delay = timedelta(seconds=callback_delay_seconds)
+        self.callback_order = CallbackOrder(callback_order)
+        self.callback_timeout_seconds = callback_timeout_seconds
+        self._stalls = Stalls(stall_limit_seconds)
+        self._lock = threading.Lock()
+        self._state = _State(scripts=dict(scripts or {}))
+        self._seq = itertools.count()
+        self._bucket: TokenBucket | None = None
+        self.set_rate_limit(rate_limit)
+        # The callback poster runs on the serving loop, started by the first request.
+        self._poster: asyncio.Task[None] | None = None
+        self._poster_loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        from tepat.sandbox.twilio_controls import control_routes
+
+        self.app = Starlette(
+            routes=[
+                Route(MESSAGES_PATH, self._create_message, methods=["POST"]),
+                *control_routes(self),
+            ]
+        )
+
+    # ---- controls (also reachable over HTTP at /_sandbox/...) ----
+
+    def script_number(self, number: str, script: NumberScript | None) -> None:
+        """What happens to messages to ``number`` from now on (``None``: delivered)."""
+        with self._lock:
+            if script is None:
+                self._state.scripts.pop(number, None)
+            else:
+                self._state.scripts[number] = script
+
+    def clear_scripts(self) -> None:
+        with self._lock:
+            self._state.scripts.clear()
+            self._state.fail_next.clear()
+            self._state.after_accept.clear()
+
+    def fail_next(self, count: int, status: int = 429) -> None:
+        """Answer the next ``count`` requests with 429 (code 20429) or a 5xx (20500),
+        before anything is accepted."""
+        if count < 0 or not (status == 429 or 500 <= status <= 599):
+            raise ValueError("fail_next needs count >= 0 and status 429 or 5xx")
+        with self._lock:
+            if count:
+                self._state.fail_next.append(_FailNext(status, count))
+
+    def fail_after_accept(
+        self, count: int, fault: AfterAccept | str = AfterAccept.STALL, status: int = 500
+    ) -> None:
+        """Accept the next ``count`` messages (received, callbacks scheduled), then lose
+        the answer: ``stall`` (until the client's read timeout), ``drop`` (connection
+        closed mid-response) or ``error`` (HTTP ``status``, a 5xx)."""
+        fault = AfterAccept(fault)
+        if count < 0 or not 500 <= status <= 599:
+            raise ValueError("fail_after_accept needs count >= 0 and a 5xx status")
+        with self._lock:
+            if count:
+                self._state.after_accept.append(_LostAnswer(fault, count, status))
+
+    def release_stalled(self) -> None:
+        self._stalls.release_all()
+
+    def stalled(self) -> int:
+        return len(self._stalls)
+
+    def set_rate_limit(self, rate: float | None) -> None:
+        """Requests per second beyond which requests get 429 / 20429 (``None``: unlimited)."""
+        self._bucket = TokenBucket(rate, self.clock) if rate else None
+        self.rate_limit = rate
+
+    def set_callbacks(
+        self, *, delay_seconds: float | None = None, order: CallbackOrder | str | None = None
+    ) -> None:
+        if delay_seconds is not None:
+            if delay_seconds < 0:
+                raise ValueError("delay_seconds must be >= 0")
+            self.callback_delay = timedelta(seconds=delay_seconds)
+        if order is not None:
+            self.callback_order = CallbackOrder(order)
+
+    def unsubscribe(self, number: str, unsubscribed: bool = True) -> None:
+        """Mark ``number`` as having replied STOP (21610 from now on) or START."""
+        with self._lock:
+            if unsubscribed:
+                self._state.unsubscribed.add(number)
+            else:
+                self._state.unsubscribed.discard(number)
+
+    def received(self) -> list[dict[str, Any]]:
+        """Every message accepted, oldest first."""
+        with self._lock:
+            return [dict(r) for r in self._state.received]
+
+    def clear_received(self) -> None:
+        with self._lock:
+            self._state.received.clear()
+
+    def callbacks(self) -> list[dict[str, Any]]:
+        """Every status callback posted (params, signature, the receiver's HTTP status)."""
+        with self._lock:
+            return [dict(c) for c in self._state.callbacks]
+
+    def pending_callbacks(self) -> int:
+        with self._lock:
+            return len(self._state.pending)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return asdict(self._state.stats)
+
+    def reset(self) -> None:
+        """Forget everything: messages, callbacks (also those not posted yet), scripts."""
+        with self._lock:
+            self._state = _State()
+        self.set_rate_limit(self.rate_limit)
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "account_sid": self.account_sid,
+                "numbers": {n: asdict(s) for n, s in self._state.scripts.items()},
+                "unsubscribed": sorted(self._state.unsubscribed),
+                "fail_next": [asdict(f) for f in self._state.fail_next],
+                "after_accept": [asdict(f) for f in self._state.after_accept],
+                "rate_limit": self.rate_limit,
+                "callback_delay_seconds": self.callback_delay.total_seconds(),
+                "callback_order": str(self.callback_order),
+            }
+
+    async def inbound(self, url: str, from_: str, body: str, to: str = SERVICE_FROM) -> int:
+        """Post an inbound message from ``from_`` to ``url`` as Twilio would (signed), and
+        apply Twilio's own opt-out: STOP words make ``from_`` unsubscribed (21610), START
+        words lift it. Returns the receiver's HTTP status."""
+        word = body.strip().upper()
+        if word in STOP_WORDS:
+            self.unsubscribe(from_)
+        elif word in START_WORDS:
+            self.unsubscribe(from_, False)
+        sid = "SM" + uuid.uuid4().hex
+        params = [
+            ("AccountSid", self.account_sid),
+            ("ApiVersion", API_VERSION),
+            ("Body", body),
+            ("From", from_),
+            ("MessageSid", sid),
+            ("NumMedia", "0"),
+            ("NumSegments", str(max(1, count_segments(body).segments))),
+            ("SmsMessageSid", sid),
+            ("SmsSid", sid),
+            ("SmsStatus", "received"),
+            ("To", to),
+        ]
+        if word in STOP_WORDS or word in START_WORDS:
+            params.append(("OptOutType", "STOP" if word in STOP_WORDS else "START"))
+        status, _ = await self._post_signed(url, params)
+        with self._lock:
+            self._state.stats.inbound_posted += 1
+        return status
+
+    # ---- the Messages API ----
+
+    def _gate(self, request: Request) -> Response | None:
+        """Scripted outages, authentication and the rate, before the form is read."""
+        with self._lock:
+            stats = self._state.stats
+            stats.requests += 1
+            failure = _take_next(self._state.fail_next)
+            if failure is not None:
+                if failure.status == 429:
+                    stats.too_many_requests += 1
+                    return error_response(20429)
+                stats.server_errors += 1
+                response = error_response(20500)
+                response.status_code = failure.status
+                return response
+            if not self._authorized(request):
+                stats.unauthorized += 1
+                return error_response(
+                    20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'}
+                )
+        bucket = self._bucket
+        if bucket is not None and bucket.try_acquire(1) > 0:
+            with self._lock:
+                self._state.stats.too_many_requests += 1
+            return error_response(20429)
+        return None
+
+    def _authorized(self, request: Request) -> bool:
+        scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        return (
+            hmac.compare_digest(user, self.account_sid)
+            and hmac.compare_digest(password, self.auth_token)
+            and request.path_params.get("AccountSid") == self.account_sid
+        )
+
+    def _refuse(self, code: int, to: str = "", from_: str = "") -> Response:
+        with self._lock:
+            self._state.stats.refused += 1
+        return error_response(code, to=to, from_=from_)
+
+    async def _create_message(self, request: Request) -> Response:
+        if (refused := self._gate(request)) is not None:
+            return refused
+        form = dict(await read_form(request))
+        to = form.get("To", "").strip()
+        from_ = form.get("From", "").strip() or None
+        service = form.get("MessagingServiceSid", "").strip() or None
+        body = form.get("Body", "")
+        callback = form.get("StatusCallback", "").strip() or None
+        if not to:
+            return self._refuse(21604)
+        if from_ is None and service is None:
+            return self._refuse(21603)
+        if not body:
+            return self._refuse(21602)
+        if len(body) > MAX_BODY_CHARS:
+            return self._refuse(21617)
+        if from_ is not None and not _valid_sender(from_):
+            return self._refuse(21212, from_=from_)
+        if not _valid_e164(to):
+            return self._refuse(21211, to=to)
+        with self._lock:
+            script = self._state.scripts.get(to, NumberScript())
+            unsubscribed = to in self._state.unsubscribed
+        if script.api_error is not None:
+            return self._refuse(script.api_error, to=to)
+        if unsubscribed:
+            return self._refuse(21610)
+        resource = self._accept(to, from_, service, body, callback, script)
+        with self._lock:
+            fault = _take_next(self._state.after_accept)
+            if fault is not None:
+                self._state.stats.answers_lost += 1
+        answer = JSONResponse(resource, status_code=201)
+        if fault is None:
+            return answer
+        if fault.fault is AfterAccept.ERROR:
+            response = error_response(20500)
+            response.status_code = fault.status
+            return response
+        if fault.fault is AfterAccept.DROP:
+            return DroppedResponse()
+        await self._stalls.hold(request)
+        return answer
+
+    def _accept(
+        self,
+        to: str,
+        from_: str | None,
+        service: str | None,
+        body: str,
+        callback: str | None,
+        script: NumberScript,
+    ) -> dict[str, Any]:
+        now = self.clock.now()
+        sid = "SM" + uuid.uuid4().hex
+        segments = count_segments(body)
+        resource = message_resource(
+            account_sid=self.account_sid,
+            sid=sid,
+            to=to,
+            from_=from_,
+            messaging_service_sid=service,
+            body=body,
+            num_segments=segments.segments,
+            status="accepted" if service else "queued",
+            created=now,
+        )
+        with self._lock:
+            self._state.stats.accepted += 1
+            self._state.received.append(
+                {
+                    "sid": sid,
+                    "to": to,
+                    "from": from_,
+                    "messaging_service_sid": service,
+                    "body": body,
+                    "status_callback": callback,
+                    "num_segments": segments.segments,
+                    "encoding": str(segments.encoding),
+                    "date_created": now.isoformat(),
+                    "final_status": script.status,
+                    "error_code": script.error_code,
+                }
+            )
+            if callback:
+                self._schedule(callback, sid, to, from_ or SERVICE_FROM, service, script, now)
+        if callback:
+            self._ensure_poster()
+        return resource
+
+    def _schedule(
+        self,
+        url: str,
+        sid: str,
+        to: str,
+        from_: str,
+        service: str | None,
+        script: NumberScript,
+        now: datetime,
+    ) -> None:
+        """Queue this message's callbacks (the caller holds the lock)."""
+        if script.status == "failed":
+            statuses = ["queued", "failed"]
+        else:
+            statuses = ["queued", "sent", script.status]
+        steps = []
+        for status in statuses:
+            params = [
+                ("AccountSid", self.account_sid),
+                ("ApiVersion", API_VERSION),
+                ("From", from_),
+                ("MessageSid", sid),
+                ("MessageStatus", status),
+                ("SmsSid", sid),
+                ("SmsStatus", status),
+                ("To", to),
+            ]
+            if service:
+                params.append(("MessagingServiceSid", service))
+            if status in ("undelivered", "failed") and script.error_code is not None:
+                params.append(("ErrorCode", str(script.error_code)))
+            steps.append(params)
+        if self.callback_order is CallbackOrder.REVERSED:
+            steps.reverse()
+        elif self.callback_order is CallbackOrder.DUPLICATED:
+            steps = [p for step in steps for p in (step, step)]
+        for i, params in enumerate(steps):
+            due = now + self.callback_delay * (i + 1)
+            self._state.pending.append(_Callback(due, next(self._seq), url, params))
+        self._state.pending.sort()
+
+    def _ensure_poster(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._poster is None or self._poster.done() or self._poster_loop is not loop:
+            self._wake = asyncio.Event()
+            self._poster_loop = loop
+            self._poster = loop.create_task(self._post_callbacks(), name="twilio-callbacks")
+        elif self._wake is not None:
+            self._wake.set()
+
+    async def _post_callbacks(self) -> None:
+        """Post callbacks as they fall due on the clock, one at a time, in due order."""
+        assert self._wake is not None
+        while True:
+            now = self.clock.now()
+            with self._lock:
+                due = [c for c in self._state.pending if c.due <= now]
+                self._state.pending = [c for c in self._state.pending if c.due > now]
+            for callback in due:
+                status, error = await self._post_signed(callback.url, callback.params)
+                with self._lock:
+                    stats = self._state.stats
+                    stats.callbacks_posted += 1
+                    if error or not 200 <= status < 300:
+                        stats.callbacks_failed += 1
+                    self._state.callbacks.append(
+                        {
+                            "url": callback.url,
+                            "params": dict(callback.params),
+                            "http_status": status,
+                            "error": error,
+                        }
+                    )
+            self._wake.clear()
+            # Polled: the clock may be a test's FakeClock advanced from another thread.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=0.02)
+
+    async def _post_signed(self, url: str, params: list[tuple[str, str]]) -> tuple[int, str | None]:
+        headers = {"X-Twilio-Signature": twilio_signature(self.auth_token, url, params)}
+        try:
+            async with httpx.AsyncClient(timeout=self.callback_timeout_seconds) as client:
+                response = await client.post(url, data=dict(params), headers=headers)
+            return response.status_code, None
+        except httpx.HTTPError as e:
+            return 0, f"{type(e).__name__}: {e}"
+
+
+def _valid_e164(number: str) -> bool:
+    if not number.startswith("+"):
+        return False
+    try:
+        parsed = phonenumbers.parse(number, None)
+    except phonenumbers.NumberParseException:
+        return False
+    return phonenumbers.is_valid_number(parsed) and (
+        phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164) == number
+    )
+
+
+def _valid_sender(sender: str) -> bool:
+    """An E.164 number, a short code (3-8 digits), or an alphanumeric sender id (up to 11
+    characters, at least one letter)."""
+    if sender.startswith("+"):
+        return _valid_e164(sender) or sender == SERVICE_FROM
+    if sender.isdigit():
+        return 3 <= len(sender) <= 8
+    return (
+        len(sender) <= 11
+        and any(c.isalpha() for c in sender)
+        and all(c.isalnum() or c == " " for c in sender)
+    )

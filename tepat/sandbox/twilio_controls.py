@@ -1,0 +1,135 @@
+"""The Twilio sandbox's test controls over HTTP, under ``/_sandbox/``.
+
+They call the same methods a test calls in-process on
+:class:`~tepat.sandbox.twilio.TwilioSandbox`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tepat.sandbox.expo_faults import AfterAccept
+
+if TYPE_CHECKING:
+    from tepat.sandbox.twilio import TwilioSandbox
+
+
+def _bad(message: str) -> JSONResponse:
+    return JSONResponse(
+        {"code": 20001, "message": message, "more_info": "", "status": 400}, status_code=400
+    )
+
+
+def control_routes(sandbox: TwilioSandbox) -> list[Route]:
+    async def received(request: Request) -> Response:
+        if request.method == "DELETE":
+            sandbox.clear_received()
+            return Response(status_code=204)
+        return JSONResponse({"received": sandbox.received()})
+
+    async def callbacks(request: Request) -> Response:
+        return JSONResponse(
+            {"callbacks": sandbox.callbacks(), "pending": sandbox.pending_callbacks()}
+        )
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse(sandbox.stats())
+
+    async def reset(request: Request) -> Response:
+        sandbox.reset()
+        return Response(status_code=204)
+
+    async def script(request: Request) -> Response:
+        """``POST`` JSON, every key optional::
+
+            {"numbers": {"+14155550100": {"api_error": 21211},
+                         "+14155550101": {"status": "undelivered", "error_code": 30003},
+                         "+14155550102": null},                 # null: delivered again
+             "clear": true,                                      # drop all scripts first
+             "unsubscribed": ["+14155550103"], "subscribed": ["+14155550103"],
+             "next_429": 2, "next_500": 1,
+             "after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},
+             "release_stalled": true,
+             "rate_limit": 10, "callback_delay_seconds": 2, "callback_order": "reversed"}
+
+        ``GET`` shows the current scripts.
+        """
+        if request.method == "GET":
+            return JSONResponse(sandbox.describe())
+        try:
+            apply_script(sandbox, await request.json())
+        except (ValueError, TypeError) as e:
+            return _bad(str(e))
+        return JSONResponse(sandbox.describe())
+
+    async def inbound(request: Request) -> Response:
+        """``POST {"url": …, "from": "+1…", "body": "STOP", "to"?: …}``: Twilio posts an
+        inbound message (signed) to ``url``; answers with the receiver's HTTP status."""
+        try:
+            spec = await request.json()
+            if not isinstance(spec, dict):
+                raise ValueError("expected a JSON object")
+            url, from_, body = str(spec["url"]), str(spec["from"]), str(spec["body"])
+            to = spec.get("to")
+        except (ValueError, KeyError) as e:
+            return _bad(f"expected {{url, from, body}}: {e}")
+        args = (url, from_, body) if to is None else (url, from_, body, str(to))
+        status = await sandbox.inbound(*args)
+        return JSONResponse({"http_status": status})
+
+    return [
+        Route("/_sandbox/received", received, methods=["GET", "DELETE"]),
+        Route("/_sandbox/callbacks", callbacks, methods=["GET"]),
+        Route("/_sandbox/stats", stats, methods=["GET"]),
+        Route("/_sandbox/script", script, methods=["GET", "POST"]),
+        Route("/_sandbox/reset", reset, methods=["POST"]),
+        Route("/_sandbox/inbound", inbound, methods=["POST"]),
+    ]
+
+
+def apply_script(sandbox: TwilioSandbox, spec: Any) -> None:
+    """Apply a ``POST /_sandbox/script`` body; ValueError/TypeError when it is malformed."""
+    from tepat.sandbox.twilio import NumberScript
+
+    if not isinstance(spec, dict):
+        raise ValueError("the script must be a JSON object")
+    if spec.get("clear"):
+        sandbox.clear_scripts()
+    numbers = spec.get("numbers") or {}
+    if not isinstance(numbers, dict):
+        raise ValueError('"numbers" must map numbers to {"api_error", "status", "error_code"}')
+    for number, outcome in numbers.items():
+        if outcome is not None and not isinstance(outcome, dict):
+            raise ValueError(f"script for {number!r} must be an object or null")
+        sandbox.script_number(number, NumberScript(**outcome) if outcome is not None else None)
+    for number in spec.get("unsubscribed") or []:
+        sandbox.unsubscribe(str(number))
+    for number in spec.get("subscribed") or []:
+        sandbox.unsubscribe(str(number), False)
+    if spec.get("next_429"):
+        sandbox.fail_next(int(spec["next_429"]), 429)
+    if spec.get("next_500"):
+        sandbox.fail_next(int(spec["next_500"]), 500)
+    if after := spec.get("after_accept"):
+        if not isinstance(after, dict):
+            raise ValueError('"after_accept" must be {"count", "fault", "status"}')
+        sandbox.fail_after_accept(
+            int(after.get("count", 1)),
+            str(after.get("fault", AfterAccept.STALL)),
+            int(after.get("status", 500)),
+        )
+    if spec.get("release_stalled"):
+        sandbox.release_stalled()
+    if "rate_limit" in spec:
+        rate = spec["rate_limit"]
+        sandbox.set_rate_limit(float(rate) if rate else None)
+    sandbox.set_callbacks(
+        delay_seconds=(
+            float(spec["callback_delay_seconds"]) if "callback_delay_seconds" in spec else None
+        ),
+        order=spec.get("callback_order"),
+    )

@@ -1,0 +1,110 @@
+"""The Twilio sandbox's wire format: paths, error bodies and the Message resource.
+
+Shapes as Twilio's REST API returns them (twilio.com/docs/messaging/api/message-resource,
+twilio.com/docs/api/errors): an error is ``{"code", "message", "more_info", "status"}``
+with the HTTP status repeated in the body; a created message is a Message resource with
+``sid`` ``SM`` + 32 hex digits, ``status`` ``queued`` (``accepted`` through a Messaging
+Service), ``num_segments`` as a string, dates in RFC 2822.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from email.utils import format_datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+API_VERSION = "2010-04-01"
+MESSAGES_PATH = "/2010-04-01/Accounts/{AccountSid}/Messages.json"
+MAX_BODY_CHARS = 1600
+
+# The error codes the sandbox answers with, and Twilio's wording.
+ERRORS: dict[int, tuple[int, str]] = {
+    20003: (401, "Authenticate"),
+    20429: (429, "Too Many Requests"),
+    20500: (500, "An internal server error has occurred"),
+    21211: (400, "The 'To' number {to} is not a valid phone number."),
+    21212: (400, "The 'From' number {from_} is not a valid phone number or shortcode."),
+    21408: (
+        400,
+        "Permission to send an SMS has not been enabled for the region indicated by"
+        " the 'To' number: {to}.",
+    ),
+    21602: (400, "Message body is required."),
+    21603: (400, "A 'From' phone number is required."),
+    21604: (400, "A 'To' phone number is required."),
+    21610: (400, "Attempt to send to unsubscribed recipient"),
+    21614: (400, "'To' number {to} is not a valid mobile number"),
+    21617: (400, "The concatenated message body exceeds the 1600 character limit."),
+}
+# Scriptable per number: refused at the API, before anything is queued.
+SCRIPTABLE_API_ERRORS = frozenset({21211, 21408, 21610, 21614})
+# Delivery errors a status callback carries (twilio.com/docs/api/errors/30003 ...).
+DELIVERY_ERRORS = frozenset({30003, 30004, 30005, 30006, 30007, 30008})
+
+
+def error_body(code: int, to: str = "", from_: str = "") -> dict[str, Any]:
+    status, template = ERRORS[code]
+    return {
+        "code": code,
+        "message": template.format(to=to, from_=from_),
+        "more_info": f"https://www.twilio.com/docs/errors/{code}",
+        "status": status,
+    }
+
+
+def error_response(
+    code: int, headers: dict[str, str] | None = None, to: str = "", from_: str = ""
+) -> JSONResponse:
+    body = error_body(code, to, from_)
+    return JSONResponse(body, status_code=body["status"], headers=headers)
+
+
+def rfc2822(when: datetime) -> str:
+    return format_datetime(when)
+
+
+def message_resource(
+    *,
+    account_sid: str,
+    sid: str,
+    to: str,
+    from_: str | None,
+    messaging_service_sid: str | None,
+    body: str,
+    num_segments: int,
+    status: str,
+    created: datetime,
+) -> dict[str, Any]:
+    uri = f"/{API_VERSION}/Accounts/{account_sid}/Messages/{sid}"
+    return {
+        "account_sid": account_sid,
+        "api_version": API_VERSION,
+        "body": body,
+        "date_created": rfc2822(created),
+        "date_sent": None,
+        "date_updated": rfc2822(created),
+        "direction": "outbound-api",
+        "error_code": None,
+        "error_message": None,
+        "from": from_,
+        "messaging_service_sid": messaging_service_sid,
+        "num_media": "0",
+        "num_segments": str(num_segments),
+        "price": None,
+        "price_unit": "USD",
+        "sid": sid,
+        "status": status,
+        "subresource_uris": {"media": f"{uri}/Media.json"},
+        "to": to,
+        "uri": f"{uri}.json",
+    }
+
+
+async def read_form(request: Request) -> list[tuple[str, str]]:
+    """An ``application/x-www-form-urlencoded`` body as (name, value) pairs, in order
+    (what Twilio sends and takes; no multipart, so no python-multipart)."""
+    return parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
