@@ -31,7 +31,9 @@ from api.routes import (
     reminders,
     users,
 )
+from api.routes import contacts as contact_routes
 from api.routes import events as event_routes
+from api.routes import suppressions as suppression_routes
 from api.routes import templates as template_routes
 from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
@@ -76,6 +78,8 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.include_router(template_routes.router)
     app.include_router(inbox.router)
     app.include_router(event_routes.router)
+    app.include_router(contact_routes.router)
+    app.include_router(suppression_routes.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)

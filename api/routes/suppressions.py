@@ -1,0 +1,76 @@
+"""``/v1/suppressions``: addresses Tepat does not send to (admin API key only)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response
+
+from api.contact_schemas import SuppressionAdded, SuppressionIn, SuppressionOut, SuppressionPageOut
+from api.deps import RT, Admin
+from api.problems import problem_responses
+from tepat.services import contacts
+
+router = APIRouter(
+    prefix="/v1/suppressions",
+    tags=["suppressions"],
+    responses=problem_responses(401, 403, 422),
+)
+
+
+@router.get("", response_model=SuppressionPageOut, summary="List suppressions")
+async def list_suppressions(
+    rt: RT,
+    _: Admin,
+    channel: Annotated[
+        str | None, Query(max_length=16, description="Only this channel: `email` or `sms`")
+    ] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=512, description="`next_cursor` of the previous page")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=contacts.MAX_PAGE, description="Page size")] = 100,
+) -> SuppressionPageOut:
+    """By channel, then address."""
+    page = await contacts.list_suppressions(rt, channel, cursor, limit)
+    return SuppressionPageOut(
+        items=[SuppressionOut.of(s) for s in page.items], next_cursor=page.next_cursor
+    )
+
+
+@router.post(
+    "",
+    response_model=SuppressionAdded,
+    status_code=201,
+    responses={
+        **problem_responses(400, 413),
+        200: {"description": "Already suppressed", "model": SuppressionAdded},
+    },
+    summary="Suppress an address",
+)
+async def add_suppression(
+    body: SuppressionIn, rt: RT, _: Admin, response: Response
+) -> SuppressionAdded:
+    """201 when new; 200 when it was already suppressed (it keeps its first reason
+    unless this one is stronger: complaint over hard_bounce over the rest)."""
+    stored, created = await contacts.add_suppression(rt, body.channel, body.address, body.reason)
+    if not created:
+        response.status_code = 200
+    return SuppressionAdded.added(stored, created)
+
+
+@router.delete(
+    "/{channel}/{address}",
+    status_code=204,
+    response_class=Response,
+    responses=problem_responses(404),
+    summary="Lift a suppression",
+)
+async def lift_suppression(
+    rt: RT,
+    _: Admin,
+    channel: Annotated[str, Path(max_length=16, examples=["sms"])],
+    address: Annotated[str, Path(max_length=320, examples=["+6281234567890"])],
+) -> Response:
+    """Sends to the address resume. 404 when it was not suppressed."""
+    await contacts.lift_suppression(rt, channel, address)
+    return Response(status_code=204)
