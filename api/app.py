@@ -31,15 +31,15 @@ from api.routes import (
     reminders,
     users,
 )
-from api.routes import contacts as contact_routes
 from api.routes import events as event_routes
-from api.routes import suppressions as suppression_routes
 from api.routes import templates as template_routes
+from api.routes import unsubscribe as unsubscribe_routes
 from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
 from tepat.services.events import event_service
 from tepat.services.inbox import InboxService
 from tepat.services.templates import template_service
+from tepat.services.unsubscribe import build_unsubscribe_links
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -78,8 +78,9 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.include_router(template_routes.router)
     app.include_router(inbox.router)
     app.include_router(event_routes.router)
-    app.include_router(contact_routes.router)
-    app.include_router(suppression_routes.router)
+    # /u/{token}: one-click unsubscribe, no credentials (the signed token is the key)
+    app.state.unsubscribe = build_unsubscribe_links(rt.settings, rt.clock)
+    app.include_router(unsubscribe_routes.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)

@@ -1,0 +1,181 @@
+"""``/u/{token}``: one-click unsubscribe (RFC 8058), no login: the signed token is the key.
+
+- ``POST`` (what Gmail and Yahoo send from their "Unsubscribe" button, body
+  ``List-Unsubscribe=One-Click``, form-encoded; any body or none is accepted): a valid
+  token opts its user out of its category on its channel and answers 200. Repeating it
+  changes nothing more.
+- ``GET`` (a person following the link; a mail client that has no one-click support): a
+  page naming what will stop, with one button that POSTs. A GET never unsubscribes: link
+  scanners and previews fetch every URL in a message.
+
+A malformed token is 400, a forged one 403, an expired one 410 (problem+json naming
+``token``, or a short HTML page for a browser), and nothing changes. Without
+``TEPAT_UNSUBSCRIBE_SECRET`` (no e-mail channel) the path is 404.
+
+The responses say ``Cache-Control: no-store`` and ``Referrer-Policy: no-referrer`` (the
+token is in the URL), and forbid framing (the page's button must not be clickjacked).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Annotated
+
+import structlog
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from api.deps import RT
+from api.problems import FieldError, problem_response, problem_responses
+from tepat.domain.errors import DomainError
+from tepat.domain.unsubscribe import MAX_TOKEN_CHARS, TokenExpired, TokenForged, UnsubscribeClaim
+from tepat.services.unsubscribe import UnsubscribeLinks, opt_out
+
+log = structlog.get_logger("tepat.unsubscribe")
+router = APIRouter(tags=["unsubscribe"])
+
+Token = Annotated[
+    str,
+    Path(description="The signed token of an unsubscribe link", max_length=MAX_TOKEN_CHARS),
+]
+
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+    ),
+}
+
+
+class Unsubscribed(BaseModel):
+    unsubscribed: bool = Field(description="True: that category is off on that channel")
+    category: str
+    channel: str
+
+
+@router.post(
+    "/u/{token}",
+    response_model=Unsubscribed,
+    responses=problem_responses(400, 403, 404, 410),
+    summary="One-click unsubscribe (RFC 8058)",
+)
+async def unsubscribe(token: Token, request: Request, rt: RT) -> Response:
+    """Opts the token's user out of its category on its channel. The body is ignored
+    (RFC 8058's is ``List-Unsubscribe=One-Click``)."""
+    links = _links(request)
+    if links is None:
+        return _not_here()
+    try:
+        claim = links.read(token)
+    except DomainError as e:
+        return _refused(request, e)
+    done = await opt_out(rt.store, claim)
+    log.info(
+        "unsubscribed",
+        user_id=claim.user_id,
+        category=claim.category,
+        channel=claim.channel,
+        known_user=done.known_user,
+    )
+    if _wants_html(request):
+        return HTMLResponse(_page_done(claim), headers=_HEADERS)
+    body = Unsubscribed(unsubscribed=True, category=claim.category, channel=claim.channel)
+    return JSONResponse(body.model_dump(), headers=_HEADERS)
+
+
+@router.get(
+    "/u/{token}",
+    response_class=HTMLResponse,
+    responses=problem_responses(400, 403, 404, 410),
+    summary="The unsubscribe page (a button that POSTs)",
+)
+async def unsubscribe_page(token: Token, request: Request) -> Response:
+    links = _links(request)
+    if links is None:
+        return _not_here()
+    try:
+        claim = links.read(token)
+    except DomainError as e:
+        return _refused(request, e)
+    return HTMLResponse(_page_confirm(claim), headers=_HEADERS)
+
+
+def _links(request: Request) -> UnsubscribeLinks | None:
+    links: UnsubscribeLinks | None = getattr(request.app.state, "unsubscribe", None)
+    return links
+
+
+def _not_here() -> Response:
+    return problem_response(404, "unsubscribe links are not enabled on this server")
+
+
+def _status(e: DomainError) -> int:
+    if isinstance(e, TokenForged):
+        return 403
+    if isinstance(e, TokenExpired):
+        return 410
+    return 400
+
+
+def _refused(request: Request, e: DomainError) -> Response:
+    status = _status(e)
+    log.info("unsubscribe_refused", status=status, reason=e.message)
+    if _wants_html(request):
+        text = {
+            400: "This unsubscribe link is not valid.",
+            403: "This unsubscribe link is not valid.",
+            410: "This unsubscribe link has expired. Use the link in a more recent message.",
+        }[status]
+        return HTMLResponse(_page("Unsubscribe", f"<p>{text}</p>"), status, headers=_HEADERS)
+    return problem_response(
+        status,
+        f"{e.field}: {e.message}",
+        errors=[FieldError(field=e.field, message=e.message)],
+        headers=_HEADERS,
+    )
+
+
+def _wants_html(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "text/html" in accept
+
+
+def _what(claim: UnsubscribeClaim) -> str:
+    return f"<strong>{html.escape(claim.category)}</strong> {html.escape(_channel(claim))}"
+
+
+def _channel(claim: UnsubscribeClaim) -> str:
+    return {"email": "e-mails", "sms": "text messages", "push": "notifications"}.get(
+        claim.channel, f"{claim.channel} messages"
+    )
+
+
+def _page_confirm(claim: UnsubscribeClaim) -> str:
+    return _page(
+        "Unsubscribe",
+        f"<p>Stop receiving {_what(claim)}?</p>"
+        '<form method="post"><input type="hidden" name="List-Unsubscribe" value="One-Click">'
+        '<button type="submit">Unsubscribe</button></form>',
+    )
+
+
+def _page_done(claim: UnsubscribeClaim) -> str:
+    return _page(
+        "Unsubscribed",
+        f"<p>You will no longer receive {_what(claim)}.</p>"
+        "<p>Other messages, and this category on other channels, are not affected.</p>",
+    )
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:32rem;margin:4rem auto;"
+        "padding:0 1rem;line-height:1.5}button{font-size:1rem;padding:.5rem 1.25rem}</style>"
+        f"</head><body><h1>{title}</h1>{body}</body></html>"
+    )
