@@ -34,6 +34,7 @@ from api.routes import (
 from api.routes import events as event_routes
 from api.routes import templates as template_routes
 from api.routes import unsubscribe as unsubscribe_routes
+from api.routes import webhooks as webhook_routes
 from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
 from tepat.services.events import event_service
@@ -78,6 +79,7 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.include_router(template_routes.router)
     app.include_router(inbox.router)
     app.include_router(event_routes.router)
+    app.include_router(webhook_routes.router)
     # /u/{token}: one-click unsubscribe, no credentials (the signed token is the key)
     app.state.unsubscribe = build_unsubscribe_links(rt.settings, rt.clock)
     app.include_router(unsubscribe_routes.router)

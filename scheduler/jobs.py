@@ -64,3 +64,19 @@ async def run_event_fanout(rt: Runtime, stop: asyncio.Event) -> None:
             log.exception("event fan-out failed")
         if not pages:
             await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)
+
+
+async def run_webhook_emitter(rt: Runtime, stop: asyncio.Event) -> None:
+    """Turn the status journal into webhook deliveries (tepat/services/webhooks.py):
+    straight on while there is a backlog, else look again after the outbox interval."""
+    from tepat.services.webhooks import WebhookEmitter
+
+    emitter = WebhookEmitter(rt.store, rt.clock)
+    while not stop.is_set():
+        taken = 0
+        try:
+            taken = await emitter.emit_once()
+        except Exception:
+            log.exception("webhook emitter failed")
+        if not taken:
+            await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)

@@ -128,6 +128,11 @@ class Settings(BaseSettings):
     # verified; unverified ones are skipped no_contact.
     require_verified_contacts: bool = False
 
+    # --- status webhooks out (tepat/adapters/webhook_out.py): http:// URLs beyond loopback
+    # (a private network; signatures still apply), and how long one POST may take.
+    webhook_allow_http: bool = False
+    webhook_timeout_seconds: float = Field(default=15, gt=0, le=120)
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, v: str) -> str:

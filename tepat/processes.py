@@ -25,7 +25,13 @@ import uvicorn
 
 from consumers.rate_share import run_rate_share
 from consumers.worker import run_consumer, run_receipt_poller
-from scheduler.jobs import run_creator, run_event_fanout, run_outbox, run_sweeper
+from scheduler.jobs import (
+    run_creator,
+    run_event_fanout,
+    run_outbox,
+    run_sweeper,
+    run_webhook_emitter,
+)
 from tepat.config import ConfigError, Settings
 from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
@@ -79,7 +85,7 @@ def consumer_parts() -> list[Part]:
 
 
 def scheduler_parts() -> list[Part]:
-    return [run_creator, run_sweeper, run_outbox, run_event_fanout]
+    return [run_creator, run_sweeper, run_outbox, run_event_fanout, run_webhook_emitter]
 
 
 async def run_scheduler(settings: Settings) -> None:

@@ -1,0 +1,210 @@
+"""``/v1/webhooks``: status webhook subscriptions (admin API key only).
+
+Creating one returns its signing secret, once; a rotation returns the new one, once, and
+the previous secret keeps signing beside it for 24 hours. See tepat/domain/webhooks.py for
+the rules and README "Status webhooks" for the receiver's side.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from api.deps import RT, Admin
+from api.problems import problem_response, problem_responses
+from api.schemas import Request
+from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
+from tepat.runtime import Runtime
+from tepat.services.webhooks import SubscriptionNotFound, WebhookService
+
+router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], responses=problem_responses(401, 403))
+
+SubscriptionId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="The subscription's id",
+        examples=["wh_5f0c1e2d3a4b5c6d7e8f9a0b"],
+    ),
+]
+
+
+class WebhookIn(Request):
+    url: str = Field(
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        description="Where to POST: https:// (http:// only to a loopback host, or with "
+        "TEPAT_WEBHOOK_ALLOW_HTTP)",
+        examples=["https://example.com/tepat/webhooks"],
+    )
+    event_types: list[str] = Field(
+        min_length=1,
+        max_length=len(EVENT_TYPES),
+        description=f"Any of {', '.join(EVENT_TYPES)}",
+        examples=[["message.delivered", "message.failed"]],
+    )
+    categories: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Only messages of these categories; empty: every category",
+        examples=[["meal"]],
+    )
+    description: str = Field(default="", max_length=200)
+
+
+class SecretInfo(BaseModel):
+    created_at: datetime
+    expires_at: datetime | None = Field(
+        description="Set once rotated out: it signs beside the new one until then"
+    )
+
+
+class WebhookOut(BaseModel):
+    id: str
+    url: str
+    event_types: list[str]
+    categories: list[str]
+    description: str
+    enabled: bool
+    disabled_reason: str | None = Field(
+        description="Why it stopped: gone (the receiver answered 410 Gone)"
+    )
+    created_at: datetime
+    updated_at: datetime
+    secrets: list[SecretInfo] = Field(description="The signing secrets (never their values)")
+
+
+class WebhookWithSecret(WebhookOut):
+    secret: str = Field(
+        description="The signing secret (whsec_...): shown this once, keep it",
+        examples=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    )
+
+
+class WebhookList(BaseModel):
+    items: list[WebhookOut]
+
+
+def _service(rt: Runtime) -> WebhookService:
+    return WebhookService(
+        rt.store, rt.clock, rt.categories.names, allow_http=rt.settings.webhook_allow_http
+    )
+
+
+def _fields(sub: WebhookSubscription) -> dict[str, object]:
+    return {
+        "id": sub.id,
+        "url": sub.url,
+        "event_types": list(sub.event_types),
+        "categories": list(sub.categories),
+        "description": sub.description,
+        "enabled": sub.enabled,
+        "disabled_reason": sub.disabled_reason,
+        "created_at": sub.created_at,
+        "updated_at": sub.updated_at,
+        "secrets": [
+            SecretInfo(created_at=s.created_at, expires_at=s.expires_at) for s in sub.secrets
+        ],
+    }
+
+
+def _with_secret(sub: WebhookSubscription) -> WebhookWithSecret:
+    current = sub.secrets[-1].secret  # the newest is the current one
+    return WebhookWithSecret(**_fields(sub), secret=current)  # type: ignore[arg-type]
+
+
+def _out(sub: WebhookSubscription) -> WebhookOut:
+    return WebhookOut(**_fields(sub))  # type: ignore[arg-type]
+
+
+def _not_found(subscription_id: str) -> JSONResponse:
+    return problem_response(404, f"webhook subscription {subscription_id!r} not found")
+
+
+@router.post(
+    "",
+    response_model=WebhookWithSecret,
+    status_code=201,
+    responses=problem_responses(422),
+    summary="Subscribe a URL to message status events",
+)
+async def create_webhook(
+    body: WebhookIn, rt: RT, response: Response, _: Admin
+) -> WebhookWithSecret:
+    """The answer carries the signing secret, this once. Deliveries start with the next
+    status change."""
+    sub = await _service(rt).create(body.url, body.event_types, body.categories, body.description)
+    response.headers["Location"] = f"/v1/webhooks/{sub.id}"
+    return _with_secret(sub)
+
+
+@router.get("", response_model=WebhookList, summary="Every webhook subscription")
+async def list_webhooks(rt: RT, _: Admin) -> WebhookList:
+    return WebhookList(items=[_out(s) for s in await _service(rt).list_all()])
+
+
+@router.get(
+    "/{subscription_id}",
+    response_model=WebhookOut,
+    responses=problem_responses(404, 422),
+    summary="One webhook subscription",
+)
+async def get_webhook(
+    subscription_id: SubscriptionId, rt: RT, _: Admin
+) -> WebhookOut | JSONResponse:
+    try:
+        return _out(await _service(rt).get(subscription_id))
+    except SubscriptionNotFound:
+        return _not_found(subscription_id)
+
+
+@router.delete(
+    "/{subscription_id}",
+    status_code=204,
+    responses=problem_responses(404, 422),
+    summary="Unsubscribe: nothing more is sent to it, pending deliveries included",
+)
+async def delete_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> Response:
+    try:
+        await _service(rt).delete(subscription_id)
+    except SubscriptionNotFound:
+        return _not_found(subscription_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{subscription_id}/rotate-secret",
+    response_model=WebhookWithSecret,
+    responses=problem_responses(404, 422),
+    summary="A new signing secret; the previous one keeps signing for 24 hours",
+)
+async def rotate_webhook_secret(
+    subscription_id: SubscriptionId, rt: RT, _: Admin
+) -> WebhookWithSecret | JSONResponse:
+    """Every delivery carries one signature per valid secret, so a receiver that still
+    knows only the previous secret keeps verifying until it switches (within 24 hours)."""
+    try:
+        return _with_secret(await _service(rt).rotate_secret(subscription_id))
+    except SubscriptionNotFound:
+        return _not_found(subscription_id)
+
+
+@router.post(
+    "/{subscription_id}/enable",
+    response_model=WebhookOut,
+    responses=problem_responses(404, 422),
+    summary="Send to it again after a 410 Gone disabled it",
+)
+async def enable_webhook(
+    subscription_id: SubscriptionId, rt: RT, _: Admin
+) -> WebhookOut | JSONResponse:
+    try:
+        return _out(await _service(rt).enable(subscription_id))
+    except SubscriptionNotFound:
+        return _not_found(subscription_id)

@@ -1,0 +1,168 @@
+"""The webhook ``Channel``: POST each status event, signed (Standard Webhooks), to its
+subscription's URL.
+
+A delivery message's target is its subscription id; the subscription and its secrets are
+read from the store at send time, so a rotated secret signs from the next attempt on, a
+changed URL is used at once and a deleted or disabled subscription gets nothing more.
+
+Outcomes, as the spec's "Delivery success and failure" suggests: 2xx -> ``Delivered``;
+410 Gone -> ``Refused("gone")`` and the subscription is disabled; 429, 502, 503, 504 ->
+``TryAgain`` (throttled, honouring ``Retry-After``); every other answer (3xx, 4xx, 5xx),
+a timeout or a connection error -> ``TryAgain``. The retries are the shared ones
+(``consumers/channel_sender.py``) on :data:`WEBHOOK_RETRY`: a receiver down for an hour
+loses nothing; one down for three days is given up on (``failed``, the reason says why).
+A duplicate is harmless (the ``webhook-id`` is the event's stable id, for the receiver
+to dedup on), so an answer lost after the request went out is retried, never closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from email.utils import parsedate_to_datetime
+
+import httpx
+import structlog
+
+from tepat.clock import Clock
+from tepat.config import Settings
+from tepat.domain.errors import DomainError
+from tepat.domain.webhooks import (
+    WEBHOOK_CHANNEL,
+    WEBHOOK_RETRY,
+    Delivery,
+    WebhookSubscription,
+    check_url,
+    webhook_headers,
+)
+from tepat.ports.channel import Channel, ChannelOutcome, Delivered, Outgoing, Refused, TryAgain
+from tepat.ports.store import WebhookStore
+
+__all__ = ["WEBHOOK_RETRY", "WebhookChannel", "build_webhook_channel"]
+
+log = structlog.get_logger("tepat.webhooks")
+
+USER_AGENT = "Tepat-Webhooks/1"
+_THROTTLING = frozenset({429, 502, 503, 504})
+# Bytes of a receiver's answer kept in the reason: enough to debug, never a whole page.
+_REASON_BODY = 120
+
+
+class WebhookChannel:
+    name = WEBHOOK_CHANNEL
+
+    def __init__(
+        self,
+        store: WebhookStore,
+        clock: Clock,
+        *,
+        timeout_seconds: float = 15.0,
+        allow_http: bool = False,
+        max_connections: int = 20,
+        max_batch: int = 20,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._allow_http = allow_http
+        self.max_batch = max_batch
+        # No redirects: the spec counts a 3xx as a failure (update the URL instead), and
+        # following one would let a receiver point Tepat anywhere.
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_seconds),
+            limits=httpx.Limits(max_connections=max_connections),
+            follow_redirects=False,
+            transport=transport,
+            headers={"user-agent": USER_AGENT},
+        )
+
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+        ids = list(dict.fromkeys(item.target for item in items))
+        found = await asyncio.gather(*(self._store.get_webhook_subscription(i) for i in ids))
+        subs = dict(zip(ids, found, strict=True))
+        return list(await asyncio.gather(*(self._send_one(i, subs[i.target]) for i in items)))
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _send_one(self, item: Outgoing, sub: WebhookSubscription | None) -> ChannelOutcome:
+        if sub is None:
+            return Refused("subscription_deleted")
+        if not sub.enabled:
+            return Refused(f"subscription_disabled: {sub.disabled_reason or 'disabled'}")
+        delivery = Delivery.from_content(item.message.content)
+        if delivery is None:
+            return Refused("not_a_webhook_delivery")
+        try:
+            url = check_url(sub.url, self._allow_http)
+        except DomainError as e:
+            return Refused(f"url_refused: {e.message}")
+        now = self._clock.now()
+        secrets = sub.signing_secrets(now)
+        if not secrets:  # every secret expired: never send unsigned
+            return Refused("no_signing_secret")
+        headers = webhook_headers(secrets, delivery.event_id, int(now.timestamp()), delivery.body)
+        try:
+            response = await self._client.post(url, content=delivery.body.encode(), headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            # Nothing reached the receiver.
+            return TryAgain("connect_error")
+        except httpx.TimeoutException:
+            return TryAgain("timeout", maybe_sent=True)
+        except httpx.HTTPError as e:
+            return TryAgain(f"network_error: {type(e).__name__}", maybe_sent=True)
+        return await self._outcome(sub, response)
+
+    async def _outcome(self, sub: WebhookSubscription, response: httpx.Response) -> ChannelOutcome:
+        code = response.status_code
+        if 200 <= code < 300:
+            return Delivered()
+        if code == 410:
+            await self._disable(sub, "gone")
+            return Refused("gone")
+        reason = f"http_{code}"
+        snippet = response.text[:_REASON_BODY].strip() if response.content else ""
+        if snippet:
+            reason = f"{reason}: {snippet}"
+        if code in _THROTTLING:
+            return TryAgain(reason, retry_after=_retry_after(response, self._clock), throttled=True)
+        return TryAgain(reason, maybe_sent=code >= 500)
+
+    async def _disable(self, sub: WebhookSubscription, why: str) -> None:
+        """The spec: a 410 means the receiver wants no more; stop sending to it. A
+        concurrent update (a rotation) wins; the next 410 disables it then."""
+        now = self._clock.now()
+        off = dataclasses.replace(
+            sub, enabled=False, disabled_reason=why, updated_at=now, version=sub.version + 1
+        )
+        if await self._store.update_webhook_subscription(off, expect_version=sub.version):
+            log.warning("webhook subscription disabled", subscription=sub.id, reason=why)
+
+
+def _retry_after(response: httpx.Response, clock: Clock) -> float | None:
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, min(float(value), WEBHOOK_RETRY.cap_seconds))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    seconds = (when - clock.now()).total_seconds()
+    return max(0.0, min(seconds, WEBHOOK_RETRY.cap_seconds))
+
+
+def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookStore) -> Channel:
+    """Always built: with no subscription there is simply nothing to send."""
+    return WebhookChannel(
+        store,
+        clock,
+        timeout_seconds=settings.webhook_timeout_seconds,
+        allow_http=settings.webhook_allow_http,
+    )
