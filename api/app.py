@@ -32,6 +32,7 @@ from api.routes import (
     users,
 )
 from api.routes import events as event_routes
+from api.routes import providers_twilio
 from api.routes import templates as template_routes
 from api.routes import unsubscribe as unsubscribe_routes
 from api.routes import webhooks as webhook_routes
@@ -79,6 +80,8 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.include_router(template_routes.router)
     app.include_router(inbox.router)
     app.include_router(event_routes.router)
+    # /v1/providers/twilio/...: no API key, Twilio's signature instead (api/auth.py)
+    app.include_router(providers_twilio.router)
     app.include_router(webhook_routes.router)
     # /u/{token}: one-click unsubscribe, no credentials (the signed token is the key)
     app.state.unsubscribe = build_unsubscribe_links(rt.settings, rt.clock)

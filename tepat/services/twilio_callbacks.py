@@ -1,0 +1,170 @@
+"""What Twilio's callbacks do to the store: SMS status changes and STOP/START replies.
+
+The route (api/routes/providers_twilio.py) has already checked the signature; this module
+decides and writes.
+
+**Status callbacks** (``MessageStatus`` of an outbound message, twilio.com/docs/messaging/
+guides/track-outbound-message-status): ``delivered`` -> the message ``delivered``;
+``undelivered`` / ``failed`` -> ``failed`` with reason ``twilio_<ErrorCode>``; ``accepted``,
+``queued``, ``sending``, ``sent`` -> nothing (the message is ``sent`` once Twilio took it).
+Every change is conditional on the current status (forward-only), so a repeated or an
+older callback changes nothing: ``delivered`` applies from ``sent``, and also from
+``sending`` or ``pending`` (the callback beat the sender's own record, or the answer was
+lost and a retry is waiting: the truth wins, as in the sender); ``failed`` applies from
+``sent`` or ``sending``, not to a message waiting for a retry (that retry may still get
+through). Each (MessageSid, MessageStatus) is recorded with
+:meth:`~tepat.ports.store.ContactStore.record_provider_event` *after* the change: the
+change is what must not be lost (a failure in between leaves the callback to be acted on
+again, which the condition makes harmless), the record tells a repeat from a first.
+
+Error codes that say the number itself cannot take SMS (30005 unknown destination, 30006
+landline or unreachable carrier) also suppress the number (``invalid``).
+
+**Inbound replies**: Twilio's default opt-out keywords (STOP, STOPALL, UNSUBSCRIBE,
+CANCEL, END, QUIT) suppress the sender's number for SMS (reason ``stop``); its opt-in
+keywords (START, YES, UNSTOP) lift a ``stop`` suppression (not an ``invalid`` one).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from tepat.clock import Clock
+from tepat.domain.contacts import SuppressionReason, normalise_phone
+from tepat.domain.errors import DomainError
+from tepat.domain.models import MessageStatus
+from tepat.ports.store import StatusChange, Store
+
+log = structlog.get_logger("tepat.twilio")
+
+PROVIDER = "twilio"
+SMS = "sms"
+STOP_WORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
+START_WORDS = frozenset({"START", "YES", "UNSTOP"})
+# Delivery errors that mean the number cannot receive SMS at all.
+DEAD_NUMBER_ERRORS = frozenset({"30005", "30006"})
+
+_DELIVERED_FROM = [MessageStatus.SENT, MessageStatus.SENDING, MessageStatus.PENDING]
+_FAILED_FROM = [MessageStatus.SENT, MessageStatus.SENDING]
+
+
+class Outcome(enum.StrEnum):
+    APPLIED = "applied"  # the message moved
+    NO_CHANGE = "no_change"  # a status that changes nothing (queued, sent, ...)
+    STALE = "stale"  # the message is already past it: repeated or out of order
+    UNKNOWN_MESSAGE = "unknown_message"
+    DUPLICATE = "duplicate"  # seen before, and nothing left to do
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCallback:
+    message_id: str | None  # the ``m`` of the StatusCallback URL
+    sid: str
+    status: str
+    error_code: str | None
+    to: str | None
+
+    @classmethod
+    def from_params(cls, message_id: str | None, params: Mapping[str, str]) -> StatusCallback:
+        """Twilio's form fields (unknown ones ignored); DomainError naming a missing one."""
+        sid = (params.get("MessageSid") or params.get("SmsSid") or "").strip()
+        status = (params.get("MessageStatus") or params.get("SmsStatus") or "").strip().lower()
+        if not sid:
+            raise DomainError("MessageSid", "is required")
+        if not status:
+            raise DomainError("MessageStatus", "is required")
+        error_code = (params.get("ErrorCode") or "").strip() or None
+        return cls(message_id or None, sid, status, error_code, params.get("To"))
+
+
+def change_for(callback: StatusCallback) -> tuple[StatusChange, list[MessageStatus]] | None:
+    """The conditional change a callback asks for, or None when it asks for none."""
+    if callback.message_id is None:
+        return None
+    if callback.status == "delivered":
+        return StatusChange(callback.message_id, MessageStatus.DELIVERED), _DELIVERED_FROM
+    if callback.status in ("undelivered", "failed"):
+        reason = f"twilio_{callback.error_code or callback.status}"
+        detail = f"Twilio: {callback.status}" + (
+            f" (error {callback.error_code})" if callback.error_code else ""
+        )
+        change = StatusChange(
+            callback.message_id, MessageStatus.FAILED, reason=reason, last_error=detail
+        )
+        return change, _FAILED_FROM
+    return None
+
+
+async def apply_status(store: Store, clock: Clock, callback: StatusCallback) -> Outcome:
+    now = clock.now()
+    event_id = f"{callback.sid}:{callback.status}"
+    planned = change_for(callback)
+    if planned is None:
+        if callback.message_id is None:
+            log.warning("Twilio status callback without a message id", sid=callback.sid)
+            return Outcome.UNKNOWN_MESSAGE
+        return Outcome.NO_CHANGE
+    change, expect = planned
+    applied = await store.transition_many([change], now, expect=expect)
+    if applied and callback.error_code in DEAD_NUMBER_ERRORS and callback.to:
+        await _suppress_dead_number(store, callback, now)
+    first = await store.record_provider_event(PROVIDER, event_id, now)
+    if applied:
+        log.info(
+            "SMS status from Twilio",
+            message_id=callback.message_id,
+            status=callback.status,
+            error_code=callback.error_code,
+        )
+        return Outcome.APPLIED
+    if not first:
+        return Outcome.DUPLICATE
+    if await store.get_message(change.message_id) is None:
+        log.warning(
+            "Twilio status callback for an unknown message",
+            message_id=callback.message_id,
+            sid=callback.sid,
+            status=callback.status,
+        )
+        return Outcome.UNKNOWN_MESSAGE
+    return Outcome.STALE
+
+
+async def _suppress_dead_number(store: Store, callback: StatusCallback, now: datetime) -> None:
+    try:
+        number = normalise_phone(callback.to, "To")
+    except DomainError:
+        return
+    await store.add_suppression(SMS, number, SuppressionReason.INVALID, now, source=PROVIDER)
+
+
+class Reply(enum.StrEnum):
+    STOPPED = "stopped"
+    STARTED = "started"
+    IGNORED = "ignored"
+
+
+async def apply_inbound(store: Store, clock: Clock, params: Mapping[str, str]) -> Reply:
+    """A reply from a phone: STOP words suppress its number, START words lift that."""
+    word = (params.get("Body") or "").strip().upper()
+    if word not in STOP_WORDS and word not in START_WORDS:
+        return Reply.IGNORED
+    try:
+        number = normalise_phone(params.get("From") or "", "From")
+    except DomainError as e:
+        log.warning("Twilio inbound message from an unusable number", error=e.message)
+        return Reply.IGNORED
+    if word in STOP_WORDS:
+        await store.add_suppression(
+            SMS, number, SuppressionReason.STOP, clock.now(), source=PROVIDER
+        )
+        log.info("SMS opt-out (STOP) from Twilio", keyword=word)
+        return Reply.STOPPED
+    await store.lift_suppression(SMS, number, SuppressionReason.STOP)
+    log.info("SMS opt-in (START) from Twilio", keyword=word)
+    return Reply.STARTED
