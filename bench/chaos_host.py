@@ -30,7 +30,7 @@ async def report_dead_letters(rt: Runtime, stop: asyncio.Event) -> None:
     if not target:
         return
     path = Path(target)
-    queues = rt.categories.queues()
+    queues = rt.queues
     while not stop.is_set():
         stats = await rt.broker.stats(queues)
         tmp = path.with_suffix(".tmp")

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from consumers.channel_sender import ChannelSender
 from consumers.push_batcher import Outcome, PushBatcher
 from tepat import metrics
 from tepat.clock import Clock
@@ -38,6 +39,7 @@ from tepat.domain.batches import Batch
 from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, SkipReason, Ticket, User
 from tepat.domain.planning import intended_on
+from tepat.domain.queues import PUSH
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.push import (
@@ -99,6 +101,7 @@ class Dispatcher:
         device_max_failures: int = 3,
         rng: random.Random | None = None,
         batcher: PushBatcher | None = None,
+        channels: ChannelSender | None = None,
     ) -> None:
         self._store = store
         self._push = push
@@ -109,6 +112,17 @@ class Dispatcher:
         self._retry = retry or RetryPolicy()
         self._device_max_failures = device_max_failures
         self._rng = rng or random.Random()
+        # Every channel but push (inbox, email, SMS, webhooks): claimed here, sent there.
+        self.channels = channels or ChannelSender(
+            store,
+            categories,
+            clock,
+            {},
+            retry=self._retry,
+            defer=self.defer,
+            flush=outbox.flush_quietly,
+            rng=self._rng,
+        )
 
     def abandon_sends(self) -> None:
         """A hard stop: send nothing more (see :meth:`PushBatcher.abandon`)."""
@@ -184,6 +198,18 @@ class Dispatcher:
         claimed message's user) saves the read."""
         if recipients is None:
             recipients = await self._recipients(sorted({m.user_id for m in claimed}))
+        others = [m for m in claimed if m.channel != PUSH]
+        if others:
+            # The other channels go their own way (their own providers and limits); the
+            # turn is shared, so a batch's requests still leave in the consumer's order.
+            claimed = [m for m in claimed if m.channel == PUSH]
+            if before_send is not None:
+                await before_send()
+            await asyncio.gather(
+                self.channels.process(others, recipients.users, recipients.prefs),
+                self.process_claimed(claimed, recipients) if claimed else _none(),
+            )
+            return
         users, prefs, devices, reminders = (
             recipients.users,
             recipients.prefs,
@@ -245,7 +271,7 @@ class Dispatcher:
     ) -> None:
         await self._store.transition_many(closed, now, expect=[MessageStatus.SENDING])
         for m, until in deferred:
-            await self._defer(m, until)
+            await self.defer(m, until)
         if deferred:
             await self._outbox.flush_quietly()
         if superseded:
@@ -413,7 +439,7 @@ class Dispatcher:
             device_id=device.device_id,
         )
 
-    async def _defer(self, m: Message, until: datetime) -> None:
+    async def defer(self, m: Message, until: datetime) -> None:
         """Back to ``pending`` at the end of quiet hours (the outbox publishes it).
 
         The nominal instant, and so the pending slot, stays: deferring several
@@ -445,6 +471,10 @@ class Dispatcher:
             reason="deferral_failed",
             last_error=error,
         )
+
+
+async def _none() -> None:
+    return None
 
 
 def _find_reminder(reminders: list[Reminder], reminder_id: str | None) -> Reminder | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import structlog
 
 from tepat.domain.batches import BadBatch, Batch, decode_batch
+from tepat.domain.queues import queue_priority
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
 from tepat.services.loops import wait_or_stop
@@ -86,7 +87,7 @@ class PriorityHold:
 
     def __init__(self, rt: Runtime, hold_seconds: float = PRIORITY_HOLD_SECONDS) -> None:
         self._hold_seconds = hold_seconds
-        self._priority = {q: p.priority for q, p in rt.categories.by_queue().items()}
+        self._priority = {q: queue_priority(q, rt.categories) for q in rt.queues}
         self._heap: list[tuple[Key, int, Turn]] = []
         self._seq = itertools.count()
         self._arrived = asyncio.Event()
@@ -179,7 +180,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
     batch waiting for its instant or its turn costs a worker nothing but memory:
     the store and the provider's connections bound the real work.
     """
-    queues = rt.categories.queues()  # highest priority first
+    queues = rt.queues  # highest priority first
     hold = PriorityHold(rt)
     in_flight: set[asyncio.Task[None]] = set()
     workers_wanted = concurrency or max(8, rt.settings.consumer_prefetch)

@@ -259,7 +259,7 @@ def dlq_list() -> None:
 
     async def go() -> None:
         async with open_runtime(settings) as rt:
-            letters = await rt.broker.dead_letters(rt.categories.queues())
+            letters = await rt.broker.dead_letters(rt.queues)
             failed = await rt.store.dead_letters(limit=100)
         typer.echo(f"broker dead letters: {len(letters)}")
         for d in letters:

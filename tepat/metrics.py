@@ -167,9 +167,7 @@ async def _refresh_store(rt: Runtime) -> None:
 
 async def _refresh_broker(rt: Runtime) -> None:
     try:
-        stats = await asyncio.wait_for(
-            rt.broker.stats(rt.categories.queues()), REFRESH_TIMEOUT_SECONDS
-        )
+        stats = await asyncio.wait_for(rt.broker.stats(rt.queues), REFRESH_TIMEOUT_SECONDS)
     except Exception:
         log.exception("metrics: reading queue depth failed")
         return

@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import structlog
 
+from consumers.channel_sender import ChannelSender
 from consumers.dispatcher import Dispatcher
 from consumers.receipts import ReceiptPoller
 from scheduler.creator import Creator
@@ -20,13 +22,18 @@ from scheduler.sweeper import Sweeper
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.categories import Categories
+from tepat.domain.queues import queues_for_channels
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, RedeliveryPolicy
+from tepat.ports.channel import Channel
 from tepat.ports.push import PushProvider
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
 from tepat.services.outbox import Outbox
+
+if TYPE_CHECKING:
+    from tepat.services.inbox import InboxService
 
 log = structlog.get_logger("tepat.runtime")
 
@@ -111,6 +118,14 @@ class Runtime:
     dispatcher: Dispatcher
     receipts: ReceiptPoller
     sweeper: Sweeper
+    # The in-app inbox, shared by the API (its streams), the consumers' inbox channel and
+    # the events fan-out, so an item stored in this process wakes its streams at once.
+    inbox: InboxService
+
+    @property
+    def queues(self) -> list[str]:
+        """Every queue this process consumes, highest priority first."""
+        return queues_for_channels(self.categories, ["push", *self.dispatcher.channels.channels])
 
     @property
     def embedded_broker(self) -> bool:
@@ -121,6 +136,33 @@ class Runtime:
         outbox (keeping its instant) and is published again, batched. Returns how many."""
         await self.store.republish_all_pending()
         return await self.outbox.flush()
+
+
+def build_channel_sender(
+    settings: Settings,
+    clock: Clock,
+    store: Store,
+    categories: Categories,
+    dispatcher: Dispatcher,
+    outbox: Outbox,
+    retry: RetryPolicy,
+    inbox: InboxService,
+) -> ChannelSender:
+    """Every channel but push that this configuration can send on: the inbox always,
+    e-mail and SMS when their provider is configured, webhook deliveries always."""
+    # Imported here: the inbox service reaches the runtime through the accounts service.
+    from tepat.adapters.inbox_channel import InboxChannel
+
+    channels: dict[str, Channel] = {"inbox": InboxChannel(inbox)}
+    return ChannelSender(
+        store,
+        categories,
+        clock,
+        channels,
+        retry=retry,
+        defer=dispatcher.defer,
+        flush=outbox.flush_quietly,
+    )
 
 
 @asynccontextmanager
@@ -151,8 +193,24 @@ async def open_runtime(
                 max_attempts=settings.max_attempts,
                 max_age=timedelta(seconds=settings.max_retry_age_seconds),
             )
+            from tepat.services.inbox import InboxService  # see build_channel_sender
+
+            inbox = InboxService(store, clock, categories)
+            dispatcher = Dispatcher(
+                store,
+                push,
+                outbox,
+                categories,
+                clock,
+                retry=retry,
+                device_max_failures=settings.device_max_failures,
+            )
+            dispatcher.channels = build_channel_sender(
+                settings, clock, store, categories, dispatcher, outbox, retry, inbox
+            )
             rt = Runtime(
                 settings=settings,
+                inbox=inbox,
                 clock=clock,
                 categories=categories,
                 store=store,
@@ -167,15 +225,7 @@ async def open_runtime(
                     clock,
                     horizon=timedelta(hours=settings.plan_horizon_hours),
                 ),
-                dispatcher=Dispatcher(
-                    store,
-                    push,
-                    outbox,
-                    categories,
-                    clock,
-                    retry=retry,
-                    device_max_failures=settings.device_max_failures,
-                ),
+                dispatcher=dispatcher,
                 receipts=ReceiptPoller(
                     store,
                     push,

@@ -57,7 +57,7 @@ async def plan(body: PlanIn, rt: RT, _: Admin) -> PlanOut:
 
 @router.get("/queues", response_model=QueueList, summary="Broker queue depths")
 async def queues(rt: RT, _: Admin) -> QueueList:
-    stats = await rt.broker.stats(rt.categories.queues())
+    stats = await rt.broker.stats(rt.queues)
     return QueueList(queues=[QueueOut.of(s) for s in stats])
 
 
@@ -75,7 +75,7 @@ async def dead_letters(
     ] = 100,
 ) -> DeadLetters:
     failed = await rt.store.dead_letters(limit)
-    broker = await rt.broker.dead_letters(rt.categories.queues())
+    broker = await rt.broker.dead_letters(rt.queues)
     return DeadLetters(
         messages=[FailedMessageOut.of(m) for m in failed],
         broker=[BrokerDeadLetterOut.of(d) for d in broker],

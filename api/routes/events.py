@@ -7,7 +7,7 @@ fan-out. The rules live in :mod:`tepat.services.events`; here only types and bou
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
@@ -18,7 +18,6 @@ from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text
 from api.schemas import Request as StrictRequest
 from tepat.domain.events import MAX_USER_IDS, Event, EventState, Outcome
 from tepat.domain.models import MessageStatus
-from tepat.domain.routing import Channel
 from tepat.domain.validation import IDENTIFIER_PATTERN
 from tepat.services.events import EventRequest, EventService, EventStatus
 
@@ -156,10 +155,13 @@ async def get_event(event_id: EventIdPath, request: Request, _: Admin) -> EventS
 
 def status_out(status: EventStatus) -> EventStatusOut:
     e = status.event
-    push = _push_counts(status)
-    inbox = _inbox_counts(e)
+    names = sorted(
+        {channel for channel, _, _ in status.messages}
+        | {k.split(":", 1)[0] for k in e.counts if ":" in k}
+    )
+    channels = {name: _channel_counts(status, name) for name in names}
     skipped: dict[str, int] = {}
-    for counts in (push, inbox):
+    for counts in channels.values():
         for reason, n in counts.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
     return EventStatusOut(
@@ -171,12 +173,12 @@ def status_out(status: EventStatus) -> EventStatusOut:
         recipients=e.recipients,
         unknown_users=e.counts.get(Outcome.UNKNOWN_USER.value, 0),
         listed=e.listed,
-        messages_created=push.created + inbox.created,
-        sent=push.sent + inbox.sent,
-        failed=push.failed + inbox.failed,
-        pending=push.pending,
+        messages_created=sum(c.created for c in channels.values()),
+        sent=sum(c.sent for c in channels.values()),
+        failed=sum(c.failed for c in channels.values()),
+        pending=sum(c.pending for c in channels.values()),
         skipped=skipped,
-        channels={Channel.PUSH.value: push, Channel.INBOX.value: inbox},
+        channels=channels,
         occurred_at=e.occurred_at,
         send_at=e.send_at,
         local_time=None if e.local_time is None else e.local_time.strftime("%H:%M"),
@@ -185,46 +187,39 @@ def status_out(status: EventStatus) -> EventStatusOut:
     )
 
 
-def _push_counts(status: EventStatus) -> ChannelCounts:
+def _channel_counts(status: EventStatus, channel: str) -> ChannelCounts:
+    """One channel's messages by status, and the recipients its route did not take."""
     by_status: dict[str, int] = {}
     failed: dict[str, int] = {}
     skipped: dict[str, int] = {}
-    for (s, reason), n in status.messages.items():
+    for (ch, s, reason), n in status.messages.items():
+        if ch != channel:
+            continue
         by_status[s] = by_status.get(s, 0) + n
         if s == MessageStatus.FAILED:
             failed[reason] = failed.get(reason, 0) + n
         elif s in (MessageStatus.SKIPPED, MessageStatus.MISSED, MessageStatus.CANCELLED):
             key = reason or s
             skipped[key] = skipped.get(key, 0) + n
-    not_routed = status.event.counts.get(f"{Channel.PUSH.value}:{Outcome.NOT_ROUTED}", 0)
-    if not_routed:
-        skipped[Outcome.NOT_ROUTED.value] = not_routed
+    prefix = f"{channel}:"
+    for key, n in status.event.counts.items():
+        # Decided at fan-out, so never a message: a route not taken (and, for events
+        # fanned out before every channel became messages, the inbox's outcomes).
+        if key.startswith(prefix) and n:
+            outcome = key.removeprefix(prefix)
+            if outcome == Outcome.DELIVERED.value:
+                by_status["delivered"] = by_status.get("delivered", 0) + n
+            elif outcome == Outcome.RENDER_ERROR.value:
+                by_status["failed"] = by_status.get("failed", 0) + n
+                failed[outcome] = failed.get(outcome, 0) + n
+            else:
+                skipped[outcome] = skipped.get(outcome, 0) + n
     return ChannelCounts(
         created=sum(by_status.values()),
         sent=by_status.get(MessageStatus.SENT, 0) + by_status.get(MessageStatus.DELIVERED, 0),
         failed=sum(failed.values()),
         failed_reasons=failed,
         pending=by_status.get(MessageStatus.PENDING, 0) + by_status.get(MessageStatus.SENDING, 0),
-        skipped=skipped,
-        by_status=by_status,
-    )
-
-
-def _inbox_counts(e: Event) -> ChannelCounts:
-    prefix = f"{Channel.INBOX.value}:"
-    got: dict[str, Any] = {
-        k.removeprefix(prefix): n for k, n in e.counts.items() if k.startswith(prefix)
-    }
-    delivered = int(got.pop(Outcome.DELIVERED.value, 0))
-    failed = int(got.pop(Outcome.RENDER_ERROR.value, 0))
-    skipped = {k: int(n) for k, n in got.items() if n}
-    by_status = {k: n for k, n in (("delivered", delivered), ("failed", failed)) if n}
-    return ChannelCounts(
-        created=delivered,
-        sent=delivered,
-        failed=failed,
-        failed_reasons={Outcome.RENDER_ERROR.value: failed} if failed else {},
-        pending=0,
         skipped=skipped,
         by_status=by_status,
     )

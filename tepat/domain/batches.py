@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from tepat.domain.categories import Categories
 from tepat.domain.models import Message, MessageStatus
+from tepat.domain.queues import queue_for, queue_priority
 
 MAX_BATCH = 100
 
@@ -67,7 +68,8 @@ class BatchBuilder:
             if m.status is not MessageStatus.PENDING or m.category not in self._categories:
                 continue
             policy = self._categories.get(m.category)
-            key = (int(m.due.timestamp()), policy.priority, policy.queue_name)
+            queue = queue_for(policy, m.channel, m.priority)
+            key = (int(m.due.timestamp()), queue_priority(queue, self._categories), queue)
             ids = self._groups.setdefault(key, [])
             ids.append(m.id)
             if len(ids) == MAX_BATCH:
@@ -94,8 +96,8 @@ def _batch(key: tuple[int, int, str], ids: list[str]) -> Batch:
 
 
 def batch_messages(messages: Iterable[Message], categories: Categories) -> list[Batch]:
-    """Group pending messages into batches per (category queue, due second), ≤100 ids each,
+    """Group pending messages into batches per (queue, due second), ≤100 ids each,
     ordered by due second and then category priority."""
     builder = BatchBuilder(categories)
     batches = builder.add(messages) + builder.drain()
-    return sorted(batches, key=lambda b: (b.due, categories.by_queue()[b.queue].priority))
+    return sorted(batches, key=lambda b: (b.due, queue_priority(b.queue, categories)))

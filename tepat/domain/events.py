@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from typing import Any
 
-from tepat.domain.categories import CategoryPolicy
+from tepat.domain.categories import CategoryPolicy, QuietPolicy
 from tepat.domain.models import Message, MessageStatus, User, message_id_for
 from tepat.domain.planning import _whole_ms_up, place
 from tepat.domain.routing import Channel, Priority
@@ -126,16 +126,38 @@ def plan_event_push(
     now: datetime,
     render_error: str | None = None,
 ) -> Message:
-    """The push message of ``event`` for ``user``: pending at its instant (quiet hours
-    placed by ``planning.place``), or already ``failed``/``render_error`` when its
-    template did not render (recorded, so the key is taken and the event's counts see it)."""
+    """The push message of ``event`` for ``user`` (:func:`plan_event_message`)."""
+    return plan_event_message(
+        event, user, policy, Channel.PUSH, title, body, data, now, render_error=render_error
+    )
+
+
+def plan_event_message(
+    event: Event,
+    user: User,
+    policy: CategoryPolicy,
+    channel: Channel,
+    title: str,
+    body: str,
+    data: Mapping[str, Any],
+    now: datetime,
+    content: Mapping[str, Any] | None = None,
+    render_error: str | None = None,
+) -> Message:
+    """The message of ``event`` for ``user`` on ``channel``: pending at its instant (quiet
+    hours placed by ``planning.place``, except for a critical event), or already
+    ``failed``/``render_error`` when its template did not render (recorded, so the key is
+    taken and the event's counts see it). ``content``: the channel's other rendered parts
+    (html, link), pinned like title and body."""
     nominal = recipient_instant(user, event.send_at, event.local_time, now)
+    if event.priority is Priority.CRITICAL:
+        policy = replace(policy, quiet_hours=QuietPolicy.BYPASS)
     placement = place(nominal, user, policy)
     status, reason = placement.status, placement.reason
     if render_error is not None:
         status, reason = MessageStatus.FAILED, TemplateFailure.RENDER_ERROR.value
     local = utc_to_local(nominal, load_zone(user.timezone))
-    key = event_message_key(event.event_id, user.user_id, Channel.PUSH)
+    key = event_message_key(event.event_id, user.user_id, channel)
     return Message(
         id=message_id_for(key),
         user_id=user.user_id,
@@ -160,4 +182,7 @@ def plan_event_push(
         plan_version=user.plan_version,
         created_at=now,
         updated_at=now,
+        channel=channel.value,
+        content={**(content or {}), "event_type": event.type},
+        priority=event.priority.value,
     )

@@ -57,6 +57,8 @@ ALLOWED_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {
     MessageStatus.SENDING: frozenset(
         {
             MessageStatus.SENT,
+            # a channel that is final at once: stored in the user's inbox, a webhook 2xx
+            MessageStatus.DELIVERED,
             MessageStatus.FAILED,
             MessageStatus.SKIPPED,
             MessageStatus.MISSED,
@@ -84,6 +86,8 @@ class SkipReason(enum.StrEnum):
     USER_DISABLED = "user_disabled"
     USER_DELETED = "user_deleted"
     REMINDER_DISABLED = "reminder_disabled"
+    NO_CONTACT = "no_contact"  # e-mail / SMS: no address or number (or not verified)
+    SUPPRESSED = "suppressed"  # e-mail / SMS: the provider said the target is dead
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,9 +339,10 @@ class MessageStore(Protocol):
 
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime
-    ) -> dict[tuple[datetime, str], int]:
+    ) -> dict[tuple[datetime, str, str, str | None], int]:
         """How many pending messages carrying the outbox mark are due at each
-        (``due_at``, category) in [``due_from``, ``due_before``): the publisher reads
+        (``due_at``, category, channel, priority) in [``due_from``, ``due_before``):
+        what names their queue (``tepat.domain.queues.queue_for``); the publisher reads
         only the seconds that fill a whole batch."""
         ...
 
@@ -534,8 +535,9 @@ class EventStore(Protocol):
         done twice (a crash, two loops) is counted once. Returns whether it moved."""
         ...
 
-    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str], int]:
-        """The event's messages (keys under ``event_key_range``) by (status, reason or "")."""
+    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
+        """The event's messages (keys under ``event_key_range``) by (channel, status,
+        reason or "")."""
         ...
 
 

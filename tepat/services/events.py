@@ -21,7 +21,6 @@ with that reason, an inbox outcome counted on the event; the event carries on.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -41,12 +40,19 @@ from tepat.domain.events import (
     Outcome,
     count_key,
     event_message_key,
-    plan_event_push,
+    plan_event_message,
 )
 from tepat.domain.locales import fallback_chain
 from tepat.domain.models import Message, User, message_id_for
 from tepat.domain.planning import _whole_ms_up, request_fingerprint
-from tepat.domain.routing import Channel, EventTypes, Priority, Route, select_channels
+from tepat.domain.routing import (
+    Channel,
+    Condition,
+    EventTypes,
+    Priority,
+    Route,
+    select_channels,
+)
 from tepat.domain.templates import Rendered
 from tepat.domain.validation import check_identifier, format_hhmm, parse_hhmm
 from tepat.ports.store import Store
@@ -82,8 +88,8 @@ class EventRequest:
 @dataclass(frozen=True, slots=True)
 class EventStatus:
     event: Event
-    # The push messages in the store by (status, reason or "").
-    messages: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # The event's messages in the store by (channel, status, reason or "").
+    messages: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -91,7 +97,6 @@ class _Page:
     """What one page decided, before it is written."""
 
     messages: list[Message] = field(default_factory=list)
-    inbox: list[tuple[User, str, Rendered]] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
 
 
@@ -204,9 +209,6 @@ class EventService:
         if page.messages:
             # The planner's path: one bulk insert; an existing key is counted, not raised.
             await self._store.insert_messages(page.messages)
-        if page.inbox:
-            outcomes = await asyncio.gather(*(self._deliver(event, *i) for i in page.inbox))
-            page.counts.update(count_key(Channel.INBOX, o) for o in outcomes)
         moved = await self._store.advance_event(
             event.event_id,
             event.cursor,
@@ -229,8 +231,10 @@ class EventService:
             log.warning("event type or category no longer configured", event_id=event.event_id)
         channels = {r.channel for r in routes}
         users = await self._store.get_users(ids)
-        devices = await self._store.active_devices(ids) if Channel.PUSH in channels else {}
-        prefs = await self._store.preferences_for_users(ids) if Channel.INBOX in channels else {}
+        needs_devices = Channel.PUSH in channels or any(
+            r.when is not Condition.ALWAYS for r in routes
+        )
+        devices = await self._store.active_devices(ids) if needs_devices else {}
         renders: dict[tuple[Channel, str], Rendered | str] = {}
         for user_id in ids:
             user = users.get(user_id)
@@ -243,26 +247,32 @@ class EventService:
                     page.counts[count_key(route.channel, Outcome.NOT_ROUTED)] += 1
             for channel in chosen:
                 rendered = await self._render(event, channel, user.locale, renders)
-                if channel is Channel.PUSH:
-                    page.messages.append(self._push_message(event, user, rendered, now))
-                elif isinstance(rendered, str):
-                    page.counts[count_key(channel, Outcome.RENDER_ERROR)] += 1
-                elif not user.enabled:
-                    page.counts[count_key(channel, Outcome.USER_DISABLED)] += 1
-                elif not prefs.get(user_id, {}).get(event.category, True):
-                    page.counts[count_key(channel, Outcome.OPTED_OUT)] += 1
-                else:
-                    page.inbox.append((user, message_id_for_inbox(event, user_id), rendered))
+                page.messages.append(self._message(event, user, channel, rendered, now))
         return page
 
-    def _push_message(
-        self, event: Event, user: User, rendered: Rendered | str, now: datetime
+    def _message(
+        self, event: Event, user: User, channel: Channel, rendered: Rendered | str, now: datetime
     ) -> Message:
+        """Every channel's message is stored rendered with the pinned version, and goes
+        through the outbox, the channel's queue and the consumers at its instant; the
+        send-time checks (user, the (category, channel) preference, quiet hours, the
+        target) are taken then."""
         policy = self._categories.get(event.category)
         if isinstance(rendered, str):
-            return plan_event_push(event, user, policy, "", "", {}, now, render_error=rendered)
-        return plan_event_push(
-            event, user, policy, rendered.title, rendered.body, rendered.data, now
+            return plan_event_message(
+                event, user, policy, channel, "", "", {}, now, render_error=rendered
+            )
+        content = {k: v for k, v in (("html", rendered.html), ("link", rendered.link)) if v}
+        return plan_event_message(
+            event,
+            user,
+            policy,
+            channel,
+            rendered.title,
+            rendered.body,
+            rendered.data,
+            now,
+            content=content,
         )
 
     async def _render(
@@ -289,25 +299,6 @@ class EventService:
                 result = f"{pinned.template_id}: {e}"
         renders[(channel, locale)] = result
         return result
-
-    async def _deliver(self, event: Event, user: User, message_id: str, r: Rendered) -> Outcome:
-        try:
-            await self._inbox.deliver(
-                user.user_id,
-                message_id,
-                category=event.category,
-                title=r.title,
-                body=r.body,
-                event_type=event.type,
-                html=r.html,
-                link=r.link,
-                data=event.data,
-            )
-        except NotFound:
-            return Outcome.UNKNOWN_USER  # deleted since the page was read
-        except DomainError:
-            return Outcome.RENDER_ERROR  # a rendered link the inbox refuses
-        return Outcome.DELIVERED
 
 
 def message_id_for_inbox(event: Event, user_id: str) -> str:
@@ -386,6 +377,6 @@ def event_service(
         rt.categories,
         rt.settings.event_routing(),
         templates or template_service(rt),
-        inbox or InboxService(rt.store, rt.clock, rt.categories),
+        inbox or rt.inbox,
         rt.outbox,
     )

@@ -42,6 +42,7 @@ import structlog
 from tepat.clock import Clock
 from tepat.domain.batches import MAX_BATCH, BatchBuilder
 from tepat.domain.categories import Categories
+from tepat.domain.queues import queue_for
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
 
@@ -114,9 +115,11 @@ class Outbox:
         Counted in the store first: only the seconds holding a full batch are read,
         so a pass over a window of batches still filling costs one aggregate query."""
         per_batch: collections.Counter[tuple[int, str]] = collections.Counter()
-        for (due, category), n in (await self._store.unpublished_counts(start, horizon)).items():
+        counts = await self._store.unpublished_counts(start, horizon)
+        for (due, category, channel, priority), n in counts.items():
             if category in self._categories:
-                per_batch[(int(due.timestamp()), self._categories.get(category).queue_name)] += n
+                queue = queue_for(self._categories.get(category), channel, priority)
+                per_batch[(int(due.timestamp()), queue)] += n
         seconds = sorted({second for (second, _), n in per_batch.items() if n >= MAX_BATCH})
         total = 0
         for second in seconds:

@@ -102,7 +102,7 @@ async def drain_due(rt: Runtime, idle_seconds: float = 0.2) -> int:
 
     await rt.outbox.flush()  # what the scheduler's outbox loop would have published by now
     handled = 0
-    async with rt.broker.consume(rt.categories.queues(), prefetch=100) as deliveries:
+    async with rt.broker.consume(rt.queues, prefetch=100) as deliveries:
         iterator = deliveries.__aiter__()
         while True:
             try:

@@ -80,9 +80,9 @@ async def status(client: httpx.AsyncClient, event_id: str = "ord-8841") -> dict[
     return dict(r.json())
 
 
-async def event_messages(rt: Runtime, user_id: str) -> list[Message]:
+async def event_messages(rt: Runtime, user_id: str, channel: str = "push") -> list[Message]:
     page = await rt.store.list_messages(MessageQuery(user_id=user_id, limit=200))
-    return [m for m in page.items if m.dedup_key.startswith("e|")]
+    return [m for m in page.items if m.dedup_key.startswith("e|") and m.channel == channel]
 
 
 async def test_order_paid_reaches_push_and_inbox_once(
@@ -235,7 +235,7 @@ async def test_locale_falls_back_from_pt_br_to_pt_then_the_default(
 
 
 async def test_routes_unknown_users_and_opt_outs_are_counted(
-    client: httpx.AsyncClient, app: FastAPI
+    client: httpx.AsyncClient, app: FastAPI, rt: Runtime
 ) -> None:
     await user_with_phone(client, "alice")
     await create_user(client, "nodevice")
@@ -248,6 +248,7 @@ async def test_routes_unknown_users_and_opt_outs_are_counted(
     await templates(client)
     await post(client, event_body(user_ids=["alice", "nodevice", "quiet", "ghost"]))
     await events(app).fan_out_until_idle()
+    await drain_due(rt)  # the preference is checked at send time, on every channel
     got = await status(client)
     assert (got["recipients"], got["unknown_users"], got["listed"]) == (4, 1, 4)
     # order.paid: inbox always, push only with an active device
@@ -344,7 +345,11 @@ async def test_all_users_at_local_time_plan_each_zone_under_quiet_hours(
     }
     assert all(m.status is MessageStatus.PENDING for m in planned.values())
     got = await status(client)
-    assert (got["recipients"], got["pending"], got["local_time"]) == (4, 4, "09:00")
+    assert (got["recipients"], got["pending"], got["local_time"]) == (4, 8, "09:00")
+    # the inbox items wait for each recipient's 09:00 too, on the inbox channel's queue
+    assert got["channels"]["inbox"]["pending"] == 4
+    inbox = {u: (await event_messages(rt, u, "inbox"))[0].scheduled_at for u in planned}
+    assert inbox == {u: m.scheduled_at for u, m in planned.items()}
 
 
 async def test_local_time_in_a_spring_forward_gap_follows_the_reminder_rule(
@@ -423,9 +428,11 @@ async def test_an_open_inbox_stream_gets_the_event_once(
     try:
         await post(client, event_body())
         await events(app).fan_out_until_idle()
+        await drain_due(rt)  # the inbox channel's consumer stores it at its instant
         await eventually(lambda: len(received) == 1, what="the item on the stream")
         await asyncio.gather(*(post(client, event_body()) for _ in range(20)))
         await events(app).fan_out_until_idle()
+        await drain_due(rt)
         assert await stays_false(lambda: len(received) > 1)
     finally:
         stream.cancel()

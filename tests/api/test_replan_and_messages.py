@@ -222,7 +222,16 @@ async def test_dead_letters_and_queues(client: httpx.AsyncClient, rt: Runtime) -
         (dead_id, "not a batch", 2)
     ]
     queues = (await client.get("/v1/admin/queues", headers=ADMIN)).json()["queues"]
-    assert queues[0]["queue"] == "tepat.safety" and queues[0]["dead_letters"] == 1
+    by_name = {q["queue"]: q for q in queues}
+    # every queue the consumers read: the critical ones first, then by category priority
+    assert [q["queue"] for q in queues][:4] == [
+        "tepat.push.critical",
+        "tepat.inbox.critical",
+        "tepat.safety",
+        "tepat.meal",
+    ]
+    assert {"tepat.inbox.normal", "tepat.inbox.bulk"} <= set(by_name)
+    assert by_name["tepat.safety"]["dead_letters"] == 1
     r = await client.post(f"/v1/admin/dead-letters/{dead_id}/replay", headers=ADMIN)
     assert r.json() == {"id": dead_id, "replayed": True}
     problem(await client.post(f"/v1/admin/dead-letters/{dead_id}/replay", headers=ADMIN), 404)

@@ -848,8 +848,44 @@ async def test_unpublished_counts_per_due_at_and_category_in_a_window(store: Sto
     await store.insert_messages(ms)
     await store.mark_published([(ms[3].id, ms[3].due)])  # published already
     counts = await store.unpublished_counts(at(1), at(3))
-    assert counts == {(at(1), "meal"): 2, (at(1), "safety"): 1}
+    assert counts == {(at(1), "meal", "push", None): 2, (at(1), "safety", "push", None): 1}
     assert await store.unpublished_counts(at(3), at(3)) == {}
+
+
+async def test_channel_content_and_priority_round_trip_and_count_apart(store: Store) -> None:
+    ms = [
+        msg("a", label="a", scheduled_at=at(1)),
+        dataclasses.replace(
+            msg("b", label="b", scheduled_at=at(1)),
+            channel="inbox",
+            content={"html": "<b>hi</b>", "link": "/x"},
+            priority="critical",
+        ),
+        dataclasses.replace(
+            msg("c", label="c", scheduled_at=at(1)), channel="email", priority="bulk"
+        ),
+    ]
+    await store.insert_messages(ms)
+    got = {m.id: m for m in await store.get_messages([m.id for m in ms])}
+    assert (got[ms[0].id].channel, got[ms[0].id].content, got[ms[0].id].priority) == (
+        "push",
+        {},
+        None,
+    )
+    assert got[ms[1].id].channel == "inbox"
+    assert got[ms[1].id].content == {"html": "<b>hi</b>", "link": "/x"}
+    assert got[ms[1].id].priority == "critical"
+    claimed = await store.claim([ms[2].id], at(1))
+    assert [(m.channel, m.priority) for m in claimed] == [("email", "bulk")]
+    await store.insert_messages(
+        [dataclasses.replace(msg("d", label="d", scheduled_at=at(1)), channel="sms")]
+    )
+    counts = await store.unpublished_counts(at(1), at(2))
+    assert counts == {
+        (at(1), "meal", "push", None): 1,
+        (at(1), "meal", "inbox", "critical"): 1,
+        (at(1), "meal", "sms", None): 1,
+    }
 
 
 async def test_mark_published_keeps_mark_when_due_at_moved(store: Store) -> None:

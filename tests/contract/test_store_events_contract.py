@@ -139,9 +139,9 @@ async def test_message_counts_cover_only_the_events_keys(store: Store) -> None:
         ]
     )
     assert await store.event_message_counts("ev-1") == {
-        ("pending", ""): 1,
-        ("failed", "render_error"): 2,
-        ("skipped", "quiet_hours"): 1,
+        ("push", "pending", ""): 1,
+        ("push", "failed", "render_error"): 2,
+        ("push", "skipped", "quiet_hours"): 1,
     }
-    assert await store.event_message_counts("ev-10") == {("pending", ""): 1}
+    assert await store.event_message_counts("ev-10") == {("push", "pending", ""): 1}
     assert await store.event_message_counts("nope") == {}

@@ -227,7 +227,7 @@ class System:
         next_due = getattr(self.rt.broker, "_next_due", None)
         if next_due is None:
             return None
-        return cast(datetime | None, next_due(self.rt.categories.queues()))
+        return cast(datetime | None, next_due(self.rt.queues))
 
     # ------------------------------------------------------------ consuming
 
@@ -238,7 +238,7 @@ class System:
 
     async def pump(self) -> None:
         """Hand every batch due now to a consumer, until none is left."""
-        queues = self.rt.categories.queues()
+        queues = self.rt.queues
         for _ in range(200):
             await self._flush_outbox()
             ready = sum(s.ready for s in await self.rt.broker.stats(queues))

@@ -180,7 +180,12 @@ def message_doc(m: Message, now: datetime) -> dict[str, Any]:
         "slot_key": m.slot,
         # The outbox mark, in the same write as the document (ports/store.py).
         "publish_pending": m.status is MessageStatus.PENDING,
+        "channel": m.channel,
     }
+    if m.content:
+        doc["content"] = dict(m.content)
+    if m.priority is not None:
+        doc["priority"] = m.priority
     if m.live_key is not None:  # absent, not null: see tepat.adapters.mongo.indexes
         doc["live_key"] = m.live_key
     return doc
@@ -220,6 +225,9 @@ def message_from_doc(doc: Mapping[str, Any]) -> Message:
         nominal_at=read_dt(doc.get("nominal_at")),
         due_at=read_dt(doc.get("due_at")),
         slot_key=doc.get("slot_key"),
+        channel=doc.get("channel") or "push",
+        content=dict(doc.get("content") or {}),
+        priority=doc.get("priority"),
     )
     if m.nominal_at is None or m.due_at is None or m.slot_key is None:
         m = replace(m, nominal_at=m.nominal, due_at=m.due, slot_key=m.slot)

@@ -174,7 +174,7 @@ class EventsMixin(MongoBase):
         )
         return doc is not None
 
-    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str], int]:
+    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
         low, high = event_key_range(event_id)
         rows = await (
             await self._db["messages"].aggregate(
@@ -182,11 +182,22 @@ class EventsMixin(MongoBase):
                     {"$match": {"dedup_key": {"$gte": low, "$lt": high}}},
                     {
                         "$group": {
-                            "_id": {"status": "$status", "reason": "$status_reason"},
+                            "_id": {
+                                "channel": "$channel",
+                                "status": "$status",
+                                "reason": "$status_reason",
+                            },
                             "n": {"$sum": 1},
                         }
                     },
                 ]
             )
         ).to_list(None)
-        return {(r["_id"]["status"], r["_id"].get("reason") or ""): int(r["n"]) for r in rows}
+        return {
+            (
+                r["_id"].get("channel") or "push",
+                r["_id"]["status"],
+                r["_id"].get("reason") or "",
+            ): int(r["n"])
+            for r in rows
+        }

@@ -48,7 +48,7 @@ class OutboxMixin(MongoBase):
 
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime
-    ) -> dict[tuple[datetime, str], int]:
+    ) -> dict[tuple[datetime, str, str, str | None], int]:
         pipeline: list[dict[str, Any]] = [
             {
                 "$match": {
@@ -57,14 +57,27 @@ class OutboxMixin(MongoBase):
                     "due_at": {"$gte": bson_dt(due_from), "$lt": bson_dt(due_before)},
                 }
             },
-            {"$group": {"_id": {"due": "$due_at", "category": "$category"}, "n": {"$sum": 1}}},
+            {
+                "$group": {
+                    "_id": {
+                        "due": "$due_at",
+                        "category": "$category",
+                        "channel": "$channel",
+                        "priority": "$priority",
+                    },
+                    "n": {"$sum": 1},
+                }
+            },
         ]
         docs = await (await self._db["messages"].aggregate(pipeline)).to_list(None)
-        counts: dict[tuple[datetime, str], int] = {}
+        counts: dict[tuple[datetime, str, str, str | None], int] = {}
         for d in docs:
-            due = read_dt(d["_id"]["due"])
+            key = d["_id"]
+            due = read_dt(key["due"])
             assert due is not None  # matched on a due_at range
-            counts[(due, d["_id"]["category"])] = int(d["n"])
+            # Documents written before channels existed carry neither field: push, normal.
+            channel = key.get("channel") or "push"
+            counts[(due, key["category"], channel, key.get("priority"))] = int(d["n"])
         return counts
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:

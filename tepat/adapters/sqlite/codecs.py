@@ -220,6 +220,9 @@ _MESSAGE_FIELDS = (
     "due_at",
     "slot_key",
     "publish_pending",
+    "channel",
+    "content",
+    "priority",
 )
 _MESSAGE_COLUMNS = ", ".join(_MESSAGE_FIELDS)
 
@@ -257,6 +260,9 @@ def _message_params(m: Message, now: str) -> Row:
         m.slot,
         # The outbox mark, in the same write as the row (ports/store.py).
         1 if m.status is MessageStatus.PENDING else 0,
+        m.channel,
+        _json(m.content),
+        m.priority,
     )
 
 
@@ -265,6 +271,7 @@ def _message(row: Row) -> Message:
     (device_id, reminder_id, idem_key, req_hash, local_date, local_time, data) = row[10:17]
     (status, reason, attempts, ticket_id, last_error, plan_version) = row[17:23]
     claimed_at, created_at, updated_at, nominal_at, due_at, slot_key = row[23:29]
+    channel, content, priority = row[30:33]  # row[29] is the outbox mark
     return Message(
         id=mid,
         user_id=user_id,
@@ -295,6 +302,9 @@ def _message(row: Row) -> Message:
         nominal_at=_dt(nominal_at),
         due_at=_dt(due_at),
         slot_key=slot_key,
+        channel=channel,
+        content=json.loads(content),
+        priority=priority,
     )
 
 

@@ -149,11 +149,11 @@ class EventsMixin(SqliteBase):
         moved: bool = await self._write(run)
         return moved
 
-    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str], int]:
+    async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
         low, high = event_key_range(event_id)
         rows = await self._select(
-            "SELECT status, coalesce(status_reason, ''), count(*) FROM messages "
-            "WHERE dedup_key >= ? AND dedup_key < ? GROUP BY 1, 2",
+            "SELECT channel, status, coalesce(status_reason, ''), count(*) FROM messages "
+            "WHERE dedup_key >= ? AND dedup_key < ? GROUP BY 1, 2, 3",
             (low, high),
         )
-        return {(r[0], r[1]): int(r[2]) for r in rows}
+        return {(r[0], r[1], r[2]): int(r[3]) for r in rows}

@@ -123,14 +123,15 @@ class MessagesReadMixin(SqliteBase):
 
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime
-    ) -> dict[tuple[datetime, str], int]:
+    ) -> dict[tuple[datetime, str, str, str | None], int]:
         rows = await self._select(
-            "SELECT due_at, category, count(*) FROM messages INDEXED BY ix_messages_outbox "
+            "SELECT due_at, category, channel, priority, count(*) FROM messages "
+            "INDEXED BY ix_messages_outbox "
             "WHERE publish_pending = 1 AND due_at >= ? AND due_at < ? AND status = 'pending' "
-            "GROUP BY due_at, category",
+            "GROUP BY due_at, category, channel, priority",
             (_ts(due_from), _ts(due_before)),
         )
-        return {(_dt(due), category): n for due, category, n in rows}
+        return {(_dt(due), cat, channel, prio): n for due, cat, channel, prio, n in rows}
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
         rows = await self._select(

@@ -307,14 +307,6 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         ),
     ),
     (
-        10,
-        (
-            # Read by nothing since the outbox (pending messages are found by due_at):
-            # it only cost an index update on every insert and every claim.
-            "DROP INDEX IF EXISTS ix_messages_pending_due",
-        ),
-    ),
-    (
         9,
         (
             # Channels (issue 12): where a message goes, its channel's extra rendered
@@ -322,6 +314,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE messages ADD COLUMN channel TEXT NOT NULL DEFAULT 'push'",
             "ALTER TABLE messages ADD COLUMN content TEXT NOT NULL DEFAULT '{}'",
             "ALTER TABLE messages ADD COLUMN priority TEXT",
+        ),
+    ),
+    (
+        10,
+        (
+            # Read by nothing since the outbox (pending messages are found by due_at):
+            # it only cost an index update on every insert and every claim.
+            "DROP INDEX IF EXISTS ix_messages_pending_due",
         ),
     ),
     (

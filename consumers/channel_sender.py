@@ -1,0 +1,282 @@
+"""Send claimed messages of every channel but push: the one shared path for inbox, email,
+SMS and webhook deliveries (tepat/ports/channel.py).
+
+The dispatcher claims (the same atomic ``pending -> sending`` for every channel) and
+hands the non-push messages here. Per message, in order:
+
+1. **decide** against the current state, with the push path's rules
+   (``tepat/domain/sendcheck.py``: user deleted or disabled, the (category, channel)
+   preference, the missed window, quiet hours; a critical message bypasses quiet hours);
+   webhook deliveries skip these (they belong to an app, not a user);
+2. **target**: the inbox is the user's; an e-mail address or phone number is resolved now
+   (a contact changed since the message was created wins) and checked against
+   suppressions: none -> ``skipped``/``no_contact``, suppressed -> ``skipped``/``suppressed``;
+3. **send** through the channel's adapter in chunks of its ``max_batch``;
+4. **record**: ``Delivered`` -> ``delivered``; ``Accepted`` -> ``sent`` (provider id kept
+   as the ticket id; a provider callback moves it on); ``Refused`` -> ``failed`` (and the
+   target suppressed when the adapter says it is dead); ``TryAgain`` -> back to
+   ``pending`` after the channel's backoff, or ``failed`` once the retry policy gives up,
+   and a maybe-sent answer follows the category's ``maybe_sent`` policy, as for push.
+
+Terminal outcomes are written first, in one write, then retries (and the outbox
+publishes them): the duplicate window is one adapter call long, as for push.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import structlog
+
+from tepat import metrics
+from tepat.clock import Clock
+from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy, QuietPolicy
+from tepat.domain.contacts import SuppressionReason
+from tepat.domain.models import Message, MessageStatus, User
+from tepat.domain.preferences import allowed
+from tepat.domain.queues import CRITICAL, WEBHOOK
+from tepat.domain.retry import RetryPolicy
+from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
+from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Delivered, Outgoing, Refused
+from tepat.ports.store import StatusChange, Store
+from tepat.services.targets import SKIP_REASONS, resolve_targets
+
+log = structlog.get_logger("tepat.channels")
+
+INBOX = "inbox"
+#: ``status_reason`` of a message whose channel has no adapter in this process.
+CHANNEL_UNAVAILABLE = "channel_unavailable"
+
+# Builds the one-click unsubscribe URL of a (user, category, channel); None: no link.
+UnsubscribeUrl = Callable[[str, str, str], str]
+Defer_ = Callable[[Message, datetime], Awaitable[None]]
+
+
+class ChannelSender:
+    def __init__(
+        self,
+        store: Store,
+        categories: Categories,
+        clock: Clock,
+        channels: Mapping[str, Channel],
+        *,
+        retry: RetryPolicy,
+        retry_for: Mapping[str, RetryPolicy] | None = None,
+        defer: Defer_,
+        flush: Callable[[], Awaitable[None]],
+        unsubscribe_url: UnsubscribeUrl | None = None,
+        require_verified: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._categories = categories
+        self._clock = clock
+        self._channels = dict(channels)
+        self._retry = retry
+        self._retry_for = dict(retry_for or {})
+        self._defer = defer
+        self._flush = flush
+        self._unsubscribe_url = unsubscribe_url
+        self._require_verified = require_verified
+        self._rng = rng or random.Random()
+
+    @property
+    def channels(self) -> list[str]:
+        return list(self._channels)
+
+    async def process(
+        self,
+        claimed: Sequence[Message],
+        users: Mapping[str, User],
+        prefs: Mapping[str, Mapping[str, bool]],
+        before_send: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        by_channel: dict[str, list[Message]] = {}
+        for m in claimed:
+            by_channel.setdefault(m.channel, []).append(m)
+        await asyncio.gather(
+            *(
+                self._process_channel(channel, ms, users, prefs, before_send)
+                for channel, ms in by_channel.items()
+            )
+        )
+
+    async def _process_channel(
+        self,
+        channel: str,
+        claimed: list[Message],
+        users: Mapping[str, User],
+        prefs: Mapping[str, Mapping[str, bool]],
+        before_send: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        now = self._clock.now()
+        adapter = self._channels.get(channel)
+        closed: list[StatusChange] = []
+        deferred: list[tuple[Message, datetime]] = []
+        sendable: list[Message] = []
+        for m in claimed:
+            if adapter is None:
+                # Routed to a queue whose channel this process cannot send on (a
+                # configuration changed under it): said plainly rather than retried forever.
+                closed.append(StatusChange(m.id, MessageStatus.FAILED, CHANNEL_UNAVAILABLE))
+                continue
+            if channel == WEBHOOK:
+                sendable.append(m)
+                continue
+            match self._decide(m, users.get(m.user_id), prefs.get(m.user_id, {}), now):
+                case Send():
+                    sendable.append(m)
+                case Skip(reason):
+                    closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=reason.value))
+                case Missed(late):
+                    closed.append(StatusChange(m.id, MessageStatus.MISSED, f"late by {late:.0f}s"))
+                case Defer(until):
+                    deferred.append((m, until))
+                case Supersede(_):  # only reminder messages are superseded; none come here
+                    closed.append(StatusChange(m.id, MessageStatus.SKIPPED, "superseded"))
+        outgoing: list[Outgoing] = []
+        if sendable and adapter is not None:
+            targets = await self._targets(channel, sendable)
+            for m in sendable:
+                target = targets.get(m.id)
+                if target is None or target.startswith("skip:"):
+                    why = (target or "skip:no_contact").removeprefix("skip:")
+                    closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=why))
+                else:
+                    outgoing.append(Outgoing(m, target, self._unsubscribe_for(m)))
+        await self._store.transition_many(closed, now, expect=[MessageStatus.SENDING])
+        for m, until in deferred:
+            await self._defer(m, until)
+        if deferred:
+            await self._flush()
+        if not outgoing or adapter is None:
+            return
+        if before_send is not None:
+            await before_send()
+        size = max(1, adapter.max_batch)
+        for start in range(0, len(outgoing), size):
+            chunk = outgoing[start : start + size]
+            outcomes = await adapter.send(chunk)
+            if len(outcomes) != len(chunk):
+                raise RuntimeError(
+                    f"{channel} adapter answered {len(outcomes)} outcomes for {len(chunk)} items"
+                )
+            await self._record(channel, list(zip(chunk, outcomes, strict=True)))
+
+    def _decide(
+        self, m: Message, user: User | None, prefs: Mapping[str, bool], now: datetime
+    ) -> object:
+        policy = self._categories.get(m.category)
+        if m.priority == CRITICAL:
+            # OTPs and safety alerts are never held by quiet hours.
+            policy = replace(policy, quiet_hours=QuietPolicy.BYPASS)
+        # decide() reads the category's switch; the (category, channel) one is the answer.
+        switch = {m.category: allowed(prefs, m.category, m.channel)}
+        return decide(m, user, None, switch, 1, policy, now)
+
+    async def _targets(self, channel: str, messages: list[Message]) -> dict[str, str]:
+        """Each message's target, or ``skip:<reason>``."""
+        if channel == INBOX:
+            return {m.id: m.user_id for m in messages}
+        if channel == WEBHOOK:
+            return {m.id: str(m.content.get("subscription_id", "")) for m in messages}
+        resolved = await resolve_targets(
+            self._store,
+            channel,
+            sorted({m.user_id for m in messages}),
+            require_verified=self._require_verified,
+        )
+        return {
+            m.id: f"skip:{t}" if (t := resolved[m.user_id]) in SKIP_REASONS else t for m in messages
+        }
+
+    def _unsubscribe_for(self, m: Message) -> str | None:
+        if self._unsubscribe_url is None or m.priority == CRITICAL or m.channel == WEBHOOK:
+            return None
+        return self._unsubscribe_url(m.user_id, m.category, m.channel)
+
+    async def _record(self, channel: str, answered: list[tuple[Outgoing, ChannelOutcome]]) -> None:
+        now = self._clock.now()
+        delivered: list[StatusChange] = []
+        sent: list[StatusChange] = []
+        failed: list[StatusChange] = []
+        retries: list[StatusChange] = []
+        suppress: list[tuple[str, SuppressionReason]] = []
+        retry = self._retry_for.get(channel, self._retry)
+        for item, outcome in answered:
+            m = item.message
+            match outcome:
+                case Delivered():
+                    delivered.append(StatusChange(m.id, MessageStatus.DELIVERED))
+                    self._observe(m, now)
+                case Accepted(provider_id):
+                    sent.append(StatusChange(m.id, MessageStatus.SENT, ticket_id=provider_id))
+                    self._observe(m, now)
+                case Refused(reason, dead):
+                    metrics.PROVIDER_ERRORS.labels(code=f"{channel}:{reason}"[:64]).inc()
+                    failed.append(
+                        StatusChange(m.id, MessageStatus.FAILED, reason, last_error=reason)
+                    )
+                    if dead is not None:
+                        suppress.append((item.target, SuppressionReason(dead)))
+                case _:  # TryAgain
+                    if outcome.maybe_sent and channel != WEBHOOK:
+                        policy = self._categories.get(m.category)
+                        if policy.maybe_sent is MaybeSentPolicy.CLOSE:
+                            metrics.count_maybe_sent(m.category, "closed")
+                            failed.append(
+                                StatusChange(
+                                    m.id,
+                                    MessageStatus.FAILED,
+                                    OUTCOME_UNKNOWN,
+                                    last_error=outcome.reason,
+                                )
+                            )
+                            continue
+                        metrics.count_maybe_sent(m.category, "retried")
+                    if retry.gives_up(m.attempts, m.scheduled_at, now):
+                        reason = f"gave up after {m.attempts} attempts: {outcome.reason}"
+                        failed.append(
+                            StatusChange(
+                                m.id, MessageStatus.FAILED, reason, last_error=outcome.reason
+                            )
+                        )
+                        continue
+                    delay = retry.delay(m.attempts, outcome.retry_after, self._rng)
+                    retries.append(
+                        StatusChange(
+                            m.id,
+                            MessageStatus.PENDING,
+                            last_error=outcome.reason,
+                            due_at=now + timedelta(seconds=delay),
+                        )
+                    )
+        # A late answer is still the truth (see the push path): sent/delivered also
+        # from pending, should the sweeper have re-driven it meanwhile.
+        either = [MessageStatus.SENDING, MessageStatus.PENDING]
+        await self._store.transition_many(delivered, now, expect=either)
+        await self._store.transition_many(sent, now, expect=either)
+        await self._store.transition_many(failed, now, expect=[MessageStatus.SENDING])
+        for target, reason in suppress:
+            try:
+                await self._store.add_suppression(channel, target, reason, now, source=channel)
+            except Exception:
+                log.exception("could not record a suppression", channel=channel)
+        if not retries:
+            return
+        try:
+            await self._store.transition_many(retries, now, expect=[MessageStatus.SENDING])
+        except Exception:
+            log.exception("could not record retries; the sweeper re-drives them after the lease")
+            return
+        await self._flush()
+
+    @staticmethod
+    def _observe(m: Message, now: datetime) -> None:
+        metrics.LATENESS.labels(category=m.category).observe(
+            max(0.0, (now - m.scheduled_at).total_seconds())
+        )

@@ -1,0 +1,77 @@
+"""Which broker queue a message waits on: one per (channel, category) for push, one per
+(channel, priority class) for the other channels, a critical queue per channel.
+
+* push: ``tepat.<category>`` (the category's configured queue, as before channels
+  existed), and ``tepat.push.critical`` for critical events (OTP, safety alerts);
+* inbox, email, sms: ``tepat.<channel>.critical``, ``tepat.<channel>.normal`` (reminders,
+  one-offs, normal events) and ``tepat.<channel>.bulk`` (campaigns): a campaign of 100k
+  e-mails never sits in front of a password reset;
+* webhook deliveries: ``tepat.webhooks``.
+
+The name is a pure function of the message, so every publisher (creator, API, outbox,
+retries) and every consumer agree without sharing state. The consumer's order between
+batches in hand (``consumers/worker.py`` ``PriorityHold``) comes from
+:func:`queue_priority`: critical queues before every category, bulk and webhooks last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tepat.domain.categories import Categories, CategoryPolicy
+
+PUSH = "push"
+WEBHOOK = "webhook"
+WEBHOOK_QUEUE = "tepat.webhooks"
+CRITICAL = "critical"
+BULK = "bulk"
+NORMAL = "normal"
+PRIORITY_CLASSES = (CRITICAL, NORMAL, BULK)
+
+# PriorityHold's order: lower first. Categories use 0..n (safety 0); critical goes before
+# all of them, bulk and webhook deliveries after.
+_CRITICAL_RANK = -1
+_LAST_RANK = 1_000
+
+
+def priority_class(priority: str | None) -> str:
+    return priority if priority is not None and priority in PRIORITY_CLASSES else NORMAL
+
+
+def queue_for(policy: CategoryPolicy, channel: str, priority: str | None) -> str:
+    if channel == WEBHOOK:
+        return WEBHOOK_QUEUE
+    klass = priority_class(priority)
+    if klass == CRITICAL:
+        return f"tepat.{channel}.{CRITICAL}"
+    if channel == PUSH:
+        return policy.queue_name
+    return f"tepat.{channel}.{klass}"
+
+
+def queues_for_channels(categories: Categories, channels: Iterable[str]) -> list[str]:
+    """Every queue of ``channels``, highest priority first (the consumers' subscriptions)."""
+    names: list[str] = []
+    chosen = list(dict.fromkeys(channels))
+    for channel in chosen:
+        if channel != WEBHOOK:
+            names.append(f"tepat.{channel}.{CRITICAL}")
+    if PUSH in chosen:
+        names.extend(categories.queues())
+    for channel in chosen:
+        if channel not in (PUSH, WEBHOOK):
+            names.extend((f"tepat.{channel}.{NORMAL}", f"tepat.{channel}.{BULK}"))
+    if WEBHOOK in chosen:
+        names.append(WEBHOOK_QUEUE)
+    return names
+
+
+def queue_priority(queue: str, categories: Categories) -> int:
+    if queue.endswith(f".{CRITICAL}"):
+        return _CRITICAL_RANK
+    policy = categories.by_queue().get(queue)
+    if policy is not None:
+        return policy.priority
+    if queue.endswith(f".{NORMAL}"):
+        return max((p.priority for p in categories), default=0)
+    return _LAST_RANK
