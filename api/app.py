@@ -28,11 +28,13 @@ from api.routes import (
     inbox,
     messages,
     preferences,
+    providers_twilio,
     reminders,
     users,
 )
+from api.routes import contacts as contact_routes
 from api.routes import events as event_routes
-from api.routes import providers_twilio
+from api.routes import suppressions as suppression_routes
 from api.routes import templates as template_routes
 from api.routes import unsubscribe as unsubscribe_routes
 from api.routes import webhooks as webhook_routes
@@ -80,6 +82,8 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.include_router(template_routes.router)
     app.include_router(inbox.router)
     app.include_router(event_routes.router)
+    app.include_router(contact_routes.router)
+    app.include_router(suppression_routes.router)
     # /v1/providers/twilio/...: no API key, Twilio's signature instead (api/auth.py)
     app.include_router(providers_twilio.router)
     app.include_router(webhook_routes.router)
