@@ -19,7 +19,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-sandbox_app = typer.Typer(help="Local stand-ins for push providers.", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="Local stand-ins for the push and SMS providers.", no_args_is_help=True
+)
 dlq_app = typer.Typer(help="Dead letters: list and replay.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(dlq_app, name="dlq")
@@ -247,6 +249,26 @@ def sandbox_expo(
         receipt_delay_seconds=receipt_delay,
         access_token=access_token,
         rate_limit=rate_limit,
+    )
+
+
+@sandbox_app.command("twilio")
+def sandbox_twilio(
+    host: Host = "127.0.0.1",
+    port: Port = 8002,
+    rate_limit: Annotated[
+        float | None, typer.Option(help="Requests/s before answering 429 (code 20429).", min=0)
+    ] = None,
+    callback_delay: Annotated[
+        float, typer.Option(help="Seconds between a message's status callbacks.", min=0)
+    ] = 1.0,
+) -> None:
+    """A local server that behaves like Twilio's Messages API (SMS), with signed callbacks."""
+    from tepat.sandbox.twilio_server import serve_twilio_sandbox
+
+    configure_logging()
+    serve_twilio_sandbox(
+        host=host, port=port, rate_limit=rate_limit, callback_delay_seconds=callback_delay
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 import uvicorn
+from pydantic import SecretStr
 
 from consumers.rate_share import run_rate_share
 from consumers.worker import run_consumer, run_receipt_poller
@@ -184,6 +185,24 @@ def _sandbox_part(port: int, receipt_delay: float) -> Part:
     return expo_sandbox
 
 
+def _twilio_sandbox_part(sock: socket.socket) -> Part:
+    async def twilio_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
+        from tepat.sandbox.twilio import TwilioSandbox
+
+        # Callbacks a second apart, so the walkthrough shows sent, then delivered.
+        await _serve_asgi(TwilioSandbox(callback_delay_seconds=1.0).app, stop, sock=sock)
+
+    return twilio_sandbox
+
+
+def _twilio_sandbox_socket(port: int) -> socket.socket:
+    """The port after the Expo sandbox's, or any free one if that is taken."""
+    try:
+        return socket.create_server(("127.0.0.1", port))
+    except OSError:
+        return socket.create_server(("127.0.0.1", 0))
+
+
 async def serve_all(
     settings: Settings, host: str, port: int, *, sandbox: bool, sandbox_port: int
 ) -> None:
@@ -204,7 +223,33 @@ async def serve_all(
             f"tepat: Expo sandbox at {settings.expo_url} ({settings.expo_url}/_sandbox/received)",
             flush=True,
         )
+        if settings.twilio_account_sid is None:  # SMS to a Twilio sandbox beside it
+            twilio_sock = _twilio_sandbox_socket(sandbox_port + 1)
+            twilio_port = twilio_sock.getsockname()[1]
+            settings = _with_twilio_sandbox(settings, host, port, twilio_port)
+            parts.append(_twilio_sandbox_part(twilio_sock))
+            print(
+                f"tepat: Twilio sandbox at {settings.twilio_url}"
+                f" ({settings.twilio_url}/_sandbox/received)",
+                flush=True,
+            )
     await run_parts(settings, parts, restore_embedded=True)
+
+
+def _with_twilio_sandbox(settings: Settings, host: str, port: int, twilio_port: int) -> Settings:
+    """Send SMS to the in-process Twilio sandbox, its status callbacks to this API."""
+    from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, SERVICE_FROM
+
+    updates: dict[str, Any] = {
+        "twilio_account_sid": DEFAULT_ACCOUNT_SID,
+        "twilio_auth_token": SecretStr(DEFAULT_AUTH_TOKEN),
+        "twilio_from": SERVICE_FROM,
+        "twilio_url": f"http://127.0.0.1:{twilio_port}",
+    }
+    if settings.public_url is None:
+        local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        updates["public_url"] = f"http://{local}:{port}"
+    return settings.model_copy(update=updates)
 
 
 # With the in-process sandbox, receipts are polled after seconds, not Expo's 15 minutes,

@@ -16,7 +16,7 @@ from tepat.sandbox.twilio import TwilioSandbox
 
 def serve_twilio_sandbox(
     host: str = "127.0.0.1",
-    port: int = 8091,
+    port: int = 8002,
     rate_limit: float | None = None,
     callback_delay_seconds: float = 1.0,
 ) -> None:
