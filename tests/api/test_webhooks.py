@@ -30,7 +30,7 @@ async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
 
 
 async def test_create_returns_the_secret_once_and_reads_never_show_it(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, clock: FakeClock
 ) -> None:
     created = await create(client)
     assert created["secret"].startswith("whsec_") and len(secret_key(created["secret"])) == 32
@@ -44,6 +44,7 @@ async def test_create_returns_the_secret_once_and_reads_never_show_it(
     assert "secret" not in one and created["secret"] not in r.text
     assert one == {k: v for k, v in created.items() if k != "secret"}
 
+    clock.advance(1)  # listed by creation time
     other = await create(client, url="http://127.0.0.1:9/h", categories=[])
     assert other["secret"] != created["secret"]
     listed = (await client.get("/v1/webhooks", headers=ADMIN)).json()["items"]
