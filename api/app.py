@@ -34,12 +34,14 @@ from api.routes import (
 )
 from api.routes import contacts as contact_routes
 from api.routes import events as event_routes
+from api.routes import providers_email as email_provider_routes
 from api.routes import suppressions as suppression_routes
 from api.routes import templates as template_routes
 from api.routes import unsubscribe as unsubscribe_routes
 from api.routes import webhooks as webhook_routes
 from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
+from tepat.services.email_events import EmailEvents
 from tepat.services.events import event_service
 from tepat.services.inbox import InboxService
 from tepat.services.templates import template_service
@@ -90,6 +92,11 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     # /u/{token}: one-click unsubscribe, no credentials (the signed token is the key)
     app.state.unsubscribe = build_unsubscribe_links(rt.settings, rt.clock)
     app.include_router(unsubscribe_routes.router)
+    # /v1/providers/email/events: no API key, SNS's or the relay's signature instead
+    app.state.email_events = email_provider_routes.build_endpoint(
+        rt.settings, EmailEvents(rt.store, rt.clock)
+    )
+    app.include_router(email_provider_routes.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app)
     app.add_exception_handler(AuthError, _on_auth_error)
@@ -100,6 +107,7 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         path_limits={
             bulk.PATH: bulk.MAX_BODY_BYTES,
             event_routes.PATH: event_routes.MAX_BODY_BYTES,
+            email_provider_routes.PATH: email_provider_routes.MAX_BODY_BYTES,
         },
     )
     app.add_middleware(AuthMiddleware, authenticator=authenticator)

@@ -115,6 +115,9 @@ class Settings(BaseSettings):
     # Self-hosted relays posting bounce/complaint/delivery events: the HMAC-SHA256 key of
     # their X-Tepat-Signature header (SES over SNS is verified by its own signature).
     email_events_secret: SecretStr | None = None
+    # SES over SNS: the topics whose (signed) notifications are believed, comma-separated
+    # ARNs. A valid SNS signature only proves SNS sent it: anyone can subscribe us to a topic.
+    email_events_topic_arns: str | None = None
     # --- SMS through Twilio (tepat/adapters/twilio_sms.py); the channel is off without
     # an account SID and auth token. Status callbacks go to TEPAT_PUBLIC_URL.
     twilio_account_sid: str | None = None
@@ -301,6 +304,16 @@ class Settings(BaseSettings):
 
             check_mailto(v)
         return v
+
+    @field_validator("email_events_topic_arns")
+    @classmethod
+    def _email_events_topic_arns(cls, v: str | None) -> str | None:
+        from tepat.domain.sns import check_topic_arn
+
+        arns = [a.strip() for a in (v or "").split(",") if a.strip()]
+        for arn in arns:
+            check_topic_arn(arn)
+        return ",".join(arns) or None
 
     @field_validator("email_events_secret")
     @classmethod

@@ -25,6 +25,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime, parseaddr
 from urllib.parse import quote
 
+from tepat.domain.email_events import HEADER_MESSAGE_ID
 from tepat.domain.models import Message
 
 # What a header may not carry: a rendered title with a line break would otherwise start a
@@ -33,8 +34,6 @@ _LINE_BREAKS = re.compile(r"[\r\n\x00]+")
 # A domain of the sender's address: letters, digits, hyphens, dots.
 _DOMAIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 _LOCAL = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}$")
-
-HEADER_MESSAGE_ID = "X-Tepat-Message-Id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +79,6 @@ def check_mailto(value: str) -> str:
 
 def message_id_header(message_id: str, sender: Sender) -> str:
     return f"<{message_id}@{sender.domain}>"
-
-
-def message_id_from_header(value: str) -> str | None:
-    """The Tepat message id in a ``Message-ID`` we set (``<id@domain>``), else None."""
-    m = re.fullmatch(r"\s*<([A-Za-z0-9._-]{1,128})@[^<>@\s]+>\s*", value)
-    return m.group(1) if m else None
 
 
 def list_unsubscribe(url: str, mailto: str | None) -> str:

@@ -6,13 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tepat.adapters.smtp_message import (
-    build_email,
-    list_unsubscribe,
-    message_id_from_header,
-    parse_from,
-)
+from tepat.adapters.smtp_message import build_email, list_unsubscribe, parse_from
 from tepat.adapters.smtp_outcomes import enhanced_status, outcome_for_reply
+from tepat.domain.email_events import message_id_from_header
 from tepat.domain.models import Message
 from tepat.ports.channel import Refused, TryAgain
 

@@ -1,0 +1,124 @@
+"""What an e-mail provider's status event does to messages and suppressions.
+
+=========================== ====================================== =======================
+event                       the message (forward-only)             the address
+=========================== ====================================== =======================
+Bounce, Permanent           ``sent`` -> ``failed`` ``hard_bounce``   suppressed hard_bounce
+Bounce, Transient/other     unchanged (logged): the relay retries  not suppressed
+Complaint                   unchanged                              suppressed complaint
+Delivery                    ``sent`` -> ``delivered``              -
+anything else               unchanged                              -
+=========================== ====================================== =======================
+
+Each event is acted on once: ``Store.record_provider_event(provider, event id)`` comes
+first, and a repeat (SNS delivers at least once, and retries what it did not see
+answered) does nothing. Changes are conditional on the message being ``sent``, so an
+event older than one already applied (a Delivery after a Bounce, in any order) changes
+nothing either.
+
+Only events about a Tepat e-mail (the id found in the mail's headers, and a message of
+the ``email`` channel by that id) touch anything: a topic shared with other senders
+does not suppress addresses for mail Tepat never sent.
+
+Recording before acting has one cost: a process that dies between the two loses that
+event (the provider's retry is then a repeat). A lost bounce heals itself: the next
+mail to the address bounces again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import structlog
+
+from tepat.clock import Clock
+from tepat.domain.contacts import SuppressionReason, normalise_email
+from tepat.domain.email_events import EmailEvent
+from tepat.domain.errors import DomainError
+from tepat.domain.models import MessageStatus
+from tepat.ports.store import StatusChange, Store
+
+log = structlog.get_logger("tepat.email_events")
+
+CHANNEL = "email"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    outcome: str  # applied | duplicate | not_ours | ignored
+    status_changed: bool = False
+    suppressed: list[str] = field(default_factory=list)
+
+
+class EmailEvents:
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def apply(self, provider: str, event_id: str, event: EmailEvent) -> Applied:
+        now = self.clock.now()
+        if not await self.store.record_provider_event(provider, event_id, now):
+            log.info("email_event_duplicate", provider=provider, event_id=event_id)
+            return Applied("duplicate")
+        if event.kind == "other":
+            return Applied("ignored")
+        message = await self.store.get_message(event.message_id) if event.message_id else None
+        if message is None or message.channel != CHANNEL:
+            log.info(
+                "email_event_not_ours",
+                provider=provider,
+                event_id=event_id,
+                type=event.type_name,
+                message_id=event.message_id,
+            )
+            return Applied("not_ours")
+        changed = False
+        suppressed: list[str] = []
+        if event.kind == "bounce" and event.permanent:
+            changed = await self._move(
+                message.id, MessageStatus.FAILED, "hard_bounce", event.detail
+            )
+            suppressed = await self._suppress(event, SuppressionReason.HARD_BOUNCE, provider)
+        elif event.kind == "bounce":
+            log.info(
+                "email_soft_bounce", message_id=message.id, detail=event.detail, provider=provider
+            )
+        elif event.kind == "complaint":
+            suppressed = await self._suppress(event, SuppressionReason.COMPLAINT, provider)
+        elif event.kind == "delivery":
+            changed = await self._move(message.id, MessageStatus.DELIVERED, None, None)
+        log.info(
+            "email_event",
+            provider=provider,
+            event_id=event_id,
+            type=event.type_name,
+            message_id=message.id,
+            status_changed=changed,
+            suppressed=len(suppressed),
+        )
+        return Applied("applied", changed, suppressed)
+
+    async def _move(
+        self, message_id: str, to: MessageStatus, reason: str | None, last_error: str | None
+    ) -> bool:
+        change = StatusChange(message_id, to, reason=reason, last_error=last_error)
+        applied = await self.store.transition_many(
+            [change], self.clock.now(), expect=[MessageStatus.SENT]
+        )
+        return applied > 0
+
+    async def _suppress(
+        self, event: EmailEvent, reason: SuppressionReason, provider: str
+    ) -> list[str]:
+        done = []
+        for raw in event.recipients:
+            try:
+                address = normalise_email(raw, "emailAddress")
+            except DomainError:
+                log.warning("email_event_bad_address", provider=provider, address=raw[:254])
+                continue
+            await self.store.add_suppression(
+                CHANNEL, address, reason, self.clock.now(), source=f"{provider}:{event.type_name}"
+            )
+            done.append(address)
+        return done
