@@ -185,12 +185,15 @@ def _sandbox_part(port: int, receipt_delay: float) -> Part:
     return expo_sandbox
 
 
-def _twilio_sandbox_part(sock: socket.socket) -> Part:
+def _twilio_sandbox_part(sock: socket.socket, account_sid: str, auth_token: str) -> Part:
     async def twilio_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
         from tepat.sandbox.twilio import TwilioSandbox
 
         # Callbacks a second apart, so the walkthrough shows sent, then delivered.
-        await _serve_asgi(TwilioSandbox(callback_delay_seconds=1.0).app, stop, sock=sock)
+        app = TwilioSandbox(
+            account_sid=account_sid, auth_token=auth_token, callback_delay_seconds=1.0
+        ).app
+        await _serve_asgi(app, stop, sock=sock)
 
     return twilio_sandbox
 
@@ -223,29 +226,36 @@ async def serve_all(
             f"tepat: Expo sandbox at {settings.expo_url} ({settings.expo_url}/_sandbox/received)",
             flush=True,
         )
-        if settings.twilio_account_sid is None:  # SMS to a Twilio sandbox beside it
-            twilio_sock = _twilio_sandbox_socket(sandbox_port + 1)
-            twilio_port = twilio_sock.getsockname()[1]
-            settings = _with_twilio_sandbox(settings, host, port, twilio_port)
-            parts.append(_twilio_sandbox_part(twilio_sock))
-            print(
-                f"tepat: Twilio sandbox at {settings.twilio_url}"
-                f" ({settings.twilio_url}/_sandbox/received)",
-                flush=True,
+        # SMS to a Twilio sandbox beside it, which takes the configured credentials.
+        twilio_sock = _twilio_sandbox_socket(sandbox_port + 1)
+        settings = _with_twilio_sandbox(settings, host, port, twilio_sock.getsockname()[1])
+        assert settings.twilio_account_sid and settings.twilio_auth_token
+        parts.append(
+            _twilio_sandbox_part(
+                twilio_sock,
+                settings.twilio_account_sid,
+                settings.twilio_auth_token.get_secret_value(),
             )
+        )
+        print(
+            f"tepat: Twilio sandbox at {settings.twilio_url}"
+            f" ({settings.twilio_url}/_sandbox/received)",
+            flush=True,
+        )
     await run_parts(settings, parts, restore_embedded=True)
 
 
 def _with_twilio_sandbox(settings: Settings, host: str, port: int, twilio_port: int) -> Settings:
-    """Send SMS to the in-process Twilio sandbox, its status callbacks to this API."""
+    """Send SMS to the in-process Twilio sandbox (with the configured account, or the
+    sandbox's own when none is), its status callbacks to this API."""
     from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, SERVICE_FROM
 
-    updates: dict[str, Any] = {
-        "twilio_account_sid": DEFAULT_ACCOUNT_SID,
-        "twilio_auth_token": SecretStr(DEFAULT_AUTH_TOKEN),
-        "twilio_from": SERVICE_FROM,
-        "twilio_url": f"http://127.0.0.1:{twilio_port}",
-    }
+    updates: dict[str, Any] = {"twilio_url": f"http://127.0.0.1:{twilio_port}"}
+    if settings.twilio_account_sid is None:
+        updates["twilio_account_sid"] = DEFAULT_ACCOUNT_SID
+        updates["twilio_auth_token"] = SecretStr(DEFAULT_AUTH_TOKEN)
+    if settings.twilio_from is None and settings.twilio_messaging_service_sid is None:
+        updates["twilio_from"] = SERVICE_FROM
     if settings.public_url is None:
         local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         updates["public_url"] = f"http://{local}:{port}"

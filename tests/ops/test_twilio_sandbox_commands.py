@@ -1,6 +1,6 @@
 """`tepat sandbox twilio --port N` serves the Twilio sandbox; `tepat serve --sandbox` runs one
 beside the Expo sandbox, sends SMS to it and takes its signed callbacks (TEPAT_PUBLIC_URL
-pointed at itself)."""
+pointed at itself), with the configured account's credentials."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.support.waiting import eventually
 KEY = "ops-twilio-admin-key-0123456789abcdef"
 MESSAGES = f"/2010-04-01/Accounts/{DEFAULT_ACCOUNT_SID}/Messages.json"
 PHONE = "+14155552671"
+ACCOUNT = "AC" + "0" * 31 + "1"
 
 
 def free_pair() -> int:
@@ -57,6 +58,10 @@ async def test_serve_sandbox_runs_twilio_and_verifies_its_callbacks(tmp_path: Pa
             "TEPAT_DATABASE_URL": f"sqlite:///{tmp_path}/tepat.db",
             "TEPAT_ADMIN_API_KEY": KEY,
             "TEPAT_METRICS_PORT": "0",
+            # Configured credentials: the sandbox takes them (else it has its own).
+            "TEPAT_TWILIO_ACCOUNT_SID": ACCOUNT,
+            "TEPAT_TWILIO_AUTH_TOKEN": "serve-token",
+            "TEPAT_TWILIO_FROM": "+14155550100",
         }
     )
     base = f"http://127.0.0.1:{port}"
@@ -74,8 +79,8 @@ async def test_serve_sandbox_runs_twilio_and_verifies_its_callbacks(tmp_path: Pa
             assert r.json() == {"http_status": 200}
             # Status callbacks for a message this Tepat does not know: verified, then 200.
             r = await http.post(
-                MESSAGES,
-                auth=(DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN),
+                MESSAGES.replace(DEFAULT_ACCOUNT_SID, ACCOUNT),
+                auth=(ACCOUNT, "serve-token"),
                 data={
                     "To": "+14155552672",
                     "From": "+14155550100",
