@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from tepat.clock import Clock
 from tepat.config import Settings
+from tepat.domain.preferences import channel_key
 from tepat.domain.unsubscribe import UnsubscribeClaim, make_token, read_token
 from tepat.ports.store import Store
 
@@ -33,11 +34,6 @@ def check_public_url(url: str) -> str:
     if parts.query or parts.fragment:
         raise ValueError("expected no query or fragment")
     return url
-
-
-def preference_key(category: str, channel: str) -> str:
-    """The preference a one-click unsubscribe sets: per (category, channel)."""
-    return f"{category}.{channel}"
 
 
 class UnsubscribeLinks:
@@ -87,7 +83,5 @@ async def opt_out(store: Store, claim: UnsubscribeClaim) -> OptedOut:
     deleted since the mail went out has nothing left to opt out of."""
     if await store.get_user(claim.user_id) is None:
         return OptedOut(claim, known_user=False)
-    await store.set_preferences(
-        claim.user_id, {preference_key(claim.category, claim.channel): False}
-    )
+    await store.set_preferences(claim.user_id, {channel_key(claim.category, claim.channel): False})
     return OptedOut(claim, known_user=True)
