@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from api.deps import RT, Admin
 from api.problems import problem_response, problem_responses
-from api.schemas import Request
+from api.schemas import Request, Text
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.runtime import Runtime
 from tepat.services.webhooks import SubscriptionNotFound, WebhookService
@@ -36,7 +36,7 @@ SubscriptionId = Annotated[
 
 
 class WebhookIn(Request):
-    url: str = Field(
+    url: Text = Field(
         min_length=1,
         max_length=MAX_URL_LENGTH,
         description="Where to POST: https:// (http:// only to a loopback host, or with "
@@ -55,7 +55,7 @@ class WebhookIn(Request):
         description="Only messages of these categories; empty: every category",
         examples=[["meal"]],
     )
-    description: str = Field(default="", max_length=200)
+    description: Text = Field(default="", max_length=200)
 
 
 class SecretInfo(BaseModel):
@@ -131,7 +131,7 @@ def _not_found(subscription_id: str) -> JSONResponse:
     "",
     response_model=WebhookWithSecret,
     status_code=201,
-    responses=problem_responses(422),
+    responses=problem_responses(400, 413, 422),
     summary="Subscribe a URL to message status events",
 )
 async def create_webhook(
