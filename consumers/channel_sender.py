@@ -88,6 +88,13 @@ class ChannelSender:
     def channels(self) -> list[str]:
         return list(self._channels)
 
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            try:
+                await channel.close()
+            except Exception:
+                log.exception("closing a channel failed", channel=channel.name)
+
     async def process(
         self,
         claimed: Sequence[Message],

@@ -24,7 +24,13 @@ from tepat.domain.categories import (
 )
 from tepat.domain.errors import DomainError
 from tepat.domain.locales import canonical_locale
-from tepat.domain.routing import EventTypes, default_event_types, parse_event_types
+from tepat.domain.routing import (
+    ALWAYS_ENABLED,
+    Channel,
+    EventTypes,
+    default_event_types,
+    parse_event_types,
+)
 
 ENV_PREFIX = "TEPAT_"
 # One label of a DNS name, or an IPv4/IPv6 literal: what TEPAT_SMTP_HOST may hold.
@@ -93,6 +99,9 @@ class Settings(BaseSettings):
     event_types: Annotated[dict[str, Any] | None, NoDecode] = None
     # Templates fall back to this locale when neither the user's nor its language has one.
     default_locale: str = "en"
+    # Contact channels (tepat/services/targets.py): send only to contact points marked
+    # verified; unverified ones are skipped no_contact.
+    require_verified_contacts: bool = False
     # --- email over SMTP (tepat/adapters/smtp_email.py); the channel is off without a host
     smtp_host: str | None = None
     smtp_port: int | None = Field(default=None, ge=1, le=65535)  # None: 25, 587 or 465 by TLS
@@ -127,9 +136,6 @@ class Settings(BaseSettings):
     twilio_url: str = "https://api.twilio.com"
     twilio_rate: float = Field(default=10, gt=0, le=10_000, description="messages/s to Twilio")
     sms_max_segments: int = Field(default=3, ge=1, le=10)
-    # Contact channels (tepat/services/targets.py): send only to contact points marked
-    # verified; unverified ones are skipped no_contact.
-    require_verified_contacts: bool = False
 
     # --- status webhooks out (tepat/adapters/webhook_out.py): http:// URLs beyond loopback
     # (a private network; signatures still apply), and how long one POST may take.
@@ -385,7 +391,17 @@ class Settings(BaseSettings):
         categories = self.category_policies()
         if self.event_types is None:
             return default_event_types(categories)
-        return parse_event_types(self.event_types, categories)
+        return parse_event_types(self.event_types, categories, self.enabled_channels())
+
+    def enabled_channels(self) -> frozenset[Channel]:
+        """The channels a route may name: push and inbox, e-mail and SMS once their
+        provider is configured."""
+        on = set(ALWAYS_ENABLED)
+        if self.smtp_host:
+            on.add(Channel.EMAIL)
+        if self.twilio_account_sid:
+            on.add(Channel.SMS)
+        return frozenset(on)
 
 
 def _category_policies(categories: dict[str, CategorySetting] | None) -> Categories:

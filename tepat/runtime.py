@@ -152,16 +152,28 @@ def build_channel_sender(
     e-mail and SMS when their provider is configured, webhook deliveries always."""
     # Imported here: the inbox service reaches the runtime through the accounts service.
     from tepat.adapters.inbox_channel import InboxChannel
+    from tepat.adapters.smtp_email import build_email_channel
+    from tepat.adapters.twilio_sms import build_sms_channel
+    from tepat.adapters.webhook_out import WEBHOOK_RETRY, build_webhook_channel
+    from tepat.services.unsubscribe import build_unsubscribe_links
 
     channels: dict[str, Channel] = {"inbox": InboxChannel(inbox)}
+    for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
+        if channel is not None:
+            channels[channel.name] = channel
+    channels["webhook"] = build_webhook_channel(settings, clock, store)
+    links = build_unsubscribe_links(settings, clock)
     return ChannelSender(
         store,
         categories,
         clock,
         channels,
         retry=retry,
+        retry_for={"webhook": WEBHOOK_RETRY},
         defer=dispatcher.defer,
         flush=outbox.flush_quietly,
+        unsubscribe_url=None if links is None else links.url_for,
+        require_verified=settings.require_verified_contacts,
     )
 
 
@@ -180,6 +192,7 @@ async def open_runtime(
     broker = broker or make_broker(settings, clock)
     push = push or make_push_provider(settings, clock)
     await store.open()
+    rt: Runtime | None = None
     try:
         await _connect_broker(broker)
         try:
@@ -250,6 +263,8 @@ async def open_runtime(
             yield rt
         finally:
             await push.close()
+            if rt is not None:
+                await rt.dispatcher.channels.close()
             await broker.close()
     finally:
         await store.close()

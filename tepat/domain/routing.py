@@ -5,10 +5,11 @@ the events endpoint (issue 12, next slice) looks an event's type up here and fan
 out along the routes, in order, evaluating each route's condition with
 :func:`select_channels`.
 
-Channels: ``push`` (Expo) and ``inbox`` (in-app) are enabled. ``email`` and ``sms``
-are recognised names, refused with "not available yet" until the companion issue adds
-their providers, so a configuration written for them fails loudly instead of
-silently dropping a route.
+Channels: ``push`` (Expo), ``inbox`` (in-app), ``email`` (SMTP) and ``sms`` (Twilio).
+Templates may be written for any of them; a route may name ``email`` or ``sms`` only
+when its provider is configured (``Settings.enabled_channels``), so a configuration
+routing to a channel nobody can send on stops the process instead of leaving its
+messages pending forever.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from tepat.domain.errors import DomainError
 class Channel(enum.StrEnum):
     PUSH = "push"
     INBOX = "inbox"
-    EMAIL = "email"  # recognised; refused until the companion issue enables it
-    SMS = "sms"  # recognised; refused until the companion issue enables it
+    EMAIL = "email"  # routable when TEPAT_SMTP_HOST is set
+    SMS = "sms"  # routable when TEPAT_TWILIO_ACCOUNT_SID is set
 
 
-#: Channels a route, a template or an event may name today.
-ENABLED_CHANNELS: frozenset[Channel] = frozenset({Channel.PUSH, Channel.INBOX})
+#: Channels a template may name (a route: those whose provider is configured).
+ENABLED_CHANNELS: frozenset[Channel] = frozenset(Channel)
+#: Channels every configuration can send on.
+ALWAYS_ENABLED: frozenset[Channel] = frozenset({Channel.PUSH, Channel.INBOX})
 
 
 class Priority(enum.StrEnum):
@@ -82,7 +85,9 @@ def parse_channel(
         raise DomainError(field, f"unknown channel {value!r} (available: {on})") from None
     if channel not in enabled:
         raise DomainError(
-            field, f"channel {channel.value!r} is not available yet (available: {on})"
+            field,
+            f"channel {channel.value!r} has no provider configured (available: {on};"
+            " e-mail needs TEPAT_SMTP_HOST, SMS TEPAT_TWILIO_ACCOUNT_SID)",
         )
     return channel
 
@@ -181,7 +186,7 @@ _ROUTE_KEYS = frozenset({"channel", "when"})
 def parse_event_types(
     raw: Mapping[str, Any],
     categories: Categories,
-    enabled: frozenset[Channel] = ENABLED_CHANNELS,
+    enabled: frozenset[Channel] = ALWAYS_ENABLED,
 ) -> EventTypes:
     """``TEPAT_EVENT_TYPES`` as read from JSON; errors name the place, e.g.
     ``order.paid.channels[1].when``.

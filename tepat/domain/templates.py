@@ -49,6 +49,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from tepat.domain.errors import DomainError
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import Channel, check_event_type_name, parse_channel
+from tepat.domain.sms import check_segments
 
 # ---------------------------------------------------------------- limits
 
@@ -62,6 +63,15 @@ INBOX_LIMITS: Final[Mapping[str, int]] = {
     "html": 32 * 1024,
     "link": 2048,
 }  # characters
+EMAIL_LIMITS: Final[Mapping[str, int]] = {
+    "title": 998,  # the subject: RFC 5322's longest line
+    "body": 256 * 1024,
+    "html": 512 * 1024,
+}  # characters
+SMS_BODY_CHARS: Final = 1600  # Twilio's longest body
+#: The most segments a rendered SMS may take (TEPAT_SMS_MAX_SEGMENTS, enforced by the
+#: SMS adapter when sending, may be lower).
+SMS_MAX_SEGMENTS: Final = 10
 MAX_RANGE: Final = 1000
 MAX_STRING: Final = 64 * 1024  # the longest string one operation in a template may build
 # Steps in one render of one part: a loop iteration is one, a call (macro, function)
@@ -126,6 +136,13 @@ CHANNEL_PARTS: Final[Mapping[Channel, tuple[PartSpec, ...]]] = {
         PartSpec("html", False, html=True),
         PartSpec("link", False),
     ),
+    # title is the subject, body the text part, html the HTML part
+    Channel.EMAIL: (
+        PartSpec("title", True),
+        PartSpec("body", True),
+        PartSpec("html", False, html=True),
+    ),
+    Channel.SMS: (PartSpec("body", True),),
 }
 
 
@@ -468,7 +485,7 @@ def render(
     }
     rendered = Rendered(
         compiled.channel,
-        title=parts["title"],
+        title=parts.get("title", ""),
         body=parts["body"],
         data=values,
         html=parts.get("html"),
@@ -479,7 +496,13 @@ def render(
 
 
 def _limit(channel: Channel, part: str) -> int:
-    return PUSH_MAX_BYTES if channel is Channel.PUSH else INBOX_LIMITS[part]
+    if channel is Channel.PUSH:
+        return PUSH_MAX_BYTES
+    if channel is Channel.EMAIL:
+        return EMAIL_LIMITS[part]
+    if channel is Channel.SMS:
+        return SMS_BODY_CHARS
+    return INBOX_LIMITS[part]
 
 
 def _render_one(
@@ -537,6 +560,12 @@ def _template_line(exc: BaseException) -> str:
 
 
 def _check_rendered(r: Rendered, prefix: str) -> None:
+    if r.channel is Channel.SMS:
+        try:
+            check_segments(r.body, SMS_MAX_SEGMENTS, f"{prefix}body")
+        except DomainError as e:
+            raise TemplateError(e.field, e.message, TemplateFailure.RENDER_ERROR) from None
+        return
     if r.channel is Channel.PUSH:
         size = len(
             json.dumps(

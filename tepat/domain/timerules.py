@@ -48,16 +48,18 @@ def quiet_period_end(local: datetime, quiet: QuietHours, zone: tzinfo) -> dateti
 
     Only meaningful when ``in_quiet_hours(local.time(), quiet)``.
     """
-    end_day = local.date()
-    wraps = quiet.end <= quiet.start
-    if wraps and local.time() >= quiet.start:
-        end_day = end_day + timedelta(days=1)
-    end = local_to_utc(end_day, quiet.end, zone)
-    # ``local`` may be the second pass through a repeated hour (``fold=1``, as
-    # ``utc_to_local`` leaves it); the end then is the second occurrence too.
-    if end <= local.replace(tzinfo=zone).astimezone(UTC):
-        end = datetime.combine(end_day, quiet.end, tzinfo=zone).replace(fold=1).astimezone(UTC)
-    return end
+    instant = local.replace(tzinfo=zone).astimezone(UTC)
+    # The next instant the wall clock reads quiet.end: today's or tomorrow's, either
+    # pass through a repeated hour. In a fall-back night the clock can read the end
+    # again the same day (01:01-01:00 quiet hours end at the second 01:00).
+    # (In a gap, fold=1 reads the time with the offset after it, an earlier instant:
+    # a nonexistent end keeps local_to_utc's reading.)
+    candidates = []
+    for day in (local.date(), local.date() + timedelta(days=1)):
+        first = local_to_utc(day, quiet.end, zone)
+        second = datetime.combine(day, quiet.end, tzinfo=zone).replace(fold=1).astimezone(UTC)
+        candidates.extend((first, second) if second > first else (first,))
+    return min(c for c in candidates if c > instant)
 
 
 def local_dates_covering(start: datetime, end: datetime, zone: tzinfo) -> list[date]:

@@ -230,7 +230,7 @@ async def test_dead_letters_and_queues(client: httpx.AsyncClient, rt: Runtime) -
         "tepat.safety",
         "tepat.meal",
     ]
-    assert {"tepat.inbox.normal", "tepat.inbox.bulk"} <= set(by_name)
+    assert {"tepat.inbox.normal", "tepat.inbox.bulk", "tepat.webhooks"} <= set(by_name)
     assert by_name["tepat.safety"]["dead_letters"] == 1
     r = await client.post(f"/v1/admin/dead-letters/{dead_id}/replay", headers=ADMIN)
     assert r.json() == {"id": dead_id, "replayed": True}

@@ -162,7 +162,7 @@ async def test_preview_without_any_template_is_404(client: httpx.AsyncClient) ->
         ("/v1/templates/order.refunded/push/en", PAID, "type", "unknown event type"),
         ("/v1/templates/Order/push/en", PAID, "type", "lower-case dotted"),
         ("/v1/templates/order.paid/fax/en", PAID, "channel", "unknown channel"),
-        ("/v1/templates/order.paid/email/en", PAID, "channel", "not available yet"),
+        ("/v1/templates/order.paid/email/en", PAID, "channel", "does not route to 'email'"),
         ("/v1/templates/otp.requested/inbox/en", PAID, "channel", "does not route to"),
         ("/v1/templates/order.paid/push/english", PAID, "locale", "locale tag"),
         (PUSH_URL, {**PAID, "body": "line\n{% if %}"}, "body", "line 2"),

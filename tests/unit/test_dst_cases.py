@@ -501,6 +501,16 @@ def test_deferral_across_fall_back() -> None:
     assert m.scheduled_at == z("2027-11-07 12:00")
 
 
+def test_quiet_hours_ending_at_the_repeated_hour_end_at_its_second_pass() -> None:
+    """Adak, 2000-10-29: the clock reads 01:00-01:59 twice (HDT, then HST). Quiet hours
+    01:01-01:00 entered at 01:01 HDT end when the clock next reads 01:00: at 01:00 HST
+    the same night (11:00Z), not a day later (hypothesis found it)."""
+    zone = load_zone("America/Adak")
+    instant = z("2000-10-29 10:01")
+    quiet = QuietHours(time(1, 1), time(1, 0))
+    assert quiet_period_end(utc_to_local(instant, zone), quiet, zone) == z("2000-10-29 11:00")
+
+
 def test_quiet_end_in_the_gap() -> None:
     """Quiet 22:00-02:30 and the end, 02:30 on 03-14, does not exist: it is read with
     the offset before the gap, -05 -> 07:30Z (the clock then reads 03:30 EDT)."""

@@ -70,9 +70,9 @@ def test_priority_and_condition_have_defaults() -> None:
         (
             one(channels=[{"channel": "inbox"}, {"channel": "email"}]),
             "order.paid.channels[1].channel",
-            "not available yet",
+            "no provider configured",
         ),
-        (one(channels=[{"channel": "sms"}]), "order.paid.channels[0].channel", "not available"),
+        (one(channels=[{"channel": "sms"}]), "order.paid.channels[0].channel", "no provider configured"),
         (
             one(channels=[{"channel": "push"}, {"channel": "push"}]),
             "order.paid.channels[1].channel",
@@ -95,11 +95,12 @@ def test_bad_event_types_are_refused_naming_the_place(
     assert words in e.value.message
 
 
-def test_email_and_sms_are_recognised_and_can_be_enabled() -> None:
-    enabled = frozenset(Channel)
-    assert parse_channel("email", enabled=enabled) is Channel.EMAIL
-    with pytest.raises(DomainError, match="not available yet"):
-        parse_channel("email")
+def test_email_and_sms_are_routable_only_with_their_provider() -> None:
+    from tepat.domain.routing import ALWAYS_ENABLED
+
+    assert parse_channel("email") is Channel.EMAIL  # a template may name it
+    with pytest.raises(DomainError, match="no provider configured"):
+        parse_channel("email", enabled=ALWAYS_ENABLED)
     with pytest.raises(DomainError, match="unknown channel"):
         parse_channel("fax")
 
