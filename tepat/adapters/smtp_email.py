@@ -112,8 +112,10 @@ class SmtpEmailChannel:
             # The same rendered parts fail the same way on every attempt.
             log.warning("email_unbuildable", message_id=item.message.id, error=str(e))
             return Refused(reason="smtp_bad_message")
-        await self.bucket.acquire()
         async with self._slots:
+            # Paced at the connection, not before waiting for one: a token taken while
+            # waiting for a free connection would let the waiters go in a clump.
+            await self.bucket.acquire()
             smtp = self._idle.pop() if self._idle else None
             outcome, smtp = await self._transaction(smtp, item, content)
             if smtp is not None and smtp.is_connected and not self._closed:
