@@ -334,3 +334,60 @@ async def test_a_crash_between_insert_and_drop_creates_nothing_twice(
     deliveries = [d for d in await s.unpublished(100) if d.channel == WEBHOOK_CHANNEL]
     assert len(deliveries) == 2  # one per subscription, not four
     assert {d.content["event_id"] for d in deliveries} == {status_event_id(m.id, "skipped")}
+
+
+async def test_through_the_pipeline_a_receiver_down_10_minutes_gets_every_event(
+    tmp_path: Path,
+) -> None:
+    """The whole path: a push and a skip recorded by the consumer, journaled with the
+    change, turned into deliveries by the scheduler's emitter, published by the outbox,
+    claimed by the consumer and sent by the shared channel sender's webhook channel."""
+    from datetime import time
+
+    from scheduler.jobs import run_webhook_emitter
+    from tests.support.pipeline import pipeline
+    from tests.support.waiting import drive
+
+    start = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
+    nine = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+    up_at = nine + timedelta(minutes=10)
+    receiver = Receiver(FakeClock(start), lambda now: 200 if now >= up_at else 500)
+    async with serving(receiver) as url, pipeline(tmp_path, start=start) as p:
+        receiver.clock = p.clock
+        sub = await WebhookService(p.rt.store, p.clock, p.rt.categories.names).create(
+            f"{url}/hooks", EVENT_TYPES
+        )
+        stop = asyncio.Event()
+        emitter = asyncio.create_task(run_webhook_emitter(p.rt, stop))
+        try:
+            _, device = await p.add_user("ana", reminders=[("breakfast", "meal", time(9, 0))])
+            await p.add_user("ben", reminders=[("breakfast", "meal", time(9, 0))])
+            await p.rt.store.set_preferences("ben", {"meal": False})
+            await p.rt.creator.plan_window(start, start + timedelta(hours=24))
+            ana = {m.id for m in await p.messages("ana")}
+            ben = {m.id for m in await p.messages("ben")}
+            expected = {
+                status_event_id(next(iter(ana)), "sent"),
+                status_event_id(next(iter(ben)), "skipped"),
+            }
+            p.clock.set(nine)
+
+            def done() -> bool:
+                return {r.headers["webhook-id"] for r in receiver.accepted()} >= expected
+
+            await drive(p.clock, done, step=timedelta(seconds=10), max_steps=1500, what="events")
+        finally:
+            stop.set()
+            await emitter
+
+    assert p.received_for(device.push_token)  # the push itself went out
+    failures = [r for r in receiver.requests if r.status == 500]
+    assert failures and all(r.at < up_at for r in failures)
+    accepted = receiver.accepted()
+    assert sorted(r.headers["webhook-id"] for r in accepted) == sorted(expected)  # once each
+    for r in accepted:
+        spec_verify(sub.secrets[0].secret, r.headers, r.body, now=int(r.at.timestamp()))
+    by_type = {json.loads(r.body)["type"]: json.loads(r.body)["data"] for r in accepted}
+    assert by_type["message.sent"]["user_id"] == "ana"
+    assert by_type["message.skipped"]["reason"] == "opted_out"
+    assert {d["channel"] for d in by_type.values()} == {"push"}
