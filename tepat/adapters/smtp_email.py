@@ -148,6 +148,9 @@ class SmtpEmailChannel:
                 return await self._envelope(smtp, item, content, reused), smtp
             except _Stale:
                 continue  # the relay had closed the idle connection: once more, fresh
+            except BaseException:
+                smtp.close()  # cancelled mid-transaction: never back into the pool
+                raise
         return TryAgain(reason="smtp_connection_lost"), None  # pragma: no cover
 
     async def _envelope(
