@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tepat.clock import FakeClock
-from tepat.domain.webhooks import EVENT_TYPES, secret_key
+from tepat.domain.webhooks import EVENT_TYPES, WEBHOOK_USER, secret_key
 from tests.api.conftest import ADMIN, bearer, error_fields, problem
 
 BODY: dict[str, Any] = {
@@ -120,3 +120,9 @@ def test_every_event_type_is_documented() -> None:
 
     description = WebhookIn.model_fields["event_types"].description or ""
     assert all(t in description for t in EVENT_TYPES)
+
+
+async def test_webhook_deliveries_are_no_users_messages(client: httpx.AsyncClient) -> None:
+    # Deliveries are stored under the user id "~webhook", which the API never accepts.
+    r = await client.get(f"/v1/users/{WEBHOOK_USER}/messages", headers=ADMIN)
+    assert "user_id" in error_fields(r)
