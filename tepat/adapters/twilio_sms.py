@@ -107,6 +107,11 @@ class TwilioSmsChannel:
     async def close(self) -> None:
         await self._client.aclose()
 
+    async def check_account(self) -> httpx.Response:
+        """``GET /2010-04-01/Accounts/{sid}.json``: 200 when the credentials hold, 401
+        when not; sends nothing (``tepat doctor``). Raises httpx errors."""
+        return await self._client.get(self._path.removesuffix("/Messages.json") + ".json")
+
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
         return list(await asyncio.gather(*(self._send_one(item) for item in items)))
 

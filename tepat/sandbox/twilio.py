@@ -3,6 +3,8 @@
 What it mimics (twilio.com/docs/messaging/api/message-resource, /docs/api/errors,
 /docs/usage/webhooks/webhooks-security):
 
+* ``GET /2010-04-01/Accounts/{AccountSid}.json``: the Account resource, behind the same
+  authentication (``tepat doctor`` checks the credentials with it).
 * ``POST /2010-04-01/Accounts/{AccountSid}/Messages.json``, form-encoded ``To``, ``From``
   or ``MessagingServiceSid``, ``Body``, ``StatusCallback``; HTTP Basic auth with the
   account SID and auth token (anything else: 401, code 20003, as Twilio's JSON error).
@@ -56,11 +58,13 @@ from tepat.clock import Clock, SystemClock
 from tepat.domain.sms import count_segments
 from tepat.sandbox.expo_faults import AfterAccept, DroppedResponse, Stalls
 from tepat.sandbox.twilio_wire import (
+    ACCOUNT_PATH,
     API_VERSION,
     DELIVERY_ERRORS,
     MAX_BODY_CHARS,
     MESSAGES_PATH,
     SCRIPTABLE_API_ERRORS,
+    account_resource,
     error_response,
     message_resource,
     read_form,
@@ -209,6 +213,7 @@ class TwilioSandbox:
         self.app = Starlette(
             routes=[
                 Route(MESSAGES_PATH, self._create_message, methods=["POST"]),
+                Route(ACCOUNT_PATH, self._fetch_account, methods=["GET"]),
                 *control_routes(self),
             ]
         )
@@ -392,6 +397,18 @@ class TwilioSandbox:
             and hmac.compare_digest(password, self.auth_token)
             and request.path_params.get("AccountSid") == self.account_sid
         )
+
+    async def _fetch_account(self, request: Request) -> Response:
+        """``GET /2010-04-01/Accounts/{sid}.json``: what ``tepat doctor`` asks to check
+        the credentials; no message is sent."""
+        with self._lock:
+            self._state.stats.requests += 1
+            if not self._authorized(request):
+                self._state.stats.unauthorized += 1
+                return error_response(
+                    20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'}
+                )
+        return JSONResponse(account_resource(self.account_sid, self.clock.now()))
 
     def _refuse(self, code: int, to: str = "", from_: str = "") -> Response:
         with self._lock:

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse
 
 API_VERSION = "2010-04-01"
 MESSAGES_PATH = "/2010-04-01/Accounts/{AccountSid}/Messages.json"
+ACCOUNT_PATH = "/2010-04-01/Accounts/{AccountSid}.json"
 MAX_BODY_CHARS = 1600
 
 # The error codes the sandbox answers with, and Twilio's wording.
@@ -108,3 +109,20 @@ async def read_form(request: Request) -> list[tuple[str, str]]:
     """An ``application/x-www-form-urlencoded`` body as (name, value) pairs, in order
     (what Twilio sends and takes; no multipart, so no python-multipart)."""
     return parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+
+
+def account_resource(account_sid: str, created: datetime) -> dict[str, Any]:
+    """The Account resource (twilio.com/docs/iam/api/account), as much as anyone reads."""
+    uri = f"/{API_VERSION}/Accounts/{account_sid}.json"
+    return {
+        "auth_token": None,  # never shown here (Twilio shows it only to the account)
+        "date_created": rfc2822(created),
+        "date_updated": rfc2822(created),
+        "friendly_name": "Tepat sandbox",
+        "owner_account_sid": account_sid,
+        "sid": account_sid,
+        "status": "active",
+        "subresource_uris": {"messages": f"/{API_VERSION}/Accounts/{account_sid}/Messages.json"},
+        "type": "Full",
+        "uri": uri,
+    }

@@ -5,7 +5,8 @@ the store, the broker, the broker's scheduler (a probe published with a 1 s dela
 must arrive about 1 s later: a broker without ``schedulerSupport`` delivers it at
 once, and every notification would go out early), the Expo credentials (a
 ``getReceipts`` call for an id that does not exist: it changes nothing and is
-refused when the access token is), and the tz database release. A check that
+refused when the access token is), the Twilio credentials when SMS is configured (a
+fetch of the account: nothing is sent), and the tz database release. A check that
 cannot run because an earlier one failed is reported as skipped.
 
 The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
@@ -36,6 +37,7 @@ from tepat.ports.push import Receipts, Rejected
 from tepat.ports.store import Store
 
 EXPO_HOST = "https://exp.host"
+TWILIO_API = "https://api.twilio.com"
 #: The scheduler takes an id that no ticket ever had; Expo answers it with no receipt.
 PROBE_TICKET_ID = "00000000-0000-4000-8000-000000000000"
 
@@ -124,6 +126,8 @@ async def diagnose(
         push = make_push_provider(settings, clock)
         stack.push_async_callback(_quietly, push.close)
         yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
+        if (twilio := await twilio_check(settings, wait)) is not None:
+            yield twilio
 
         yield await tzdata_check(store, clock.now(), wait)
 
@@ -284,6 +288,67 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
     if not token:
         detail += "; no access token (fine unless push security is enabled)"
     return Check("expo", Status.OK, detail)
+
+
+async def twilio_check(settings: Settings, wait: float) -> Check | None:
+    """The Twilio credentials, with a fetch of the account (sends nothing); None (no
+    line) when Twilio is not configured."""
+    from tepat.adapters.twilio_sms import TwilioSmsChannel
+
+    sid, token = settings.twilio_account_sid, settings.twilio_auth_token
+    if sid is None or token is None:
+        return None
+    where = settings.twilio_url
+    channel = TwilioSmsChannel(
+        account_sid=sid,
+        auth_token=token.get_secret_value(),
+        clock=SystemClock(),
+        from_number=settings.twilio_from,
+        messaging_service_sid=settings.twilio_messaging_service_sid,
+        base_url=where,
+    )
+    try:
+        response = await _within(channel.check_account(), wait)
+    except Exception as e:
+        return Check(
+            "twilio",
+            Status.FAIL,
+            f"cannot reach {where}: {_why(e)}",
+            "correct TEPAT_TWILIO_URL, or let this host reach it (firewall, proxy)",
+        )
+    finally:
+        await _quietly(channel.close)
+    if response.status_code in (401, 403):
+        return Check(
+            "twilio",
+            Status.FAIL,
+            f"{where} refused the account SID and auth token (HTTP {response.status_code})",
+            "set TEPAT_TWILIO_ACCOUNT_SID and TEPAT_TWILIO_AUTH_TOKEN from the Twilio"
+            " console (Account info); the token is the account's current primary one",
+        )
+    if response.status_code != 200:
+        return Check(
+            "twilio",
+            Status.FAIL,
+            f"{where} answered HTTP {response.status_code} for the account",
+            "check TEPAT_TWILIO_URL (the API's base URL, https://api.twilio.com)",
+        )
+    detail = f"{where} accepts the account SID and auth token"
+    if settings.public_url is None:
+        return Check(
+            "twilio",
+            Status.WARN,
+            f"{detail}; TEPAT_PUBLIC_URL is unset: no status callbacks, SMS stay sent",
+            "set TEPAT_PUBLIC_URL to the https URL Twilio reaches this API at",
+        )
+    if where != TWILIO_API:
+        return Check(
+            "twilio",
+            Status.WARN,
+            f"{detail}; not Twilio itself (a sandbox?): no real SMS are sent",
+            f"for real SMS set TEPAT_TWILIO_URL={TWILIO_API}",
+        )
+    return Check("twilio", Status.OK, detail)
 
 
 async def tzdata_check(store: Store | None, now: datetime, wait: float) -> Check:

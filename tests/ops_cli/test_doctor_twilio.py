@@ -1,0 +1,66 @@
+"""`tepat doctor`'s Twilio check: the credentials fetched against the Twilio sandbox over
+HTTP (nothing sent), and no line at all when SMS is not configured."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from pydantic import SecretStr
+
+from tepat.config import Settings
+from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN
+from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
+from tepat.services.doctor import Status, twilio_check
+
+
+@pytest.fixture
+def server() -> Iterator[RunningTwilioSandbox]:
+    with running_twilio_sandbox() as running:
+        yield running
+
+
+def twilio(url: str, token: str = DEFAULT_AUTH_TOKEN, **extra: object) -> Settings:
+    return Settings(
+        twilio_account_sid=DEFAULT_ACCOUNT_SID,
+        twilio_auth_token=SecretStr(token),
+        twilio_from="+14155550100",
+        twilio_url=url,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+async def test_no_line_without_twilio() -> None:
+    assert await twilio_check(Settings(), wait=5) is None
+
+
+async def test_the_sandbox_with_the_right_credentials(server: RunningTwilioSandbox) -> None:
+    check = await twilio_check(twilio(server.base_url), wait=5)
+    assert check is not None and check.status is Status.WARN
+    assert "accepts the account SID and auth token" in check.detail
+    assert "TEPAT_PUBLIC_URL is unset" in check.detail
+    check = await twilio_check(twilio(server.base_url, public_url="https://t.example"), wait=5)
+    assert check is not None and check.status is Status.WARN
+    assert "not Twilio itself" in check.detail and "TEPAT_TWILIO_URL=" in check.hint
+    assert server.sandbox.received() == []  # nothing was sent
+    assert server.sandbox.stats()["requests"] == 2
+
+
+async def test_wrong_credentials_fail(server: RunningTwilioSandbox) -> None:
+    check = await twilio_check(twilio(server.base_url, token="0" * 32), wait=5)
+    assert check is not None and check.status is Status.FAIL
+    assert "refused the account SID and auth token (HTTP 401)" in check.detail
+    assert "TEPAT_TWILIO_AUTH_TOKEN" in check.hint
+    assert "0" * 32 not in check.line()
+
+
+async def test_unreachable_fails() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    check = await twilio_check(twilio(f"http://127.0.0.1:{port}"), wait=5)
+    assert check is not None and check.status is Status.FAIL
+    assert check.detail.startswith(f"cannot reach http://127.0.0.1:{port}")
+    assert "TEPAT_TWILIO_URL" in check.hint
