@@ -84,7 +84,7 @@ def build_endpoint(settings: Settings, events: EmailEvents) -> EmailEventsEndpoi
 @router.post(
     PATH,
     response_model=EventAnswer,
-    responses=problem_responses(400, 403, 413, 503),
+    responses=problem_responses(400, 403, 413, 422, 503),
     summary="E-mail status events (SES over SNS, or a signed relay)",
 )
 async def email_events(request: Request) -> Response:

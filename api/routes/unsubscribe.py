@@ -35,9 +35,11 @@ from tepat.services.unsubscribe import UnsubscribeLinks, opt_out
 log = structlog.get_logger("tepat.unsubscribe")
 router = APIRouter(tags=["unsubscribe"])
 
+# No length or pattern here: whatever the path holds, the token's own check answers
+# (400 malformed), not the framework's 422.
 Token = Annotated[
     str,
-    Path(description="The signed token of an unsubscribe link", max_length=MAX_TOKEN_CHARS),
+    Path(description=f"The signed token of an unsubscribe link (at most {MAX_TOKEN_CHARS})"),
 ]
 
 _HEADERS = {
@@ -59,7 +61,7 @@ class Unsubscribed(BaseModel):
 @router.post(
     "/u/{token}",
     response_model=Unsubscribed,
-    responses=problem_responses(400, 403, 404, 410),
+    responses=problem_responses(400, 403, 404, 410, 422),
     summary="One-click unsubscribe (RFC 8058)",
 )
 async def unsubscribe(token: Token, request: Request, rt: RT) -> Response:
@@ -86,12 +88,8 @@ async def unsubscribe(token: Token, request: Request, rt: RT) -> Response:
     return JSONResponse(body.model_dump(), headers=_HEADERS)
 
 
-@router.get(
-    "/u/{token}",
-    response_class=HTMLResponse,
-    responses=problem_responses(400, 403, 404, 410),
-    summary="The unsubscribe page (a button that POSTs)",
-)
+# A page for people, not part of the API's document (like /dashboard).
+@router.get("/u/{token}", response_class=HTMLResponse, include_in_schema=False)
 async def unsubscribe_page(token: Token, request: Request) -> Response:
     links = _links(request)
     if links is None:
