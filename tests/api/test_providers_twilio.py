@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -95,7 +96,8 @@ async def client(rt: Runtime) -> AsyncIterator[httpx.AsyncClient]:
 async def sent_sms(
     rt: Runtime, message_id: str = "m-1", status: MessageStatus = MessageStatus.SENT
 ) -> str:
-    """An SMS in ``status`` (sending or sent), with a Twilio SID as its ticket."""
+    """An SMS in ``status`` (sending or sent; pending: waiting for a retry after an
+    answer that was lost), with a Twilio SID as its ticket."""
     now = rt.clock.now()
     message = Message(
         id=message_id,
@@ -113,6 +115,14 @@ async def sent_sms(
     await rt.store.insert_messages([message])
     assert [m.id for m in await rt.store.claim([message_id], now)] == [message_id]
     sid = "SM" + message_id.encode().hex().ljust(32, "0")[:32]
+    if status is MessageStatus.PENDING:
+        retry = StatusChange(
+            message_id,
+            MessageStatus.PENDING,
+            last_error="timeout",
+            due_at=now + timedelta(minutes=1),
+        )
+        assert await rt.store.transition_many([retry], now, expect=[MessageStatus.SENDING]) == 1
     if status is MessageStatus.SENT:
         applied = await rt.store.transition_many(
             [StatusChange(message_id, MessageStatus.SENT, ticket_id=sid)],
@@ -370,3 +380,20 @@ async def test_without_twilio_configured_callbacks_are_refused(
             r = await post_signed(c, f"{STATUS}?m=m-1", callback("SM" + "1" * 32, "delivered"))
             assert r.status_code == 403
             assert "not configured" in r.json()["detail"]
+
+
+async def test_delivered_wins_over_a_retry_waiting_failed_does_not(
+    rt: Runtime, client: httpx.AsyncClient
+) -> None:
+    """The answer to the first attempt was lost (a retry is waiting), but Twilio sent it."""
+    sid = await sent_sms(rt, "m-1", status=MessageStatus.PENDING)
+    r = await post_signed(client, f"{STATUS}?m=m-1", callback(sid, "delivered"))
+    assert r.headers["x-tepat-outcome"] == "applied"
+    assert (await status_of(rt, "m-1"))[0] is MessageStatus.DELIVERED
+    # The waiting retry finds nothing to claim: no second SMS.
+    assert await rt.store.claim(["m-1"], rt.clock.now() + timedelta(minutes=2)) == []
+    # A failure of the first attempt leaves the retry to try again.
+    sid = await sent_sms(rt, "m-2", status=MessageStatus.PENDING)
+    r = await post_signed(client, f"{STATUS}?m=m-2", callback(sid, "failed", ErrorCode="30008"))
+    assert r.headers["x-tepat-outcome"] == "stale"
+    assert (await status_of(rt, "m-2"))[0] is MessageStatus.PENDING
