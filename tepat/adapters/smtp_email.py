@@ -97,6 +97,21 @@ class SmtpEmailChannel:
             except _TRANSPORT_ERRORS:
                 smtp.close()
 
+    async def probe(self) -> str:
+        """Connect, upgrade to TLS and log in as a send would, then NOOP and QUIT:
+        nothing is sent (``tepat doctor``). Returns what the relay greeted with; raises
+        aiosmtplib's and the socket's errors as they come."""
+        smtp = await self._connect()
+        try:
+            await smtp.noop()
+            greeting = smtp.last_ehlo_response.message if smtp.last_ehlo_response else ""
+            return greeting.splitlines()[0] if greeting else ""
+        finally:
+            try:
+                await smtp.quit()
+            except _TRANSPORT_ERRORS:
+                smtp.close()
+
     async def _send_one(self, item: Outgoing) -> ChannelOutcome:
         try:
             mail = build_email(

@@ -6,7 +6,8 @@ must arrive about 1 s later: a broker without ``schedulerSupport`` delivers it a
 once, and every notification would go out early), the Expo credentials (a
 ``getReceipts`` call for an id that does not exist: it changes nothing and is
 refused when the access token is), the Twilio credentials when SMS is configured (a
-fetch of the account: nothing is sent), and the tz database release. A check that
+fetch of the account: nothing is sent), the SMTP relay when e-mail is configured
+(connect, TLS and login, then QUIT: nothing is sent), and the tz database release. A check that
 cannot run because an earlier one failed is reported as skipped.
 
 The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
@@ -128,6 +129,8 @@ async def diagnose(
         yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
         if (twilio := await twilio_check(settings, wait)) is not None:
             yield twilio
+        if (smtp := await smtp_check(settings, wait)) is not None:
+            yield smtp
 
         yield await tzdata_check(store, clock.now(), wait)
 
@@ -349,6 +352,67 @@ async def twilio_check(settings: Settings, wait: float) -> Check | None:
             f"for real SMS set TEPAT_TWILIO_URL={TWILIO_API}",
         )
     return Check("twilio", Status.OK, detail)
+
+
+async def smtp_check(settings: Settings, wait: float) -> Check | None:
+    """The SMTP relay: connect, TLS and login as a send would, then NOOP and QUIT
+    (sends nothing); None (no line) when e-mail is not configured."""
+    import ssl
+
+    import aiosmtplib
+
+    from tepat.adapters.smtp_email import SmtpEmailChannel, smtp_config
+
+    config = smtp_config(settings)
+    if config is None:
+        return None
+    where = f"{config.host}:{config.resolved_port} ({config.tls})"
+    channel = SmtpEmailChannel(config, SystemClock())
+    try:
+        greeting = await _within(channel.probe(), wait)
+    except aiosmtplib.SMTPAuthenticationError as e:
+        return Check(
+            "smtp",
+            Status.FAIL,
+            f"{where} refused the login ({e.code} {e.message.splitlines()[0]})",
+            "set TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD to the relay's credentials",
+        )
+    except ssl.SSLCertVerificationError as e:
+        return Check(
+            "smtp",
+            Status.FAIL,
+            f"{where}: the relay's certificate does not verify ({e.verify_message})",
+            "set TEPAT_SMTP_CA_FILE to the CA that signed it, or correct TEPAT_SMTP_HOST"
+            " to the name in the certificate",
+        )
+    except aiosmtplib.SMTPException as e:
+        cause = e.__cause__ if isinstance(e.__cause__, ssl.SSLCertVerificationError) else None
+        if cause is not None:
+            return Check(
+                "smtp",
+                Status.FAIL,
+                f"{where}: the relay's certificate does not verify ({cause.verify_message})",
+                "set TEPAT_SMTP_CA_FILE to the CA that signed it, or correct TEPAT_SMTP_HOST"
+                " to the name in the certificate",
+            )
+        return Check(
+            "smtp",
+            Status.FAIL,
+            f"{where}: {_why(e)}",
+            "check TEPAT_SMTP_HOST, TEPAT_SMTP_PORT and TEPAT_SMTP_TLS (starttls on 587,"
+            " implicit on 465) against the relay's documentation",
+        )
+    except Exception as e:
+        return Check(
+            "smtp",
+            Status.FAIL,
+            f"cannot reach {where}: {_why(e)}",
+            "correct TEPAT_SMTP_HOST and TEPAT_SMTP_PORT, or let this host reach the relay",
+        )
+    finally:
+        await _quietly(channel.close)
+    login = " and accepts the login" if config.username else ""
+    return Check("smtp", Status.OK, f"{where} answers ({greeting[:60]}){login}; nothing sent")
 
 
 async def tzdata_check(store: Store | None, now: datetime, wait: float) -> Check:

@@ -1,0 +1,97 @@
+"""`tepat doctor`'s SMTP check against a real SMTP server (aiosmtpd): connect, TLS and
+login, nothing sent; each failure names what to fix; no line without e-mail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from tepat.config import Settings
+from tepat.services.doctor import Status, smtp_check
+from tests.support.selfsigned import SelfSigned, self_signed
+from tests.support.smtp_server import SmtpServer, free_port
+
+pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+
+
+@pytest.fixture(scope="module")
+def cert() -> SelfSigned:
+    return self_signed()
+
+
+def smtp(port: int, **extra: Any) -> Settings:
+    values: dict[str, Any] = {
+        "smtp_host": "127.0.0.1",
+        "smtp_port": port,
+        "smtp_tls": "none",
+        "smtp_from": "no-reply@shop.example",
+        "public_url": "https://tepat.example",
+        "unsubscribe_secret": SecretStr("s" * 32),
+    }
+    values.update(extra)
+    return Settings(**values)
+
+
+async def test_no_line_without_email() -> None:
+    assert await smtp_check(Settings(), wait=5) is None
+
+
+async def test_starttls_and_login_pass_and_send_nothing(cert: SelfSigned, tmp_path: Path) -> None:
+    ca, _ = cert.write(tmp_path, "ca")
+    with SmtpServer("starttls", cert, tmp_path, auth=("user", "pass")) as server:
+        check = await smtp_check(
+            smtp(
+                server.port,
+                smtp_tls="starttls",
+                smtp_ca_file=str(ca),
+                smtp_username="user",
+                smtp_password=SecretStr("pass"),
+            ),
+            wait=5,
+        )
+        assert check is not None and check.status is Status.OK, check
+        assert "accepts the login; nothing sent" in check.detail
+        assert server.logins == ["user"] and server.received == []
+
+
+async def test_a_wrong_password_names_the_credentials(cert: SelfSigned, tmp_path: Path) -> None:
+    ca, _ = cert.write(tmp_path, "ca")
+    with SmtpServer("starttls", cert, tmp_path, auth=("user", "pass")) as server:
+        check = await smtp_check(
+            smtp(
+                server.port,
+                smtp_tls="starttls",
+                smtp_ca_file=str(ca),
+                smtp_username="user",
+                smtp_password=SecretStr("wrong-password"),
+            ),
+            wait=5,
+        )
+    assert check is not None and check.status is Status.FAIL
+    assert "refused the login (535" in check.detail
+    assert "TEPAT_SMTP_PASSWORD" in check.hint
+    assert "wrong-password" not in check.line()
+
+
+async def test_an_untrusted_certificate_names_the_ca_file(cert: SelfSigned, tmp_path: Path) -> None:
+    with SmtpServer("starttls", cert, tmp_path) as server:
+        check = await smtp_check(smtp(server.port, smtp_tls="starttls"), wait=5)
+    assert check is not None and check.status is Status.FAIL, check
+    assert "certificate does not verify" in check.detail
+    assert "TEPAT_SMTP_CA_FILE" in check.hint
+
+
+async def test_starttls_against_a_plain_relay_names_the_tls_setting() -> None:
+    with SmtpServer() as server:
+        check = await smtp_check(smtp(server.port, smtp_tls="starttls"), wait=5)
+    assert check is not None and check.status is Status.FAIL, check
+    assert "TEPAT_SMTP_TLS" in check.hint
+
+
+async def test_unreachable_fails() -> None:
+    check = await smtp_check(smtp(free_port()), wait=5)
+    assert check is not None and check.status is Status.FAIL
+    assert "TEPAT_SMTP_HOST" in check.hint
