@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import structlog
@@ -36,10 +36,10 @@ from consumers.push_batcher import Outcome, PushBatcher
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import Batch
-from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy
+from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy, QuietPolicy
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, SkipReason, Ticket, User
 from tepat.domain.planning import intended_on
-from tepat.domain.queues import PUSH
+from tepat.domain.queues import CRITICAL, PUSH
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.push import (
@@ -229,6 +229,10 @@ class Dispatcher:
             ]
             reminder = _find_reminder(reminders.get(m.user_id, []), m.reminder_id)
             policy = self._categories.get(m.category)
+            if m.priority == CRITICAL:
+                # A critical event's message was placed ignoring quiet hours, and its
+                # other channels send through them (channel_sender): so does push.
+                policy = replace(policy, quiet_hours=QuietPolicy.BYPASS)
             decision = decide(
                 m,
                 users.get(m.user_id),

@@ -6,6 +6,7 @@ have passed (everything decided long enough ago has arrived, nothing is stuck).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,6 +37,9 @@ class Violation(AssertionError):
 
 
 def message_key(m: Message) -> Key:
+    if m.dedup_key.startswith("e|"):
+        _, event_id, user_id, channel = m.dedup_key.split("|")
+        return ("e", user_id, event_id, channel)
     if m.reminder_id is not None and m.local_date is not None:
         return ("r", m.user_id, m.reminder_id, m.local_date.isoformat())
     return ("o", m.user_id, m.idempotency_key or f"?{m.id}")
@@ -46,12 +50,18 @@ class Checker:
     arrivals: dict[Key, list[Arrival]] = field(default_factory=dict)
     keys: dict[str, Key] = field(default_factory=dict)  # message id -> key
     statuses: dict[str, list[str]] = field(default_factory=dict)
-    tokens_ever: dict[str, set[str]] = field(default_factory=dict)  # user -> tokens
+    # user -> every push token, inbox and contact address it had
+    tokens_ever: dict[str, set[str]] = field(default_factory=dict)
     duplicates_in_window: int = 0
+    inbox_seen: set[str] = field(default_factory=set)  # inbox item ids
 
     async def step(self, model: Model, system: System, *, final: bool = False) -> None:
         for (user, _), b in model.bindings.items():
             self.tokens_ever.setdefault(user, set()).add(b.token)
+        for (user, _), address in model.contacts.items():
+            self.tokens_ever.setdefault(user, set()).add(address)
+        for user in model.users:
+            self.tokens_ever.setdefault(user, set()).add(user)
         users = sorted(model.users)
         messages = await system.messages(users)
         by_key: dict[Key, list[Message]] = {}
@@ -61,15 +71,18 @@ class Checker:
             by_key.setdefault(key, []).append(m)
             self._status(m)
         taints = self._taints_by_key(system)
-        for a in system.new_arrivals():
+        arrivals = system.new_arrivals() + await self._channel_arrivals(system, users)
+        for a in arrivals:
             if a.message_id not in self.keys:
                 stored = await system.real_store.get_message(a.message_id)
                 if stored is None:
-                    raise Violation(f"the sandbox received {a} for no stored message")
+                    raise Violation(f"{a} arrived for no stored message")
                 self.keys[a.message_id] = message_key(stored)
             key = self.keys[a.message_id]
             self.arrivals.setdefault(key, []).append(a)
             self._arrival(model, key, a, taints.get(key, []))
+        self._event_messages(model, by_key)
+        await self._event_status(model, system, by_key)
         now = system.clock.now()
         for key, e in model.expectations.items():
             self._complete(model, e, taints.get(key, []), now, final)
@@ -114,10 +127,12 @@ class Checker:
 
     @staticmethod
     def _limit(e: Expectation, taints: list[Taint]) -> int:
+        if e.channel == "inbox":
+            return 1  # one item per (user, message id), whatever ran twice
         # The documented window: a crash after the provider accepted, once per crash;
         # and safety retries what may have been sent (a timeout or 5xx after sending).
         limit = 1 + taints.count(Taint.DUPLICATE)
-        if e.category in BYPASS_QUIET:
+        if e.retries_maybe_sent:
             limit += taints.count(Taint.MAYBE_SENT)
         return limit
 
@@ -125,7 +140,9 @@ class Checker:
         self, model: Model, e: Expectation, taints: list[Taint], now: datetime, final: bool
     ) -> None:
         """An arrival the model demands has happened by now."""
-        if e.verdict is not Verdict.ARRIVE or e.at is None or Taint.MAYBE_SENT in taints:
+        if e.verdict is not Verdict.ARRIVE or e.at is None:
+            return
+        if Taint.MAYBE_SENT in taints or Taint.REFUSED in taints:
             return
         settled = max(e.at + SETTLED, _latest(model, e, e.key))
         if taints and (now < settled or model.changed_since_decided(e)):
@@ -155,6 +172,78 @@ class Checker:
             closed = status in TERMINAL and status != "delivered"
             if e.verdict is Verdict.NO_ARRIVAL and closed and not m.status_reason:
                 raise Violation(f"{e.key}: message {m.id} ended {status} without a reason")
+
+    # ------------------------------------------------------------ channels, events
+
+    async def _channel_arrivals(self, system: System, users: list[str]) -> list[Arrival]:
+        """What the e-mail and SMS providers took, and the inbox items stored, since the
+        last step; an inbox holds one item per (user, message id), ever."""
+        out = [
+            Arrival(s.target, s.message_id, s.at, s.body, s.category)
+            for s in system.new_channel_sends()
+        ]
+        items = await system.inbox_items(users)
+        held = Counter((i.user_id, i.message_id) for i in items)
+        for (user, message_id), n in held.items():
+            if n > 1:
+                raise Violation(f"inbox of {user} holds {n} items of message {message_id}")
+        for i in sorted(items, key=lambda i: i.seq):
+            if i.item_id not in self.inbox_seen:
+                self.inbox_seen.add(i.item_id)
+                out.append(Arrival(i.user_id, i.message_id, i.created_at, i.body, i.category))
+        return out
+
+    @staticmethod
+    def _event_messages(model: Model, by_key: dict[Key, list[Message]]) -> None:
+        """A message for every (event, user, channel) the fan-out routed, and no other."""
+        for key, e in model.expectations.items():
+            if key[0] == "e" and not by_key.get(key):
+                raise Violation(f"{key}: fanned out, routed ({e.channel}), no message stored")
+        for key, stored in by_key.items():
+            if key[0] == "e" and key not in model.expectations:
+                raise Violation(
+                    f"{key}: message {stored[0].id} ({stored[0].status}) stored; the model "
+                    "routed nothing there"
+                )
+            if key[0] == "e" and len(stored) > 1:
+                raise Violation(f"{key}: {len(stored)} messages: {[m.id for m in stored]}")
+
+    @staticmethod
+    async def _event_status(model: Model, system: System, by_key: dict[Key, list[Message]]) -> None:
+        """``GET /v1/events/{id}`` agrees with the model's fan-out and the stored messages."""
+        for event_id, ev in sorted(model.events.items()):
+            r = await system.http.get(f"/v1/events/{event_id}")
+            if r.status_code != 200:
+                raise Violation(f"GET event {event_id}: {r.status_code} {r.text[:300]}")
+            got = r.json()
+            where = f"GET event {event_id}"
+            state = "done" if ev.done else "fanning_out"
+            if got["state"] != state:
+                raise Violation(f"{where}: state {got['state']}, the model says {state}")
+            if (got["recipients"], got["unknown_users"]) != (ev.recipients, ev.unknown):
+                raise Violation(
+                    f"{where}: recipients {got['recipients']}, unknown {got['unknown_users']};"
+                    f" the model says {ev.recipients}, {ev.unknown}"
+                )
+            stored: dict[str, Counter[str]] = {}
+            for key, ms in by_key.items():
+                if key[0] == "e" and key[2] == event_id:
+                    for m in ms:
+                        stored.setdefault(key[3], Counter())[str(m.status)] += 1
+            for channel in sorted(set(stored) | set(got["channels"]) | set(ev.not_routed)):
+                counts = got["channels"].get(channel, {})
+                by_status = dict(counts.get("by_status", {}))
+                if by_status != dict(stored.get(channel, {})):
+                    raise Violation(
+                        f"{where}: {channel} by status {by_status}, the store holds "
+                        f"{dict(stored.get(channel, {}))}"
+                    )
+                routed_not = counts.get("skipped", {}).get("not_routed", 0)
+                if routed_not != ev.not_routed.get(channel, 0):
+                    raise Violation(
+                        f"{where}: {channel} not_routed {routed_not}, the model says "
+                        f"{ev.not_routed.get(channel, 0)}"
+                    )
 
     # ------------------------------------------------------------ store
 
@@ -210,7 +299,7 @@ def _latest(model: Model, e: Expectation, key: Key) -> datetime:
     assert e.at is not None
     latest = e.at + MISSED_WINDOW + SLACK
     user = model.users.get(key[1])
-    if e.category in BYPASS_QUIET or user is None or user.quiet is None:
+    if e.category in BYPASS_QUIET or e.bypass_quiet or user is None or user.quiet is None:
         return latest
     t = e.at
     while t <= e.at + MISSED_WINDOW + SLACK:

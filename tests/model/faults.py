@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
+from tepat.clock import Clock
 from tepat.domain.models import MessageStatus
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, TryAgain
 from tepat.ports.push import PushRequest, ReceiptResult, SendResult
 from tepat.sandbox.expo import ExpoSandbox
 
@@ -43,6 +46,7 @@ class Taint(enum.Enum):
     LATE = "late"  # re-driven or retried: arrives later, within the missed window
     DUPLICATE = "duplicate"  # crashed after the provider accepted: the one documented duplicate
     MAYBE_SENT = "maybe sent"  # 5xx, or a timeout after the request went out
+    REFUSED = "refused"  # the provider refused it for good: it ends failed, never arrives
 
 
 class Fault(enum.Enum):
@@ -60,12 +64,28 @@ class Fault(enum.Enum):
     # The scheduler dies in a plan run after writing a page's messages, before its
     # planning marks: the next run must still plan everything (marks only save work).
     CRASH_PLAN_BEFORE_MARKS = "plan run dies before writing its marks"
+    # The event fan-out dies after a page's writes, before its cursor moves: the page is
+    # done again, and its keys make every write a no-op the second time.
+    CRASH_FANOUT_BEFORE_CURSOR = "event fan-out dies before moving its cursor"
+    # A channel adapter (e-mail, SMS; the crash also the inbox) answers for one send call:
+    CHANNEL_TRY_AGAIN = "channel: try again (nothing sent)"
+    CHANNEL_MAYBE_SENT = "channel: try again, maybe sent (the reply was lost)"
+    CHANNEL_REFUSED = "channel: refused"
+    CHANNEL_CRASH_AFTER_SEND = "channel: the consumer dies after the provider took it"
 
 
 RETRY_AFTER_429 = 1  # seconds, the scripted 429's Retry-After
 
 DELIVERY_FAULTS = frozenset({Fault.CRASH_BEFORE_ACK, Fault.LOSE, Fault.REDELIVER, Fault.CONCURRENT})
 SEND_FAULTS = frozenset({Fault.HTTP_429, Fault.HTTP_500, Fault.READ_TIMEOUT, Fault.CONNECT_TIMEOUT})
+CHANNEL_FAULTS = frozenset(
+    {
+        Fault.CHANNEL_TRY_AGAIN,
+        Fault.CHANNEL_MAYBE_SENT,
+        Fault.CHANNEL_REFUSED,
+        Fault.CHANNEL_CRASH_AFTER_SEND,
+    }
+)
 
 OnFault = Callable[[Fault, Sequence[str], Taint | None], None]
 
@@ -80,6 +100,7 @@ class Faults:
         self.sent_since_claim = False
         self.crashed = False
         self.planning = False  # inside a scheduled plan run (not an API re-plan)
+        self.fanning_out = False  # inside the harness's event fan-out
         self.on_crash: Callable[[], None] = lambda: None
 
     def take(self, fault: Fault) -> bool:
@@ -120,9 +141,16 @@ class FaultyStore:
             raise Crash("plan run, before its marks")
         return await self._inner.set_plan_marks(marks)
 
+    async def advance_event(self, *args: Any, **kw: Any) -> Any:
+        if self._faults.fanning_out and self._faults.take(Fault.CRASH_FANOUT_BEFORE_CURSOR):
+            self._faults.on_fault(Fault.CRASH_FANOUT_BEFORE_CURSOR, [], None)
+            raise Crash("fan-out, before its cursor")
+        return await self._inner.advance_event(*args, **kw)
+
     async def transition_many(self, changes: Sequence[Any], now: Any, **kw: Any) -> Any:
         recording = self._faults.sent_since_claim and any(
-            c.to in (MessageStatus.SENT, MessageStatus.FAILED) for c in changes
+            c.to in (MessageStatus.SENT, MessageStatus.DELIVERED, MessageStatus.FAILED)
+            for c in changes
         )
         if recording and self._faults.take(Fault.CRASH_BEFORE_RECORD):
             ids = [c.message_id for c in changes]
@@ -180,6 +208,74 @@ class FaultyPush:
     async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
         result: ReceiptResult = await self._inner.receipts(ticket_ids)
         return result
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+@dataclass(frozen=True)
+class ChannelSend:
+    """One item a channel adapter was given (and, for e-mail and SMS, took)."""
+
+    channel: str
+    message_id: str
+    target: str
+    at: datetime
+    body: str
+    category: str
+
+
+class RecordingChannel:
+    """An e-mail or SMS provider that takes everything (``Accepted``) and remembers it."""
+
+    max_batch = 100
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self._clock = clock
+        self.sent: list[ChannelSend] = []
+
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+        now = self._clock.now()
+        for item in items:
+            m = item.message
+            self.sent.append(ChannelSend(self.name, m.id, item.target, now, m.body, m.category))
+        return [Accepted(f"{self.name}-{item.message.id}") for item in items]
+
+    async def close(self) -> None:
+        return None
+
+
+class FaultyChannel:
+    """A channel adapter with scripted answers for one send call: try again (nothing
+    sent), try again although it may have been sent (the provider took it, the reply was
+    lost), refused, or the consumer dying once the provider took it."""
+
+    def __init__(self, inner: Any, faults: Faults, armed: frozenset[Fault]) -> None:
+        self._inner = inner
+        self._faults = faults
+        self._armed = armed
+        self.name: str = inner.name
+        self.max_batch: int = inner.max_batch
+
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+        ids = [item.message.id for item in items]
+        fault = self._faults.take_any(self._armed)
+        if fault is Fault.CHANNEL_TRY_AGAIN:
+            self._faults.on_fault(fault, ids, Taint.LATE)
+            return [TryAgain("scripted 421", retry_after=None) for _ in items]
+        if fault is Fault.CHANNEL_REFUSED:
+            self._faults.on_fault(fault, ids, Taint.REFUSED)
+            return [Refused("scripted 554") for _ in items]
+        outcomes: list[ChannelOutcome] = await self._inner.send(items)
+        self._faults.sent_since_claim = True
+        if fault is Fault.CHANNEL_MAYBE_SENT:
+            self._faults.on_fault(fault, ids, Taint.MAYBE_SENT)
+            return [TryAgain("scripted lost reply", maybe_sent=True) for _ in items]
+        if fault is Fault.CHANNEL_CRASH_AFTER_SEND:
+            self._faults.on_fault(fault, ids, Taint.DUPLICATE)
+            raise crash(self._faults, f"after the {self.name} provider took it")
+        return outcomes
 
     async def close(self) -> None:
         await self._inner.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from hypothesis import strategies as st
@@ -22,8 +23,17 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from tepat.sandbox.expo import ExpoSandbox
 from tests.model.checks import SETTLED, Checker
 from tests.model.faults import Fault
-from tests.model.reference import Model, OneOffRequest, Quiet, ReminderState, wall
-from tests.model.system import System
+from tests.model.reference import (
+    CONTACT_CHANNELS,
+    EVENT_TYPES,
+    EventRequest,
+    Model,
+    OneOffRequest,
+    Quiet,
+    ReminderState,
+    wall,
+)
+from tests.model.system import OCCURRED_AT, System
 
 T = TypeVar("T")
 
@@ -50,6 +60,21 @@ SEND_AT_MINUTES = (None, 0, 1, 7, 30, 60, 120)
 SOON = (None, 1, 5, 20, 60)
 QUIET_SOON = (None, (-10, 20), (5, 35), (-30, 30))
 STEP_MINUTES = (30, 45, 60, 90, 180, 360)
+EVENT_IDS = ("ev1", "ev2", "ev3")
+# Listed recipients ("cy" never becomes a user: an unknown id), or None: all_users.
+EVENT_RECIPIENTS: tuple[tuple[str, ...] | None, ...] = (
+    ("ana",),
+    ("bob",),
+    ("ana", "bob"),
+    ("bob", "cy", "ana"),
+    None,
+)
+EVENT_SEND_AT = (None, None, 0, 2, 30, 90)  # minutes ahead
+EVENT_PRIORITIES = (None, None, "critical", "bulk")
+ADDRESSES = {
+    "email": ("ana@example.com", "bob@example.com", "shared@example.com"),
+    "sms": ("+442071838750", "+14155552671"),
+}
 # Instants at which a zone used here changes its offset (2027).
 TRANSITIONS = (
     datetime(2027, 3, 14, 7, 0, tzinfo=UTC),  # New York springs forward
@@ -115,6 +140,7 @@ class TepatMachine(RuleBasedStateMachine):
             if self.system is not None and self.model is not None and not self.failed:
                 # Past every window and lease, with the sweeper running: then nothing may be
                 # pending or sending, and every arrival the model demands has happened.
+                self._fan_out_all()
                 target = self.sut.clock.now() + SETTLED + timedelta(minutes=5)
                 self.run(self.sut.advance_to(target))
                 self.ref.advance(self.sut.clock.now())
@@ -355,10 +381,172 @@ class TepatMachine(RuleBasedStateMachine):
                 user, key, OneOffRequest(category, f"{key} for {user}", send_at), False
             )
 
+    # ------------------------------------------------------------ contacts, suppressions
+
+    @rule(
+        user=st.sampled_from(USERS),
+        channel=st.sampled_from(CONTACT_CHANNELS),
+        index=st.sampled_from((None, 0, 0, 1, 2)),
+    )
+    def set_contact(self, user: str, channel: str, index: int | None) -> None:
+        options = ADDRESSES[channel]
+        address = None if index is None else options[index % len(options)]
+        expected = self.ref.set_contact(user, channel, address)
+        path = f"/v1/users/{user}/contacts/{channel}"
+        if address is None:
+            self._call(f"DELETE {path}", expected, lambda: self.sut.http.delete(path))
+        else:
+            body = {"address": address, "verified": True}
+            self._call(f"PUT {path} {body}", expected, lambda: self.sut.http.put(path, json=body))
+
+    @rule(channel=st.sampled_from(CONTACT_CHANNELS), index=st.integers(0, 2), on=st.booleans())
+    def suppress(self, channel: str, index: int, on: bool) -> None:
+        options = ADDRESSES[channel]
+        address = options[index % len(options)]
+        expected = self.ref.suppress(channel, address, on)
+        if on:
+            body = {"channel": channel, "address": address, "reason": "manual"}
+            self._call(
+                f"POST suppression {body}",
+                expected,
+                lambda: self.sut.http.post("/v1/suppressions", json=body),
+            )
+        else:
+            path = f"/v1/suppressions/{channel}/{quote(address)}"
+            self._call(f"DELETE {path}", expected, lambda: self.sut.http.delete(path))
+
+    # ------------------------------------------------------------ events
+
+    @staticmethod
+    def _event_body(request: EventRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "event_id": request.event_id,
+            "type": request.type,
+            # Without the templates' variable, every message of the event is render_error.
+            "data": {"what": request.text} if request.data_ok else {"other": request.text},
+            "occurred_at": OCCURRED_AT,
+        }
+        if request.users is None:
+            body["all_users"] = True
+        else:
+            body["user_ids"] = list(request.users)
+        if request.send_at is not None:
+            body["send_at"] = request.send_at.isoformat()
+        if request.priority is not None:
+            body["priority"] = request.priority
+        return body
+
+    def _post_event(self, request: EventRequest, twice: bool) -> None:
+        expected = self.ref.post_event(request)
+        body = self._event_body(request)
+        self._call(
+            f"POST event {body}",
+            expected,
+            lambda: self.sut.http.post("/v1/events", json=body),
+            twice,
+        )
+
+    @rule(
+        event_id=st.sampled_from(EVENT_IDS),
+        etype=st.sampled_from(sorted(EVENT_TYPES)),
+        users=st.sampled_from(EVENT_RECIPIENTS),
+        minutes=st.sampled_from(EVENT_SEND_AT),
+        priority=st.sampled_from(EVENT_PRIORITIES),
+        variant=st.integers(0, 1),
+        data_ok=st.sampled_from((True, True, True, False)),
+        twice=st.sampled_from((False, False, False, True)),
+    )
+    def post_event(
+        self,
+        event_id: str,
+        etype: str,
+        users: tuple[str, ...] | None,
+        minutes: int | None,
+        priority: str | None,
+        variant: int,
+        data_ok: bool,
+        twice: bool,
+    ) -> None:
+        request = EventRequest(
+            event_id, etype, users, self._send_at(minutes), priority, variant, data_ok
+        )
+        self._post_event(request, twice)
+
+    @precondition(lambda self: self.model is not None and bool(self.model.events))
+    @rule(data=st.data(), times=st.sampled_from((1, 1, 2, 5)))
+    def repeat_event(self, data: st.DataObject, times: int) -> None:
+        """The same event again (a client retry), alone or several at once."""
+        event_id = data.draw(st.sampled_from(sorted(self.ref.events)))
+        request = self.ref.events[event_id].request
+        if times == 1:
+            self._post_event(request, False)
+            return
+        expected = self.ref.post_event(request)
+        body = self._event_body(request)
+
+        async def go() -> list[httpx.Response]:
+            return list(
+                await asyncio.gather(
+                    *(self.sut.http.post("/v1/events", json=body) for _ in range(times))
+                )
+            )
+
+        for r in self.run(go()):
+            if r.status_code != expected:
+                self.failed = True
+                raise AssertionError(
+                    f"POST event x{times} {body}: the API answered {r.status_code} "
+                    f"{r.text[:300]}, the model says {expected}"
+                )
+        self._now()
+
+    def _fan_out(self, event_id: str, concurrent: bool) -> bool:
+        """One page of ``event_id`` on both sides; whether it was still fanning out."""
+        moved = self.run(self.sut.fan_out_page(event_id, concurrent))
+        if moved is None:
+            return False
+        self.ref.fan_out_page(event_id, moved)
+        return True
+
+    @precondition(
+        lambda self: self.model is not None and any(not e.done for e in self.model.events.values())
+    )
+    @rule(
+        data=st.data(),
+        crash=st.sampled_from((False, False, True)),
+        concurrent=st.sampled_from((False, False, False, True)),
+    )
+    def fan_out_page(self, data: st.DataObject, crash: bool, concurrent: bool) -> None:
+        """The scheduler's fan-out loop does one page (and may die before its cursor)."""
+        event_id = data.draw(
+            st.sampled_from(sorted(k for k, e in self.ref.events.items() if not e.done))
+        )
+        if crash:
+            self.sut.faults.armed.add(Fault.CRASH_FANOUT_BEFORE_CURSOR)
+        self._fan_out(event_id, concurrent)
+        self._now()
+
+    def _fan_out_all(self) -> None:
+        """The fan-out loop catches up (it runs every second in a real scheduler)."""
+        for _ in range(100):
+            waiting = sorted(k for k, e in self.ref.events.items() if not e.done)
+            if not waiting:
+                return
+            for event_id in waiting:
+                if not self._fan_out(event_id, False):
+                    self.failed = True
+                    raise AssertionError(
+                        f"event {event_id} is no longer fanning out; the model says it is"
+                    )
+            self._now()
+        self.failed = True
+        raise AssertionError(f"the events never finished fanning out: {self.ref.events}")
+
     # ------------------------------------------------------------ time and faults
 
     @rule(minutes=st.sampled_from(STEP_MINUTES))
     def advance(self, minutes: int) -> None:
+        self._fan_out_all()
         target = self.sut.clock.now() + timedelta(minutes=minutes)
         self.run(self.sut.advance_to(target))
         # Not ``target``: a batch whose second began by then is held until its items'

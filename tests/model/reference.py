@@ -25,6 +25,15 @@ The rules it encodes (issue 9 and the working design):
 - A device id is scoped to its user; a token registered by another binding
   moves (the old binding ends).
 
+Events: a page of an event's recipients (user-id order after its cursor) creates,
+for each known recipient and each channel its type routes to (a route's condition
+read at fan-out), one message keyed (event, user, channel), at the event's
+``send_at`` or at once; a key already taken (the page done again after a crash
+before the cursor moved) creates nothing. At send time every channel takes the
+checks above (a critical event bypasses quiet hours); push then needs an active
+device, e-mail and SMS the user's contact address, not suppressed, and the inbox
+nothing more.
+
 Where the intended behaviour is not pinned down (an edit of a reminder's time or
 content, or of the user's zone, while a message is held by quiet hours; a local
 date re-planned after it was skipped), the verdict is ``UNKNOWN``: it may arrive,
@@ -42,8 +51,99 @@ from zoneinfo import ZoneInfo
 MISSED_WINDOW = timedelta(minutes=30)
 _MS = timedelta(milliseconds=1)
 BYPASS_QUIET = frozenset({"safety"})
+# Categories whose "maybe sent" answers are retried (a duplicate rather than a loss).
+RETRY_MAYBE_SENT = frozenset({"safety"})
 
-Key = tuple[str, ...]  # ("r", user, reminder, "YYYY-MM-DD") or ("o", user, idempotency key)
+# ("r", user, reminder, "YYYY-MM-DD"), ("o", user, idempotency key) or
+# ("e", user, event id, channel)
+Key = tuple[str, ...]
+
+#: Recipients per fan-out page (the harness sets the service's page size to it): one,
+#: so that two users already make several pages, and a crash between them matters.
+EVENT_PAGE = 1
+CONTACT_CHANNELS = ("email", "sms")
+
+
+@dataclass(frozen=True)
+class EventType:
+    """A configured event type: its category, default priority and routes, in order:
+    (channel, "always" | "active_device" | "fallback")."""
+
+    name: str
+    category: str
+    priority: str
+    routes: tuple[tuple[str, str], ...]
+
+
+EVENT_TYPES = {
+    t.name: t
+    for t in (
+        # Every channel: SMS only for a user without an active device (the fallback).
+        EventType(
+            "model.notice",
+            "meal",
+            "normal",
+            (
+                ("push", "active_device"),
+                ("sms", "fallback"),
+                ("inbox", "always"),
+                ("email", "always"),
+            ),
+        ),
+        # Critical and safety: quiet hours bypassed, "maybe sent" retried.
+        EventType(
+            "model.alert",
+            "safety",
+            "critical",
+            (("sms", "always"), ("push", "active_device"), ("email", "always")),
+        ),
+    )
+}
+
+
+def select_channels(routes: tuple[tuple[str, str], ...], has_device: bool) -> list[str]:
+    chosen: list[str] = []
+    for channel, when in routes:
+        take = when == "always" or (when == "active_device" and has_device)
+        if take or (when == "fallback" and not chosen):
+            chosen.append(channel)
+    return chosen
+
+
+@dataclass(frozen=True)
+class EventRequest:
+    """``POST /v1/events`` as the model sees it; ``users`` None is ``all_users``.
+    ``data_ok`` False leaves out the templates' variable: every message ``render_error``."""
+
+    event_id: str
+    type: str
+    users: tuple[str, ...] | None
+    send_at: datetime | None
+    priority: str | None
+    variant: int
+    data_ok: bool = True
+
+    @property
+    def text(self) -> str:
+        return f"{self.event_id} v{self.variant}"
+
+
+@dataclass
+class EventProgress:
+    request: EventRequest
+    cursor: str = ""
+    done: bool = False
+    recipients: int = 0
+    unknown: int = 0
+    not_routed: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def category(self) -> str:
+        return EVENT_TYPES[self.request.type].category
+
+    @property
+    def priority(self) -> str:
+        return self.request.priority or EVENT_TYPES[self.request.type].priority
 
 
 @cache
@@ -130,6 +230,12 @@ class Expectation:
     deferred: bool = False
     placed: bool = False  # quiet hours have placed it (at planning); the rest is decided later
     decided_seq: int = 0
+    channel: str = "push"
+    bypass_quiet: bool = False  # a critical event's messages (whatever their category)
+
+    @property
+    def retries_maybe_sent(self) -> bool:
+        return self.category in RETRY_MAYBE_SENT
 
 
 @dataclass
@@ -150,6 +256,9 @@ class Model:
         self.seq = 0  # counts calls and decisions, to order them within one instant
         self.user_changed: dict[str, int] = {}  # user -> seq of the last call that changed it
         self._fired: set[tuple[Key, datetime]] = set()
+        self.events: dict[str, EventProgress] = {}
+        self.contacts: dict[tuple[str, str], str] = {}  # (user, channel) -> address
+        self.suppressed: set[tuple[str, str]] = set()  # (channel, address)
 
     # ------------------------------------------------------------ API calls
     # Each returns the HTTP status the API must answer.
@@ -175,7 +284,7 @@ class Model:
         if (tz, new_quiet) != (old.tz, old.quiet):
             for e in self._pending(user):
                 # A one-off placed by quiet hours keeps that placement or not: not pinned down.
-                if e.key[0] == "o" and e.deferred:
+                if e.key[0] in ("o", "e") and e.deferred:
                     e.verdict = Verdict.UNKNOWN
         old.tz, old.quiet = tz, new_quiet
         if enabled is not None:
@@ -257,6 +366,104 @@ class Model:
         )
         return 201
 
+    # ------------------------------------------------------------ contacts, suppressions
+
+    def set_contact(self, user: str, channel: str, address: str | None) -> int:
+        if user not in self.users:
+            return 404
+        self._changed(user)
+        if address is None:
+            self.contacts.pop((user, channel), None)
+            return 204
+        self.contacts[(user, channel)] = address
+        return 200
+
+    def suppress(self, channel: str, address: str, on: bool) -> int:
+        known = (channel, address) in self.suppressed
+        for (user, ch), a in self.contacts.items():
+            if (ch, a) == (channel, address):
+                self._changed(user)
+        if on:
+            self.suppressed.add((channel, address))
+            return 200 if known else 201
+        if not known:
+            return 404
+        self.suppressed.discard((channel, address))
+        return 204
+
+    # ------------------------------------------------------------ events
+
+    def post_event(self, request: EventRequest) -> int:
+        known = self.events.get(request.event_id)
+        if known is not None:
+            return 202 if known.request == request else 409
+        self.events[request.event_id] = EventProgress(request)
+        return 202
+
+    def fan_out_page(self, event_id: str, moved: bool) -> None:
+        """One page of the event's recipients, in user-id order after its cursor: every
+        (recipient, routed channel) gets its message now (an existing key is kept as it
+        is); then, unless the fan-out died first (``moved`` False), the cursor moves and
+        the page is counted."""
+        ev = self.events[event_id]
+        if ev.done:
+            return
+        req = ev.request
+        pool = sorted(self.users) if req.users is None else sorted(set(req.users))
+        page = [u for u in pool if u > ev.cursor][:EVENT_PAGE]
+        unknown = 0
+        not_routed: dict[str, int] = {}
+        routes = EVENT_TYPES[req.type].routes
+        for user in page:
+            if user not in self.users:
+                unknown += 1
+                continue
+            chosen = select_channels(routes, bool(self.active_tokens(user)))
+            for channel, _ in routes:
+                if channel not in chosen:
+                    not_routed[channel] = not_routed.get(channel, 0) + 1
+            for channel in chosen:
+                self._event_message(ev, user, channel)
+        if not moved:
+            return
+        if page:
+            ev.cursor = page[-1]
+        ev.recipients += len(page)
+        ev.unknown += unknown
+        for channel, n in not_routed.items():
+            ev.not_routed[channel] = ev.not_routed.get(channel, 0) + n
+        ev.done = len(page) < EVENT_PAGE
+
+    def _event_message(self, ev: EventProgress, user: str, channel: str) -> None:
+        req = ev.request
+        k: Key = ("e", user, req.event_id, channel)
+        if k in self.expectations:
+            return  # the key is taken: the page done again creates nothing
+        self._changed(user)
+        nominal = self.now
+        if req.send_at is not None and req.send_at > self.now:
+            extra = timedelta(microseconds=req.send_at.microsecond % 1000)
+            nominal = req.send_at if not extra else req.send_at - extra + _MS
+        u = self.users[user]
+        bypass = ev.priority == "critical" or ev.category in BYPASS_QUIET
+        deferred = not bypass and bool(u.quiet and u.quiet.covers(wall(nominal, u.tz).time()))
+        e = Expectation(
+            k,
+            ev.category,
+            req.text,
+            nominal,
+            nominal,
+            deferred=deferred,
+            channel=channel,
+            bypass_quiet=bypass,
+        )
+        if not req.data_ok:
+            # Rendered at fan-out: a template that does not render fails that message.
+            self.seq += 1
+            e.due, e.at, e.verdict, e.reason = None, self.now, Verdict.NO_ARRIVAL, "render_error"
+            e.decided_seq = self.seq
+        self.expectations[k] = e
+
     # ------------------------------------------------------------ time
 
     def advance(self, to: datetime) -> None:
@@ -331,7 +538,7 @@ class Model:
         if not e.placed:
             # Planning places the nominal instant; every other check waits for send time.
             e.placed = True
-            if u is not None and self._quiet_now(u, e.category):
+            if u is not None and self._quiet_now(u, e):
                 assert u.quiet is not None
                 e.due = u.quiet.end_after(now, u.tz)
                 e.deferred = True
@@ -349,26 +556,33 @@ class Model:
         if verdict is not Verdict.NO_ARRIVAL and u is not None:
             if not u.prefs.get(e.category, True):
                 verdict, reason = Verdict.NO_ARRIVAL, "opted_out"
-            elif self._quiet_now(u, e.category):
+            elif self._quiet_now(u, e):
                 assert u.quiet is not None
                 e.due = u.quiet.end_after(now, u.tz)
                 e.deferred = True
                 return
-            elif not self.active_tokens(user):
+            elif e.channel == "push" and not self.active_tokens(user):
                 verdict, reason = Verdict.NO_ARRIVAL, "no_active_device"
+            elif e.channel in CONTACT_CHANNELS:
+                address = self.contacts.get((user, e.channel))
+                if address is None:
+                    verdict, reason = Verdict.NO_ARRIVAL, "no_contact"
+                elif (e.channel, address) in self.suppressed:
+                    verdict, reason = Verdict.NO_ARRIVAL, "suppressed"
         e.due = None
         e.at = now
         e.reason = reason
         self.seq += 1
         e.decided_seq = self.seq
         if verdict is not Verdict.NO_ARRIVAL:
-            e.tokens = frozenset(self.active_tokens(user))
+            e.tokens = frozenset(self.targets(user, e.channel))
         if e.verdict is not Verdict.UNKNOWN:
             e.verdict = verdict
 
-    def _quiet_now(self, u: UserState, category: str) -> bool:
+    def _quiet_now(self, u: UserState, e: Expectation) -> bool:
         return (
-            category not in BYPASS_QUIET
+            e.category not in BYPASS_QUIET
+            and not e.bypass_quiet
             and u.quiet is not None
             and u.quiet.covers(wall(self.now, u.tz).time())
         )
@@ -377,6 +591,16 @@ class Model:
 
     def active_tokens(self, user: str) -> set[str]:
         return {b.token for (u, _), b in self.bindings.items() if u == user and b.active}
+
+    def targets(self, user: str, channel: str) -> set[str]:
+        """Where a message of ``channel`` arrives now: the push tokens, the user's inbox,
+        the e-mail address or phone number."""
+        if channel == "push":
+            return self.active_tokens(user)
+        if channel == "inbox":
+            return {user}
+        address = self.contacts.get((user, channel))
+        return set() if address is None else {address}
 
     def _pending(self, user: str) -> list[Expectation]:
         return [e for e in self.expectations.values() if e.key[1] == user and e.due is not None]

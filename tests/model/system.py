@@ -23,29 +23,38 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+from pydantic import SecretStr
 
 from api.app import create_app
 from consumers.worker import handle_delivery
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.batches import decode_batch
+from tepat.domain.events import EventState
+from tepat.domain.inbox import InboxItem
 from tepat.domain.models import Message
 from tepat.ports.broker import Delivery
 from tepat.ports.push import PushProvider
 from tepat.ports.store import MessageQuery, Store
 from tepat.runtime import Runtime, make_push_provider, open_runtime
 from tepat.sandbox.expo import ExpoSandbox
+from tepat.services.events import EventService
 from tests.model.faults import (
+    CHANNEL_FAULTS,
     DELIVERY_FAULTS,
+    ChannelSend,
     Crash,
     Fault,
     Faults,
+    FaultyChannel,
     FaultyPush,
     FaultyStore,
     FaultyTransport,
+    RecordingChannel,
     Taint,
     crash,
 )
+from tests.model.reference import CONTACT_CHANNELS, EVENT_PAGE, EVENT_TYPES
 from tests.support.store_factories import STORE_FACTORIES
 
 ADMIN_KEY = "model-admin-key-0123456789abcdef"
@@ -53,6 +62,26 @@ SWEEP_EVERY = 30  # seconds, TEPAT_SWEEP_INTERVAL_SECONDS's default
 RECEIPTS_EVERY = 300
 PLAN_EVERY = 600  # TEPAT_PLAN_INTERVAL_SECONDS's default
 STUCK_PUMP_SECONDS = 30.0  # real seconds: a batch that takes longer is waiting on the fake clock
+OCCURRED_AT = "2027-01-01T00:00:00+00:00"  # every event's; the model varies the rest
+
+
+def event_types_setting() -> dict[str, Any]:
+    """TEPAT_EVENT_TYPES for the model's event types (tests/model/reference.py)."""
+    return {
+        t.name: {
+            "category": t.category,
+            "priority": t.priority,
+            "channels": [{"channel": c, "when": w} for c, w in t.routes],
+        }
+        for t in EVENT_TYPES.values()
+    }
+
+
+def template_parts(channel: str) -> dict[str, str]:
+    """Every channel's text is the event's ``what`` (the model's ``EventRequest.text``)."""
+    if channel == "sms":
+        return {"body": "{{ what }}"}
+    return {"title": "{{ what }}", "body": "{{ what }}"}
 
 
 @dataclass
@@ -104,7 +133,21 @@ class System:
             expo_url=self.sandbox_url,
             expo_rate_limit=1_000_000,
             receipt_delay_seconds=60,
+            # Providers configured so that routes may name e-mail and SMS; their
+            # adapters are replaced by recording ones (_install_channels).
+            smtp_host="smtp.model.invalid",
+            smtp_tls="none",
+            smtp_from="tepat@example.com",
+            public_url="https://tepat.example.com",
+            unsubscribe_secret=SecretStr("model-unsubscribe-secret-0123456789"),
+            twilio_account_sid="AC" + "0" * 32,
+            twilio_auth_token=SecretStr("model-twilio-token-0123456789abcdef"),
+            twilio_from="+15005550006",
         )
+        # Set after validation: the field's own check does not see the providers above
+        # (it is validated before them); event_routing() checks the routes against them.
+        settings = settings.model_copy(update={"event_types": event_types_setting()})
+        settings.event_routing()
         push = make_push_provider(settings, self.clock)
         client = cast(Any, push)._client
         transport = FaultyTransport(client._transport)
@@ -119,6 +162,7 @@ class System:
         # Retry jitter from a seeded generator: the same example replays the same way.
         if hasattr(self.rt.dispatcher, "_rng"):
             self.rt.dispatcher._rng = random.Random(0)
+        await self._install_channels()
         app = create_app(self.rt, ADMIN_KEY)
         self.http = await self._stack.enter_async_context(
             httpx.AsyncClient(
@@ -127,8 +171,35 @@ class System:
                 headers={"X-API-Key": ADMIN_KEY},
             )
         )
+        self.events: EventService = app.state.events
+        self.events.page_size = EVENT_PAGE
+        for t in EVENT_TYPES.values():
+            for channel, _ in t.routes:
+                r = await self.http.put(
+                    f"/v1/templates/{t.name}/{channel}/en", json=template_parts(channel)
+                )
+                assert r.status_code in (200, 201), r.text
         await self.rt.creator.plan_ahead()
         await self.pump()
+
+    async def _install_channels(self) -> None:
+        """E-mail and SMS through recording adapters, the real inbox adapter, each behind
+        scripted faults, in the runtime's one ChannelSender (its channel map is set here,
+        replacing the SMTP and Twilio adapters the settings made)."""
+        sender = cast(Any, self.rt.dispatcher.channels)
+        channels: dict[str, Any] = sender._channels
+        self.recorders = {name: RecordingChannel(name, self.clock) for name in CONTACT_CHANNELS}
+        for name, recorder in self.recorders.items():
+            replaced = channels.get(name)
+            if replaced is not None:
+                await replaced.close()
+            channels[name] = FaultyChannel(recorder, self.faults, CHANNEL_FAULTS)
+        # The inbox stores an item or finds it there: a crash after it is the only fault.
+        channels["inbox"] = FaultyChannel(
+            channels["inbox"], self.faults, frozenset({Fault.CHANNEL_CRASH_AFTER_SEND})
+        )
+        sender._rng = random.Random(0)
+        self._seen_sends = dict.fromkeys(self.recorders, 0)
 
     async def close(self) -> None:
         await self._stack.aclose()
@@ -222,6 +293,33 @@ class System:
             self.plan_crashes += 1
         finally:
             self.faults.planning = False
+
+    # ------------------------------------------------------------ events
+
+    async def fan_out_page(self, event_id: str, concurrent: bool = False) -> bool | None:
+        """One page of the event, as the scheduler's fan-out loop does it (twice at once:
+        two schedulers). Whether its cursor moved (an armed crash before the cursor move
+        stops one of them), or None when the event is not fanning out."""
+        event = await self.real_store.get_event(event_id)
+        if event is None or event.state != EventState.FANNING_OUT:
+            return None
+
+        async def one() -> bool:
+            try:
+                await self.events.fan_out_page(event)
+            except Crash:
+                return False
+            return True
+
+        self.faults.fanning_out = True
+        try:
+            if concurrent:
+                # Both write the page; the cursor moves once (compare-and-set) unless
+                # both died, and an armed crash stops only the first to get there.
+                return any(await asyncio.gather(one(), one()))
+            return await one()
+        finally:
+            self.faults.fanning_out = False
 
     def _broker_next_due(self) -> datetime | None:
         next_due = getattr(self.rt.broker, "_next_due", None)
@@ -338,6 +436,20 @@ class System:
                     category=str(data.get("category")),
                 )
             )
+        return out
+
+    def new_channel_sends(self) -> list[ChannelSend]:
+        """What the e-mail and SMS providers took since the last call."""
+        out: list[ChannelSend] = []
+        for name, recorder in self.recorders.items():
+            out += recorder.sent[self._seen_sends[name] :]
+            self._seen_sends[name] = len(recorder.sent)
+        return out
+
+    async def inbox_items(self, user_ids: Sequence[str]) -> list[InboxItem]:
+        out: list[InboxItem] = []
+        for user_id in user_ids:
+            out += await self.real_store.list_inbox(user_id, 1000)
         return out
 
     async def messages(self, user_ids: Sequence[str]) -> list[Message]:

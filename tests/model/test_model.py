@@ -5,6 +5,16 @@ store, embedded broker, consumers, sweeper, receipt poller, creator) on a fake
 clock, with the Expo sandbox over HTTP, and checks them after every step
 against :mod:`tests.model.reference`, a small model written apart from the code.
 
+Events (issues 12 and 13) are part of it: events posted to listed users or
+``all_users``, now or at a ``send_at``, repeated (alone and concurrently), with a
+template that does not render; the fan-out a page at a time (dying before its
+cursor moves, or run twice at once); every channel: push (the Expo sandbox), the
+real inbox, e-mail and SMS through recording adapters that can answer try again,
+maybe sent, refused, or die after the provider took it; contact points and
+suppressions. Each (event, user, channel) is sent at most once outside the
+documented duplicate window (the inbox: stored at most once, always), ends in an
+honest state, and ``GET /v1/events/{id}`` agrees with the store.
+
 How much it runs:
 
 - ``TEPAT_MODEL_EXAMPLES`` (default 200): sequences per store, each up to

@@ -90,3 +90,42 @@ def test_a_reminder_planned_a_minute_ahead_is_published_in_time_by_the_outbox_lo
             state.everything_agrees()
         finally:
             state.teardown()
+
+
+def test_a_critical_events_push_is_not_held_by_quiet_hours(tmp_path: Path) -> None:
+    """A meal-category event posted with priority critical, inside the user's quiet
+    hours: its messages are placed ignoring them and its e-mail goes at once, but the
+    push path deferred the push message to the end of the quiet period (the dispatcher
+    judged it by its category's policy alone; the channel sender by its priority too)."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(transition=datetime(2027, 3, 14, 7, 0, tzinfo=UTC), hours_before=0)
+        try:
+            state.put_user(
+                enabled=None,
+                quiet=None,
+                set_quiet=True,
+                soon=(-10, 20),
+                twice=False,
+                tz="America/New_York",
+                user="ana",
+            )
+            state.register_device(
+                device="phone", token="ExponentPushToken[tok0]", twice=False, user="ana"
+            )
+            state.set_contact(user="ana", channel="email", index=0)
+            state.post_event(
+                event_id="ev1",
+                etype="model.notice",
+                users=("ana",),
+                minutes=None,
+                priority="critical",
+                variant=0,
+                data_ok=True,
+                twice=False,
+            )
+            state.everything_agrees()
+            state.advance(minutes=30)
+            state.everything_agrees()
+        finally:
+            state.teardown()
