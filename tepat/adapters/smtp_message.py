@@ -112,8 +112,10 @@ def build_email(
     if unsubscribe_url:
         mail["List-Unsubscribe"] = list_unsubscribe(unsubscribe_url, unsubscribe_mailto)
         mail["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
-    mail.set_content(message.body)
+    # Quoted-printable: 7-bit on the wire whatever the text, so a relay without 8BITMIME
+    # (MAIL FROM is sent without BODY=8BITMIME) takes it unchanged.
+    mail.set_content(message.body, cte="quoted-printable")
     html = message.content.get("html")
     if isinstance(html, str) and html:
-        mail.add_alternative(html, subtype="html")
+        mail.add_alternative(html, subtype="html", cte="quoted-printable")
     return mail

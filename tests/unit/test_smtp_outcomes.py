@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import email
+import email.policy
 from datetime import UTC, datetime
 
 import pytest
@@ -103,3 +106,16 @@ def test_parse_from_display_name() -> None:
         "no-reply@shop.example",
         "shop.example",
     )
+
+
+def test_non_ascii_subject_and_parts_are_encoded() -> None:
+    m = message("Pagamento recebido ✓ — 8841", html="<p>Olá, <b>Ana</b> 👋</p>")
+    m = dataclasses.replace(m, body="Olá Ana 👋")
+    raw = build_email(m, "ana@example.com", parse_from("Loja <no-reply@loja.example>"), START)
+    data = raw.as_bytes()
+    assert data.isascii()  # 7-bit on the wire: any relay takes it
+    parsed = email.message_from_bytes(data, policy=email.policy.default)
+    assert parsed["Subject"] == "Pagamento recebido ✓ — 8841"
+    text, html = parsed.get_body(("plain",)), parsed.get_body(("html",))
+    assert text is not None and text.get_content().strip() == "Olá Ana 👋"
+    assert html is not None and "👋" in html.get_content()
