@@ -113,6 +113,10 @@ class SmtpEmailChannel:
                 smtp.close()
 
     async def _send_one(self, item: Outgoing) -> ChannelOutcome:
+        if not item.target.isascii():
+            # A non-ASCII local part needs SMTPUTF8, which this adapter does not speak
+            # (domains arrive as xn--, normalised by tepat/domain/contacts.py).
+            return Refused(reason="smtp_address_not_ascii")
         try:
             mail = build_email(
                 item.message,

@@ -317,5 +317,17 @@ async def test_implicit_tls_with_auth(cert: SelfSigned, tmp_path: Path) -> None:
         assert server.received[0].mail["Subject"] == "Order 8841 paid"
 
 
+async def test_a_non_ascii_local_part_is_refused_without_a_connection(
+    server: SmtpServer,
+) -> None:
+    email = channel(server.port)
+    try:
+        [outcome] = await email.send([Outgoing(message(), "josé@example.com")])
+    finally:
+        await email.close()
+    assert outcome == Refused(reason="smtp_address_not_ascii")
+    assert server.handler.connections == 0
+
+
 def test_no_channel_without_a_host() -> None:
     assert build_email_channel(Settings(), FakeClock(START)) is None
