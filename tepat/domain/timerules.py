@@ -54,7 +54,7 @@ def quiet_period_end(local: datetime, quiet: QuietHours, zone: tzinfo) -> dateti
     # again the same day (01:01-01:00 quiet hours end at the second 01:00).
     # (In a gap, fold=1 reads the time with the offset after it, an earlier instant:
     # a nonexistent end keeps local_to_utc's reading.)
-    candidates = []
+    candidates: list[datetime] = []
     for day in (local.date(), local.date() + timedelta(days=1)):
         first = local_to_utc(day, quiet.end, zone)
         second = datetime.combine(day, quiet.end, tzinfo=zone).replace(fold=1).astimezone(UTC)

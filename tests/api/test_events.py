@@ -452,3 +452,37 @@ async def test_a_template_edited_after_fan_out_does_not_change_what_is_sent(
     clock.advance(600)
     await drain_due(rt)
     assert [r.title for r in push.requests] == ["Order 8841 paid"]
+
+
+async def test_a_retry_after_a_template_edit_renders_the_pinned_version(
+    client: httpx.AsyncClient, app: FastAPI, rt: Runtime, push: FakePush, clock: FakeClock
+) -> None:
+    from tepat.ports.push import TicketError
+
+    await user_with_phone(client, "alice")
+    await templates(client)
+    await post(client, event_body())
+    await events(app).fan_out_until_idle()
+    # the first attempt is refused for now (Expo's rate error: retryable, in 30 s; a
+    # retry within the same second would be held on the fake clock by drain_due)
+    push.refuse_with = TicketError(
+        "MessageRateExceeded", "slow down", permanent=False, retry_after=30
+    )
+    await drain_due(rt)
+    [first] = push.requests
+    [m] = await event_messages(rt, "alice")
+    assert m.status is MessageStatus.PENDING and m.attempts == 1  # back for a retry
+    await templates(client, title="Edited {{ order }}")  # version 2, between the attempts
+    push.refuse_with = None
+    clock.advance(120)  # past the retry's backoff
+    await drain_due(rt)
+    assert (
+        [r.title for r in push.requests]
+        == [first.title, first.title]
+        == [
+            "Order 8841 paid",
+            "Order 8841 paid",
+        ]
+    )
+    [m] = await event_messages(rt, "alice")
+    assert m.status is MessageStatus.SENT

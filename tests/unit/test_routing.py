@@ -72,7 +72,11 @@ def test_priority_and_condition_have_defaults() -> None:
             "order.paid.channels[1].channel",
             "no provider configured",
         ),
-        (one(channels=[{"channel": "sms"}]), "order.paid.channels[0].channel", "no provider configured"),
+        (
+            one(channels=[{"channel": "sms"}]),
+            "order.paid.channels[0].channel",
+            "no provider configured",
+        ),
         (
             one(channels=[{"channel": "push"}, {"channel": "push"}]),
             "order.paid.channels[1].channel",
