@@ -11,7 +11,15 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tepat.domain.categories import (
@@ -26,6 +34,7 @@ from tepat.domain.errors import DomainError
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import (
     ALWAYS_ENABLED,
+    ENABLED_CHANNELS,
     Channel,
     EventTypes,
     default_event_types,
@@ -219,10 +228,23 @@ class Settings(BaseSettings):
         if "categories" not in info.data:  # TEPAT_CATEGORIES is bad: that error is reported
             return v
         try:
-            parse_event_types(v, _category_policies(info.data["categories"]))
+            # Every channel here; whether its provider is configured is checked once
+            # every setting is read (_routes_have_providers).
+            parse_event_types(v, _category_policies(info.data["categories"]), ENABLED_CHANNELS)
         except DomainError as e:
             raise ValueError(f"{e.field}: {e.message}" if e.field else e.message) from None
         return v
+
+    @model_validator(mode="after")
+    def _routes_have_providers(self) -> Settings:
+        if self.event_types is None:
+            return self
+        try:
+            parse_event_types(self.event_types, self.category_policies(), self.enabled_channels())
+        except DomainError as e:
+            # A model-level error has no field location: the variable is named here.
+            raise ValueError(f"{ENV_PREFIX}EVENT_TYPES: {e.field}: {e.message}") from None
+        return self
 
     @field_validator("default_locale")
     @classmethod
@@ -430,6 +452,9 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as e:
         err = e.errors()[0]
+        if not err["loc"]:  # a check across settings names its variable itself
+            message = str(err["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"tepat: bad configuration: {message}") from None
         name = ENV_PREFIX + "_".join(str(p) for p in err["loc"][:1]).upper()
         # Inside a structured variable, say where: TEPAT_CATEGORIES: safety.maybe_sent: ...
         inner = ".".join(str(p) for p in err["loc"][1:])

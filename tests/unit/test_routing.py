@@ -206,6 +206,24 @@ def test_bad_event_types_setting_stops_with_one_line(
     assert words in line
 
 
+def test_email_and_sms_routes_are_taken_once_their_provider_is_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    routes = one(channels=[{"channel": "inbox"}, {"channel": "sms"}, {"channel": "email"}])
+    monkeypatch.setenv("TEPAT_EVENT_TYPES", json.dumps(routes))
+    monkeypatch.setenv("TEPAT_TWILIO_ACCOUNT_SID", "AC" + "a" * 32)
+    monkeypatch.setenv("TEPAT_TWILIO_AUTH_TOKEN", "t" * 32)
+    monkeypatch.setenv("TEPAT_TWILIO_FROM", "+15005550006")
+    monkeypatch.setenv("TEPAT_PUBLIC_URL", "https://tepat.example")
+    with pytest.raises(ConfigError, match=r"channels\[2\]\.channel: channel 'email' has no"):
+        load_settings()  # SMS is configured, e-mail is not
+    monkeypatch.setenv("TEPAT_SMTP_HOST", "smtp.example")
+    monkeypatch.setenv("TEPAT_SMTP_FROM", "Tepat <no-reply@tepat.example>")
+    monkeypatch.setenv("TEPAT_UNSUBSCRIBE_SECRET", "u" * 32)
+    got = load_settings().event_routing().get("order.paid").routes
+    assert [r.channel for r in got] == [Channel.INBOX, Channel.SMS, Channel.EMAIL]
+
+
 def test_event_types_follow_the_configured_categories(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEPAT_CATEGORIES", json.dumps({"billing": {}}))
     monkeypatch.setenv("TEPAT_EVENT_TYPES", json.dumps(one(category="billing")))
