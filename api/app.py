@@ -43,7 +43,6 @@ from api.schemas import BulkUserIn
 from tepat.runtime import Runtime
 from tepat.services.email_events import EmailEvents
 from tepat.services.events import event_service
-from tepat.services.inbox import InboxService
 from tepat.services.templates import template_service
 from tepat.services.unsubscribe import build_unsubscribe_links
 
@@ -76,8 +75,9 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     )
     app.state.runtime = rt
     app.state.templates = template_service(rt)
-    # One per app: its notifier wakes this process's inbox streams (tepat/services/inbox.py).
-    app.state.inbox = InboxService(rt.store, rt.clock, rt.categories)
+    # The runtime's: its notifier wakes this process's inbox streams for items stored by
+    # the API, the inbox channel and the fan-out alike (tepat/services/inbox.py).
+    app.state.inbox = rt.inbox
     app.state.events = event_service(rt, app.state.templates, app.state.inbox)
     for module in (users, devices, reminders, preferences, messages, bulk, admin, health):
         app.include_router(module.router)
