@@ -71,6 +71,16 @@ EVENT_RECIPIENTS: tuple[tuple[str, ...] | None, ...] = (
 )
 EVENT_SEND_AT = (None, None, 0, 2, 30, 90)  # minutes ahead
 EVENT_PRIORITIES = (None, None, "critical", "bulk")
+# Armed with a posted event, so they most likely meet its sends.
+EVENT_FAULTS = (
+    Fault.CHANNEL_TRY_AGAIN,
+    Fault.CHANNEL_MAYBE_SENT,
+    Fault.CHANNEL_REFUSED,
+    Fault.CHANNEL_CRASH_AFTER_SEND,
+    Fault.CRASH_AFTER_CLAIM,
+    Fault.CRASH_BEFORE_RECORD,
+    Fault.CRASH_FANOUT_BEFORE_CURSOR,
+)
 ADDRESSES = {
     "email": ("ana@example.com", "bob@example.com", "shared@example.com"),
     "sms": ("+442071838750", "+14155552671"),
@@ -124,9 +134,11 @@ class TepatMachine(RuleBasedStateMachine):
         return self.model
 
     @initialize(
-        transition=st.sampled_from(TRANSITIONS), hours_before=st.integers(min_value=0, max_value=30)
+        transition=st.sampled_from(TRANSITIONS),
+        hours_before=st.integers(min_value=0, max_value=30),
+        populate=st.booleans(),
     )
-    def start(self, transition: datetime, hours_before: int) -> None:
+    def start(self, transition: datetime, hours_before: int, populate: bool = False) -> None:
         start = transition - timedelta(hours=hours_before, minutes=7)
         self.examples_dir.mkdir(parents=True, exist_ok=True)
         self.system = System(
@@ -134,6 +146,19 @@ class TepatMachine(RuleBasedStateMachine):
         )
         self.model = Model(start)
         self.run(self.system.start())
+        if populate:
+            self._populate()
+
+    def _populate(self) -> None:
+        """Half the sequences begin with both users, ana with a phone, and contact points
+        (ana both, bob e-mail only): what events, reminders and one-offs need to reach
+        anyone, so more of the steps that follow exercise delivery."""
+        for user, tz in (("ana", ZONES[0]), ("bob", ZONES[1])):
+            self.put_user(user, tz, None, None, False, None, False)
+        self.register_device("ana", DEVICES[0], TOKENS[0], False)
+        self.set_contact("ana", "email", 0)
+        self.set_contact("ana", "sms", 0)
+        self.set_contact("bob", "email", 1)
 
     def teardown(self) -> None:
         try:
@@ -453,8 +478,9 @@ class TepatMachine(RuleBasedStateMachine):
         minutes=st.sampled_from(EVENT_SEND_AT),
         priority=st.sampled_from(EVENT_PRIORITIES),
         variant=st.integers(0, 1),
-        data_ok=st.sampled_from((True, True, True, False)),
+        data_ok=st.sampled_from((True,) * 7 + (False,)),
         twice=st.sampled_from((False, False, False, True)),
+        fault=st.sampled_from((None,) * 4 + EVENT_FAULTS),
     )
     def post_event(
         self,
@@ -466,11 +492,16 @@ class TepatMachine(RuleBasedStateMachine):
         variant: int,
         data_ok: bool,
         twice: bool,
+        fault: Fault | None = None,
     ) -> None:
+        """A new event (or a reused id: the same request is a repeat, another a 409);
+        ``fault`` is armed for what comes next, most likely this event's sends."""
         request = EventRequest(
             event_id, etype, users, self._send_at(minutes), priority, variant, data_ok
         )
         self._post_event(request, twice)
+        if fault is not None:
+            self.sut.faults.armed.add(fault)
 
     @precondition(lambda self: self.model is not None and bool(self.model.events))
     @rule(data=st.data(), times=st.sampled_from((1, 1, 2, 5)))

@@ -32,7 +32,7 @@ from tepat.config import Settings
 from tepat.domain.batches import decode_batch
 from tepat.domain.events import EventState
 from tepat.domain.inbox import InboxItem
-from tepat.domain.models import Message
+from tepat.domain.models import Message, MessageStatus
 from tepat.ports.broker import Delivery
 from tepat.ports.push import PushProvider
 from tepat.ports.store import MessageQuery, Store
@@ -342,6 +342,7 @@ class System:
             ready = sum(s.ready for s in await self.rt.broker.stats(queues))
             if ready == 0:
                 return
+            taken: list[Delivery] = []
             try:
                 async with self.rt.broker.consume(queues, prefetch=ready) as deliveries:
                     iterator = deliveries.__aiter__()
@@ -355,7 +356,19 @@ class System:
                     raise
                 self.faults.crashed = False
                 self.crashes += 1  # the broker takes the dead consumer's deliveries back
+                await self._taint_left_sending(taken)
         raise AssertionError("the queues never emptied (a batch keeps coming back)")
+
+    async def _taint_left_sending(self, taken: Sequence[Delivery]) -> None:
+        """The dead consumer's messages still ``sending``: the sweeper re-drives them
+        after the lease, and any a provider took go again (the documented duplicate
+        window). Whichever of its tasks died, a send of another batch in hand may have
+        been in flight (push and the other channels go at once; the push batcher's
+        request task outlives the consumer here, as a request on the wire would)."""
+        ids = sorted({i for d in taken for i in decode_batch(d.queue, d.body).ids})
+        if ids:
+            left = await self.real_store.get_messages(ids)
+            self._taint([m.id for m in left if m.status is MessageStatus.SENDING], Taint.DUPLICATE)
 
     async def _letting_time_pass(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work``; whenever it waits on the clock (a batch held until its last item's

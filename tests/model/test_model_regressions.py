@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import running_sandbox
+from tests.model.faults import Fault
 from tests.model.machine import Env, TepatMachine
 from tests.model.reference import Quiet
 
@@ -126,6 +127,84 @@ def test_a_critical_events_push_is_not_held_by_quiet_hours(tmp_path: Path) -> No
             )
             state.everything_agrees()
             state.advance(minutes=30)
+            state.everything_agrees()
+        finally:
+            state.teardown()
+
+
+def test_a_reminder_date_skipped_in_one_zone_may_be_planned_again_in_a_zone_behind(
+    tmp_path: Path,
+) -> None:
+    """Ana, disabled, in London: her 07:53 safety reminder's date passes unplanned
+    (the model decides it: user_disabled). Enabled again and moved to New York, the
+    same local date's 07:53 is still four hours ahead there, and it is planned. At the
+    final check (before that instant) the message is pending and scheduled ahead:
+    waiting, not stuck (the check used to demand a terminal state)."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(transition=datetime(2027, 3, 14, 7, 0, tzinfo=UTC), hours_before=0)
+        try:
+            state.put_user(
+                enabled=False,
+                quiet=None,
+                set_quiet=True,
+                soon=None,
+                twice=False,
+                tz="Europe/London",
+                user="ana",
+            )
+            state.put_reminder(
+                at=time(2, 30),
+                category="safety",
+                enabled=True,
+                rid="r1",
+                soon=60,
+                twice=False,
+                user="ana",
+                variant=0,
+            )
+            state.advance(minutes=180)
+            state.put_user(
+                enabled=True,
+                quiet=Quiet(start=time(22, 0), end=time(7, 0)),
+                set_quiet=True,
+                soon=None,
+                twice=False,
+                tz="America/New_York",
+                user="ana",
+            )
+            state.everything_agrees()
+        finally:
+            state.teardown()
+
+
+def test_a_push_in_flight_when_the_consumer_dies_in_another_channel_may_go_twice(
+    tmp_path: Path,
+) -> None:
+    """An event's push, inbox and e-mail messages are sent at once; the consumer dies
+    right after the inbox stored its item, while the push request was on the wire.
+    The push message stays ``sending`` and the sweeper sends it again after the lease:
+    the documented duplicate window, which the harness only granted when the crash
+    was in the push path itself."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(
+            populate=True, hours_before=28, transition=datetime(2027, 4, 3, 15, 0, tzinfo=UTC)
+        )
+        try:
+            state.post_event(
+                data_ok=True,
+                etype="model.notice",
+                event_id="ev2",
+                fault=Fault.CHANNEL_CRASH_AFTER_SEND,
+                minutes=0,
+                priority=None,
+                twice=False,
+                users=("ana",),
+                variant=0,
+            )
+            state.everything_agrees()
+            state.advance_a_little(minutes=16)
             state.everything_agrees()
         finally:
             state.teardown()
