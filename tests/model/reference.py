@@ -127,6 +127,20 @@ class EventRequest:
     def text(self) -> str:
         return f"{self.event_id} v{self.variant}"
 
+    def same_as(self, other: EventRequest) -> bool:
+        """The same request for the API: recipients as a set, the type's priority
+        when none is given, ``send_at`` to the millisecond it is kept at."""
+
+        def norm(r: EventRequest) -> tuple[object, ...]:
+            send_at = r.send_at
+            if send_at is not None and send_at.microsecond % 1000:
+                send_at = send_at - timedelta(microseconds=send_at.microsecond % 1000) + _MS
+            users = None if r.users is None else frozenset(r.users)
+            priority = r.priority or EVENT_TYPES[r.type].priority
+            return (r.event_id, r.type, users, send_at, priority, r.variant, r.data_ok)
+
+        return norm(self) == norm(other)
+
 
 @dataclass
 class EventProgress:
@@ -396,7 +410,7 @@ class Model:
     def post_event(self, request: EventRequest) -> int:
         known = self.events.get(request.event_id)
         if known is not None:
-            return 202 if known.request == request else 409
+            return 202 if known.request.same_as(request) else 409
         self.events[request.event_id] = EventProgress(request)
         return 202
 

@@ -208,3 +208,32 @@ def test_a_push_in_flight_when_the_consumer_dies_in_another_channel_may_go_twice
             state.everything_agrees()
         finally:
             state.teardown()
+
+
+def test_an_event_repeated_naming_its_types_default_priority_is_the_same_request(
+    tmp_path: Path,
+) -> None:
+    """model.alert is critical by default: posted once without a priority and again
+    with "critical", it is the same request (202), not a conflicting one (the model
+    compared the raw bodies and expected a 409)."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("mongo-mock", tmp_path, served.sandbox, served.base_url))
+        state.start(
+            populate=True, hours_before=12, transition=datetime(2027, 10, 31, 1, 0, tzinfo=UTC)
+        )
+        try:
+            for priority in (None, "critical"):
+                state.post_event(
+                    data_ok=True,
+                    etype="model.alert",
+                    event_id="ev2",
+                    fault=None,
+                    minutes=2,
+                    priority=priority,
+                    twice=False,
+                    users=("bob", "cy", "ana"),
+                    variant=1,
+                )
+                state.everything_agrees()
+        finally:
+            state.teardown()
