@@ -70,8 +70,8 @@ class Checker:
             self.keys[m.id] = key
             by_key.setdefault(key, []).append(m)
             self._status(m)
-        taints = self._taints_by_key(system)
         arrivals = system.new_arrivals() + await self._channel_arrivals(system, users)
+        fresh: list[tuple[Key, Arrival, int]] = []
         for a in arrivals:
             if a.message_id not in self.keys:
                 stored = await system.real_store.get_message(a.message_id)
@@ -79,8 +79,12 @@ class Checker:
                     raise Violation(f"{a} arrived for no stored message")
                 self.keys[a.message_id] = message_key(stored)
             key = self.keys[a.message_id]
-            self.arrivals.setdefault(key, []).append(a)
-            self._arrival(model, key, a, taints.get(key, []))
+            seen = self.arrivals.setdefault(key, [])
+            seen.append(a)
+            fresh.append((key, a, len(seen)))
+        taints = self._taints_by_key(system)
+        for key, a, upto in fresh:
+            self._arrival(model, key, a, taints.get(key, []), self.arrivals[key][:upto])
         self._event_messages(model, by_key)
         await self._event_status(model, system, by_key)
         now = system.clock.now()
@@ -93,7 +97,9 @@ class Checker:
 
     # ------------------------------------------------------------ arrivals
 
-    def _arrival(self, model: Model, key: Key, a: Arrival, taints: list[Taint]) -> None:
+    def _arrival(
+        self, model: Model, key: Key, a: Arrival, taints: list[Taint], so_far: list[Arrival]
+    ) -> None:
         e = model.expectations.get(key)
         where = f"{key} arrived at {a.at:%Y-%m-%d %H:%M:%S.%f}Z on {a.token}"
         if e is None:
@@ -103,7 +109,9 @@ class Checker:
         relaxed = bool(taints) and e.at is not None and model.changed_since_decided(e)
         if e.verdict is Verdict.NO_ARRIVAL and not relaxed:
             raise Violation(f"{where}: the model says it must not arrive ({e.reason})")
-        count = sum(1 for x in self.arrivals[key] if x.token == a.token)
+        # A push message goes to each active device; any other to its one target (a
+        # contact changed between two sends of it makes the second one a copy too).
+        count = sum(1 for x in so_far if x.token == a.token or e.channel != "push")
         if count > self._limit(e, taints):
             raise Violation(f"{where}: copy number {count} (taints: {_names(taints)})")
         if count > 1:
@@ -299,17 +307,21 @@ class Checker:
 def _latest(model: Model, e: Expectation, key: Key) -> datetime:
     """The latest a late (faulted) arrival may come: within the missed window, or, when
     the late send met quiet hours (they began after the instant), at their end: the
-    send-time check defers it there, as it would any message due in them."""
+    send-time check defers it there, as it would any message due in them. Every quiet
+    hours the user had since the instant count (the late send met the ones then)."""
     assert e.at is not None
     latest = e.at + MISSED_WINDOW + SLACK
     user = model.users.get(key[1])
-    if e.category in BYPASS_QUIET or e.bypass_quiet or user is None or user.quiet is None:
+    if e.category in BYPASS_QUIET or e.bypass_quiet or user is None:
         return latest
-    t = e.at
-    while t <= e.at + MISSED_WINDOW + SLACK:
-        if user.quiet.covers(wall(t, user.tz).time()):
-            latest = max(latest, user.quiet.end_after(t, user.tz) + SLACK)
-        t += timedelta(minutes=1)
+    for tz, quiet in user.configs_since(e.at):
+        if quiet is None:
+            continue
+        t = e.at
+        while t <= e.at + MISSED_WINDOW + SLACK:
+            if quiet.covers(wall(t, tz).time()):
+                latest = max(latest, quiet.end_after(t, tz) + SLACK)
+            t += timedelta(minutes=1)
     return latest
 
 

@@ -102,6 +102,19 @@ class Faults:
         self.planning = False  # inside a scheduled plan run (not an API re-plan)
         self.fanning_out = False  # inside the harness's event fan-out
         self.on_crash: Callable[[], None] = lambda: None
+        # Order of the last claim and of the last hand-off to a provider, per message:
+        # a consumer dying between them leaves a message that may be on the wire.
+        self._tick = 0
+        self.claimed: dict[str, int] = {}
+        self.handed: dict[str, int] = {}
+
+    def note(self, into: dict[str, int], ids: Sequence[str]) -> None:
+        self._tick += 1
+        for i in ids:
+            into[i] = self._tick
+
+    def handed_since_claim(self, message_id: str) -> bool:
+        return self.handed.get(message_id, -1) > self.claimed.get(message_id, 0)
 
     def take(self, fault: Fault) -> bool:
         if fault in self.armed:
@@ -130,6 +143,7 @@ class FaultyStore:
     async def claim(self, message_ids: Sequence[str], now: Any, due_before: Any = None) -> Any:
         claimed = await self._inner.claim(message_ids, now, due_before)
         self._faults.sent_since_claim = False
+        self._faults.note(self._faults.claimed, [m.id for m in claimed])
         if claimed and self._faults.take(Fault.CRASH_AFTER_CLAIM):
             self._faults.on_fault(Fault.CRASH_AFTER_CLAIM, [m.id for m in claimed], Taint.LATE)
             raise crash(self._faults, "after claim")
@@ -178,6 +192,7 @@ class FaultyPush:
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         ids = sorted({r.message_id for r in batch})
+        self._faults.note(self._faults.handed, ids)
         now = self._sandbox.clock.now()
         if self._paused_until is not None and now <= self._paused_until:
             # A 429's Retry-After holds back every request of the project, not only the
@@ -260,6 +275,7 @@ class FaultyChannel:
 
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
         ids = [item.message.id for item in items]
+        self._faults.note(self._faults.handed, ids)
         fault = self._faults.take_any(self._armed)
         if fault is Fault.CHANNEL_TRY_AGAIN:
             self._faults.on_fault(fault, ids, Taint.LATE)

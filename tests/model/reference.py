@@ -211,6 +211,14 @@ class UserState:
     enabled: bool = True
     prefs: dict[str, bool] = field(default_factory=dict)
     zone_generation: int = 0  # bumped when the zone changes
+    # (since, zone, quiet hours): every configuration the user had, oldest first
+    history: list[tuple[datetime, str, Quiet | None]] = field(default_factory=list)
+
+    def configs_since(self, instant: datetime) -> list[tuple[str, Quiet | None]]:
+        """The (zone, quiet hours) in effect at ``instant`` and every one after it."""
+        out = [(tz, q) for since, tz, q in self.history if since > instant]
+        before = [(tz, q) for since, tz, q in self.history if since <= instant]
+        return before[-1:] + out
 
 
 @dataclass(frozen=True)
@@ -291,6 +299,7 @@ class Model:
             self.users[user] = UserState(
                 tz, quiet if set_quiet else None, True if enabled is None else enabled
             )
+            self.users[user].history.append((self.now, tz, self.users[user].quiet))
             return 201
         new_quiet = quiet if set_quiet else old.quiet
         if tz != old.tz:
@@ -301,6 +310,7 @@ class Model:
                 if e.key[0] in ("o", "e") and e.deferred:
                     e.verdict = Verdict.UNKNOWN
         old.tz, old.quiet = tz, new_quiet
+        old.history.append((self.now, tz, new_quiet))
         if enabled is not None:
             old.enabled = enabled
         return 200

@@ -62,6 +62,9 @@ SWEEP_EVERY = 30  # seconds, TEPAT_SWEEP_INTERVAL_SECONDS's default
 RECEIPTS_EVERY = 300
 PLAN_EVERY = 600  # TEPAT_PLAN_INTERVAL_SECONDS's default
 STUCK_PUMP_SECONDS = 30.0  # real seconds: a batch that takes longer is waiting on the fake clock
+# Real seconds after which time passes although not every batch in hand waits on the
+# clock directly (one waits on a send that waits on it: a 429's pause).
+CLOCK_GRACE = 0.2
 OCCURRED_AT = "2027-01-01T00:00:00+00:00"  # every event's; the model varies the rest
 
 
@@ -106,6 +109,7 @@ class System:
         self.faults = Faults(self._on_fault)
         self.faults.on_crash = self._kill_consumer
         self._consumer: asyncio.Future[None] | None = None  # the batch being handled
+        self._handlers: list[asyncio.Future[None]] = []  # one per batch in hand
         self.crashes = 0
         self.plan_crashes = 0
         self._stack = AsyncExitStack()
@@ -211,9 +215,12 @@ class System:
             self._taint(ids, taint)
 
     def _kill_consumer(self) -> None:
-        """The consumer process died: every task of it stops, whichever task crashed."""
+        """The consumer process died: every task of it stops, whichever task crashed,
+        and its push batcher's queued and in-flight requests with it (they would
+        otherwise go out later, from the next consumer, as no dead process does)."""
         if self._consumer is not None and not self._consumer.done():
             self._consumer.cancel()
+        self.rt.dispatcher.abandon_sends()
 
     def _taint(self, ids: Sequence[str], taint: Taint) -> None:
         for i in ids:
@@ -356,19 +363,25 @@ class System:
                     raise
                 self.faults.crashed = False
                 self.crashes += 1  # the broker takes the dead consumer's deliveries back
-                await self._taint_left_sending(taken)
+                await self._taint_on_the_wire(taken)
         raise AssertionError("the queues never emptied (a batch keeps coming back)")
 
-    async def _taint_left_sending(self, taken: Sequence[Delivery]) -> None:
-        """The dead consumer's messages still ``sending``: the sweeper re-drives them
-        after the lease, and any a provider took go again (the documented duplicate
-        window). Whichever of its tasks died, a send of another batch in hand may have
-        been in flight (push and the other channels go at once; the push batcher's
-        request task outlives the consumer here, as a request on the wire would)."""
+    async def _taint_on_the_wire(self, taken: Sequence[Delivery]) -> None:
+        """The dead consumer's messages still ``sending`` that it had handed to a
+        provider: the sweeper re-drives them after the lease, and they may go again (the
+        documented duplicate window). Whichever of its tasks died, a send of another
+        batch in hand may have been on the wire (push and the other channels go at once)."""
         ids = sorted({i for d in taken for i in decode_batch(d.queue, d.body).ids})
         if ids:
             left = await self.real_store.get_messages(ids)
-            self._taint([m.id for m in left if m.status is MessageStatus.SENDING], Taint.DUPLICATE)
+            self._taint(
+                [
+                    m.id
+                    for m in left
+                    if m.status is MessageStatus.SENDING and self.faults.handed_since_claim(m.id)
+                ],
+                Taint.DUPLICATE,
+            )
 
     async def _letting_time_pass(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work``; whenever it waits on the clock (a batch held until its last item's
@@ -377,12 +390,20 @@ class System:
         task = asyncio.ensure_future(work)
         self._consumer = task
         started = time.monotonic()
+        stalled_since: float | None = None
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=0.002)
                 waiting = [s[0] for s in getattr(self.clock, "_sleepers", []) if not s[2].done()]
                 if not task.done() and waiting:
-                    self.clock.set(max(self.clock.now(), min(waiting)))
+                    # Only once every batch in hand waits on the clock: one still doing
+                    # its store work or its requests (real time) must not see the time
+                    # of a later instant held by another. Waiting on the clock less
+                    # directly (a send paused by a 429), it moves after a grace.
+                    stalled_since = stalled_since or time.monotonic()
+                    if self._all_on_clock() or time.monotonic() - stalled_since > CLOCK_GRACE:
+                        self.clock.set(max(self.clock.now(), min(waiting)))
+                        stalled_since = None
                 if time.monotonic() - started > STUCK_PUMP_SECONDS:
                     task.cancel()
                     raise AssertionError("a batch took more than 30 s of real time")
@@ -390,8 +411,19 @@ class System:
             self._consumer = None
         await task
 
+    def _all_on_clock(self) -> bool:
+        """Every batch in hand is waiting on the fake clock itself."""
+        sleeping = {id(s[2]) for s in getattr(self.clock, "_sleepers", []) if not s[2].done()}
+        return all(
+            t.done() or id(getattr(t, "_fut_waiter", None)) in sleeping for t in self._handlers
+        )
+
     async def _handle_all(self, deliveries: Sequence[Delivery]) -> None:
-        await asyncio.gather(*(self._handle(d) for d in deliveries))
+        self._handlers = [asyncio.ensure_future(self._handle(d)) for d in deliveries]
+        try:
+            await asyncio.gather(*self._handlers)
+        finally:
+            self._handlers = []
 
     async def _handle(self, delivery: Delivery) -> None:
         batch = decode_batch(delivery.queue, delivery.body)

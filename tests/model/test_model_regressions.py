@@ -178,14 +178,16 @@ def test_a_reminder_date_skipped_in_one_zone_may_be_planned_again_in_a_zone_behi
             state.teardown()
 
 
-def test_a_push_in_flight_when_the_consumer_dies_in_another_channel_may_go_twice(
+def test_a_consumer_dying_in_another_channel_takes_its_queued_push_with_it(
     tmp_path: Path,
 ) -> None:
-    """An event's push, inbox and e-mail messages are sent at once; the consumer dies
-    right after the inbox stored its item, while the push request was on the wire.
-    The push message stays ``sending`` and the sweeper sends it again after the lease:
-    the documented duplicate window, which the harness only granted when the crash
-    was in the push path itself."""
+    """An event's push, inbox and e-mail messages go at once; the consumer dies right
+    after the inbox stored its item, while the push request waited in the batcher.
+    The push message stays ``sending`` and the sweeper re-drives it after the lease.
+    The harness let the dead consumer's queued request go out too, beside the
+    re-drive (two copies, no fault on the push path to account for them); now a
+    death abandons the batcher's requests, and one still on the wire (handed to the
+    provider since the claim) is in the documented duplicate window."""
     with running_sandbox(ExpoSandbox()) as served:
         state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
         state.start(
