@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, time
 from pathlib import Path
+from typing import Any, cast
 
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import running_sandbox
@@ -237,5 +238,111 @@ def test_an_event_repeated_naming_its_types_default_priority_is_the_same_request
                     variant=1,
                 )
                 state.everything_agrees()
+        finally:
+            state.teardown()
+
+
+class _Drawn:
+    """What a rule's ``data.draw`` returns in a replay: the value hypothesis drew."""
+
+    def __init__(self, value: object) -> None:
+        self._value = value
+
+    def draw(self, strategy: object) -> object:
+        return self._value
+
+
+def test_time_passes_only_once_every_batch_in_hand_waits_on_the_clock(tmp_path: Path) -> None:
+    """ev1's push is due at :55:00.000, ev2's (posted after a crash had moved the clock
+    845 ms on) at :55:00.845, on another queue. Both batches are in hand at once; the
+    harness moved the clock to .845 while ev1's batch was still at its store work, so
+    ev1's push went out at .845 (the consumer itself holds each item to its own
+    instant; the old harness failed here about one run in three, as real time fell).
+    Time now passes only once every batch in hand waits on the clock."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(
+            populate=True, hours_before=8, transition=datetime(2027, 4, 3, 15, 0, tzinfo=UTC)
+        )
+        try:
+            state.post_event(
+                data_ok=True,
+                etype="model.alert",
+                event_id="ev3",
+                fault=Fault.CRASH_AFTER_CLAIM,
+                minutes=0,
+                priority=None,
+                twice=False,
+                users=("bob", "cy", "ana"),
+                variant=0,
+            )
+            state.post_event(
+                data_ok=True,
+                etype="model.notice",
+                event_id="ev1",
+                fault=Fault.CHANNEL_TRY_AGAIN,
+                minutes=2,
+                priority=None,
+                twice=False,
+                users=None,
+                variant=0,
+            )
+            state.everything_agrees()
+            state.fan_out_page(data=cast(Any, _Drawn("ev3")), crash=False, concurrent=False)
+            state.oneoff_burst(category="meal", count=2, minutes=60, user="ana")
+            state.set_contact(channel="email", index=0, user="ana")
+            state.fan_out_page(data=cast(Any, _Drawn("ev1")), crash=True, concurrent=True)
+            state.everything_agrees()
+            state.post_event(
+                data_ok=True,
+                etype="model.alert",
+                event_id="ev2",
+                fault=None,
+                minutes=2,
+                priority="critical",
+                twice=True,
+                users=None,
+                variant=1,
+            )
+            state.advance_a_little(minutes=15)
+            state.everything_agrees()
+        finally:
+            state.teardown()
+
+
+def test_a_late_copy_may_wait_for_quiet_hours_since_edited_away(tmp_path: Path) -> None:
+    """Two mood one-offs go out; the consumer dies after Expo accepted them (the
+    duplicate window), and the re-drive meets quiet hours set meanwhile (20 minutes
+    from then): the copies wait for their end, past the missed window. The user's
+    quiet hours are then edited again; the check took only the current ones and
+    called the copies too late. Every quiet hours since the instant count."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(
+            populate=True, hours_before=18, transition=datetime(2027, 4, 3, 15, 0, tzinfo=UTC)
+        )
+        try:
+            state.arm_fault(fault=Fault.CRASH_AFTER_ACCEPT)
+            state.oneoff_burst(category="mood", count=2, minutes=1, user="ana")
+            state.put_user(
+                enabled=None,
+                quiet=Quiet(start=time(1, 0), end=time(3, 0)),
+                set_quiet=True,
+                soon=(5, 35),
+                twice=False,
+                tz="America/New_York",
+                user="ana",
+            )
+            state.advance_a_little(minutes=10)
+            state.put_user(
+                enabled=True,
+                quiet=Quiet(start=time(12, 0), end=time(12, 45)),
+                set_quiet=True,
+                soon=(-10, 20),
+                twice=True,
+                tz="Europe/London",
+                user="ana",
+            )
+            state.everything_agrees()
         finally:
             state.teardown()
