@@ -50,6 +50,7 @@ SENDER = "+14155550100"
 ANA_EMAIL, ANA_PHONE = "ana@example.com", "+14155552671"
 BEN_EMAIL, BEN_PHONE = "ben@example.com", "+14155552672"
 LINK_DAYS = 30
+RELAY_SECRET = "relay-events-secret-0123456789abcdef0123456789"
 
 EVENT_TYPES = {
     "invoice.overdue": {
@@ -105,6 +106,7 @@ async def rt(
         "TEPAT_UNSUBSCRIBE_SECRET": "unsubscribe-secret-0123456789abcdef0123456789",
         "TEPAT_UNSUBSCRIBE_MAILTO": MAILTO,
         "TEPAT_UNSUBSCRIBE_LINK_DAYS": str(LINK_DAYS),
+        "TEPAT_EMAIL_EVENTS_SECRET": RELAY_SECRET,
         "TEPAT_TWILIO_ACCOUNT_SID": DEFAULT_ACCOUNT_SID,
         "TEPAT_TWILIO_AUTH_TOKEN": DEFAULT_AUTH_TOKEN,
         "TEPAT_TWILIO_FROM": SENDER,
@@ -347,7 +349,7 @@ async def test_a_550_fails_and_suppresses_the_next_event_skips_email_suppressed(
     assert len(twilio.sandbox.received()) == 3
 
 
-async def test_a_421_is_retried_with_backoff_then_sent(
+async def test_a_421_is_retried_with_backoff_then_sent_and_delivered(
     client: httpx.AsyncClient, app: FastAPI, rt: Runtime, clock: FakeClock, smtp: SmtpServer
 ) -> None:
     await user(client, "ana", ANA_EMAIL, ANA_PHONE)
@@ -387,6 +389,28 @@ async def test_a_421_is_retried_with_backoff_then_sent(
     got = await event_status(client, "inv-1")
     assert got["channels"]["email"]["by_status"] == {"sent": 1}
     assert got["channels"]["sms"]["by_status"] == {"sent": 1}
+
+    # The relay then reports the delivery (a signed SES-shaped event of a relay of ours).
+    mail = smtp.received[0].mail
+    event = {
+        "eventId": "delivery-1",
+        "notificationType": "Delivery",
+        "delivery": {"recipients": [ANA_EMAIL]},
+        "mail": {
+            "messageId": "relay-1",
+            "headers": [{"name": "X-Tepat-Message-Id", "value": mail["X-Tepat-Message-Id"]}],
+        },
+    }
+    raw = json.dumps(event).encode()
+    digest = hmac.new(RELAY_SECRET.encode(), raw, hashlib.sha256).hexdigest()
+    r = await client.post(
+        "/v1/providers/email/events",
+        content=raw,
+        headers={"X-Tepat-Signature": f"sha256={digest}", "content-type": "application/json"},
+    )
+    assert r.status_code == 200, r.text
+    got = await event_status(client, "inv-1")
+    assert got["channels"]["email"]["by_status"] == {"delivered": 1}
 
 
 async def test_one_click_unsubscribe_opts_out_of_that_categorys_email_only(
