@@ -137,6 +137,7 @@ class System:
             expo_url=self.sandbox_url,
             expo_rate_limit=1_000_000,
             receipt_delay_seconds=60,
+            event_types=event_types_setting(),
             # Providers configured so that routes may name e-mail and SMS; their
             # adapters are replaced by recording ones (_install_channels).
             smtp_host="smtp.model.invalid",
@@ -148,10 +149,7 @@ class System:
             twilio_auth_token=SecretStr("model-twilio-token-0123456789abcdef"),
             twilio_from="+15005550006",
         )
-        # Set after validation: the field's own check does not see the providers above
-        # (it is validated before them); event_routing() checks the routes against them.
-        settings = settings.model_copy(update={"event_types": event_types_setting()})
-        settings.event_routing()
+
         push = make_push_provider(settings, self.clock)
         client = cast(Any, push)._client
         transport = FaultyTransport(client._transport)
