@@ -110,6 +110,6 @@ async def test_queue_depth_comes_from_broker_stats(tmp_path: Path) -> None:
         rt.broker.stats = stats  # type: ignore[method-assign]
         await metrics.refresh_gauges(rt)
         exp = Exposition.parse(metrics.exposition().decode())
-        second = rt.categories.queues()[1]
+        second = rt.queues[1]
         assert exp.value("tepat_queue_depth", queue=second, state="ready") == 1
         assert exp.value("tepat_queue_depth", queue=second, state="dead_letters") == 1
