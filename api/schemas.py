@@ -322,10 +322,21 @@ class MessageOut(BaseModel):
     local_time: str | None = Field(description='Local "HH:MM" it is meant for')
     timezone: str
     scheduled_at: UtcDatetime = Field(description="When it is (or was) due, UTC")
+    channel: str = Field(
+        default="push", description="push, inbox, email or sms (an event's message)"
+    )
     status: MessageStatus
     status_reason: str | None
+    last_error: str | None = Field(
+        default=None,
+        description="The detail behind a failure or retry (the provider's error, the"
+        " template variable a render_error missed)",
+    )
     attempts: int
-    ticket_id: str | None = Field(description="Expo ticket id once accepted")
+    ticket_id: str | None = Field(
+        description="The provider's id once accepted: Expo ticket, Twilio message SID,"
+        " e-mail Message-ID"
+    )
     created_at: UtcDatetime | None
     updated_at: UtcDatetime | None
 
@@ -340,8 +351,10 @@ class MessageOut(BaseModel):
             "local_time": format_hhmm(m.local_time) if m.local_time else None,
             "timezone": m.timezone,
             "scheduled_at": m.scheduled_at,
+            "channel": m.channel,
             "status": m.status,
             "status_reason": m.status_reason,
+            "last_error": m.last_error,
             "attempts": m.attempts,
             "ticket_id": m.ticket_id,
             "created_at": m.created_at,
@@ -417,7 +430,6 @@ class FailedMessageOut(MessageOut):
     title: str
     body: str
     data: dict[str, Any]
-    last_error: str | None
 
     @classmethod
     def of(cls, m: Message) -> FailedMessageOut:
@@ -427,7 +439,6 @@ class FailedMessageOut(MessageOut):
             title=m.title,
             body=m.body,
             data=m.data,
-            last_error=m.last_error,
         )
 
 
@@ -544,7 +555,9 @@ class TemplateIn(Request):
         description="push only: notification data, each value a template",
         examples=[{"url": "myapp://orders/{{ order_id }}"}],
     )
-    html: str | None = Field(default=None, description="inbox only: an HTML body (autoescaped)")
+    html: str | None = Field(
+        default=None, description="inbox and email: an HTML body (autoescaped)"
+    )
     link: str | None = Field(default=None, description="inbox only: a URL or path to open")
 
     def parts(self) -> dict[str, Any]:

@@ -87,9 +87,15 @@ def serve(
     host: Host = "127.0.0.1",
     port: Port = 8000,
     sandbox: Annotated[
-        bool, typer.Option(help="Start the Expo sandbox in-process and send to it.")
+        bool,
+        typer.Option(
+            help="Start the Expo sandbox in-process and send to it (and, with"
+            " TEPAT_TWILIO_* set, a Twilio sandbox on the next port for SMS)."
+        ),
     ] = False,
-    sandbox_port: Annotated[int, typer.Option(help="Port of the in-process Expo sandbox.")] = 8001,
+    sandbox_port: Annotated[
+        int, typer.Option(help="Port of the in-process Expo sandbox (Twilio's: the next one).")
+    ] = 8001,
 ) -> None:
     """API, creator jobs, consumers and the receipt poller in one process."""
     from tepat.processes import serve_all

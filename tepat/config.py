@@ -393,7 +393,10 @@ class Settings(BaseSettings):
             and v is None
             and info.data.get("twilio_from") is None
         ):
-            raise ValueError("Twilio is configured: set TEPAT_TWILIO_FROM or this")
+            raise ValueError(
+                "TEPAT_TWILIO_ACCOUNT_SID is set: set TEPAT_TWILIO_FROM (the sending"
+                " number or sender id) or TEPAT_TWILIO_MESSAGING_SERVICE_SID"
+            )
         return v
 
     @field_validator("twilio_url")
@@ -459,7 +462,9 @@ def load_settings(**overrides: Any) -> Settings:
         # Inside a structured variable, say where: TEPAT_CATEGORIES: safety.maybe_sent: ...
         inner = ".".join(str(p) for p in err["loc"][1:])
         where = f"{name}: {inner}" if inner else name
-        raise ConfigError(f"tepat: bad configuration: {where}: {err['msg']}") from None
+        # pydantic's "Value error, " prefix says nothing to an operator
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"tepat: bad configuration: {where}: {message}") from None
 
 
 def _is_sms_sender(v: str) -> bool:

@@ -34,7 +34,8 @@ TypePath = Annotated[
     str, Path(min_length=1, max_length=128, description="Event type", examples=["order.paid"])
 ]
 ChannelPath = Annotated[
-    str, Path(min_length=1, max_length=16, description="push or inbox", examples=["push"])
+    str,
+    Path(min_length=1, max_length=16, description="push, inbox, email or sms", examples=["push"]),
 ]
 LocalePath = Annotated[
     str, Path(min_length=1, max_length=35, description="Locale tag", examples=["pt-BR"])
