@@ -88,6 +88,14 @@ class ChannelSender:
     def channels(self) -> list[str]:
         return list(self._channels)
 
+    def set_rate_share(self, share: float) -> None:
+        """Each provider's configured rate is the deployment's: a process sends its share
+        (the channels whose adapter has a rate: e-mail, SMS)."""
+        for channel in self._channels.values():
+            set_share = getattr(channel, "set_rate_share", None)
+            if set_share is not None:
+                set_share(share)
+
     async def close(self) -> None:
         for channel in self._channels.values():
             try:

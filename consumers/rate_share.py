@@ -5,7 +5,9 @@ the live members of its group (one group per Expo project: URL and
 credential). It then takes ``ceiling / live`` as its own ceiling. A process
 that dies stops beating and drops out within the TTL; one that joins is
 counted at its first beat. So ``TEPAT_EXPO_RATE_LIMIT`` is the project's
-limit, never divided by hand, and two processes together stay under it.
+limit, never divided by hand, and two processes together stay under it; the same
+share applies to ``TEPAT_SMTP_RATE`` and ``TEPAT_TWILIO_RATE`` (the consumer
+processes of one deployment send every channel).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ async def run_rate_share(rt: Runtime, stop: asyncio.Event) -> None:
                     log.info("consumers sharing the provider's rate", live=now_live)
                 live = max(1, now_live)
                 rt.push.set_rate_share(1.0 / live)
+                # The same processes send e-mail and SMS: their providers' rates too.
+                rt.dispatcher.channels.set_rate_share(1.0 / live)
             except Exception:
                 # Keep the last share: a store hiccup must not double anyone's rate.
                 log.exception("rate share heartbeat failed")

@@ -89,6 +89,7 @@ class TwilioSmsChannel:
         self.public_url = public_url.rstrip("/") if public_url else None
         self.max_segments = max_segments
         self.clock = clock
+        self.rate = rate
         self.limiter = TokenBucket(rate, clock)
         self._path = f"/2010-04-01/Accounts/{quote(account_sid, safe='')}/Messages.json"
         self._client = httpx.AsyncClient(
@@ -111,6 +112,11 @@ class TwilioSmsChannel:
         """``GET /2010-04-01/Accounts/{sid}.json``: 200 when the credentials hold, 401
         when not; sends nothing (``tepat doctor``). Raises httpx errors."""
         return await self._client.get(self._path.removesuffix("/Messages.json") + ".json")
+
+    def set_rate_share(self, share: float) -> None:
+        """This process's part of ``TEPAT_TWILIO_RATE`` when several consumer processes
+        send for one account (``consumers/rate_share.py``)."""
+        self.limiter.set_rate(self.rate * min(1.0, max(share, 1e-3)))
 
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
         return list(await asyncio.gather(*(self._send_one(item) for item in items)))
