@@ -66,7 +66,10 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     """The HTTP API over an open runtime; ``admin_key`` from :func:`resolve_admin_key`."""
     jwt_secret = rt.settings.jwt_secret
     authenticator = Authenticator(
-        admin_key, jwt_secret.get_secret_value() if jwt_secret else None, rt.clock
+        admin_key,
+        jwt_secret.get_secret_value() if jwt_secret else None,
+        rt.clock,
+        app_keys={app: key.get_secret_value() for app, key in rt.settings.app_keys.items()},
     )
     app = FastAPI(
         title="Tepat",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hmac
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, TypeGuard
 from urllib.parse import parse_qs
@@ -43,13 +44,15 @@ _CHALLENGE = 'Bearer realm="tepat", ApiKey realm="tepat" header="X-API-Key"'
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """An admin (``user_id is None``) or one end user."""
+    """An admin (``user_id`` and ``app`` None), one end user, or one app (a per-app key:
+    ``TEPAT_APP_KEYS``, which reaches the events API only)."""
 
     user_id: str | None = None
+    app: str | None = None
 
     @property
     def admin(self) -> bool:
-        return self.user_id is None
+        return self.user_id is None and self.app is None
 
     def may_reach_user(self, user_id: str) -> bool:
         return self.admin or self.user_id == user_id
@@ -64,19 +67,31 @@ class AuthError(Exception):
 
 
 class Authenticator:
-    def __init__(self, admin_key: str, jwt_secret: str | None, clock: Clock) -> None:
+    def __init__(
+        self,
+        admin_key: str,
+        jwt_secret: str | None,
+        clock: Clock,
+        app_keys: Mapping[str, str] | None = None,
+    ) -> None:
         if not admin_key:
             raise ValueError("the admin API key must not be empty")
         self._admin_key = admin_key.encode()
+        self._app_keys = [(app, key.encode()) for app, key in (app_keys or {}).items()]
         self._jwt_secret = jwt_secret or None
         self._clock = clock
 
     def authenticate(self, headers: Headers) -> Principal:
         api_key = headers.get("x-api-key")
         if api_key is not None:
-            if not hmac.compare_digest(api_key.encode(), self._admin_key):
+            given = api_key.encode()
+            if hmac.compare_digest(given, self._admin_key):
+                return Principal()
+            # Every key compared, whichever matches: the time says nothing about which.
+            apps = [app for app, key in self._app_keys if hmac.compare_digest(given, key)]
+            if not apps:
                 raise AuthError(401, "invalid API key")
-            return Principal()
+            return Principal(app=apps[0])
         authorization = headers.get("authorization")
         if authorization is None:
             raise AuthError(401, "credentials required: an X-API-Key or a Bearer token")
@@ -138,6 +153,10 @@ def authorize(principal: Principal, path: str) -> None:
     if principal.admin:
         return
     parts = path.split("/")  # "", "v1", "users", "{user_id}", ...
+    if principal.app is not None:
+        if parts[2:3] == ["events"]:
+            return
+        raise AuthError(403, "an app key reaches only /v1/events")
     if len(parts) >= 4 and parts[2] == "users" and principal.may_reach_user(parts[3]):
         return
     if parts[2:3] == ["admin"]:
@@ -198,7 +217,8 @@ class AuthMiddleware:
 api_key_scheme = APIKeyHeader(
     name="X-API-Key",
     scheme_name="ApiKey",
-    description="The admin API key (TEPAT_ADMIN_API_KEY): reaches every endpoint.",
+    description="The admin API key (TEPAT_ADMIN_API_KEY): reaches every endpoint; or an"
+    " app key (TEPAT_APP_KEYS): reaches the events API only.",
     auto_error=False,
 )
 bearer_scheme = HTTPBearer(
@@ -245,6 +265,16 @@ def user_access(
     if not principal.may_reach_user(user_id):
         raise AuthError(403, "a user token reaches only that user's own resources")
     return user_id
+
+
+def events_access(
+    request: Request, _api_key: Annotated[str | None, Depends(api_key_scheme)]
+) -> Principal:
+    """The admin key, or an app key (``TEPAT_APP_KEYS``): the events API."""
+    principal = _principal(request)
+    if principal.user_id is not None:
+        raise AuthError(403, "the events API needs the X-API-Key (admin or app key)")
+    return principal
 
 
 def admin_access(

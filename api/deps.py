@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
 
-from api.auth import Principal, admin_access, user_access
+from api.auth import Principal, admin_access, events_access, user_access
 from tepat.domain.validation import IDENTIFIER_PATTERN
 from tepat.runtime import Runtime
 
@@ -20,6 +20,8 @@ RT = Annotated[Runtime, Depends(runtime)]
 # The path's user id, once the caller is allowed to reach it.
 UserId = Annotated[str, Depends(user_access)]
 Admin = Annotated[Principal, Depends(admin_access)]
+# The admin key or an app key (TEPAT_APP_KEYS): the events API.
+EventsCaller = Annotated[Principal, Depends(events_access)]
 
 
 def id_path(description: str, example: str) -> Any:

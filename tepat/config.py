@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     expo_rate_limit: float = Field(default=600, gt=0, description="notifications/s per credential")
     admin_api_key: SecretStr | None = None
     jwt_secret: SecretStr | None = None
+    # Per-app keys for the events API only ({"billing": "<key>", ...}): a backend posts
+    # and follows events without the admin key. JSON; each key at least 32 characters.
+    app_keys: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)
     receipt_delay_seconds: float = Field(default=900, ge=0)
     receipt_poll_interval_seconds: float = Field(default=30, gt=0)
     plan_horizon_hours: float = Field(default=48, gt=0, le=24 * 31)
@@ -214,6 +217,21 @@ class Settings(BaseSettings):
     @classmethod
     def _categories(cls, v: Any) -> Any:
         return _json_text(v, "category policies")
+
+    @field_validator("app_keys", mode="before")
+    @classmethod
+    def _app_keys(cls, v: Any) -> Any:
+        v = _json_text(v, "app keys") if v is not None else {}
+        if not isinstance(v, dict):
+            raise ValueError('expected a JSON object {"app name": "key"}')
+        for name, key in v.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", str(name)):
+                raise ValueError(f"{name!r}: app names are lower-case letters, digits, _ and -")
+            if not isinstance(key, str) or len(key) < 32:
+                raise ValueError(f"{name}: a key of at least 32 characters is needed")
+        if len(set(v.values())) != len(v):
+            raise ValueError("two apps share one key")
+        return v
 
     @field_validator("event_types", mode="before")
     @classmethod

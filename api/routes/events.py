@@ -12,7 +12,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
-from api.deps import Admin
+from api.deps import EventsCaller
 from api.problems import problem_responses
 from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text
 from api.schemas import Request as StrictRequest
@@ -119,7 +119,7 @@ def _handle(event: Event) -> EventHandle:
     responses=problem_responses(400, 409, 413, 422),
     summary="Accept a business event; fan it out to its recipients in the background",
 )
-async def post_event(body: EventIn, request: Request, _: Admin) -> EventHandle:
+async def post_event(body: EventIn, request: Request, _: EventsCaller) -> EventHandle:
     """202 with a handle at once, for a new event and for a repeat alike; the fan-out
     runs in the scheduler process (`tepat serve` or `tepat scheduler`)."""
     event, _created = await _service(request).accept(
@@ -149,7 +149,7 @@ EventIdPath = Annotated[
     responses=problem_responses(404, 422),
     summary="Follow an event's fan-out and outcomes",
 )
-async def get_event(event_id: EventIdPath, request: Request, _: Admin) -> EventStatusOut:
+async def get_event(event_id: EventIdPath, request: Request, _: EventsCaller) -> EventStatusOut:
     return status_out(await _service(request).status(event_id))
 
 
