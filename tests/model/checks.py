@@ -307,8 +307,9 @@ class Checker:
 def _latest(model: Model, e: Expectation, key: Key) -> datetime:
     """The latest a late (faulted) arrival may come: within the missed window, or, when
     the late send met quiet hours (they began after the instant), at their end: the
-    send-time check defers it there, as it would any message due in them. Every quiet
-    hours the user had since the instant count (the late send met the ones then)."""
+    send-time check defers it there, as it would any message due in them, and a fault
+    after that delays it within the missed window from there. Every quiet hours the
+    user had since the instant count (the late send met the ones then)."""
     assert e.at is not None
     latest = e.at + MISSED_WINDOW + SLACK
     user = model.users.get(key[1])
@@ -320,7 +321,9 @@ def _latest(model: Model, e: Expectation, key: Key) -> datetime:
         t = e.at
         while t <= e.at + MISSED_WINDOW + SLACK:
             if quiet.covers(wall(t, tz).time()):
-                latest = max(latest, quiet.end_after(t, tz) + SLACK)
+                # Deferred to their end, it has its missed window from there (another
+                # fault then delays it within that window).
+                latest = max(latest, quiet.end_after(t, tz) + MISSED_WINDOW + SLACK)
             t += timedelta(minutes=1)
     return latest
 

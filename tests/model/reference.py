@@ -465,9 +465,12 @@ class Model:
             return  # the key is taken: the page done again creates nothing
         self._changed(user)
         nominal = self.now
-        if req.send_at is not None and req.send_at > self.now:
+        if req.send_at is not None:
+            # Kept to the millisecond, rounded up: a send_at of "now" with a finer
+            # instant is a little ahead of now once stored.
             extra = timedelta(microseconds=req.send_at.microsecond % 1000)
-            nominal = req.send_at if not extra else req.send_at - extra + _MS
+            kept = req.send_at if not extra else req.send_at - extra + _MS
+            nominal = max(kept, self.now)
         u = self.users[user]
         bypass = ev.priority == "critical" or ev.category in BYPASS_QUIET
         deferred = not bypass and bool(u.quiet and u.quiet.covers(wall(nominal, u.tz).time()))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -343,6 +343,78 @@ def test_a_late_copy_may_wait_for_quiet_hours_since_edited_away(tmp_path: Path) 
                 tz="Europe/London",
                 user="ana",
             )
+            state.everything_agrees()
+        finally:
+            state.teardown()
+
+
+def test_an_event_deferred_by_quiet_hours_after_a_crash_may_be_redriven_again(
+    tmp_path: Path,
+) -> None:
+    """Bob's inbox item is claimed at its instant and the consumer dies; the re-drive
+    meets quiet hours that began meanwhile and defers it to their end, where the
+    consumer dies again after the claim: the second re-drive comes a lease later,
+    within the missed window counted from the end of the quiet hours (the check
+    allowed only the quiet hours' end)."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(transition=datetime(2027, 3, 14, 7, 0, tzinfo=UTC), hours_before=0)
+        try:
+            state.arm_fault(fault=Fault.CRASH_AFTER_CLAIM)
+            state.post_event(
+                data_ok=True,
+                etype="model.notice",
+                event_id="ev3",
+                fault=None,
+                minutes=None,
+                priority=None,
+                twice=False,
+                users=("bob",),
+                variant=0,
+            )
+            state.put_user(
+                enabled=None,
+                quiet=None,
+                set_quiet=True,
+                soon=(5, 35),
+                twice=False,
+                tz="America/New_York",
+                user="bob",
+            )
+            state.advance(minutes=30)
+            state.arm_fault(fault=Fault.CRASH_AFTER_CLAIM)
+            state.advance(minutes=30)
+            state.everything_agrees()
+        finally:
+            state.teardown()
+
+
+def test_an_events_send_at_of_now_is_kept_to_the_millisecond_above(tmp_path: Path) -> None:
+    """An event posted with send_at = now, when now has microseconds (a crash's re-drive
+    moved the clock off the second): the stored send_at is rounded up to the
+    millisecond, a little ahead of now, and the messages go then (the model took now)."""
+    with running_sandbox(ExpoSandbox()) as served:
+        state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))
+        state.start(
+            populate=True, hours_before=0, transition=datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
+        )
+        try:
+            state.advance(minutes=30)
+            # Off the second, as the re-drives and retries of a faulted send leave it.
+            state.run(state.sut.advance_to(state.sut.clock.now() + timedelta(microseconds=844422)))
+            state.ref.advance(state.sut.clock.now())
+            state.post_event(
+                data_ok=True,
+                etype="model.notice",
+                event_id="ev1",
+                fault=None,
+                minutes=0,
+                priority=None,
+                twice=False,
+                users=None,
+                variant=1,
+            )
+            state.advance_a_little(minutes=2)
             state.everything_agrees()
         finally:
             state.teardown()
