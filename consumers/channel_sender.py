@@ -56,6 +56,19 @@ UnsubscribeUrl = Callable[[str, str, str], str]
 Defer_ = Callable[[Message, datetime], Awaitable[None]]
 
 
+async def gather_all(*aws: Awaitable[None]) -> None:
+    """Run ``aws`` together and wait for every one of them, then raise the first error.
+
+    ``asyncio.gather`` raises as soon as one fails and leaves the others running
+    unawaited: a channel whose adapter failed would hand the batch back (nack) while
+    another channel's sends of the same batch were still out, unrecorded when the
+    batch came back. Cancelling this cancels them all (a hard stop)."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
 class ChannelSender:
     def __init__(
         self,
@@ -113,7 +126,7 @@ class ChannelSender:
         by_channel: dict[str, list[Message]] = {}
         for m in claimed:
             by_channel.setdefault(m.channel, []).append(m)
-        await asyncio.gather(
+        await gather_all(
             *(
                 self._process_channel(channel, ms, users, prefs, before_send)
                 for channel, ms in by_channel.items()

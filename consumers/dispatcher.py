@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from consumers.channel_sender import ChannelSender
+from consumers.channel_sender import ChannelSender, gather_all
 from consumers.push_batcher import Outcome, PushBatcher
 from tepat import metrics
 from tepat.clock import Clock
@@ -205,7 +205,7 @@ class Dispatcher:
             claimed = [m for m in claimed if m.channel == PUSH]
             if before_send is not None:
                 await before_send()
-            await asyncio.gather(
+            await gather_all(
                 self.channels.process(others, recipients.users, recipients.prefs),
                 self.process_claimed(claimed, recipients) if claimed else _none(),
             )
