@@ -30,19 +30,22 @@ async def test_every_channel_finishes_before_the_first_error_is_raised() -> None
 
 
 async def test_cancelling_cancels_every_channel() -> None:
-    started = asyncio.Event()
+    started: list[str] = []
+    both_started = asyncio.Event()
     cancelled: list[str] = []
 
     async def waits(name: str) -> None:
         try:
-            started.set()
+            started.append(name)
+            if len(started) == 2:
+                both_started.set()
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             cancelled.append(name)
             raise
 
     task = asyncio.create_task(gather_all(waits("push"), waits("inbox")))
-    await started.wait()
+    await both_started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
