@@ -417,9 +417,23 @@ class System:
         )
 
     async def _handle_all(self, deliveries: Sequence[Delivery]) -> None:
-        self._handlers = [asyncio.ensure_future(self._handle(d)) for d in deliveries]
+        handlers: list[asyncio.Future[None]] = [
+            asyncio.ensure_future(self._handle(d)) for d in deliveries
+        ]
+        self._handlers = handlers
         try:
-            await asyncio.gather(*self._handlers)
+            await asyncio.gather(*handlers)
+        except BaseException:
+            if self.faults.crashed:
+                # The consumer died with other batches in hand: theirs are the dead
+                # process's too (gather leaves them running; one not started yet would
+                # never run its own except clause), so they come back late, re-driven.
+                for handler, delivery in zip(handlers, deliveries, strict=True):
+                    if not handler.done():
+                        self._taint(decode_batch(delivery.queue, delivery.body).ids, Taint.LATE)
+                        handler.cancel()
+                await asyncio.gather(*handlers, return_exceptions=True)
+            raise
         finally:
             self._handlers = []
 
