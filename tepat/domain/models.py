@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from typing import Any
@@ -41,23 +42,46 @@ TERMINAL_STATUSES = frozenset(
     }
 )
 
-# Forward-only state machine (docs/PRINCIPLES.md §4). SENDING -> PENDING is the one step
-# back: a retryable provider failure releases the claim so the message can be
-# re-driven; it is never visible as a regression of a sent message.
+# Every status change a message may make; the store adapters enforce it (a change
+# whose (from, to) is not here is refused: the message stays as it is and the change
+# counts as not applied, exactly like a compare-and-set that lost). Callers still pass
+# ``expect``, the statuses *they* accept, which is narrower: the adapters keep only
+# those of ``expect`` this table allows (``allowed_sources``). Who makes each change:
+#
+#   pending  -> sending    a consumer's claim
+#   pending  -> cancelled  a re-plan drops a message it no longer intends
+#   pending  -> sent, delivered
+#                          a provider's late answer, or a delivery callback (Twilio),
+#                          about a message already released for a retry: the truth wins
+#   pending  -> failed, skipped, missed
+#                          a message closed before any consumer claimed it (no product
+#                          path does this today; the store's contract relies on it)
+#   sending  -> sent, delivered, failed, skipped, missed
+#                          the consumer records the provider's answer or its send-time
+#                          checks (delivered: a channel final at once, inbox or webhook)
+#   sending  -> pending    a retryable failure, or the sweeper re-driving an expired
+#                          lease: the one step back, never visible as a sent message
+#                          going back
+#   sent     -> delivered, failed
+#                          push receipts, e-mail events, Twilio status callbacks
+#
+# Terminal statuses never change again, so a repeated or older provider event finds
+# nothing to do.
 ALLOWED_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {
     MessageStatus.PENDING: frozenset(
         {
             MessageStatus.SENDING,
+            MessageStatus.CANCELLED,
+            MessageStatus.SENT,
+            MessageStatus.DELIVERED,
+            MessageStatus.FAILED,
             MessageStatus.SKIPPED,
             MessageStatus.MISSED,
-            MessageStatus.CANCELLED,
-            MessageStatus.FAILED,
         }
     ),
     MessageStatus.SENDING: frozenset(
         {
             MessageStatus.SENT,
-            # a channel that is final at once: stored in the user's inbox, a webhook 2xx
             MessageStatus.DELIVERED,
             MessageStatus.FAILED,
             MessageStatus.SKIPPED,
@@ -76,6 +100,22 @@ ALLOWED_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {
 
 def can_transition(src: MessageStatus, dst: MessageStatus) -> bool:
     return dst in ALLOWED_TRANSITIONS[src]
+
+
+def allowed_sources(
+    to: MessageStatus, expect: Iterable[MessageStatus]
+) -> tuple[MessageStatus, ...]:
+    """The statuses of ``expect`` (in its order, each once) from which the table lets a
+    message move to ``to``: what a store's conditional update may match. Empty: the
+    change is refused whatever the message's status."""
+    return tuple(s for s in dict.fromkeys(expect) if can_transition(s, to))
+
+
+# What a consumer's claim (``MessageStore.claim``) takes to ``sending``: a message that
+# waits, as the table allows.
+CLAIMABLE: tuple[MessageStatus, ...] = allowed_sources(
+    MessageStatus.SENDING, (MessageStatus.PENDING,)
+)
 
 
 class SkipReason(enum.StrEnum):

@@ -16,7 +16,7 @@ from tepat.adapters.mongo.base import MongoBase, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
 from tepat.domain.errors import DomainError
-from tepat.domain.models import Message, MessageStatus
+from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.store import Counts, InsertResult, MessagePage, MessageQuery, StatusChange
 
 
@@ -91,7 +91,9 @@ class MessagesMixin(MongoBase):
         messages = self._db["messages"]
         claimed_at = bson_dt(now)
 
-        flt: dict[str, Any] = {"status": MessageStatus.PENDING.value}
+        if not CLAIMABLE:
+            return []
+        flt: dict[str, Any] = {"status": {"$in": [s.value for s in CLAIMABLE]}}
         if due_before is not None:
             flt["due_at"] = {"$lt": bson_dt(due_before)}
 
@@ -130,9 +132,7 @@ class MessagesMixin(MongoBase):
         release_live_key: bool = False,
         due_at: datetime | None = None,
     ) -> bool:
-        if not expect:
-            return False
-        query, update = _transition_update(
+        planned = _transition_update(
             StatusChange(
                 message_id,
                 to,
@@ -146,6 +146,9 @@ class MessagesMixin(MongoBase):
             now,
             expect,
         )
+        if planned is None:
+            return False
+        query, update = planned
         if await webhooks_active(self):  # status webhooks: the journal rides the update
             add_journal_push(update, to.value, reason, now)
         try:
@@ -160,12 +163,12 @@ class MessagesMixin(MongoBase):
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
-        if not expect or not changes:
+        planned = [(ch, p) for ch in changes if (p := _transition_update(ch, now, expect))]
+        if not planned:
             return 0
         journal = await webhooks_active(self)  # status webhooks: the journal rides each update
         ops = []
-        for ch in changes:
-            query, update = _transition_update(ch, now, expect)
+        for ch, (query, update) in planned:
             if journal:
                 add_journal_push(update, ch.to.value, ch.reason, now)
             ops.append(UpdateOne(query, update))
@@ -292,8 +295,12 @@ class MessagesMixin(MongoBase):
 
 def _transition_update(
     change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The filter and update of one conditional status change."""
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The filter and update of one conditional status change, or None when the
+    transition table allows it from none of ``expect`` (refused: nothing to write)."""
+    sources = allowed_sources(change.to, expect)
+    if not sources:
+        return None
     fields: dict[str, Any] = {"status": change.to.value, "updated_at": bson_dt(now)}
     # Optional fields are only written when given, so a later transition
     # does not erase what an earlier one recorded.
@@ -314,4 +321,4 @@ def _transition_update(
     update: dict[str, Any] = {"$set": fields}
     if change.release_live_key:
         update["$unset"] = {"live_key": ""}
-    return {"_id": change.message_id, "status": {"$in": [s.value for s in expect]}}, update
+    return {"_id": change.message_id, "status": {"$in": [s.value for s in sources]}}, update

@@ -24,7 +24,7 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
 from tepat.adapters.sqlite.schema import Conn
-from tepat.domain.models import Message, MessageStatus
+from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.store import InsertResult, StatusChange
 
 # Messages per write transaction: big enough to amortise the commit, small
@@ -108,17 +108,22 @@ class MessagesWriteMixin(SqliteBase):
         stamp = _ts(now)
         # "~" sorts after every timestamp: no bound.
         bound = "~" if due_before is None else _ts(due_before)
+        sources = [s.value for s in CLAIMABLE]
+        if not sources:
+            return []
 
         def run(conn: Conn) -> list[Row]:
             rows: list[Row] = []
             for chunk in _chunks(ids, ID_CHUNK):
                 sql = (
-                    "UPDATE messages SET status = 'sending', claimed_at = ?, "
+                    "UPDATE messages SET status = ?, claimed_at = ?, "
                     "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
-                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = 'pending' "
+                    f"WHERE id IN ({_placeholders(len(chunk))}) "
+                    f"AND status IN ({_placeholders(len(sources))}) "
                     f"AND due_at < ? RETURNING {_MESSAGE_COLUMNS}"
                 )
-                rows.extend(conn.execute(sql, (stamp, stamp, *chunk, bound)).fetchall())
+                params = (MessageStatus.SENDING.value, stamp, stamp, *chunk, *sources, bound)
+                rows.extend(conn.execute(sql, params).fetchall())
             return rows
 
         by_id = {m.id: m for m in map(_message, await self._write(run))}
@@ -138,9 +143,7 @@ class MessagesWriteMixin(SqliteBase):
         release_live_key: bool = False,
         due_at: datetime | None = None,
     ) -> bool:
-        if not expect:
-            return False
-        sql, params = _transition_statement(
+        statement = _transition_statement(
             StatusChange(
                 message_id,
                 to,
@@ -154,14 +157,17 @@ class MessagesWriteMixin(SqliteBase):
             now,
             expect,
         )
+        if statement is None:
+            return False
+        sql, params = statement
         return await self._write(lambda c: _apply_transition(c, sql, params)) > 0
 
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
-        if not expect or not changes:
+        statements = [st for st in (_transition_statement(ch, now, expect) for ch in changes) if st]
+        if not statements:
             return 0
-        statements = [_transition_statement(ch, now, expect) for ch in changes]
         return await self._write(
             lambda c: sum(_apply_transition(c, sql, params) for sql, params in statements)
         )
@@ -231,7 +237,12 @@ def _pick_inserted(batch: Sequence[Message], inserted: set[str]) -> Iterator[Mes
 
 def _transition_statement(
     change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
-) -> tuple[str, tuple[Any, ...]]:
+) -> tuple[str, tuple[Any, ...]] | None:
+    """The conditional UPDATE of one change, or None when the transition table allows
+    it from none of ``expect`` (refused: nothing to write)."""
+    sources = allowed_sources(change.to, expect)
+    if not sources:
+        return None
     sets = ["status = ?", "updated_at = ?"]
     params: list[Any] = [change.to.value, _ts(now)]
     # Optional fields are only written when given, so a later transition does not
@@ -254,7 +265,7 @@ def _transition_statement(
         params.append(_ts(due))
     else:
         sets.append("publish_pending = 0")
-    expected = [s.value for s in expect]
+    expected = [s.value for s in sources]
     sql = (
         f"UPDATE messages SET {', '.join(sets)} "
         f"WHERE id = ? AND status IN ({_placeholders(len(expected))})"
