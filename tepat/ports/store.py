@@ -285,10 +285,11 @@ class MessageStore(Protocol):
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
     ) -> list[Message]:
-        """Atomically move each ``pending`` message to ``sending`` (``claimed_at=now``,
-        ``attempts += 1``) and return those this call claimed; a second claimant gets nothing.
-        ``due_before``: only messages whose ``due_at`` is before it (a consumer claims a
-        batch whose second has passed without reading it first).
+        """Atomically move each ``pending`` message (``tepat.domain.models.CLAIMABLE``) to
+        ``sending`` (``claimed_at=now``, ``attempts += 1``) and return those this call
+        claimed; a second claimant gets nothing. ``due_before``: only messages whose
+        ``due_at`` is before it (a consumer claims a batch whose second has passed
+        without reading it first).
         """
         ...
 
@@ -306,7 +307,10 @@ class MessageStore(Protocol):
         release_live_key: bool = False,
         due_at: datetime | None = None,
     ) -> bool:
-        """Conditional update: only if the current status is in ``expect``.
+        """Conditional update: only if the current status is in ``expect`` *and* the
+        domain's transition table (``tepat.domain.models.ALLOWED_TRANSITIONS``) allows
+        the move from it to ``to``; any other change is refused like a lost
+        compare-and-set (nothing written, False).
 
         ``release_live_key`` clears ``live_key`` (used when cancelling, so the same
         local date can be planned again). Moving to ``pending`` sets ``due_at``
@@ -602,8 +606,14 @@ class ContactStore(Protocol):
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
         """True the first time (``provider``, ``event_id``) is recorded, False ever
-        after: a provider callback delivered twice, or to two processes at once, is
-        acted on once (a unique key, not a read before the write)."""
+        after (a unique key, not a read before the write): two processes handed the
+        same callback at once learn which one recorded it. Recorded only once the
+        event was acted on (``tepat.services.provider_events``)."""
+        ...
+
+    async def provider_event_seen(self, provider: str, event_id: str) -> bool:
+        """Whether (``provider``, ``event_id``) was recorded: a callback already acted
+        on and recorded is not acted on again."""
         ...
 
 

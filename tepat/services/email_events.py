@@ -10,19 +10,17 @@ Delivery                    ``sent`` -> ``delivered``              -
 anything else               unchanged                              -
 =========================== ====================================== =======================
 
-Each event is acted on once: ``Store.record_provider_event(provider, event id)`` comes
-first, and a repeat (SNS delivers at least once, and retries what it did not see
-answered) does nothing. Changes are conditional on the message being ``sent``, so an
-event older than one already applied (a Delivery after a Bounce, in any order) changes
-nothing either.
+Each event is acted on, then recorded (``tepat.services.provider_events``: the order of
+every provider callback): a process that dies in between leaves the event to SNS's retry,
+which acts again and changes nothing more than the first did (a suppression added twice
+is one; the status change is conditional on the message being ``sent``). A repeat after
+the record is a ``duplicate`` and does nothing. Since changes are conditional on
+``sent``, an event older than one already applied (a Delivery after a Bounce, in any
+order) changes nothing either.
 
 Only events about a Tepat e-mail (the id found in the mail's headers, and a message of
 the ``email`` channel by that id) touch anything: a topic shared with other senders
 does not suppress addresses for mail Tepat never sent.
-
-Recording before acting has one cost: a process that dies between the two loses that
-event (the provider's retry is then a repeat). A lost bounce heals itself: the next
-mail to the address bounces again.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from tepat.domain.email_events import EmailEvent
 from tepat.domain.errors import DomainError
 from tepat.domain.models import MessageStatus
 from tepat.ports.store import StatusChange, Store
+from tepat.services.provider_events import act_then_record
 
 log = structlog.get_logger("tepat.email_events")
 
@@ -56,10 +55,19 @@ class EmailEvents:
         self.clock = clock
 
     async def apply(self, provider: str, event_id: str, event: EmailEvent) -> Applied:
-        now = self.clock.now()
-        if not await self.store.record_provider_event(provider, event_id, now):
+        handled = await act_then_record(
+            self.store,
+            provider,
+            event_id,
+            self.clock.now(),
+            lambda: self._act(provider, event_id, event),
+        )
+        if handled.result is None or not handled.first:
             log.info("email_event_duplicate", provider=provider, event_id=event_id)
             return Applied("duplicate")
+        return handled.result
+
+    async def _act(self, provider: str, event_id: str, event: EmailEvent) -> Applied:
         if event.kind == "other":
             return Applied("ignored")
         message = await self.store.get_message(event.message_id) if event.message_id else None

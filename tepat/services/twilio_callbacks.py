@@ -12,13 +12,15 @@ older callback changes nothing: ``delivered`` applies from ``sent``, and also fr
 ``sending`` or ``pending`` (the callback beat the sender's own record, or the answer was
 lost and a retry is waiting: the truth wins, as in the sender); ``failed`` applies from
 ``sent`` or ``sending``, not to a message waiting for a retry (that retry may still get
-through). Each (MessageSid, MessageStatus) is recorded with
-:meth:`~tepat.ports.store.ContactStore.record_provider_event` *after* the change: the
-change is what must not be lost (a failure in between leaves the callback to be acted on
-again, which the condition makes harmless), the record tells a repeat from a first.
+through). Each (MessageSid, MessageStatus) is acted on, then recorded
+(``tepat.services.provider_events``, the order of every provider callback): the change is
+what must not be lost (a failure in between leaves the callback to be acted on again,
+which the condition makes harmless), the record tells a repeat from a first.
 
 Error codes that say the number itself cannot take SMS (30005 unknown destination, 30006
-landline or unreachable carrier) also suppress the number (``invalid``).
+landline or unreachable carrier) also suppress the number (``invalid``): when the
+callback fails the message, or finds it failed by this very callback (a retry after a
+process died between the two writes).
 
 **Inbound replies**: Twilio's default opt-out keywords (STOP, STOPALL, UNSUBSCRIBE,
 CANCEL, END, QUIT) suppress the sender's number for SMS (reason ``stop``); its opt-in
@@ -39,6 +41,7 @@ from tepat.domain.contacts import SuppressionReason, normalise_phone
 from tepat.domain.errors import DomainError
 from tepat.domain.models import MessageStatus
 from tepat.ports.store import StatusChange, Store
+from tepat.services.provider_events import act_then_record
 
 log = structlog.get_logger("tepat.twilio")
 
@@ -110,11 +113,18 @@ async def apply_status(store: Store, clock: Clock, callback: StatusCallback) -> 
             return Outcome.UNKNOWN_MESSAGE
         return Outcome.NO_CHANGE
     change, expect = planned
-    applied = await store.transition_many([change], now, expect=expect)
-    if applied and callback.error_code in DEAD_NUMBER_ERRORS and callback.to:
-        await _suppress_dead_number(store, callback, now)
-    first = await store.record_provider_event(PROVIDER, event_id, now)
-    if applied:
+
+    async def act() -> bool:
+        applied = await store.transition_many([change], now, expect=expect) > 0
+        dead_number = callback.error_code in DEAD_NUMBER_ERRORS and callback.to
+        if dead_number and (applied or await _failed_by(store, change)):
+            await _suppress_dead_number(store, callback, now)
+        return applied
+
+    handled = await act_then_record(store, PROVIDER, event_id, now, act)
+    if handled.result is None:
+        return Outcome.DUPLICATE
+    if handled.result:
         log.info(
             "SMS status from Twilio",
             message_id=callback.message_id,
@@ -122,7 +132,7 @@ async def apply_status(store: Store, clock: Clock, callback: StatusCallback) -> 
             error_code=callback.error_code,
         )
         return Outcome.APPLIED
-    if not first:
+    if not handled.first:
         return Outcome.DUPLICATE
     if await store.get_message(change.message_id) is None:
         log.warning(
@@ -133,6 +143,16 @@ async def apply_status(store: Store, clock: Clock, callback: StatusCallback) -> 
         )
         return Outcome.UNKNOWN_MESSAGE
     return Outcome.STALE
+
+
+async def _failed_by(store: Store, change: StatusChange) -> bool:
+    """Whether the message already holds this failure: the change landed before."""
+    message = await store.get_message(change.message_id)
+    return (
+        message is not None
+        and message.status is MessageStatus.FAILED
+        and message.status_reason == change.reason
+    )
 
 
 async def _suppress_dead_number(store: Store, callback: StatusCallback, now: datetime) -> None:

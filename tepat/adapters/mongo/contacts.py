@@ -160,3 +160,9 @@ class ContactsMixin(MongoBase):
         except DuplicateKeyError:
             return False
         return True
+
+    async def provider_event_seen(self, provider: str, event_id: str) -> bool:
+        found = await self._db["provider_events"].find_one(
+            {"provider": provider, "event_id": event_id}
+        )
+        return found is not None

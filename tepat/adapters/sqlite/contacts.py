@@ -156,3 +156,10 @@ class ContactsMixin(SqliteBase):
         params = (provider, event_id, _ts(now))
         count: int = await self._write(lambda c: c.execute(sql, params).rowcount)
         return count == 1
+
+    async def provider_event_seen(self, provider: str, event_id: str) -> bool:
+        rows = await self._select(
+            "SELECT 1 FROM provider_events WHERE provider = ? AND event_id = ?",
+            (provider, event_id),
+        )
+        return bool(rows)

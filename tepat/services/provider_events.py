@@ -1,0 +1,55 @@
+"""The one order in which every provider callback is handled: look, act, record.
+
+Providers (SES over SNS, a signed relay, Twilio) deliver each event at least once, and
+send again what they did not see answered. So an event is:
+
+1. looked up: one already recorded is not acted on again (a replay, even long after a
+   suppression it caused was lifted, changes nothing);
+2. acted on: the status change and the suppressions. Acting must be idempotent, since a
+   process that dies between 2 and 3 leaves the event unrecorded and the provider's
+   retry acts again: a suppression added twice is one, and a status only moves forward
+   along the transition table (``tepat.domain.models``), so an event whose change
+   already landed finds nothing to do;
+3. recorded (``record_provider_event``), last: only an event whose act finished may
+   make the next delivery a duplicate. Recording first would turn the retry of a
+   process that died in between into a "duplicate" and lose the bounce or complaint.
+
+Two processes handed the same event at once both act (harmless, as above); the record
+tells them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class ProviderEventLog(Protocol):
+    """The part of the store this needs (``tepat.ports.store.ContactStore``)."""
+
+    async def provider_event_seen(self, provider: str, event_id: str) -> bool: ...
+
+    async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Handled(Generic[T]):
+    result: T | None  # what the act returned; None: recorded before, not acted on
+    first: bool  # this call recorded the event (False: a repeat, or a concurrent twin)
+
+
+async def act_then_record(
+    events: ProviderEventLog,
+    provider: str,
+    event_id: str,
+    now: datetime,
+    act: Callable[[], Awaitable[T]],
+) -> Handled[T]:
+    if await events.provider_event_seen(provider, event_id):
+        return Handled(None, first=False)
+    result = await act()
+    return Handled(result, await events.record_provider_event(provider, event_id, now))
