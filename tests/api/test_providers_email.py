@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -26,8 +26,11 @@ from tepat.clock import FakeClock
 from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message, MessageStatus, message_id_for, slot_key_for
 from tepat.domain.sns import SnsMessage, parse_message, string_to_sign
+from tepat.ports.store import Store
 from tepat.runtime import Runtime, open_runtime
+from tepat.services.email_events import EmailEvents
 from tests.api.conftest import START, make_settings, problem
+from tests.support.dies_once import Died, DiesOnce
 from tests.support.fake_push import FakePush
 from tests.support.mongo_async_mock import AsyncMockClient
 from tests.support.selfsigned import SelfSigned, self_signed
@@ -236,6 +239,27 @@ async def test_permanent_bounce_over_sns_v2_fails_the_message_and_suppresses(
     assert r.json() == {"result": "applied"}
     assert await status(rt, m) == (MessageStatus.FAILED, "hard_bounce")
     assert await suppressed(rt) == SuppressionReason.HARD_BOUNCE
+
+
+async def test_sns_retry_after_a_death_before_the_record_still_suppresses(
+    client: httpx.AsyncClient, app: Any, rt: Runtime, signer: SelfSigned, fetcher: Fetcher
+) -> None:
+    """The process dies after acting on a complaint, before recording it: SNS saw no
+    answer and delivers it again, which lands it once and records it."""
+    m = await sent_email(rt)
+    endpoint = app.state.email_events
+    doc = sns_envelope(signer, json.dumps(ses_event("Complaint", m.id)), sns_id="sns-died")
+    endpoint.events = EmailEvents(
+        cast(Store, DiesOnce(rt.store, "record_provider_event")), rt.clock
+    )
+    with pytest.raises(Died):
+        await post_sns(client, doc)
+    assert await suppressed(rt) == SuppressionReason.COMPLAINT
+    endpoint.events = EmailEvents(rt.store, rt.clock)  # a process that lives
+    assert (await post_sns(client, doc)).json() == {"result": "applied"}
+    assert await suppressed(rt) == SuppressionReason.COMPLAINT
+    assert len(await rt.store.list_suppressions("email", None, 10)) == 1
+    assert (await post_sns(client, doc)).json() == {"result": "duplicate"}
 
 
 async def test_transient_bounce_changes_nothing(

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 
@@ -26,41 +26,11 @@ from tepat.ports.store import Store
 from tepat.services.email_events import EmailEvents
 from tepat.services.twilio_callbacks import StatusCallback, apply_status
 from tests.contract.test_store_contract import T0, msg
+from tests.support.dies_once import Died, DiesOnce
 from tests.support.store_factories import STORE_FACTORIES
 
 ADDRESS = "ana@example.com"
 PHONE = "+14155550100"
-
-
-class Died(Exception):
-    """The process died here."""
-
-
-class DiesOnce:
-    """The store, except that the first call of ``method`` dies: before it writes
-    (``record_provider_event``: the act is done, the record is not) or right after
-    (``transition_many``: the status moved, what follows did not happen)."""
-
-    def __init__(self, inner: Store, method: str, *, after: bool = False) -> None:
-        self._inner = inner
-        self._method = method
-        self._after = after
-        self.died = False
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._inner, name)
-        if name != self._method:
-            return real
-
-        async def dying(*args: Any, **kw: Any) -> Any:
-            if self.died:
-                return await real(*args, **kw)
-            self.died = True
-            if self._after:
-                await real(*args, **kw)
-            raise Died(name)
-
-        return dying
 
 
 @dataclass(frozen=True)
