@@ -3,7 +3,7 @@
 Nothing here is kept by hand, so the pages cannot drift from the code:
 
 - ``reference/configuration.md`` from :class:`tepat.config.Settings` (each field's
-  environment variable, type, default, bounds and ``Field(description=...)``);
+  environment variable, type, default, bounds and description: its docstring);
 - ``reference/api/*.md`` from the OpenAPI document of the app ``api.app.create_app``
   builds, one page per tag and one for the schemas, listed under "HTTP API" in the nav.
 
@@ -39,31 +39,31 @@ def configuration_markdown() -> str:
     if missing:
         # Every setting is documented, or the build (and tests/docs) fails naming it.
         raise ValueError(f"Settings fields without a description: {', '.join(missing)}")
-    rows = [
-        "| variable | type | default | meaning |",
-        "|---|---|---|---|",
-    ]
+    sections = []
     for name, field in Settings.model_fields.items():
-        env = f"`{ENV_PREFIX}{name.upper()}`"
         kind = _annotation_text(field.annotation)
         bounds = _bounds_text(field.metadata)
         if bounds:
             kind = f"{kind}, {bounds}"
-        rows.append(
-            f"| {env} | {_cell(kind)} | {_cell(_default_text(field))} "
-            f"| {_cell(field.description or '')} |"
-        )
+        description = " ".join((field.description or "").split())
+        sections += [
+            f"## `{ENV_PREFIX}{name.upper()}`",
+            "",
+            f"{kind}; default {_default_text(field)}.",
+            "",
+            description,
+            "",
+        ]
     return "\n".join(
         [
             "# Configuration",
             "",
             "All settings are `TEPAT_*` environment variables; a bad value stops the process",
-            "with one line naming the variable. This page is generated from",
-            "`tepat/config.py` (`Settings`) when the site is built, so it lists every",
-            "setting there is, with the default the code has.",
+            "with one line naming the variable. This page is generated from the settings",
+            "model (`tepat/config.py`, `Settings`, each field's docstring) when the site is",
+            "built, so it lists every setting there is, with the default the code has.",
             "",
-            *rows,
-            "",
+            *sections,
         ]
     )
 
