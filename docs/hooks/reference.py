@@ -155,7 +155,7 @@ def api_pages(doc: dict[str, Any]) -> dict[str, str]:
     ]
     for tag in sorted(by_tag):
         ops = by_tag[tag]
-        index.append(f"| [{tag}]({_slug(tag)}.md) | {len(ops)} |")
+        index.append(f"| [{tag.capitalize()}]({_slug(tag)}.md) | {len(ops)} |")
         pages[f"{API_DIR}/{_slug(tag)}.md"] = _tag_page(tag, ops)
     index += ["", "Request and response bodies: [schemas](schemas.md).", ""]
     pages[API_INDEX] = "\n".join(index)
@@ -164,7 +164,7 @@ def api_pages(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def _tag_page(tag: str, ops: list[tuple[str, str, dict[str, Any]]]) -> str:
-    out = [f"# {tag}", ""]
+    out = [f"# {tag.capitalize()}", ""]
     for method, path, op in ops:
         out += [f"## `{method.upper()} {path}`", ""]
         if op.get("summary"):
@@ -276,13 +276,13 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     _pages.clear()
     _pages.update(generated_pages())
     others = (uri for uri in _pages if uri.startswith(f"{API_DIR}/") and uri != API_INDEX)
-    api = [API_INDEX, *sorted(others, key=lambda uri: (uri == SCHEMAS_PAGE, uri))]
+    api = [{"Overview": API_INDEX}, *sorted(others, key=lambda uri: (uri == SCHEMAS_PAGE, uri))]
     if not _expand(config.nav or [], api):
         raise ValueError(f"mkdocs.yml's nav must name {API_INDEX}")
     return config
 
 
-def _expand(nav: list[Any], api: list[str]) -> bool:
+def _expand(nav: list[Any], api: list[Any]) -> bool:
     """Replace the nav entry ``{title: API_INDEX}`` by ``{title: [every API page]}``."""
     for entry in nav:
         if isinstance(entry, dict):

@@ -102,7 +102,7 @@ def test_every_schema_link_has_its_section(hook: ModuleType, openapi: dict[str, 
 
 def test_the_nav_lists_every_api_page(hook: ModuleType) -> None:
     nav: list[Any] = [{"Reference": [{"HTTP API": hook.API_INDEX}]}]
-    pages = [hook.API_INDEX, f"{hook.API_DIR}/users.md", hook.SCHEMAS_PAGE]
+    pages = [{"Overview": hook.API_INDEX}, f"{hook.API_DIR}/users.md", hook.SCHEMAS_PAGE]
     assert hook._expand(nav, pages)
     assert nav == [{"Reference": [{"HTTP API": pages}]}]
     assert not hook._expand([{"Home": "index.md"}], pages)
