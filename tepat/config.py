@@ -57,102 +57,202 @@ class CategorySetting(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    # Each field's docstring is its description: docs/hooks/reference.py builds the
+    # configuration reference of the documentation site from them.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", use_attribute_docstrings=True
+    )
 
     database_url: str = "sqlite:///./tepat.db"
+    """The store: `sqlite:///PATH` or `mongodb://HOST:27017/DBNAME` (also `mongodb+srv://`)."""
     broker_url: str = "embedded://"
-    # stomp+ssl:// only, PEM files: the CAs to trust instead of the system's, and a
-    # client certificate (its key in the same file or in the key file) if the broker asks.
+    """The broker: `embedded://` (in-process, one process only),
+    `stomp://[user:pass@]host:61613` (ActiveMQ) or `stomp+ssl://[user:pass@]host:61614`
+    (STOMP over TLS: the broker's certificate and host name are verified)."""
     broker_ca_file: str | None = None
+    """`stomp+ssl://` only: PEM file of the CAs to trust instead of the system's (certifi's
+    where the system has none), for a broker with a private CA."""
     broker_key_file: str | None = None
+    """`stomp+ssl://` only: the unencrypted key of `TEPAT_BROKER_CERT_FILE`, unless the
+    certificate file holds both."""
     broker_cert_file: str | None = Field(default=None, validate_default=True)
+    """`stomp+ssl://` only: PEM client certificate, for a broker that asks for one."""
     expo_url: str = "https://exp.host"
+    """Base URL of the Expo push API (the Expo sandbox in tests and demos)."""
     expo_access_token: SecretStr | None = None
+    """Sent to Expo as a Bearer token when set."""
     expo_max_connections: int = Field(default=6, ge=1, le=64)
-    expo_rate_limit: float = Field(default=600, gt=0, description="notifications/s per credential")
+    """Concurrent connections to Expo, per process."""
+    expo_rate_limit: float = Field(default=600, gt=0)
+    """The Expo project's ceiling in notifications/s: live consumer processes share it, and
+    each adapts below it to what Expo accepts."""
     admin_api_key: SecretStr | None = None
+    """`X-API-Key` for backends and operators. Unset: generated on first start and kept in
+    `.tepat-admin-key` beside a SQLite database; required with MongoDB."""
     jwt_secret: SecretStr | None = None
-    # Per-app keys for the events API only ({"billing": "<key>", ...}): a backend posts
-    # and follows events without the admin key. JSON; each key at least 32 characters.
+    """HS256 secret of end-user tokens (`Authorization: Bearer`, `sub` = user id). Unset: user
+    tokens are refused."""
     app_keys: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)
+    """Per-app keys for the events API only, JSON `{"app name": "key"}` (names lower-case, keys
+    at least 32 characters, distinct): a backend posts and follows events without the admin
+    key."""
     receipt_delay_seconds: float = Field(default=900, ge=0)
+    """How long after sending the Expo receipts are polled (10 with `serve --sandbox`)."""
     receipt_poll_interval_seconds: float = Field(default=30, gt=0)
+    """How often the receipt poller pages through every ticket awaiting its receipt."""
     plan_horizon_hours: float = Field(default=48, gt=0, le=24 * 31)
+    """How far ahead the creator jobs plan reminders into messages."""
     plan_interval_seconds: float = Field(default=600, gt=0)
+    """How often the creator job runs."""
     sweep_interval_seconds: float = Field(default=30, gt=0)
-    # How late past its due instant a published batch may be before the sweeper
-    # counts it as lost and publishes it again.
+    """How often the sweeper looks for lost or stuck messages."""
     sweep_grace_seconds: float = Field(default=120, gt=0)
+    """How late past its due instant a published batch may be before the sweeper counts it lost
+    and publishes it again."""
     # The outbox publisher's pass interval (a write in the same process publishes at once
     # only what is due before this loop could: see tepat/services/outbox.py).
     outbox_interval_seconds: float = Field(default=1.0, gt=0)
+    """How often the outbox publisher (in `scheduler` and `serve`) publishes what other
+    processes stored; a write in the same process publishes at once what is due within max(5
+    s, 2 x this + `TEPAT_BROKER_LEAD_SECONDS`). Messages are published in batches per
+    (queue, due second): a full one (100 ids) once due within 10 minutes, the rest of a
+    second once due within those few seconds."""
     sending_lease_seconds: float = Field(default=300, gt=0)
+    """After this, a message a dead consumer left in `sending` is re-driven."""
     max_attempts: int = Field(default=10, ge=1)
+    """Attempts before a message that keeps failing ends `failed`."""
     max_retry_age_seconds: float = Field(default=3600, gt=0)
+    """How long a message is retried before it ends `failed`."""
     device_max_failures: int = Field(default=3, ge=1)
+    """Consecutive failures that deactivate a device (`DeviceNotRegistered` deactivates at
+    once)."""
     consumer_prefetch: int = Field(default=50, ge=1, le=10_000)
-    # ActiveMQ: publish each batch this long before its instant and let the consumer
-    # hold it until the exact instant, so the broker's scheduler firing late (~0.3 s)
-    # does not show. 0: publish for the instant itself.
+    """Unacked broker batches per consumer."""
     broker_lead_seconds: float = Field(default=1.0, ge=0, le=60)
+    """ActiveMQ: each batch is published this long before its instant and held in the consumer
+    until the instant, so the broker's scheduler firing late (~0.3 s) does not show; `0`
+    publishes for the instant itself."""
     # How long the broker hands a failing batch back (with growing delays) before
     # dead-lettering it: longer than a store outage should last.
     broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)
+    """A batch the consumer hands back (nack) returns after 1 s, 2 s, 4 s … at most 60 s (±20
+    %); once it has been failing this long it goes to the broker's DLQ (`tepat dlq list`)."""
     log_level: str = "INFO"
-    log_json: bool | None = None  # None: JSON when stderr is not a terminal
-    # HTTP access lines (uvicorn.access), independent of log_level; probes are DEBUG.
+    """Level of everything logged but HTTP access lines (see
+    [Logs](../guides/operations.md#logs))."""
+    log_json: bool | None = None
+    """`true`: one JSON object per line; `false`: readable lines. Unset: JSON when stderr is
+    not a terminal."""
     access_log_level: str = "INFO"
+    """Level of HTTP access lines, independent of `TEPAT_LOG_LEVEL`; probes and scrapes are
+    logged at `DEBUG` (see [Logs](../guides/operations.md#logs))."""
     # /metrics of `tepat scheduler` and `tepat consumers` (api and serve use their HTTP port).
     metrics_host: str = "127.0.0.1"
-    metrics_port: int = Field(default=9464, ge=0, le=65535, description="0: no metrics server")
+    """Where `tepat scheduler` and `tepat consumers` serve `/metrics` (`0.0.0.0` in a
+    container); `api` and `serve` use their HTTP port (see
+    [Metrics](../guides/operations.md#metrics))."""
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    """The port of that metrics server; `0`: no metrics server."""
     metrics_refresh_seconds: float = Field(default=30, gt=0)
+    """How often `tepat scheduler` (or `serve`) reads message counts and queue depths into the
+    cached gauges."""
     categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None
+    """JSON: `{"meal": {"quiet_hours": "defer", "missed_window_minutes": 30, "queue":
+    "tepat.meal", "priority": 5, "maybe_sent": "close"}, …}`. Unset: the seven defaults
+    (meal, mood, hydration, sleep, activity, safety, custom). `maybe_sent` (`retry` or
+    `close`) says whether a message whose request the provider may have accepted (read
+    timeout, 5xx) is sent again or closed `failed` (`outcome_unknown`); unset, it is `retry`
+    for `safety` and `close` for the rest."""
     # After categories: each event type names one of them (validated against info.data).
     event_types: Annotated[dict[str, Any] | None, NoDecode] = None
-    # Templates fall back to this locale when neither the user's nor its language has one.
+    """JSON: the event types, each with its category, priority and channel routes (see [Events
+    and templates](../guides/events.md#event-types)). Unset: `order.paid`, `invoice.overdue`
+    and `otp.requested`."""
     default_locale: str = "en"
-    # Contact channels (tepat/services/targets.py): send only to contact points marked
-    # verified; unverified ones are skipped no_contact.
+    """The locale templates fall back to when neither the user's locale nor its language has
+    one."""
     require_verified_contacts: bool = False
+    """`true`: e-mail and SMS go only to contact points marked `verified`; others are skipped
+    `no_contact` (see [Contacts](../guides/contacts.md))."""
     # --- email over SMTP (tepat/adapters/smtp_email.py); the channel is off without a host
     smtp_host: str | None = None
-    smtp_port: int | None = Field(default=None, ge=1, le=65535)  # None: 25, 587 or 465 by TLS
+    """The SMTP relay's host. Unset: no e-mail channel. With it `TEPAT_SMTP_FROM`,
+    `TEPAT_PUBLIC_URL` and `TEPAT_UNSUBSCRIBE_SECRET` are required (see
+    [E-mail](../guides/channels/email.md))."""
+    smtp_port: int | None = Field(default=None, ge=1, le=65535)
+    """The relay's port. Unset: 587, 465 or 25 by `TEPAT_SMTP_TLS`."""
     smtp_tls: Literal["none", "starttls", "implicit"] = "starttls"
+    """`starttls`, `implicit` (TLS from the first byte) or `none` (a relay on a private
+    network)."""
     smtp_username: str | None = None
+    """The relay's login; set both `TEPAT_SMTP_USERNAME` and `TEPAT_SMTP_PASSWORD` or neither.
+    Unset: no login."""
     smtp_password: SecretStr | None = Field(default=None, validate_default=True)
+    """The relay's password (with `TEPAT_SMTP_USERNAME`)."""
     smtp_from: str | None = Field(default=None, validate_default=True)
-    # A PEM file of the CAs to trust for the relay instead of the system's (a self-signed relay).
+    """The sender, `no-reply@shop.example` or `Shop <no-reply@shop.example>`; its domain also
+    ends each `Message-ID`."""
     smtp_ca_file: str | None = None
-    smtp_rate: float = Field(default=50, gt=0, le=100_000, description="messages/s to the relay")
+    """PEM file of the CAs to trust for the relay instead of the system's (a relay with its own
+    CA or a self-signed certificate)."""
+    smtp_rate: float = Field(default=50, gt=0, le=100_000)
+    """E-mails per second to the relay, shared among the consumer processes."""
     smtp_timeout: float = Field(default=30, gt=0, le=600)
+    """Seconds to wait for the relay's answer to each command."""
     smtp_connections: int = Field(default=4, ge=1, le=64)
+    """SMTP connections kept open to the relay, per process."""
     # One-click unsubscribe (RFC 8058): the HMAC key of the link tokens, the base URL the
     # links point at (this API, as recipients reach it), how long a link works, and a
     # mailto for the List-Unsubscribe header.
     public_url: str | None = Field(default=None, validate_default=True)
+    """The URL this API is reached at from outside (`https://…`; `http://` only for localhost):
+    the base of one-click unsubscribe links and of Twilio's status callbacks, and the URL
+    Twilio's signatures are checked against."""
     unsubscribe_secret: SecretStr | None = Field(default=None, validate_default=True)
+    """HMAC key of the one-click unsubscribe links (32 bytes or more, e.g. `openssl rand -hex
+    32`); changing it breaks the links already sent."""
     unsubscribe_mailto: str | None = None
+    """An address for the `mailto:` in `List-Unsubscribe` (the token in its subject); Tepat
+    does not read that mailbox."""
     unsubscribe_link_days: int = Field(default=90, ge=1, le=3650)
+    """How long an unsubscribe link works, in days."""
     # Self-hosted relays posting bounce/complaint/delivery events: the HMAC-SHA256 key of
     # their X-Tepat-Signature header (SES over SNS is verified by its own signature).
     email_events_secret: SecretStr | None = None
-    # SES over SNS: the topics whose (signed) notifications are believed, comma-separated
-    # ARNs. A valid SNS signature only proves SNS sent it: anyone can subscribe us to a topic.
+    """HMAC-SHA256 key of `X-Tepat-Signature` for bounce, complaint and delivery events posted
+    by a relay of your own (32 bytes or more). Unset: such events are refused."""
     email_events_topic_arns: str | None = None
+    """Comma-separated SNS topic ARNs whose signed SES events are taken at
+    `/v1/providers/email/events` (a valid SNS signature only proves SNS sent it: anyone can
+    subscribe an endpoint to a topic). Unset: SNS is refused."""
     # --- SMS through Twilio (tepat/adapters/twilio_sms.py); the channel is off without
     # an account SID and auth token. Status callbacks go to TEPAT_PUBLIC_URL.
     twilio_account_sid: str | None = None
+    """The Twilio account (`AC` + 32 hex digits); set it and `TEPAT_TWILIO_AUTH_TOKEN` or
+    neither. Unset: no SMS channel (see [SMS](../guides/channels/sms.md))."""
     twilio_auth_token: SecretStr | None = Field(default=None, validate_default=True)
-    twilio_from: str | None = None  # E.164 number, short code or alphanumeric sender id
+    """The Twilio account's auth token; it also verifies Twilio's callbacks."""
+    twilio_from: str | None = None
+    """The sender: an E.164 number, a short code or an alphanumeric sender id. This or
+    `TEPAT_TWILIO_MESSAGING_SERVICE_SID` is required with the account."""
     twilio_messaging_service_sid: str | None = Field(default=None, validate_default=True)
+    """A Messaging Service (`MG…`) to send from, instead of `TEPAT_TWILIO_FROM`."""
     twilio_url: str = "https://api.twilio.com"
-    twilio_rate: float = Field(default=10, gt=0, le=10_000, description="messages/s to Twilio")
+    """Base URL of Twilio's Messages API (the Twilio sandbox in tests and demos)."""
+    twilio_rate: float = Field(default=10, gt=0, le=10_000)
+    """SMS requests per second to Twilio, shared among the consumer processes."""
     sms_max_segments: int = Field(default=3, ge=1, le=10)
+    """The most segments an SMS body may take (GSM-7: 160 characters in one, 153 per part;
+    UCS-2: 70, then 67); a longer one fails `too_many_segments`."""
 
     # --- status webhooks out (tepat/adapters/webhook_out.py): http:// URLs beyond loopback
     # (a private network; signatures still apply), and how long one POST may take.
     webhook_allow_http: bool = False
+    """`true`: webhook URLs may be `http://` to any host (a private network; signatures still
+    apply); otherwise `http://` only to a loopback host (see [Status
+    webhooks](../guides/webhooks.md))."""
     webhook_timeout_seconds: float = Field(default=15, gt=0, le=120)
+    """How long one webhook POST may take before it counts as failed and is retried."""
 
     @field_validator("database_url")
     @classmethod

@@ -9,7 +9,7 @@ page shows (Playwright's ``expect``), never a sleep.
 Chromium: ``/usr/bin/chromium`` (``scripts/test.sh`` installs it), or the path
 in ``TEPAT_TEST_CHROMIUM``. Without it the test is skipped, except in CI
 (``CI=true``), where it must run. ``TEPAT_DASHBOARD_SCREENSHOT=docs/dashboard.png``
-also saves the screenshot the README shows.
+also saves the screenshot the operations guide (docs/guides/operations.md) shows.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`tepat serve --sandbox` (embedded broker, always runs): sends counted and gauges refreshed
-in the background, both on its HTTP port's /metrics; the README's list; JSON-only stderr."""
+in the background, both on its HTTP port's /metrics; the documented list; JSON-only stderr."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import httpx
 
 from tests.ops.support import (
     Exposition,
-    assert_readme_lists_exactly,
+    assert_metrics_page_lists_exactly,
     child_env,
     free_port,
     json_lines,
@@ -68,7 +68,7 @@ async def test_serve_counts_sends_and_serves_cached_gauges(tmp_path: Path) -> No
         assert (exp.value("tepat_gauges_last_refresh_timestamp_seconds", source="store") or 0) > 0
         assert (exp.value("process_cpu_seconds_total") or 0) > 0
         assert not [n for n, _, _ in exp.samples if n.endswith("_created")]
-        assert_readme_lists_exactly(exp)
+        assert_metrics_page_lists_exactly(exp)
         assert proc.stop() == 0, proc.stderr()[-3000:]
 
     events = json_lines(proc)

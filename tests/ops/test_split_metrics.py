@@ -2,7 +2,7 @@
 `consumers` processes on a real ActiveMQ, the Expo sandbox as its own process.
 
 A send is counted where it happens, in the consumer process, on its metrics port; the
-store/broker gauges come from the scheduler's background refresh; the README lists the
+store/broker gauges come from the scheduler's background refresh; the metrics page lists the
 families exactly as exported; every process's stderr is JSON lines only.
 
 Skipped unless ``TEPAT_TEST_STOMP_URL`` names a broker (``scripts/test.sh`` starts one):
@@ -24,7 +24,7 @@ import pytest
 from tepat.domain.categories import DEFAULT_CATEGORIES
 from tests.ops.support import (
     Exposition,
-    assert_readme_lists_exactly,
+    assert_metrics_page_lists_exactly,
     child_env,
     free_port,
     json_lines,
@@ -133,7 +133,7 @@ async def test_consumer_process_counts_its_sends_on_its_metrics_port(tmp_path: P
         assert (sent.value("tepat_send_latency_seconds_count") or 0) >= 1
         assert (sent.value("process_resident_memory_bytes") or 0) > 0
         assert sent.value("python_info") == 1
-        assert_readme_lists_exactly(sent)
+        assert_metrics_page_lists_exactly(sent)
 
         # The shared figures come from the scheduler's refresh, cached between scrapes.
         scheduler_url = f"http://127.0.0.1:{scheduler_metrics}/metrics"
@@ -152,7 +152,7 @@ async def test_consumer_process_counts_its_sends_on_its_metrics_port(tmp_path: P
         api_exp = await scrape(f"{api}/metrics")
         assert api_exp.value("tepat_messages") is None
         assert api_exp.value("tepat_gauges_last_refresh_timestamp_seconds") is None
-        assert_readme_lists_exactly(api_exp)
+        assert_metrics_page_lists_exactly(api_exp)
 
         for proc in (api_proc, scheduler, consumers):
             assert proc.stop() == 0, proc.stderr()[-3000:]
