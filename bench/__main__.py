@@ -1,7 +1,8 @@
 """``python -m bench SCENARIO [--backend embedded|activemq] [--quick] [--json]``.
 
 Scenarios: plan, dispatch, ratelimited, lateness, burst, register, or all; and chaos (faults:
-``--fault KIND``, repeatable; every kind by default). Exit status: 0 when every
+``--fault KIND``, repeatable; every kind by default). ``python -m bench email|sms`` runs the
+channel-burst benchmark (bench/channel_burst.py, its own options). Exit status: 0 when every
 correctness check held (speed goals are reported, never fatal), 1 when one failed,
 2 when the harness itself broke.
 """
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import burst, chaos, plan, ratelimited, register, scenarios
+from bench import burst, channel_burst, chaos, plan, ratelimited, register, scenarios
 from bench.activemq import ActiveMQ, activemq
 from bench.config import run_prefix
 from bench.report import Result, emit, log
@@ -172,6 +173,10 @@ def run_chaos(args: argparse.Namespace, workdir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] and argv[0] in channel_burst.CHANNELS:
+        # One process of its own, with its own options (bench/channel_burst.py).
+        return channel_burst.main(argv)
     args = parse(argv)
     if args.scenario == "chaos":
         return _main_chaos(args)
