@@ -6,15 +6,9 @@ that it prints its JSON line and that every message was sent once, none lost.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.running import bench_result
 
 
 @pytest.mark.parametrize(
@@ -27,17 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quick_channel_burst_holds_its_checks(
     channel: str, messages: int, refusals: str, extra: dict[str, int]
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TEPAT_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", channel, "--quick", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = bench_result("bench", channel, "--quick", "--json")
     assert result["scenario"] == channel and result["ok"], result
     assert result["correctness"]["sent"] == result["parameters"]["messages"] == messages
     assert result["correctness"]["duplicates"] == 0 and result["correctness"]["lost"] == 0
