@@ -22,6 +22,7 @@ from starlette.routing import Match, Route
 
 from tepat.domain.errors import DomainError
 from tepat.services.accounts import IdempotencyConflict, NotFound
+from tepat.services.webhooks import SubscriptionNotFound
 
 log = structlog.get_logger("tepat.api")
 
@@ -142,6 +143,11 @@ async def _on_not_found(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(404, str(exc))
 
 
+async def _on_subscription_not_found(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SubscriptionNotFound)
+    return problem_response(404, f"webhook subscription {exc.args[0]!r} not found")
+
+
 async def _on_conflict(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(409, str(exc))
 
@@ -156,6 +162,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(DomainError, _on_domain_error)
     app.add_exception_handler(NotFound, _on_not_found)
+    app.add_exception_handler(SubscriptionNotFound, _on_subscription_not_found)
     app.add_exception_handler(IdempotencyConflict, _on_conflict)
     app.add_exception_handler(Exception, _on_unexpected)
 

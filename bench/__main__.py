@@ -1,7 +1,8 @@
 """``python -m bench SCENARIO [--backend embedded|activemq] [--quick] [--json]``.
 
 Scenarios: plan, dispatch, ratelimited, lateness, burst, register, or all; and chaos (faults:
-``--fault KIND``, repeatable; every kind by default). Exit status: 0 when every
+``--fault KIND``, repeatable; every kind by default). ``python -m bench email|sms`` runs the
+channel-burst benchmark (bench/channel_burst.py, its own options). Exit status: 0 when every
 correctness check held (speed goals are reported, never fatal), 1 when one failed,
 2 when the harness itself broke.
 """
@@ -14,12 +15,12 @@ import shutil
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import burst, chaos, plan, ratelimited, register, scenarios
+from bench import burst, channel_burst, chaos, plan, ratelimited, register, scenarios
 from bench.activemq import ActiveMQ, activemq
 from bench.config import run_prefix
 from bench.report import Result, emit, log
@@ -172,52 +173,59 @@ def run_chaos(args: argparse.Namespace, workdir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] and argv[0] in channel_burst.CHANNELS:
+        # One process of its own, with its own options (bench/channel_burst.py).
+        return channel_burst.main(argv)
     args = parse(argv)
     if args.scenario == "chaos":
-        return _main_chaos(args)
-    wanted = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    workdir = Path(tempfile.mkdtemp(prefix="tepat-bench-"))
+        return _in_workdir("tepat-chaos-", args.keep, lambda workdir: _chaos_in(args, workdir))
+    return _in_workdir("tepat-bench-", args.keep, lambda workdir: _scenarios_in(args, workdir))
+
+
+def _in_workdir(prefix: str, keep: bool, run: Callable[[Path], int]) -> int:
+    """``run`` in a fresh working directory, kept when asked or when the run failed."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
     log(f"working directory {workdir}")
     status = 0
     try:
-        with broker_for(args, workdir) as broker:
-            ctx = Context(args, QUICK if args.quick else FULL, broker, run_prefix())
-            for name in wanted:
-                where = workdir / name
-                where.mkdir()
-                try:
-                    result = run_one(name, ctx, where)
-                except Exception:
-                    traceback.print_exc()
-                    log(f"{name}: the harness failed (see above)")
-                    status = 2
-                    continue
-                emit(result, args.json)
-                if not result.ok:
-                    status = max(status, 1)
+        status = run(workdir)
     finally:
-        if args.keep or status:
+        if keep or status:
             log(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     return status
 
 
-def _main_chaos(args: argparse.Namespace) -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="tepat-chaos-"))
-    log(f"working directory {workdir}")
-    status = 2
+def _scenarios_in(args: argparse.Namespace, workdir: Path) -> int:
+    wanted = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    status = 0
+    with broker_for(args, workdir) as broker:
+        ctx = Context(args, QUICK if args.quick else FULL, broker, run_prefix())
+        for name in wanted:
+            where = workdir / name
+            where.mkdir()
+            try:
+                result = run_one(name, ctx, where)
+            except Exception:
+                traceback.print_exc()
+                log(f"{name}: the harness failed (see above)")
+                status = 2
+                continue
+            emit(result, args.json)
+            if not result.ok:
+                status = max(status, 1)
+    return status
+
+
+def _chaos_in(args: argparse.Namespace, workdir: Path) -> int:
     try:
-        status = run_chaos(args, workdir)
+        return run_chaos(args, workdir)
     except Exception:
         traceback.print_exc()
         log("chaos: the harness failed (see above)")
-    finally:
-        if args.keep or status:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return status
+        return 2
 
 
 if __name__ == "__main__":

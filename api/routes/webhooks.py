@@ -11,15 +11,14 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from api.deps import RT, Admin
-from api.problems import problem_response, problem_responses
+from api.problems import problem_responses
 from api.schemas import Request, Text
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.runtime import Runtime
-from tepat.services.webhooks import SubscriptionNotFound, WebhookService
+from tepat.services.webhooks import WebhookService
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], responses=problem_responses(401, 403))
 
@@ -123,10 +122,6 @@ def _out(sub: WebhookSubscription) -> WebhookOut:
     return WebhookOut(**_fields(sub))  # type: ignore[arg-type]
 
 
-def _not_found(subscription_id: str) -> JSONResponse:
-    return problem_response(404, f"webhook subscription {subscription_id!r} not found")
-
-
 @router.post(
     "",
     response_model=WebhookWithSecret,
@@ -155,13 +150,8 @@ async def list_webhooks(rt: RT, _: Admin) -> WebhookList:
     responses=problem_responses(404, 422),
     summary="One webhook subscription",
 )
-async def get_webhook(
-    subscription_id: SubscriptionId, rt: RT, _: Admin
-) -> WebhookOut | JSONResponse:
-    try:
-        return _out(await _service(rt).get(subscription_id))
-    except SubscriptionNotFound:
-        return _not_found(subscription_id)
+async def get_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> WebhookOut:
+    return _out(await _service(rt).get(subscription_id))
 
 
 @router.delete(
@@ -171,10 +161,7 @@ async def get_webhook(
     summary="Unsubscribe: nothing more is sent to it, pending deliveries included",
 )
 async def delete_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> Response:
-    try:
-        await _service(rt).delete(subscription_id)
-    except SubscriptionNotFound:
-        return _not_found(subscription_id)
+    await _service(rt).delete(subscription_id)
     return Response(status_code=204)
 
 
@@ -186,13 +173,10 @@ async def delete_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> R
 )
 async def rotate_webhook_secret(
     subscription_id: SubscriptionId, rt: RT, _: Admin
-) -> WebhookWithSecret | JSONResponse:
+) -> WebhookWithSecret:
     """Every delivery carries one signature per valid secret, so a receiver that still
     knows only the previous secret keeps verifying until it switches (within 24 hours)."""
-    try:
-        return _with_secret(await _service(rt).rotate_secret(subscription_id))
-    except SubscriptionNotFound:
-        return _not_found(subscription_id)
+    return _with_secret(await _service(rt).rotate_secret(subscription_id))
 
 
 @router.post(
@@ -201,10 +185,5 @@ async def rotate_webhook_secret(
     responses=problem_responses(404, 422),
     summary="Send to it again after a 410 Gone disabled it",
 )
-async def enable_webhook(
-    subscription_id: SubscriptionId, rt: RT, _: Admin
-) -> WebhookOut | JSONResponse:
-    try:
-        return _out(await _service(rt).enable(subscription_id))
-    except SubscriptionNotFound:
-        return _not_found(subscription_id)
+async def enable_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> WebhookOut:
+    return _out(await _service(rt).enable(subscription_id))

@@ -26,17 +26,17 @@ the answer is lost" (:meth:`ExpoSandbox.fail_after_accept`: the response stalls 
 gives up, the connection drops mid-response, or a 5xx comes back), a log of every notification
 received, and counters. The same controls exist as methods on :class:`ExpoSandbox`
 (in-process) and as HTTP endpoints under ``/_sandbox/`` (:mod:`tepat.sandbox.expo_controls`).
-The wire format lives in :mod:`tepat.sandbox.expo_wire`, the faults in
-:mod:`tepat.sandbox.expo_faults`.
+The wire format lives in :mod:`tepat.sandbox.expo_wire`; the faults, the controls and the
+state under its lock are the sandbox kit's (:mod:`tepat.sandbox.faults`,
+:mod:`tepat.sandbox.controls`, :mod:`tepat.sandbox.provider`).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -47,16 +47,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tepat.adapters.rate_limit import TokenBucket
-from tepat.clock import Clock, SystemClock
+from tepat.clock import Clock
 from tepat.sandbox.expo_controls import control_routes
-from tepat.sandbox.expo_faults import (
-    AfterAccept,
-    FailNext,
-    LostAnswer,
-    Stalls,
-    take_next,
-)
 from tepat.sandbox.expo_wire import (
     MAX_NOTIFICATIONS_PER_REQUEST,
     MAX_RECEIPT_IDS_PER_REQUEST,
@@ -73,8 +65,35 @@ from tepat.sandbox.expo_wire import (
     refused_ticket,
     request_errors,
 )
+from tepat.sandbox.faults import AfterAccept, FaultQueue
+from tepat.sandbox.provider import FakeProvider
 
 __all__ = ["AfterAccept", "ExpoSandbox", "TokenScript"]
+
+
+@dataclass(slots=True)
+class FailNext:
+    """A refusal before accepting: HTTP ``status`` with Expo's ``errors[0].code``."""
+
+    status: int
+    remaining: int
+    retry_after: float | None
+    code: str
+
+    def response(self) -> Response:
+        headers = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(math.ceil(self.retry_after))
+        return request_errors(
+            self.code, f"Scripted failure {self.status} {self.code}", self.status, **headers
+        )
+
+
+def _server_error(status: int) -> Response:
+    """Expo's words for an answer lost as a 5xx (:attr:`AfterAccept.ERROR`)."""
+    return request_errors(
+        "INTERNAL_SERVER_ERROR", f"Scripted failure {status} after accepting the request", status
+    )
 
 
 @dataclass(slots=True)
@@ -106,12 +125,11 @@ class _State:
     tickets: dict[str, _Ticket] = field(default_factory=dict)
     received: list[dict[str, Any]] = field(default_factory=list)
     scripts: dict[str, TokenScript] = field(default_factory=dict)
-    fail_next: list[FailNext] = field(default_factory=list)
-    after_accept: list[LostAnswer] = field(default_factory=list)
+    faults: FaultQueue[FailNext] = field(default_factory=FaultQueue)
     stats: _Stats = field(default_factory=_Stats)
 
 
-class ExpoSandbox:
+class ExpoSandbox(FakeProvider[_State]):
     """The state of one fake Expo project, and the ASGI app that serves it (:attr:`app`).
 
     Safe to drive from a test thread while a server thread serves requests.
@@ -128,17 +146,12 @@ class ExpoSandbox:
         scripts: Mapping[str, TokenScript] | None = None,
         stall_limit_seconds: float = 60.0,
     ) -> None:
-        self.clock: Clock = clock or SystemClock()
-        # A stalled answer ends when the client hangs up, on release_stalled(), or after
-        # stall_limit_seconds of wall-clock time.
-        self._stalls = Stalls(stall_limit_seconds)
+        super().__init__(
+            _State, _State(scripts=dict(scripts or {})), clock, rate_limit, stall_limit_seconds
+        )
         self.receipt_delay = timedelta(seconds=receipt_delay_seconds)
         self.receipt_ttl = timedelta(seconds=receipt_ttl_seconds)
         self.access_token = access_token
-        self._lock = threading.Lock()
-        self._state = _State(scripts=dict(scripts or {}))
-        self._bucket: TokenBucket | None = None
-        self.set_rate_limit(rate_limit)
         self.app = self._build_app()
 
     # ---- controls (also reachable over HTTP at /_sandbox/...) ----
@@ -161,12 +174,6 @@ class ExpoSandbox:
             else:
                 self._state.scripts[token] = TokenScript(ticket_error, receipt_error)
 
-    def clear_scripts(self) -> None:
-        with self._lock:
-            self._state.scripts.clear()
-            self._state.fail_next.clear()
-            self._state.after_accept.clear()
-
     def fail_next(
         self,
         count: int,
@@ -186,62 +193,10 @@ class ExpoSandbox:
                 status, "INTERNAL_SERVER_ERROR" if status >= 500 else "BAD_REQUEST"
             )
         with self._lock:
-            if count:
-                self._state.fail_next.append(FailNext(status, count, retry_after, code))
-
-    def fail_after_accept(
-        self, count: int, fault: AfterAccept | str = AfterAccept.STALL, status: int = 500
-    ) -> None:
-        """Accept the next ``count`` send requests, then lose their answers.
-
-        The notifications are received and their tickets issued (receipts will come), exactly
-        as for a normal request; only the response goes wrong, as ``fault`` says: ``stall``
-        (no answer until the client's read timeout closes the connection), ``drop`` (the
-        connection closes mid-response) or ``error`` (HTTP ``status``, a 5xx). Receipt
-        requests are not affected. The client cannot tell any of these from a request Expo
-        never took, which is the point.
-        """
-        fault = AfterAccept(fault)
-        if count < 0 or not 500 <= status <= 599:
-            raise ValueError("fail_after_accept needs count >= 0 and a 5xx status")
-        with self._lock:
-            if count:
-                self._state.after_accept.append(LostAnswer(fault, count, status))
-
-    def release_stalled(self) -> None:
-        """Answer every stalled request now (late, with its tickets)."""
-        self._stalls.release_all()
-
-    def stalled(self) -> int:
-        """How many answers are being held back right now."""
-        return len(self._stalls)
-
-    def set_rate_limit(self, rate: float | None) -> None:
-        """Notifications per second beyond which requests get 429 (``None``: unlimited)."""
-        self._bucket = TokenBucket(rate, self.clock) if rate else None
-        self.rate_limit = rate
+            self._state.faults.refuse_next(FailNext(status, count, retry_after, code))
 
     def set_receipt_delay(self, seconds: float) -> None:
         self.receipt_delay = timedelta(seconds=seconds)
-
-    def received(self) -> list[dict[str, Any]]:
-        """Every notification received (one entry per recipient), oldest first."""
-        with self._lock:
-            return [dict(r) for r in self._state.received]
-
-    def clear_received(self) -> None:
-        with self._lock:
-            self._state.received.clear()
-
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            return asdict(self._state.stats)
-
-    def reset(self) -> None:
-        """Forget everything: tickets, received notifications, scripts, counters."""
-        with self._lock:
-            self._state = _State()
-        self.set_rate_limit(self.rate_limit)
 
     # ---- the push API ----
 
@@ -260,7 +215,7 @@ class ExpoSandbox:
             stats.requests += 1
             if request.headers.get("content-encoding", "").lower() == "gzip":
                 stats.gzip_requests += 1
-            failure = take_next(self._state.fail_next)
+            failure = self._state.faults.next_refusal()
             if failure is not None:
                 if failure.status == 429:
                     stats.too_many_requests += 1
@@ -319,14 +274,14 @@ class ExpoSandbox:
         tickets = self._issue_tickets(messages, encoding)
         with self._lock:
             self._state.stats.send_requests += 1
-            fault = take_next(self._state.after_accept)
+            fault = self._state.faults.next_lost_answer()
             if fault is not None:
                 self._state.stats.answers_lost += 1
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
         answer = JSONResponse({"data": tickets[0] if single else tickets})
         if fault is None:
             return answer
-        return await fault.lose(answer, request, self._stalls)
+        return await fault.lose(answer, request, self._stalls, _server_error)
 
     def _issue_tickets(
         self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None
@@ -394,8 +349,7 @@ class ExpoSandbox:
         with self._lock:
             return {
                 "tokens": {t: s.as_dict() for t, s in self._state.scripts.items()},
-                "fail_next": [asdict(f) for f in self._state.fail_next],
-                "after_accept": [asdict(f) for f in self._state.after_accept],
+                **self._state.faults.describe(),
                 "rate_limit": self.rate_limit,
                 "receipt_delay_seconds": self.receipt_delay.total_seconds(),
             }

@@ -1,4 +1,5 @@
-"""The Expo sandbox's test controls over HTTP, under ``/_sandbox/``.
+"""The Expo sandbox's test controls over HTTP, under ``/_sandbox/``: the shared ones
+(:mod:`tepat.sandbox.controls`) with Expo's script format.
 
 They call the same methods a test calls in-process on :class:`~tepat.sandbox.expo.ExpoSandbox`.
 """
@@ -7,11 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tepat.sandbox.expo_faults import AfterAccept
+from tepat.sandbox.controls import apply_shared_script
+from tepat.sandbox.controls import control_routes as shared_routes
 from tepat.sandbox.expo_wire import request_errors
 
 if TYPE_CHECKING:
@@ -19,49 +19,23 @@ if TYPE_CHECKING:
 
 
 def control_routes(sandbox: ExpoSandbox) -> list[Route]:
-    async def received(request: Request) -> Response:
-        if request.method == "DELETE":
-            sandbox.clear_received()
-            return Response(status_code=204)
-        return JSONResponse({"received": sandbox.received()})
+    """The shared ``/_sandbox/`` routes; the script is ``POST`` JSON, every key optional::
 
-    async def stats(request: Request) -> Response:
-        return JSONResponse(sandbox.stats())
-
-    async def reset(request: Request) -> Response:
-        sandbox.reset()
-        return Response(status_code=204)
-
-    async def script(request: Request) -> Response:
-        """``POST`` JSON, every key optional::
-
-            {"tokens": {"ExponentPushToken[a]": {"ticket_error": "DeviceNotRegistered"},
-                        "ExponentPushToken[b]": {"receipt_error": "DeviceNotRegistered"},
-                        "ExponentPushToken[c]": null},          # null: remove the script
-             "clear": true,                                       # drop all scripts first
-             "next_429": 2, "next_500": 1, "retry_after": 3,
-             "fail_next": {"count": 1, "status": 400, "code": "PUSH_TOO_MANY_EXPERIENCE_IDS"},
-             "after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},
-             "release_stalled": true,
-             "rate_limit": 600, "receipt_delay_seconds": 900}
-
-        ``GET`` shows the current scripts.
-        """
-        if request.method == "GET":
-            return JSONResponse(sandbox.describe())
-        try:
-            spec = await request.json()
-            apply_script(sandbox, spec)
-        except (ValueError, TypeError) as e:
-            return request_errors("VALIDATION_ERROR", str(e), 400)
-        return JSONResponse(sandbox.describe())
-
-    return [
-        Route("/_sandbox/received", received, methods=["GET", "DELETE"]),
-        Route("/_sandbox/stats", stats, methods=["GET"]),
-        Route("/_sandbox/script", script, methods=["GET", "POST"]),
-        Route("/_sandbox/reset", reset, methods=["POST"]),
-    ]
+    {"tokens": {"ExponentPushToken[a]": {"ticket_error": "DeviceNotRegistered"},
+                "ExponentPushToken[b]": {"receipt_error": "DeviceNotRegistered"},
+                "ExponentPushToken[c]": null},          # null: remove the script
+     "clear": true,                                       # drop all scripts first
+     "next_429": 2, "next_500": 1, "retry_after": 3,
+     "fail_next": {"count": 1, "status": 400, "code": "PUSH_TOO_MANY_EXPERIENCE_IDS"},
+     "after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},
+     "release_stalled": true,
+     "rate_limit": 600, "receipt_delay_seconds": 900}
+    """
+    return shared_routes(
+        sandbox,
+        lambda spec: apply_script(sandbox, spec),
+        lambda message: request_errors("VALIDATION_ERROR", message, 400),
+    )
 
 
 def apply_script(sandbox: ExpoSandbox, spec: Any) -> None:
@@ -98,18 +72,6 @@ def apply_script(sandbox: ExpoSandbox, spec: Any) -> None:
             fail.get("retry_after"),
             fail.get("code"),
         )
-    if after := spec.get("after_accept"):
-        if not isinstance(after, dict):
-            raise ValueError('"after_accept" must be {"count", "fault", "status"}')
-        sandbox.fail_after_accept(
-            int(after.get("count", 1)),
-            str(after.get("fault", AfterAccept.STALL)),
-            int(after.get("status", 500)),
-        )
-    if spec.get("release_stalled"):
-        sandbox.release_stalled()
-    if "rate_limit" in spec:
-        rate = spec["rate_limit"]
-        sandbox.set_rate_limit(float(rate) if rate else None)
+    apply_shared_script(sandbox, spec)
     if "receipt_delay_seconds" in spec:
         sandbox.set_receipt_delay(float(spec["receipt_delay_seconds"]))

@@ -1,16 +1,21 @@
-"""Run the Expo sandbox over real HTTP: in the foreground (CLI) or in a thread (tests, demo)."""
+"""Run a sandbox over real HTTP: in the foreground (CLI) or in a thread (tests, demo, bench).
+
+The Expo sandbox's entry points live here, and :func:`running_provider`, which serves any
+sandbox of the kit (:mod:`tepat.sandbox.twilio_server` uses it for Twilio).
+"""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-
-import uvicorn
+from typing import Any, Generic, TypeVar
 
 from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.provider import FakeProvider
+from tepat.sandbox.runner import STARTUP_TIMEOUT, running_app, serve_app
+
+Provider = TypeVar("Provider", bound=FakeProvider[Any])
 
 
 def serve_sandbox(
@@ -30,55 +35,37 @@ def serve_sandbox(
         access_token=access_token,
         rate_limit=rate_limit or None,
     )
-    # log_config=None: uvicorn logs through the caller's handler (tepat.logging: JSON lines).
-    uvicorn.run(sandbox.app, host=host, port=port, log_config=None)
-
-
-class _ThreadServer(uvicorn.Server):
-    """A uvicorn server that says when it is listening, so callers wait on an event, not a sleep."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = threading.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self.ready.set()
+    serve_app(sandbox.app, host, port)
 
 
 @dataclass(frozen=True, slots=True)
-class RunningSandbox:
-    sandbox: ExpoSandbox
-    base_url: str  # e.g. http://127.0.0.1:54321, what TEPAT_EXPO_URL takes
+class Running(Generic[Provider]):
+    sandbox: Provider
+    base_url: str  # e.g. http://127.0.0.1:54321, what TEPAT_EXPO_URL (or _TWILIO_URL) takes
+
+
+RunningSandbox = Running[ExpoSandbox]
+
+
+@contextmanager
+def running_provider(
+    sandbox: Provider, name: str, host: str = "127.0.0.1", startup_timeout: float = STARTUP_TIMEOUT
+) -> Iterator[Running[Provider]]:
+    """Serve ``sandbox`` over HTTP on a free port, in a daemon thread."""
+    with running_app(sandbox.app, name, host, startup_timeout) as url:
+        try:
+            yield Running(sandbox, url)
+        finally:
+            # A stalled answer would hold uvicorn's graceful shutdown until its limit.
+            sandbox.release_stalled()
 
 
 @contextmanager
 def running_sandbox(
-    sandbox: ExpoSandbox | None = None, host: str = "127.0.0.1", startup_timeout: float = 10.0
+    sandbox: ExpoSandbox | None = None,
+    host: str = "127.0.0.1",
+    startup_timeout: float = STARTUP_TIMEOUT,
 ) -> Iterator[RunningSandbox]:
-    """Serve ``sandbox`` (a fresh one by default) over HTTP on a free port, in a daemon thread.
-
-    The socket is bound here, before the thread starts, so the port is known and cannot be
-    taken by someone else in between.
-    """
-    sandbox = sandbox or ExpoSandbox()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(sandbox.app, log_level="warning", lifespan="off", access_log=False)
-    server = _ThreadServer(config)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name=f"expo-sandbox:{port}", daemon=True
-    )
-    thread.start()
-    try:
-        if not server.ready.wait(startup_timeout) or not server.started:
-            raise RuntimeError(f"the Expo sandbox did not start on {host}:{port}")
-        yield RunningSandbox(sandbox, f"http://{host}:{port}")
-    finally:
-        # A stalled answer would hold uvicorn's graceful shutdown until its limit.
-        sandbox.release_stalled()
-        server.should_exit = True
-        thread.join(timeout=startup_timeout)
-        sock.close()
+    """Serve ``sandbox`` (a fresh Expo sandbox by default) on a free port, in a thread."""
+    with running_provider(sandbox or ExpoSandbox(), "expo-sandbox", host, startup_timeout) as r:
+        yield r

@@ -38,12 +38,11 @@ import contextlib
 import enum
 import hmac
 import itertools
-import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import phonenumbers
@@ -52,11 +51,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tepat.adapters.rate_limit import TokenBucket
 from tepat.adapters.twilio_signature import twilio_signature
-from tepat.clock import Clock, SystemClock
+from tepat.clock import Clock
 from tepat.domain.sms import count_segments
-from tepat.sandbox.expo_faults import AfterAccept, DroppedResponse, Stalls
+from tepat.sandbox.faults import FaultQueue
+from tepat.sandbox.provider import FakeProvider
 from tepat.sandbox.twilio_wire import (
     ACCOUNT_PATH,
     API_VERSION,
@@ -118,25 +117,11 @@ class _FailNext:
     remaining: int
 
 
-@dataclass(slots=True)
-class _LostAnswer:
-    fault: AfterAccept
-    remaining: int
-    status: int
-
-
-_Fault = TypeVar("_Fault", _FailNext, _LostAnswer)
-
-
-def _take_next(pending: list[_Fault]) -> _Fault | None:
-    """Use up one request of the first scripted fault (the caller holds the lock)."""
-    if not pending:
-        return None
-    fault = pending[0]
-    fault.remaining -= 1
-    if fault.remaining <= 0:
-        pending.pop(0)
-    return fault
+def _server_error(status: int) -> Response:
+    """Twilio's 20500 with the scripted 5xx status."""
+    response = error_response(20500)
+    response.status_code = status
+    return response
 
 
 @dataclass(order=True, slots=True)
@@ -168,12 +153,11 @@ class _State:
     pending: list[_Callback] = field(default_factory=list)
     scripts: dict[str, NumberScript] = field(default_factory=dict)
     unsubscribed: set[str] = field(default_factory=set)
-    fail_next: list[_FailNext] = field(default_factory=list)
-    after_accept: list[_LostAnswer] = field(default_factory=list)
+    faults: FaultQueue[_FailNext] = field(default_factory=FaultQueue)
     stats: _Stats = field(default_factory=_Stats)
 
 
-class TwilioSandbox:
+class TwilioSandbox(FakeProvider[_State]):
     """The state of one fake Twilio account, and the ASGI app that serves it (:attr:`app`).
 
     Safe to drive from a test thread while a server thread serves requests.
@@ -192,18 +176,15 @@ class TwilioSandbox:
         stall_limit_seconds: float = 60.0,
         callback_timeout_seconds: float = 10.0,
     ) -> None:
-        self.clock: Clock = clock or SystemClock()
+        super().__init__(
+            _State, _State(scripts=dict(scripts or {})), clock, rate_limit, stall_limit_seconds
+        )
         self.account_sid = account_sid
         self.auth_token = auth_token
         self.callback_delay = timedelta(seconds=callback_delay_seconds)
         self.callback_order = CallbackOrder(callback_order)
         self.callback_timeout_seconds = callback_timeout_seconds
-        self._stalls = Stalls(stall_limit_seconds)
-        self._lock = threading.Lock()
-        self._state = _State(scripts=dict(scripts or {}))
         self._seq = itertools.count()
-        self._bucket: TokenBucket | None = None
-        self.set_rate_limit(rate_limit)
         # The callback poster runs on the serving loop, started by the first request.
         self._poster: asyncio.Task[None] | None = None
         self._poster_loop: asyncio.AbstractEventLoop | None = None
@@ -228,44 +209,13 @@ class TwilioSandbox:
             else:
                 self._state.scripts[number] = script
 
-    def clear_scripts(self) -> None:
-        with self._lock:
-            self._state.scripts.clear()
-            self._state.fail_next.clear()
-            self._state.after_accept.clear()
-
     def fail_next(self, count: int, status: int = 429) -> None:
         """Answer the next ``count`` requests with 429 (code 20429) or a 5xx (20500),
         before anything is accepted."""
         if count < 0 or not (status == 429 or 500 <= status <= 599):
             raise ValueError("fail_next needs count >= 0 and status 429 or 5xx")
         with self._lock:
-            if count:
-                self._state.fail_next.append(_FailNext(status, count))
-
-    def fail_after_accept(
-        self, count: int, fault: AfterAccept | str = AfterAccept.STALL, status: int = 500
-    ) -> None:
-        """Accept the next ``count`` messages (received, callbacks scheduled), then lose
-        the answer: ``stall`` (until the client's read timeout), ``drop`` (connection
-        closed mid-response) or ``error`` (HTTP ``status``, a 5xx)."""
-        fault = AfterAccept(fault)
-        if count < 0 or not 500 <= status <= 599:
-            raise ValueError("fail_after_accept needs count >= 0 and a 5xx status")
-        with self._lock:
-            if count:
-                self._state.after_accept.append(_LostAnswer(fault, count, status))
-
-    def release_stalled(self) -> None:
-        self._stalls.release_all()
-
-    def stalled(self) -> int:
-        return len(self._stalls)
-
-    def set_rate_limit(self, rate: float | None) -> None:
-        """Requests per second beyond which requests get 429 / 20429 (``None``: unlimited)."""
-        self._bucket = TokenBucket(rate, self.clock) if rate else None
-        self.rate_limit = rate
+            self._state.faults.refuse_next(_FailNext(status, count))
 
     def set_callbacks(
         self, *, delay_seconds: float | None = None, order: CallbackOrder | str | None = None
@@ -285,15 +235,6 @@ class TwilioSandbox:
             else:
                 self._state.unsubscribed.discard(number)
 
-    def received(self) -> list[dict[str, Any]]:
-        """Every message accepted, oldest first."""
-        with self._lock:
-            return [dict(r) for r in self._state.received]
-
-    def clear_received(self) -> None:
-        with self._lock:
-            self._state.received.clear()
-
     def callbacks(self) -> list[dict[str, Any]]:
         """Every status callback posted (params, signature, the receiver's HTTP status)."""
         with self._lock:
@@ -303,24 +244,13 @@ class TwilioSandbox:
         with self._lock:
             return len(self._state.pending)
 
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            return asdict(self._state.stats)
-
-    def reset(self) -> None:
-        """Forget everything: messages, callbacks (also those not posted yet), scripts."""
-        with self._lock:
-            self._state = _State()
-        self.set_rate_limit(self.rate_limit)
-
     def describe(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "account_sid": self.account_sid,
                 "numbers": {n: asdict(s) for n, s in self._state.scripts.items()},
                 "unsubscribed": sorted(self._state.unsubscribed),
-                "fail_next": [asdict(f) for f in self._state.fail_next],
-                "after_accept": [asdict(f) for f in self._state.after_accept],
+                **self._state.faults.describe(),
                 "rate_limit": self.rate_limit,
                 "callback_delay_seconds": self.callback_delay.total_seconds(),
                 "callback_order": str(self.callback_order),
@@ -363,15 +293,13 @@ class TwilioSandbox:
         with self._lock:
             stats = self._state.stats
             stats.requests += 1
-            failure = _take_next(self._state.fail_next)
+            failure = self._state.faults.next_refusal()
             if failure is not None:
                 if failure.status == 429:
                     stats.too_many_requests += 1
                     return error_response(20429)
                 stats.server_errors += 1
-                response = error_response(20500)
-                response.status_code = failure.status
-                return response
+                return _server_error(failure.status)
             if not self._authorized(request):
                 stats.unauthorized += 1
                 return error_response(
@@ -445,20 +373,13 @@ class TwilioSandbox:
             return self._refuse(21610)
         resource = self._accept(to, from_, service, body, callback, script)
         with self._lock:
-            fault = _take_next(self._state.after_accept)
+            fault = self._state.faults.next_lost_answer()
             if fault is not None:
                 self._state.stats.answers_lost += 1
         answer = JSONResponse(resource, status_code=201)
         if fault is None:
             return answer
-        if fault.fault is AfterAccept.ERROR:
-            response = error_response(20500)
-            response.status_code = fault.status
-            return response
-        if fault.fault is AfterAccept.DROP:
-            return DroppedResponse()
-        await self._stalls.hold(request)
-        return answer
+        return await fault.lose(answer, request, self._stalls, _server_error)
 
     def _accept(
         self,

@@ -1,4 +1,5 @@
-"""The Twilio sandbox's test controls over HTTP, under ``/_sandbox/``.
+"""The Twilio sandbox's test controls over HTTP, under ``/_sandbox/``: the shared ones
+(:mod:`tepat.sandbox.controls`) with Twilio's script format, and its own two.
 
 They call the same methods a test calls in-process on
 :class:`~tepat.sandbox.twilio.TwilioSandbox`.
@@ -12,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tepat.sandbox.expo_faults import AfterAccept
+from tepat.sandbox.controls import apply_shared_script
+from tepat.sandbox.controls import control_routes as shared_routes
 
 if TYPE_CHECKING:
     from tepat.sandbox.twilio import TwilioSandbox
@@ -25,46 +27,25 @@ def _bad(message: str) -> JSONResponse:
 
 
 def control_routes(sandbox: TwilioSandbox) -> list[Route]:
-    async def received(request: Request) -> Response:
-        if request.method == "DELETE":
-            sandbox.clear_received()
-            return Response(status_code=204)
-        return JSONResponse({"received": sandbox.received()})
+    """The shared ``/_sandbox/`` routes, the callbacks posted and an inbound message.
+
+    The script is ``POST`` JSON, every key optional::
+
+        {"numbers": {"+14155550100": {"api_error": 21211},
+                     "+14155550101": {"status": "undelivered", "error_code": 30003},
+                     "+14155550102": null},                 # null: delivered again
+         "clear": true,                                      # drop all scripts first
+         "unsubscribed": ["+14155550103"], "subscribed": ["+14155550103"],
+         "next_429": 2, "next_500": 1,
+         "after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},
+         "release_stalled": true,
+         "rate_limit": 10, "callback_delay_seconds": 2, "callback_order": "reversed"}
+    """
 
     async def callbacks(request: Request) -> Response:
         return JSONResponse(
             {"callbacks": sandbox.callbacks(), "pending": sandbox.pending_callbacks()}
         )
-
-    async def stats(request: Request) -> Response:
-        return JSONResponse(sandbox.stats())
-
-    async def reset(request: Request) -> Response:
-        sandbox.reset()
-        return Response(status_code=204)
-
-    async def script(request: Request) -> Response:
-        """``POST`` JSON, every key optional::
-
-            {"numbers": {"+14155550100": {"api_error": 21211},
-                         "+14155550101": {"status": "undelivered", "error_code": 30003},
-                         "+14155550102": null},                 # null: delivered again
-             "clear": true,                                      # drop all scripts first
-             "unsubscribed": ["+14155550103"], "subscribed": ["+14155550103"],
-             "next_429": 2, "next_500": 1,
-             "after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},
-             "release_stalled": true,
-             "rate_limit": 10, "callback_delay_seconds": 2, "callback_order": "reversed"}
-
-        ``GET`` shows the current scripts.
-        """
-        if request.method == "GET":
-            return JSONResponse(sandbox.describe())
-        try:
-            apply_script(sandbox, await request.json())
-        except (ValueError, TypeError) as e:
-            return _bad(str(e))
-        return JSONResponse(sandbox.describe())
 
     async def inbound(request: Request) -> Response:
         """``POST {"url": …, "from": "+1…", "body": "STOP", "to"?: …}``: Twilio posts an
@@ -82,11 +63,8 @@ def control_routes(sandbox: TwilioSandbox) -> list[Route]:
         return JSONResponse({"http_status": status})
 
     return [
-        Route("/_sandbox/received", received, methods=["GET", "DELETE"]),
+        *shared_routes(sandbox, lambda spec: apply_script(sandbox, spec), _bad),
         Route("/_sandbox/callbacks", callbacks, methods=["GET"]),
-        Route("/_sandbox/stats", stats, methods=["GET"]),
-        Route("/_sandbox/script", script, methods=["GET", "POST"]),
-        Route("/_sandbox/reset", reset, methods=["POST"]),
         Route("/_sandbox/inbound", inbound, methods=["POST"]),
     ]
 
@@ -114,19 +92,7 @@ def apply_script(sandbox: TwilioSandbox, spec: Any) -> None:
         sandbox.fail_next(int(spec["next_429"]), 429)
     if spec.get("next_500"):
         sandbox.fail_next(int(spec["next_500"]), 500)
-    if after := spec.get("after_accept"):
-        if not isinstance(after, dict):
-            raise ValueError('"after_accept" must be {"count", "fault", "status"}')
-        sandbox.fail_after_accept(
-            int(after.get("count", 1)),
-            str(after.get("fault", AfterAccept.STALL)),
-            int(after.get("status", 500)),
-        )
-    if spec.get("release_stalled"):
-        sandbox.release_stalled()
-    if "rate_limit" in spec:
-        rate = spec["rate_limit"]
-        sandbox.set_rate_limit(float(rate) if rate else None)
+    apply_shared_script(sandbox, spec)
     sandbox.set_callbacks(
         delay_seconds=(
             float(spec["callback_delay_seconds"]) if "callback_delay_seconds" in spec else None

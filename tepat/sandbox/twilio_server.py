@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
-import uvicorn
-
-from tepat.sandbox.server import _ThreadServer
+from tepat.sandbox.runner import STARTUP_TIMEOUT, serve_app
+from tepat.sandbox.server import Running, running_provider
 from tepat.sandbox.twilio import TwilioSandbox
+
+RunningTwilioSandbox = Running[TwilioSandbox]
 
 
 def serve_twilio_sandbox(
@@ -34,38 +32,15 @@ def serve_twilio_sandbox(
         f" TEPAT_TWILIO_AUTH_TOKEN={sandbox.auth_token})",
         flush=True,
     )
-    uvicorn.run(sandbox.app, host=host, port=port, log_config=None)
-
-
-@dataclass(frozen=True, slots=True)
-class RunningTwilioSandbox:
-    sandbox: TwilioSandbox
-    base_url: str  # what TEPAT_TWILIO_URL takes
+    serve_app(sandbox.app, host, port)
 
 
 @contextmanager
 def running_twilio_sandbox(
-    sandbox: TwilioSandbox | None = None, host: str = "127.0.0.1", startup_timeout: float = 10.0
+    sandbox: TwilioSandbox | None = None,
+    host: str = "127.0.0.1",
+    startup_timeout: float = STARTUP_TIMEOUT,
 ) -> Iterator[RunningTwilioSandbox]:
-    """Serve ``sandbox`` over HTTP on a free port, in a daemon thread (as
-    :func:`tepat.sandbox.server.running_sandbox` does for Expo)."""
-    sandbox = sandbox or TwilioSandbox()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(sandbox.app, log_level="warning", lifespan="off", access_log=False)
-    server = _ThreadServer(config)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name=f"twilio-sandbox:{port}", daemon=True
-    )
-    thread.start()
-    try:
-        if not server.ready.wait(startup_timeout) or not server.started:
-            raise RuntimeError(f"the Twilio sandbox did not start on {host}:{port}")
-        yield RunningTwilioSandbox(sandbox, f"http://{host}:{port}")
-    finally:
-        sandbox.release_stalled()
-        server.should_exit = True
-        thread.join(timeout=startup_timeout)
-        sock.close()
+    """Serve ``sandbox`` (a fresh one by default) on a free port, in a daemon thread."""
+    with running_provider(sandbox or TwilioSandbox(), "twilio-sandbox", host, startup_timeout) as r:
+        yield r

@@ -9,18 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator, Generator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from tepat.clock import FakeClock
 from tepat.runtime import Runtime
+from tepat.sandbox.runner import QuietServer, serving_app
 from tepat.services.inbox import InboxService, StreamTiming
 from tests.api.conftest import ADMIN, bearer, token_for
 from tests.api.helpers import create_user
@@ -29,19 +29,11 @@ from tests.support.waiting import eventually
 WAIT = 15.0  # seconds: bounds a failing wait, never paces a passing test
 
 
-class _Server(uvicorn.Server):
-    """Leaves signals alone: the test stops it."""
-
-    @contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 @dataclass
 class Live:
     url: str
     app: FastAPI
-    server: _Server
+    server: QuietServer
     task: asyncio.Task[None]
 
 
@@ -53,22 +45,11 @@ def use_timing(app: FastAPI, rt: Runtime, timing: StreamTiming) -> InboxService:
 
 @pytest.fixture
 async def live(app: FastAPI) -> AsyncIterator[Live]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()[:2]
-    server = _Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:  # real time: uvicorn binding, not the service's clock
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield Live(f"http://{host}:{port}", app, server, task)
-    finally:
-        app.state.inbox.notifier.close()
-        server.should_exit = True
-        await asyncio.wait_for(task, WAIT)
-        sock.close()
+    async with serving_app(app) as server:
+        try:
+            yield Live(server.url, app, server.server, server.task)
+        finally:
+            app.state.inbox.notifier.close()
 
 
 @dataclass

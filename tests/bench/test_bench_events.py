@@ -6,27 +6,11 @@ Speed and memory are reported by the benchmark, never asserted here (docs/PRINCI
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.running import bench_result
 
 
 def test_quick_events_bench_holds_its_checks() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TEPAT_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.events", "--quick", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = bench_result("bench.events", "--quick", "--json")
     assert result["scenario"] == "events" and result["ok"], result
     assert result["checks"] and all(result["checks"].values()), result["checks"]
     assert result["parameters"]["users"] == 2000

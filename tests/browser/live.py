@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import socket
 import threading
-from collections.abc import Callable, Coroutine, Generator, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import uvicorn
 from pydantic import SecretStr
 
 from api.app import create_app
@@ -30,6 +28,7 @@ from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.runtime import Runtime, open_runtime
 from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.runner import base_url, bind_free_port, serving_app
 
 T = TypeVar("T")
 CALL_TIMEOUT = 30.0
@@ -58,27 +57,6 @@ class Live:
 
     def advance(self, seconds: float) -> None:
         self.run(lambda: self.clock.advance(seconds))
-
-
-class _Server(uvicorn.Server):
-    """Leaves signals alone: the test stops it."""
-
-    @contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
-def _socket() -> socket.socket:
-    # Bound before the server starts, so the port is known and nobody else can take it.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    return sock
-
-
-def _url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://{host}:{port}"
 
 
 @contextmanager
@@ -121,43 +99,31 @@ async def _main(
 ) -> None:
     clock = FakeClock(start)
     sandbox = ExpoSandbox(clock=clock)
-    api_sock, sandbox_sock = _socket(), _socket()
+    # Bound before the settings are made: they name the sandbox's URL.
+    api_sock, sandbox_sock = bind_free_port(), bind_free_port()
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/tepat.db",
         broker_url="embedded://",
-        expo_url=_url(sandbox_sock),
+        expo_url=base_url(sandbox_sock),
         admin_api_key=SecretStr(admin_key),
         **overrides,
     )
-    async with open_runtime(settings, clock=clock) as rt:
-        servers = [
-            _Server(uvicorn.Config(create_app(rt, admin_key), log_config=None)),
-            _Server(uvicorn.Config(sandbox.app, log_config=None)),
-        ]
+    async with (
+        open_runtime(settings, clock=clock) as rt,
+        serving_app(create_app(rt, admin_key), sock=api_sock) as api,
+        serving_app(sandbox.app, sock=sandbox_sock) as fake_expo,
+    ):
         tasks = [
-            asyncio.create_task(servers[0].serve(sockets=[api_sock])),
-            asyncio.create_task(servers[1].serve(sockets=[sandbox_sock])),
-            *(
-                asyncio.create_task(part(rt, stop))
-                for part in (run_consumer, run_receipt_poller, run_outbox, run_sweeper)
-            ),
+            asyncio.create_task(part(rt, stop))
+            for part in (run_consumer, run_receipt_poller, run_outbox, run_sweeper)
         ]
         try:
-            while not all(s.started for s in servers):
-                failed = [t for t in tasks if t.done()]
-                if failed:
-                    failed[0].result()
-                await asyncio.sleep(0.01)  # real time: uvicorn binding, not the service's clock
             loop = asyncio.get_running_loop()
-            ready.set_result(Live(_url(api_sock), _url(sandbox_sock), rt, clock, sandbox, loop))
+            ready.set_result(Live(api.url, fake_expo.url, rt, clock, sandbox, loop))
             await stop.wait()
         finally:
             stop.set()
-            for server in servers:
-                server.should_exit = True
             results = await asyncio.gather(*tasks, return_exceptions=True)
-            for sock in (api_sock, sandbox_sock):
-                sock.close()
             errors = [r for r in results if isinstance(r, Exception)]
             if errors:
                 raise errors[0]

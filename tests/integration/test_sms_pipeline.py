@@ -7,13 +7,11 @@ The API is served by uvicorn on the test's loop (the runtime's), the sandbox in 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from pydantic import SecretStr
 
 from api.app import create_app
@@ -23,6 +21,7 @@ from tepat.config import Settings
 from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.runtime import Runtime, open_runtime
+from tepat.sandbox.runner import base_url, bind_free_port, serving_app
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
@@ -84,8 +83,8 @@ def twilio() -> Iterator[RunningTwilioSandbox]:
 
 @pytest.fixture
 async def pipeline(tmp_path: Path, twilio: RunningTwilioSandbox) -> AsyncIterator[Pipeline]:
-    sock = socket.create_server(("127.0.0.1", 0))
-    api_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock = bind_free_port()
+    api_url = base_url(sock)
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/t.db",
         broker_url="embedded://",
@@ -102,25 +101,17 @@ async def pipeline(tmp_path: Path, twilio: RunningTwilioSandbox) -> AsyncIterato
         for user, phone in (("ana", ANA), ("ben", BEN), ("cai", CAI)):
             await rt.store.upsert_user(User(user, "UTC"))
             await rt.store.set_contact(user, "sms", phone, True, rt.clock.now())
-        config = uvicorn.Config(
-            create_app(rt, ADMIN_KEY), log_level="warning", lifespan="off", access_log=False
-        )
-        server = uvicorn.Server(config)
-        serving = asyncio.create_task(server.serve(sockets=[sock]))
-        stop = asyncio.Event()
-        loops = [
-            asyncio.create_task(run_consumer(rt, stop)),
-            asyncio.create_task(run_outbox(rt, stop)),
-        ]
-        await eventually(lambda: server.started, what="the API listening")
-        try:
-            yield Pipeline(rt, twilio.sandbox, api_url)
-        finally:
-            stop.set()
-            await asyncio.gather(*loops, return_exceptions=True)
-            server.should_exit = True
-            await serving
-            sock.close()
+        async with serving_app(create_app(rt, ADMIN_KEY), sock=sock):
+            stop = asyncio.Event()
+            loops = [
+                asyncio.create_task(run_consumer(rt, stop)),
+                asyncio.create_task(run_outbox(rt, stop)),
+            ]
+            try:
+                yield Pipeline(rt, twilio.sandbox, api_url)
+            finally:
+                stop.set()
+                await asyncio.gather(*loops, return_exceptions=True)
 
 
 async def test_an_sms_is_sent_then_delivered_by_its_signed_callbacks(pipeline: Pipeline) -> None:

@@ -22,7 +22,7 @@ from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
 from tepat.ports.channel import Accepted, Outgoing, Refused, TryAgain
-from tepat.sandbox.expo_faults import AfterAccept
+from tepat.sandbox.faults import AfterAccept
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,

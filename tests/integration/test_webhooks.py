@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-from collections.abc import AsyncIterator, Callable, Generator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from tepat.adapters.sqlite import SqliteStore
 from tepat.adapters.webhook_out import WEBHOOK_RETRY, WebhookChannel
@@ -29,13 +27,13 @@ from tepat.domain.models import Message, MessageStatus, message_id_for
 from tepat.domain.webhooks import EVENT_TYPES, WEBHOOK_CHANNEL, status_event_id
 from tepat.ports.channel import Delivered, Outgoing, Refused, TryAgain
 from tepat.ports.store import Store
+from tepat.sandbox.runner import serving_app
 from tepat.services.webhooks import WebhookEmitter, WebhookService
 from tests.unit.test_webhook_signing import spec_verify
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 S = MessageStatus
 CATEGORIES = ("meal", "medication", "safety", "custom")
-WAIT = 15.0  # seconds: bounds a failing wait, never paces a passing test
 
 
 @dataclass
@@ -73,29 +71,10 @@ class Receiver:
         return [r for r in self.requests if 200 <= r.status < 300]
 
 
-class _Server(uvicorn.Server):
-    @contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 @asynccontextmanager
 async def serving(app: Receiver) -> AsyncIterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()[:2]
-    server = _Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:  # real time: uvicorn binding, not the service's clock
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, WAIT)
-        sock.close()
+    async with serving_app(app) as server:
+        yield server.url
 
 
 @pytest.fixture

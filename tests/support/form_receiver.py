@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tepat.sandbox.server import _ThreadServer
+from tepat.sandbox.runner import running_app
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,20 +51,6 @@ class FormReceiver:
 @contextmanager
 def running_receiver(host: str = "127.0.0.1") -> Iterator[FormReceiver]:
     receiver = FormReceiver()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    receiver.base_url = f"http://{host}:{port}"
-    config = uvicorn.Config(receiver.app(), log_level="warning", lifespan="off", access_log=False)
-    server = _ThreadServer(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        if not server.ready.wait(10) or not server.started:
-            raise RuntimeError("the form receiver did not start")
+    with running_app(receiver.app(), "form-receiver", host) as url:
+        receiver.base_url = url
         yield receiver
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()

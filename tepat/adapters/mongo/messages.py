@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from tepat.adapters.message_cursor import decode_cursor, message_page
 from tepat.adapters.mongo.base import MongoBase, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
 from tepat.domain.errors import DomainError
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.store import Counts, InsertResult, MessagePage, MessageQuery, StatusChange
-
-
-def _encode_cursor(scheduled_at: datetime, message_id: str) -> str:
-    ms = int(scheduled_at.timestamp() * 1000)
-    return base64.urlsafe_b64encode(f"{ms}|{message_id}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        ms, message_id = raw.split("|", 1)
-        return datetime.fromtimestamp(int(ms) / 1000, UTC), message_id
-    except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError, OSError):
-        raise DomainError("cursor", "not a cursor this service issued") from None
 
 
 class MessagesMixin(MongoBase):
@@ -196,7 +181,7 @@ class MessagesMixin(MongoBase):
         if window:
             flt["scheduled_at"] = window
         if query.cursor is not None:
-            at, mid = _decode_cursor(query.cursor)
+            at, mid = decode_cursor(query.cursor)
             flt["$or"] = [
                 {"scheduled_at": {"$lt": at}},
                 {"scheduled_at": at, "_id": {"$lt": mid}},
@@ -209,10 +194,7 @@ class MessagesMixin(MongoBase):
             .limit(limit + 1)  # one extra tells whether another page exists
             .to_list(None)
         )
-        items = [message_from_doc(d) for d in docs[:limit]]
-        more = len(docs) > limit
-        cursor = _encode_cursor(items[-1].scheduled_at, items[-1].id) if more and items else None
-        return MessagePage(items=items, next_cursor=cursor)
+        return message_page([message_from_doc(d) for d in docs], limit)
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
         if limit <= 0:  # limit(0) means *no* limit to MongoDB

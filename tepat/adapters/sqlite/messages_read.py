@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tepat.adapters.message_cursor import decode_cursor, message_page
 from tepat.adapters.sqlite.codecs import (
     _MESSAGE_COLUMNS,
-    _MESSAGE_FIELDS,
     _dt,
     _message,
     _placeholders,
@@ -21,19 +19,6 @@ from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Message
 from tepat.ports.store import Counts, MessagePage, MessageQuery
-
-
-def _encode_cursor(scheduled_at: str, message_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{scheduled_at}|{message_id}".encode()).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[str, str]:
-    try:
-        scheduled_at, message_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
-        _dt(scheduled_at)
-    except (binascii.Error, UnicodeError, ValueError):
-        raise DomainError("cursor", "not a cursor this service returned") from None
-    return scheduled_at, message_id
 
 
 class MessagesReadMixin(SqliteBase):
@@ -73,19 +58,15 @@ class MessagesReadMixin(SqliteBase):
             where.append("scheduled_at < ?")
             params.append(_ts(query.scheduled_to))
         if query.cursor is not None:
+            at, message_id = decode_cursor(query.cursor)
             where.append("(scheduled_at, id) < (?, ?)")
-            params.extend(_decode_cursor(query.cursor))
+            params.extend((_ts(at), message_id))
         sql = (
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(where)} "
             "ORDER BY scheduled_at DESC, id DESC LIMIT ?"
         )
         rows = await self._select(sql, (*params, query.limit + 1))
-        page = rows[: query.limit]
-        next_cursor = None
-        if len(rows) > query.limit:
-            last = page[-1]
-            next_cursor = _encode_cursor(last[_MESSAGE_FIELDS.index("scheduled_at")], last[0])
-        return MessagePage(items=[_message(r) for r in page], next_cursor=next_cursor)
+        return message_page([_message(r) for r in rows], query.limit)
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
         rows = await self._select(

@@ -1,26 +1,26 @@
-"""Scripted faults of the Expo sandbox: refusals before accepting, and answers lost after.
+"""Scripted faults of the sandboxes: refusals before accepting, and answers lost after.
 
 Two families, because a client must treat them differently and cannot tell them apart:
 
-* *before accepting* (:class:`FailNext`): the request is answered with an HTTP error and
-  nothing is received. Sending again is safe.
-* *after accepting* (:class:`LostAnswer`): the notifications are received and ticketed as
-  usual, then the answer goes wrong (:class:`AfterAccept`). Sending again delivers a copy.
+* *before accepting* (each sandbox's ``FailNext``, in its provider's words): the request
+  is answered with an HTTP error and nothing is received. Sending again is safe.
+* *after accepting* (:class:`LostAnswer`): the request is received and handled as usual,
+  then the answer goes wrong (:class:`AfterAccept`). Sending again delivers a copy.
+
+Both wait in a :class:`FaultQueue` until requests use them up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import math
 import threading
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
-
-from tepat.sandbox.expo_wire import request_errors
 
 
 class AfterAccept(enum.StrEnum):
@@ -32,46 +32,80 @@ class AfterAccept(enum.StrEnum):
 
 
 @dataclass(slots=True)
-class FailNext:
-    status: int
-    remaining: int
-    retry_after: float | None
-    code: str
-
-    def response(self) -> Response:
-        headers = {}
-        if self.retry_after is not None:
-            headers["Retry-After"] = str(math.ceil(self.retry_after))
-        return request_errors(
-            self.code, f"Scripted failure {self.status} {self.code}", self.status, **headers
-        )
-
-
-@dataclass(slots=True)
 class LostAnswer:
     fault: AfterAccept
     remaining: int
     status: int  # for AfterAccept.ERROR
 
-    async def lose(self, answer: Response, request: Request, stalls: Stalls) -> Response:
-        """What the client gets instead of ``answer`` (or ``answer``, late, if released)."""
+    async def lose(
+        self,
+        answer: Response,
+        request: Request,
+        stalls: Stalls,
+        server_error: Callable[[int], Response],
+    ) -> Response:
+        """What the client gets instead of ``answer`` (or ``answer``, late, if released);
+        ``server_error`` words the 5xx of :attr:`AfterAccept.ERROR` as the provider does."""
         if self.fault is AfterAccept.ERROR:
-            return request_errors(
-                "INTERNAL_SERVER_ERROR",
-                f"Scripted failure {self.status} after accepting the request",
-                self.status,
-            )
+            return server_error(self.status)
         if self.fault is AfterAccept.DROP:
             return DroppedResponse()
         await stalls.hold(request)
         return answer
 
 
-_Fault = TypeVar("_Fault", FailNext, LostAnswer)
+class _Countdown(Protocol):
+    remaining: int  # requests it still applies to
 
 
-def take_next(pending: list[_Fault]) -> _Fault | None:
-    """Use up one request of the first scripted fault (the caller holds the lock)."""
+_Refusal = TypeVar("_Refusal", bound=_Countdown)
+
+
+@dataclass(slots=True)
+class FaultQueue(Generic[_Refusal]):
+    """The faults scripted for the next requests, each used up one request at a time.
+
+    Not locked: it lives in its sandbox's state, under that sandbox's lock.
+    """
+
+    refusals: list[_Refusal] = field(default_factory=list)
+    lost_answers: list[LostAnswer] = field(default_factory=list)
+
+    def refuse_next(self, refusal: _Refusal) -> None:
+        if refusal.remaining:
+            self.refusals.append(refusal)
+
+    def lose_next(self, count: int, fault: AfterAccept | str, status: int) -> None:
+        """Accept the next ``count`` requests, then lose their answers as ``fault`` says."""
+        fault = AfterAccept(fault)
+        if count < 0 or not 500 <= status <= 599:
+            raise ValueError("fail_after_accept needs count >= 0 and a 5xx status")
+        if count:
+            self.lost_answers.append(LostAnswer(fault, count, status))
+
+    def next_refusal(self) -> _Refusal | None:
+        return _take_next(self.refusals)
+
+    def next_lost_answer(self) -> LostAnswer | None:
+        return _take_next(self.lost_answers)
+
+    def clear(self) -> None:
+        self.refusals.clear()
+        self.lost_answers.clear()
+
+    def describe(self) -> dict[str, list[dict[str, Any]]]:
+        """What ``GET /_sandbox/script`` shows of them."""
+        return {
+            "fail_next": [asdict(f) for f in self.refusals],  # type: ignore[call-overload]
+            "after_accept": [asdict(f) for f in self.lost_answers],
+        }
+
+
+_Fault = TypeVar("_Fault", bound=_Countdown)
+
+
+def _take_next(pending: list[_Fault]) -> _Fault | None:
+    """Use up one request of the first scripted fault."""
     if not pending:
         return None
     fault = pending[0]

@@ -1,0 +1,133 @@
+"""Serve an ASGI app over real HTTP on a free port: one runner for the sandboxes, tests and bench.
+
+* :func:`running_app`: in a daemon thread with its own loop (a sandbox beside a test
+  that blocks, or beside a runtime on another loop);
+* :func:`serving_app`: on the caller's running loop (an app that shares the loop's
+  objects, such as the API over a runtime);
+* :func:`serve_app`: in the foreground until interrupted (``tepat sandbox ...``).
+
+The socket is bound before the server starts, so the port is known at once and nobody
+else can take it in between; callers wait on the server's start, never on a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+STARTUP_TIMEOUT = 10.0  # seconds: bounds a server that fails to start, never paces one that does
+
+
+def bind_free_port(host: str = "127.0.0.1") -> socket.socket:
+    """A listening-ready socket on a free port of ``host`` (the caller closes it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{host}:{port}"
+
+
+def quiet_config(app: Any) -> uvicorn.Config:
+    """No access lines and no lifespan: a stand-in's requests are the test's business."""
+    return uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+
+
+class QuietServer(uvicorn.Server):
+    """Leaves signals to its owner (a test, or a process that drains every part on one
+    SIGTERM), and says when it is listening."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None] = lambda: None) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+        self._on_ready = on_ready
+
+    @contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+        self._on_ready()
+
+
+@contextmanager
+def running_app(
+    app: Any, name: str, host: str = "127.0.0.1", startup_timeout: float = STARTUP_TIMEOUT
+) -> Iterator[str]:
+    """Serve ``app`` in a daemon thread; yields its base URL (``http://host:port``)."""
+    sock = bind_free_port(host)
+    port = sock.getsockname()[1]
+    server = QuietServer(quiet_config(app))
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name=f"{name}:{port}", daemon=True
+    )
+    thread.start()
+    try:
+        if not server.ready.wait(startup_timeout) or not server.started:
+            raise RuntimeError(f"{name} did not start on {host}:{port}")
+        yield base_url(sock)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=startup_timeout)
+        sock.close()
+
+
+@dataclass
+class ServingApp:
+    url: str
+    server: QuietServer
+    task: asyncio.Task[None]
+
+    async def stop(self) -> None:
+        """Stop accepting and let the requests in flight finish (idempotent)."""
+        self.server.should_exit = True
+        await asyncio.wait_for(asyncio.shield(self.task), STARTUP_TIMEOUT)
+
+
+@asynccontextmanager
+async def serving_app(
+    app: Any,
+    config: uvicorn.Config | None = None,
+    sock: socket.socket | None = None,
+    startup_timeout: float = STARTUP_TIMEOUT,
+) -> AsyncIterator[ServingApp]:
+    """Serve ``app`` on the running loop (``config`` for uvicorn's, ``sock`` for a port
+    the caller bound already) until the block ends."""
+    sock = sock or bind_free_port()
+    listening = asyncio.Event()
+    server = QuietServer(config or quiet_config(app), on_ready=listening.set)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    ready = asyncio.create_task(listening.wait())
+    try:
+        await asyncio.wait({ready, task}, timeout=startup_timeout, return_when="FIRST_COMPLETED")
+        if task.done():
+            task.result()  # it failed to start: its own error says why
+        if not server.started:
+            raise RuntimeError(f"the server did not start on {base_url(sock)}")
+        serving = ServingApp(base_url(sock), server, task)
+        yield serving
+        await serving.stop()
+    finally:
+        ready.cancel()
+        server.should_exit = True
+        if not task.done():
+            await asyncio.wait({task}, timeout=startup_timeout)
+        sock.close()
+
+
+def serve_app(app: Any, host: str, port: int) -> None:
+    """Serve ``app`` in the foreground until interrupted."""
+    # log_config=None: uvicorn logs through the caller's handler (tepat.logging: JSON lines).
+    uvicorn.run(app, host=host, port=port, log_config=None)
