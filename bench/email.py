@@ -3,8 +3,8 @@ lost or repeated.
 
 In one process on a SQLite file with the embedded broker: N users, each with an e-mail
 address (an ``email`` contact), and one e-mail each due now. The real send path takes
-them: the outbox publishes, the consumer claims, ``consumers/channel_sender.py`` resolves
-each address and hands the messages to
+them: the outbox publishes, the consumer claims,
+``tepat/services/sending/channel_sender.py`` resolves each address and hands the messages to
 :class:`~tepat.adapters.smtp_email.SmtpEmailChannel`, which keeps to ``TEPAT_SMTP_RATE``
 (50/s) over its pool of connections. The relay is a real SMTP server (``aiosmtpd``, in a
 thread) that takes at most 1.1 x ``rate`` recipients per second (a token bucket, as SES

@@ -2,8 +2,9 @@
 
 In one process on a SQLite file with the embedded broker: N users, each with a phone
 number (an ``sms`` contact), and one SMS each due now. The real send path takes them:
-the outbox publishes, the consumer claims, ``consumers/channel_sender.py`` resolves each
-number and hands the messages to :class:`~tepat.adapters.twilio_sms.TwilioSmsChannel`,
+the outbox publishes, the consumer claims,
+``tepat/services/sending/channel_sender.py`` resolves each number and hands the messages
+to :class:`~tepat.adapters.twilio_sms.TwilioSmsChannel`,
 which keeps to ``TEPAT_TWILIO_RATE`` (10/s). The Twilio sandbox (over real HTTP, in a
 thread) enforces the same 10 requests/s and answers 429 (code 20429) beyond it.
 

@@ -14,11 +14,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from consumers.channel_sender import ChannelSender
-from consumers.dispatcher import Dispatcher
-from consumers.receipts import ReceiptPoller
-from scheduler.creator import Creator
-from scheduler.sweeper import Sweeper
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.categories import Categories
@@ -31,6 +26,11 @@ from tepat.ports.push import PushProvider
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
 from tepat.services.outbox import Outbox
+from tepat.services.planning.creator import Creator
+from tepat.services.sending.channel_sender import ChannelSender
+from tepat.services.sending.dispatcher import Dispatcher
+from tepat.services.sending.receipts import ReceiptPoller
+from tepat.services.sending.sweeper import Sweeper
 
 if TYPE_CHECKING:
     from tepat.services.inbox import InboxService

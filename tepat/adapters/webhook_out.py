@@ -9,7 +9,7 @@ Outcomes, as the spec's "Delivery success and failure" suggests: 2xx -> ``Delive
 410 Gone -> ``Refused("gone")`` and the subscription is disabled; 429, 502, 503, 504 ->
 ``TryAgain`` (throttled, honouring ``Retry-After``); every other answer (3xx, 4xx, 5xx),
 a timeout or a connection error -> ``TryAgain``. The retries are the shared ones
-(``consumers/channel_sender.py``) on :data:`WEBHOOK_RETRY`: a receiver down for an hour
+(``tepat/services/sending/channel_sender.py``) on :data:`WEBHOOK_RETRY`: a receiver down for an hour
 loses nothing; one down for three days is given up on (``failed``, the reason says why).
 A duplicate is harmless (the ``webhook-id`` is the event's stable id, for the receiver
 to dedup on), so an answer lost after the request went out is retried, never closed.

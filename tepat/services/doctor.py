@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from scheduler.creator import TZDATA_META_KEY, TZDATA_PROGRESS_KEY
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, Delivery
 from tepat.ports.push import Receipts, Rejected
 from tepat.ports.store import Store
+from tepat.services.planning.creator import TZDATA_META_KEY, TZDATA_PROGRESS_KEY
 
 EXPO_HOST = "https://exp.host"
 TWILIO_API = "https://api.twilio.com"
