@@ -33,5 +33,9 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy
 
+echo "== import-linter"
+# the layers of pyproject.toml [tool.importlinter], no ignored imports
+.venv/bin/lint-imports
+
 echo "== pytest"
 .venv/bin/pytest -q -p no:cacheprovider "$@"

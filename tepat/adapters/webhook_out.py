@@ -26,7 +26,6 @@ import httpx
 import structlog
 
 from tepat.clock import Clock
-from tepat.config import Settings
 from tepat.domain.errors import DomainError
 from tepat.domain.webhooks import (
     WEBHOOK_CHANNEL,
@@ -36,10 +35,10 @@ from tepat.domain.webhooks import (
     check_url,
     webhook_headers,
 )
-from tepat.ports.channel import Channel, ChannelOutcome, Delivered, Outgoing, Refused, TryAgain
+from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused, TryAgain
 from tepat.ports.store import WebhookStore
 
-__all__ = ["WEBHOOK_RETRY", "WebhookChannel", "build_webhook_channel"]
+__all__ = ["WEBHOOK_RETRY", "WebhookChannel"]
 
 log = structlog.get_logger("tepat.webhooks")
 
@@ -156,13 +155,3 @@ def _retry_after(response: httpx.Response, clock: Clock) -> float | None:
         return None
     seconds = (when - clock.now()).total_seconds()
     return max(0.0, min(seconds, WEBHOOK_RETRY.cap_seconds))
-
-
-def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookStore) -> Channel:
-    """Always built: with no subscription there is simply nothing to send."""
-    return WebhookChannel(
-        store,
-        clock,
-        timeout_seconds=settings.webhook_timeout_seconds,
-        allow_http=settings.webhook_allow_http,
-    )

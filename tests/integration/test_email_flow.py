@@ -21,7 +21,7 @@ import pytest
 from pydantic import SecretStr
 
 from api.app import create_app
-from tepat.adapters.smtp_email import SmtpEmailChannel, build_email_channel
+from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
 from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message, MessageStatus, User, message_id_for, slot_key_for
@@ -29,6 +29,7 @@ from tepat.domain.retry import RetryPolicy
 from tepat.runtime import Runtime, open_runtime
 from tepat.services.sending.channel_sender import ChannelSender
 from tepat.services.unsubscribe import UnsubscribeLinks
+from tepat.wiring import build_email_channel
 from tests.api.conftest import ADMIN_KEY, START, make_settings
 from tests.support.fake_push import FakePush
 from tests.support.smtp_server import SmtpServer

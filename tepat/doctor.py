@@ -361,7 +361,8 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
 
     import aiosmtplib
 
-    from tepat.adapters.smtp_email import SmtpEmailChannel, smtp_config
+    from tepat.adapters.smtp_email import SmtpEmailChannel
+    from tepat.wiring import smtp_config
 
     config = smtp_config(settings)
     if config is None:
