@@ -48,7 +48,7 @@ _BROKER_PLUGIN_ATTEMPTS = 4
 
 
 class BrokerSettings(Protocol):
-    """What the admin reads of its :class:`~tepat.adapters.stomp.broker.StompBroker`."""
+    """What the admin (and each consumer) reads of its STOMP broker adapter."""
 
     @property
     def target(self) -> StompTarget: ...

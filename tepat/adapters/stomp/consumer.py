@@ -28,27 +28,18 @@ from typing import Any, Protocol
 
 import structlog
 
+from tepat.adapters.stomp.admin import BrokerSettings
 from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import H_NACKS, int_header
 from tepat.adapters.stomp.link import Link
-from tepat.adapters.stomp.url import StompTarget
 from tepat.clock import Clock
 from tepat.ports.broker import Delivery
 
 log = structlog.get_logger("tepat.broker.stomp")
 
 
-class ConsumerBroker(Protocol):
+class ConsumerBroker(BrokerSettings, Protocol):
     """What a consumer uses of its :class:`~tepat.adapters.stomp.broker.StompBroker`."""
-
-    @property
-    def target(self) -> StompTarget: ...
-
-    @property
-    def heartbeat_ms(self) -> int: ...
-
-    @property
-    def request_timeout(self) -> float: ...
 
     @property
     def clock(self) -> Clock: ...
