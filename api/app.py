@@ -40,11 +40,9 @@ from api.routes import templates as template_routes
 from api.routes import unsubscribe as unsubscribe_routes
 from api.routes import webhooks as webhook_routes
 from api.schemas import BulkUserIn
-from tepat.runtime import Runtime
+from tepat.runtime import Runtime, event_service, template_service
 from tepat.services.email_events import EmailEvents
-from tepat.services.events import event_service
-from tepat.services.templates import template_service
-from tepat.services.unsubscribe import build_unsubscribe_links
+from tepat.wiring import build_unsubscribe_links
 
 MAX_BODY_BYTES = 64 * 1024
 

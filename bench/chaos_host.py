@@ -18,9 +18,9 @@ from pathlib import Path
 from scheduler.jobs import run_outbox, run_sweeper
 from tepat.config import load_settings
 from tepat.logging import configure_logging
+from tepat.loops import wait_or_stop
 from tepat.processes import consumer_parts, run_parts
 from tepat.runtime import Runtime
-from tepat.services.loops import wait_or_stop
 
 STATS_ENV = "BENCH_CHAOS_STATS"
 

@@ -21,8 +21,8 @@ from datetime import timedelta
 
 import structlog
 
+from tepat.loops import wait_or_stop
 from tepat.runtime import Runtime
-from tepat.services.loops import wait_or_stop
 
 log = structlog.get_logger("tepat.rate_share")
 

@@ -14,9 +14,9 @@ import structlog
 
 from tepat.domain.batches import BadBatch, Batch, decode_batch
 from tepat.domain.queues import queue_priority
+from tepat.loops import wait_or_stop
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
-from tepat.services.loops import wait_or_stop
 
 log = structlog.get_logger("tepat.consumer")
 

@@ -7,9 +7,8 @@ import asyncio
 import structlog
 
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.runtime import Runtime
-from tepat.services.events import event_service
-from tepat.services.loops import wait_or_stop
+from tepat.loops import wait_or_stop
+from tepat.runtime import Runtime, event_service
 
 log = structlog.get_logger("tepat.scheduler")
 

@@ -39,6 +39,9 @@ echo "== mkdocs"
 DOCS_SITE=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$DOCS_SITE"
 rm -rf "$DOCS_SITE"
+echo "== import-linter"
+# the layers of pyproject.toml [tool.importlinter], no ignored imports
+.venv/bin/lint-imports
 
 echo "== pytest"
 .venv/bin/pytest -q -p no:cacheprovider "$@"

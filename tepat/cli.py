@@ -215,7 +215,7 @@ def doctor() -> None:
 
     One line per check, with a fix for each failure; exits 1 if any check failed.
     """
-    from tepat.services.doctor import diagnose
+    from tepat.doctor import diagnose
 
     # The verdicts are the output; library logs would only repeat them.
     configure_logging("CRITICAL")

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from scheduler.creator import PlanResult
+from tepat.services.planning.creator import PlanResult
 
 
 class PlanProgress:

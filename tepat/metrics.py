@@ -20,7 +20,7 @@ two, so rename here and there together.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import prometheus_client
 import structlog
@@ -37,14 +37,16 @@ from prometheus_client import (
     generate_latest,
 )
 
+from tepat.clock import Clock
+from tepat.domain.categories import Categories
 from tepat.domain.models import MessageStatus
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.services.loops import wait_or_stop
+from tepat.loops import wait_or_stop
+from tepat.ports.broker import Broker
+from tepat.ports.store import Counts
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
-
-    from tepat.runtime import Runtime
 
 log = structlog.get_logger("tepat.metrics")
 
@@ -141,14 +143,46 @@ def exposition() -> bytes:
     return generate_latest(REGISTRY)
 
 
-async def refresh_gauges(rt: Runtime) -> None:
+class _CountsMessages(Protocol):
+    async def count_messages(self) -> Counts: ...
+
+
+class _RefreshEvery(Protocol):
+    @property
+    def metrics_refresh_seconds(self) -> float: ...
+
+
+class GaugeSource(Protocol):
+    """What the gauges are read from (the runtime is one): the message counts, the
+    broker's queue depths, and how often to read them."""
+
+    @property
+    def store(self) -> _CountsMessages: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def categories(self) -> Categories: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def queues(self) -> list[str]: ...
+
+    @property
+    def settings(self) -> _RefreshEvery: ...
+
+
+async def refresh_gauges(rt: GaugeSource) -> None:
     """Read message counts and queue depths once into the gauges; a failing source
     keeps its last values."""
     await _refresh_store(rt)
     await _refresh_broker(rt)
 
 
-async def _refresh_store(rt: Runtime) -> None:
+async def _refresh_store(rt: GaugeSource) -> None:
     try:
         counts = await asyncio.wait_for(rt.store.count_messages(), REFRESH_TIMEOUT_SECONDS)
     except Exception:
@@ -165,7 +199,7 @@ async def _refresh_store(rt: Runtime) -> None:
     REFRESHED.labels(source="store").set(rt.clock.now().timestamp())
 
 
-async def _refresh_broker(rt: Runtime) -> None:
+async def _refresh_broker(rt: GaugeSource) -> None:
     try:
         stats = await asyncio.wait_for(rt.broker.stats(rt.queues), REFRESH_TIMEOUT_SECONDS)
     except Exception:
@@ -182,7 +216,7 @@ async def _refresh_broker(rt: Runtime) -> None:
     REFRESHED.labels(source="broker").set(rt.clock.now().timestamp())
 
 
-async def run_gauge_refresher(rt: Runtime, stop: asyncio.Event) -> None:
+async def run_gauge_refresher(rt: GaugeSource, stop: asyncio.Event) -> None:
     """The one task that reads counts and depths, every ``metrics_refresh_seconds``."""
     while not stop.is_set():
         await refresh_gauges(rt)

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 
-from scheduler.creator import PlanResult
 from tepat.config import load_settings
 from tepat.domain.planning import planning_fingerprint
 from tepat.logging import configure_logging
 from tepat.ports.store import PlanTarget
 from tepat.runtime import Runtime
+from tepat.services.planning.creator import PlanResult
 
 #: Fewer users than this to plan: one process does it (workers take a second to start).
 PARALLEL_FROM = 5_000

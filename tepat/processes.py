@@ -132,7 +132,7 @@ def _http_part(host: str, port: int, admin_key: str) -> Part:
 
 
 def _admin_key(settings: Settings) -> str:
-    from tepat.services.admin_key import resolve_admin_key
+    from tepat.admin_key import resolve_admin_key
 
     key, generated = resolve_admin_key(settings)
     if generated:
@@ -308,9 +308,9 @@ def serve_api_workers(settings: Settings, host: str, port: int, workers: int) ->
 
 def api_worker_app() -> Any:
     """The ASGI app of one worker of ``tepat api --workers N`` (an import-string factory)."""
+    from tepat.admin_key import resolve_admin_key
     from tepat.config import load_settings
     from tepat.logging import configure_logging
-    from tepat.services.admin_key import resolve_admin_key
 
     settings = load_settings()
     configure_logging(settings.log_level, settings.log_json, settings.access_log_level)

@@ -10,15 +10,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import structlog
 
-from consumers.channel_sender import ChannelSender
-from consumers.dispatcher import Dispatcher
-from consumers.receipts import ReceiptPoller
-from scheduler.creator import Creator
-from scheduler.sweeper import Sweeper
+from tepat.adapters.webhook_out import WEBHOOK_RETRY
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.categories import Categories
@@ -30,10 +25,22 @@ from tepat.ports.channel import Channel
 from tepat.ports.push import PushProvider
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
+from tepat.services.events import EventService
+from tepat.services.inbox import InboxService
 from tepat.services.outbox import Outbox
-
-if TYPE_CHECKING:
-    from tepat.services.inbox import InboxService
+from tepat.services.planning.creator import Creator
+from tepat.services.sending.channel_sender import ChannelSender
+from tepat.services.sending.dispatcher import Dispatcher
+from tepat.services.sending.inbox_channel import InboxChannel
+from tepat.services.sending.receipts import ReceiptPoller
+from tepat.services.sending.sweeper import Sweeper
+from tepat.services.templates import TemplateService
+from tepat.wiring import (
+    build_email_channel,
+    build_sms_channel,
+    build_unsubscribe_links,
+    build_webhook_channel,
+)
 
 log = structlog.get_logger("tepat.runtime")
 
@@ -150,13 +157,6 @@ def build_channel_sender(
 ) -> ChannelSender:
     """Every channel but push that this configuration can send on: the inbox always,
     e-mail and SMS when their provider is configured, webhook deliveries always."""
-    # Imported here: the inbox service reaches the runtime through the accounts service.
-    from tepat.adapters.inbox_channel import InboxChannel
-    from tepat.adapters.smtp_email import build_email_channel
-    from tepat.adapters.twilio_sms import build_sms_channel
-    from tepat.adapters.webhook_out import WEBHOOK_RETRY, build_webhook_channel
-    from tepat.services.unsubscribe import build_unsubscribe_links
-
     channels: dict[str, Channel] = {"inbox": InboxChannel(inbox)}
     for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
         if channel is not None:
@@ -206,8 +206,6 @@ async def open_runtime(
                 max_attempts=settings.max_attempts,
                 max_age=timedelta(seconds=settings.max_retry_age_seconds),
             )
-            from tepat.services.inbox import InboxService  # see build_channel_sender
-
             inbox = InboxService(store, clock, categories)
             dispatcher = Dispatcher(
                 store,
@@ -268,3 +266,26 @@ async def open_runtime(
             await broker.close()
     finally:
         await store.close()
+
+
+def event_service(
+    rt: Runtime, templates: TemplateService | None = None, inbox: InboxService | None = None
+) -> EventService:
+    """The events service over a runtime, sharing the API's template
+    and inbox services when given (their caches, the inbox's stream notifier)."""
+    return EventService(
+        rt.store,
+        rt.clock,
+        rt.categories,
+        rt.settings.event_routing(),
+        templates or template_service(rt),
+        inbox or rt.inbox,
+        rt.outbox,
+    )
+
+
+def template_service(rt: Runtime) -> TemplateService:
+    """The template service over a runtime's store, with the configured event types and locale."""
+    return TemplateService(
+        rt.store, rt.settings.event_routing(), rt.clock, rt.settings.default_locale
+    )

@@ -1,7 +1,7 @@
 """The e-mail channel: messages over SMTP to a relay (``aiosmtplib``), typed outcomes.
 
-Configured by ``TEPAT_SMTP_*`` (tepat/config.py); :func:`build_email_channel` gives None
-when ``TEPAT_SMTP_HOST`` is unset. What the e-mail looks like: :mod:`smtp_message`; how
+Configured by ``TEPAT_SMTP_*`` (tepat/config.py, read by :mod:`tepat.wiring`, which builds
+none when ``TEPAT_SMTP_HOST`` is unset). What the e-mail looks like: :mod:`smtp_message`; how
 replies become outcomes: :mod:`smtp_outcomes`.
 
 Connections: a small pool (``TEPAT_SMTP_CONNECTIONS``, 4) of connections kept open
@@ -31,12 +31,10 @@ from tepat.adapters.smtp_message import (
     Sender,
     build_email,
     message_id_header,
-    parse_from,
 )
 from tepat.adapters.smtp_outcomes import Stage, outcome_for_reply
 from tepat.clock import Clock
-from tepat.config import Settings
-from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, TryAgain
 
 log = structlog.get_logger("tepat.email")
 
@@ -246,28 +244,3 @@ class SmtpEmailChannel:
             # The system's CAs, or only those of TEPAT_SMTP_CA_FILE (a relay's own CA).
             self._tls_context = ssl.create_default_context(cafile=self.config.ca_file)
         return self._tls_context
-
-
-def smtp_config(settings: Settings) -> SmtpConfig | None:
-    if not settings.smtp_host or not settings.smtp_from:
-        return None
-    password = settings.smtp_password
-    return SmtpConfig(
-        host=settings.smtp_host,
-        sender=parse_from(settings.smtp_from),
-        port=settings.smtp_port,
-        tls=settings.smtp_tls,
-        username=settings.smtp_username or None,
-        password=password.get_secret_value() if password else None,
-        ca_file=settings.smtp_ca_file,
-        rate=settings.smtp_rate,
-        timeout=settings.smtp_timeout,
-        connections=settings.smtp_connections,
-        unsubscribe_mailto=settings.unsubscribe_mailto,
-    )
-
-
-def build_email_channel(settings: Settings, clock: Clock) -> Channel | None:
-    """The e-mail channel, or None when ``TEPAT_SMTP_HOST`` is unset."""
-    config = smtp_config(settings)
-    return SmtpEmailChannel(config, clock) if config else None

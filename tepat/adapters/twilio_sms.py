@@ -33,10 +33,9 @@ import httpx
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
-from tepat.config import Settings
 from tepat.domain.errors import DomainError
 from tepat.domain.sms import check_segments
-from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, TryAgain
 
 log = logging.getLogger("tepat.twilio")
 
@@ -197,26 +196,3 @@ def _int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def build_sms_channel(settings: Settings, clock: Clock) -> Channel | None:
-    """The SMS channel from ``TEPAT_TWILIO_*``; ``None`` when Twilio is not configured."""
-    if settings.twilio_account_sid is None or settings.twilio_auth_token is None:
-        return None
-    public_url = settings.public_url
-    if public_url is None:
-        log.warning(
-            "TEPAT_PUBLIC_URL is unset: Twilio gets no StatusCallback, so SMS stay 'sent'"
-            " (never 'delivered' or 'failed' from the carrier)"
-        )
-    return TwilioSmsChannel(
-        account_sid=settings.twilio_account_sid,
-        auth_token=settings.twilio_auth_token.get_secret_value(),
-        clock=clock,
-        from_number=settings.twilio_from,
-        messaging_service_sid=settings.twilio_messaging_service_sid,
-        base_url=settings.twilio_url,
-        public_url=public_url,
-        rate=settings.twilio_rate,
-        max_segments=settings.sms_max_segments,
-    )

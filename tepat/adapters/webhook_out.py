@@ -9,7 +9,7 @@ Outcomes, as the spec's "Delivery success and failure" suggests: 2xx -> ``Delive
 410 Gone -> ``Refused("gone")`` and the subscription is disabled; 429, 502, 503, 504 ->
 ``TryAgain`` (throttled, honouring ``Retry-After``); every other answer (3xx, 4xx, 5xx),
 a timeout or a connection error -> ``TryAgain``. The retries are the shared ones
-(``consumers/channel_sender.py``) on :data:`WEBHOOK_RETRY`: a receiver down for an hour
+(``tepat/services/sending/channel_sender.py``) on :data:`WEBHOOK_RETRY`: a receiver down for an hour
 loses nothing; one down for three days is given up on (``failed``, the reason says why).
 A duplicate is harmless (the ``webhook-id`` is the event's stable id, for the receiver
 to dedup on), so an answer lost after the request went out is retried, never closed.
@@ -26,7 +26,6 @@ import httpx
 import structlog
 
 from tepat.clock import Clock
-from tepat.config import Settings
 from tepat.domain.errors import DomainError
 from tepat.domain.webhooks import (
     WEBHOOK_CHANNEL,
@@ -36,10 +35,10 @@ from tepat.domain.webhooks import (
     check_url,
     webhook_headers,
 )
-from tepat.ports.channel import Channel, ChannelOutcome, Delivered, Outgoing, Refused, TryAgain
+from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused, TryAgain
 from tepat.ports.store import WebhookStore
 
-__all__ = ["WEBHOOK_RETRY", "WebhookChannel", "build_webhook_channel"]
+__all__ = ["WEBHOOK_RETRY", "WebhookChannel"]
 
 log = structlog.get_logger("tepat.webhooks")
 
@@ -156,13 +155,3 @@ def _retry_after(response: httpx.Response, clock: Clock) -> float | None:
         return None
     seconds = (when - clock.now()).total_seconds()
     return max(0.0, min(seconds, WEBHOOK_RETRY.cap_seconds))
-
-
-def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookStore) -> Channel:
-    """Always built: with no subscription there is simply nothing to send."""
-    return WebhookChannel(
-        store,
-        clock,
-        timeout_seconds=settings.webhook_timeout_seconds,
-        allow_http=settings.webhook_allow_http,
-    )

@@ -3,8 +3,8 @@
 Push (Expo) keeps its own port (:mod:`tepat.ports.push`): a push message fans out to
 each of the user's active devices, is coalesced into requests of 100 across batches and
 gets a ticket and a receipt later, so its dispatch path is specialised
-(``consumers/dispatcher.py``). Every other channel sends one message to one target, and
-goes through this port and the one shared path in ``consumers/channel_sender.py``:
+(``tepat/services/sending/dispatcher.py``). Every other channel sends one message to one target, and
+goes through this port and the one shared path in ``tepat/services/sending/channel_sender.py``:
 claim (shared with push), the send-time checks, the target (the user's inbox, e-mail
 address or phone number, resolved and checked against suppressions at send time), the
 send, the record, retries with backoff and the broker's dead-lettering (shared).

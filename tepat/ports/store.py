@@ -140,7 +140,7 @@ class UserStore(Protocol):
         """All users in ``user_id`` order, a page at a time (keyset, flat memory)."""
         ...
 
-    # Planning marks (scheduler/creator.py, docs/ARCHITECTURE.md "Plan runs").
+    # Planning marks (tepat/services/planning/creator.py, docs/ARCHITECTURE.md "Plan runs").
     # Every user carries a change stamp: any write that can change what planning
     # makes of them (their zone, quiet hours, enabled flag or plan version; a
     # reminder of theirs inserted, replaced or deleted) increments it and clears

@@ -1,6 +1,7 @@
 """Use cases behind the user-facing API: users, devices, reminders, preferences, one-offs.
 
-No HTTP here: every function takes the :class:`~tepat.runtime.Runtime`, validates
+No HTTP here: every function takes what it uses (:class:`AccountParts`: the repositories
+it touches, the clock, the categories, the planner and the outbox; the runtime is one), validates
 with the domain's parsers (errors name the offending field) and talks to the
 store. Whatever changes planning re-plans through the creator, so the rules
 that cancel superseded messages live in exactly one place.
@@ -13,9 +14,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from tepat.clock import Clock
 from tepat.domain import preferences
+from tepat.domain.categories import Categories
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Device, Message, QuietHours, Reminder, User
 from tepat.domain.planning import plan_oneoff, request_fingerprint
@@ -26,13 +29,60 @@ from tepat.domain.validation import (
     parse_hhmm,
 )
 from tepat.domain.zones import load_zone
-from tepat.ports.store import MessagePage, MessageQuery
-from tepat.runtime import Runtime
+from tepat.ports.store import (
+    DeviceStore,
+    MessagePage,
+    MessageQuery,
+    MessageStore,
+    PreferenceStore,
+    ReminderStore,
+    UserStore,
+)
+from tepat.services.outbox import Outbox
 
 # Expo refuses notifications over 4096 bytes; keep room for what the dispatcher adds.
 MAX_PAYLOAD_BYTES: Final = 3584
 # A one-off further ahead than this is almost certainly a mistake (or a unit error).
 MAX_SEND_AHEAD: Final = timedelta(days=366)
+
+
+class AccountRecords(
+    UserStore, DeviceStore, ReminderStore, PreferenceStore, MessageStore, Protocol
+):
+    """The repositories the account use cases read and write."""
+
+
+class Planner(Protocol):
+    """Re-plans a user after a change (the creator)."""
+
+    @property
+    def horizon(self) -> timedelta: ...
+
+    async def replan_user(self, user_id: str) -> object: ...
+
+
+class HasUsers(Protocol):
+    @property
+    def store(self) -> UserStore: ...
+
+
+class AccountParts(Protocol):
+    """What the account use cases are given; the runtime has these and more."""
+
+    @property
+    def store(self) -> AccountRecords: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def categories(self) -> Categories: ...
+
+    @property
+    def creator(self) -> Planner: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
 
 
 class NotFound(LookupError):
@@ -58,7 +108,7 @@ KEEP: Final = _Keep.KEEP  # "leave this field as it is" in partial updates
 # ---------------------------------------------------------------- users
 
 
-async def get_user(rt: Runtime, user_id: str) -> User:
+async def get_user(rt: HasUsers, user_id: str) -> User:
     user = await rt.store.get_user(check_identifier(user_id, "user_id"))
     if user is None:
         raise NotFound("user", user_id)
@@ -66,7 +116,7 @@ async def get_user(rt: Runtime, user_id: str) -> User:
 
 
 async def put_user(
-    rt: Runtime,
+    rt: AccountParts,
     user_id: str,
     *,
     timezone: str,
@@ -113,7 +163,7 @@ async def put_user(
 
 
 async def register_device(
-    rt: Runtime, user_id: str, device_id: str, push_token: str, platform: str | None = None
+    rt: AccountParts, user_id: str, device_id: str, push_token: str, platform: str | None = None
 ) -> Device:
     """Register or rotate a device's token (the store keeps one active binding each)."""
     await get_user(rt, user_id)
@@ -129,7 +179,7 @@ async def register_device(
     return await rt.store.register_device(device)
 
 
-async def deactivate_device(rt: Runtime, user_id: str, device_id: str) -> None:
+async def deactivate_device(rt: AccountParts, user_id: str, device_id: str) -> None:
     """Deactivate a device; repeating it is harmless, an unknown device is NotFound."""
     await get_user(rt, user_id)
     check_identifier(device_id, "device_id")
@@ -139,7 +189,7 @@ async def deactivate_device(rt: Runtime, user_id: str, device_id: str) -> None:
         raise NotFound("device", device_id)
 
 
-async def list_devices(rt: Runtime, user_id: str) -> list[Device]:
+async def list_devices(rt: AccountParts, user_id: str) -> list[Device]:
     await get_user(rt, user_id)
     return await rt.store.list_devices(user_id)
 
@@ -148,7 +198,7 @@ async def list_devices(rt: Runtime, user_id: str) -> list[Device]:
 
 
 async def put_reminder(
-    rt: Runtime,
+    rt: AccountParts,
     user_id: str,
     reminder_id: str,
     *,
@@ -196,7 +246,7 @@ def _planned_fields(r: Reminder) -> tuple[object, ...]:
     return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
 
 
-async def delete_reminder(rt: Runtime, user_id: str, reminder_id: str) -> None:
+async def delete_reminder(rt: AccountParts, user_id: str, reminder_id: str) -> None:
     """Delete a reminder and cancel its pending messages."""
     await get_user(rt, user_id)
     check_identifier(reminder_id, "reminder_id")
@@ -205,7 +255,7 @@ async def delete_reminder(rt: Runtime, user_id: str, reminder_id: str) -> None:
     await rt.creator.replan_user(user_id)
 
 
-async def list_reminders(rt: Runtime, user_id: str) -> list[Reminder]:
+async def list_reminders(rt: AccountParts, user_id: str) -> list[Reminder]:
     await get_user(rt, user_id)
     return await rt.store.list_reminders(user_id)
 
@@ -214,7 +264,7 @@ async def list_reminders(rt: Runtime, user_id: str) -> list[Reminder]:
 
 
 async def set_preferences(
-    rt: Runtime, user_id: str, categories: Mapping[str, bool]
+    rt: AccountParts, user_id: str, categories: Mapping[str, bool]
 ) -> dict[str, bool]:
     """Merge opt-ins/outs, per category (``"meal"``: every channel) or per category and
     channel (``"meal.email"``, see :mod:`tepat.domain.preferences`); returns every
@@ -227,19 +277,19 @@ async def set_preferences(
     return _with_defaults(rt, stored)
 
 
-async def get_preferences(rt: Runtime, user_id: str) -> dict[str, bool]:
+async def get_preferences(rt: AccountParts, user_id: str) -> dict[str, bool]:
     await get_user(rt, user_id)
     return _with_defaults(rt, await rt.store.get_preferences(user_id))
 
 
-def _with_defaults(rt: Runtime, stored: Mapping[str, bool]) -> dict[str, bool]:
+def _with_defaults(rt: AccountParts, stored: Mapping[str, bool]) -> dict[str, bool]:
     return preferences.view(stored, rt.categories.names)
 
 
 # ---------------------------------------------------------------- messages
 
 
-async def list_messages(rt: Runtime, query: MessageQuery) -> MessagePage:
+async def list_messages(rt: AccountParts, query: MessageQuery) -> MessagePage:
     await get_user(rt, query.user_id)
     if query.scheduled_from and query.scheduled_to and query.scheduled_to < query.scheduled_from:
         raise DomainError("to", "must not be before 'from'")
@@ -257,7 +307,7 @@ async def list_messages(rt: Runtime, query: MessageQuery) -> MessagePage:
 
 
 async def create_oneoff(
-    rt: Runtime,
+    rt: AccountParts,
     user_id: str,
     idempotency_key: str,
     category: str,

@@ -29,7 +29,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Device, QuietHours, Reminder, User
@@ -42,9 +42,15 @@ from tepat.domain.validation import (
     parse_quiet_hours,
 )
 from tepat.domain.zones import load_zone
-from tepat.ports.store import PlanMark
-from tepat.runtime import Runtime
-from tepat.services.accounts import KEEP, MAX_PAYLOAD_BYTES, _Keep, check_payload
+from tepat.ports.store import ImportStore, PlanMark
+from tepat.services.accounts import (
+    KEEP,
+    MAX_PAYLOAD_BYTES,
+    AccountParts,
+    AccountRecords,
+    _Keep,
+    check_payload,
+)
 
 #: Items per request: bounds one request's memory, write transaction and planning pass.
 MAX_ITEMS: Final = 1000
@@ -132,7 +138,20 @@ class _Valid:
     reminders: list[Reminder]
 
 
-async def import_users(rt: Runtime, items: Sequence[UserItem | InvalidItem]) -> list[ItemResult]:
+class ImportRecords(AccountRecords, ImportStore, Protocol):
+    """The repositories an import reads and writes: an account's, in bulk."""
+
+
+class ImportParts(AccountParts, Protocol):
+    """What an import is given: an account use case's parts, with bulk writes."""
+
+    @property
+    def store(self) -> ImportRecords: ...
+
+
+async def import_users(
+    rt: ImportParts, items: Sequence[UserItem | InvalidItem]
+) -> list[ItemResult]:
     """Create or update each item's user, devices and reminders; one result per item, in order."""
     if len(items) > MAX_ITEMS:
         raise ValueError(f"at most {MAX_ITEMS} items per request")
@@ -164,7 +183,7 @@ async def import_users(rt: Runtime, items: Sequence[UserItem | InvalidItem]) -> 
 
 
 def _check(
-    rt: Runtime,
+    rt: ImportParts,
     index: int,
     item: UserItem,
     now: datetime,
@@ -265,7 +284,7 @@ class _Writes:
     statuses: dict[int, Status] = field(default_factory=dict)
 
 
-async def _apply(rt: Runtime, valid: Sequence[_Valid], now: datetime) -> dict[int, Status]:
+async def _apply(rt: ImportParts, valid: Sequence[_Valid], now: datetime) -> dict[int, Status]:
     store = rt.store
     ids = [v.item.user_id for v in valid]
     old_users = await store.get_users(ids)
@@ -375,7 +394,7 @@ def _planned_fields(r: Reminder) -> tuple[object, ...]:
 
 
 async def _plan_new_users(
-    rt: Runtime,
+    rt: ImportParts,
     user_ids: Sequence[str],
     written: Sequence[Reminder],
     stamps: Mapping[str, int],
@@ -436,7 +455,7 @@ def _by_id(r: Reminder) -> str:
     return r.reminder_id
 
 
-async def _replan(rt: Runtime, user_ids: Sequence[str]) -> None:
+async def _replan(rt: ImportParts, user_ids: Sequence[str]) -> None:
     if not user_ids:
         return
     gate = asyncio.Semaphore(REPLAN_CONCURRENCY)

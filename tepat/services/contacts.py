@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import Protocol
 
+from tepat.clock import Clock
 from tepat.domain.contacts import (
     Contact,
     Suppression,
@@ -20,7 +22,7 @@ from tepat.domain.contacts import (
     normalise_address,
 )
 from tepat.domain.errors import DomainError
-from tepat.runtime import Runtime
+from tepat.ports.store import ContactStore, UserStore
 from tepat.services.accounts import NotFound, get_user
 
 MAX_PAGE = 500
@@ -32,8 +34,22 @@ class SuppressionPage:
     next_cursor: str | None
 
 
+class ContactRecords(UserStore, ContactStore, Protocol):
+    """The repositories the contact use cases read and write."""
+
+
+class ContactParts(Protocol):
+    """What the contact use cases are given; the runtime has these and more."""
+
+    @property
+    def store(self) -> ContactRecords: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+
 async def set_contact(
-    rt: Runtime, user_id: str, channel: str, address: object, verified: bool
+    rt: ContactParts, user_id: str, channel: str, address: object, verified: bool
 ) -> Contact:
     channel = check_channel(channel, "channel")
     normalised = normalise_address(channel, address, "address")
@@ -43,19 +59,19 @@ async def set_contact(
     return Contact(user_id, channel, normalised, verified, now)
 
 
-async def remove_contact(rt: Runtime, user_id: str, channel: str) -> None:
+async def remove_contact(rt: ContactParts, user_id: str, channel: str) -> None:
     channel = check_channel(channel, "channel")
     await get_user(rt, user_id)
     await rt.store.set_contact(user_id, channel, None, False, rt.clock.now())
 
 
-async def list_contacts(rt: Runtime, user_id: str) -> list[Contact]:
+async def list_contacts(rt: ContactParts, user_id: str) -> list[Contact]:
     await get_user(rt, user_id)
     return await rt.store.list_contacts(user_id)
 
 
 async def add_suppression(
-    rt: Runtime, channel: str, address: object, reason: object
+    rt: ContactParts, channel: str, address: object, reason: object
 ) -> tuple[Suppression, bool]:
     """The suppression as stored (a stronger reason may have replaced a weaker one, an
     existing one keeps its own otherwise) and whether it is new."""
@@ -69,7 +85,7 @@ async def add_suppression(
     return stored, created
 
 
-async def lift_suppression(rt: Runtime, channel: str, address: str) -> None:
+async def lift_suppression(rt: ContactParts, channel: str, address: str) -> None:
     channel = check_channel(channel, "channel")
     normalised = normalise_address(channel, address, "address")
     if not await rt.store.lift_suppression(channel, normalised):
@@ -77,7 +93,7 @@ async def lift_suppression(rt: Runtime, channel: str, address: str) -> None:
 
 
 async def list_suppressions(
-    rt: Runtime, channel: str | None, cursor: str | None, limit: int
+    rt: ContactParts, channel: str | None, cursor: str | None, limit: int
 ) -> SuppressionPage:
     if channel is not None:
         channel = check_channel(channel, "channel")

@@ -56,11 +56,10 @@ from tepat.domain.routing import (
 from tepat.domain.templates import Rendered
 from tepat.domain.validation import check_identifier, format_hhmm, parse_hhmm
 from tepat.ports.store import Store
-from tepat.runtime import Runtime
 from tepat.services.accounts import MAX_SEND_AHEAD, IdempotencyConflict, NotFound
 from tepat.services.inbox import InboxService
 from tepat.services.outbox import Outbox
-from tepat.services.templates import TemplateService, template_service
+from tepat.services.templates import TemplateService
 
 log = structlog.get_logger("tepat.events")
 
@@ -364,19 +363,3 @@ def _check_when(
     # Rounded up before it is stored: a BSON date would cut it down, and the event
     # would then be sent up to a millisecond early (as for a one-off's send_at).
     return _whole_ms_up(utc), None
-
-
-def event_service(
-    rt: Runtime, templates: TemplateService | None = None, inbox: InboxService | None = None
-) -> EventService:
-    """The service over a runtime, sharing the API's template
-    and inbox services when given (their caches, the inbox's stream notifier)."""
-    return EventService(
-        rt.store,
-        rt.clock,
-        rt.categories,
-        rt.settings.event_routing(),
-        templates or template_service(rt),
-        inbox or rt.inbox,
-        rt.outbox,
-    )

@@ -1,6 +1,6 @@
 """Where a channel message goes: each user's contact point, checked against suppressions.
 
-Called by the one send path for contact channels (``consumers/channel_sender.py``) at
+Called by the one send path for contact channels (``tepat/services/sending/channel_sender.py``) at
 send time, for a whole batch at once: one read of the contacts, one of the
 suppressions, whatever the number of users. Resolving at send time (not when the
 message is planned) means an address changed or suppressed since is honoured.

@@ -31,7 +31,6 @@ from tepat.domain.templates import (
     render,
 )
 from tepat.ports.store import TemplateStore
-from tepat.runtime import Runtime
 from tepat.services.accounts import NotFound
 
 COMPILED_CACHE_SIZE = 512
@@ -181,10 +180,3 @@ class TemplateService:
             if len(self._compiled) > self._cache_size:
                 self._compiled.popitem(last=False)
         return compiled
-
-
-def template_service(rt: Runtime) -> TemplateService:
-    """The service over a runtime's store, with the configured event types and locale."""
-    return TemplateService(
-        rt.store, rt.settings.event_routing(), rt.clock, rt.settings.default_locale
-    )

@@ -15,7 +15,6 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from tepat.clock import Clock
-from tepat.config import Settings
 from tepat.domain.preferences import channel_key
 from tepat.domain.unsubscribe import UnsubscribeClaim, make_token, read_token
 from tepat.ports.store import Store
@@ -57,19 +56,6 @@ class UnsubscribeLinks:
         """The claim of a token from one of our links; ``DomainError`` subclasses
         (:mod:`tepat.domain.unsubscribe`) when it is malformed, forged or expired."""
         return read_token(self._secret, token, self.clock.now())
-
-
-def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLinks | None:
-    """None unless both ``TEPAT_UNSUBSCRIBE_SECRET`` and ``TEPAT_PUBLIC_URL`` are set
-    (both are required with ``TEPAT_SMTP_HOST``)."""
-    if settings.unsubscribe_secret is None or not settings.public_url:
-        return None
-    return UnsubscribeLinks(
-        settings.unsubscribe_secret.get_secret_value(),
-        settings.public_url,
-        clock,
-        timedelta(days=settings.unsubscribe_link_days),
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from tepat.admin_key import KEY_FILE_NAME, resolve_admin_key
 from tepat.config import ConfigError, Settings
-from tepat.services.admin_key import KEY_FILE_NAME, resolve_admin_key
 
 
 def sqlite_settings(tmp_path: Path, key: str | None = None) -> Settings:

@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from tepat.clock import FakeClock
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.store import MessageQuery
-from tepat.runtime import Runtime
-from tepat.services.events import EventService, event_service
+from tepat.runtime import Runtime, event_service
+from tepat.services.events import EventService
 from tests.api.conftest import ADMIN, START, bearer, error_fields, problem, runtime_on
 from tests.api.helpers import create_user, drain_due, ok
 from tests.support.fake_push import FakePush

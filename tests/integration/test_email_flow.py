@@ -1,4 +1,5 @@
-"""E-mail through the shared send path (consumers/channel_sender.py) to a real SMTP server.
+"""E-mail through the shared send path (tepat/services/sending/channel_sender.py) to a real
+SMTP server.
 
 The channel sender with the SMTP adapter, the SQLite store and aiosmtpd: the mail
 arrives with both parts and the RFC 8058 headers; its unsubscribe link, POSTed to the
@@ -20,14 +21,15 @@ import pytest
 from pydantic import SecretStr
 
 from api.app import create_app
-from consumers.channel_sender import ChannelSender
-from tepat.adapters.smtp_email import SmtpEmailChannel, build_email_channel
+from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
 from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message, MessageStatus, User, message_id_for, slot_key_for
 from tepat.domain.retry import RetryPolicy
 from tepat.runtime import Runtime, open_runtime
+from tepat.services.sending.channel_sender import ChannelSender
 from tepat.services.unsubscribe import UnsubscribeLinks
+from tepat.wiring import build_email_channel
 from tests.api.conftest import ADMIN_KEY, START, make_settings
 from tests.support.fake_push import FakePush
 from tests.support.smtp_server import SmtpServer

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from tepat.adapters.smtp_email import SmtpEmailChannel, build_email_channel
+from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
 from tepat.ports.channel import Accepted, Outgoing, Refused, TryAgain
+from tepat.wiring import build_email_channel
 from tests.support.selfsigned import SelfSigned, self_signed
 from tests.support.smtp_server import SmtpServer, free_port
 from tests.support.waiting import eventually, stays_false

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from tepat.adapters.twilio_sms import TwilioSmsChannel, build_sms_channel, status_callback_url
+from tepat.adapters.twilio_sms import TwilioSmsChannel, status_callback_url
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
@@ -31,6 +31,7 @@ from tepat.sandbox.twilio import (
     TwilioSandbox,
 )
 from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
+from tepat.wiring import build_sms_channel
 from tests.support.form_receiver import FormReceiver, Post, running_receiver
 from tests.support.waiting import eventually
 

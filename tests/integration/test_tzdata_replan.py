@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.creator import TZDATA_META_KEY
 from tepat.domain.models import MessageStatus, User, message_id_for
+from tepat.services.planning.creator import TZDATA_META_KEY
 from tests.support.pipeline import pipeline
 
 START = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)

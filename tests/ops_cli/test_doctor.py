@@ -14,8 +14,8 @@ import pytest
 from tepat.adapters.embedded_broker import EmbeddedBroker
 from tepat.adapters.sqlite import SqliteStore
 from tepat.clock import SystemClock
+from tepat.doctor import Probe, Status, scheduler_check, tzdata_check
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.services.doctor import Probe, Status, scheduler_check, tzdata_check
 from tests.ops_cli.support import env, free_port, sandbox, tepat
 
 CHECKS = ("config", "store", "broker", "scheduler", "expo", "tzdata")

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from tepat.config import Settings
-from tepat.services.doctor import Status, smtp_check
+from tepat.doctor import Status, smtp_check
 from tests.support.selfsigned import SelfSigned, self_signed
 from tests.support.smtp_server import SmtpServer, free_port
 

@@ -12,10 +12,10 @@ import sys
 from datetime import time
 from pathlib import Path
 
-from scheduler.creator import PlanResult
 from tepat.adapters.sqlite import SqliteStore
 from tepat.cli_progress import PlanProgress
 from tepat.domain.models import Reminder, User
+from tepat.services.planning.creator import PlanResult
 from tests.ops_cli.support import env, tepat
 
 USERS = 30

@@ -1,5 +1,5 @@
 """Plan runs read only the users whose planning mark does not cover the window, and
-still plan every intended message exactly once (scheduler/creator.py).
+still plan every intended message exactly once (tepat/services/planning/creator.py).
 
 Each test checks the promise itself: after any sequence of runs and changes, the
 live messages are exactly what a plan from scratch would intend, none missing,
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.creator import Creator
 from tepat.clock import FakeClock
 from tepat.domain.categories import Categories, CategoryPolicy, QuietPolicy
 from tepat.domain.models import MessageStatus, Reminder, User
@@ -24,6 +23,7 @@ from tepat.domain.planning import plan_users
 from tepat.ports.store import MessageQuery
 from tepat.runtime import Runtime, open_runtime
 from tepat.services import accounts
+from tepat.services.planning.creator import Creator
 from tests.api.conftest import make_settings
 from tests.support.fake_push import FakePush
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from consumers.push_batcher import PushBatcher
 from tepat.clock import FakeClock
 from tepat.ports.push import PushRequest, RetryLater, TicketOk
+from tepat.services.sending.push_batcher import PushBatcher
 from tests.support.fake_push import FakePush
 
 

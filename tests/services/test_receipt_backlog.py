@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from consumers.receipts import ReceiptPoller
 from tepat.adapters.sqlite import SqliteStore
 from tepat.clock import FakeClock
 from tepat.domain.models import Device, Ticket, User
@@ -18,6 +17,7 @@ from tepat.ports.push import (
     SendResult,
     Tickets,
 )
+from tepat.services.sending.receipts import ReceiptPoller
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 

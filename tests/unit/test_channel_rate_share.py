@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from consumers.channel_sender import ChannelSender
 from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
 from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.clock import FakeClock
 from tepat.domain.categories import Categories
 from tepat.domain.retry import RetryPolicy
+from tepat.services.sending.channel_sender import ChannelSender
 
 
 async def _nothing() -> None:

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from consumers.channel_sender import gather_all
+from tepat.services.sending.channel_sender import gather_all
 
 
 async def test_every_channel_finishes_before_the_first_error_is_raised() -> None:

@@ -24,7 +24,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tepat.adapters.stomp.errors import BrokerClosed, BrokerUnavailable
 from tepat.adapters.stomp.frames import (
@@ -36,11 +36,8 @@ from tepat.adapters.stomp.frames import (
     parse_map,
 )
 from tepat.adapters.stomp.link import Link
-from tepat.adapters.stomp.url import check_name, selector_literal
+from tepat.adapters.stomp.url import StompTarget, check_name, selector_literal
 from tepat.ports.broker import DeadLetter, QueueStats
-
-if TYPE_CHECKING:
-    from tepat.adapters.stomp.broker import StompBroker
 
 _STATS_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
 _STATS_END = "ActiveMQ.Statistics.Destination.List.End.With.Null"
@@ -50,10 +47,26 @@ _SCHEDULER = "/topic/ActiveMQ.Scheduler.Management"
 _BROKER_PLUGIN_ATTEMPTS = 4
 
 
+class BrokerSettings(Protocol):
+    """What the admin (and each consumer) reads of its STOMP broker adapter."""
+
+    @property
+    def target(self) -> StompTarget: ...
+
+    @property
+    def heartbeat_ms(self) -> int: ...
+
+    @property
+    def request_timeout(self) -> float: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+
 class StompAdmin:
     """The operations of one :class:`StompBroker`, on connections of their own."""
 
-    def __init__(self, broker: StompBroker) -> None:
+    def __init__(self, broker: BrokerSettings) -> None:
         self.broker = broker
 
     @property

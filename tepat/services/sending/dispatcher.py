@@ -31,8 +31,6 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from consumers.channel_sender import ChannelSender, gather_all
-from consumers.push_batcher import Outcome, PushBatcher
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import Batch
@@ -54,6 +52,8 @@ from tepat.ports.push import (
 from tepat.ports.store import StatusChange, Store
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
+from tepat.services.sending.channel_sender import ChannelSender, gather_all
+from tepat.services.sending.push_batcher import Outcome, PushBatcher
 
 log = structlog.get_logger("tepat.dispatcher")
 

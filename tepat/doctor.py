@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from scheduler.creator import TZDATA_META_KEY, TZDATA_PROGRESS_KEY
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, Delivery
 from tepat.ports.push import Receipts, Rejected
 from tepat.ports.store import Store
+from tepat.services.planning.creator import TZDATA_META_KEY, TZDATA_PROGRESS_KEY
 
 EXPO_HOST = "https://exp.host"
 TWILIO_API = "https://api.twilio.com"
@@ -361,7 +361,8 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
 
     import aiosmtplib
 
-    from tepat.adapters.smtp_email import SmtpEmailChannel, smtp_config
+    from tepat.adapters.smtp_email import SmtpEmailChannel
+    from tepat.wiring import smtp_config
 
     config = smtp_config(settings)
     if config is None:

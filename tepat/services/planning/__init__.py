@@ -1,0 +1,1 @@
+"""Planning: turning reminders into the messages of the coming window."""

@@ -1,0 +1,1 @@
+"""Sending: claiming due messages, handing them to their channel, recording the answers."""

@@ -1,0 +1,96 @@
+"""The adapters and links the settings describe: each provider's channel, the unsubscribe
+links.
+
+Kept out of the adapters so that they take plain values and never import
+:mod:`tepat.config` (the settings model sits above them: its validators use their
+parsers). :mod:`tepat.runtime` and ``tepat doctor`` build from here.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
+from tepat.adapters.smtp_message import parse_from
+from tepat.adapters.twilio_sms import TwilioSmsChannel
+from tepat.adapters.webhook_out import WebhookChannel
+from tepat.clock import Clock
+from tepat.config import Settings
+from tepat.ports.channel import Channel
+from tepat.ports.store import WebhookStore
+from tepat.services.unsubscribe import UnsubscribeLinks
+
+# the SMS adapter's logger: its warnings read as the adapter's
+_sms_log = logging.getLogger("tepat.twilio")
+
+
+def smtp_config(settings: Settings) -> SmtpConfig | None:
+    if not settings.smtp_host or not settings.smtp_from:
+        return None
+    password = settings.smtp_password
+    return SmtpConfig(
+        host=settings.smtp_host,
+        sender=parse_from(settings.smtp_from),
+        port=settings.smtp_port,
+        tls=settings.smtp_tls,
+        username=settings.smtp_username or None,
+        password=password.get_secret_value() if password else None,
+        ca_file=settings.smtp_ca_file,
+        rate=settings.smtp_rate,
+        timeout=settings.smtp_timeout,
+        connections=settings.smtp_connections,
+        unsubscribe_mailto=settings.unsubscribe_mailto,
+    )
+
+
+def build_email_channel(settings: Settings, clock: Clock) -> Channel | None:
+    """The e-mail channel, or None when ``TEPAT_SMTP_HOST`` is unset."""
+    config = smtp_config(settings)
+    return SmtpEmailChannel(config, clock) if config else None
+
+
+def build_sms_channel(settings: Settings, clock: Clock) -> Channel | None:
+    """The SMS channel from ``TEPAT_TWILIO_*``; ``None`` when Twilio is not configured."""
+    if settings.twilio_account_sid is None or settings.twilio_auth_token is None:
+        return None
+    public_url = settings.public_url
+    if public_url is None:
+        _sms_log.warning(
+            "TEPAT_PUBLIC_URL is unset: Twilio gets no StatusCallback, so SMS stay 'sent'"
+            " (never 'delivered' or 'failed' from the carrier)"
+        )
+    return TwilioSmsChannel(
+        account_sid=settings.twilio_account_sid,
+        auth_token=settings.twilio_auth_token.get_secret_value(),
+        clock=clock,
+        from_number=settings.twilio_from,
+        messaging_service_sid=settings.twilio_messaging_service_sid,
+        base_url=settings.twilio_url,
+        public_url=public_url,
+        rate=settings.twilio_rate,
+        max_segments=settings.sms_max_segments,
+    )
+
+
+def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookStore) -> Channel:
+    """Always built: with no subscription there is simply nothing to send."""
+    return WebhookChannel(
+        store,
+        clock,
+        timeout_seconds=settings.webhook_timeout_seconds,
+        allow_http=settings.webhook_allow_http,
+    )
+
+
+def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLinks | None:
+    """None unless both ``TEPAT_UNSUBSCRIBE_SECRET`` and ``TEPAT_PUBLIC_URL`` are set
+    (both are required with ``TEPAT_SMTP_HOST``)."""
+    if settings.unsubscribe_secret is None or not settings.public_url:
+        return None
+    return UnsubscribeLinks(
+        settings.unsubscribe_secret.get_secret_value(),
+        settings.public_url,
+        clock,
+        timedelta(days=settings.unsubscribe_link_days),
+    )
