@@ -3,7 +3,7 @@ provider's limit, none lost or repeated.
 
 In one process on a SQLite file with the embedded broker: N users, each with a contact of
 the channel, and one message each due now. The real send path takes them: the outbox
-publishes, the consumer claims, ``consumers/channel_sender.py`` resolves each contact and
+publishes, the consumer claims, ``tepat/services/sending/channel_sender.py`` resolves each contact and
 hands the messages to the channel's adapter, which keeps to the channel's rate. Only the
 provider differs:
 

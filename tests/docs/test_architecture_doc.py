@@ -110,7 +110,7 @@ def test_the_convention_reads_paths_symbols_and_bare_names() -> None:
             "| x | `tepat/domain/planning.py:plan_oneoff`; `codecs.py`, `tests/contract/` |",
             "see `stomp+ssl://host:61614/x.py`, `/v1/events`, `multipart/alternative`",
             "```",
-            " api/ ──> scheduler/creator.py:Creator.replan_user ──> Store",
+            " api/ ──> tepat/services/planning/creator.py:Creator.replan_user ──> Store",
             "```",
         ]
     )
@@ -119,14 +119,14 @@ def test_the_convention_reads_paths_symbols_and_bare_names() -> None:
         (1, ("codecs.py", "tepat/domain/codecs.py"), None),
         (1, ("tests/contract/",), None),
         (4, ("api/",), None),
-        (4, ("scheduler/creator.py",), "Creator.replan_user"),
+        (4, ("tepat/services/planning/creator.py",), "Creator.replan_user"),
     ]
 
 
 def test_a_missing_file_or_symbol_is_reported() -> None:
     assert matches("tepat/no_such_module.py") == []
     assert matches("tepat/adapters/*/ops_views.py")
-    assert "Creator.replan_user" in definitions(ROOT / "scheduler/creator.py")
-    assert "no_such_function" not in definitions(ROOT / "scheduler/creator.py")
+    assert "Creator.replan_user" in definitions(ROOT / "tepat/services/planning/creator.py")
+    assert "no_such_function" not in definitions(ROOT / "tepat/services/planning/creator.py")
     # imported, not defined there
     assert "Settings" not in definitions(ROOT / "tepat/runtime.py")
