@@ -8,18 +8,32 @@ format (``apply_script``) and its own words for a malformed one (``bad_request``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tepat.sandbox.faults import AfterAccept
-from tepat.sandbox.provider import FakeProvider
+
+
+class SandboxControls(Protocol):
+    """What the shared controls call on a sandbox (:class:`~tepat.sandbox.provider.FakeProvider`
+    has them all). A Protocol, so that a sandbox module imports its controls and never the
+    other way round."""
+
+    def describe(self) -> dict[str, Any]: ...
+    def received(self) -> list[dict[str, Any]]: ...
+    def clear_received(self) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+    def reset(self) -> None: ...
+    def fail_after_accept(self, count: int, fault: AfterAccept | str, status: int) -> None: ...
+    def release_stalled(self) -> None: ...
+    def set_rate_limit(self, rate: float | None) -> None: ...
 
 
 def control_routes(
-    sandbox: FakeProvider[Any],
+    sandbox: SandboxControls,
     apply_script: Callable[[Any], None],
     bad_request: Callable[[str], Response],
 ) -> list[Route]:
@@ -55,7 +69,7 @@ def control_routes(
     ]
 
 
-def apply_shared_script(sandbox: FakeProvider[Any], spec: dict[str, Any]) -> None:
+def apply_shared_script(sandbox: SandboxControls, spec: dict[str, Any]) -> None:
     """The keys of a ``POST /_sandbox/script`` body every sandbox takes alike::
 
     {"after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},

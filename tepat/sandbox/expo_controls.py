@@ -6,16 +6,26 @@ They call the same methods a test calls in-process on :class:`~tepat.sandbox.exp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.routing import Route
 
-from tepat.sandbox.controls import apply_shared_script
+from tepat.sandbox.controls import SandboxControls, apply_shared_script
 from tepat.sandbox.controls import control_routes as shared_routes
 from tepat.sandbox.expo_wire import request_errors
 
-if TYPE_CHECKING:
-    from tepat.sandbox.expo import ExpoSandbox
+
+class ExpoSandbox(SandboxControls, Protocol):
+    """What these controls call on :class:`tepat.sandbox.expo.ExpoSandbox`."""
+
+    def clear_scripts(self) -> None: ...
+    def script_token(
+        self, token: str, *, ticket_error: str | None = ..., receipt_error: str | None = ...
+    ) -> None: ...
+    def fail_next(
+        self, count: int, status: int = ..., retry_after: float | None = ..., code: str | None = ...
+    ) -> None: ...
+    def set_receipt_delay(self, seconds: float) -> None: ...
 
 
 def control_routes(sandbox: ExpoSandbox) -> list[Route]:

@@ -56,13 +56,13 @@ from tepat.clock import Clock
 from tepat.domain.sms import count_segments
 from tepat.sandbox.faults import FaultQueue
 from tepat.sandbox.provider import FakeProvider
+from tepat.sandbox.twilio_controls import control_routes
 from tepat.sandbox.twilio_wire import (
     ACCOUNT_PATH,
     API_VERSION,
-    DELIVERY_ERRORS,
     MAX_BODY_CHARS,
     MESSAGES_PATH,
-    SCRIPTABLE_API_ERRORS,
+    NumberScript,
     account_resource,
     error_response,
     message_resource,
@@ -79,36 +79,11 @@ SERVICE_FROM = "+15005550006"
 STOP_WORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
 START_WORDS = frozenset({"START", "YES", "UNSTOP"})
 
-FINAL_STATUSES = frozenset({"delivered", "undelivered", "failed"})
-
 
 class CallbackOrder(enum.StrEnum):
     IN_ORDER = "in_order"
     REVERSED = "reversed"  # the final status first, then the older ones
     DUPLICATED = "duplicated"  # every callback posted twice
-
-
-@dataclass(frozen=True, slots=True)
-class NumberScript:
-    """What happens to messages to one number: refused at the API (``api_error``), or
-    accepted and ending ``status`` (``delivered``, ``undelivered`` or ``failed``, the
-    latter two with a 300xx ``error_code``)."""
-
-    api_error: int | None = None
-    status: str = "delivered"
-    error_code: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.api_error is not None and self.api_error not in SCRIPTABLE_API_ERRORS:
-            raise ValueError(
-                f"unknown api_error {self.api_error!r} (one of {sorted(SCRIPTABLE_API_ERRORS)})"
-            )
-        if self.status not in FINAL_STATUSES:
-            raise ValueError(f"status must be one of {sorted(FINAL_STATUSES)}")
-        if self.status == "delivered" and self.error_code is not None:
-            raise ValueError("a delivered message carries no error_code")
-        if self.status != "delivered" and self.error_code not in DELIVERY_ERRORS:
-            raise ValueError(f"error_code must be one of {sorted(DELIVERY_ERRORS)}")
 
 
 @dataclass(slots=True)
@@ -189,8 +164,6 @@ class TwilioSandbox(FakeProvider[_State]):
         self._poster: asyncio.Task[None] | None = None
         self._poster_loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        from tepat.sandbox.twilio_controls import control_routes
-
         self.app = Starlette(
             routes=[
                 Route(MESSAGES_PATH, self._create_message, methods=["POST"]),

@@ -7,17 +7,28 @@ They call the same methods a test calls in-process on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tepat.sandbox.controls import apply_shared_script
+from tepat.sandbox.controls import SandboxControls, apply_shared_script
 from tepat.sandbox.controls import control_routes as shared_routes
+from tepat.sandbox.twilio_wire import NumberScript
 
-if TYPE_CHECKING:
-    from tepat.sandbox.twilio import TwilioSandbox
+
+class TwilioSandbox(SandboxControls, Protocol):
+    """What these controls call on :class:`tepat.sandbox.twilio.TwilioSandbox`."""
+
+    def clear_scripts(self) -> None: ...
+    def script_number(self, number: str, script: NumberScript | None) -> None: ...
+    def unsubscribe(self, number: str, unsubscribed: bool = ...) -> None: ...
+    def fail_next(self, count: int, status: int = ...) -> None: ...
+    def set_callbacks(self, *, delay_seconds: float | None = ..., order: Any = ...) -> None: ...
+    def callbacks(self) -> list[dict[str, Any]]: ...
+    def pending_callbacks(self) -> int: ...
+    async def inbound(self, url: str, from_: str, body: str, to: str = ...) -> int: ...
 
 
 def _bad(message: str) -> JSONResponse:
@@ -71,8 +82,6 @@ def control_routes(sandbox: TwilioSandbox) -> list[Route]:
 
 def apply_script(sandbox: TwilioSandbox, spec: Any) -> None:
     """Apply a ``POST /_sandbox/script`` body; ValueError/TypeError when it is malformed."""
-    from tepat.sandbox.twilio import NumberScript
-
     if not isinstance(spec, dict):
         raise ValueError("the script must be a JSON object")
     if spec.get("clear"):

@@ -9,6 +9,7 @@ Service), ``num_segments`` as a string, dates in RFC 2822.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from email.utils import format_datetime
 from typing import Any
@@ -45,6 +46,30 @@ ERRORS: dict[int, tuple[int, str]] = {
 SCRIPTABLE_API_ERRORS = frozenset({21211, 21408, 21610, 21614})
 # Delivery errors a status callback carries (twilio.com/docs/api/errors/30003 ...).
 DELIVERY_ERRORS = frozenset({30003, 30004, 30005, 30006, 30007, 30008})
+FINAL_STATUSES = frozenset({"delivered", "undelivered", "failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class NumberScript:
+    """What happens to messages to one number: refused at the API (``api_error``), or
+    accepted and ending ``status`` (``delivered``, ``undelivered`` or ``failed``, the
+    latter two with a 300xx ``error_code``)."""
+
+    api_error: int | None = None
+    status: str = "delivered"
+    error_code: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.api_error is not None and self.api_error not in SCRIPTABLE_API_ERRORS:
+            raise ValueError(
+                f"unknown api_error {self.api_error!r} (one of {sorted(SCRIPTABLE_API_ERRORS)})"
+            )
+        if self.status not in FINAL_STATUSES:
+            raise ValueError(f"status must be one of {sorted(FINAL_STATUSES)}")
+        if self.status == "delivered" and self.error_code is not None:
+            raise ValueError("a delivered message carries no error_code")
+        if self.status != "delivered" and self.error_code not in DELIVERY_ERRORS:
+            raise ValueError(f"error_code must be one of {sorted(DELIVERY_ERRORS)}")
 
 
 def error_body(code: int, to: str = "", from_: str = "") -> dict[str, Any]:
