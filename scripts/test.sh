@@ -33,5 +33,9 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy
 
+echo "== vulture"
+# dead code: settings in pyproject.toml [tool.vulture], exceptions in scripts/vulture_whitelist.py
+.venv/bin/vulture
+
 echo "== pytest"
 .venv/bin/pytest -q -p no:cacheprovider "$@"
