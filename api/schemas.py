@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, date, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -22,6 +22,12 @@ from tepat.ports.broker import DeadLetter, QueueStats
 MAX_TITLE = 200
 MAX_BODY = 2000
 MAX_INBOX_HTML = 4000
+
+
+def _read(model: type[BaseModel], obj: object, **computed: Any) -> dict[str, Any]:
+    """The fields of response ``model`` read by name from the domain object ``obj``, but
+    for those ``computed`` here."""
+    return {f: computed[f] if f in computed else getattr(obj, f) for f in model.model_fields}
 
 
 class Request(BaseModel):
@@ -158,18 +164,8 @@ class UserOut(BaseModel):
     @classmethod
     def of(cls, u: User) -> UserOut:
         qh = u.quiet_hours
-        return cls(
-            user_id=u.user_id,
-            timezone=u.timezone,
-            locale=u.locale,
-            quiet_hours=QuietHoursBody(start=format_hhmm(qh.start), end=format_hhmm(qh.end))
-            if qh
-            else None,
-            enabled=u.enabled,
-            plan_version=u.plan_version,
-            created_at=u.created_at,
-            updated_at=u.updated_at,
-        )
+        quiet = QuietHoursBody(start=format_hhmm(qh.start), end=format_hhmm(qh.end)) if qh else None
+        return cls(**_read(cls, u, quiet_hours=quiet))
 
 
 # ---------------------------------------------------------------- devices
@@ -198,15 +194,7 @@ class DeviceOut(BaseModel):
 
     @classmethod
     def of(cls, d: Device) -> DeviceOut:
-        return cls(
-            device_id=d.device_id,
-            push_token=d.push_token,
-            platform=d.platform,
-            active=d.active,
-            deactivated_reason=d.deactivated_reason,
-            created_at=d.created_at,
-            updated_at=d.updated_at,
-        )
+        return cls(**_read(cls, d))
 
 
 class DeviceList(BaseModel):
@@ -248,20 +236,7 @@ class ReminderOut(BaseModel):
 
     @classmethod
     def of(cls, r: Reminder) -> ReminderOut:
-        return cls(
-            reminder_id=r.reminder_id,
-            category=r.category,
-            label=r.label,
-            local_time=format_hhmm(r.local_time),
-            days=list(r.days),
-            title=r.title,
-            body=r.body,
-            data=r.data,
-            enabled=r.enabled,
-            version=r.version,
-            created_at=r.created_at,
-            updated_at=r.updated_at,
-        )
+        return cls(**_read(cls, r, local_time=format_hhmm(r.local_time), days=list(r.days)))
 
 
 class ReminderList(BaseModel):
@@ -341,29 +316,10 @@ class MessageOut(BaseModel):
     updated_at: UtcDatetime | None
 
     @classmethod
-    def fields_of(cls, m: Message) -> dict[str, Any]:
-        return {
-            "id": m.id,
-            "category": m.category,
-            "reminder_id": m.reminder_id,
-            "label": m.label,
-            "local_date": m.local_date,
-            "local_time": format_hhmm(m.local_time) if m.local_time else None,
-            "timezone": m.timezone,
-            "scheduled_at": m.scheduled_at,
-            "channel": m.channel,
-            "status": m.status,
-            "status_reason": m.status_reason,
-            "last_error": m.last_error,
-            "attempts": m.attempts,
-            "ticket_id": m.ticket_id,
-            "created_at": m.created_at,
-            "updated_at": m.updated_at,
-        }
-
-    @classmethod
-    def of(cls, m: Message) -> MessageOut:
-        return cls(**cls.fields_of(m))
+    def of(cls, m: Message) -> Self:
+        """This message's view (a subclass's own fields included)."""
+        local_time = format_hhmm(m.local_time) if m.local_time else None
+        return cls(**_read(cls, m, local_time=local_time))
 
 
 class NotificationOut(MessageOut):
@@ -371,16 +327,6 @@ class NotificationOut(MessageOut):
     title: str
     body: str
     data: dict[str, Any]
-
-    @classmethod
-    def of(cls, m: Message) -> NotificationOut:
-        return cls(
-            **cls.fields_of(m),
-            idempotency_key=m.idempotency_key,
-            title=m.title,
-            body=m.body,
-            data=m.data,
-        )
 
 
 class MessagePage(BaseModel):
@@ -412,13 +358,7 @@ class QueueOut(BaseModel):
 
     @classmethod
     def of(cls, s: QueueStats) -> QueueOut:
-        return cls(
-            queue=s.queue,
-            ready=s.ready,
-            scheduled=s.scheduled,
-            in_flight=s.in_flight,
-            dead_letters=s.dead_letters,
-        )
+        return cls(**_read(cls, s))
 
 
 class QueueList(BaseModel):
@@ -431,16 +371,6 @@ class FailedMessageOut(MessageOut):
     body: str
     data: dict[str, Any]
 
-    @classmethod
-    def of(cls, m: Message) -> FailedMessageOut:
-        return cls(
-            **cls.fields_of(m),
-            user_id=m.user_id,
-            title=m.title,
-            body=m.body,
-            data=m.data,
-        )
-
 
 class BrokerDeadLetterOut(BaseModel):
     id: str = Field(description="Pass to POST /v1/admin/dead-letters/{id}/replay")
@@ -451,13 +381,7 @@ class BrokerDeadLetterOut(BaseModel):
 
     @classmethod
     def of(cls, d: DeadLetter) -> BrokerDeadLetterOut:
-        return cls(
-            id=d.id,
-            queue=d.queue,
-            reason=d.reason,
-            attempts=d.attempts,
-            body=d.body.decode("utf-8", errors="replace"),
-        )
+        return cls(**_read(cls, d, body=d.body.decode("utf-8", errors="replace")))
 
 
 class DeadLetters(BaseModel):
@@ -656,21 +580,7 @@ class InboxItemOut(BaseModel):
 
     @classmethod
     def of(cls, i: InboxItem) -> InboxItemOut:
-        return cls(
-            id=i.item_id,
-            seq=i.seq,
-            message_id=i.message_id,
-            event_type=i.event_type,
-            category=i.category,
-            status=i.status.value,
-            title=i.title,
-            body=i.body,
-            html=i.html,
-            link=i.link,
-            data=dict(i.data),
-            created_at=i.created_at,
-            read_at=i.read_at,
-        )
+        return cls(**_read(cls, i, id=i.item_id, status=i.status.value, data=dict(i.data)))
 
 
 class InboxPageOut(BaseModel):

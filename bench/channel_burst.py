@@ -87,7 +87,6 @@ class Channel:
     full: int  # messages
     quick: int
     rate: float  # Tepat's rate, and the provider's limit
-    rate_setting: str
     plural: str  # for the log line
     contact: Callable[[int], str]
     content: Callable[[int], dict[str, Any]]  # a Message's title, body and content
@@ -199,7 +198,6 @@ EMAIL = Channel(
     full=1000,
     quick=100,
     rate=50.0,
-    rate_setting="TEPAT_SMTP_RATE",
     plural="e-mails",
     contact=lambda i: f"user{i:05d}@bench.example",
     content=lambda i: {
@@ -215,7 +213,6 @@ SMS = Channel(
     full=300,
     quick=40,
     rate=10.0,  # Twilio's default for an account
-    rate_setting="TEPAT_TWILIO_RATE",
     plural="SMS",
     contact=_number,
     content=lambda i: {"title": "", "body": f"Bench SMS {i}: your invoice is overdue."},

@@ -39,9 +39,14 @@ echo "== mkdocs"
 DOCS_SITE=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$DOCS_SITE"
 rm -rf "$DOCS_SITE"
+
 echo "== import-linter"
 # the layers of pyproject.toml [tool.importlinter], no ignored imports
 .venv/bin/lint-imports
+
+echo "== vulture"
+# dead code: settings in pyproject.toml [tool.vulture], exceptions in scripts/vulture_whitelist.py
+.venv/bin/vulture
 
 echo "== pytest"
 .venv/bin/pytest -q -p no:cacheprovider "$@"

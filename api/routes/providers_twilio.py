@@ -33,8 +33,6 @@ from tepat.services.twilio_callbacks import StatusCallback, apply_inbound, apply
 log = structlog.get_logger("tepat.api")
 router = APIRouter(prefix="/v1/providers/twilio", tags=["providers"])
 
-STATUS_PATH = "/v1/providers/twilio/status"
-INBOUND_PATH = "/v1/providers/twilio/inbound"
 # An empty TwiML document: no reply of ours (Twilio answers STOP/START itself).
 EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
 

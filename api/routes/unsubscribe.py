@@ -67,13 +67,9 @@ class Unsubscribed(BaseModel):
 async def unsubscribe(token: Token, request: Request, rt: RT) -> Response:
     """Opts the token's user out of its category on its channel. The body is ignored
     (RFC 8058's is ``List-Unsubscribe=One-Click``)."""
-    links = _links(request)
-    if links is None:
-        return _not_here()
-    try:
-        claim = links.read(token)
-    except DomainError as e:
-        return _refused(request, e)
+    claim = _claim(request, token)
+    if isinstance(claim, Response):
+        return claim
     done = await opt_out(rt.store, claim)
     log.info(
         "unsubscribed",
@@ -91,23 +87,21 @@ async def unsubscribe(token: Token, request: Request, rt: RT) -> Response:
 # A page for people, not part of the API's document (like /dashboard).
 @router.get("/u/{token}", response_class=HTMLResponse, include_in_schema=False)
 async def unsubscribe_page(token: Token, request: Request) -> Response:
-    links = _links(request)
-    if links is None:
-        return _not_here()
-    try:
-        claim = links.read(token)
-    except DomainError as e:
-        return _refused(request, e)
+    claim = _claim(request, token)
+    if isinstance(claim, Response):
+        return claim
     return HTMLResponse(_page_confirm(claim), headers=_HEADERS)
 
 
-def _links(request: Request) -> UnsubscribeLinks | None:
+def _claim(request: Request, token: str) -> UnsubscribeClaim | Response:
+    """The token's claim, or the answer refusing it (404 where links are not enabled)."""
     links: UnsubscribeLinks | None = getattr(request.app.state, "unsubscribe", None)
-    return links
-
-
-def _not_here() -> Response:
-    return problem_response(404, "unsubscribe links are not enabled on this server")
+    if links is None:
+        return problem_response(404, "unsubscribe links are not enabled on this server")
+    try:
+        return links.read(token)
+    except DomainError as e:
+        return _refused(request, e)
 
 
 def _status(e: DomainError) -> int:

@@ -77,12 +77,6 @@ class BatchBuilder:
                 del self._groups[key]
         return full
 
-    def take_due_before(self, instant: datetime) -> list[Batch]:
-        """Hand out the partial batches due before ``instant`` (they cannot wait to fill)."""
-        cutoff = instant.timestamp()
-        due = sorted(key for key in self._groups if key[0] < cutoff)
-        return [_batch(key, self._groups.pop(key)) for key in due]
-
     def drain(self) -> list[Batch]:
         """The partial batches, by due second and then category priority (safety first)."""
         batches = [_batch(key, ids) for key, ids in sorted(self._groups.items())]

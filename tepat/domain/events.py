@@ -116,22 +116,6 @@ def recipient_instant(
     return now
 
 
-def plan_event_push(
-    event: Event,
-    user: User,
-    policy: CategoryPolicy,
-    title: str,
-    body: str,
-    data: Mapping[str, Any],
-    now: datetime,
-    render_error: str | None = None,
-) -> Message:
-    """The push message of ``event`` for ``user`` (:func:`plan_event_message`)."""
-    return plan_event_message(
-        event, user, policy, Channel.PUSH, title, body, data, now, render_error=render_error
-    )
-
-
 def plan_event_message(
     event: Event,
     user: User,

@@ -14,7 +14,6 @@ from tepat.domain.errors import DomainError
 _TAG = re.compile(
     r"^(?P<lang>[A-Za-z]{2,3})(?:[-_](?P<script>[A-Za-z]{4}))?(?:[-_](?P<region>[A-Za-z]{2}|[0-9]{3}))?$"
 )
-LOCALE_PATTERN = r"^[A-Za-z]{2,3}([-_][A-Za-z]{4})?([-_]([A-Za-z]{2}|[0-9]{3}))?$"
 
 
 def canonical_locale(value: object, field: str = "locale") -> str:

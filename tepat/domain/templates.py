@@ -241,9 +241,9 @@ class _Sandbox(SandboxedEnvironment):
 
     intercepted_binops = frozenset({"*", "**", "%"})
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         _step(CALL_STEPS)
-        return super().call(__context, __obj, *args, **kwargs)
+        return super().call(context, obj, *args, **kwargs)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(obj, str) and attr in _SIZED_STR_METHODS:
@@ -588,10 +588,3 @@ def _check_rendered(r: Rendered, prefix: str) -> None:
                 f"rendered link must be a URL or a path starting with '/', got {link[:100]!r}",
                 TemplateFailure.RENDER_ERROR,
             )
-
-
-def check_data(data: object, field: str = "data") -> dict[str, Any]:
-    """Render data: a JSON object (the event's ``data``)."""
-    if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
-        raise DomainError(field, "expected a JSON object")
-    return dict(data)

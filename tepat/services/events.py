@@ -39,11 +39,10 @@ from tepat.domain.events import (
     Event,
     Outcome,
     count_key,
-    event_message_key,
     plan_event_message,
 )
 from tepat.domain.locales import fallback_chain
-from tepat.domain.models import Message, User, message_id_for
+from tepat.domain.models import Message, User
 from tepat.domain.planning import _whole_ms_up, request_fingerprint
 from tepat.domain.routing import (
     Channel,
@@ -298,12 +297,6 @@ class EventService:
                 result = f"{pinned.template_id}: {e}"
         renders[(channel, locale)] = result
         return result
-
-
-def message_id_for_inbox(event: Event, user_id: str) -> str:
-    """The inbox item's message id: from the (event, user, inbox) key, in the characters
-    an inbox message id allows."""
-    return message_id_for(event_message_key(event.event_id, user_id, Channel.INBOX))
 
 
 # ---------------------------------------------------------------------- checks

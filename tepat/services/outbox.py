@@ -73,7 +73,6 @@ class Outbox:
         # pass in progress, and the next pass takes all of their messages at once,
         # so a burst of API calls is still published in full batches.
         self._lock = asyncio.Lock()
-        self.published_batches = 0
 
     async def flush(self, everything: bool = False, within: timedelta | None = None) -> int:
         """Publish the marked messages due within ``within`` (by default
@@ -103,7 +102,7 @@ class Outbox:
                 return total
             builder = BatchBuilder(self._categories)
             batches = builder.add(page) + builder.drain()
-            self.published_batches += await self._enqueuer.publish(batches)
+            await self._enqueuer.publish(batches)
             await self._store.mark_published([(m.id, m.due) for m in page])
             total += len(page)
             if len(page) < PAGE_SIZE:
@@ -141,7 +140,7 @@ class Outbox:
             read.update((m.id, m.due) for m in page)
             full = builder.add(page)
             if full:
-                self.published_batches += await self._enqueuer.publish(full)
+                await self._enqueuer.publish(full)
                 ids = [i for b in full for i in b.ids]
                 await self._store.mark_published([(i, read[i]) for i in ids])
                 total += len(ids)

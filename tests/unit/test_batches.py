@@ -173,13 +173,3 @@ def test_decode_never_raises_anything_but_bad_batch(body: bytes) -> None:
         return
     assert batch.queue == "q"
     assert all(isinstance(i, str) for i in batch.ids)
-
-
-def test_builder_hands_out_partial_batches_due_soon() -> None:
-    builder = BatchBuilder(CATS)
-    assert builder.add([msg(1), msg(2, at=T0 + timedelta(minutes=10))]) == []
-    [soon] = builder.take_due_before(T0 + timedelta(minutes=5))
-    assert soon.ids == ("m1",) and soon.due == T0
-    assert builder.take_due_before(T0 + timedelta(minutes=5)) == []
-    [later] = builder.drain()
-    assert later.ids == ("m2",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,3 +50,23 @@ class MongoBase:
         if self._client is None:
             raise RuntimeError("MongoStore.open() has not been called")
         return self._client[self._db_name]
+
+    async def _find(
+        self,
+        collection: str,
+        *args: Any,
+        sort: Sequence[tuple[str, int]] | None = None,
+        limit: int | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        """The documents ``collection.find(*args, **kwargs)`` returns, in ``sort`` order, at
+        most ``limit`` (none when ``limit`` <= 0: ``limit(0)`` would mean *no* limit)."""
+        if limit is not None and limit <= 0:
+            return []
+        cursor = self._db[collection].find(*args, **kwargs)
+        if sort is not None:
+            cursor = cursor.sort(list(sort))
+        if limit is not None:
+            cursor = cursor.limit(limit)
+        docs: list[dict[str, Any]] = await cursor.to_list(None)
+        return docs

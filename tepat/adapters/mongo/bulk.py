@@ -152,7 +152,7 @@ class BulkMixin(UsersMixin):
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         if not user_ids:
             return {}
-        docs = await self._db["users"].find({"_id": {"$in": list(set(user_ids))}}).to_list(None)
+        docs = await self._find("users", {"_id": {"$in": list(set(user_ids))}})
         return {d["_id"]: _plan_target(d) for d in docs}
 
 

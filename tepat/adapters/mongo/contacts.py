@@ -61,20 +61,13 @@ class ContactsMixin(MongoBase):
     async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
         if not user_ids:
             return {}
-        docs = (
-            await self._db["contacts"]
-            .find({"user_id": {"$in": list(set(user_ids))}, "channel": channel})
-            .to_list(None)
+        docs = await self._find(
+            "contacts", {"user_id": {"$in": list(set(user_ids))}, "channel": channel}
         )
         return {d["user_id"]: _contact(d) for d in docs}
 
     async def list_contacts(self, user_id: str) -> list[Contact]:
-        docs = (
-            await self._db["contacts"]
-            .find({"user_id": user_id})
-            .sort("channel", ASCENDING)
-            .to_list(None)
-        )
+        docs = await self._find("contacts", {"user_id": user_id}, sort=[("channel", ASCENDING)])
         return [_contact(d) for d in docs]
 
     async def add_suppression(
@@ -124,18 +117,14 @@ class ContactsMixin(MongoBase):
     ) -> dict[str, Suppression]:
         if not addresses:
             return {}
-        docs = (
-            await self._db["suppressions"]
-            .find({"channel": channel, "address": {"$in": list(set(addresses))}})
-            .to_list(None)
+        docs = await self._find(
+            "suppressions", {"channel": channel, "address": {"$in": list(set(addresses))}}
         )
         return {d["address"]: _suppression(d) for d in docs}
 
     async def list_suppressions(
         self, channel: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[Suppression]:
-        if limit <= 0:
-            return []
         clauses: list[dict[str, Any]] = []
         if channel is not None:
             clauses.append({"channel": channel})
@@ -149,7 +138,7 @@ class ContactsMixin(MongoBase):
                 }
             )
         query: dict[str, Any] = {"$and": clauses} if clauses else {}
-        docs = await self._db["suppressions"].find(query).sort(_ORDER).limit(limit).to_list(None)
+        docs = await self._find("suppressions", query, sort=_ORDER, limit=limit)
         return [_suppression(d) for d in docs]
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:

@@ -118,12 +118,11 @@ class EventsMixin(MongoBase):
         return None if doc is None else _event(doc)
 
     async def events_fanning_out(self, limit: int) -> list[Event]:
-        docs = (
-            await self._db["events"]
-            .find({"state": EventState.FANNING_OUT.value})
-            .sort([("created_at", ASCENDING), ("_id", ASCENDING)])
-            .limit(max(1, limit))
-            .to_list(None)
+        docs = await self._find(
+            "events",
+            {"state": EventState.FANNING_OUT.value},
+            sort=[("created_at", ASCENDING), ("_id", ASCENDING)],
+            limit=max(1, limit),
         )
         return [_event(d) for d in docs][: max(0, limit)]
 
@@ -133,20 +132,20 @@ class EventsMixin(MongoBase):
         if limit <= 0:
             return []
         if all_users:
-            docs = (
-                await self._db["users"]
-                .find({"_id": {"$gt": after}}, projection={"_id": True})
-                .sort([("_id", ASCENDING)])
-                .limit(limit)
-                .to_list(None)
+            docs = await self._find(
+                "users",
+                {"_id": {"$gt": after}},
+                projection={"_id": True},
+                sort=[("_id", ASCENDING)],
+                limit=limit,
             )
             return [d["_id"] for d in docs]
-        docs = (
-            await self._db["event_recipients"]
-            .find({"event_id": event_id, "user_id": {"$gt": after}}, projection={"user_id": True})
-            .sort([("user_id", ASCENDING)])
-            .limit(limit)
-            .to_list(None)
+        docs = await self._find(
+            "event_recipients",
+            {"event_id": event_id, "user_id": {"$gt": after}},
+            projection={"user_id": True},
+            sort=[("user_id", ASCENDING)],
+            limit=limit,
         )
         return [d["user_id"] for d in docs]
 

@@ -89,27 +89,17 @@ class InboxMixin(MongoBase):
     async def list_inbox(
         self, user_id: str, limit: int, before_seq: int | None = None, unread_only: bool = False
     ) -> list[InboxItem]:
-        if limit <= 0:
-            return []
         query: dict[str, Any] = {"user_id": user_id}
         if before_seq is not None:
             query["seq"] = {"$lt": before_seq}
         if unread_only:
             query["read_at"] = None
-        docs = (
-            await self._db["inbox"].find(query).sort("seq", DESCENDING).limit(limit).to_list(None)
-        )
+        docs = await self._find("inbox", query, sort=[("seq", DESCENDING)], limit=limit)
         return [_item(d) for d in docs]
 
     async def inbox_after(self, user_id: str, after_seq: int, limit: int) -> list[InboxItem]:
-        if limit <= 0:
-            return []
-        docs = (
-            await self._db["inbox"]
-            .find({"user_id": user_id, "seq": {"$gt": after_seq}})
-            .sort("seq", 1)
-            .limit(limit)
-            .to_list(None)
+        docs = await self._find(
+            "inbox", {"user_id": user_id, "seq": {"$gt": after_seq}}, sort=[("seq", 1)], limit=limit
         )
         return [_item(d) for d in docs]
 

@@ -49,9 +49,7 @@ class MessagesMixin(MongoBase):
     async def get_messages(self, message_ids: Sequence[str]) -> list[Message]:
         if not message_ids:
             return []
-        docs = (
-            await self._db["messages"].find({"_id": {"$in": list(set(message_ids))}}).to_list(None)
-        )
+        docs = await self._find("messages", {"_id": {"$in": list(set(message_ids))}})
         by_id = {d["_id"]: d for d in docs}
         seen: set[str] = set()
         out: list[Message] = []
@@ -197,48 +195,37 @@ class MessagesMixin(MongoBase):
         return message_page([message_from_doc(d) for d in docs], limit)
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
-        if limit <= 0:  # limit(0) means *no* limit to MongoDB
-            return []
-        docs = (
-            await self._db["messages"]
-            .find(
-                {
-                    "status": MessageStatus.PENDING.value,
-                    # Still marked: the outbox has not published it yet, so it is
-                    # not lost in transit.
-                    "publish_pending": False,
-                    "due_at": {"$lt": bson_dt(before)},
-                }
-            )
-            .sort([("due_at", ASCENDING), ("_id", ASCENDING)])
-            .limit(limit)
-            .to_list(None)
+        docs = await self._find(
+            "messages",
+            {
+                "status": MessageStatus.PENDING.value,
+                # Still marked: the outbox has not published it yet, so it is
+                # not lost in transit.
+                "publish_pending": False,
+                "due_at": {"$lt": bson_dt(before)},
+            },
+            sort=[("due_at", ASCENDING), ("_id", ASCENDING)],
+            limit=limit,
         )
         return [message_from_doc(d) for d in docs]
 
     async def pending_for_user(self, user_id: str) -> list[Message]:
-        docs = (
-            await self._db["messages"]
-            .find({"user_id": user_id, "status": MessageStatus.PENDING.value})
-            .sort([("nominal_at", ASCENDING), ("_id", ASCENDING)])
-            .to_list(None)
+        docs = await self._find(
+            "messages",
+            {"user_id": user_id, "status": MessageStatus.PENDING.value},
+            sort=[("nominal_at", ASCENDING), ("_id", ASCENDING)],
         )
         return [message_from_doc(d) for d in docs]
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
-        if limit <= 0:  # limit(0) means *no* limit to MongoDB
-            return []
-        docs = (
-            await self._db["messages"]
-            .find(
-                {
-                    "status": MessageStatus.SENDING.value,
-                    "claimed_at": {"$lt": bson_dt(claimed_before)},
-                }
-            )
-            .sort([("claimed_at", ASCENDING), ("_id", ASCENDING)])
-            .limit(limit)
-            .to_list(None)
+        docs = await self._find(
+            "messages",
+            {
+                "status": MessageStatus.SENDING.value,
+                "claimed_at": {"$lt": bson_dt(claimed_before)},
+            },
+            sort=[("claimed_at", ASCENDING), ("_id", ASCENDING)],
+            limit=limit,
         )
         return [message_from_doc(d) for d in docs]
 
@@ -265,12 +252,8 @@ class MessagesMixin(MongoBase):
                 {"updated_at": {"$lt": at}},
                 {"updated_at": at, "_id": {"$lt": before_id}},
             ]
-        docs = (
-            await self._db["messages"]
-            .find(flt)
-            .sort([("updated_at", DESCENDING), ("_id", DESCENDING)])
-            .limit(limit)
-            .to_list(None)
+        docs = await self._find(
+            "messages", flt, sort=[("updated_at", DESCENDING), ("_id", DESCENDING)], limit=limit
         )
         return [message_from_doc(d) for d in docs]
 

@@ -35,9 +35,11 @@ class OpsViewsMixin(MongoBase):
         ids = list({t["message_id"] for t in tickets})
         messages = {
             m["_id"]: m
-            for m in await self._db["messages"]
-            .find({"_id": {"$in": ids}}, projection={"category": True, "scheduled_at": True})
-            .to_list(None)
+            for m in await self._find(
+                "messages",
+                {"_id": {"$in": ids}},
+                projection={"category": True, "scheduled_at": True},
+            )
         }
         return [
             SendSample(

@@ -29,20 +29,14 @@ class OutboxMixin(MongoBase):
         due_before: datetime | None = None,
         after: tuple[datetime, str] | None = None,
     ) -> list[Message]:
-        if limit <= 0:  # limit(0) means *no* limit to MongoDB
-            return []
         flt: dict[str, Any] = {"publish_pending": True, "status": MessageStatus.PENDING.value}
         if due_before is not None:
             flt["due_at"] = {"$lt": bson_dt(due_before)}
         if after is not None:
             due, mid = bson_dt(after[0]), after[1]
             flt["$or"] = [{"due_at": {"$gt": due}}, {"due_at": due, "_id": {"$gt": mid}}]
-        docs = (
-            await self._db["messages"]
-            .find(flt)
-            .sort([("due_at", ASCENDING), ("_id", ASCENDING)])
-            .limit(limit)
-            .to_list(None)
+        docs = await self._find(
+            "messages", flt, sort=[("due_at", ASCENDING), ("_id", ASCENDING)], limit=limit
         )
         return [message_from_doc(d) for d in docs]
 

@@ -51,11 +51,10 @@ class RemindersMixin(MongoBase):
     async def reminders_for_users(self, user_ids: Sequence[str]) -> dict[str, list[Reminder]]:
         if not user_ids:
             return {}
-        docs = (
-            await self._db["reminders"]
-            .find({"user_id": {"$in": list(set(user_ids))}})
-            .sort([("user_id", ASCENDING), ("reminder_id", ASCENDING)])
-            .to_list(None)
+        docs = await self._find(
+            "reminders",
+            {"user_id": {"$in": list(set(user_ids))}},
+            sort=[("user_id", ASCENDING), ("reminder_id", ASCENDING)],
         )
         out: dict[str, list[Reminder]] = {}
         for d in docs:
@@ -84,11 +83,10 @@ class RemindersMixin(MongoBase):
     async def preferences_for_users(self, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
         if not user_ids:
             return {}
-        docs = (
-            await self._db["preferences"]
-            .find({"user_id": {"$in": list(set(user_ids))}})
-            .sort([("user_id", ASCENDING), ("category", ASCENDING)])
-            .to_list(None)
+        docs = await self._find(
+            "preferences",
+            {"user_id": {"$in": list(set(user_ids))}},
+            sort=[("user_id", ASCENDING), ("category", ASCENDING)],
         )
         out: dict[str, dict[str, bool]] = {}
         for d in docs:

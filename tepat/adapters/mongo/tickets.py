@@ -32,8 +32,6 @@ class TicketsMixin(MongoBase):
     async def tickets_awaiting_receipt(
         self, sent_before: datetime, limit: int, after: tuple[datetime, str] | None = None
     ) -> list[Ticket]:
-        if limit <= 0:  # limit(0) means *no* limit to MongoDB
-            return []
         flt: dict[str, Any] = {
             "receipt_status": None,
             "sent_at": {"$lt": bson_dt(sent_before)},
@@ -43,12 +41,8 @@ class TicketsMixin(MongoBase):
             # ready yet never hides the ones behind it.
             at, tid = bson_dt(after[0]), after[1]
             flt["$or"] = [{"sent_at": {"$gt": at}}, {"sent_at": at, "_id": {"$gt": tid}}]
-        docs = (
-            await self._db["tickets"]
-            .find(flt)
-            .sort([("sent_at", ASCENDING), ("_id", ASCENDING)])
-            .limit(limit)
-            .to_list(None)
+        docs = await self._find(
+            "tickets", flt, sort=[("sent_at", ASCENDING), ("_id", ASCENDING)], limit=limit
         )
         return [ticket_from_doc(d) for d in docs]
 
@@ -68,10 +62,7 @@ class TicketsMixin(MongoBase):
         return bool(result.modified_count)
 
     async def tickets_for_message(self, message_id: str) -> list[Ticket]:
-        docs = (
-            await self._db["tickets"]
-            .find({"message_id": message_id})
-            .sort([("sent_at", ASCENDING), ("_id", ASCENDING)])
-            .to_list(None)
+        docs = await self._find(
+            "tickets", {"message_id": message_id}, sort=[("sent_at", ASCENDING), ("_id", ASCENDING)]
         )
         return [ticket_from_doc(d) for d in docs]

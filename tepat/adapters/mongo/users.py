@@ -99,7 +99,7 @@ class UsersMixin(MongoBase):
     async def get_users(self, user_ids: Sequence[str]) -> dict[str, User]:
         if not user_ids:
             return {}
-        docs = await self._db["users"].find({"_id": {"$in": list(set(user_ids))}}).to_list(None)
+        docs = await self._find("users", {"_id": {"$in": list(set(user_ids))}})
         return {d["_id"]: user_from_doc(d) for d in docs}
 
     async def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
@@ -108,13 +108,7 @@ class UsersMixin(MongoBase):
         last: str | None = None
         while True:
             flt: dict[str, Any] = {} if last is None else {"_id": {"$gt": last}}
-            docs = (
-                await self._db["users"]
-                .find(flt)
-                .sort([("_id", ASCENDING)])
-                .limit(batch_size)
-                .to_list(None)
-            )
+            docs = await self._find("users", flt, sort=[("_id", ASCENDING)], limit=batch_size)
             if not docs:
                 return
             yield [user_from_doc(d) for d in docs]
@@ -152,12 +146,8 @@ class UsersMixin(MongoBase):
             ids: dict[str, Any] = {"$gt": after}
             if until is not None:
                 ids["$lte"] = until
-            docs = (
-                await self._db["users"]
-                .find({"_id": ids, **needs})
-                .sort([("_id", ASCENDING)])
-                .limit(batch_size)
-                .to_list(None)
+            docs = await self._find(
+                "users", {"_id": ids, **needs}, sort=[("_id", ASCENDING)], limit=batch_size
             )
             if not docs:
                 return
@@ -277,22 +267,16 @@ class UsersMixin(MongoBase):
         }
 
     async def list_devices(self, user_id: str) -> list[Device]:
-        docs = (
-            await self._db["devices"]
-            .find({"user_id": user_id})
-            .sort([("device_id", ASCENDING)])
-            .to_list(None)
-        )
+        docs = await self._find("devices", {"user_id": user_id}, sort=[("device_id", ASCENDING)])
         return [device_from_doc(d) for d in docs]
 
     async def active_devices(self, user_ids: Sequence[str]) -> dict[str, list[Device]]:
         if not user_ids:
             return {}
-        docs = (
-            await self._db["devices"]
-            .find({"user_id": {"$in": list(set(user_ids))}, "active": True})
-            .sort([("user_id", ASCENDING), ("device_id", ASCENDING)])
-            .to_list(None)
+        docs = await self._find(
+            "devices",
+            {"user_id": {"$in": list(set(user_ids))}, "active": True},
+            sort=[("user_id", ASCENDING), ("device_id", ASCENDING)],
         )
         out: dict[str, list[Device]] = {}
         for d in docs:

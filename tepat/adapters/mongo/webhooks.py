@@ -147,11 +147,8 @@ class WebhooksMixin(MongoBase):
         return None if doc is None else _subscription(doc)
 
     async def list_webhook_subscriptions(self) -> list[WebhookSubscription]:
-        docs = (
-            await self._db[SUBSCRIPTIONS]
-            .find({})
-            .sort([("created_at", ASCENDING), ("_id", ASCENDING)])
-            .to_list(None)
+        docs = await self._find(
+            SUBSCRIPTIONS, {}, sort=[("created_at", ASCENDING), ("_id", ASCENDING)]
         )
         return [_subscription(d) for d in docs]
 
@@ -176,11 +173,11 @@ class WebhooksMixin(MongoBase):
             return []
         out: list[StatusChangeEntry] = []
         has = {JOURNAL_FIELD: {"$exists": True}}
-        messages = (
-            await self._db["messages"]
-            .find(has, projection={"user_id": 1, "category": 1, "channel": 1, JOURNAL_FIELD: 1})
-            .limit(limit)
-            .to_list(None)
+        messages = await self._find(
+            "messages",
+            has,
+            projection={"user_id": 1, "category": 1, "channel": 1, JOURNAL_FIELD: 1},
+            limit=limit,
         )
         own = [d["_id"] for d in messages if d["user_id"] == WEBHOOK_USER]
         if own:  # a delivery's own transitions: nothing to report, dropped here
@@ -188,45 +185,17 @@ class WebhooksMixin(MongoBase):
                 {"_id": {"$in": own}}, {"$unset": {JOURNAL_FIELD: ""}}
             )
         for d in messages:
-            if d["user_id"] == WEBHOOK_USER:
-                continue
-            for e in d.get(JOURNAL_FIELD) or ():
-                out.append(
-                    StatusChangeEntry(
-                        key=f"m|{d['_id']}|{e['s']}",
-                        message_id=d["_id"],
-                        status=e["s"],
-                        reason=e.get("r"),
-                        user_id=d["user_id"],
-                        category=d["category"],
-                        channel=d.get("channel"),
-                        at=read_dt_required(e["at"]),
-                    )
-                )
+            if d["user_id"] != WEBHOOK_USER:
+                out += _journaled("m", d, d["_id"], d.get("channel"))
         if len(messages) < limit:
-            items = (
-                await self._db["inbox"]
-                .find(
-                    has,
-                    projection={"user_id": 1, "category": 1, "message_id": 1, JOURNAL_FIELD: 1},
-                )
-                .limit(limit - len(messages))
-                .to_list(None)
+            items = await self._find(
+                "inbox",
+                has,
+                projection={"user_id": 1, "category": 1, "message_id": 1, JOURNAL_FIELD: 1},
+                limit=limit - len(messages),
             )
             for d in items:
-                for e in d.get(JOURNAL_FIELD) or ():
-                    out.append(
-                        StatusChangeEntry(
-                            key=f"i|{d['_id']}|{e['s']}",
-                            message_id=d["message_id"],
-                            status=e["s"],
-                            reason=e.get("r"),
-                            user_id=d["user_id"],
-                            category=d["category"],
-                            channel="inbox",
-                            at=read_dt_required(e["at"]),
-                        )
-                    )
+                out += _journaled("i", d, d["message_id"], "inbox")
         out.sort(key=lambda e: e.at)
         return out
 
@@ -251,3 +220,23 @@ class WebhooksMixin(MongoBase):
                 {"$unset": {JOURNAL_FIELD: ""}},
             )
         return dropped
+
+
+def _journaled(
+    kind: str, d: Mapping[str, Any], message_id: str, channel: str | None
+) -> list[StatusChangeEntry]:
+    """The entries journaled on document ``d``: a message's (``kind`` "m") or an inbox
+    item's ("i"); the key names the document for :meth:`drop_webhook_journal`."""
+    return [
+        StatusChangeEntry(
+            key=f"{kind}|{d['_id']}|{e['s']}",
+            message_id=message_id,
+            status=e["s"],
+            reason=e.get("r"),
+            user_id=d["user_id"],
+            category=d["category"],
+            channel=channel,
+            at=read_dt_required(e["at"]),
+        )
+        for e in d.get(JOURNAL_FIELD) or ()
+    ]
