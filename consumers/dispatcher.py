@@ -46,12 +46,12 @@ from tepat.ports.push import (
     PushProvider,
     PushRequest,
     Rejected,
-    RetryLater,
     TicketError,
     TicketOk,
     TicketOutcome,
 )
 from tepat.ports.store import StatusChange, Store
+from tepat.ports.try_again import TryAgain
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 
@@ -86,7 +86,7 @@ class _Once:
 class _Outgoing:
     message: Message
     devices: list[Device]
-    outcomes: list[TicketOutcome | RetryLater | Rejected] = field(default_factory=list)
+    outcomes: list[TicketOutcome | TryAgain | Rejected] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -384,10 +384,10 @@ class Dispatcher:
             retryable = [
                 x
                 for x in o.outcomes
-                if isinstance(x, RetryLater) or (isinstance(x, TicketError) and not x.permanent)
+                if isinstance(x, TryAgain) or (isinstance(x, TicketError) and not x.permanent)
             ]
             error = _describe(o.outcomes)
-            if any(isinstance(x, RetryLater) and x.maybe_sent for x in o.outcomes):
+            if any(isinstance(x, TryAgain) and x.maybe_sent for x in o.outcomes):
                 # The request went out and its answer was lost: the provider may have
                 # accepted it. The category decides between a possible duplicate
                 # (retry) and a possibly missing notification (close).
@@ -509,11 +509,11 @@ def _request(m: Message, device: Device) -> PushRequest:
     )
 
 
-def _describe(outcomes: Sequence[TicketOutcome | RetryLater | Rejected]) -> str:
+def _describe(outcomes: Sequence[TicketOutcome | TryAgain | Rejected]) -> str:
     parts = []
     for x in outcomes:
         if isinstance(x, TicketError):
             parts.append(f"{x.code}: {x.message}")
-        elif isinstance(x, RetryLater | Rejected):
+        elif isinstance(x, TryAgain | Rejected):
             parts.append(x.reason)
     return "; ".join(parts) or "no device accepted the message"

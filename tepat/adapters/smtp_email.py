@@ -36,7 +36,8 @@ from tepat.adapters.smtp_message import (
 from tepat.adapters.smtp_outcomes import Stage, outcome_for_reply
 from tepat.clock import Clock
 from tepat.config import Settings
-from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Outgoing, Refused
+from tepat.ports.try_again import TryAgain
 
 log = structlog.get_logger("tepat.email")
 

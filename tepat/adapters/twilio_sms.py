@@ -36,7 +36,8 @@ from tepat.clock import Clock
 from tepat.config import Settings
 from tepat.domain.errors import DomainError
 from tepat.domain.sms import check_segments
-from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Outgoing, Refused
+from tepat.ports.try_again import TryAgain
 
 log = logging.getLogger("tepat.twilio")
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tepat.domain.models import Message
+from tepat.ports.try_again import TryAgain
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +52,6 @@ class Accepted:
     (provider callbacks move it to ``delivered`` or ``failed``)."""
 
     provider_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TryAgain:
-    """Temporary (SMTP 4xx, Twilio 20429/5xx, network): retried with backoff.
-
-    ``maybe_sent`` as in :class:`tepat.ports.push.RetryLater`: whether the provider may
-    have acted on it anyway (the answer was lost after the request went out).
-    """
-
-    reason: str
-    retry_after: float | None = None
-    maybe_sent: bool = False
-    throttled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
