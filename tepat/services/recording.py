@@ -25,19 +25,11 @@ import structlog
 
 from tepat import metrics
 from tepat.clock import Clock
+from tepat.domain import outcomes
 from tepat.domain.categories import Categories, MaybeSentPolicy
 from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message
-from tepat.domain.outcomes import (
-    Next,
-    Stage,
-    after_accepted,
-    after_delivered,
-    after_failure,
-    after_refused,
-    expected_from,
-    maybe_sent_matters,
-)
+from tepat.domain.outcomes import Next, Stage
 from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
 from tepat.ports.store import StatusChange, Store
@@ -82,19 +74,19 @@ class OutcomeRecorder:
         match answer.outcome:
             case Delivered():
                 self._observe_lateness(m, now)
-                return after_delivered()
+                return outcomes.after_delivered()
             case Accepted(provider_id):
                 self._observe_lateness(m, now)
-                return after_accepted(provider_id)
+                return outcomes.after_accepted(provider_id)
             case Refused(reason):
-                return after_refused(reason)
+                return outcomes.after_refused(reason)
             case TryAgain(reason, retry_after, maybe_sent):
-                maybe_sent = maybe_sent_matters(channel, maybe_sent)
+                maybe_sent = outcomes.maybe_sent_matters(channel, maybe_sent)
                 policy = self._categories.get(m.category).maybe_sent
                 if maybe_sent:
                     closed = policy is MaybeSentPolicy.CLOSE
                     metrics.count_maybe_sent(m.category, "closed" if closed else "retried")
-                return after_failure(
+                return outcomes.after_failure(
                     m,
                     reason,
                     policy=policy,
@@ -132,7 +124,7 @@ class OutcomeRecorder:
         await self._flush()
 
     async def _write(self, stage: Stage, changes: list[StatusChange], now: datetime) -> None:
-        await self._store.transition_many(changes, now, expect=list(expected_from(stage)))
+        await self._store.transition_many(changes, now, expect=list(outcomes.expected_from(stage)))
 
     @staticmethod
     def _observe_lateness(m: Message, now: datetime) -> None:
@@ -141,12 +133,5 @@ class OutcomeRecorder:
         )
 
 
-def _change(m: Message, next_: Next) -> StatusChange:
-    return StatusChange(
-        m.id,
-        next_.to,
-        next_.reason,
-        ticket_id=next_.ticket_id,
-        last_error=next_.last_error,
-        due_at=next_.due_at,
-    )
+def _change(m: Message, n: Next) -> StatusChange:
+    return StatusChange(m.id, n.to, n.reason, n.ticket_id, n.last_error, due_at=n.due_at)

@@ -69,19 +69,9 @@ class Subject:
 
 def message(channel: str, i: int, content: dict[str, Any] | None = None) -> Message:
     return Message(
-        id=f"{channel}-{i:020d}",
-        user_id="ana",
-        category="meal",
-        label="contract",
-        title="Lunch",
-        body="Time to eat.",
-        scheduled_at=START,
-        timezone="UTC",
-        dedup_key=f"contract|{channel}|{i}",
-        live_key=None,
-        channel=channel,
-        content=content or {},
-    )
+        f"{channel}-{i:020d}", "ana", "meal", "contract", "Lunch", "Time to eat.", START, "UTC",
+        f"contract|{channel}|{i}", None, channel=channel, content=content or {},
+    )  # fmt: skip
 
 
 @asynccontextmanager

@@ -28,8 +28,6 @@ from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Outgoing, Refused
 from tepat.ports.push import (
     PushRequest,
-    ReceiptResult,
-    Receipts,
     Rejected,
     SendResult,
     TicketOk,
@@ -38,6 +36,7 @@ from tepat.ports.push import (
 from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime, open_runtime
 from tests.api.conftest import START, make_settings
+from tests.support.fake_push import FakePush
 
 CHANNELS = ("push", "inbox", "email", "sms", "webhook")
 # Base 10 s and a generator that draws the top of the jitter range: attempt 1 (the
@@ -128,18 +127,19 @@ CASES = [
 ]
 
 
-class ScriptedPush:
+class ScriptedPush(FakePush):
     """Expo's port answering one scripted answer for every request."""
 
-    max_batch = 100
-    max_receipt_batch = 1000
-
     def __init__(self) -> None:
+        super().__init__()
         self.answer: ChannelOutcome | Crash = Accepted("p-1")
-        self.sent: list[PushRequest] = []
+
+    @property
+    def sent(self) -> list[PushRequest]:
+        return self.requests
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
-        self.sent.extend(batch)
+        self.batches.append(list(batch))
         match self.answer:
             case Accepted(provider_id):
                 return Tickets([TicketOk(provider_id or "") for _ in batch])
@@ -150,15 +150,6 @@ class ScriptedPush:
             case Crash() as crash:
                 raise crash
         raise AssertionError(f"push cannot answer {self.answer!r}")
-
-    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
-        return Receipts({})
-
-    def set_rate_share(self, share: float) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
 
 
 class ScriptedChannel:
@@ -200,22 +191,10 @@ def message(channel: str, row: Row, now: datetime) -> Message:
     dedup_key = f"table|{channel}"
     content: dict[str, Any] = {"subscription_id": "sub-1"} if channel == "webhook" else {}
     m = Message(
-        id=message_id_for(dedup_key),
-        user_id="ana",
-        category=row.category,
-        label="table",
-        title="Title",
-        body="Body",
-        scheduled_at=now,
-        timezone="UTC",
-        dedup_key=dedup_key,
-        live_key=None,
-        channel=channel,
-        content=content,
-        nominal_at=now,
-        due_at=now,
+        message_id_for(dedup_key), "ana", row.category, "table", "Title", "Body", now, "UTC",
+        dedup_key, None, channel=channel, content=content, nominal_at=now, due_at=now,
         attempts=row.attempts,
-    )
+    )  # fmt: skip
     return dataclasses.replace(m, slot_key=slot_key_for(m))
 
 
