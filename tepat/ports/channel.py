@@ -7,7 +7,10 @@ gets a ticket and a receipt later, so its dispatch path is specialised
 goes through this port and the one shared path in ``consumers/channel_sender.py``:
 claim (shared with push), the send-time checks, the target (the user's inbox, e-mail
 address or phone number, resolved and checked against suppressions at send time), the
-send, the record, retries with backoff and the broker's dead-lettering (shared).
+send, retries with backoff and the broker's dead-lettering (shared). Once answered,
+every channel's messages, push included, are recorded by one recorder
+(:mod:`tepat.services.recording`) under one set of rules (:mod:`tepat.domain.outcomes`);
+a temporary failure is the one :class:`~tepat.ports.try_again.TryAgain` of both ports.
 
 An adapter never raises for a provider-side problem: it returns what happened, one
 outcome per item, in order (docs/PRINCIPLES.md principle 4).
