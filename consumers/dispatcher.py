@@ -114,9 +114,9 @@ class Dispatcher:
         self._clock = clock
         self._retry = retry or RetryPolicy()
         self._device_max_failures = device_max_failures
-        self._rng = rng or random.Random()
-        self._recorder = OutcomeRecorder(
-            store, categories, clock, retry=self._retry, flush=outbox.flush_quietly, rng=self._rng
+        # Every push answer is recorded as every other channel's (tepat/services/recording.py).
+        self.recorder = OutcomeRecorder(
+            store, categories, clock, retry=self._retry, flush=outbox.flush_quietly, rng=rng
         )
         # Every channel but push (inbox, email, SMS, webhooks): claimed here, sent there.
         self.channels = channels or ChannelSender(
@@ -127,7 +127,7 @@ class Dispatcher:
             retry=self._retry,
             defer=self.defer,
             flush=outbox.flush_quietly,
-            recorder=self._recorder,
+            recorder=self.recorder,
         )
 
     def abandon_sends(self) -> None:
@@ -377,7 +377,7 @@ class Dispatcher:
             if isinstance(answer, TryAgain) and not answer.maybe_sent:
                 metrics.count_not_sent_retry(o.message.category)
             answers.append(Answer(o.message, answer))
-        await self._recorder.record(PUSH, answers)
+        await self.recorder.record(PUSH, answers)
 
     async def _device_failed(self, device: Device, error: TicketError) -> None:
         await device_failed(

@@ -68,6 +68,10 @@ class OutcomeRecorder:
         self._flush = flush
         self._rng = rng or random.Random()
 
+    def seed(self, rng: random.Random) -> None:
+        """Draw the backoff's jitter from ``rng`` (a seeded one replays a run exactly)."""
+        self._rng = rng
+
     def next_status(self, channel: str, answer: Answer, now: datetime) -> Next:
         """What ``answer`` makes of its message on ``channel``, counted in the metrics."""
         m = answer.message
