@@ -369,11 +369,11 @@ class Dispatcher:
 
     async def _record(self, answered: list[_Outgoing]) -> None:
         """Record the outcome of messages whose every request was answered: a message
-        is one answer, whatever its devices said (:func:`_answer`), recorded as every
+        is one answer, whatever its devices said (:func:`answer_of`), recorded as every
         channel's answers are (:class:`OutcomeRecorder`)."""
         answers: list[Answer] = []
         for o in answered:
-            answer = _answer(o.outcomes)
+            answer = answer_of(o.outcomes)
             if isinstance(answer, TryAgain) and not answer.maybe_sent:
                 metrics.count_not_sent_retry(o.message.category)
             answers.append(Answer(o.message, answer))
@@ -466,7 +466,7 @@ def _describe(outcomes: Sequence[TicketOutcome | TryAgain | Rejected]) -> str:
     return "; ".join(parts) or "no device accepted the message"
 
 
-def _answer(outcomes: Sequence[TicketOutcome | TryAgain | Rejected]) -> ChannelOutcome:
+def answer_of(outcomes: Sequence[TicketOutcome | TryAgain | Rejected]) -> ChannelOutcome:
     """One message's answer from its devices' outcomes: accepted if any device's
     notification was; else worth another try if any failure was temporary (maybe sent if
     any request may have gone through, never before the longest Retry-After); else refused."""
