@@ -3,9 +3,9 @@ provider's limit, none lost or repeated.
 
 In one process on a SQLite file with the embedded broker: N users, each with a contact of
 the channel, and one message each due now. The real send path takes them: the outbox
-publishes, the consumer claims, ``tepat/services/sending/channel_sender.py`` resolves each contact and
-hands the messages to the channel's adapter, which keeps to the channel's rate. Only the
-provider differs:
+publishes, the consumer claims, ``tepat/services/sending/channel_sender.py`` resolves each
+contact and hands the messages to the channel's adapter, which keeps to the channel's
+rate. Only the provider differs:
 
 * ``email``: :class:`~tepat.adapters.smtp_email.SmtpEmailChannel` at ``TEPAT_SMTP_RATE``
   (50/s) over its pool of connections, to a real SMTP server (``aiosmtpd``, in a thread)

@@ -1,6 +1,6 @@
 """How Expo's answers become typed outcomes (:mod:`tepat.ports.push`) for the Expo client.
 
-A whole request that fails becomes ``RetryLater`` or ``Rejected``, and ``RetryLater`` says
+A whole request that fails becomes ``TryAgain`` or ``Rejected``, and ``TryAgain`` says
 whether Expo may have acted on the request anyway (``maybe_sent``):
 
 ================================================ ========== ==================================
@@ -49,7 +49,8 @@ from typing import Any
 
 import httpx
 
-from tepat.ports.push import Rejected, RetryLater, TicketError
+from tepat.ports.push import Rejected, TicketError
+from tepat.ports.try_again import TryAgain
 
 log = logging.getLogger("tepat.adapters.expo_push")
 
@@ -117,7 +118,7 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
 
 
 def classify_response(response: httpx.Response, now: datetime) -> Any:
-    """The parsed body of a usable 200, or RetryLater/Rejected for the whole request."""
+    """The parsed body of a usable 200, or TryAgain/Rejected for the whole request."""
     try:
         body: Any = response.json()
     except ValueError:
@@ -134,19 +135,19 @@ def classify_response(response: httpx.Response, now: datetime) -> Any:
 
     if status == 429 or code == "TOO_MANY_REQUESTS":
         # Refused: nothing was accepted. The send rate adapts to it (adaptive_rate.py).
-        return RetryLater(reason, retry_after, throttled=True)
+        return TryAgain(reason, retry_after, throttled=True)
     if status == 408:
         # The server gave up waiting for the request: it never had it whole.
-        return RetryLater(reason, retry_after)
+        return TryAgain(reason, retry_after)
     if status == 503:
         # "Service Unavailable" (RFC 9110 §15.6.4): the server is unable to handle the
         # request, so it did not; an overload or maintenance storm is not an unknown
         # outcome, and closing everything it touches as outcome_unknown would lose it all.
-        return RetryLater(reason, retry_after)
+        return TryAgain(reason, retry_after)
     if status >= 500:
         # Expo may fail after handing some notifications on (a gateway timing out in front
         # of a slow backend, a crash mid-request): the outcome is unknown.
-        return RetryLater(reason, retry_after, maybe_sent=True)
+        return TryAgain(reason, retry_after, maybe_sent=True)
     if status in (401, 403):
         log.error("Expo refused our credentials (%s); check TEPAT_EXPO_ACCESS_TOKEN", reason)
         return Rejected(reason)
@@ -157,9 +158,7 @@ def classify_response(response: httpx.Response, now: datetime) -> Any:
         return Rejected(reason)
     if body is None:
         # A 200 means Expo took the request; only its tickets are lost.
-        return RetryLater(
-            f"Expo answered 200 without JSON: {response.text[:200]!r}", maybe_sent=True
-        )
+        return TryAgain(f"Expo answered 200 without JSON: {response.text[:200]!r}", maybe_sent=True)
     return body
 
 
@@ -193,12 +192,12 @@ class SendProgress:
         # connecting is behind us.
         return True
 
-    def failure(self, error: httpx.HTTPError) -> RetryLater:
+    def failure(self, error: httpx.HTTPError) -> TryAgain:
         """The outcome of a request that raised instead of answering."""
         maybe_sent = self.maybe_sent(error)
         what = "timeout" if isinstance(error, httpx.TimeoutException) else "network error"
         when = "after the request was sent" if maybe_sent else "before the request was sent"
-        return RetryLater(
+        return TryAgain(
             f"{what} talking to Expo {when}: {type(error).__name__}: {error}",
             maybe_sent=maybe_sent,
         )

@@ -13,10 +13,10 @@ What this client does, following docs.expo.dev/push-notifications/sending-notifi
   (:mod:`tepat.adapters.adaptive_rate`) and ``max_batch`` shrinks below 100 while the rate
   is under 200/s, so that one request is never more than half a second of it.
 * Gzips request bodies over 1 KiB, as Expo's Node SDK does, and accepts gzip responses.
-* Never raises for provider-side trouble. A whole-request failure becomes ``RetryLater``
+* Never raises for provider-side trouble. A whole-request failure becomes ``TryAgain``
   (429, 5xx, network errors, timeouts) or ``Rejected`` (401/403, other 4xx); a per-notification
   failure becomes a ``TicketError`` whose ``permanent``/``deactivate_device`` say what to do.
-  ``RetryLater.maybe_sent`` says whether Expo may have acted on the request anyway. Both
+  ``TryAgain.maybe_sent`` says whether Expo may have acted on the request anyway. Both
   classifications, with their tables, are in :mod:`tepat.adapters.expo_outcomes`.
 """
 
@@ -52,13 +52,13 @@ from tepat.ports.push import (
     ReceiptResult,
     Receipts,
     Rejected,
-    RetryLater,
     SendResult,
     TicketError,
     TicketOk,
     TicketOutcome,
     Tickets,
 )
+from tepat.ports.try_again import TryAgain
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class ExpoPushProvider:
             ),
         )
         # Wait for a connection slot here rather than in httpx's pool, whose wait counts
-        # against the timeout and would turn a busy moment into spurious RetryLaters.
+        # against the timeout and would turn a busy moment into spurious TryAgains.
         self._slots = asyncio.Semaphore(max_connections)
 
     async def close(self) -> None:
@@ -239,10 +239,10 @@ class ExpoPushProvider:
             # the rate came down is part of the episode that brought it down.
             sent_at = self.clock.now()
             result = await self._post(SEND_PATH, [m for _, m in to_send])
-            if isinstance(result, RetryLater) and result.throttled:
+            if isinstance(result, TryAgain) and result.throttled:
                 self.adaptive.throttled_by_provider(result.retry_after, sent_at, len(to_send))
                 self.max_batch = self.adaptive.request_size(MAX_BATCH)
-            if isinstance(result, RetryLater | Rejected):
+            if isinstance(result, TryAgain | Rejected):
                 return result
             self.adaptive.accepted(len(to_send), sent_at)
             self.max_batch = self.adaptive.request_size(MAX_BATCH)
@@ -297,7 +297,7 @@ class ExpoPushProvider:
         ]
         results = await asyncio.gather(*(self._receipt_chunk(c) for c in chunks))
         merged: dict[str, Receipt] = {}
-        failures: list[RetryLater | Rejected] = []
+        failures: list[TryAgain | Rejected] = []
         for result in results:
             if isinstance(result, Receipts):
                 merged.update(result.by_ticket)
@@ -318,12 +318,12 @@ class ExpoPushProvider:
 
     async def _receipt_chunk(self, ids: list[str]) -> ReceiptResult:
         body = await self._post(RECEIPTS_PATH, {"ids": ids})
-        if isinstance(body, RetryLater | Rejected):
+        if isinstance(body, TryAgain | Rejected):
             return body
         data = body.get("data") if isinstance(body, Mapping) else None
         if not isinstance(data, Mapping):
             # Reading receipts is idempotent, so a garbled answer is worth another try.
-            return RetryLater(f"unexpected receipts response: {body!r:.200}")
+            return TryAgain(f"unexpected receipts response: {body!r:.200}")
         wanted = set(ids)
         by_ticket: dict[str, Receipt] = {}
         for ticket_id, item in data.items():
@@ -348,7 +348,7 @@ class ExpoPushProvider:
     # ---- HTTP ----
 
     async def _post(self, path: str, payload: Any) -> Any:
-        """POST JSON; the parsed body of a 200, or RetryLater/Rejected for the whole request."""
+        """POST JSON; the parsed body of a 200, or TryAgain/Rejected for the whole request."""
         raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         headers = {"Content-Type": "application/json"}
         if len(raw) > GZIP_OVER_BYTES:

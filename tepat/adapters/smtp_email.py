@@ -34,7 +34,8 @@ from tepat.adapters.smtp_message import (
 )
 from tepat.adapters.smtp_outcomes import Stage, outcome_for_reply
 from tepat.clock import Clock
-from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
+from tepat.ports.try_again import TryAgain
 
 log = structlog.get_logger("tepat.email")
 

@@ -38,7 +38,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from tepat.ports.channel import ChannelOutcome, Refused, TryAgain
+from tepat.ports.channel import ChannelOutcome, Refused
+from tepat.ports.try_again import TryAgain
 
 Stage = Literal["mail", "rcpt", "data"]
 

@@ -35,7 +35,8 @@ from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.sms import check_segments
-from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
+from tepat.ports.try_again import TryAgain
 
 log = logging.getLogger("tepat.twilio")
 

@@ -35,8 +35,9 @@ from tepat.domain.webhooks import (
     check_url,
     webhook_headers,
 )
-from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused, TryAgain
+from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused
 from tepat.ports.store import WebhookStore
+from tepat.ports.try_again import TryAgain
 
 __all__ = ["WEBHOOK_RETRY", "WebhookChannel"]
 

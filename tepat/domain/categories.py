@@ -19,7 +19,7 @@ class QuietPolicy(enum.StrEnum):
 class MaybeSentPolicy(enum.StrEnum):
     """What to do with a message whose provider request may have been accepted.
 
-    A read timeout or a 5xx after the request went out (``RetryLater.maybe_sent``) leaves
+    A read timeout or a 5xx after the request went out (``TryAgain.maybe_sent``) leaves
     the outcome unknown: the notification may already be on the phone.
     """
 

@@ -7,7 +7,10 @@ gets a ticket and a receipt later, so its dispatch path is specialised
 goes through this port and the one shared path in ``tepat/services/sending/channel_sender.py``:
 claim (shared with push), the send-time checks, the target (the user's inbox, e-mail
 address or phone number, resolved and checked against suppressions at send time), the
-send, the record, retries with backoff and the broker's dead-lettering (shared).
+send, retries with backoff and the broker's dead-lettering (shared). Once answered,
+every channel's messages, push included, are recorded by one recorder
+(:mod:`tepat.services.sending.recording`) under one set of rules (:mod:`tepat.domain.outcomes`);
+a temporary failure is the one :class:`~tepat.ports.try_again.TryAgain` of both ports.
 
 An adapter never raises for a provider-side problem: it returns what happened, one
 outcome per item, in order (docs/PRINCIPLES.md principle 4).
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tepat.domain.models import Message
+from tepat.ports.try_again import TryAgain
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +55,6 @@ class Accepted:
     (provider callbacks move it to ``delivered`` or ``failed``)."""
 
     provider_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TryAgain:
-    """Temporary (SMTP 4xx, Twilio 20429/5xx, network): retried with backoff.
-
-    ``maybe_sent`` as in :class:`tepat.ports.push.RetryLater`: whether the provider may
-    have acted on it anyway (the answer was lost after the request went out).
-    """
-
-    reason: str
-    retry_after: float | None = None
-    maybe_sent: bool = False
-    throttled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

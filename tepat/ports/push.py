@@ -1,7 +1,8 @@
 """The PushProvider port: hand notifications to a push service, with typed outcomes.
 
 A provider call never raises for a provider-side problem: it returns what
-happened (docs/PRINCIPLES.md §1, principle 4), so callers only branch on types.
+happened (docs/PRINCIPLES.md §1, principle 4), so callers only branch on types. A
+temporary failure is :class:`~tepat.ports.try_again.TryAgain`, as on every channel.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from tepat.ports.try_again import TryAgain
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,38 +54,13 @@ class Tickets:
 
 
 @dataclass(frozen=True, slots=True)
-class RetryLater:
-    """The whole request failed in a way worth retrying (429, 5xx, network).
-
-    ``maybe_sent`` says whether the provider may have acted on the request anyway:
-
-    * ``False``, *not sent*: the request never reached the provider whole (no connection,
-      pool timeout, an error while the body was still being written) or the provider
-      refused it without acting (429, 408). Sending again cannot duplicate anything.
-    * ``True``, *maybe sent*: the whole request went out and the answer was lost or was
-      a server error (read timeout, connection dropped while waiting, 5xx, an unreadable
-      200). The provider may have accepted some or all of it, so sending again may
-      deliver a second copy; whether to do so is the category's ``maybe_sent`` policy
-      (:class:`tepat.domain.categories.MaybeSentPolicy`).
-
-    Only the send call gives the flag a meaning; reading receipts is idempotent.
-    """
-
-    reason: str
-    retry_after: float | None = None
-    maybe_sent: bool = False
-    # The provider's rate limit refused it (429): the sender should slow down.
-    throttled: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class Rejected:
     """The whole request failed for good (bad credentials, malformed request)."""
 
     reason: str
 
 
-SendResult = Tickets | RetryLater | Rejected
+SendResult = Tickets | TryAgain | Rejected
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +85,7 @@ class Receipts:
     by_ticket: dict[str, Receipt]
 
 
-ReceiptResult = Receipts | RetryLater | Rejected
+ReceiptResult = Receipts | TryAgain | Rejected
 
 
 class PushProvider(Protocol):

@@ -705,7 +705,7 @@ async def test_transition_sets_the_given_fields_only(store: Store) -> None:
         PENDING,
         at(2),
         expect=[SENDING],
-        last_error="RetryLater",
+        last_error="TryAgain",
         scheduled_at=at(30),
     )
     moved = await store.get_message(m.id)
@@ -715,7 +715,7 @@ async def test_transition_sets_the_given_fields_only(store: Store) -> None:
     # Back to pending without a due_at: due at the new scheduled_at. The nominal
     # instant and the slot never move.
     assert (moved.due_at, moved.nominal_at, moved.slot_key) == (at(30), T0, m.slot_key)
-    assert moved.last_error == "RetryLater"
+    assert moved.last_error == "TryAgain"
     assert moved.status_reason == "deferred:quiet_hours"
     assert moved.live_key == m.live_key
     assert moved.updated_at == at(2)

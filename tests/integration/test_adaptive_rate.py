@@ -14,7 +14,8 @@ from tepat.adapters.adaptive_rate import HOLD_SECONDS, AdaptiveRate
 from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import FakeClock
-from tepat.ports.push import PushRequest, RetryLater, Tickets
+from tepat.ports.push import PushRequest, Tickets
+from tepat.ports.try_again import TryAgain
 from tepat.sandbox import ExpoSandbox, running_sandbox
 
 T = TypeVar("T")
@@ -54,7 +55,7 @@ async def test_a_provider_accepting_a_sixth_of_the_ceiling_costs_few_429s_and_li
                 if isinstance(result, Tickets):
                     sent += 100
                 else:
-                    assert isinstance(result, RetryLater) and result.throttled
+                    assert isinstance(result, TryAgain) and result.throttled
                     refused += 1
             took = (clock.now() - started).total_seconds()
     ideal = 1200 / 100
@@ -243,7 +244,7 @@ async def test_six_requests_in_flight_at_once_cost_one_429_at_the_start() -> Non
                 chunk = chunks.pop(0)
                 result = await provider.send(chunk)
                 if not isinstance(result, Tickets):
-                    assert isinstance(result, RetryLater) and result.throttled
+                    assert isinstance(result, TryAgain) and result.throttled
                     refused += 1
                     chunks.append(chunk)
         finally:

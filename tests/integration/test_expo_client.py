@@ -18,11 +18,11 @@ from tepat.ports.push import (
     ReceiptOk,
     Receipts,
     Rejected,
-    RetryLater,
     TicketError,
     TicketOk,
     Tickets,
 )
+from tepat.ports.try_again import TryAgain
 from tepat.sandbox import AfterAccept, ExpoSandbox, RunningSandbox, running_sandbox
 from tests.support.waiting import eventually
 
@@ -222,8 +222,8 @@ async def test_more_than_a_batch_is_a_caller_bug(provider: ExpoPushProvider) -> 
 # ---- whole-request failures ----
 
 
-def retry_later(result: object) -> RetryLater:
-    assert isinstance(result, RetryLater), result
+def retry_later(result: object) -> TryAgain:
+    assert isinstance(result, TryAgain), result
     return result
 
 
@@ -294,7 +294,7 @@ async def test_connection_refused_is_not_sent(clock: FakeClock) -> None:
         sent = retry_later(await p.send([req(tok(1))]))
         assert sent.maybe_sent is False
         assert "ConnectError" in sent.reason and "before the request was sent" in sent.reason
-        assert isinstance(await p.receipts(["a"]), RetryLater)
+        assert isinstance(await p.receipts(["a"]), TryAgain)
 
 
 async def test_a_read_timeout_after_expo_accepted_is_maybe_sent(
@@ -477,7 +477,7 @@ async def test_a_failed_receipt_chunk_leaves_its_ids_for_next_time(
     assert set(result.by_ticket) <= {ok.ticket_id}
     sandbox.fail_next(2, status=503, retry_after=5)
     all_failed = await provider.receipts([ok.ticket_id, *[f"u{i}" for i in range(1000)]])
-    assert isinstance(all_failed, RetryLater) and all_failed.retry_after == 5.0
+    assert isinstance(all_failed, TryAgain) and all_failed.retry_after == 5.0
 
 
 async def test_no_ids_no_request(provider: ExpoPushProvider, sandbox: ExpoSandbox) -> None:

@@ -20,7 +20,8 @@ from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
-from tepat.ports.channel import Accepted, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, Outgoing, Refused
+from tepat.ports.try_again import TryAgain
 from tepat.wiring import build_email_channel
 from tests.support.selfsigned import SelfSigned, self_signed
 from tests.support.smtp_server import SmtpServer, free_port

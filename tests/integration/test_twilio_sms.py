@@ -21,7 +21,8 @@ from tepat.adapters.twilio_sms import TwilioSmsChannel, status_callback_url
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
-from tepat.ports.channel import Accepted, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, Outgoing, Refused
+from tepat.ports.try_again import TryAgain
 from tepat.sandbox.faults import AfterAccept
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,

@@ -25,8 +25,9 @@ from tepat.adapters.webhook_out import WEBHOOK_RETRY, WebhookChannel
 from tepat.clock import FakeClock
 from tepat.domain.models import Message, MessageStatus, message_id_for
 from tepat.domain.webhooks import EVENT_TYPES, WEBHOOK_CHANNEL, status_event_id
-from tepat.ports.channel import Delivered, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Delivered, Outgoing, Refused
 from tepat.ports.store import Store
+from tepat.ports.try_again import TryAgain
 from tepat.sandbox.runner import serving_app
 from tepat.services.webhooks import WebhookEmitter, WebhookService
 from tests.unit.test_webhook_signing import spec_verify

@@ -22,8 +22,9 @@ import httpx
 
 from tepat.clock import Clock
 from tepat.domain.models import MessageStatus
-from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, TryAgain
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
 from tepat.ports.push import PushRequest, ReceiptResult, SendResult
+from tepat.ports.try_again import TryAgain
 from tepat.sandbox.expo import ExpoSandbox
 
 

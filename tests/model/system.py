@@ -162,8 +162,7 @@ class System:
             )
         )
         # Retry jitter from a seeded generator: the same example replays the same way.
-        if hasattr(self.rt.dispatcher, "_rng"):
-            self.rt.dispatcher._rng = random.Random(0)
+        self.rt.dispatcher.recorder.seed(random.Random(0))
         await self._install_channels()
         app = create_app(self.rt, ADMIN_KEY)
         self.http = await self._stack.enter_async_context(
@@ -200,7 +199,7 @@ class System:
         channels["inbox"] = FaultyChannel(
             channels["inbox"], self.faults, frozenset({Fault.CHANNEL_CRASH_AFTER_SEND})
         )
-        sender._rng = random.Random(0)
+        sender.recorder.seed(random.Random(0))
         self._seen_sends = dict.fromkeys(self.recorders, 0)
 
     async def close(self) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from tepat.clock import FakeClock
-from tepat.ports.push import PushRequest, RetryLater, TicketOk
+from tepat.ports.push import PushRequest, TicketOk
+from tepat.ports.try_again import TryAgain
 from tepat.services.sending.push_batcher import PushBatcher
 from tests.support.fake_push import FakePush
 
@@ -33,9 +34,9 @@ async def test_a_large_submission_is_cut_at_the_provider_limit() -> None:
 
 async def test_a_failed_request_answers_each_of_its_submitters() -> None:
     class Refusing(FakePush):
-        async def send(self, batch: object) -> RetryLater:
-            return RetryLater("429", retry_after=2.0)
+        async def send(self, batch: object) -> TryAgain:
+            return TryAgain("429", retry_after=2.0)
 
     batcher = PushBatcher(Refusing(), FakeClock())
     outcomes = await asyncio.gather(*batcher.submit([req(1), req(2)]))
-    assert outcomes == [RetryLater("429", retry_after=2.0)] * 2
+    assert outcomes == [TryAgain("429", retry_after=2.0)] * 2

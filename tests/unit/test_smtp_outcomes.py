@@ -13,7 +13,8 @@ from tepat.adapters.smtp_message import build_email, list_unsubscribe, parse_fro
 from tepat.adapters.smtp_outcomes import enhanced_status, outcome_for_reply
 from tepat.domain.email_events import message_id_from_header
 from tepat.domain.models import Message
-from tepat.ports.channel import Refused, TryAgain
+from tepat.ports.channel import Refused
+from tepat.ports.try_again import TryAgain
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 

@@ -12,14 +12,9 @@ hands the non-push messages here. Per message, in order:
    (a contact changed since the message was created wins) and checked against
    suppressions: none -> ``skipped``/``no_contact``, suppressed -> ``skipped``/``suppressed``;
 3. **send** through the channel's adapter in chunks of its ``max_batch``;
-4. **record**: ``Delivered`` -> ``delivered``; ``Accepted`` -> ``sent`` (provider id kept
-   as the ticket id; a provider callback moves it on); ``Refused`` -> ``failed`` (and the
-   target suppressed when the adapter says it is dead); ``TryAgain`` -> back to
-   ``pending`` after the channel's backoff, or ``failed`` once the retry policy gives up,
-   and a maybe-sent answer follows the category's ``maybe_sent`` policy, as for push.
-
-Terminal outcomes are written first, in one write, then retries (and the outbox
-publishes them): the duplicate window is one adapter call long, as for push.
+4. **record** each chunk's answers through the one recorder push uses too
+   (:mod:`tepat.services.sending.recording`, rules in :mod:`tepat.domain.outcomes`): terminal
+   outcomes first, then retries, so the duplicate window is one adapter call long.
 """
 
 from __future__ import annotations
@@ -28,21 +23,21 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import structlog
 
 from tepat import metrics
 from tepat.clock import Clock
-from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy, QuietPolicy
-from tepat.domain.contacts import SuppressionReason
+from tepat.domain.categories import Categories, QuietPolicy
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.domain.preferences import allowed
 from tepat.domain.queues import CRITICAL, WEBHOOK
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
-from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Delivered, Outgoing, Refused
+from tepat.ports.channel import Channel, Outgoing, Refused
 from tepat.ports.store import StatusChange, Store
+from tepat.services.sending.recording import Answer, OutcomeRecorder
 from tepat.services.targets import SKIP_REASONS, resolve_targets
 
 log = structlog.get_logger("tepat.channels")
@@ -84,18 +79,20 @@ class ChannelSender:
         unsubscribe_url: UnsubscribeUrl | None = None,
         require_verified: bool = False,
         rng: random.Random | None = None,
+        recorder: OutcomeRecorder | None = None,
     ) -> None:
         self._store = store
         self._categories = categories
         self._clock = clock
         self._channels = dict(channels)
-        self._retry = retry
-        self._retry_for = dict(retry_for or {})
+        # What the providers answered is recorded as for push: one recorder, one order.
+        self.recorder = recorder or OutcomeRecorder(
+            store, categories, clock, retry=retry, retry_for=retry_for, flush=flush, rng=rng
+        )
         self._defer = defer
         self._flush = flush
         self._unsubscribe_url = unsubscribe_url
         self._require_verified = require_verified
-        self._rng = rng or random.Random()
 
     @property
     def channels(self) -> list[str]:
@@ -193,7 +190,12 @@ class ChannelSender:
                 raise RuntimeError(
                     f"{channel} adapter answered {len(outcomes)} outcomes for {len(chunk)} items"
                 )
-            await self._record(channel, list(zip(chunk, outcomes, strict=True)))
+            answers = []
+            for item, outcome in zip(chunk, outcomes, strict=True):
+                if isinstance(outcome, Refused):
+                    metrics.PROVIDER_ERRORS.labels(code=f"{channel}:{outcome.reason}"[:64]).inc()
+                answers.append(Answer(item.message, outcome, item.target))
+            await self.recorder.record(channel, answers)
 
     def _decide(
         self, m: Message, user: User | None, prefs: Mapping[str, bool], now: datetime
@@ -226,85 +228,3 @@ class ChannelSender:
         if self._unsubscribe_url is None or m.priority == CRITICAL or m.channel == WEBHOOK:
             return None
         return self._unsubscribe_url(m.user_id, m.category, m.channel)
-
-    async def _record(self, channel: str, answered: list[tuple[Outgoing, ChannelOutcome]]) -> None:
-        now = self._clock.now()
-        delivered: list[StatusChange] = []
-        sent: list[StatusChange] = []
-        failed: list[StatusChange] = []
-        retries: list[StatusChange] = []
-        suppress: list[tuple[str, SuppressionReason]] = []
-        retry = self._retry_for.get(channel, self._retry)
-        for item, outcome in answered:
-            m = item.message
-            match outcome:
-                case Delivered():
-                    delivered.append(StatusChange(m.id, MessageStatus.DELIVERED))
-                    self._observe(m, now)
-                case Accepted(provider_id):
-                    sent.append(StatusChange(m.id, MessageStatus.SENT, ticket_id=provider_id))
-                    self._observe(m, now)
-                case Refused(reason, dead):
-                    metrics.PROVIDER_ERRORS.labels(code=f"{channel}:{reason}"[:64]).inc()
-                    failed.append(
-                        StatusChange(m.id, MessageStatus.FAILED, reason, last_error=reason)
-                    )
-                    if dead is not None:
-                        suppress.append((item.target, SuppressionReason(dead)))
-                case _:  # TryAgain
-                    if outcome.maybe_sent and channel != WEBHOOK:
-                        policy = self._categories.get(m.category)
-                        if policy.maybe_sent is MaybeSentPolicy.CLOSE:
-                            metrics.count_maybe_sent(m.category, "closed")
-                            failed.append(
-                                StatusChange(
-                                    m.id,
-                                    MessageStatus.FAILED,
-                                    OUTCOME_UNKNOWN,
-                                    last_error=outcome.reason,
-                                )
-                            )
-                            continue
-                        metrics.count_maybe_sent(m.category, "retried")
-                    if retry.gives_up(m.attempts, m.scheduled_at, now):
-                        reason = f"gave up after {m.attempts} attempts: {outcome.reason}"
-                        failed.append(
-                            StatusChange(
-                                m.id, MessageStatus.FAILED, reason, last_error=outcome.reason
-                            )
-                        )
-                        continue
-                    delay = retry.delay(m.attempts, outcome.retry_after, self._rng)
-                    retries.append(
-                        StatusChange(
-                            m.id,
-                            MessageStatus.PENDING,
-                            last_error=outcome.reason,
-                            due_at=now + timedelta(seconds=delay),
-                        )
-                    )
-        # A late answer is still the truth (see the push path): sent/delivered also
-        # from pending, should the sweeper have re-driven it meanwhile.
-        either = [MessageStatus.SENDING, MessageStatus.PENDING]
-        await self._store.transition_many(delivered, now, expect=either)
-        await self._store.transition_many(sent, now, expect=either)
-        await self._store.transition_many(failed, now, expect=[MessageStatus.SENDING])
-        for target, reason in suppress:
-            try:
-                await self._store.add_suppression(channel, target, reason, now, source=channel)
-            except Exception:
-                log.exception("could not record a suppression", channel=channel)
-        if not retries:
-            return
-        try:
-            await self._store.transition_many(retries, now, expect=[MessageStatus.SENDING])
-        except Exception:
-            log.exception("could not record retries; the sweeper re-drives them after the lease")
-            return
-        await self._flush()
-
-    @staticmethod
-    def _observe(m: Message, now: datetime) -> None:
-        metrics.LATENESS.labels(category=m.category).observe(
-            max(0.0, (now - m.scheduled_at).total_seconds())
-        )

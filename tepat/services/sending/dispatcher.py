@@ -7,8 +7,9 @@ The order matters for "exactly once in effect":
 2. **decide** against the current state (user, preference, quiet hours,
    devices, still intended by its reminder, too late) - docs/PRINCIPLES.md §1
    principle 3;
-3. **send** in provider-sized chunks and **record** each chunk's terminal
-   outcomes (sent, failed) in one write, before anything else;
+3. **send** in provider-sized chunks and **record** each message's answer as
+   every channel's is (:mod:`tepat.services.sending.recording`): terminal outcomes
+   (sent, failed) in one write, before anything else;
 4. retries and deferrals go back to ``pending`` with the outbox mark, and the
    outbox publishes them;
 5. **ack** the broker delivery only after every claimed message was recorded.
@@ -34,26 +35,28 @@ import structlog
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import Batch
-from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy, QuietPolicy
+from tepat.domain.categories import Categories, QuietPolicy
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, SkipReason, Ticket, User
 from tepat.domain.planning import intended_on
 from tepat.domain.queues import CRITICAL, PUSH
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
+from tepat.ports.channel import Accepted, ChannelOutcome, Refused
 from tepat.ports.push import (
     PushProvider,
     PushRequest,
     Rejected,
-    RetryLater,
     TicketError,
     TicketOk,
     TicketOutcome,
 )
 from tepat.ports.store import StatusChange, Store
+from tepat.ports.try_again import TryAgain
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 from tepat.services.sending.channel_sender import ChannelSender, gather_all
 from tepat.services.sending.push_batcher import Outcome, PushBatcher
+from tepat.services.sending.recording import Answer, OutcomeRecorder
 
 log = structlog.get_logger("tepat.dispatcher")
 
@@ -86,7 +89,7 @@ class _Once:
 class _Outgoing:
     message: Message
     devices: list[Device]
-    outcomes: list[TicketOutcome | RetryLater | Rejected] = field(default_factory=list)
+    outcomes: list[TicketOutcome | TryAgain | Rejected] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -111,7 +114,10 @@ class Dispatcher:
         self._clock = clock
         self._retry = retry or RetryPolicy()
         self._device_max_failures = device_max_failures
-        self._rng = rng or random.Random()
+        # Every push answer is recorded as every other channel's (sending/recording.py).
+        self.recorder = OutcomeRecorder(
+            store, categories, clock, retry=self._retry, flush=outbox.flush_quietly, rng=rng
+        )
         # Every channel but push (inbox, email, SMS, webhooks): claimed here, sent there.
         self.channels = channels or ChannelSender(
             store,
@@ -121,7 +127,7 @@ class Dispatcher:
             retry=self._retry,
             defer=self.defer,
             flush=outbox.flush_quietly,
-            rng=self._rng,
+            recorder=self.recorder,
         )
 
     def abandon_sends(self) -> None:
@@ -362,75 +368,16 @@ class Dispatcher:
             )
 
     async def _record(self, answered: list[_Outgoing]) -> None:
-        """Record the outcome of messages whose every request was answered.
-
-        Terminal outcomes (sent, failed) are written first, in one write: they
-        close the duplicate window. Retries come after, and a failure to write
-        or publish them costs only a later retry (the sweeper's lease), never a
-        second send of a message the provider accepted.
-        """
-        now = self._clock.now()
-        terminal: list[StatusChange] = []
-        retries: list[StatusChange] = []
+        """Record the outcome of messages whose every request was answered: a message
+        is one answer, whatever its devices said (:func:`answer_of`), recorded as every
+        channel's answers are (:class:`OutcomeRecorder`)."""
+        answers: list[Answer] = []
         for o in answered:
-            m = o.message
-            ok = [x for x in o.outcomes if isinstance(x, TicketOk)]
-            if ok:
-                terminal.append(StatusChange(m.id, MessageStatus.SENT, ticket_id=ok[0].ticket_id))
-                metrics.LATENESS.labels(category=m.category).observe(
-                    max(0.0, (now - m.scheduled_at).total_seconds())
-                )
-                continue
-            retryable = [
-                x
-                for x in o.outcomes
-                if isinstance(x, RetryLater) or (isinstance(x, TicketError) and not x.permanent)
-            ]
-            error = _describe(o.outcomes)
-            if any(isinstance(x, RetryLater) and x.maybe_sent for x in o.outcomes):
-                # The request went out and its answer was lost: the provider may have
-                # accepted it. The category decides between a possible duplicate
-                # (retry) and a possibly missing notification (close).
-                policy = self._categories.get(m.category)
-                if policy.maybe_sent is MaybeSentPolicy.CLOSE:
-                    metrics.count_maybe_sent(m.category, "closed")
-                    terminal.append(
-                        StatusChange(m.id, MessageStatus.FAILED, OUTCOME_UNKNOWN, last_error=error)
-                    )
-                    continue
-                metrics.count_maybe_sent(m.category, "retried")
-            elif retryable:
-                metrics.count_not_sent_retry(m.category)
-            if retryable and not self._retry.gives_up(m.attempts, m.scheduled_at, now):
-                after = max((x.retry_after or 0.0) for x in retryable)
-                delay = self._retry.delay(m.attempts, after, self._rng)
-                retries.append(self._retry_change(m, error, delay, now))
-                continue
-            reason = error if not retryable else f"gave up after {m.attempts} attempts: {error}"
-            terminal.append(StatusChange(m.id, MessageStatus.FAILED, reason, last_error=error))
-        sent = [c for c in terminal if c.to is MessageStatus.SENT]
-        failed = [c for c in terminal if c.to is not MessageStatus.SENT]
-        # A late answer is still the truth: if the lease ran out while this request
-        # waited (a slow provider, a throttled rate) and the sweeper put the message
-        # back to pending, recording it sent now stops a second send.
-        await self._store.transition_many(
-            sent, now, expect=[MessageStatus.SENDING, MessageStatus.PENDING]
-        )
-        await self._store.transition_many(failed, now, expect=[MessageStatus.SENDING])
-        if not retries:
-            return
-        try:
-            await self._store.transition_many(retries, now, expect=[MessageStatus.SENDING])
-        except Exception:
-            log.exception("could not record retries; the sweeper re-drives them after the lease")
-            return
-        await self._outbox.flush_quietly()
-
-    def _retry_change(self, m: Message, error: str, delay: float, now: datetime) -> StatusChange:
-        """Back to ``pending``, due after the backoff; the store marks it for the outbox."""
-        return StatusChange(
-            m.id, MessageStatus.PENDING, last_error=error, due_at=now + timedelta(seconds=delay)
-        )
+            answer = answer_of(o.outcomes)
+            if isinstance(answer, TryAgain) and not answer.maybe_sent:
+                metrics.count_not_sent_retry(o.message.category)
+            answers.append(Answer(o.message, answer))
+        await self.recorder.record(PUSH, answers)
 
     async def _device_failed(self, device: Device, error: TicketError) -> None:
         await device_failed(
@@ -509,11 +456,33 @@ def _request(m: Message, device: Device) -> PushRequest:
     )
 
 
-def _describe(outcomes: Sequence[TicketOutcome | RetryLater | Rejected]) -> str:
+def _describe(outcomes: Sequence[TicketOutcome | TryAgain | Rejected]) -> str:
     parts = []
     for x in outcomes:
         if isinstance(x, TicketError):
             parts.append(f"{x.code}: {x.message}")
-        elif isinstance(x, RetryLater | Rejected):
+        elif isinstance(x, TryAgain | Rejected):
             parts.append(x.reason)
     return "; ".join(parts) or "no device accepted the message"
+
+
+def answer_of(outcomes: Sequence[TicketOutcome | TryAgain | Rejected]) -> ChannelOutcome:
+    """One message's answer from its devices' outcomes: accepted if any device's
+    notification was; else worth another try if any failure was temporary (maybe sent if
+    any request may have gone through, never before the longest Retry-After); else refused."""
+    ok = [x for x in outcomes if isinstance(x, TicketOk)]
+    if ok:
+        return Accepted(ok[0].ticket_id)
+    error = _describe(outcomes)
+    retryable = [
+        x
+        for x in outcomes
+        if isinstance(x, TryAgain) or (isinstance(x, TicketError) and not x.permanent)
+    ]
+    if not retryable:
+        return Refused(error)
+    return TryAgain(
+        error,
+        retry_after=max((x.retry_after or 0.0) for x in retryable),
+        maybe_sent=any(isinstance(x, TryAgain) and x.maybe_sent for x in outcomes),
+    )

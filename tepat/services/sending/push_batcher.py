@@ -8,7 +8,7 @@ of up to ``max_batch`` (100 for Expo), sent concurrently, so K notifications
 due together cost about K/100 requests whatever path planned them.
 
 Each submitted request gets its own future, resolved with the provider's
-outcome for it (a ticket, or the whole request's RetryLater / Rejected), so a
+outcome for it (a ticket, or the whole request's TryAgain / Rejected), so a
 caller records each message as soon as its own request is answered: the
 duplicate window stays one request long.
 """
@@ -20,9 +20,10 @@ from collections.abc import Sequence
 
 from tepat import metrics
 from tepat.clock import Clock
-from tepat.ports.push import PushProvider, PushRequest, Rejected, RetryLater, TicketOutcome
+from tepat.ports.push import PushProvider, PushRequest, Rejected, TicketOutcome
+from tepat.ports.try_again import TryAgain
 
-Outcome = TicketOutcome | RetryLater | Rejected
+Outcome = TicketOutcome | TryAgain | Rejected
 
 # How long the first request waits for others to join it (real time: this is about
 # other coroutines of this process submitting, not about the clock).
@@ -85,7 +86,7 @@ class PushBatcher:
             for _, fut in chunk:
                 fut.cancel()
             raise
-        if isinstance(result, RetryLater | Rejected):
+        if isinstance(result, TryAgain | Rejected):
             metrics.PROVIDER_ERRORS.labels(code=type(result).__name__).inc()
             outcomes: Sequence[Outcome] = [result] * len(chunk)
         else:

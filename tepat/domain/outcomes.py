@@ -1,0 +1,119 @@
+"""What a provider's answer makes of a message being sent: the exactly-once rules.
+
+One set of rules for every channel (push, inbox, e-mail, SMS, webhooks), with no I/O:
+:mod:`tepat.services.sending.recording` reads each answer, asks these functions what it means
+and writes the results stage by stage (:class:`Stage`).
+
+* accepted by the provider -> ``sent`` (its id kept to follow it up); final at once
+  (the inbox) -> ``delivered``;
+* refused for good -> ``failed``, the provider's reason kept;
+* temporary (:func:`after_failure`): a *maybe sent* answer follows the category's
+  ``maybe_sent`` policy (close it ``failed``/``outcome_unknown``, or retry it); a retry
+  past the policy's limits ends ``failed``, "gave up after N attempts"; otherwise the
+  message goes back to ``pending`` after the backoff, never before the provider's
+  Retry-After.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tepat.domain.categories import OUTCOME_UNKNOWN, MaybeSentPolicy
+from tepat.domain.models import Message, MessageStatus
+from tepat.domain.queues import WEBHOOK
+from tepat.domain.retry import RetryPolicy
+
+
+class Stage(enum.IntEnum):
+    """When a result is written, in this order: what closes the duplicate window first,
+    retries last (a failure to write them costs only a later retry, never a second send)."""
+
+    ACCEPTED = 0  # sent, delivered
+    CLOSED = 1  # failed
+    RETRY = 2  # back to pending
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """The status a message moves to after its answer, with what is recorded on it.
+
+    ``due_at`` is set when it goes back to ``pending`` (a retry): the store marks it for
+    the outbox in the same write.
+    """
+
+    to: MessageStatus
+    reason: str | None = None
+    last_error: str | None = None
+    ticket_id: str | None = None
+    due_at: datetime | None = None
+
+    @property
+    def stage(self) -> Stage:
+        if self.to is MessageStatus.PENDING:
+            return Stage.RETRY
+        if self.to in (MessageStatus.SENT, MessageStatus.DELIVERED):
+            return Stage.ACCEPTED
+        return Stage.CLOSED
+
+
+def after_delivered() -> Next:
+    return Next(MessageStatus.DELIVERED)
+
+
+def after_accepted(provider_id: str | None) -> Next:
+    return Next(MessageStatus.SENT, ticket_id=provider_id)
+
+
+def after_refused(reason: str) -> Next:
+    return Next(MessageStatus.FAILED, reason, last_error=reason)
+
+
+def after_failure(
+    message: Message,
+    error: str,
+    *,
+    policy: MaybeSentPolicy,
+    retry: RetryPolicy,
+    retry_after: float | None,
+    maybe_sent: bool,
+    now: datetime,
+    rng: random.Random,
+) -> Next:
+    """A temporary failure (``error``): close it, give up, or try again later.
+
+    ``maybe_sent`` (the request went out and its answer was lost) weighs a possible
+    duplicate (retry) against a possibly missing notification (close): the category's
+    ``policy`` decides. ``rng`` draws the backoff's jitter.
+    """
+    if maybe_sent and policy is MaybeSentPolicy.CLOSE:
+        return Next(MessageStatus.FAILED, OUTCOME_UNKNOWN, last_error=error)
+    if retry.gives_up(message.attempts, message.scheduled_at, now):
+        reason = f"gave up after {message.attempts} attempts: {error}"
+        return Next(MessageStatus.FAILED, reason, last_error=error)
+    delay = retry.delay(message.attempts, retry_after, rng)
+    return Next(MessageStatus.PENDING, last_error=error, due_at=now + timedelta(seconds=delay))
+
+
+def maybe_sent_matters(channel: str, maybe_sent: bool) -> bool:
+    """Whether a maybe-sent answer is one: the category's policy applies and it is counted.
+
+    A webhook delivery carries an id its receiver dedupes on, so a second copy is no
+    duplicate in effect: it is simply tried again, whatever the category says.
+    """
+    return maybe_sent and channel != WEBHOOK
+
+
+def expected_from(stage: Stage) -> tuple[MessageStatus, ...]:
+    """The statuses a message may be in for a result of ``stage`` to be written.
+
+    A late acceptance is still the truth: if the lease ran out while the request
+    waited (a slow provider, a throttled rate) and the sweeper put the message back
+    to ``pending``, recording it ``sent`` now stops a second send. Anything else is
+    written only over the ``sending`` this process claimed.
+    """
+    if stage is Stage.ACCEPTED:
+        return (MessageStatus.SENDING, MessageStatus.PENDING)
+    return (MessageStatus.SENDING,)

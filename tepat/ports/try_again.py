@@ -1,0 +1,36 @@
+"""The one "try again" answer of every provider port (push, e-mail, SMS, webhooks).
+
+Kept apart from both ports so that :mod:`tepat.ports.push` and
+:mod:`tepat.ports.channel` name the same type: a temporary failure means the same
+thing whichever provider gave it, and one recorder reads it for every channel
+(:mod:`tepat.services.sending.recording`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TryAgain:
+    """The request failed in a way worth retrying (429, 5xx, SMTP 4xx, network).
+
+    ``maybe_sent`` says whether the provider may have acted on the request anyway:
+
+    * ``False``, *not sent*: the request never reached the provider whole (no connection,
+      pool timeout, an error while the body was still being written) or the provider
+      refused it without acting (429, 408). Sending again cannot duplicate anything.
+    * ``True``, *maybe sent*: the whole request went out and the answer was lost or was
+      a server error (read timeout, connection dropped while waiting, 5xx, an unreadable
+      200). The provider may have accepted some or all of it, so sending again may
+      deliver a second copy; whether to do so is the category's ``maybe_sent`` policy
+      (:class:`tepat.domain.categories.MaybeSentPolicy`).
+
+    Only a send gives the flag a meaning; reading receipts is idempotent.
+    """
+
+    reason: str
+    retry_after: float | None = None
+    maybe_sent: bool = False
+    # The provider's rate limit refused it (429): the sender should slow down.
+    throttled: bool = False

@@ -1,0 +1,141 @@
+"""Record what providers answered, for every channel, in one write order.
+
+Push (``consumers/dispatcher.py``) and the other channels (``consumers/channel_sender.py``)
+send their own way; once a message's answer is in, both hand it here as a
+:class:`ChannelOutcome`. What each answer makes of the message is decided by the pure
+rules of :mod:`tepat.domain.outcomes`; this service writes the results:
+
+1. **terminal outcomes first**, in one write per kind: ``sent``/``delivered`` (also over
+   ``pending``: a late answer still counts) then ``failed``. They close the duplicate
+   window, so nothing may come before them;
+2. the suppressions of dead targets a refusal named;
+3. **retries last**, back to ``pending`` with the outbox mark, then the outbox flush. A
+   failure here costs only a later retry (the sweeper's lease re-drives the message),
+   never a second send of a message the provider accepted.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from tepat import metrics
+from tepat.clock import Clock
+from tepat.domain import outcomes
+from tepat.domain.categories import Categories, MaybeSentPolicy
+from tepat.domain.contacts import SuppressionReason
+from tepat.domain.models import Message
+from tepat.domain.outcomes import Next, Stage
+from tepat.domain.retry import RetryPolicy
+from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
+from tepat.ports.store import StatusChange, Store
+from tepat.ports.try_again import TryAgain
+
+log = structlog.get_logger("tepat.recording")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A provider's answer for one message; ``target`` is where a refusal that names a
+    dead target (:attr:`Refused.suppress`) records its suppression."""
+
+    message: Message
+    outcome: ChannelOutcome
+    target: str = ""
+
+
+class OutcomeRecorder:
+    def __init__(
+        self,
+        store: Store,
+        categories: Categories,
+        clock: Clock,
+        *,
+        retry: RetryPolicy,
+        retry_for: Mapping[str, RetryPolicy] | None = None,
+        flush: Callable[[], Awaitable[None]],
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._categories = categories
+        self._clock = clock
+        self._retry = retry
+        self._retry_for = dict(retry_for or {})
+        self._flush = flush
+        self._rng = rng or random.Random()
+
+    def seed(self, rng: random.Random) -> None:
+        """Draw the backoff's jitter from ``rng`` (a seeded one replays a run exactly)."""
+        self._rng = rng
+
+    def next_status(self, channel: str, answer: Answer, now: datetime) -> Next:
+        """What ``answer`` makes of its message on ``channel``, counted in the metrics."""
+        m = answer.message
+        match answer.outcome:
+            case Delivered():
+                self._observe_lateness(m, now)
+                return outcomes.after_delivered()
+            case Accepted(provider_id):
+                self._observe_lateness(m, now)
+                return outcomes.after_accepted(provider_id)
+            case Refused(reason):
+                return outcomes.after_refused(reason)
+            case TryAgain(reason, retry_after, maybe_sent):
+                maybe_sent = outcomes.maybe_sent_matters(channel, maybe_sent)
+                policy = self._categories.get(m.category).maybe_sent
+                if maybe_sent:
+                    closed = policy is MaybeSentPolicy.CLOSE
+                    metrics.count_maybe_sent(m.category, "closed" if closed else "retried")
+                return outcomes.after_failure(
+                    m,
+                    reason,
+                    policy=policy,
+                    retry=self._retry_for.get(channel, self._retry),
+                    retry_after=retry_after,
+                    maybe_sent=maybe_sent,
+                    now=now,
+                    rng=self._rng,
+                )
+
+    async def record(self, channel: str, answers: Sequence[Answer]) -> None:
+        """Write every answer of ``answers`` (all of ``channel``), terminal ones first."""
+        now = self._clock.now()
+        by_stage: dict[Stage, list[StatusChange]] = {stage: [] for stage in Stage}
+        suppress: list[tuple[str, SuppressionReason]] = []
+        for answer in answers:
+            next_ = self.next_status(channel, answer, now)
+            by_stage[next_.stage].append(_change(answer.message, next_))
+            if isinstance(answer.outcome, Refused) and answer.outcome.suppress is not None:
+                suppress.append((answer.target, SuppressionReason(answer.outcome.suppress)))
+        for stage in (Stage.ACCEPTED, Stage.CLOSED):
+            await self._write(stage, by_stage[stage], now)
+        for target, reason in suppress:
+            try:
+                await self._store.add_suppression(channel, target, reason, now, source=channel)
+            except Exception:
+                log.exception("could not record a suppression", channel=channel)
+        if not by_stage[Stage.RETRY]:
+            return
+        try:
+            await self._write(Stage.RETRY, by_stage[Stage.RETRY], now)
+        except Exception:
+            log.exception("could not record retries; the sweeper re-drives them after the lease")
+            return
+        await self._flush()
+
+    async def _write(self, stage: Stage, changes: list[StatusChange], now: datetime) -> None:
+        await self._store.transition_many(changes, now, expect=list(outcomes.expected_from(stage)))
+
+    @staticmethod
+    def _observe_lateness(m: Message, now: datetime) -> None:
+        metrics.LATENESS.labels(category=m.category).observe(
+            max(0.0, (now - m.scheduled_at).total_seconds())
+        )
+
+
+def _change(m: Message, n: Next) -> StatusChange:
+    return StatusChange(m.id, n.to, n.reason, n.ticket_id, n.last_error, due_at=n.due_at)

@@ -1,0 +1,115 @@
+"""The PushProvider port's contract (tepat/ports/push.py), run over every real adapter.
+
+Today that is Expo, against the Expo sandbox over real HTTP; a second provider joins
+``PROVIDERS`` and passes the same tests. What the push path relies on:
+
+* ``max_batch`` and ``max_receipt_batch`` at least 1, and a rate share it can take;
+* one ticket per request, in order; a refused notification spoils no neighbour;
+* a provider that cannot be reached is an answer (``TryAgain``, not sent), never an error;
+* receipts for tickets that are ready, absent for the others (and for unknown ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from tepat.adapters.expo_push import ExpoPushProvider
+from tepat.clock import FakeClock
+from tepat.ports.push import PushProvider, PushRequest, Receipts, TicketError, TicketOk, Tickets
+from tepat.ports.try_again import TryAgain
+from tepat.sandbox import ExpoSandbox, running_sandbox
+from tests.support.smtp_server import free_port
+
+RECEIPT_DELAY = 900.0
+
+
+@dataclass
+class Subject:
+    """One provider under contract: a live token, a dead one, how to let receipts
+    become ready, and the same provider pointed where nothing listens."""
+
+    provider: PushProvider
+    live: Callable[[int], PushRequest]
+    dead: PushRequest
+    later: Callable[[], None]
+    unreachable: Callable[[], AbstractAsyncContextManager[PushProvider]]
+
+
+def request(token: str) -> PushRequest:
+    return PushRequest(message_id=f"m-{token}", push_token=token, title="Tepat", body="Now")
+
+
+@asynccontextmanager
+async def expo() -> AsyncIterator[Subject]:
+    clock = FakeClock()
+    sandbox = ExpoSandbox(clock=clock, receipt_delay_seconds=RECEIPT_DELAY)
+    dead = "ExponentPushToken[dead]"
+    sandbox.script_token(dead, ticket_error="DeviceNotRegistered")
+    with running_sandbox(sandbox) as server:
+        # A generous rate so that the FakeClock never has to move for the limiter.
+        async with ExpoPushProvider(server.base_url, clock=clock, rate_limit=1e9) as provider:
+            yield Subject(
+                provider,
+                lambda i: request(f"ExponentPushToken[tok-{i}]"),
+                request(dead),
+                lambda: clock.advance(RECEIPT_DELAY),
+                lambda: ExpoPushProvider(
+                    f"http://127.0.0.1:{free_port()}", clock=clock, rate_limit=1e9
+                ),
+            )
+
+
+PROVIDERS = {"expo": expo}
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+async def subject(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
+    async with PROVIDERS[request.param]() as s:
+        yield s
+
+
+def tickets(result: object) -> list[TicketOk | TicketError]:
+    assert isinstance(result, Tickets), result
+    return result.outcomes
+
+
+async def test_batch_sizes_and_a_rate_share(subject: Subject) -> None:
+    assert subject.provider.max_batch >= 1
+    assert subject.provider.max_receipt_batch >= 1
+    subject.provider.set_rate_share(0.5)  # several consumer processes: this one's half
+    subject.provider.set_rate_share(1.0)
+
+
+async def test_one_ticket_per_request_in_order_a_refusal_spoils_no_neighbour(
+    subject: Subject,
+) -> None:
+    got = tickets(await subject.provider.send([subject.live(1), subject.dead, subject.live(2)]))
+    assert [type(t) for t in got] == [TicketOk, TicketError, TicketOk]
+    ok = [t.ticket_id for t in got if isinstance(t, TicketOk)]
+    assert all(ok) and len(set(ok)) == 2
+    refused = got[1]
+    assert isinstance(refused, TicketError)
+    assert refused.code and refused.permanent
+
+
+async def test_an_unreachable_provider_is_an_answer_not_an_error(subject: Subject) -> None:
+    async with subject.unreachable() as provider:
+        result = await provider.send([subject.live(1), subject.live(2)])
+    assert isinstance(result, TryAgain), result
+    # Nothing reached the provider: sending again cannot duplicate anything.
+    assert not result.maybe_sent
+    assert result.reason
+
+
+async def test_receipts_of_ready_tickets_and_none_for_the_others(subject: Subject) -> None:
+    got = tickets(await subject.provider.send([subject.live(1), subject.live(2)]))
+    ids = [t.ticket_id for t in got if isinstance(t, TicketOk)]
+    assert len(ids) == 2
+    subject.later()
+    result = await subject.provider.receipts([*ids, "never-issued"])
+    assert isinstance(result, Receipts), result
+    assert set(result.by_ticket) == set(ids)

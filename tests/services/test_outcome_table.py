@@ -1,0 +1,262 @@
+"""One outcome table, run over every channel: the same answer makes the same message.
+
+Each case runs the real send path (the dispatcher's claim-decide-send, the channel
+sender for every channel but push, the one recorder) on SQLite, with a scripted
+provider per channel, and reads the message back. Push answers through its own port
+(tickets, a whole-request ``TryAgain`` or ``Rejected``); the other channels through the
+Channel port; both must end the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tepat.clock import FakeClock
+from tepat.domain.categories import OUTCOME_UNKNOWN
+from tepat.domain.models import Device, Message, MessageStatus, User, message_id_for, slot_key_for
+from tepat.domain.retry import RetryPolicy
+from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Outgoing, Refused
+from tepat.ports.push import (
+    PushRequest,
+    Rejected,
+    SendResult,
+    TicketOk,
+    Tickets,
+)
+from tepat.ports.try_again import TryAgain
+from tepat.runtime import Runtime, open_runtime
+from tepat.services.sending.channel_sender import ChannelSender
+from tepat.services.sending.dispatcher import Dispatcher
+from tests.api.conftest import START, make_settings
+from tests.support.fake_push import FakePush
+
+CHANNELS = ("push", "inbox", "email", "sms", "webhook")
+# Base 10 s and a generator that draws the top of the jitter range: attempt 1 (the
+# first claim) is due exactly 10 s later.
+RETRY = RetryPolicy(base_seconds=10.0, cap_seconds=300.0, max_attempts=3)
+BACKOFF = 10.0
+
+
+class Crash(Exception):
+    """The process dies after the provider took the request, before the record."""
+
+
+class Top(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+@dataclass(frozen=True)
+class Row:
+    """An answer, the message's category and attempts before the claim, and what
+    the message becomes: (status, status_reason, seconds from now to due_at)."""
+
+    answer: ChannelOutcome | Crash
+    expected: tuple[MessageStatus, str | None, float]
+    category: str = "meal"  # maybe_sent: close
+    attempts: int = 0
+    # Channels whose provider never gives this answer, and why.
+    cannot: dict[str, str] = field(default_factory=dict)
+    # Channels that end otherwise on purpose: how, and why.
+    unlike: dict[str, tuple[tuple[MessageStatus, str | None, float], str]] = field(
+        default_factory=dict
+    )
+
+
+ONLY_ACCEPT = "its provider takes the message; a callback or receipt delivers it later"
+ONLY_DELIVER = "final at once: nothing is left for a callback"
+NO_PROVIDER = "the inbox is our own store: nothing to wait for or retry"
+WEBHOOK_RETRIES = "a webhook's receiver dedupes on the delivery id: a maybe-sent one is retried"
+
+TABLE: dict[str, Row] = {
+    "accepted": Row(
+        Accepted("p-1"),
+        (MessageStatus.SENT, None, 0),
+        cannot={"inbox": ONLY_DELIVER, "webhook": ONLY_DELIVER},
+    ),
+    "delivered": Row(
+        Delivered(),
+        (MessageStatus.DELIVERED, None, 0),
+        cannot={"push": ONLY_ACCEPT, "email": ONLY_ACCEPT, "sms": ONLY_ACCEPT},
+    ),
+    "refused": Row(Refused("refused: bad"), (MessageStatus.FAILED, "refused: bad", 0)),
+    "try again": Row(
+        TryAgain("503 busy"),
+        (MessageStatus.PENDING, None, BACKOFF),
+        cannot={"inbox": NO_PROVIDER},
+    ),
+    "try again after Retry-After": Row(
+        TryAgain("429 slow down", retry_after=120.0, throttled=True),
+        (MessageStatus.PENDING, None, 120.0),
+        cannot={"inbox": NO_PROVIDER},
+    ),
+    "try again, given up": Row(
+        TryAgain("503 busy"),
+        (MessageStatus.FAILED, "gave up after 3 attempts: 503 busy", 0),
+        attempts=2,
+        cannot={"inbox": NO_PROVIDER},
+    ),
+    "maybe sent, category closes": Row(
+        TryAgain("read timeout", maybe_sent=True),
+        (MessageStatus.FAILED, OUTCOME_UNKNOWN, 0),
+        cannot={"inbox": NO_PROVIDER},
+        unlike={"webhook": ((MessageStatus.PENDING, None, BACKOFF), WEBHOOK_RETRIES)},
+    ),
+    "maybe sent, category retries": Row(
+        TryAgain("read timeout", maybe_sent=True),
+        (MessageStatus.PENDING, None, BACKOFF),
+        category="safety",
+        cannot={"inbox": NO_PROVIDER},
+    ),
+    "crash after send": Row(Crash(), (MessageStatus.SENDING, None, 0)),
+}
+
+CASES = [
+    pytest.param(name, channel, id=f"{name}-{channel}")
+    for name, row in TABLE.items()
+    for channel in CHANNELS
+    if channel not in row.cannot
+]
+
+
+class ScriptedPush(FakePush):
+    """Expo's port answering one scripted answer for every request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer: ChannelOutcome | Crash = Accepted("p-1")
+
+    @property
+    def sent(self) -> list[PushRequest]:
+        return self.requests
+
+    async def send(self, batch: Sequence[PushRequest]) -> SendResult:
+        self.batches.append(list(batch))
+        match self.answer:
+            case Accepted(provider_id):
+                return Tickets([TicketOk(provider_id or "") for _ in batch])
+            case Refused(reason):
+                return Rejected(reason)
+            case TryAgain() as again:
+                return again
+            case Crash() as crash:
+                raise crash
+        raise AssertionError(f"push cannot answer {self.answer!r}")
+
+
+class ScriptedChannel:
+    """A Channel port answering one scripted answer for every item."""
+
+    max_batch = 10
+
+    def __init__(self, name: str, push: ScriptedPush) -> None:
+        self.name = name
+        self._script = push  # one script for every channel of the case
+        self.sent: list[Outgoing] = []
+
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+        self.sent.extend(items)
+        answer = self._script.answer
+        if isinstance(answer, Crash):
+            raise answer
+        return [answer for _ in items]
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    clock = FakeClock(START)
+    async with open_runtime(make_settings(tmp_path), clock=clock, push=ScriptedPush()) as r:
+        now = clock.now()
+        await r.store.upsert_user(User("ana", "UTC"))
+        await r.store.register_device(
+            Device("ana", "phone", "ExponentPushToken[ana]", created_at=now, updated_at=now)
+        )
+        await r.store.set_contact("ana", "email", "ana@example.com", True, now)
+        await r.store.set_contact("ana", "sms", "+447700900123", True, now)
+        yield r
+
+
+def message(channel: str, row: Row, now: datetime) -> Message:
+    dedup_key = f"table|{channel}"
+    content: dict[str, Any] = {"subscription_id": "sub-1"} if channel == "webhook" else {}
+    m = Message(
+        message_id_for(dedup_key), "ana", row.category, "table", "Title", "Body", now, "UTC",
+        dedup_key, None, channel=channel, content=content, nominal_at=now, due_at=now,
+        attempts=row.attempts,
+    )  # fmt: skip
+    return dataclasses.replace(m, slot_key=slot_key_for(m))
+
+
+def dispatcher(rt: Runtime) -> tuple[Dispatcher, list[Any]]:
+    """The send path with one scripted provider per channel, all answering alike."""
+    push = ScriptedPush()
+    channels = {name: ScriptedChannel(name, push) for name in CHANNELS if name != "push"}
+    d = Dispatcher(rt.store, push, rt.outbox, rt.categories, rt.clock, retry=RETRY, rng=Top())
+    d.channels = ChannelSender(
+        rt.store,
+        rt.categories,
+        rt.clock,
+        channels,
+        retry=RETRY,
+        defer=d.defer,
+        flush=rt.outbox.flush_quietly,
+        rng=Top(),
+    )
+    return d, [push, *channels.values()]
+
+
+@pytest.mark.parametrize(("name", "channel"), CASES)
+async def test_the_same_answer_ends_the_same_on_every_channel(
+    rt: Runtime, name: str, channel: str
+) -> None:
+    row = TABLE[name]
+    now = rt.clock.now()
+    d, providers = dispatcher(rt)
+    providers[0].answer = row.answer
+    m = message(channel, row, now)
+    await rt.store.insert_messages([m])
+    claimed = await rt.store.claim([m.id], now)
+    assert [c.id for c in claimed] == [m.id]
+
+    if isinstance(row.answer, Crash):
+        with pytest.raises(Crash):
+            await d.process_claimed(claimed)
+    else:
+        await d.process_claimed(claimed)
+
+    assert sum(len(p.sent) for p in providers) == 1, "sent once, through its own channel"
+    got = await rt.store.get_message(m.id)
+    assert got is not None
+    status, reason, due_in = row.unlike[channel][0] if channel in row.unlike else row.expected
+    assert (got.status, got.status_reason, got.due_at) == (
+        status,
+        reason,
+        now + timedelta(seconds=due_in),
+    )
+    if status is MessageStatus.SENT:
+        assert got.ticket_id == "p-1"
+    if isinstance(row.answer, TryAgain | Refused):
+        assert got.last_error == row.answer.reason
+    if isinstance(row.answer, Crash):
+        # Left ``sending``: after the lease the sweeper re-drives it, as on every channel.
+        assert isinstance(rt.clock, FakeClock)
+        rt.clock.advance(rt.sweeper.lease + timedelta(seconds=1))
+        assert await rt.sweeper.sweep_once() == 1
+        again = await rt.store.get_message(m.id)
+        assert again is not None
+        assert (again.status, again.last_error, again.due_at) == (
+            MessageStatus.PENDING,
+            "consumer lease expired",
+            rt.clock.now(),
+        )
