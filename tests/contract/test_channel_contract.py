@@ -35,10 +35,10 @@ from tepat.ports.try_again import TryAgain
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
-    NumberScript,
     TwilioSandbox,
 )
 from tepat.sandbox.twilio_server import running_twilio_sandbox
+from tepat.sandbox.twilio_wire import NumberScript
 from tepat.services.inbox import InboxService
 from tepat.services.sending.inbox_channel import InboxChannel
 from tepat.services.webhooks import WebhookService

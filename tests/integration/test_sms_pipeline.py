@@ -25,10 +25,10 @@ from tepat.sandbox.runner import base_url, bind_free_port, serving_app
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
-    NumberScript,
     TwilioSandbox,
 )
 from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
+from tepat.sandbox.twilio_wire import NumberScript
 from tests.support.waiting import eventually
 
 ADMIN_KEY = "sms-pipeline-admin-key-0123456789abcdef"

@@ -28,10 +28,10 @@ from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
     CallbackOrder,
-    NumberScript,
     TwilioSandbox,
 )
 from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
+from tepat.sandbox.twilio_wire import NumberScript
 from tepat.wiring import build_sms_channel
 from tests.support.form_receiver import FormReceiver, Post, running_receiver
 from tests.support.waiting import eventually
