@@ -34,7 +34,8 @@ from tepat.domain.batches import BadBatch, decode_batch
 from tepat.domain.categories import Categories
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, DeadLetter, QueueStats
-from tepat.ports.store import SendSample, Store
+from tepat.ports.repositories.ops_views import SendSample
+from tepat.ports.store import Store
 
 log = structlog.get_logger("tepat.dashboard")
 

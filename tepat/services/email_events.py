@@ -34,7 +34,8 @@ from tepat.domain.contacts import SuppressionReason, normalise_email
 from tepat.domain.email_events import EmailEvent
 from tepat.domain.errors import DomainError
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 from tepat.services.provider_events import act_then_record
 
 log = structlog.get_logger("tepat.email_events")

@@ -23,17 +23,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
+
+from tepat.ports.repositories.provider_events import ProviderEventRepository
 
 T = TypeVar("T")
-
-
-class ProviderEventLog(Protocol):
-    """The part of the store this needs (``tepat.ports.store.ContactStore``)."""
-
-    async def provider_event_seen(self, provider: str, event_id: str) -> bool: ...
-
-    async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +37,7 @@ class Handled(Generic[T]):
 
 
 async def act_then_record(
-    events: ProviderEventLog,
+    events: ProviderEventRepository,
     provider: str,
     event_id: str,
     now: datetime,

@@ -40,7 +40,8 @@ from tepat.clock import Clock
 from tepat.domain.contacts import SuppressionReason, normalise_phone
 from tepat.domain.errors import DomainError
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 from tepat.services.provider_events import act_then_record
 
 log = structlog.get_logger("tepat.twilio")

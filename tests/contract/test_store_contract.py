@@ -24,7 +24,8 @@ from tepat.domain.models import (
     message_id_for,
     slot_key_for,
 )
-from tepat.ports.store import MessageQuery, StatusChange, Store
+from tepat.ports.repositories.messages import MessageQuery, StatusChange
+from tepat.ports.store import Store
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 PENDING = MessageStatus.PENDING

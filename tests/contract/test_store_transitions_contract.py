@@ -17,7 +17,8 @@ from tepat.domain.models import (
     MessageStatus,
     can_transition,
 )
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 from tests.contract.test_store_contract import at, msg
 
 PAIRS = list(itertools.product(MessageStatus, MessageStatus))

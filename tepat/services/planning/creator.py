@@ -4,7 +4,7 @@ Idempotent by construction: message ids and keys are deterministic and the
 store's unique indexes refuse a second copy, so running a window twice, or two
 jobs at once over overlapping windows, creates nothing new.
 
-Incremental: each user carries a planning mark (ports/store.py, UserStore) saying
+Incremental: each user carries a planning mark (ports/store.py, UserRepository) saying
 which nominal instants are already planned from their current records. A run
 reads only the users whose mark does not cover its window, and plans each from
 where the mark ends. Marks only save work; the unique indexes keep runs exact.
@@ -28,7 +28,8 @@ from tepat.domain.planning import (
     planning_fingerprint,
     same_intent,
 )
-from tepat.ports.store import PlanMark, PlanTarget, Store
+from tepat.ports.repositories.users import PlanMark, PlanTarget
+from tepat.ports.store import Store
 from tepat.services.outbox import Outbox
 
 

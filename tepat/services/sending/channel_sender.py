@@ -42,7 +42,8 @@ from tepat.domain.queues import CRITICAL, WEBHOOK
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Delivered, Outgoing, Refused
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 from tepat.services.targets import SKIP_REASONS, resolve_targets
 
 log = structlog.get_logger("tepat.channels")

@@ -49,7 +49,8 @@ from tepat.ports.push import (
     TicketOk,
     TicketOutcome,
 )
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 from tepat.services.sending.channel_sender import ChannelSender, gather_all

@@ -16,7 +16,8 @@ import structlog
 
 from tepat.clock import Clock
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 from tepat.services.outbox import Outbox
 
 log = structlog.get_logger("tepat.sweeper")
