@@ -19,6 +19,7 @@ from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.events import EventRepository
 from tepat.ports.repositories.inbox import InboxRepository
 from tepat.ports.repositories.messages import MessageRepository
+from tepat.ports.repositories.meta import MetaRepository
 from tepat.ports.repositories.ops_views import OpsViewRepository
 from tepat.ports.repositories.outbox import OutboxRepository
 from tepat.ports.repositories.preferences import PreferenceRepository
@@ -48,6 +49,7 @@ class Store(
     ContactRepository,
     ProviderEventRepository,
     WebhookRepository,
+    MetaRepository,
     Protocol,
 ):
     async def open(self) -> None:
@@ -59,7 +61,3 @@ class Store(
     async def ping(self) -> None:
         """Raise if the store cannot be reached."""
         ...
-
-    async def get_meta(self, key: str) -> str | None: ...
-
-    async def set_meta(self, key: str, value: str) -> None: ...

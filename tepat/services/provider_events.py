@@ -23,11 +23,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
+from tepat.ports.repositories.contacts import ContactRepository
+from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.provider_events import ProviderEventRepository
 
 T = TypeVar("T")
+
+
+class CallbackRecords(MessageRepository, ContactRepository, ProviderEventRepository, Protocol):
+    """What a provider's status callbacks touch: the message, its address's suppression and
+    the record of the event."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
@@ -28,8 +29,10 @@ from tepat.domain.planning import (
     planning_fingerprint,
     same_intent,
 )
-from tepat.ports.repositories.users import PlanMark, PlanTarget
-from tepat.ports.store import Store
+from tepat.ports.repositories.messages import MessageRepository
+from tepat.ports.repositories.meta import MetaRepository
+from tepat.ports.repositories.reminders import ReminderRepository
+from tepat.ports.repositories.users import PlanMark, PlanTarget, UserRepository
 from tepat.services.outbox import Outbox
 
 
@@ -62,10 +65,16 @@ class _PlannedPage:
 PlanProgress = Callable[[int, PlanResult], None]
 
 
+class PlanningRecords(
+    UserRepository, ReminderRepository, MessageRepository, MetaRepository, Protocol
+):
+    """The users and reminders planned from, the messages planned, the planning progress."""
+
+
 class Creator:
     def __init__(
         self,
-        store: Store,
+        store: PlanningRecords,
         outbox: Outbox,
         categories: Categories,
         clock: Clock,

@@ -43,7 +43,7 @@ from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Accepted, Channel, ChannelOutcome, Delivered, Outgoing, Refused
 from tepat.ports.repositories.messages import StatusChange
-from tepat.ports.store import Store
+from tepat.services.sending.records import ChannelSendRecords
 from tepat.services.targets import SKIP_REASONS, resolve_targets
 
 log = structlog.get_logger("tepat.channels")
@@ -73,7 +73,7 @@ async def gather_all(*aws: Awaitable[None]) -> None:
 class ChannelSender:
     def __init__(
         self,
-        store: Store,
+        store: ChannelSendRecords,
         categories: Categories,
         clock: Clock,
         channels: Mapping[str, Channel],

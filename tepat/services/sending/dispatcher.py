@@ -50,11 +50,11 @@ from tepat.ports.push import (
     TicketOutcome,
 )
 from tepat.ports.repositories.messages import StatusChange
-from tepat.ports.store import Store
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 from tepat.services.sending.channel_sender import ChannelSender, gather_all
 from tepat.services.sending.push_batcher import Outcome, PushBatcher
+from tepat.services.sending.records import DispatchRecords
 
 log = structlog.get_logger("tepat.dispatcher")
 
@@ -93,7 +93,7 @@ class _Outgoing:
 class Dispatcher:
     def __init__(
         self,
-        store: Store,
+        store: DispatchRecords,
         push: PushProvider,
         outbox: Outbox,
         categories: Categories,
