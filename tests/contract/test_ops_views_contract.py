@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from tepat.domain.models import Device, MessageStatus, Ticket
 from tepat.ports.repositories.ops_views import SendSample
 from tepat.ports.store import Store
-from tests.contract.test_store_contract import at, msg
+from tests.contract.records import at, msg
 
 PENDING = MessageStatus.PENDING
 FAILED = MessageStatus.FAILED

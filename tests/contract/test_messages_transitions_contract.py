@@ -19,7 +19,7 @@ from tepat.domain.models import (
 )
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.store import Store
-from tests.contract.test_store_contract import at, msg
+from tests.contract.records import at, msg
 
 PAIRS = list(itertools.product(MessageStatus, MessageStatus))
 EVERY_STATUS = list(MessageStatus)
