@@ -43,7 +43,7 @@ from tepat.domain.models import MessageStatus
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.loops import wait_or_stop
 from tepat.ports.broker import Broker
-from tepat.ports.store import Counts
+from tepat.ports.repositories.messages import Counts
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette

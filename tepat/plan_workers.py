@@ -21,7 +21,7 @@ from datetime import datetime
 from tepat.config import load_settings
 from tepat.domain.planning import planning_fingerprint
 from tepat.logging import configure_logging
-from tepat.ports.store import PlanTarget
+from tepat.ports.repositories.users import PlanTarget
 from tepat.runtime import Runtime
 from tepat.services.planning.creator import PlanResult
 

@@ -18,7 +18,7 @@ from tepat.adapters.webhook_out import WebhookChannel
 from tepat.clock import Clock
 from tepat.config import Settings
 from tepat.ports.channel import Channel
-from tepat.ports.store import WebhookStore
+from tepat.ports.repositories.webhooks import WebhookRepository
 from tepat.services.unsubscribe import UnsubscribeLinks
 
 # the SMS adapter's logger: its warnings read as the adapter's
@@ -73,7 +73,7 @@ def build_sms_channel(settings: Settings, clock: Clock) -> Channel | None:
     )
 
 
-def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookStore) -> Channel:
+def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookRepository) -> Channel:
     """Always built: with no subscription there is simply nothing to send."""
     return WebhookChannel(
         store,

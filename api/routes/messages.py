@@ -12,7 +12,7 @@ from api.deps import RT, UserId
 from api.problems import problem_responses
 from api.schemas import MessageOut, MessagePage, NotificationIn, NotificationOut, OffsetDatetime
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import MessageQuery
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.services import accounts
 
 router = APIRouter(

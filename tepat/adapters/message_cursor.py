@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Message
-from tepat.ports.store import MessagePage
+from tepat.ports.repositories.messages import MessagePage
 
 
 def encode_cursor(scheduled_at: datetime, message_id: str) -> str:

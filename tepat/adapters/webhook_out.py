@@ -36,7 +36,7 @@ from tepat.domain.webhooks import (
     webhook_headers,
 )
 from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused
-from tepat.ports.store import WebhookStore
+from tepat.ports.repositories.webhooks import WebhookRepository
 from tepat.ports.try_again import TryAgain
 
 __all__ = ["WEBHOOK_RETRY", "WebhookChannel"]
@@ -54,7 +54,7 @@ class WebhookChannel:
 
     def __init__(
         self,
-        store: WebhookStore,
+        store: WebhookRepository,
         clock: Clock,
         *,
         timeout_seconds: float = 15.0,

@@ -111,7 +111,7 @@ def allowed_sources(
     return tuple(s for s in dict.fromkeys(expect) if can_transition(s, to))
 
 
-# What a consumer's claim (``MessageStore.claim``) takes to ``sending``: a message that
+# What a consumer's claim (``MessageRepository.claim``) takes to ``sending``: a message that
 # waits, as the table allows.
 CLAIMABLE: tuple[MessageStatus, ...] = allowed_sources(
     MessageStatus.SENDING, (MessageStatus.PENDING,)

@@ -29,15 +29,11 @@ from tepat.domain.validation import (
     parse_hhmm,
 )
 from tepat.domain.zones import load_zone
-from tepat.ports.store import (
-    DeviceStore,
-    MessagePage,
-    MessageQuery,
-    MessageStore,
-    PreferenceStore,
-    ReminderStore,
-    UserStore,
-)
+from tepat.ports.repositories.devices import DeviceRepository
+from tepat.ports.repositories.messages import MessagePage, MessageQuery, MessageRepository
+from tepat.ports.repositories.preferences import PreferenceRepository
+from tepat.ports.repositories.reminders import ReminderRepository
+from tepat.ports.repositories.users import UserRepository
 from tepat.services.outbox import Outbox
 
 # Expo refuses notifications over 4096 bytes; keep room for what the dispatcher adds.
@@ -47,7 +43,12 @@ MAX_SEND_AHEAD: Final = timedelta(days=366)
 
 
 class AccountRecords(
-    UserStore, DeviceStore, ReminderStore, PreferenceStore, MessageStore, Protocol
+    UserRepository,
+    DeviceRepository,
+    ReminderRepository,
+    PreferenceRepository,
+    MessageRepository,
+    Protocol,
 ):
     """The repositories the account use cases read and write."""
 
@@ -63,7 +64,7 @@ class Planner(Protocol):
 
 class HasUsers(Protocol):
     @property
-    def store(self) -> UserStore: ...
+    def store(self) -> UserRepository: ...
 
 
 class AccountParts(Protocol):

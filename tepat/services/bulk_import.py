@@ -6,7 +6,7 @@ the store is read and written a request at a time, and the users the import
 creates are planned together in one pass:
 
 - one read each for the users, their reminders and their active devices;
-- one batched write each for users, devices and reminders (``ImportStore``), in one
+- one batched write each for users, devices and reminders (``BulkImportRepository``), in one
   transaction where the store has them;
 - new users: planned directly over the creator's horizon (from the reminders the
   import wrote, unless their change stamp says something changed them since) and
@@ -42,7 +42,8 @@ from tepat.domain.validation import (
     parse_quiet_hours,
 )
 from tepat.domain.zones import load_zone
-from tepat.ports.store import ImportStore, PlanMark
+from tepat.ports.repositories.bulk_import import BulkImportRepository
+from tepat.ports.repositories.users import PlanMark
 from tepat.services.accounts import (
     KEEP,
     MAX_PAYLOAD_BYTES,
@@ -138,7 +139,7 @@ class _Valid:
     reminders: list[Reminder]
 
 
-class ImportRecords(AccountRecords, ImportStore, Protocol):
+class ImportRecords(AccountRecords, BulkImportRepository, Protocol):
     """The repositories an import reads and writes: an account's, in bulk."""
 
 

@@ -22,7 +22,8 @@ from tepat.domain.contacts import (
     normalise_address,
 )
 from tepat.domain.errors import DomainError
-from tepat.ports.store import ContactStore, UserStore
+from tepat.ports.repositories.contacts import ContactRepository
+from tepat.ports.repositories.users import UserRepository
 from tepat.services.accounts import NotFound, get_user
 
 MAX_PAGE = 500
@@ -34,7 +35,7 @@ class SuppressionPage:
     next_cursor: str | None
 
 
-class ContactRecords(UserStore, ContactStore, Protocol):
+class ContactRecords(UserRepository, ContactRepository, Protocol):
     """The repositories the contact use cases read and write."""
 
 

@@ -34,7 +34,7 @@ from tepat.domain.batches import BadBatch, decode_batch
 from tepat.domain.categories import Categories
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, DeadLetter, QueueStats
-from tepat.ports.store import SendSample, Store
+from tepat.ports.repositories.ops_views import OpsViewRepository, SendSample
 
 log = structlog.get_logger("tepat.dashboard")
 
@@ -157,7 +157,7 @@ class Dashboard:
 
     def __init__(
         self,
-        store: Store,
+        store: OpsViewRepository,
         broker: Broker,
         categories: Categories,
         clock: Clock,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from tepat.ports.store import Store
+from tepat.ports.repositories.devices import DeviceRepository
 
 log = structlog.get_logger("tepat.devices")
 
@@ -19,7 +19,7 @@ NOT_THE_DEVICES_FAULT = frozenset({"InvalidCredentials", "MismatchSenderId", "Me
 
 
 async def device_failed(
-    store: Store,
+    store: DeviceRepository,
     push_token: str,
     code: str,
     *,
@@ -44,5 +44,5 @@ async def device_failed(
             )
 
 
-async def device_succeeded(store: Store, push_token: str, max_failures: int) -> None:
+async def device_succeeded(store: DeviceRepository, push_token: str, max_failures: int) -> None:
     await store.record_device_outcome(push_token, ok=True, max_failures=max_failures, reason="")

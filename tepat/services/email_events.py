@@ -34,8 +34,8 @@ from tepat.domain.contacts import SuppressionReason, normalise_email
 from tepat.domain.email_events import EmailEvent
 from tepat.domain.errors import DomainError
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import StatusChange, Store
-from tepat.services.provider_events import act_then_record
+from tepat.ports.repositories.messages import StatusChange
+from tepat.services.provider_events import CallbackRecords, act_then_record
 
 log = structlog.get_logger("tepat.email_events")
 
@@ -50,7 +50,7 @@ class Applied:
 
 
 class EmailEvents:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: CallbackRecords, clock: Clock) -> None:
         self.store = store
         self.clock = clock
 

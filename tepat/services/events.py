@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -54,7 +54,10 @@ from tepat.domain.routing import (
 )
 from tepat.domain.templates import Rendered
 from tepat.domain.validation import check_identifier, format_hhmm, parse_hhmm
-from tepat.ports.store import Store
+from tepat.ports.repositories.devices import DeviceRepository
+from tepat.ports.repositories.events import EventRepository
+from tepat.ports.repositories.messages import MessageRepository
+from tepat.ports.repositories.users import UserRepository
 from tepat.services.accounts import MAX_SEND_AHEAD, IdempotencyConflict, NotFound
 from tepat.services.inbox import InboxService
 from tepat.services.outbox import Outbox
@@ -98,10 +101,20 @@ class _Page:
     counts: Counter[str] = field(default_factory=Counter)
 
 
+class EventRecords(
+    EventRepository,
+    UserRepository,
+    DeviceRepository,
+    MessageRepository,
+    Protocol,
+):
+    """The events, their recipients (users and their devices) and the messages made."""
+
+
 class EventService:
     def __init__(
         self,
-        store: Store,
+        store: EventRecords,
         clock: Clock,
         categories: Categories,
         event_types: EventTypes,

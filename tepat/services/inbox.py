@@ -28,14 +28,15 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
 from tepat.domain.errors import DomainError
 from tepat.domain.inbox import InboxItem, check_link, inbox_item_id, parse_seq
 from tepat.domain.validation import check_identifier
-from tepat.ports.store import Store
+from tepat.ports.repositories.inbox import InboxRepository
+from tepat.ports.repositories.users import UserRepository
 from tepat.services.accounts import NotFound
 
 STREAM_BATCH = 100
@@ -102,10 +103,14 @@ class InboxNotifier:
                 wake.set()
 
 
+class InboxRecords(InboxRepository, UserRepository, Protocol):
+    """The inbox items and the users they belong to."""
+
+
 class InboxService:
     def __init__(
         self,
-        store: Store,
+        store: InboxRecords,
         clock: Clock,
         categories: Categories,
         notifier: InboxNotifier | None = None,

@@ -43,7 +43,7 @@ from tepat.clock import Clock
 from tepat.domain.batches import MAX_BATCH, BatchBuilder
 from tepat.domain.categories import Categories
 from tepat.domain.queues import queue_for
-from tepat.ports.store import Store
+from tepat.ports.repositories.outbox import OutboxRepository
 from tepat.services.enqueue import Enqueuer
 
 log = structlog.get_logger("tepat.outbox")
@@ -56,7 +56,7 @@ PAGE_SIZE = 5000
 class Outbox:
     def __init__(
         self,
-        store: Store,
+        store: OutboxRepository,
         enqueuer: Enqueuer,
         categories: Categories,
         clock: Clock,

@@ -25,15 +25,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
+from tepat.ports.repositories.contacts import ContactRepository
+from tepat.ports.repositories.messages import MessageRepository
+from tepat.ports.repositories.provider_events import ProviderEventRepository
+
 T = TypeVar("T")
 
 
-class ProviderEventLog(Protocol):
-    """The part of the store this needs (``tepat.ports.store.ContactStore``)."""
-
-    async def provider_event_seen(self, provider: str, event_id: str) -> bool: ...
-
-    async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool: ...
+class CallbackRecords(MessageRepository, ContactRepository, ProviderEventRepository, Protocol):
+    """What a provider's status callbacks touch: the message, its address's suppression and
+    the record of the event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ class Handled(Generic[T]):
 
 
 async def act_then_record(
-    events: ProviderEventLog,
+    events: ProviderEventRepository,
     provider: str,
     event_id: str,
     now: datetime,

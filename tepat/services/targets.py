@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tepat.domain.contacts import NO_CONTACT, SUPPRESSED
-from tepat.ports.store import ContactStore
+from tepat.ports.repositories.contacts import ContactRepository
 
 #: What a user resolves to when there is nothing to send to (``Message.status_reason``
 #: of the skipped message). Addresses never look like these: an e-mail address has an
@@ -20,7 +20,7 @@ SKIP_REASONS: frozenset[str] = frozenset({NO_CONTACT, SUPPRESSED})
 
 
 async def resolve_targets(
-    store: ContactStore,
+    store: ContactRepository,
     channel: str,
     user_ids: Sequence[str],
     *,

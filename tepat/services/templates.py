@@ -30,7 +30,7 @@ from tepat.domain.templates import (
     parse_template_id,
     render,
 )
-from tepat.ports.store import TemplateStore
+from tepat.ports.repositories.templates import TemplateRepository
 from tepat.services.accounts import NotFound
 
 COMPILED_CACHE_SIZE = 512
@@ -56,7 +56,7 @@ class Preview:
 class TemplateService:
     def __init__(
         self,
-        store: TemplateStore,
+        store: TemplateRepository,
         event_types: EventTypes,
         clock: Clock,
         default_locale: str = "en",

@@ -40,8 +40,9 @@ from tepat.clock import Clock
 from tepat.domain.contacts import SuppressionReason, normalise_phone
 from tepat.domain.errors import DomainError
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import StatusChange, Store
-from tepat.services.provider_events import act_then_record
+from tepat.ports.repositories.contacts import ContactRepository
+from tepat.ports.repositories.messages import MessageRepository, StatusChange
+from tepat.services.provider_events import CallbackRecords, act_then_record
 
 log = structlog.get_logger("tepat.twilio")
 
@@ -103,7 +104,7 @@ def change_for(callback: StatusCallback) -> tuple[StatusChange, list[MessageStat
     return None
 
 
-async def apply_status(store: Store, clock: Clock, callback: StatusCallback) -> Outcome:
+async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCallback) -> Outcome:
     now = clock.now()
     event_id = f"{callback.sid}:{callback.status}"
     planned = change_for(callback)
@@ -145,7 +146,7 @@ async def apply_status(store: Store, clock: Clock, callback: StatusCallback) -> 
     return Outcome.STALE
 
 
-async def _failed_by(store: Store, change: StatusChange) -> bool:
+async def _failed_by(store: MessageRepository, change: StatusChange) -> bool:
     """Whether the message already holds this failure: the change landed before."""
     message = await store.get_message(change.message_id)
     return (
@@ -155,7 +156,9 @@ async def _failed_by(store: Store, change: StatusChange) -> bool:
     )
 
 
-async def _suppress_dead_number(store: Store, callback: StatusCallback, now: datetime) -> None:
+async def _suppress_dead_number(
+    store: ContactRepository, callback: StatusCallback, now: datetime
+) -> None:
     try:
         number = normalise_phone(callback.to, "To")
     except DomainError:
@@ -169,7 +172,7 @@ class Reply(enum.StrEnum):
     IGNORED = "ignored"
 
 
-async def apply_inbound(store: Store, clock: Clock, params: Mapping[str, str]) -> Reply:
+async def apply_inbound(store: ContactRepository, clock: Clock, params: Mapping[str, str]) -> Reply:
     """A reply from a phone: STOP words suppress its number, START words lift that."""
     word = (params.get("Body") or "").strip().upper()
     if word not in STOP_WORDS and word not in START_WORDS:

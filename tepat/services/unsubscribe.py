@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from tepat.clock import Clock
 from tepat.domain.preferences import channel_key
 from tepat.domain.unsubscribe import UnsubscribeClaim, make_token, read_token
-from tepat.ports.store import Store
+from tepat.ports.repositories.preferences import PreferenceRepository
+from tepat.ports.repositories.users import UserRepository
 
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -64,7 +66,11 @@ class OptedOut:
     known_user: bool
 
 
-async def opt_out(store: Store, claim: UnsubscribeClaim) -> OptedOut:
+class OptOutRecords(UserRepository, PreferenceRepository, Protocol):
+    """The user opting out and their preferences."""
+
+
+async def opt_out(store: OptOutRecords, claim: UnsubscribeClaim) -> OptedOut:
     """Opt the claim's user out of its category on its channel. Idempotent; a user
     deleted since the mail went out has nothing left to opt out of."""
     if await store.get_user(claim.user_id) is None:

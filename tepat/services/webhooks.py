@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import structlog
 
@@ -36,7 +37,8 @@ from tepat.domain.webhooks import (
     rotate,
     status_payload,
 )
-from tepat.ports.store import Store
+from tepat.ports.repositories.messages import MessageRepository
+from tepat.ports.repositories.webhooks import WebhookRepository
 
 log = structlog.get_logger("tepat.webhooks")
 
@@ -58,7 +60,7 @@ class WebhookService:
 
     def __init__(
         self,
-        store: Store,
+        store: WebhookRepository,
         clock: Clock,
         categories: Iterable[str],
         *,
@@ -133,8 +135,12 @@ class WebhookService:
         raise DomainError("subscription", "updated concurrently; try again")
 
 
+class WebhookRecords(WebhookRepository, MessageRepository, Protocol):
+    """The subscriptions and journal, and the delivery messages made from them."""
+
+
 class WebhookEmitter:
-    def __init__(self, store: Store, clock: Clock, page: int = JOURNAL_PAGE) -> None:
+    def __init__(self, store: WebhookRecords, clock: Clock, page: int = JOURNAL_PAGE) -> None:
         self._store = store
         self._clock = clock
         self._page = page

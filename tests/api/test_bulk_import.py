@@ -15,7 +15,7 @@ import pytest
 
 from tepat.clock import FakeClock
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import PlanTarget
+from tepat.ports.repositories.users import PlanTarget
 from tepat.runtime import Runtime
 from tepat.services.bulk_import import MAX_ITEMS
 from tests.api.conftest import ADMIN, bearer, problem, runtime_on

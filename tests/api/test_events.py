@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from tepat.clock import FakeClock
 from tepat.domain.models import Message, MessageStatus
-from tepat.ports.store import MessageQuery
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime, event_service
 from tepat.services.events import EventService
 from tests.api.conftest import ADMIN, START, bearer, error_fields, problem, runtime_on

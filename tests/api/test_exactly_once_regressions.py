@@ -18,7 +18,7 @@ import pytest
 
 from tepat.clock import FakeClock
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import MessageQuery
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime
 from tests.api.conftest import ADMIN, START
 from tests.api.helpers import (

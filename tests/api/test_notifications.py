@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 
 from tepat.clock import FakeClock
-from tepat.ports.store import MessageQuery
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime
 from tests.api.conftest import ADMIN, problem
 from tests.api.helpers import TOKEN, drain_due, notification_body, scene

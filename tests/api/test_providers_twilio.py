@@ -24,7 +24,7 @@ from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message, MessageStatus
-from tepat.ports.store import StatusChange
+from tepat.ports.repositories.messages import StatusChange
 from tepat.runtime import Runtime, open_runtime
 from tests.api.conftest import ADMIN_KEY, START
 from tests.support.fake_push import FakePush

@@ -12,7 +12,7 @@ import pytest
 from tepat.adapters.mongo import MongoStore
 from tepat.adapters.mongo.events import EventsMixin
 from tepat.domain.events import EventState
-from tests.contract.test_store_events_contract import event
+from tests.contract.test_events_contract import event
 from tests.support.mongo_async_mock import AsyncMockClient
 
 

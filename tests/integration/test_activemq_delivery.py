@@ -28,7 +28,7 @@ from tepat.domain.categories import DEFAULT_CATEGORIES
 from tepat.domain.models import Device, MessageStatus, User
 from tepat.domain.planning import plan_oneoff, request_fingerprint
 from tepat.ports.broker import Delivery
-from tepat.ports.store import MessageQuery
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime, open_runtime
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import RunningSandbox, running_sandbox

@@ -35,7 +35,8 @@ from tepat.domain.inbox import InboxItem
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.broker import Delivery
 from tepat.ports.push import PushProvider
-from tepat.ports.store import MessageQuery, Store
+from tepat.ports.repositories.messages import MessageQuery
+from tepat.ports.store import Store
 from tepat.runtime import Runtime, make_push_provider, open_runtime
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.services.events import EventService

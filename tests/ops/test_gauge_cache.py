@@ -18,7 +18,7 @@ from tepat import metrics
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.ports.broker import QueueStats
-from tepat.ports.store import Counts
+from tepat.ports.repositories.messages import Counts
 from tepat.runtime import open_runtime
 from tests.ops.support import Exposition
 from tests.support.waiting import drive, eventually

@@ -20,7 +20,7 @@ from tepat.clock import FakeClock
 from tepat.domain.categories import Categories, CategoryPolicy, QuietPolicy
 from tepat.domain.models import MessageStatus, Reminder, User
 from tepat.domain.planning import plan_users
-from tepat.ports.store import MessageQuery
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime, open_runtime
 from tepat.services import accounts
 from tepat.services.planning.creator import Creator

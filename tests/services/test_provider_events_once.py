@@ -25,7 +25,7 @@ from tepat.domain.models import Message, MessageStatus
 from tepat.ports.store import Store
 from tepat.services.email_events import EmailEvents
 from tepat.services.twilio_callbacks import StatusCallback, apply_status
-from tests.contract.test_store_contract import T0, msg
+from tests.contract.records import T0, msg
 from tests.support.dies_once import Died, DiesOnce
 from tests.support.store_factories import STORE_FACTORIES
 

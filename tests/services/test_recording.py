@@ -18,7 +18,8 @@ from tepat.domain.categories import DEFAULT_CATEGORIES, Categories
 from tepat.domain.models import Message, MessageStatus
 from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, Delivered, Refused
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.recording import Answer, OutcomeRecorder
 

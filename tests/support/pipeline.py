@@ -98,7 +98,7 @@ class Pipeline:
         return [r for r in self.sandbox.received() if r["to"] == token]
 
     async def messages(self, user_id: str) -> list[Message]:
-        from tepat.ports.store import MessageQuery
+        from tepat.ports.repositories.messages import MessageQuery
 
         page = await self.rt.store.list_messages(MessageQuery(user_id, limit=500))
         return page.items

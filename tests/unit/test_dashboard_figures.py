@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tepat.ports.store import SendSample
+from tepat.ports.repositories.ops_views import SendSample
 from tepat.services.dashboard import failure_code, percentile, rates
 
 NOW = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)

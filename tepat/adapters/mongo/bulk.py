@@ -24,11 +24,12 @@ from tepat.adapters.mongo.codecs import (
 )
 from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target
 from tepat.domain.models import Device, Reminder, User
-from tepat.ports.store import PlanTarget, RecordsWritten
+from tepat.ports.repositories.bulk_import import RecordsWritten
+from tepat.ports.repositories.users import PlanTarget
 
 
 class BulkMixin(UsersMixin):
-    """:class:`tepat.ports.store.ImportStore` on MongoDB."""
+    """:class:`tepat.ports.store.BulkImportRepository` on MongoDB."""
 
     async def upsert_users(self, users: Sequence[User]) -> list[bool]:
         if not users:

@@ -16,7 +16,13 @@ from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
 from tepat.domain.errors import DomainError
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
-from tepat.ports.store import Counts, InsertResult, MessagePage, MessageQuery, StatusChange
+from tepat.ports.repositories.messages import (
+    Counts,
+    InsertResult,
+    MessagePage,
+    MessageQuery,
+    StatusChange,
+)
 
 
 class MessagesMixin(MongoBase):

@@ -1,4 +1,4 @@
-"""Read-only figures for the operator dashboard (see ``OpsViewStore`` in the port).
+"""Read-only figures for the operator dashboard (see ``OpsViewRepository`` in the port).
 
 Each query runs on an index (:mod:`.indexes`: ``tickets.sent``,
 ``messages.failed_updated``, ``devices.deactivated``), so a dashboard refresh
@@ -14,7 +14,7 @@ from pymongo import DESCENDING
 
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
-from tepat.ports.store import SendSample
+from tepat.ports.repositories.ops_views import SendSample
 
 
 class OpsViewsMixin(MongoBase):

@@ -22,13 +22,14 @@ from tepat.adapters.mongo.codecs import (
     user_from_doc,
 )
 from tepat.domain.models import Device, User
-from tepat.ports.store import DeviceFailure, PlanMark, PlanTarget
+from tepat.ports.repositories.devices import DeviceFailure
+from tepat.ports.repositories.users import PlanMark, PlanTarget
 
 REPLACED = "replaced"  # deactivated_reason of a binding taken over by a new registration
 _REGISTER_ATTEMPTS = 5
 
 #: Every write that can change what planning makes of a user bumps their change
-#: stamp and drops their mark (ports/store.py, UserStore): a standing mark is never stale.
+#: stamp and drops their mark (ports/store.py, UserRepository): a standing mark is never stale.
 PLAN_CHANGED: dict[str, Any] = {
     "$inc": {"plan_stamp": 1},
     "$unset": {"plan_from": "", "plan_next_at": "", "plan_fp": ""},

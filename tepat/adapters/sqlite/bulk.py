@@ -31,7 +31,8 @@ from tepat.adapters.sqlite.users import (
     _plan_target,
 )
 from tepat.domain.models import Device, Reminder, User
-from tepat.ports.store import PlanTarget, RecordsWritten
+from tepat.ports.repositories.bulk_import import RecordsWritten
+from tepat.ports.repositories.users import PlanTarget
 
 # Rows per multi-row INSERT (fewer where SQLite's variable limit says so).
 ROWS_PER_STATEMENT = 500
@@ -39,7 +40,7 @@ VARIABLE_LIMIT = sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER
 
 
 class BulkMixin(SqliteBase):
-    """:class:`tepat.ports.store.ImportStore` on SQLite."""
+    """:class:`tepat.ports.store.BulkImportRepository` on SQLite."""
 
     async def upsert_users(self, users: Sequence[User]) -> list[bool]:
         if not users:

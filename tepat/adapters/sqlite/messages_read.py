@@ -18,7 +18,7 @@ from tepat.adapters.sqlite.codecs import (
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Message
-from tepat.ports.store import Counts, MessagePage, MessageQuery
+from tepat.ports.repositories.messages import Counts, MessagePage, MessageQuery
 
 
 class MessagesReadMixin(SqliteBase):

@@ -25,7 +25,7 @@ from tepat.adapters.sqlite.codecs import (
 from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
-from tepat.ports.store import InsertResult, StatusChange
+from tepat.ports.repositories.messages import InsertResult, StatusChange
 
 # Messages per write transaction: big enough to amortise the commit, small
 # enough that another process's writer waits a fraction of a second at most.

@@ -1,4 +1,4 @@
-"""Read-only figures for the operator dashboard (see ``OpsViewStore`` in the port).
+"""Read-only figures for the operator dashboard (see ``OpsViewRepository`` in the port).
 
 Each query runs on an index (schema migration 3): tickets by ``sent_at``, failed
 messages by ``updated_at``, deactivated devices by ``updated_at``, so a dashboard
@@ -11,7 +11,7 @@ from datetime import datetime
 
 from tepat.adapters.sqlite.codecs import Row, _dt, _ts
 from tepat.adapters.sqlite.connection import SqliteBase
-from tepat.ports.store import SendSample
+from tepat.ports.repositories.ops_views import SendSample
 
 
 class OpsViewsMixin(SqliteBase):

@@ -204,7 +204,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
         5,
         (
-            # Planning marks (ports/store.py, UserStore): a change stamp per user and
+            # Planning marks (ports/store.py, UserRepository): a change stamp per user and
             # what the last plan run covered. The triggers bump the stamp and clear
             # the mark on every write that can change what planning makes of a user,
             # whoever writes, so a standing mark is never stale.

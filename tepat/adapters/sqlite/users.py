@@ -20,7 +20,8 @@ from tepat.adapters.sqlite.codecs import (
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import Device, User
-from tepat.ports.store import DeviceFailure, PlanMark, PlanTarget
+from tepat.ports.repositories.devices import DeviceFailure
+from tepat.ports.repositories.users import PlanMark, PlanTarget
 
 ROTATED_REASON = "replaced"  # why a binding lost its device id or token to a newer one
 # A device id is scoped to its user (the primary key), so only the token can be

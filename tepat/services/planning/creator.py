@@ -4,7 +4,7 @@ Idempotent by construction: message ids and keys are deterministic and the
 store's unique indexes refuse a second copy, so running a window twice, or two
 jobs at once over overlapping windows, creates nothing new.
 
-Incremental: each user carries a planning mark (ports/store.py, UserStore) saying
+Incremental: each user carries a planning mark (ports/store.py, UserRepository) saying
 which nominal instants are already planned from their current records. A run
 reads only the users whose mark does not cover its window, and plans each from
 where the mark ends. Marks only save work; the unique indexes keep runs exact.
@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
@@ -28,7 +29,10 @@ from tepat.domain.planning import (
     planning_fingerprint,
     same_intent,
 )
-from tepat.ports.store import PlanMark, PlanTarget, Store
+from tepat.ports.repositories.messages import MessageRepository
+from tepat.ports.repositories.meta import MetaRepository
+from tepat.ports.repositories.reminders import ReminderRepository
+from tepat.ports.repositories.users import PlanMark, PlanTarget, UserRepository
 from tepat.services.outbox import Outbox
 
 
@@ -61,10 +65,16 @@ class _PlannedPage:
 PlanProgress = Callable[[int, PlanResult], None]
 
 
+class PlanningRecords(
+    UserRepository, ReminderRepository, MessageRepository, MetaRepository, Protocol
+):
+    """The users and reminders planned from, the messages planned, the planning progress."""
+
+
 class Creator:
     def __init__(
         self,
-        store: Store,
+        store: PlanningRecords,
         outbox: Outbox,
         categories: Categories,
         clock: Clock,

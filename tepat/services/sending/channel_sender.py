@@ -36,8 +36,9 @@ from tepat.domain.queues import CRITICAL, WEBHOOK
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Channel, Outgoing, Refused
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
 from tepat.services.sending.recording import Answer, OutcomeRecorder
+from tepat.services.sending.records import ChannelSendRecords
 from tepat.services.targets import SKIP_REASONS, resolve_targets
 
 log = structlog.get_logger("tepat.channels")
@@ -67,7 +68,7 @@ async def gather_all(*aws: Awaitable[None]) -> None:
 class ChannelSender:
     def __init__(
         self,
-        store: Store,
+        store: ChannelSendRecords,
         categories: Categories,
         clock: Clock,
         channels: Mapping[str, Channel],

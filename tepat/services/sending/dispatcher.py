@@ -50,13 +50,14 @@ from tepat.ports.push import (
     TicketOk,
     TicketOutcome,
 )
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.try_again import TryAgain
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 from tepat.services.sending.channel_sender import ChannelSender, gather_all
 from tepat.services.sending.push_batcher import Outcome, PushBatcher
 from tepat.services.sending.recording import Answer, OutcomeRecorder
+from tepat.services.sending.records import DispatchRecords
 
 log = structlog.get_logger("tepat.dispatcher")
 
@@ -95,7 +96,7 @@ class _Outgoing:
 class Dispatcher:
     def __init__(
         self,
-        store: Store,
+        store: DispatchRecords,
         push: PushProvider,
         outbox: Outbox,
         categories: Categories,

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import structlog
 
 from tepat.clock import Clock
 from tepat.domain.models import MessageStatus, Ticket
 from tepat.ports.push import PushProvider, ReceiptError, ReceiptOk, Receipts
-from tepat.ports.store import Store
+from tepat.ports.repositories.devices import DeviceRepository
+from tepat.ports.repositories.messages import MessageRepository
+from tepat.ports.repositories.tickets import TicketRepository
 from tepat.services.device_health import device_failed, device_succeeded
 
 log = structlog.get_logger("tepat.receipts")
@@ -25,10 +28,14 @@ class _Page:
     last: tuple[datetime, str] | None  # the key to continue after; None when done
 
 
+class ReceiptRecords(TicketRepository, MessageRepository, DeviceRepository, Protocol):
+    """The tickets polled, their messages and the devices a receipt reports on."""
+
+
 class ReceiptPoller:
     def __init__(
         self,
-        store: Store,
+        store: ReceiptRecords,
         push: PushProvider,
         clock: Clock,
         delay: timedelta = timedelta(minutes=15),

@@ -32,8 +32,9 @@ from tepat.domain.models import Message
 from tepat.domain.outcomes import Next, Stage
 from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.try_again import TryAgain
+from tepat.services.sending.records import OutcomeRecords
 
 log = structlog.get_logger("tepat.recording")
 
@@ -51,7 +52,7 @@ class Answer:
 class OutcomeRecorder:
     def __init__(
         self,
-        store: Store,
+        store: OutcomeRecords,
         categories: Categories,
         clock: Clock,
         *,

@@ -11,21 +11,27 @@ mark stays until the publisher's next pass.)
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Protocol
 
 import structlog
 
 from tepat.clock import Clock
 from tepat.domain.models import MessageStatus
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import MessageRepository, StatusChange
+from tepat.ports.repositories.outbox import OutboxRepository
 from tepat.services.outbox import Outbox
 
 log = structlog.get_logger("tepat.sweeper")
 
 
+class SweepRecords(MessageRepository, OutboxRepository, Protocol):
+    """The messages swept and the outbox they go back onto."""
+
+
 class Sweeper:
     def __init__(
         self,
-        store: Store,
+        store: SweepRecords,
         outbox: Outbox,
         clock: Clock,
         grace: timedelta = timedelta(minutes=2),

@@ -1,12 +1,13 @@
-"""The Store's dashboard queries (``OpsViewStore``), run against every adapter."""
+"""The Store's dashboard queries (``OpsViewRepository``), run against every adapter."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from tepat.domain.models import Device, MessageStatus, Ticket
-from tepat.ports.store import SendSample, Store
-from tests.contract.test_store_contract import at, msg
+from tepat.ports.repositories.ops_views import SendSample
+from tepat.ports.store import Store
+from tests.contract.records import at, msg
 
 PENDING = MessageStatus.PENDING
 FAILED = MessageStatus.FAILED

@@ -17,7 +17,8 @@ from tepat.domain.webhooks import (
     delivery_message,
     rotate,
 )
-from tepat.ports.store import StatusChange, Store
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 S = MessageStatus

@@ -1,4 +1,4 @@
-"""Store contract: many users' records at once (``ImportStore``, the bulk import).
+"""Store contract: many users' records at once (``BulkImportRepository``, the bulk import).
 
 Each batch write must leave the store exactly as the single writes would, in input order.
 """
@@ -10,7 +10,8 @@ import dataclasses
 from datetime import UTC, datetime, time, timedelta
 
 from tepat.domain.models import Device, QuietHours, Reminder, User
-from tepat.ports.store import PlanMark, Store
+from tepat.ports.repositories.users import PlanMark
+from tepat.ports.store import Store
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 

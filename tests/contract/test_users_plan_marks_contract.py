@@ -8,7 +8,8 @@ from datetime import UTC, datetime, time, timedelta
 
 from tepat.domain.models import QuietHours, Reminder, User
 from tepat.domain.planning import NOTHING_AHEAD
-from tepat.ports.store import PlanMark, PlanTarget, Store
+from tepat.ports.repositories.users import PlanMark, PlanTarget
+from tepat.ports.store import Store
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 FP = "fp-1"

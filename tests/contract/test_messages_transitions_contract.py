@@ -17,8 +17,9 @@ from tepat.domain.models import (
     MessageStatus,
     can_transition,
 )
-from tepat.ports.store import StatusChange, Store
-from tests.contract.test_store_contract import at, msg
+from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.store import Store
+from tests.contract.records import at, msg
 
 PAIRS = list(itertools.product(MessageStatus, MessageStatus))
 EVERY_STATUS = list(MessageStatus)

@@ -1,0 +1,69 @@
+"""Contact points (e-mail, SMS) and suppressions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from tepat.domain.contacts import Contact, Suppression, SuppressionReason
+
+
+class ContactRepository(Protocol):
+    """Contact points and suppressions (``tepat/domain/contacts.py``).
+
+    Addresses arrive normalised (``normalise_address``): the store compares strings.
+    One contact per (user, channel); one suppression per (channel, address), each held
+    by a unique key.
+    """
+
+    async def set_contact(
+        self, user_id: str, channel: str, address: str | None, verified: bool, now: datetime
+    ) -> None:
+        """Set the user's contact point on ``channel`` (``"email"`` or ``"sms"``),
+        replacing any; ``address`` None removes it (removing none is no error)."""
+        ...
+
+    async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
+        """Each listed user's contact on ``channel`` (users without one are absent)."""
+        ...
+
+    async def list_contacts(self, user_id: str) -> list[Contact]:
+        """Every contact point of one user, by channel."""
+        ...
+
+    async def add_suppression(
+        self,
+        channel: str,
+        address: str,
+        reason: SuppressionReason,
+        now: datetime,
+        source: str | None = None,
+    ) -> bool:
+        """Suppress ``address`` on ``channel``; True if it was not suppressed before.
+        An existing suppression keeps its ``added_at`` and its reason, except that a
+        stronger reason replaces a weaker one (``tepat.domain.contacts.overrides``:
+        complaint > hard_bounce > the rest), with its ``source``. Concurrent adds of one
+        address make one suppression and exactly one of them gets True."""
+        ...
+
+    async def lift_suppression(
+        self, channel: str, address: str, reason: SuppressionReason | None = None
+    ) -> bool:
+        """Remove the suppression; True if there was one. With ``reason``, only a
+        suppression for that reason is lifted (a START reply lifts a STOP, not a hard
+        bounce)."""
+        ...
+
+    async def suppressions_for(
+        self, channel: str, addresses: Sequence[str]
+    ) -> dict[str, Suppression]:
+        """The suppressions among ``addresses`` on ``channel``, by address."""
+        ...
+
+    async def list_suppressions(
+        self, channel: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[Suppression]:
+        """Suppressions (of one channel when given) by (channel, address), those after
+        the key ``after`` = (channel, address) only: a keyset page of at most ``limit``."""
+        ...

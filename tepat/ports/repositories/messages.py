@@ -1,0 +1,144 @@
+"""Messages: one per notification to send; unique indexes make planning idempotent.
+
+Idempotency comes from unique indexes, never from check-then-insert:
+
+- ``messages.dedup_key`` unique: one document per intent and plan version;
+- ``messages.live_key`` unique where set: at most one non-cancelled message per
+  (user, reminder, local date) or (user, one-off idempotency key), ever;
+- ``messages.slot_key`` unique among pending messages (``slot_key_for``: a
+  reminder's (user, device, category, label, nominal instant); a one-off's intent).
+
+The transactional outbox over these messages is
+:class:`tepat.ports.repositories.outbox.OutboxRepository`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from tepat.domain.models import Message, MessageStatus
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    created: list[Message]  # the messages this call inserted, in input order
+    existing: int  # how many were already there (any unique index)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """One conditional status update, for :meth:`MessageRepository.transition_many`."""
+
+    message_id: str
+    to: MessageStatus
+    reason: str | None = None
+    ticket_id: str | None = None
+    last_error: str | None = None
+    scheduled_at: datetime | None = None
+    release_live_key: bool = False
+    # Going back to ``pending`` (retry, deferral, re-drive): when to dispatch it
+    # next. The store sets the outbox mark in the same write.
+    due_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    items: list[Message]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQuery:
+    user_id: str
+    statuses: frozenset[MessageStatus] = frozenset()
+    scheduled_from: datetime | None = None  # inclusive
+    scheduled_to: datetime | None = None  # exclusive
+    limit: int = 50
+    cursor: str | None = None  # opaque, from a previous page
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    by_status_category: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class MessageRepository(Protocol):
+    async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
+        """Insert in bulk; a message that violates any unique index is counted as
+        existing, not raised. Safe to run concurrently from several processes.
+        """
+        ...
+
+    async def get_message(self, message_id: str) -> Message | None: ...
+
+    async def get_messages(self, message_ids: Sequence[str]) -> list[Message]: ...
+
+    async def find_by_live_key(self, live_key: str) -> Message | None: ...
+
+    async def claim(
+        self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
+    ) -> list[Message]:
+        """Atomically move each ``pending`` message (``tepat.domain.models.CLAIMABLE``) to
+        ``sending`` (``claimed_at=now``, ``attempts += 1``) and return those this call
+        claimed; a second claimant gets nothing. ``due_before``: only messages whose
+        ``due_at`` is before it (a consumer claims a batch whose second has passed
+        without reading it first).
+        """
+        ...
+
+    async def transition(
+        self,
+        message_id: str,
+        to: MessageStatus,
+        now: datetime,
+        *,
+        expect: Sequence[MessageStatus],
+        reason: str | None = None,
+        ticket_id: str | None = None,
+        last_error: str | None = None,
+        scheduled_at: datetime | None = None,
+        release_live_key: bool = False,
+        due_at: datetime | None = None,
+    ) -> bool:
+        """Conditional update: only if the current status is in ``expect`` *and* the
+        domain's transition table (``tepat.domain.models.ALLOWED_TRANSITIONS``) allows
+        the move from it to ``to``; any other change is refused like a lost
+        compare-and-set (nothing written, False).
+
+        ``release_live_key`` clears ``live_key`` (used when cancelling, so the same
+        local date can be planned again). Moving to ``pending`` sets ``due_at``
+        (``due_at``, else ``scheduled_at``, else ``now``) and the outbox mark.
+        Returns whether the update happened.
+        """
+        ...
+
+    async def transition_many(
+        self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
+    ) -> int:
+        """:meth:`transition` for many messages in one round trip (a consumer records
+        a whole provider request at once). Returns how many were applied."""
+        ...
+
+    async def pending_for_user(self, user_id: str) -> list[Message]:
+        """Every pending message of one user (a re-plan compares them with the new plan)."""
+        ...
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        """Newest ``scheduled_at`` first, then id; cursor-paginated."""
+        ...
+
+    async def due_pending(self, before: datetime, limit: int) -> list[Message]:
+        """Published pending messages due (``due_at``) before ``before``, oldest first:
+        the broker should have delivered them (sweeper)."""
+        ...
+
+    async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]: ...
+
+    async def count_messages(self) -> Counts: ...
+
+    async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
+        """Failed messages, most recently updated first."""
+        ...

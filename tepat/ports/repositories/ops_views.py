@@ -1,0 +1,35 @@
+"""The operator dashboard's read-only queries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class SendSample:
+    """One notification the provider accepted (one ticket): for rates and lateness."""
+
+    category: str
+    scheduled_at: datetime  # the message's (lateness counts from it)
+    sent_at: datetime  # the ticket's
+
+
+class OpsViewRepository(Protocol):
+    """Small read-only queries for the operator dashboard (``tepat/services/dashboard.py``)."""
+
+    async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
+        """Tickets sent at or after ``since``, newest first (equal instants in any order),
+        at most ``limit``, each with its message's category and scheduled instant."""
+        ...
+
+    async def failures_since(self, since: datetime) -> dict[str, int]:
+        """Messages that ended ``failed`` at or after ``since``, counted by ``status_reason``
+        (``""`` for none)."""
+        ...
+
+    async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
+        """Device bindings deactivated at or after ``since``, counted by reason
+        (``""`` for none)."""
+        ...

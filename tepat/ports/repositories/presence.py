@@ -1,0 +1,17 @@
+"""Presence: which processes of a group are alive."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Protocol
+
+
+class PresenceRepository(Protocol):
+    """Which processes of a group are alive (consumers sharing one rate ceiling)."""
+
+    async def heartbeat(self, group: str, member: str, now: datetime, ttl: timedelta) -> int:
+        """Record ``member`` of ``group`` alive at ``now``; return how many members
+        (itself included) beat within ``ttl``. Members silent for long are forgotten."""
+        ...
+
+    async def leave(self, group: str, member: str) -> None: ...

@@ -1,0 +1,47 @@
+"""The contract of reminders (``tepat/ports/repositories/reminders.py``).
+
+Every adapter runs this file through the ``store`` fixture (``tests/contract/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import time
+
+from tepat.ports.store import Store
+from tests.contract.records import T0, at, reminder
+
+
+async def test_reminder_round_trips_every_field(store: Store) -> None:
+    r = reminder(
+        label="morning",
+        days=("mon", "wed", "fri"),
+        data={"screen": "meal", "n": [1, 2], "nested": {"ok": True}},
+        enabled=False,
+        version=4,
+    )
+    assert await store.upsert_reminder(r) == r
+    assert await store.get_reminder("u1", "r1") == r
+    assert await store.get_reminder("u1", "nope") is None
+
+
+async def test_upsert_reminder_keeps_created_at(store: Store) -> None:
+    await store.upsert_reminder(reminder())
+    changed = reminder(local_time=time(8, 15), version=2)
+    changed = dataclasses.replace(changed, created_at=at(60), updated_at=at(60))
+    stored = await store.upsert_reminder(changed)
+    assert stored == dataclasses.replace(changed, created_at=T0)
+    assert await store.get_reminder("u1", "r1") == stored
+
+
+async def test_list_delete_and_bulk_reminders(store: Store) -> None:
+    await store.upsert_reminder(reminder("r1"))
+    await store.upsert_reminder(reminder("r2"))
+    await store.upsert_reminder(reminder("r9", user_id="u2"))
+    assert sorted(r.reminder_id for r in await store.list_reminders("u1")) == ["r1", "r2"]
+    assert await store.delete_reminder("u1", "r1")
+    assert not await store.delete_reminder("u1", "r1")
+    by_user = await store.reminders_for_users(["u1", "u2", "u3"])
+    assert [r.reminder_id for r in by_user.get("u1", [])] == ["r2"]
+    assert [r.reminder_id for r in by_user.get("u2", [])] == ["r9"]
+    assert by_user.get("u3", []) == []
