@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Command 2 of the README: install what the tests need (ActiveMQ from Debian's
-# packages included), start a broker, and run lint, type checks, the whole test
-# suite and a quick run of every benchmark scenario. Stops the broker on exit.
+# packages included), start a broker and a MongoDB-wire server, and run lint, type
+# checks, the whole test suite and a quick run of every benchmark scenario. Stops
+# both on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -25,6 +26,15 @@ scripts/activemq.sh start "$BROKER_BASE"
 trap 'scripts/activemq.sh stop "$BROKER_BASE"' EXIT
 export TEPAT_TEST_STOMP_URL="stomp://127.0.0.1:61613"
 export TEPAT_TEST_ACTIVEMQ_BASE="$BROKER_BASE"
+
+echo "== mongo wire server (the Mongo suites' mongo-server variant, beside mongomock)"
+# SecantusDB in its own virtualenv, patched at install (scripts/mongo-wire/README.md)
+scripts/mongo-wire.sh install
+MONGO_WIRE_DIR="$ROOT/.mongo-wire-test"
+scripts/mongo-wire.sh stop "$MONGO_WIRE_DIR" >/dev/null 2>&1 || true
+TEPAT_TEST_MONGO_URL=$(scripts/mongo-wire.sh start "$MONGO_WIRE_DIR")
+export TEPAT_TEST_MONGO_URL
+trap 'scripts/mongo-wire.sh stop "$MONGO_WIRE_DIR"; scripts/activemq.sh stop "$BROKER_BASE"' EXIT
 
 echo "== ruff"
 .venv/bin/ruff check .

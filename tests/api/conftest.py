@@ -14,16 +14,17 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from api.app import create_app
-from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.runtime import Runtime, open_runtime
 from tests.support.fake_push import FakePush
-from tests.support.mongo_async_mock import AsyncMockClient
+from tests.support.mongo_factory import MONGO_STORES, unopened_mongo_store
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef"
 JWT_SECRET = "test-jwt-secret-0123456789abcdef0123456789"
 START = datetime(2027, 3, 1, 0, 0, tzinfo=UTC)
+# The stores a module whose behaviour lives in adapter code runs on (see runtime_on).
+STORES = ["sqlite", *MONGO_STORES]
 
 
 def make_settings(tmp_path: Path) -> Settings:
@@ -53,17 +54,27 @@ async def rt(tmp_path: Path, clock: FakeClock, push: FakePush) -> AsyncIterator[
 
 @contextlib.asynccontextmanager
 async def runtime_on(
-    store_name: str, tmp_path: Path, clock: FakeClock, push: FakePush, database: str
+    store_name: str,
+    tmp_path: Path,
+    clock: FakeClock,
+    push: FakePush,
+    database: str,
+    settings: Settings | None = None,
 ) -> AsyncIterator[Runtime]:
-    """A runtime on ``sqlite`` (the settings' file) or ``mongo-mock`` (``database``), for
-    modules whose behaviour lives in adapter code and so runs on both stores."""
-    store = None
-    if store_name == "mongo-mock":
-        store = MongoStore(
-            f"mongodb://mongomock.invalid/{database}", client=AsyncMockClient(), clock=clock
+    """A runtime on one of ``STORES``, for modules whose behaviour lives in adapter code and
+    so runs on every store: ``sqlite`` (the settings' file), ``mongo-mock`` or
+    ``mongo-server`` (a database named after ``database``, on the server one of its own).
+    ``settings`` default to :func:`make_settings`; their ``database_url`` is not used on Mongo."""
+    settings = settings or make_settings(tmp_path)
+    async with contextlib.AsyncExitStack() as stack:
+        store = None
+        if store_name != "sqlite":
+            store = await stack.enter_async_context(
+                unopened_mongo_store(store_name, clock=clock, prefix=database)
+            )
+        yield await stack.enter_async_context(
+            open_runtime(settings, clock=clock, push=push, store=store)
         )
-    async with open_runtime(make_settings(tmp_path), clock=clock, push=push, store=store) as r:
-        yield r
 
 
 @pytest.fixture

@@ -18,14 +18,14 @@ from tepat.domain.models import MessageStatus
 from tepat.ports.repositories.users import PlanTarget
 from tepat.runtime import Runtime
 from tepat.services.bulk_import import MAX_ITEMS
-from tests.api.conftest import ADMIN, bearer, problem, runtime_on
+from tests.api.conftest import ADMIN, STORES, bearer, problem, runtime_on
 from tests.api.helpers import create_user, ok, reminder_body
 from tests.support.fake_push import FakePush
 
 URL = "/v1/bulk/users"
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:

@@ -10,14 +10,14 @@ import pytest
 
 from tepat.clock import FakeClock
 from tepat.runtime import Runtime
-from tests.api.conftest import ADMIN, bearer, error_fields, problem, runtime_on
+from tests.api.conftest import ADMIN, STORES, bearer, error_fields, problem, runtime_on
 from tests.api.helpers import create_user, ok
 from tests.support.fake_push import FakePush
 
 URL = "/v1/users/alice/contacts"
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:

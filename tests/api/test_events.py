@@ -18,7 +18,7 @@ from tepat.domain.models import Message, MessageStatus
 from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime, event_service
 from tepat.services.events import EventService
-from tests.api.conftest import ADMIN, START, bearer, error_fields, problem, runtime_on
+from tests.api.conftest import ADMIN, START, STORES, bearer, error_fields, problem, runtime_on
 from tests.api.helpers import create_user, drain_due, ok
 from tests.support.fake_push import FakePush
 
@@ -26,7 +26,7 @@ PUSH_EN = {"title": "Order {{ order }} paid", "body": "Thanks, {{ amount }} rece
 INBOX_EN = {"title": "Paid: {{ order }}", "body": "{{ amount }} received", "link": "/orders"}
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:

@@ -14,6 +14,7 @@ from tepat.clock import FakeClock
 from tepat.runtime import Runtime
 from tests.api.conftest import (
     ADMIN,
+    STORES,
     bearer,
     error_fields,
     problem,
@@ -24,7 +25,7 @@ from tests.api.helpers import create_user, ok
 from tests.support.fake_push import FakePush
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:

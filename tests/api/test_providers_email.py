@@ -20,19 +20,17 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from pydantic import SecretStr
 
-from tepat.adapters.mongo.store import MongoStore
 from tepat.adapters.sns_verify import SnsVerifier
 from tepat.clock import FakeClock
 from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message, MessageStatus, message_id_for, slot_key_for
 from tepat.domain.sns import SnsMessage, parse_message, string_to_sign
 from tepat.ports.store import Store
-from tepat.runtime import Runtime, open_runtime
+from tepat.runtime import Runtime
 from tepat.services.email_events import EmailEvents
-from tests.api.conftest import START, make_settings, problem
+from tests.api.conftest import START, STORES, make_settings, problem, runtime_on
 from tests.support.dies_once import Died, DiesOnce
 from tests.support.fake_push import FakePush
-from tests.support.mongo_async_mock import AsyncMockClient
 from tests.support.selfsigned import SelfSigned, self_signed
 
 PATH = "/v1/providers/email/events"
@@ -65,7 +63,7 @@ class Fetcher:
         return b"<ConfirmSubscriptionResponse/>"
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:
@@ -75,12 +73,9 @@ async def rt(
             "email_events_secret": SecretStr(RELAY_SECRET),
         }
     )
-    store = None
-    if request.param == "mongo-mock":
-        store = MongoStore(
-            "mongodb://mongomock.invalid/tepat_email_events", client=AsyncMockClient(), clock=clock
-        )
-    async with open_runtime(settings, clock=clock, push=push, store=store) as r:
+    async with runtime_on(
+        request.param, tmp_path, clock, push, "tepat_email_events", settings
+    ) as r:
         yield r
 
 

@@ -20,15 +20,13 @@ import pytest
 from pydantic import SecretStr
 
 from api.app import create_app
-from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.repositories.messages import StatusChange
-from tepat.runtime import Runtime, open_runtime
-from tests.api.conftest import ADMIN_KEY, START
+from tepat.runtime import Runtime
+from tests.api.conftest import ADMIN_KEY, START, STORES, runtime_on
 from tests.support.fake_push import FakePush
-from tests.support.mongo_async_mock import AsyncMockClient
 
 SID = "AC" + "0123456789abcdef" * 2
 TOKEN = "f00d" * 8
@@ -58,7 +56,7 @@ def settings(tmp_path: Path, **extra: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 def store_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -68,21 +66,11 @@ def clock() -> FakeClock:
     return FakeClock(START)
 
 
-async def _runtime(
-    s: Settings, store_name: str, clock: FakeClock, db: str
-) -> AsyncIterator[Runtime]:
-    store = None
-    if store_name == "mongo-mock":
-        store = MongoStore(
-            f"mongodb://mongomock.invalid/{db}", client=AsyncMockClient(), clock=clock
-        )
-    async with open_runtime(s, clock=clock, push=FakePush(), store=store) as rt:
-        yield rt
-
-
 @pytest.fixture
 async def rt(tmp_path: Path, store_name: str, clock: FakeClock) -> AsyncIterator[Runtime]:
-    async for r in _runtime(settings(tmp_path), store_name, clock, "twilio_cb"):
+    async with runtime_on(
+        store_name, tmp_path, clock, FakePush(), "twilio_cb", settings(tmp_path)
+    ) as r:
         yield r
 
 
@@ -358,7 +346,7 @@ async def test_public_url_is_the_url_twilio_signed(
 ) -> None:
     public = "https://sms.example.com/tepat"
     s = settings(tmp_path, public_url=public, unsubscribe_secret=SecretStr("u" * 32))
-    async for rt in _runtime(s, store_name, clock, "twilio_pub"):
+    async with runtime_on(store_name, tmp_path, clock, FakePush(), "twilio_pub", s) as rt:
         sid = await sent_sms(rt)
         transport = httpx.ASGITransport(app=create_app(rt, ADMIN_KEY))
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as c:
@@ -374,7 +362,7 @@ async def test_without_twilio_configured_callbacks_are_refused(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     s = settings(tmp_path, twilio_account_sid=None, twilio_auth_token=None, twilio_from=None)
-    async for rt in _runtime(s, "sqlite", clock, "unused"):
+    async with runtime_on("sqlite", tmp_path, clock, FakePush(), "unused", s) as rt:
         transport = httpx.ASGITransport(app=create_app(rt, ADMIN_KEY))
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as c:
             r = await post_signed(c, f"{STATUS}?m=m-1", callback("SM" + "1" * 32, "delivered"))

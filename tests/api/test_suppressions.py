@@ -12,14 +12,14 @@ import pytest
 from tepat.clock import FakeClock
 from tepat.domain.contacts import SuppressionReason
 from tepat.runtime import Runtime
-from tests.api.conftest import ADMIN, bearer, error_fields, problem, runtime_on
+from tests.api.conftest import ADMIN, STORES, bearer, error_fields, problem, runtime_on
 from tests.api.helpers import ok
 from tests.support.fake_push import FakePush
 
 URL = "/v1/suppressions"
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:

@@ -17,33 +17,26 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from api.app import create_app
-from tepat.adapters.mongo.store import MongoStore
 from tepat.clock import FakeClock
 from tepat.runtime import Runtime, open_runtime
 from tepat.services.unsubscribe import UnsubscribeLinks
-from tests.api.conftest import ADMIN_KEY, make_settings, problem
+from tests.api.conftest import ADMIN_KEY, STORES, make_settings, problem, runtime_on
 from tests.api.helpers import create_user
 from tests.support.fake_push import FakePush
-from tests.support.mongo_async_mock import AsyncMockClient
 
 SECRET = "unsubscribe-secret-0123456789abcdef0123456789"
 PUBLIC = "https://tepat.example"
 ONE_CLICK = {"content-type": "application/x-www-form-urlencoded"}
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, push: FakePush
 ) -> AsyncIterator[Runtime]:
     settings = make_settings(tmp_path).model_copy(
         update={"public_url": PUBLIC, "unsubscribe_secret": SecretStr(SECRET)}
     )
-    store = None
-    if request.param == "mongo-mock":
-        store = MongoStore(
-            "mongodb://mongomock.invalid/tepat_unsub", client=AsyncMockClient(), clock=clock
-        )
-    async with open_runtime(settings, clock=clock, push=push, store=store) as r:
+    async with runtime_on(request.param, tmp_path, clock, push, "tepat_unsub", settings) as r:
         yield r
 
 

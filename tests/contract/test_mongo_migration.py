@@ -1,15 +1,13 @@
 """Opening a MongoDB database written before the slot key, the outbox and per-user devices.
 
 ``MongoStore.open()`` retires the old indexes and backfills the new message
-fields (``tepat.adapters.mongo.indexes.migrate``). Runs on the mongomock facade,
-and also on a real server when ``TEPAT_TEST_MONGO_URL`` is set.
+fields (``tepat.adapters.mongo.indexes.migrate``). Runs on the mongomock facade and
+on the server of ``TEPAT_TEST_MONGO_URL`` (``tests/support/mongo_factory.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -22,28 +20,23 @@ from tepat.adapters.mongo import MongoStore
 from tepat.adapters.mongo.codecs import message_doc
 from tepat.domain.models import Device, Message, MessageStatus, message_id_for, slot_key_for
 from tests.support.mongo_async_mock import AsyncMockClient
-from tests.support.mongo_factory import SERVER_URL_ENV
+from tests.support.mongo_factory import MOCK, MONGO_STORES, server_database
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 DB = "tepat_migration"
 
-BACKENDS = ["mock"] + (["server"] if os.environ.get(SERVER_URL_ENV) else [])
-
 
 @asynccontextmanager
 async def _client(backend: str) -> AsyncIterator[tuple[Any, str]]:
-    if backend == "mock":
+    if backend == MOCK:
         yield AsyncMockClient(), DB
         return
-    name = f"tepat_test_{uuid.uuid4().hex[:12]}"
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
-        os.environ[SERVER_URL_ENV], tz_aware=True
-    )
-    try:
-        yield client, name
-    finally:
-        await client.drop_database(name)
-        await client.close()
+    async with server_database() as url:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url, tz_aware=True)
+        try:
+            yield client, client.get_default_database().name
+        finally:
+            await client.close()
 
 
 def _legacy(key: str, **fields: Any) -> Message:
@@ -121,7 +114,7 @@ async def _write_legacy_database(db: Any) -> list[Message]:
     return legacy
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", MONGO_STORES)
 async def test_open_migrates_a_database_of_the_previous_version(backend: str) -> None:
     async with _client(backend) as (client, name):
         db = client[name]

@@ -38,7 +38,7 @@ from tepat.runtime import Runtime
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
 from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.services.events import EventService
-from tests.api.conftest import ADMIN, ADMIN_KEY, START, problem, runtime_on
+from tests.api.conftest import ADMIN, ADMIN_KEY, START, STORES, problem, runtime_on
 from tests.api.helpers import create_user, drain_due, ok
 from tests.support.fake_push import FakePush
 from tests.support.smtp_server import SmtpServer
@@ -85,7 +85,7 @@ def twilio() -> Iterator[RunningTwilioSandbox]:
         yield running
 
 
-@pytest.fixture(params=["sqlite", "mongo-mock"])
+@pytest.fixture(params=STORES)
 async def rt(
     request: pytest.FixtureRequest,
     tmp_path: Path,

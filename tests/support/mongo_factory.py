@@ -1,9 +1,12 @@
-"""Registers the Mongo store with the contract suite.
+"""The Mongo store on the mongomock facade (``mongo-mock``) and on a server (``mongo-server``).
 
-With ``TEPAT_TEST_MONGO_URL`` set (docker-compose gives a server) the suite runs
-on that server, each test in a fresh database that is dropped afterwards; the
-key is ``mongo-server``. Without it, it runs on the mongomock facade and the key
-is ``mongo-mock``, so the test ids say which backend a run actually exercised.
+Every Mongo suite runs on both. ``mongo-mock`` is in memory and fast. ``mongo-server``
+speaks the wire protocol to the server named by ``TEPAT_TEST_MONGO_URL`` (the test command
+starts one with ``scripts/mongo-wire.sh``; docker-compose gives a mongod), each test in a
+database of its own, dropped afterwards, so tests can run in parallel on one server.
+Without the URL the ``mongo-server`` tests skip with the reason, except where the test
+command or CI runs them (``TEPAT_TEST_REQUIRE_SERVICES=1`` or ``CI=true``): there they
+fail, so a lost server never turns into a green run that tested only the facade.
 """
 
 from __future__ import annotations
@@ -15,14 +18,40 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import pytest
 from pymongo import AsyncMongoClient
 
 from tepat.adapters.mongo import MongoStore
+from tepat.clock import Clock
 from tepat.ports.store import Store
 from tests.support.mongo_async_mock import AsyncMockClient
-from tests.support.store_factories import STORE_FACTORIES
+from tests.support.store_factories import STORE_FACTORIES, StoreFactory
 
 SERVER_URL_ENV = "TEPAT_TEST_MONGO_URL"
+MOCK = "mongo-mock"
+SERVER = "mongo-server"
+MONGO_STORES = (MOCK, SERVER)
+
+
+def services_required() -> bool:
+    """True where the test command (or CI) provides every service, the Mongo server too."""
+    return os.environ.get("TEPAT_TEST_REQUIRE_SERVICES") == "1" or os.environ.get("CI") == "true"
+
+
+def server_url() -> str:
+    """The server's URL from the environment; without it, skip the calling test (fail
+    where services are required)."""
+    url = os.environ.get(SERVER_URL_ENV, "").strip()
+    if url:
+        return url
+    reason = (
+        f"{SERVER_URL_ENV} is not set: start a MongoDB-wire server with"
+        f" `scripts/mongo-wire.sh install && scripts/mongo-wire.sh start .mongo-wire`"
+        f" and set {SERVER_URL_ENV} to the URL it prints"
+    )
+    if services_required():
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
 def _with_database(url: str, name: str) -> str:
@@ -31,17 +60,14 @@ def _with_database(url: str, name: str) -> str:
 
 
 @asynccontextmanager
-async def mongo_server_store(tmp: Path) -> AsyncIterator[Store]:
-    del tmp  # the database lives on the server
-    name = f"tepat_test_{uuid.uuid4().hex[:12]}"
-    url = _with_database(os.environ[SERVER_URL_ENV], name)
-    store = MongoStore(url)
-    await store.open()
+async def server_database(prefix: str = "tepat_test") -> AsyncIterator[str]:
+    """The URL of a database no other test uses, on the server; dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    url = _with_database(server_url(), name)
     try:
-        yield store
+        yield url
     finally:
-        await store.close()
-        # A separate client: the store's own is closed, and the drop must happen
+        # A client of its own: the store's is closed by now, and the drop must happen
         # even when the test left the store in a bad state.
         admin: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(url)
         try:
@@ -51,18 +77,35 @@ async def mongo_server_store(tmp: Path) -> AsyncIterator[Store]:
 
 
 @asynccontextmanager
-async def mongo_mock_store(tmp: Path) -> AsyncIterator[Store]:
-    del tmp  # in memory
-    client = AsyncMockClient()
-    store = MongoStore("mongodb://mongomock.invalid/tepat_test", client=client)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
+async def unopened_mongo_store(
+    store_name: str, clock: Clock | None = None, prefix: str = "tepat_test"
+) -> AsyncIterator[MongoStore]:
+    """A Mongo store on ``mongo-mock`` or ``mongo-server``, not yet opened (a runtime
+    opens and closes the store it is given); on the server its database is dropped after."""
+    if store_name == MOCK:
+        yield MongoStore(
+            f"mongodb://mongomock.invalid/{prefix}", client=AsyncMockClient(), clock=clock
+        )
+        return
+    if store_name != SERVER:
+        raise ValueError(f"not a Mongo store: {store_name!r}")
+    async with server_database(prefix) as url:
+        yield MongoStore(url, clock=clock)
 
 
-if os.environ.get(SERVER_URL_ENV):
-    STORE_FACTORIES["mongo-server"] = mongo_server_store
-else:
-    STORE_FACTORIES["mongo-mock"] = mongo_mock_store
+def _factory(store_name: str) -> StoreFactory:
+    @asynccontextmanager
+    async def opened(tmp: Path) -> AsyncIterator[Store]:
+        del tmp  # in memory, or on the server
+        async with unopened_mongo_store(store_name) as store:
+            await store.open()
+            try:
+                yield store
+            finally:
+                await store.close()
+
+    return opened
+
+
+for _name in MONGO_STORES:
+    STORE_FACTORIES[_name] = _factory(_name)
