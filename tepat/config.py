@@ -156,6 +156,23 @@ class Settings(BaseSettings):
     metrics_refresh_seconds: float = Field(default=30, gt=0)
     """How often `tepat scheduler` (or `serve`) reads message counts and queue depths into the
     cached gauges."""
+    http_header_timeout_seconds: float = Field(default=10, gt=0, le=300)
+    """Seconds a client has, from a request's first byte (or from opening the connection), to
+    send its request line and headers; then the connection is closed unanswered (slow or idle
+    clients: see [Security](../guides/security.md#resource-limits))."""
+    http_body_timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    """Seconds a client has, after its headers, to send the request body."""
+    http_keep_alive_seconds: float = Field(default=5, gt=0, le=300)
+    """Seconds an idle keep-alive connection stays open after a response."""
+    http_max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    """Open HTTP connections per API process; beyond it a new one is closed at once (keep it
+    under the process's open-file limit, `ulimit -n`)."""
+    inbox_max_streams: int = Field(default=500, ge=1, le=1_000_000)
+    """Open inbox streams (`/v1/users/{id}/inbox/stream`) per API process; beyond it a new one
+    is answered 503 with `Retry-After`."""
+    inbox_max_streams_per_user: int = Field(default=5, ge=1, le=1000)
+    """Open inbox streams of one user per API process; beyond it a new one is answered 429 with
+    `Retry-After`."""
     categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None
     """JSON: `{"meal": {"quiet_hours": "defer", "missed_window_minutes": 30, "queue":
     "tepat.meal", "priority": 5, "maybe_sent": "close"}, …}`. Unset: the seven defaults
