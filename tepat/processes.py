@@ -49,9 +49,7 @@ def install_stop_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def serve_http(
-    rt: Runtime, stop: asyncio.Event, sock: socket.socket, admin_key: str
-) -> None:
+async def serve_http(rt: Runtime, stop: asyncio.Event, sock: socket.socket, admin_key: str) -> None:
     from api.app import create_app
 
     await _serve_asgi(create_app(rt, admin_key), stop, sock=sock, settings=rt.settings)
