@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -48,6 +50,9 @@ _IP_LITERAL = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 
 
 class CategorySetting(BaseModel):
+    # A misspelt key (quite_hours) is refused, not silently left at its default.
+    model_config = ConfigDict(extra="forbid")
+
     quiet_hours: QuietPolicy = QuietPolicy.DEFER
     missed_window_minutes: float = Field(default=30, gt=0)
     queue: str = ""
@@ -565,19 +570,24 @@ class Settings(BaseSettings):
 
 
 def _category_policies(categories: dict[str, CategorySetting] | None) -> Categories:
-    if not categories:
-        return Categories(DEFAULT_CATEGORIES)
-    return Categories(
-        CategoryPolicy(
-            name,
-            quiet_hours=c.quiet_hours,
-            missed_window=timedelta(minutes=c.missed_window_minutes),
-            queue=c.queue,
-            priority=c.priority,
-            maybe_sent=c.maybe_sent or default_maybe_sent(name),
+    """The seven defaults with ``TEPAT_CATEGORIES`` merged over them: a category named there
+    takes the keys given and keeps the rest of its built-in policy (or the general defaults,
+    for a new category); the categories it does not name stay as they are."""
+    policies = {p.name: p for p in DEFAULT_CATEGORIES}
+    for name, c in (categories or {}).items():
+        base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
+        given = c.model_fields_set
+        policies[name] = replace(
+            base,
+            quiet_hours=c.quiet_hours if "quiet_hours" in given else base.quiet_hours,
+            missed_window=timedelta(minutes=c.missed_window_minutes)
+            if "missed_window_minutes" in given
+            else base.missed_window,
+            queue=c.queue if "queue" in given else base.queue,
+            priority=c.priority if "priority" in given else base.priority,
+            maybe_sent=c.maybe_sent or base.maybe_sent,
         )
-        for name, c in categories.items()
-    )
+    return Categories(policies.values())
 
 
 class ConfigError(SystemExit):
