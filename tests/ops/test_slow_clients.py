@@ -60,10 +60,12 @@ async def test_300_slow_clients_leave_healthz_answering_and_the_log_quiet(
             "TEPAT_ADMIN_API_KEY": KEY,
             "TEPAT_HTTP_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
             "TEPAT_METRICS_PORT": "0",
+            "TEPAT_LOG_LEVEL": "INFO",
         }
     )
     base = f"http://127.0.0.1:{port}"
-    with tepat("api", ["api", "--port", str(port)], env, tmp_path) as api:
+    # serve: the API alone refuses the embedded broker (a shared one is not needed here)
+    with tepat("serve", ["serve", "--port", str(port)], env, tmp_path) as api:
         await wait_http(api, f"{base}/healthz")
         lines_before = len(api.stderr().splitlines())
         started = time.monotonic()
