@@ -180,8 +180,9 @@ class Settings(BaseSettings):
     `Retry-After`."""
     categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None
     """JSON: `{"meal": {"quiet_hours": "defer", "missed_window_minutes": 30, "queue":
-    "tepat.meal", "priority": 5, "maybe_sent": "close"}, …}`. Unset: the seven defaults
-    (meal, mood, hydration, sleep, activity, safety, custom). `maybe_sent` (`retry` or
+    "tepat.meal", "priority": 5, "maybe_sent": "close"}, …}`, merged over the seven defaults
+    (meal, mood, hydration, sleep, activity, safety, custom): a category named here takes
+    the keys given and keeps the rest; an unknown key stops the process. `maybe_sent` (`retry` or
     `close`) says whether a message whose request the provider may have accepted (read
     timeout, 5xx) is sent again or closed `failed` (`outcome_unknown`); unset, it is `retry`
     for `safety` and `close` for the rest."""
