@@ -176,8 +176,9 @@ async def stream(
     service = _service(request)
     if after is None:  # only what arrives from now on
         after = await service.newest_seq(user_id)
+    items = await service.open_stream(user_id, after)
     try:
-        items, release = await service.open_stream(user_id, after)
+        release = service.reserve_stream(user_id)
     except TooManyStreams as e:
         return problem_response(
             429 if e.per_user else 503, e.message, headers={"Retry-After": str(e.retry_after)}

@@ -259,13 +259,15 @@ class InboxService:
 
     async def open_stream(
         self, user_id: str, after_seq: int
-    ) -> tuple[AsyncGenerator[InboxItem | None, None], Callable[[], None]]:
-        """Checks the user first (a 404 before the stream starts) and takes a stream slot
-        (:class:`TooManyStreams` over the caps); then :meth:`stream`, and what releases the
-        slot, to call when the response ends."""
+    ) -> AsyncGenerator[InboxItem | None, None]:
+        """Checks the user first (a 404 before the stream starts), then :meth:`stream`."""
         await self._check_user(user_id)
-        release = self.notifier.reserve(user_id)
-        return self.stream(user_id, after_seq), release
+        return self.stream(user_id, after_seq)
+
+    def reserve_stream(self, user_id: str) -> Callable[[], None]:
+        """A stream slot (:class:`TooManyStreams` over the caps), taken before the response
+        starts; call what it returns when the response ends."""
+        return self.notifier.reserve(user_id)
 
     async def stream(self, user_id: str, after_seq: int) -> AsyncGenerator[InboxItem | None, None]:
         """The user's items with a seq above ``after_seq``, each once, oldest first, and
