@@ -11,6 +11,8 @@ _ = Whitelist()
 # Called or read by a library, never by our code
 _.model_config  # pydantic reads a model's settings from it
 _.intercepted_binops  # Jinja's sandbox routes these operators through call_binop
+_.code_generator_class, _.visit_Concat  # Jinja compiles with this class; ~ is its Concat
+_.concat, _.checked_parts  # named in the Python code Jinja generates (environment.concat)
 _.on_message, _.on_heartbeat_timeout  # stomp.py's listener callbacks
 _.capture_signals, _.should_exit  # uvicorn.Server: overridden hook, the flag its loop polls
 _.handle_EHLO, _.handle_RCPT, _.handle_DATA, _.host_name  # aiosmtpd's handler protocol

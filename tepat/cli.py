@@ -64,6 +64,21 @@ def _settings(**overrides: Any) -> Settings:
     return settings
 
 
+def _alone(settings: Settings, command: str) -> Settings:
+    """``tepat api``, ``scheduler`` and ``consumers`` are parts of one deployment that talk
+    through the broker: on ``embedded://`` each would hold a private queue (the API's and
+    the scheduler's messages never reach a consumer), so they are refused."""
+    if settings.broker_url == "embedded://":
+        typer.echo(
+            f"tepat: bad configuration: TEPAT_BROKER_URL: `tepat {command}` alone needs a"
+            " shared broker (the embedded one lives inside one process, so nothing would be"
+            " delivered): set TEPAT_BROKER_URL=stomp://…, or run everything in `tepat serve`",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return settings
+
+
 def _run(coro: Coroutine[Any, Any, Any]) -> Any:
     try:
         return asyncio.run(coro)
@@ -120,7 +135,7 @@ def api_command(
 
     settings = _settings()
     if workers == 1:
-        _run(serve_api(settings, host, port))
+        _run(serve_api(_alone(settings, "api"), host, port))
         return
     try:
         serve_api_workers(settings, host, port, workers)
@@ -157,7 +172,8 @@ def scheduler_command(metrics_host: MetricsHost = None, metrics_port: MetricsPor
     """Creator jobs, the sweeper, the outbox and the metrics gauges alone."""
     from tepat.processes import run_scheduler
 
-    _run(run_scheduler(_settings(**_metrics_overrides(metrics_host, metrics_port))))
+    settings = _settings(**_metrics_overrides(metrics_host, metrics_port))
+    _run(run_scheduler(_alone(settings, "scheduler")))
 
 
 @app.command("consumers")
@@ -165,7 +181,8 @@ def consumers_command(metrics_host: MetricsHost = None, metrics_port: MetricsPor
     """Consumers and the receipt poller alone (run as many as you need)."""
     from tepat.processes import run_consumers
 
-    _run(run_consumers(_settings(**_metrics_overrides(metrics_host, metrics_port))))
+    settings = _settings(**_metrics_overrides(metrics_host, metrics_port))
+    _run(run_consumers(_alone(settings, "consumers")))
 
 
 @app.command()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -48,6 +50,9 @@ _IP_LITERAL = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 
 
 class CategorySetting(BaseModel):
+    # A misspelt key (quite_hours) is refused, not silently left at its default.
+    model_config = ConfigDict(extra="forbid")
+
     quiet_hours: QuietPolicy = QuietPolicy.DEFER
     missed_window_minutes: float = Field(default=30, gt=0)
     queue: str = ""
@@ -156,10 +161,28 @@ class Settings(BaseSettings):
     metrics_refresh_seconds: float = Field(default=30, gt=0)
     """How often `tepat scheduler` (or `serve`) reads message counts and queue depths into the
     cached gauges."""
+    http_header_timeout_seconds: float = Field(default=10, gt=0, le=300)
+    """Seconds a client has, from a request's first byte (or from opening the connection), to
+    send its request line and headers; then the connection is closed unanswered (slow or idle
+    clients: see [Security](../guides/security.md#resource-limits))."""
+    http_body_timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    """Seconds a client has, after its headers, to send the request body."""
+    http_keep_alive_seconds: float = Field(default=5, gt=0, le=300)
+    """Seconds an idle keep-alive connection stays open after a response."""
+    http_max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    """Open HTTP connections per API process; beyond it a new one is closed at once (keep it
+    under the process's open-file limit, `ulimit -n`)."""
+    inbox_max_streams: int = Field(default=500, ge=1, le=1_000_000)
+    """Open inbox streams (`/v1/users/{id}/inbox/stream`) per API process; beyond it a new one
+    is answered 503 with `Retry-After`."""
+    inbox_max_streams_per_user: int = Field(default=5, ge=1, le=1000)
+    """Open inbox streams of one user per API process; beyond it a new one is answered 429 with
+    `Retry-After`."""
     categories: Annotated[dict[str, CategorySetting] | None, NoDecode] = None
     """JSON: `{"meal": {"quiet_hours": "defer", "missed_window_minutes": 30, "queue":
-    "tepat.meal", "priority": 5, "maybe_sent": "close"}, …}`. Unset: the seven defaults
-    (meal, mood, hydration, sleep, activity, safety, custom). `maybe_sent` (`retry` or
+    "tepat.meal", "priority": 5, "maybe_sent": "close"}, …}`, merged over the seven defaults
+    (meal, mood, hydration, sleep, activity, safety, custom): a category named here takes
+    the keys given and keeps the rest; an unknown key stops the process. `maybe_sent` (`retry` or
     `close`) says whether a message whose request the provider may have accepted (read
     timeout, 5xx) is sent again or closed `failed` (`outcome_unknown`); unset, it is `retry`
     for `safety` and `close` for the rest."""
@@ -548,19 +571,24 @@ class Settings(BaseSettings):
 
 
 def _category_policies(categories: dict[str, CategorySetting] | None) -> Categories:
-    if not categories:
-        return Categories(DEFAULT_CATEGORIES)
-    return Categories(
-        CategoryPolicy(
-            name,
-            quiet_hours=c.quiet_hours,
-            missed_window=timedelta(minutes=c.missed_window_minutes),
-            queue=c.queue,
-            priority=c.priority,
-            maybe_sent=c.maybe_sent or default_maybe_sent(name),
+    """The seven defaults with ``TEPAT_CATEGORIES`` merged over them: a category named there
+    takes the keys given and keeps the rest of its built-in policy (or the general defaults,
+    for a new category); the categories it does not name stay as they are."""
+    policies = {p.name: p for p in DEFAULT_CATEGORIES}
+    for name, c in (categories or {}).items():
+        base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
+        given = c.model_fields_set
+        policies[name] = replace(
+            base,
+            quiet_hours=c.quiet_hours if "quiet_hours" in given else base.quiet_hours,
+            missed_window=timedelta(minutes=c.missed_window_minutes)
+            if "missed_window_minutes" in given
+            else base.missed_window,
+            queue=c.queue if "queue" in given else base.queue,
+            priority=c.priority if "priority" in given else base.priority,
+            maybe_sent=c.maybe_sent or base.maybe_sent,
         )
-        for name, c in categories.items()
-    )
+    return Categories(policies.values())
 
 
 class ConfigError(SystemExit):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -182,8 +183,35 @@ def _sqlite_file_check(url: str, path: Path) -> Check | None:
             f"{url}: directory {path.parent} does not exist",
             "create it, or point TEPAT_DATABASE_URL at a writable path",
         )
+    # The directory takes SQLite's journal and the generated admin key; the file, writes.
+    why = _cannot_write(path.parent, path)
+    if why is not None:
+        return Check(
+            "store",
+            Status.FAIL,
+            f"{url}: {why}",
+            "give the service's user write access to that directory and file, or point"
+            " TEPAT_DATABASE_URL at a writable path",
+        )
     if not path.exists():
         return Check("store", Status.OK, f"{url}: not created yet (the first start creates it)")
+    return None
+
+
+def _cannot_write(directory: Path, file: Path) -> str | None:
+    """Why SQLite could not write there (None: it can), found by trying: permission bits
+    say nothing for root, or on a read-only mount."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tepat-doctor-"):
+            pass
+    except OSError as e:
+        return f"directory {directory} is not writable ({e.strerror or e})"
+    if file.exists():
+        try:
+            with file.open("ab"):  # appends nothing: the content is untouched
+                pass
+        except OSError as e:
+            return f"file {file} is not writable ({e.strerror or e})"
     return None
 
 

@@ -34,6 +34,7 @@ from scheduler.jobs import (
     run_webhook_emitter,
 )
 from tepat.config import ConfigError, Settings
+from tepat.http_server import guarded_h11, limit_repeated_warnings
 from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 
@@ -48,12 +49,10 @@ def install_stop_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def serve_http(
-    rt: Runtime, stop: asyncio.Event, host: str, port: int, admin_key: str
-) -> None:
+async def serve_http(rt: Runtime, stop: asyncio.Event, sock: socket.socket, admin_key: str) -> None:
     from api.app import create_app
 
-    await _serve_asgi(create_app(rt, admin_key), stop, host, port)
+    await _serve_asgi(create_app(rt, admin_key), stop, sock=sock, settings=rt.settings)
 
 
 async def run_parts(
@@ -120,13 +119,18 @@ def _listen(host: str, port: int, variable: str) -> socket.socket:
     except OSError as e:
         raise ConfigError(
             f"tepat: bad configuration: {variable}: cannot listen on {host}:{port}"
-            f" ({os.strerror(e.errno) if e.errno else e}); choose another port, or 0 for none"
+            f" ({os.strerror(e.errno) if e.errno else e}); choose another port"
+            + (", or 0 for none" if variable.startswith("TEPAT_") else "")
         ) from None
 
 
 def _http_part(host: str, port: int, admin_key: str) -> Part:
+    """The API on ``host:port``, bound now: a taken port stops the start with one line
+    (uvicorn would log the error and leave the other parts running without an API)."""
+    sock = _listen(host, port, "--port")
+
     async def http_api(rt: Runtime, stop: asyncio.Event) -> None:
-        await serve_http(rt, stop, host, port, admin_key)
+        await serve_http(rt, stop, sock, admin_key)
 
     return http_api
 
@@ -160,9 +164,13 @@ async def _serve_asgi(
     port: int = 0,
     *,
     sock: socket.socket | None = None,
+    settings: Settings | None = None,
 ) -> None:
+    """``settings``: the API's limits on slow and idle clients (see tepat/http_server.py);
+    the metrics and sandbox servers, local helpers, run without."""
     # log_config=None: uvicorn's loggers go through tepat.logging's one handler.
-    server = _QuietServer(uvicorn.Config(app, host=host, port=port, log_config=None))
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, **_http_limits(settings))
+    server = _QuietServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock] if sock else None))
     await stop.wait()
     # Open inbox streams never finish by themselves: end them so uvicorn's wait for
@@ -172,6 +180,22 @@ async def _serve_asgi(
         inbox.notifier.close()
     server.should_exit = True  # stops accepting, lets in-flight requests finish
     await task
+
+
+def _http_limits(settings: Settings | None) -> dict[str, Any]:
+    if settings is None:
+        return {}
+    limit_repeated_warnings()
+    return {
+        "http": guarded_h11(
+            settings.http_header_timeout_seconds,
+            settings.http_body_timeout_seconds,
+            settings.http_max_connections,
+        ),
+        "timeout_keep_alive": settings.http_keep_alive_seconds,
+        # the listen queue: connections the kernel holds until they are accepted
+        "backlog": 2048,
+    }
 
 
 def _sandbox_part(port: int, receipt_delay: float) -> Part:

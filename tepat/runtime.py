@@ -26,7 +26,7 @@ from tepat.ports.push import PushProvider
 from tepat.ports.store import Store
 from tepat.services.enqueue import Enqueuer
 from tepat.services.events import EventService
-from tepat.services.inbox import InboxService
+from tepat.services.inbox import InboxNotifier, InboxService
 from tepat.services.outbox import Outbox
 from tepat.services.planning.creator import Creator
 from tepat.services.sending.channel_sender import ChannelSender
@@ -206,7 +206,12 @@ async def open_runtime(
                 max_attempts=settings.max_attempts,
                 max_age=timedelta(seconds=settings.max_retry_age_seconds),
             )
-            inbox = InboxService(store, clock, categories)
+            inbox = InboxService(
+                store,
+                clock,
+                categories,
+                InboxNotifier(settings.inbox_max_streams, settings.inbox_max_streams_per_user),
+            )
             dispatcher = Dispatcher(
                 store,
                 push,

@@ -8,14 +8,14 @@ stream wakes, and README "In-app inbox" for use.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from api.deps import Admin, UserId, id_path
-from api.problems import problem_responses
+from api.problems import problem_response, problem_responses
 from api.schemas import (
     InboxItemIn,
     InboxItemOut,
@@ -25,7 +25,7 @@ from api.schemas import (
     UnreadCountOut,
 )
 from tepat.domain.inbox import InboxItem, parse_seq
-from tepat.services.inbox import InboxService
+from tepat.services.inbox import InboxService, TooManyStreams
 
 router = APIRouter(
     prefix="/v1/users/{user_id}/inbox",
@@ -127,12 +127,14 @@ async def put_item(
 @router.get(
     "/stream",
     response_class=StreamingResponse,
+    response_model=None,
     responses={
         200: {
             "content": {SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
             "description": "Server-Sent Events: `event: inbox`, `id:` the seq, `data:` an "
             "InboxItemOut as JSON; `: keepalive` comments between",
-        }
+        },
+        **problem_responses(429, 503),
     },
     summary="Live stream of new inbox items (Server-Sent Events)",
 )
@@ -159,10 +161,12 @@ async def stream(
             "It ends up in access logs: prefer the header, or use short-lived tokens.",
         ),
     ] = None,
-) -> StreamingResponse:
+) -> StreamingResponse | JSONResponse:
     """Items stored after `Last-Event-ID` (header first, then `last_event_id`; none:
     only new items), each once, then live. Heartbeat comments keep proxies from closing
-    an idle stream. The stream ends when the server shuts down; reconnect to resume."""
+    an idle stream. The stream ends when the server shuts down; reconnect to resume.
+    A user with `TEPAT_INBOX_MAX_STREAMS_PER_USER` streams open gets 429, a server with
+    `TEPAT_INBOX_MAX_STREAMS` 503, both with `Retry-After`."""
     if last_event_id_header is not None:
         after = parse_seq(last_event_id_header.strip(), "Last-Event-ID")
     elif last_event_id is not None:
@@ -173,11 +177,32 @@ async def stream(
     if after is None:  # only what arrives from now on
         after = await service.newest_seq(user_id)
     items = await service.open_stream(user_id, after)
-    return StreamingResponse(
+    try:
+        release = service.reserve_stream(user_id)
+    except TooManyStreams as e:
+        return problem_response(
+            429 if e.per_user else 503, e.message, headers={"Retry-After": str(e.retry_after)}
+        )
+    return _Stream(
+        release,
         _events(items, after),
         media_type=SSE_MEDIA_TYPE,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+class _Stream(StreamingResponse):
+    """Gives the stream's slot back however the response ends (even before it starts)."""
+
+    def __init__(self, release: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 async def _events(items: AsyncIterator[InboxItem | None], position: int) -> AsyncIterator[str]:

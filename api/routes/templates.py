@@ -158,7 +158,7 @@ async def preview(
     service = _service(request)
     try:
         if body.template is not None:
-            result = service.preview_inline(
+            result = await service.preview_inline(
                 body.type, body.channel, body.locale, body.template.parts(), body.data
             )
         else:

@@ -33,6 +33,9 @@ from tepat.domain.models import Message
 _LINE_BREAKS = re.compile(r"[\r\n\x00]+")
 # A domain of the sender's address: letters, digits, hyphens, dots.
 _DOMAIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+# Headers set with set_raw go out as given (folded by us); all others as policy.SMTP folds them.
+_POLICY = policy.SMTP.clone(refold_source="none")
+_FOLD_AT = 78  # RFC 5322's recommended line length
 _LOCAL = re.compile(r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}$")
 
 
@@ -85,12 +88,27 @@ def list_unsubscribe(url: str, mailto: str | None) -> str:
     """The ``List-Unsubscribe`` value: the one-click URL first (RFC 8058 requires an https
     URI in it), then a mailto whose subject carries the same token, so a request by mail
     names the same (user, category, channel) for whoever reads that mailbox."""
-    parts = [f"<{url}>"]
+    return ", ".join(_unsubscribe_uris(url, mailto))
+
+
+def _unsubscribe_uris(url: str, mailto: str | None) -> list[str]:
+    uris = [f"<{url}>"]
     if mailto:
         token = url.rstrip("/").rpartition("/")[2]
         address = mailto.removeprefix("mailto:")
-        parts.append(f"<mailto:{address}?subject={quote('unsubscribe ' + token)}>")
-    return ", ".join(parts)
+        uris.append(f"<mailto:{address}?subject={quote('unsubscribe ' + token)}>")
+    return uris
+
+
+def _folded_list_unsubscribe(url: str, mailto: str | None) -> str:
+    """The value folded by hand, at the space after a comma only: RFC 2369 readers look
+    for ``<URI>`` and would find nothing in the RFC 2047 encoded-words that the email
+    package makes of any unstructured value longer than a line."""
+    uris = _unsubscribe_uris(url, mailto)
+    one_line = ", ".join(uris)
+    if len("List-Unsubscribe: ") + len(one_line) <= _FOLD_AT:
+        return one_line
+    return ",\n ".join(uris)  # the generator writes the policy's CRLF
 
 
 def build_email(
@@ -102,7 +120,7 @@ def build_email(
     unsubscribe_mailto: str | None = None,
 ) -> EmailMessage:
     """The MIME message for one attempt; the same bytes apart from ``Date`` on a retry."""
-    mail = EmailMessage(policy=policy.SMTP)
+    mail = EmailMessage(policy=_POLICY)
     mail["From"] = sender.header()
     mail["To"] = to
     mail["Subject"] = _LINE_BREAKS.sub(" ", message.title).strip()
@@ -110,7 +128,10 @@ def build_email(
     mail["Message-ID"] = message_id_header(message.id, sender)
     mail[HEADER_MESSAGE_ID] = message.id
     if unsubscribe_url:
-        mail["List-Unsubscribe"] = list_unsubscribe(unsubscribe_url, unsubscribe_mailto)
+        # set_raw and refold_source="none": the generator writes this value as given
+        mail.set_raw(
+            "List-Unsubscribe", _folded_list_unsubscribe(unsubscribe_url, unsubscribe_mailto)
+        )
         mail["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
     # Quoted-printable: 7-bit on the wire whatever the text, so a relay without 8BITMIME
     # (MAIL FROM is sent without BODY=8BITMIME) takes it unchanged.

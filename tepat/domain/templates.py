@@ -19,10 +19,12 @@ Limits (sources are written by admin-key holders, data comes from events):
   :data:`PUSH_MAX_BYTES` (Expo refuses over 4096; the rest is room for what the
   dispatcher adds, as for one-offs in ``tepat/services/accounts.py``);
 - inbox: :data:`INBOX_LIMITS` per part;
-- in the sandbox: ``range`` up to :data:`MAX_RANGE`, string repetition, padding,
-  ``%`` widths and powers bounded, so a template cannot build gigabytes of text; and
-  at most :data:`MAX_STEPS` loop iterations and calls per part and render, so it
-  cannot spin either (rendering runs on the event loop).
+- in the sandbox (``tepat/domain/template_sandbox.py``): ``range`` up to
+  :data:`MAX_RANGE` items, size arguments up to :data:`MAX_STRING`, every text a step
+  builds up to :data:`MAX_TEXT` characters (checked before it is built), at most
+  :data:`MAX_STEPS` loop iterations and calls per part, :data:`MAX_NESTING` levels of
+  nesting, and :data:`RENDER_SECONDS` per render; the service renders in a worker
+  thread, so even a render at its limits never holds the event loop.
 
 Stored versions are immutable; :func:`template_id` names one (``order.paid:push:en:3``),
 which a message pins so a retry renders the same text.
@@ -30,26 +32,36 @@ which a message pins so a retry renders the same text.
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import hashlib
 import json
 import re
+import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 import jinja2
-from jinja2 import StrictUndefined, TemplateSyntaxError, meta, nodes
-from jinja2.exceptions import SecurityError, UndefinedError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import TemplateSyntaxError, meta, nodes
+from jinja2.exceptions import UndefinedError
 
 from tepat.domain.errors import DomainError
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import Channel, check_event_type_name, parse_channel
 from tepat.domain.sms import check_segments
+from tepat.domain.template_sandbox import (
+    LOOP_GUARD,
+    MAX_NESTING,
+    RENDER_SECONDS,
+    Sandbox,
+    budget,
+    environment,
+    guard_loops,
+    nesting,
+    uses_reserved_name,
+)
 
 # ---------------------------------------------------------------- limits
 
@@ -72,14 +84,6 @@ SMS_BODY_CHARS: Final = 1600  # Twilio's longest body
 #: The most segments a rendered SMS may take (TEPAT_SMS_MAX_SEGMENTS, enforced by the
 #: SMS adapter when sending, may be lower).
 SMS_MAX_SEGMENTS: Final = 10
-MAX_RANGE: Final = 1000
-MAX_STRING: Final = 64 * 1024  # the longest string one operation in a template may build
-# Steps in one render of one part: a loop iteration is one, a call (macro, function)
-# CALL_STEPS, about their relative cost; nested loops or a doubly recursive macro stop
-# within a few tens of milliseconds instead of keeping the event loop busy.
-MAX_STEPS: Final = 100_000
-CALL_STEPS: Final = 10
-_MAX_POWER_BITS: Final = 4096
 _DATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 # A rendered inbox link: an absolute URL or app deep link, or a path; never script.
 _LINK = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*:)")
@@ -199,112 +203,8 @@ def content_hash(parts: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------- the sandbox
 
-
-def _bounded(n: object, what: str, limit: int = MAX_STRING) -> None:
-    if isinstance(n, int) and not isinstance(n, bool) and abs(n) > limit:
-        raise SecurityError(f"{what} over {limit} is not allowed in templates")
-
-
-_WIDTH = re.compile(r"%[-+ #0]*(\d+)?(?:\.(\d+))?")
-# str methods that pad or repeat to a caller-given size (the filters are wrapped below)
-_SIZED_STR_METHODS = frozenset(
-    {"center", "ljust", "rjust", "zfill", "expandtabs", "format", "format_map", "replace"}
-)
-
-
-# The steps left in the render under way (renders are synchronous, so one per context).
-_STEPS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "tepat_template_steps", default=None
-)
-_LOOP_GUARD = "_tepat_loop"  # every {% for %} iterates through it (see _compile)
-
-
-def _step(n: int = 1) -> None:
-    left = _STEPS.get()
-    if left is not None:
-        left[0] -= n
-        if left[0] < 0:
-            raise SecurityError(
-                f"over {MAX_STEPS} steps (loop iterations, and calls at {CALL_STEPS} each):"
-                " templates must stay small"
-            )
-
-
-def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
-    for item in iterable:
-        _step()
-        yield item
-
-
-class _Sandbox(SandboxedEnvironment):
-    """Jinja's sandbox (no access to Python internals), with sizes and steps bounded."""
-
-    intercepted_binops = frozenset({"*", "**", "%"})
-
-    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _step(CALL_STEPS)
-        return super().call(context, obj, *args, **kwargs)
-
-    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        if isinstance(obj, str) and attr in _SIZED_STR_METHODS:
-            return False
-        return bool(super().is_safe_attribute(obj, attr, value))
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*":
-            for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(n, int):
-                    _bounded(len(seq) * n, "a repeated string or list of length")
-        elif operator == "**" and isinstance(left, int) and isinstance(right, int):
-            if max(abs(left), 2).bit_length() * abs(right) > _MAX_POWER_BITS:
-                raise SecurityError("a power this large is not allowed in templates")
-        elif operator == "%" and isinstance(left, str):
-            _check_widths(left)
-        return super().call_binop(context, operator, left, right)
-
-
-def _check_widths(fmt: str) -> None:
-    for m in _WIDTH.finditer(fmt):
-        for group in m.groups():
-            if group is not None:
-                _bounded(int(group), "a format width")
-
-
-def _safe_range(*args: int) -> range:
-    r = range(*args)
-    if len(r) > MAX_RANGE:
-        raise SecurityError(f"range() over {MAX_RANGE} items is not allowed in templates")
-    return r
-
-
-def _width_checked(name: str, env: jinja2.Environment) -> Callable[..., Any]:
-    original = env.filters[name]
-
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        for arg in (*args[1:], *kwargs.values()):
-            _bounded(arg, f"a {name} width")
-        if name == "format" and isinstance(args[0], str):
-            _check_widths(args[0])
-        if name == "replace" and len(args) >= 3:
-            value, old, new = str(args[0]), str(args[1]), str(args[2])
-            _bounded((value.count(old) + 1) * max(len(new), 1), "a replaced string of length")
-        return original(*args, **kwargs)
-
-    checked.__name__ = name
-    return checked
-
-
-def _environment(autoescape: bool) -> _Sandbox:
-    env = _Sandbox(undefined=StrictUndefined, autoescape=autoescape, keep_trailing_newline=False)
-    env.globals["range"] = _safe_range
-    env.globals[_LOOP_GUARD] = _counted
-    for name in ("center", "indent", "format", "replace", "wordwrap", "truncate"):
-        env.filters[name] = _width_checked(name, env)
-    return env
-
-
-_TEXT = _environment(autoescape=False)
-_HTML = _environment(autoescape=True)
+_TEXT = environment(autoescape=False)
+_HTML = environment(autoescape=True)
 
 
 # ---------------------------------------------------------------- checking at save time
@@ -413,28 +313,31 @@ def compile_parts(channel: Channel, parts: Mapping[str, Any], prefix: str = "") 
     return CompiledTemplate(channel, compiled, data, tuple(sorted(variables)))
 
 
-def _compile(env: _Sandbox, source: str, where: str, variables: set[str]) -> jinja2.Template:
+def _compile(env: Sandbox, source: str, where: str, variables: set[str]) -> jinja2.Template:
     try:
         ast: nodes.Template = env.parse(source)
-    except Exception as e:
-        raise _compile_error(where, e) from None
-    if any(n.name == _LOOP_GUARD for n in ast.find_all(nodes.Name)):
-        raise TemplateError(where, f"{_LOOP_GUARD} is a reserved name", TemplateFailure.INVALID)
-    try:
+        if nesting(ast) > MAX_NESTING:
+            raise TemplateError(
+                where,
+                f"does not compile: nested over {MAX_NESTING} levels deep (a long chain of"
+                " attributes, filters or operators?)",
+                TemplateFailure.COMPILE_ERROR,
+            )
+        if uses_reserved_name(ast):
+            raise TemplateError(where, f"{LOOP_GUARD} is a reserved name", TemplateFailure.INVALID)
         variables |= meta.find_undeclared_variables(ast)
-        for loop in ast.find_all(nodes.For):
-            # each iteration takes a step of the render's budget
-            guard = nodes.Call(nodes.Name(_LOOP_GUARD, "load"), [loop.iter], [], None, None)
-            loop.iter = guard.set_lineno(loop.lineno)
+        guard_loops(ast)  # each iteration takes a step of the render's budget
         return env.from_string(ast)
-    except Exception as e:
+    except TemplateError:
+        raise
+    except Exception as e:  # RecursionError, MemoryError too: a 422, never a 500
         raise _compile_error(where, e) from None
 
 
 def _compile_error(where: str, e: Exception) -> TemplateError:
     if isinstance(e, TemplateSyntaxError):
         message = f"does not compile: line {e.lineno}: {e.message}"
-    else:  # a pathologically nested source can exhaust the parser (RecursionError)
+    else:  # a pathological source can exhaust the parser (RecursionError)
         message = f"does not compile: {type(e).__name__}"
     return TemplateError(where, message, TemplateFailure.COMPILE_ERROR)
 
@@ -471,16 +374,20 @@ def render(
     *,
     prefix: str = "",
     data_field: str = "data",
+    seconds: float = RENDER_SECONDS,
 ) -> Rendered:
-    """Render with ``data``; any failure is a :class:`TemplateError` with reason
-    ``render_error`` (a missing variable names ``data_field.<variable>``)."""
+    """Render with ``data`` within ``seconds``; any failure is a :class:`TemplateError`
+    with reason ``render_error`` (a missing variable names ``data_field.<variable>``)."""
     context = dict(data)
+    limits = _RenderLimits(time.monotonic() + seconds, seconds)
     parts = {
-        name: _render_one(t, context, f"{prefix}{name}", data_field, _limit(compiled.channel, name))
+        name: _render_one(
+            t, context, f"{prefix}{name}", data_field, _limit(compiled.channel, name), limits
+        )
         for name, t in compiled.parts.items()
     }
     values = {
-        key: _render_one(t, context, f"{prefix}data.{key}", data_field, PUSH_MAX_BYTES)
+        key: _render_one(t, context, f"{prefix}data.{key}", data_field, PUSH_MAX_BYTES, limits)
         for key, t in compiled.data.items()
     }
     rendered = Rendered(
@@ -505,26 +412,23 @@ def _limit(channel: Channel, part: str) -> int:
     return INBOX_LIMITS[part]
 
 
+@dataclass(frozen=True, slots=True)
+class _RenderLimits:
+    deadline: float  # time.monotonic()
+    seconds: float
+
+
 def _render_one(
-    template: jinja2.Template, context: dict[str, Any], where: str, data_field: str, limit: int
+    template: jinja2.Template,
+    context: dict[str, Any],
+    where: str,
+    data_field: str,
+    limit: int,
+    limits: _RenderLimits,
 ) -> str:
-    token = _STEPS.set([MAX_STEPS])
     try:
-        chunks: list[str] = []
-        size = 0
-        # Streamed, so an oversized render stops at the limit instead of finishing.
-        for chunk in template.generate(context):
-            size += len(chunk)
-            if size > limit:
-                raise TemplateError(
-                    where,
-                    f"rendered text over the limit of {limit} characters",
-                    TemplateFailure.RENDER_ERROR,
-                )
-            chunks.append(chunk)
-        text = "".join(chunks)
-        text.encode()  # a lone surrogate from the data cannot be stored or sent
-        return text
+        with budget(limits.deadline, limits.seconds):
+            return _generate(template, context, where, limit, limits)
     except TemplateError:
         raise
     except UndefinedError as e:
@@ -541,14 +445,42 @@ def _render_one(
         raise TemplateError(
             data_field, f"{e} (in {where}{line})", TemplateFailure.RENDER_ERROR
         ) from None
-    except Exception as e:  # template code can raise anything; none of it may escape
+    except Exception as e:  # template code can raise anything (RecursionError, MemoryError)
         raise TemplateError(
             where,
             f"render failed{_template_line(e)}: {type(e).__name__}: {e}"[:500],
             TemplateFailure.RENDER_ERROR,
         ) from None
-    finally:
-        _STEPS.reset(token)
+
+
+def _generate(
+    template: jinja2.Template,
+    context: dict[str, Any],
+    where: str,
+    limit: int,
+    limits: _RenderLimits,
+) -> str:
+    chunks: list[str] = []
+    size = 0
+    # Streamed, so an oversized or slow render stops at the limit instead of finishing.
+    for chunk in template.generate(context):
+        size += len(chunk)
+        if size > limit:
+            raise TemplateError(
+                where,
+                f"rendered text over the limit of {limit} characters",
+                TemplateFailure.RENDER_ERROR,
+            )
+        if time.monotonic() > limits.deadline:
+            raise TemplateError(
+                where,
+                f"rendering took over {limits.seconds:g} s: templates must stay small",
+                TemplateFailure.RENDER_ERROR,
+            )
+        chunks.append(chunk)
+    text = "".join(chunks)
+    text.encode()  # a lone surrogate from the data cannot be stored or sent
+    return text
 
 
 def _template_line(exc: BaseException) -> str:

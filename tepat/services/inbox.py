@@ -40,6 +40,20 @@ from tepat.ports.repositories.users import UserRepository
 from tepat.services.accounts import NotFound
 
 STREAM_BATCH = 100
+# What a refused stream is told to wait before trying again: streams are long-lived, so a
+# slot frees rarely; a browser's EventSource waits about this long by itself anyway.
+STREAMS_RETRY_AFTER_SECONDS = 30
+
+
+class TooManyStreams(Exception):
+    """A new stream over the cap: ``per_user`` (429: this user has enough open) or the
+    process's total (503); ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, per_user: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.per_user = per_user
+        self.retry_after = STREAMS_RETRY_AFTER_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +79,46 @@ class InboxPage:
 
 
 class InboxNotifier:
-    """Wakes this process's open streams of a user; :meth:`close` ends them all."""
+    """Wakes this process's open streams of a user; :meth:`close` ends them all.
 
-    def __init__(self) -> None:
+    Also holds the stream caps (``TEPAT_INBOX_MAX_STREAMS`` in all,
+    ``TEPAT_INBOX_MAX_STREAMS_PER_USER``): :meth:`reserve` takes a slot before the response
+    starts, so a refusal is an HTTP status, not a stream that ends at once.
+    """
+
+    def __init__(self, max_streams: int = 500, max_streams_per_user: int = 5) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._closed = False
+        self._max_streams = max_streams
+        self._max_per_user = max_streams_per_user
+        self._reserved: dict[str, int] = {}
+
+    def reserve(self, user_id: str) -> Callable[[], None]:
+        """A stream slot for ``user_id`` (or :class:`TooManyStreams`); call what it returns,
+        once, when the stream ends."""
+        if self._reserved.get(user_id, 0) >= self._max_per_user:
+            raise TooManyStreams(
+                f"{self._max_per_user} inbox streams of this user are open already: close one",
+                per_user=True,
+            )
+        if self.reserved() >= self._max_streams:
+            raise TooManyStreams(
+                f"{self._max_streams} inbox streams are open on this server", per_user=False
+            )
+        self._reserved[user_id] = self._reserved.get(user_id, 0) + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                left = self._reserved[user_id] - 1
+                if left:
+                    self._reserved[user_id] = left
+                else:
+                    del self._reserved[user_id]
+
+        return release
 
     @property
     def closed(self) -> bool:
@@ -91,6 +140,10 @@ class InboxNotifier:
     def notify(self, user_id: str) -> None:
         for wake in self._waiters.get(user_id, ()):
             wake.set()
+
+    def reserved(self) -> int:
+        """Stream slots taken (streams open, or about to be)."""
+        return sum(self._reserved.values())
 
     def streams(self) -> int:
         return sum(len(w) for w in self._waiters.values())
@@ -215,6 +268,11 @@ class InboxService:
         """Checks the user first (a 404 before the stream starts), then :meth:`stream`."""
         await self._check_user(user_id)
         return self.stream(user_id, after_seq)
+
+    def reserve_stream(self, user_id: str) -> Callable[[], None]:
+        """A stream slot (:class:`TooManyStreams` over the caps), taken before the response
+        starts; call what it returns when the response ends."""
+        return self.notifier.reserve(user_id)
 
     async def stream(self, user_id: str, after_seq: int) -> AsyncGenerator[InboxItem | None, None]:
         """The user's items with a seq above ``after_seq``, each once, oldest first, and

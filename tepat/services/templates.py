@@ -6,14 +6,22 @@ locale (``pt-BR`` -> ``pt`` -> ``TEPAT_DEFAULT_LOCALE``) and the message carries
 id; :meth:`TemplateService.render_pinned` renders exactly that version at send time,
 so a retry an hour later, after the template was edited, renders the same text.
 Versions are immutable, so compiled ones are cached by id.
+
+Renders (and the compiling of sources sent to save or preview) run on a small pool of
+worker threads, never on the event loop: a template at its limits (see
+``tepat/domain/template_sandbox.py``: size, steps, nesting, a second of time) costs a
+worker thread up to that second, while the API keeps answering.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
@@ -34,6 +42,16 @@ from tepat.ports.repositories.templates import TemplateRepository
 from tepat.services.accounts import NotFound
 
 COMPILED_CACHE_SIZE = 512
+# Few: a render is CPU work, and a flood of slow previews should queue, not take every core.
+RENDER_THREADS = 2
+
+T = TypeVar("T")
+_workers = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="tepat-render")
+
+
+async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_workers, functools.partial(fn, *args, **kwargs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +104,7 @@ class TemplateService:
 
     async def put(self, key: TemplateKey, parts: Mapping[str, Any]) -> tuple[Template, bool]:
         """A new version unless ``parts`` equal the latest's: (template, created)."""
-        checked = check_parts(key.channel, parts)
+        checked = await _off_loop(check_parts, key.channel, parts)
         return await self._store.add_template_version(
             key, checked, content_hash(checked), self._clock.now()
         )
@@ -127,7 +145,7 @@ class TemplateService:
             compiled = self._compile(await self.get(key, version))
         else:
             self._compiled.move_to_end(template_id)
-        return render(compiled, data)
+        return await _off_loop(render, compiled, data)
 
     # ------------------------------------------------------------ preview
 
@@ -153,10 +171,10 @@ class TemplateService:
                 )
             template = await self.get(TemplateKey(key.event_type, key.channel, pinned.locale))
         compiled = self._compile(template)
-        rendered = render(compiled, data)
+        rendered = await _off_loop(render, compiled, data)
         return Preview(rendered, template.key.locale, template, compiled.variables)
 
-    def preview_inline(
+    async def preview_inline(
         self,
         event_type: str,
         channel: str,
@@ -165,10 +183,7 @@ class TemplateService:
         data: Mapping[str, Any],
     ) -> Preview:
         key = self.key(event_type, channel, locale)
-        checked = check_parts(key.channel, parts, prefix="template.")
-        compiled = compile_parts(key.channel, checked, prefix="template.")
-        rendered = render(compiled, data, prefix="template.")
-        return Preview(rendered, key.locale, None, compiled.variables)
+        return await _off_loop(_preview_inline, key, parts, data)
 
     # ------------------------------------------------------------ cache
 
@@ -180,3 +195,10 @@ class TemplateService:
             if len(self._compiled) > self._cache_size:
                 self._compiled.popitem(last=False)
         return compiled
+
+
+def _preview_inline(key: TemplateKey, parts: Mapping[str, Any], data: Mapping[str, Any]) -> Preview:
+    checked = check_parts(key.channel, parts, prefix="template.")
+    compiled = compile_parts(key.channel, checked, prefix="template.")
+    rendered = render(compiled, data, prefix="template.")
+    return Preview(rendered, key.locale, None, compiled.variables)

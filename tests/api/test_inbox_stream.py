@@ -21,8 +21,8 @@ from fastapi import FastAPI
 from tepat.clock import FakeClock
 from tepat.runtime import Runtime
 from tepat.sandbox.runner import QuietServer, serving_app
-from tepat.services.inbox import InboxService, StreamTiming
-from tests.api.conftest import ADMIN, bearer, token_for
+from tepat.services.inbox import InboxNotifier, InboxService, StreamTiming
+from tests.api.conftest import ADMIN, bearer, problem, token_for
 from tests.api.helpers import create_user
 from tests.support.waiting import eventually
 
@@ -279,3 +279,45 @@ async def test_the_api_process_ends_open_streams_when_it_stops(
         stop.set()
         await asyncio.wait_for(serving, WAIT)
         sock.close()
+
+
+async def test_streams_are_capped_per_user_and_in_all_with_retry_after(
+    live: Live, rt: Runtime, clock: FakeClock
+) -> None:
+    """Beyond the per-user cap a new stream is 429, beyond the total 503, both with
+    Retry-After; a closed stream gives its slot back (issue 19 #5)."""
+    service = InboxService(
+        rt.store,
+        rt.clock,
+        rt.categories,
+        InboxNotifier(max_streams=3, max_streams_per_user=2),
+        timing=StreamTiming(heartbeat=3600, poll=3600),
+    )
+    live.app.state.inbox = service
+    alice, bob = "/v1/users/alice/inbox/stream", "/v1/users/bob/inbox/stream"
+    async with httpx.AsyncClient(base_url=live.url, timeout=WAIT) as client:
+        for user in ("alice", "bob", "carol"):
+            await create_user(client, user)
+        async with (
+            open_stream(live.url, alice, bearer("alice", clock)),
+            open_stream(live.url, alice, bearer("alice", clock)),
+        ):
+            third = await client.get(alice, headers=bearer("alice", clock))
+            assert str(problem(third, 429)["detail"]).startswith("2 inbox streams of this user")
+            assert int(third.headers["retry-after"]) > 0
+            async with open_stream(live.url, bob, bearer("bob", clock)):
+                full = await client.get(
+                    "/v1/users/carol/inbox/stream", headers=bearer("carol", clock)
+                )
+                assert problem(full, 503)["detail"] == "3 inbox streams are open on this server"
+                assert int(full.headers["retry-after"]) > 0
+
+        async def slots_given_back() -> bool:
+            return service.notifier.reserved() == 0
+
+        await eventually(slots_given_back, timeout=WAIT, what="the streams' slots released")
+        async with (
+            open_stream(live.url, alice, bearer("alice", clock)),
+            open_stream(live.url, alice, bearer("alice", clock)),
+        ):
+            pass

@@ -112,6 +112,28 @@ async def test_both_parts_headers_and_message_id(server: SmtpServer) -> None:
     assert html is not None and html.get_content().strip() == "<p>Paid</p>"
 
 
+async def test_list_unsubscribe_on_the_wire_is_angle_bracketed_uris_folded_at_whitespace(
+    server: SmtpServer,
+) -> None:
+    """RFC 2369/8058 readers parse the raw header: ``<https://...>``, never encoded-words
+    (which the email package makes of any value longer than a line)."""
+    email = channel(server.port, unsubscribe_mailto="unsubscribe@shop.example")
+    token = "v1." + "a" * 40 + "." + "b" * 43  # as long as a real token
+    url = f"https://tepat.example/u/{token}"
+    try:
+        await email.send([Outgoing(message(), "ana@example.com", url)])
+    finally:
+        await email.close()
+    [got] = server.received
+    head = got.data.split(b"\r\n\r\n", 1)[0]
+    assert b"=?" not in head
+    assert (
+        b"\r\nList-Unsubscribe: <" + url.encode() + b">,\r\n"
+        b" <mailto:unsubscribe@shop.example?subject=unsubscribe%20" + token.encode() + b">\r\n"
+    ) in head
+    assert b"\r\nList-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n" in head
+
+
 async def test_text_only_and_no_unsubscribe_headers_without_url(server: SmtpServer) -> None:
     email = channel(server.port)
     try:

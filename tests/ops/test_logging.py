@@ -131,7 +131,10 @@ def test_a_taken_metrics_port_stops_the_start_with_one_line(tmp_path: Path) -> N
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = _tepat(["consumers", "--metrics-port", str(port)], {}, tmp_path)
+        # A broker URL (never reached: the port is bound first), since `tepat consumers`
+        # refuses the embedded broker (issue 19 #9).
+        stomp = {"TEPAT_BROKER_URL": "stomp://127.0.0.1:9"}
+        done = _tepat(["consumers", "--metrics-port", str(port)], stomp, tmp_path)
     assert done.returncode == 2
     assert done.stderr == (
         f"tepat: bad configuration: TEPAT_METRICS_PORT: cannot listen on 127.0.0.1:{port}"

@@ -182,3 +182,19 @@ async def test_tzdata_check_compares_the_release_with_the_store(tmp_path: Path) 
         assert stale.status is Status.WARN and "pip install -U tzdata" in stale.hint
     finally:
         await store.close()
+
+
+def test_doctor_fails_a_store_directory_it_cannot_write(tmp_path: Path) -> None:
+    """/proc refuses new files even to root, as a read-only mount would (issue 19 #9)."""
+    done = tepat(
+        "doctor",
+        environ=env(
+            TEPAT_DATABASE_URL="sqlite:////proc/tepat.db", TEPAT_EXPO_URL="http://127.0.0.1:9"
+        ),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    status, text = verdicts(done.stdout)["store"]
+    assert status == "FAIL"
+    assert "directory /proc is not writable" in text and "TEPAT_DATABASE_URL" in text
+    assert "Traceback" not in done.stdout + done.stderr

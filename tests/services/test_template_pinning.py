@@ -3,6 +3,7 @@ that version at send time, whatever was saved since (issue 12)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,3 +101,29 @@ async def test_a_pinned_render_that_misses_data_is_a_render_error(
 async def test_a_pinned_id_that_names_nothing_is_not_found(service: TemplateService) -> None:
     with pytest.raises(NotFound):
         await service.render_pinned("order.paid:push:en:7", {})
+
+
+class _WhereRendered:
+    """A data value that notes the thread it is printed on."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def __str__(self) -> str:
+        self.threads.append(threading.current_thread().name)
+        return "x"
+
+
+async def test_renders_run_on_a_worker_thread_never_on_the_event_loop(
+    service: TemplateService,
+) -> None:
+    """A render at its limits takes up to a second: the API must keep answering meanwhile."""
+    await save(service, "en", "Paid")
+    value = _WhereRendered()
+    await service.render_pinned("order.paid:push:en:1", {"order_id": value})
+    await service.preview_inline(
+        "order.paid", "push", "en", {"title": "t", "body": "{{ v }}"}, {"v": value}
+    )
+    assert len(value.threads) == 2
+    assert threading.main_thread().name not in value.threads
+    assert all(name.startswith("tepat-render") for name in value.threads)

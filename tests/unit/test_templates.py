@@ -332,3 +332,39 @@ def test_any_source_and_data_give_a_render_or_a_template_error(
             assert e.field
             continue
         json.dumps(rendered.as_dict(), ensure_ascii=False).encode()
+
+
+def test_a_render_stops_at_its_time_limit() -> None:
+    """Checked at every step, so no template holds its worker thread past the limit."""
+    compiled = compile_parts(
+        PUSH,
+        check_parts(PUSH, {"title": "{% for i in range(9) %}{{ i }}{% endfor %}", "body": "b"}),
+    )
+    assert render(compiled, {}).title == "012345678"
+    e = fails(render, compiled, {}, seconds=-1.0)
+    assert e.field == "title" and "took over -1 s" in e.message
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ a" + ".b" * 2500 + " }}",
+        "{{ a" + " | e" * 2000 + " }}",
+        "{{ 1" + " + 1" * 2000 + " }}",
+        "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}",
+    ],
+)
+def test_a_deeply_nested_source_is_refused_at_save_never_a_recursion_error(source: str) -> None:
+    e = fails(check_parts, PUSH, {"title": "t", "body": source})
+    assert (e.field, e.reason) == ("body", TemplateFailure.COMPILE_ERROR)
+
+
+def test_ordinary_uses_of_the_bounded_filters_still_work() -> None:
+    got = push(
+        {"items": ["a", "b"], "text": "one two"},
+        title="{{ items | join(', ') }} {{ ', '.join(items) }}",
+        body="{{ text | indent(2, true) }}|{{ '%-4s|%.1f' % ('x', 2.25) }}|{{ 'a' ~ (1 + 2) }}"
+        "|{{ [1, 2] + [3] }}|{{ items | sum(start=0) if false else text | wordwrap(3) }}",
+    )
+    assert got["title"] == "a, b a, b"
+    assert got["body"] == "  one two|x   |2.2|a3|[1, 2, 3]|one\ntwo"

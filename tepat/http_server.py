@@ -1,0 +1,146 @@
+"""The HTTP server's defences against slow and idle clients: uvicorn's h11 protocol, guarded.
+
+uvicorn closes a connection left idle *after* a response (``timeout_keep_alive``), but
+not one still sending its request: a client that sends a request line and then a header
+byte every few seconds (slowloris), or half a request and then nothing, keeps its
+connection, its buffers and a file descriptor for as long as it likes, since each byte
+cancels the keep-alive timer and nothing else is armed. So here:
+
+- a request's headers must be complete within ``header_seconds`` of its first byte (or
+  of the connection opening), and its body within ``body_seconds`` after the headers;
+  trickling bytes does not extend either; past it the connection is closed unanswered;
+- beyond ``max_connections`` open connections, a new one is closed at once;
+- those closes are counted and reported in one log line at most every
+  :data:`LOG_EVERY_SECONDS`, never a line (or a traceback) per connection; uvicorn's and
+  asyncio's own per-connection warnings are limited the same way (:class:`OncePerWhile`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import h11
+import structlog
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+LOG_EVERY_SECONDS = 10.0
+log = structlog.get_logger("tepat.http")
+
+
+class _Refusals:
+    """Counts slow or surplus connections closed, and says so now and then."""
+
+    def __init__(self, every: float = LOG_EVERY_SECONDS) -> None:
+        self._every = every
+        self._counts: dict[str, int] = {}
+        self._last = float("-inf")
+
+    def note(self, why: str) -> None:
+        self._counts[why] = self._counts.get(why, 0) + 1
+        now = time.monotonic()
+        if now - self._last >= self._every:
+            self._last = now
+            log.warning("closed slow or surplus HTTP connections", **self._counts)
+            self._counts = {}
+
+
+def guarded_h11(
+    header_seconds: float, body_seconds: float, max_connections: int
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the limits above (pass it as ``uvicorn.Config(http=...)``)."""
+    refusals = _Refusals()
+
+    class GuardedH11Protocol(H11Protocol):
+        _waiting_for: str | None = None
+        _timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                refusals.note("over_max_connections")
+                transport.close()
+                return
+            self._expect("headers", header_seconds)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._follow()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._follow()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._expect(None, 0.0)
+            super().connection_lost(exc)
+
+        def _follow(self) -> None:
+            """Arm the deadline of what the client now owes: headers or a body, if any."""
+            state = self.conn.their_state
+            if state is h11.SEND_BODY:
+                self._expect("body", body_seconds)
+            elif state is h11.IDLE and self.conn.trailing_data[0]:
+                self._expect("headers", header_seconds)  # part of the next request is in
+            elif state is not h11.IDLE or self._waiting_for != "headers":
+                # the request is in (uvicorn's keep-alive timer covers the idle time after)
+                self._expect(None, 0.0)
+
+        def _expect(self, what: str | None, seconds: float) -> None:
+            if what is not None and what == self._waiting_for:
+                return  # a trickle of bytes does not move the deadline
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._waiting_for = what
+            if what is not None:
+                self._timer = self.loop.call_later(seconds, self._too_slow)
+
+        def _too_slow(self) -> None:
+            self._timer = None
+            if self._waiting_for is not None and not self.transport.is_closing():
+                refusals.note(f"slow_{self._waiting_for}")
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
+class OncePerWhile(logging.Filter):
+    """Lets a record through once per message per ``every`` seconds (with how many were
+    held back since): one line instead of one per connection when many misbehave."""
+
+    def __init__(
+        self, every: float = LOG_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self._every = every
+        self._clock = clock
+        self._seen: dict[Any, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.exc_info is None:
+            key: Any = (record.name, record.msg)
+        else:
+            key = (record.name, record.msg, record.levelno)
+        now = self._clock()
+        last, held = self._seen.get(key, (float("-inf"), 0))
+        if now - last < self._every:
+            self._seen[key] = (last, held + 1)
+            return False
+        self._seen[key] = (now, 0)
+        if len(self._seen) > 1000:  # messages are templates; this only bounds the odd case
+            self._seen = {key: (now, 0)}
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it in the last {self._every:g} s)"
+        return True
+
+
+def limit_repeated_warnings() -> None:
+    """uvicorn's and asyncio's per-connection warnings, once per message per while."""
+    for name in ("uvicorn.error", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, OncePerWhile) for f in logger.filters):
+            logger.addFilter(OncePerWhile())
