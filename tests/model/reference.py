@@ -46,6 +46,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
+from importlib.resources import files
 from zoneinfo import ZoneInfo
 
 MISSED_WINDOW = timedelta(minutes=30)
@@ -162,7 +163,31 @@ class EventProgress:
 
 @cache
 def _zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
+    # From the tzdata package, as the product reads them (the system copy is an older
+    # release that differs for 2027 in several zones), whatever zoneinfo's search path.
+    resource = files("tzdata.zoneinfo").joinpath(*name.split("/"))
+    with resource.open("rb") as f:
+        return ZoneInfo.from_file(f, key=name)
+
+
+def offset_transitions(tz: str, year: int) -> list[datetime]:
+    """The instants of ``year`` at which ``tz`` changes its UTC offset (to the minute)."""
+    out = []
+    t = datetime(year, 1, 1, tzinfo=UTC)
+    step = timedelta(hours=1)
+    while t.year == year:
+        if t.astimezone(_zone(tz)).utcoffset() != (t + step).astimezone(_zone(tz)).utcoffset():
+            lo, hi = t, t + step  # the offset changes in (lo, hi]
+            while hi - lo > timedelta(minutes=1):
+                mid = lo + (hi - lo) / 2
+                mid = mid.replace(second=0, microsecond=0)
+                if mid.astimezone(_zone(tz)).utcoffset() == lo.astimezone(_zone(tz)).utcoffset():
+                    lo = mid
+                else:
+                    hi = mid
+            out.append(hi)
+        t += step
+    return out
 
 
 def rule_instant(day: date, at: time, tz: str, fold: int = 0) -> datetime:
@@ -172,6 +197,25 @@ def rule_instant(day: date, at: time, tz: str, fold: int = 0) -> datetime:
 
 def wall(instant: datetime, tz: str) -> datetime:
     return instant.astimezone(_zone(tz)).replace(tzinfo=None)
+
+
+def local_time_kind(day: date, at: time, tz: str) -> str:
+    """ "in a gap" (clocks spring forward over it), "repeated" (they fall back over it),
+    or "" for an ordinary local time."""
+    first = rule_instant(day, at, tz)
+    if wall(first, tz) != datetime.combine(day, at):
+        return "in a gap"
+    if rule_instant(day, at, tz, fold=1) != first:
+        return "repeated"
+    return ""
+
+
+def offset_changes_on(day: date, tz: str) -> bool:
+    """Whether ``tz``'s UTC offset at the end of local ``day`` differs from its start."""
+    zone = _zone(tz)
+    start = datetime.combine(day, time(0), tzinfo=zone)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
+    return start.utcoffset() != end.utcoffset()
 
 
 @dataclass(frozen=True)
@@ -254,6 +298,8 @@ class Expectation:
     decided_seq: int = 0
     channel: str = "push"
     bypass_quiet: bool = False  # a critical event's messages (whatever their category)
+    tz: str = ""  # a reminder's: the zone and local time it fired at
+    local_at: time = time(0)
 
     @property
     def retries_maybe_sent(self) -> bool:
@@ -529,6 +575,11 @@ class Model:
                 day += timedelta(days=1)
         return out
 
+    def next_reminder_instant(self, within: timedelta) -> datetime | None:
+        """The first instant after now, within ``within``, at which a reminder fires."""
+        fires = self._triggers(self.now + timedelta(microseconds=1), self.now + within)
+        return min((n for n, _ in fires), default=None)
+
     def _may_fire(self, key: Key, nominal: datetime) -> bool:
         if (key, nominal) in self._fired:
             return False
@@ -550,6 +601,8 @@ class Model:
                 nominal,
                 generation=(self.reminder_generation[(user, rid)], u.zone_generation),
                 disabled_when_fired=not u.enabled,
+                tz=u.tz,
+                local_at=r.at,
             )
             if previous is not None:
                 # Fired again after a skip, under a new configuration: whether the

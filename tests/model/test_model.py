@@ -40,6 +40,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import RunningSandbox, running_sandbox
+from tests.model.census import REPORTS
 from tests.model.machine import Env, TepatMachine
 from tests.support.store_factories import STORE_FACTORIES
 
@@ -71,3 +72,5 @@ def test_tepat_keeps_its_promise(store_name: str, sandbox: RunningSandbox, tmp_p
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         ),
     )
+    REPORTS.extend(env.census.report(f"model test on {store_name}"))
+    env.census.check()
