@@ -160,7 +160,7 @@ class TepatMachine(RuleBasedStateMachine):
         transition=st.sampled_from(TRANSITIONS),
         hours_before=st.integers(min_value=0, max_value=30),
         populate=st.booleans(),
-        routines=st.sampled_from((0, 1, 2, 2)),
+        routines=st.sampled_from((0, 1, 2, 2, 2)),
         data=st.data(),
     )
     def start(
@@ -459,15 +459,18 @@ class TepatMachine(RuleBasedStateMachine):
         self.delete_reminder(*self._draw_reminder(data))
 
     @precondition(lambda self: self.model is not None and bool(self.model.reminders))
-    @rule(after=st.sampled_from((0, 0, 1, 10, 45)))
-    def advance_to_reminder(self, after: int) -> None:
-        """Time passes to the next reminder's instant (and ``after`` minutes more)."""
-        nxt = self.ref.next_reminder_instant(timedelta(days=1))
-        if nxt is None:
-            self.advance(24 * 60)
-            return
-        seconds = (nxt - self.sut.clock.now()).total_seconds()
-        self.advance(max(1, math.ceil(seconds / 60)) + after)
+    @rule(after=st.sampled_from((0, 0, 1, 10, 45)), count=st.integers(1, 3))
+    def advance_to_reminder(self, after: int, count: int) -> None:
+        """Time passes to the next reminder's instant (and ``after`` minutes more),
+        ``count`` times."""
+        for _ in range(count):
+            nxt = self.ref.next_reminder_instant(timedelta(days=1))
+            if nxt is None:
+                self.advance(24 * 60)
+                return
+            seconds = (nxt - self.sut.clock.now()).total_seconds()
+            self.advance(max(1, math.ceil(seconds / 60)) + after)
+            self.everything_agrees()
 
     @rule(crash=st.sampled_from((False, False, True)))
     def plan_now(self, crash: bool) -> None:

@@ -318,6 +318,9 @@ class Model:
         self.users: dict[str, UserState] = {}
         self.reminders: dict[tuple[str, str], ReminderState] = {}
         self.reminder_generation: dict[tuple[str, str], int] = {}
+        # Every category a reminder had: a message planned (or in flight) before an edit
+        # keeps the category it was planned with.
+        self.categories_ever: dict[tuple[str, str], set[str]] = {}
         self.bindings: dict[tuple[str, str], Binding] = {}
         self.oneoffs: dict[Key, OneOffRequest] = {}
         self.expectations: dict[Key, Expectation] = {}
@@ -372,6 +375,7 @@ class Model:
         if user not in self.users:
             return 404
         self._changed(user)
+        self.categories_ever.setdefault((user, rid), set()).add(state.category)
         old = self.reminders.get((user, rid))
         if old == state:
             return 200
