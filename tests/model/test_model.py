@@ -15,6 +15,18 @@ suppressions. Each (event, user, channel) is sent at most once outside the
 documented duplicate window (the inbox: stored at most once, always), ends in an
 honest state, and ``GET /v1/events/{id}`` agrees with the store.
 
+Daily reminders, the core of the product, are most of it: users in eleven zones
+(DST north and south, 30- and 45-minute offsets, changes at midnight) with a day
+of reminders each, some at local times in the gap or the repeated hour of their
+zone's next clock change; sequences start within 30 hours of such a change and
+time jumps to the next reminder or across the change; reminders are edited,
+deleted and recreated, users move zones and get quiet hours over a reminder,
+plan runs happen off the tick (and die before their marks). The model computes
+every local instant itself (``tests/model/reference.py``); planned messages are
+checked against it as well as arrivals. :mod:`tests.model.census` counts the
+expectations by kind over the run, prints them at the end, and fails the run
+when daily reminders are less than a third of them.
+
 How much it runs:
 
 - ``TEPAT_MODEL_EXAMPLES`` (default 200): sequences per store, each up to
