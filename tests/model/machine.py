@@ -68,7 +68,7 @@ QUIETS: tuple[Quiet | None, ...] = (
 TIMES = tuple(
     time(h, m) for h, m in ((0, 30), (1, 30), (2, 0), (2, 30), (3, 0), (7, 0), (9, 0), (12, 30))
 )
-REMINDERS = ("r1", "r2", "r3", "r4")
+REMINDERS = ("r1", "r2", "r3", "r4", "r5")
 CATEGORIES = ("meal", "mood", "safety")
 DEVICES = ("phone", "tablet")
 TOKENS = tuple(f"ExponentPushToken[tok{i}]" for i in range(4))
@@ -186,7 +186,7 @@ class TepatMachine(RuleBasedStateMachine):
             for user in USERS[:routines]:
                 zones = self.home if user == USERS[0] else ZONES
                 tz = data.draw(st.sampled_from(zones), label=f"{user}'s zone")
-                self.put_routine(user, tz, data.draw(st.integers(2, len(REMINDERS))), data)
+                self.put_routine(user, tz, data.draw(st.integers(3, len(REMINDERS))), data)
 
     def _populate(self) -> None:
         """Half the sequences begin with both users, ana with a phone, and contact points
@@ -393,7 +393,7 @@ class TepatMachine(RuleBasedStateMachine):
     @rule(
         user=st.sampled_from(USERS),
         data=st.data(),
-        count=st.integers(2, len(REMINDERS)),
+        count=st.integers(3, len(REMINDERS)),
     )
     def routine(self, user: str, data: st.DataObject, count: int) -> None:
         tz = data.draw(st.sampled_from(self._zones()), label="tz")
@@ -459,7 +459,7 @@ class TepatMachine(RuleBasedStateMachine):
         self.delete_reminder(*self._draw_reminder(data))
 
     @precondition(lambda self: self.model is not None and bool(self.model.reminders))
-    @rule(after=st.sampled_from((0, 0, 1, 10, 45)), count=st.integers(1, 3))
+    @rule(after=st.sampled_from((0, 0, 1, 10, 45)), count=st.integers(1, 4))
     def advance_to_reminder(self, after: int, count: int) -> None:
         """Time passes to the next reminder's instant (and ``after`` minutes more),
         ``count`` times."""

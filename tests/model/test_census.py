@@ -6,7 +6,7 @@ from datetime import UTC, datetime, time
 
 import pytest
 
-from tests.model.census import DAILY, Census
+from tests.model.census import DAILY, JUDGED_FROM, Census
 from tests.model.reference import Expectation, Key, Model
 
 NOW = datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
@@ -25,13 +25,17 @@ def test_a_run_without_examples_or_expectations_fails() -> None:
     with pytest.raises(AssertionError):
         Census().check()
     census = Census()
-    census.take(model_with())
+    for _ in range(JUDGED_FROM):
+        census.take(model_with())
     with pytest.raises(AssertionError):
         census.check()
 
 
 def test_daily_reminders_under_a_third_fail_the_run() -> None:
     census = Census()
+    for _ in range(JUDGED_FROM - 1):
+        census.take(model_with(("o", "ana", "k1")))
+    census.check()  # too few examples to judge
     census.take(
         model_with(
             ("r", "ana", "r1", "2027-03-14"),
