@@ -55,6 +55,16 @@ BYPASS_QUIET = frozenset({"safety"})
 # Categories whose "maybe sent" answers are retried (a duplicate rather than a loss).
 RETRY_MAYBE_SENT = frozenset({"safety"})
 
+#: Finding of the model test (issue 18, item 9): a reminder message planned while quiet
+#: hours covered its local time is placed at their end, and a later change of the quiet
+#: hours (removed, or moved off it) keeps that placement (the re-plan compares intents,
+#: not placements): it arrives at the old quiet end instead of its instant. Until the
+#: lead decides, such a message may arrive then (UNKNOWN); the regression test
+#: test_a_reminder_deferred_by_quiet_hours_since_removed_fires_at_its_instant turns
+#: this off and is an expected failure.
+STALE_QUIET_PLACEMENT_TOLERATED = True
+PLAN_HORIZON = timedelta(hours=48)  # TEPAT_PLAN_HORIZON_HOURS's default
+
 # ("r", user, reminder, "YYYY-MM-DD"), ("o", user, idempotency key) or
 # ("e", user, event id, channel)
 Key = tuple[str, ...]
@@ -263,6 +273,16 @@ class UserState:
         out = [(tz, q) for since, tz, q in self.history if since > instant]
         before = [(tz, q) for since, tz, q in self.history if since <= instant]
         return before[-1:] + out
+
+
+def _placed_by_old_quiet(u: UserState, nominal: datetime) -> bool:
+    """Whether quiet hours other than today's, in today's zone, covered ``nominal`` while
+    it was within the planning horizon (see STALE_QUIET_PLACEMENT_TOLERATED)."""
+    local = wall(nominal, u.tz).time()
+    return any(
+        q is not None and tz == u.tz and q != u.quiet and q.covers(local)
+        for tz, q in u.configs_since(nominal - PLAN_HORIZON)
+    )
 
 
 @dataclass(frozen=True)
@@ -608,6 +628,8 @@ class Model:
                 tz=u.tz,
                 local_at=r.at,
             )
+            if STALE_QUIET_PLACEMENT_TOLERATED and _placed_by_old_quiet(u, nominal):
+                e.verdict = Verdict.UNKNOWN
             if previous is not None:
                 # Fired again after a skip, under a new configuration: whether the
                 # skipped message still holds the date is not pinned down.
