@@ -19,7 +19,7 @@ KINDS = {"r": DAILY, "o": "one-off", "e": "event"}
 #: The share of the expectations that must be daily reminders (issue 18, item 9).
 DAILY_SHARE = 1 / 3
 #: Below this many examples the share is left unjudged (a developer's short run swings
-#: with Hypothesis's choice of rules per example); the default run has 150.
+#: with Hypothesis's choice of rules per example); the default run has 130.
 JUDGED_FROM = 50
 #: Every census report of this session, printed at its end (tests/model/conftest.py).
 REPORTS: list[str] = []
