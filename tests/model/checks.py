@@ -15,10 +15,12 @@ from tests.model.faults import Taint
 from tests.model.reference import (
     BYPASS_QUIET,
     MISSED_WINDOW,
+    RETRY_MAYBE_SENT,
     Expectation,
     Key,
     Model,
     Verdict,
+    rule_instant,
     wall,
 )
 from tests.model.system import Arrival, System, due_of
@@ -86,6 +88,7 @@ class Checker:
         for key, a, upto in fresh:
             self._arrival(model, key, a, taints.get(key, []), self.arrivals[key][:upto])
         self._event_messages(model, by_key)
+        self._planned(model, by_key, system.clock.now())
         await self._event_status(model, system, by_key)
         now = system.clock.now()
         for key, e in model.expectations.items():
@@ -112,7 +115,7 @@ class Checker:
         # A push message goes to each active device; any other to its one target (a
         # contact changed between two sends of it makes the second one a copy too).
         count = sum(1 for x in so_far if x.token == a.token or e.channel != "push")
-        if count > self._limit(e, taints):
+        if count > self._limit(model, e, a, taints):
             raise Violation(f"{where}: copy number {count} (taints: {_names(taints)})")
         if count > 1:
             self.duplicates_in_window += 1
@@ -134,13 +137,18 @@ class Checker:
             )
 
     @staticmethod
-    def _limit(e: Expectation, taints: list[Taint]) -> int:
+    def _limit(model: Model, e: Expectation, a: Arrival, taints: list[Taint]) -> int:
         if e.channel == "inbox":
             return 1  # one item per (user, message id), whatever ran twice
         # The documented window: a crash after the provider accepted, once per crash;
         # and safety retries what may have been sent (a timeout or 5xx after sending).
         limit = 1 + taints.count(Taint.DUPLICATE)
-        if e.retries_maybe_sent:
+        # A reminder's message keeps the category it was planned with: one claimed
+        # before an edit of the category goes with the old one.
+        planned_as = a.category in model.categories_ever.get((e.key[1], e.key[2]), ())
+        if e.retries_maybe_sent or (
+            e.key[0] == "r" and planned_as and a.category in RETRY_MAYBE_SENT
+        ):
             limit += taints.count(Taint.MAYBE_SENT)
         return limit
 
@@ -204,6 +212,44 @@ class Checker:
                 self.inbox_seen.add(i.item_id)
                 out.append(Arrival(i.user_id, i.message_id, i.created_at, i.body, i.category))
         return out
+
+    @staticmethod
+    def _planned(model: Model, by_key: dict[Key, list[Message]], now: datetime) -> None:
+        """Every planned reminder message is at the instant its local date and time name in
+        its zone (spring-forward gaps read with the offset before, repeated hours at their
+        first pass: computed here, not by the planner); one still pending ahead follows
+        the reminder and zone as they are now. None is placed before its instant (quiet
+        hours set after planning leave it where it was: a re-plan keeps a message whose
+        intent is unchanged, and the send defers it)."""
+        for key, stored in by_key.items():
+            if key[0] != "r":
+                continue
+            for m in stored:
+                if m.local_date is None or m.local_time is None:
+                    raise Violation(f"{key}: message {m.id} has no local date or time")
+                nominal = m.nominal_at or m.scheduled_at
+                want = rule_instant(m.local_date, m.local_time, m.timezone)
+                if nominal != want:
+                    raise Violation(
+                        f"{key}: message {m.id} ({m.status}) at {nominal:%Y-%m-%d %H:%M}Z for "
+                        f"{m.local_time:%H:%M} in {m.timezone}; that is {want:%Y-%m-%d %H:%M}Z"
+                    )
+                if m.scheduled_at < nominal:
+                    raise Violation(
+                        f"{key}: message {m.id} scheduled at {m.scheduled_at:%Y-%m-%d %H:%M}Z,"
+                        f" before its instant {nominal:%Y-%m-%d %H:%M}Z"
+                    )
+                r = model.reminders.get((key[1], key[2]))
+                u = model.users.get(key[1])
+                if m.status is not MessageStatus.PENDING or nominal <= now:
+                    continue
+                if r is None or not r.enabled or u is None or not u.enabled:
+                    continue
+                if (m.local_time.replace(second=0), m.timezone) != (r.at, u.tz):
+                    raise Violation(
+                        f"{key}: message {m.id} pending at {m.local_time:%H:%M} in {m.timezone};"
+                        f" the reminder is at {r.at:%H:%M} and the user in {u.tz} now"
+                    )
 
     @staticmethod
     def _event_messages(model: Model, by_key: dict[Key, list[Message]]) -> None:

@@ -8,10 +8,11 @@ what became due, and the invariant then compares everything observable.
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tepat.sandbox.expo import ExpoSandbox
+from tests.model.census import Census
 from tests.model.checks import SETTLED, Checker
 from tests.model.faults import Fault
 from tests.model.reference import (
@@ -31,6 +33,7 @@ from tests.model.reference import (
     OneOffRequest,
     Quiet,
     ReminderState,
+    offset_transitions,
     wall,
 )
 from tests.model.system import OCCURRED_AT, System
@@ -38,7 +41,23 @@ from tests.model.system import OCCURRED_AT, System
 T = TypeVar("T")
 
 USERS = ("ana", "bob")  # two: enough to share device ids and tokens, dense enough to interact
-ZONES = ("America/New_York", "Europe/London", "Australia/Lord_Howe", "Asia/Kolkata")
+# Zones with the offsets and changes that catch planners out: DST north and south, a
+# 30-minute change (Lord Howe), 45-minute offsets (Chatham), half-hour ones (St John's,
+# Kolkata, Tehran), changes at midnight (Santiago, Havana), and Casablanca, whose 2027
+# differs by an hour between the system's tz database and the tzdata package.
+ZONES = (
+    "America/New_York",
+    "Europe/London",
+    "Australia/Lord_Howe",
+    "Asia/Kolkata",
+    "America/Santiago",
+    "America/Havana",
+    "Pacific/Chatham",
+    "America/St_Johns",
+    "Europe/Chisinau",
+    "Africa/Casablanca",
+    "Asia/Tehran",
+)
 QUIETS: tuple[Quiet | None, ...] = (
     None,
     Quiet(time(22, 0), time(7, 0)),
@@ -49,7 +68,7 @@ QUIETS: tuple[Quiet | None, ...] = (
 TIMES = tuple(
     time(h, m) for h, m in ((0, 30), (1, 30), (2, 0), (2, 30), (3, 0), (7, 0), (9, 0), (12, 30))
 )
-REMINDERS = ("r1", "r2")
+REMINDERS = ("r1", "r2", "r3", "r4", "r5")
 CATEGORIES = ("meal", "mood", "safety")
 DEVICES = ("phone", "tablet")
 TOKENS = tuple(f"ExponentPushToken[tok{i}]" for i in range(4))
@@ -85,15 +104,17 @@ ADDRESSES = {
     "email": ("ana@example.com", "bob@example.com", "shared@example.com"),
     "sms": ("+442071838750", "+14155552671"),
 }
-# Instants at which a zone used here changes its offset (2027).
-TRANSITIONS = (
-    datetime(2027, 3, 14, 7, 0, tzinfo=UTC),  # New York springs forward
-    datetime(2027, 11, 7, 6, 0, tzinfo=UTC),  # New York falls back
-    datetime(2027, 3, 28, 1, 0, tzinfo=UTC),  # London springs forward
-    datetime(2027, 10, 31, 1, 0, tzinfo=UTC),  # London falls back
-    datetime(2027, 4, 3, 15, 0, tzinfo=UTC),  # Lord Howe: back 30 min
-    datetime(2027, 10, 2, 15, 30, tzinfo=UTC),  # Lord Howe: forward 30 min
-)
+# Every 2027 instant at which a zone used here changes its offset, and the zones that
+# do: a sequence starts a little before one, and its first users live there.
+TRANSITION_ZONES: dict[datetime, tuple[str, ...]] = {}
+for _tz in ZONES:
+    for _at in offset_transitions(_tz, 2027):
+        TRANSITION_ZONES[_at] = (*TRANSITION_ZONES.get(_at, ()), _tz)
+TRANSITIONS = tuple(sorted(TRANSITION_ZONES))
+# Minutes from the wall-clock reading at which a zone's offset changes: local times in
+# a spring-forward gap, in a fall-back's repeated hour, and at their edges.
+AROUND_CHANGE = (-60, -30, -1, 0, 15, 30, 59)
+ROUTINE_SOON = (1, 5, 20, 60, 120, 240)  # minutes ahead, local
 
 
 @dataclass
@@ -102,6 +123,7 @@ class Env:
     tmp: Path
     sandbox: ExpoSandbox
     sandbox_url: str
+    census: Census = field(default_factory=Census)  # over every example of the run
 
 
 class TepatMachine(RuleBasedStateMachine):
@@ -115,6 +137,7 @@ class TepatMachine(RuleBasedStateMachine):
         self.bursts = 0
         self.failed = False  # then teardown only cleans up
         self.examples_dir = env.tmp / uuid.uuid4().hex  # a fresh store per example
+        self.home: tuple[str, ...] = ZONES[:1]
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
@@ -137,9 +160,20 @@ class TepatMachine(RuleBasedStateMachine):
         transition=st.sampled_from(TRANSITIONS),
         hours_before=st.integers(min_value=0, max_value=30),
         populate=st.booleans(),
+        routines=st.sampled_from((0, 1, 2, 2, 2)),
+        data=st.data(),
     )
-    def start(self, transition: datetime, hours_before: int, populate: bool = False) -> None:
+    def start(
+        self,
+        transition: datetime,
+        hours_before: int,
+        populate: bool = False,
+        routines: int = 0,
+        data: st.DataObject | None = None,
+    ) -> None:
         start = transition - timedelta(hours=hours_before, minutes=7)
+        # The zones whose clocks change at ``transition``: where routines live first.
+        self.home = TRANSITION_ZONES.get(transition, ZONES[:1])
         self.examples_dir.mkdir(parents=True, exist_ok=True)
         self.system = System(
             self.env.store_name, self.examples_dir, self.env.sandbox, self.env.sandbox_url, start
@@ -148,6 +182,11 @@ class TepatMachine(RuleBasedStateMachine):
         self.run(self.system.start())
         if populate:
             self._populate()
+        if data is not None:
+            for user in USERS[:routines]:
+                zones = self.home if user == USERS[0] else ZONES
+                tz = data.draw(st.sampled_from(zones), label=f"{user}'s zone")
+                self.put_routine(user, tz, data.draw(st.integers(3, len(REMINDERS))), data)
 
     def _populate(self) -> None:
         """Half the sequences begin with both users, ana with a phone, and contact points
@@ -170,6 +209,7 @@ class TepatMachine(RuleBasedStateMachine):
                 self.run(self.sut.advance_to(target))
                 self.ref.advance(self.sut.clock.now())
                 self.run(self.checker.step(self.ref, self.sut, final=True))
+                self.env.census.take(self.ref)
         finally:
             try:
                 if self.system is not None:
@@ -308,6 +348,140 @@ class TepatMachine(RuleBasedStateMachine):
         old = self.ref.reminders[(user, rid)]
         self.delete_reminder(user, rid)
         self.put_reminder(user, rid, old.category, at, None, 0, True, False)
+
+    # ------------------------------------------------------------ daily reminders
+    # The core of the product: a day of reminders per user, in zones whose clocks change
+    # while the sequence runs, edited, moved, quietened and deleted as it goes.
+
+    def _local_times(self, tz: str) -> list[time]:
+        """Local times worth a reminder in ``tz`` now: around the zone's next offset change
+        (in its gap or its repeated hour, at their edges), soon, and the usual ones."""
+        now = self.sut.clock.now()
+        out = [self._local_soon(tz, m) for m in ROUTINE_SOON]
+        changes = [t for t in TRANSITIONS if now < t <= now + timedelta(days=2)]
+        for change in changes:
+            if tz in TRANSITION_ZONES[change]:
+                # The reading at which the clocks change (02:00 in New York in spring).
+                reading = wall(change - timedelta(minutes=1), tz) + timedelta(minutes=1)
+                out += [(reading + timedelta(minutes=m)).time() for m in AROUND_CHANGE]
+        return out + list(TIMES)
+
+    def _zones(self) -> tuple[str, ...]:
+        """Every zone, the ones changing their clocks during the sequence most often."""
+        return self.home * 4 + ZONES
+
+    def _next_change(self) -> datetime | None:
+        """The next instant at which the clocks of a home zone change, within 30 hours."""
+        now = self.sut.clock.now()
+        ahead = [
+            t
+            for t in TRANSITIONS
+            if now < t <= now + timedelta(hours=30) and set(TRANSITION_ZONES[t]) & set(self.home)
+        ]
+        return min(ahead, default=None)
+
+    @precondition(lambda self: self.model is not None and bool(self.model.reminders))
+    @rule(minutes=st.sampled_from((-61, -30, -1, 0, 1, 30, 59, 61, 90)))
+    def advance_across_change(self, minutes: int) -> None:
+        """Time passes to ``minutes`` from the next change of the clocks (or a few hours,
+        with none ahead): the reminders around it fire in its gap or repeated hour."""
+        change = self._next_change()
+        now = self.sut.clock.now()
+        target = now + timedelta(hours=3) if change is None else change + timedelta(minutes=minutes)
+        self.advance(max(1, math.ceil((target - now).total_seconds() / 60)))
+
+    @rule(
+        user=st.sampled_from(USERS),
+        data=st.data(),
+        count=st.integers(3, len(REMINDERS)),
+    )
+    def routine(self, user: str, data: st.DataObject, count: int) -> None:
+        tz = data.draw(st.sampled_from(self._zones()), label="tz")
+        self.put_routine(user, tz, count, data)
+
+    def put_routine(self, user: str, tz: str, count: int, data: st.DataObject) -> None:
+        """The user (created, or moved to ``tz``) with ``count`` daily reminders, and
+        mostly a device of their own to receive them."""
+        known = self.ref.users.get(user)
+        if known is None or known.tz != tz:
+            self.put_user(user, tz, None, None, False, None, False)
+        if not self.ref.active_tokens(user) and data.draw(st.sampled_from((True, True, False))):
+            self.register_device(user, DEVICES[1], TOKENS[2 + USERS.index(user)], False)
+        times = self._local_times(tz)
+        for rid in REMINDERS[:count]:
+            at = data.draw(st.sampled_from(times), label=f"{rid} at")
+            category = data.draw(st.sampled_from(CATEGORIES), label=f"{rid} category")
+            self.put_reminder(user, rid, category, at, None, 0, True, False)
+
+    def _draw_reminder(self, data: st.DataObject) -> tuple[str, str]:
+        return data.draw(st.sampled_from(sorted(self.ref.reminders)), label="reminder")
+
+    @precondition(lambda self: self.model is not None and bool(self.model.reminders))
+    @rule(
+        data=st.data(),
+        variant=st.integers(0, 1),
+        enabled=st.sampled_from((True,) * 5 + (False,)),
+    )
+    def edit_reminder(self, data: st.DataObject, variant: int, enabled: bool) -> None:
+        """A new local time (near a change, soon, or usual), maybe a new text or category."""
+        user, rid = self._draw_reminder(data)
+        old = self.ref.reminders[(user, rid)]
+        at = data.draw(st.sampled_from(self._local_times(self.ref.users[user].tz)), label="at")
+        category = data.draw(st.sampled_from((old.category, *CATEGORIES)), label="category")
+        self.put_reminder(user, rid, category, at, None, variant, enabled, False)
+
+    @precondition(lambda self: self.model is not None and bool(self.model.reminders))
+    @rule(data=st.data(), keep_quiet=st.booleans())
+    def move_zone(self, data: st.DataObject, keep_quiet: bool) -> None:
+        """A user with reminders travels: their local times now fall elsewhere."""
+        user, _ = self._draw_reminder(data)
+        tz = data.draw(st.sampled_from(self._zones()), label="tz")
+        self.put_user(user, tz, None, None, not keep_quiet, None, False)
+
+    @precondition(lambda self: self.model is not None and bool(self.model.reminders))
+    @rule(
+        data=st.data(),
+        around=st.sampled_from(((10, 20), (0, 30), (60, 1), (-5, 60), (30, 0))),
+    )
+    def quiet_over_reminder(self, data: st.DataObject, around: tuple[int, int]) -> None:
+        """Quiet hours from ``around[0]`` minutes before a reminder's local time to
+        ``around[1]`` after it (an empty period is refused)."""
+        user, rid = self._draw_reminder(data)
+        at = datetime.combine(date(2027, 1, 1), self.ref.reminders[(user, rid)].at)
+        quiet = Quiet(
+            (at - timedelta(minutes=around[0])).time(), (at + timedelta(minutes=around[1])).time()
+        )
+        self.put_user(user, self.ref.users[user].tz, quiet, None, True, None, False)
+
+    @precondition(lambda self: self.model is not None and bool(self.model.reminders))
+    @rule(data=st.data())
+    def delete_existing_reminder(self, data: st.DataObject) -> None:
+        self.delete_reminder(*self._draw_reminder(data))
+
+    @precondition(lambda self: self.model is not None and bool(self.model.reminders))
+    @rule(after=st.sampled_from((0, 0, 1, 10, 45)), count=st.integers(1, 4))
+    def advance_to_reminder(self, after: int, count: int) -> None:
+        """Time passes to the next reminder's instant (and ``after`` minutes more),
+        ``count`` times."""
+        for _ in range(count):
+            nxt = self.ref.next_reminder_instant(timedelta(hours=12))
+            if nxt is None:
+                # None due (all disabled, or far ahead): days of ticks would cost more
+                # than they test.
+                self.advance(180)
+                return
+            seconds = (nxt - self.sut.clock.now()).total_seconds()
+            self.advance(max(1, math.ceil(seconds / 60)) + after)
+            self.everything_agrees()
+
+    @rule(crash=st.sampled_from((False, False, True)))
+    def plan_now(self, crash: bool) -> None:
+        """A plan run now, off the ten-minute tick (a scheduler starting); it may die
+        before its marks."""
+        if crash:
+            self.sut.faults.armed.add(Fault.CRASH_PLAN_BEFORE_MARKS)
+        self.run(self.sut.plan_run())
+        self._now()
 
     # ------------------------------------------------------------ devices, preferences
 

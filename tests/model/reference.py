@@ -46,6 +46,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
+from importlib.resources import files
 from zoneinfo import ZoneInfo
 
 MISSED_WINDOW = timedelta(minutes=30)
@@ -53,6 +54,16 @@ _MS = timedelta(milliseconds=1)
 BYPASS_QUIET = frozenset({"safety"})
 # Categories whose "maybe sent" answers are retried (a duplicate rather than a loss).
 RETRY_MAYBE_SENT = frozenset({"safety"})
+
+#: Finding of the model test (issue 18, item 9): a reminder message planned while quiet
+#: hours covered its local time is placed at their end, and a later change of the quiet
+#: hours (removed, or moved off it) keeps that placement (the re-plan compares intents,
+#: not placements): it arrives at the old quiet end instead of its instant. Until the
+#: lead decides, such a message may arrive then (UNKNOWN); the regression test
+#: test_a_reminder_deferred_by_quiet_hours_since_removed_fires_at_its_instant turns
+#: this off and is an expected failure.
+STALE_QUIET_PLACEMENT_TOLERATED = True
+PLAN_HORIZON = timedelta(hours=48)  # TEPAT_PLAN_HORIZON_HOURS's default
 
 # ("r", user, reminder, "YYYY-MM-DD"), ("o", user, idempotency key) or
 # ("e", user, event id, channel)
@@ -162,7 +173,31 @@ class EventProgress:
 
 @cache
 def _zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
+    # From the tzdata package, as the product reads them (the system copy is an older
+    # release that differs for 2027 in several zones), whatever zoneinfo's search path.
+    resource = files("tzdata.zoneinfo").joinpath(*name.split("/"))
+    with resource.open("rb") as f:
+        return ZoneInfo.from_file(f, key=name)
+
+
+def offset_transitions(tz: str, year: int) -> list[datetime]:
+    """The instants of ``year`` at which ``tz`` changes its UTC offset (to the minute)."""
+    out = []
+    t = datetime(year, 1, 1, tzinfo=UTC)
+    step = timedelta(hours=1)
+    while t.year == year:
+        if t.astimezone(_zone(tz)).utcoffset() != (t + step).astimezone(_zone(tz)).utcoffset():
+            lo, hi = t, t + step  # the offset changes in (lo, hi]
+            while hi - lo > timedelta(minutes=1):
+                mid = lo + (hi - lo) / 2
+                mid = mid.replace(second=0, microsecond=0)
+                if mid.astimezone(_zone(tz)).utcoffset() == lo.astimezone(_zone(tz)).utcoffset():
+                    lo = mid
+                else:
+                    hi = mid
+            out.append(hi)
+        t += step
+    return out
 
 
 def rule_instant(day: date, at: time, tz: str, fold: int = 0) -> datetime:
@@ -172,6 +207,25 @@ def rule_instant(day: date, at: time, tz: str, fold: int = 0) -> datetime:
 
 def wall(instant: datetime, tz: str) -> datetime:
     return instant.astimezone(_zone(tz)).replace(tzinfo=None)
+
+
+def local_time_kind(day: date, at: time, tz: str) -> str:
+    """ "in a gap" (clocks spring forward over it), "repeated" (they fall back over it),
+    or "" for an ordinary local time."""
+    first = rule_instant(day, at, tz)
+    if wall(first, tz) != datetime.combine(day, at):
+        return "in a gap"
+    if rule_instant(day, at, tz, fold=1) != first:
+        return "repeated"
+    return ""
+
+
+def offset_changes_on(day: date, tz: str) -> bool:
+    """Whether ``tz``'s UTC offset at the end of local ``day`` differs from its start."""
+    zone = _zone(tz)
+    start = datetime.combine(day, time(0), tzinfo=zone)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
+    return start.utcoffset() != end.utcoffset()
 
 
 @dataclass(frozen=True)
@@ -221,6 +275,16 @@ class UserState:
         return before[-1:] + out
 
 
+def _placed_by_old_quiet(u: UserState, nominal: datetime) -> bool:
+    """Whether quiet hours other than today's, in today's zone, covered ``nominal`` while
+    it was within the planning horizon (see STALE_QUIET_PLACEMENT_TOLERATED)."""
+    local = wall(nominal, u.tz).time()
+    return any(
+        q is not None and tz == u.tz and q != u.quiet and q.covers(local)
+        for tz, q in u.configs_since(nominal - PLAN_HORIZON)
+    )
+
+
 @dataclass(frozen=True)
 class ReminderState:
     category: str
@@ -254,6 +318,8 @@ class Expectation:
     decided_seq: int = 0
     channel: str = "push"
     bypass_quiet: bool = False  # a critical event's messages (whatever their category)
+    tz: str = ""  # a reminder's: the zone and local time it fired at
+    local_at: time = time(0)
 
     @property
     def retries_maybe_sent(self) -> bool:
@@ -272,6 +338,9 @@ class Model:
         self.users: dict[str, UserState] = {}
         self.reminders: dict[tuple[str, str], ReminderState] = {}
         self.reminder_generation: dict[tuple[str, str], int] = {}
+        # Every category a reminder had: a message planned (or in flight) before an edit
+        # keeps the category it was planned with.
+        self.categories_ever: dict[tuple[str, str], set[str]] = {}
         self.bindings: dict[tuple[str, str], Binding] = {}
         self.oneoffs: dict[Key, OneOffRequest] = {}
         self.expectations: dict[Key, Expectation] = {}
@@ -326,6 +395,7 @@ class Model:
         if user not in self.users:
             return 404
         self._changed(user)
+        self.categories_ever.setdefault((user, rid), set()).add(state.category)
         old = self.reminders.get((user, rid))
         if old == state:
             return 200
@@ -529,6 +599,11 @@ class Model:
                 day += timedelta(days=1)
         return out
 
+    def next_reminder_instant(self, within: timedelta) -> datetime | None:
+        """The first instant after now, within ``within``, at which a reminder fires."""
+        fires = self._triggers(self.now + timedelta(microseconds=1), self.now + within)
+        return min((n for n, _ in fires), default=None)
+
     def _may_fire(self, key: Key, nominal: datetime) -> bool:
         if (key, nominal) in self._fired:
             return False
@@ -550,7 +625,11 @@ class Model:
                 nominal,
                 generation=(self.reminder_generation[(user, rid)], u.zone_generation),
                 disabled_when_fired=not u.enabled,
+                tz=u.tz,
+                local_at=r.at,
             )
+            if STALE_QUIET_PLACEMENT_TOLERATED and _placed_by_old_quiet(u, nominal):
+                e.verdict = Verdict.UNKNOWN
             if previous is not None:
                 # Fired again after a skip, under a new configuration: whether the
                 # skipped message still holds the date is not pinned down.

@@ -233,7 +233,7 @@ class System:
             await self.pump()
             now = self.clock.now()
             candidates = [
-                _next_multiple(now, RECEIPTS_EVERY),
+                await self._next_receipts(now),
                 _next_multiple(now, PLAN_EVERY),
                 await self._next_sweep(now),
                 await self._next_publish(now),
@@ -261,6 +261,15 @@ class System:
             return None
         at = due_of(first[0]) - outbox.publish_soon
         return _ceil_second(max(at, now + timedelta(microseconds=1)))
+
+    async def _next_receipts(self, now: datetime) -> datetime | None:
+        """The first receipt poller tick at which a ticket is old enough to poll; ticks
+        before that would find none (and a day of them costs as much as its plan runs)."""
+        far = now + timedelta(days=800)
+        first = await self.real_store.tickets_awaiting_receipt(sent_before=far, limit=1)
+        if not first:
+            return None
+        return _next_multiple(max(first[0].sent_at + self.rt.receipts.delay, now), RECEIPTS_EVERY)
 
     async def _next_sweep(self, now: datetime) -> datetime | None:
         """The first sweeper tick at which it can find something: a pending message past
