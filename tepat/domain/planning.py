@@ -142,6 +142,16 @@ def same_intent(a: Message, b: Message) -> bool:
     )
 
 
+def still_placed(expected: Message, pending: Message, now: datetime) -> bool:
+    """Whether a pending message is still where the user's settings place it now: at the
+    same instant, or at one the new placement could no longer bring forward because it
+    has already passed (a send-time deferral or a retry keeps its own instant then).
+
+    A message planned while quiet hours covered its local time waits for their end; once
+    the quiet hours are removed or moved off it, its own instant is due again."""
+    return expected.due == pending.due or expected.due <= now
+
+
 def plan_users(
     users: Iterable[tuple[User, list[Reminder]]],
     categories: Categories,

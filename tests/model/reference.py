@@ -55,14 +55,11 @@ BYPASS_QUIET = frozenset({"safety"})
 # Categories whose "maybe sent" answers are retried (a duplicate rather than a loss).
 RETRY_MAYBE_SENT = frozenset({"safety"})
 
-#: Finding of the model test (issue 18, item 9): a reminder message planned while quiet
-#: hours covered its local time is placed at their end, and a later change of the quiet
-#: hours (removed, or moved off it) keeps that placement (the re-plan compares intents,
-#: not placements): it arrives at the old quiet end instead of its instant. Until the
-#: lead decides, such a message may arrive then (UNKNOWN); the regression test
-#: test_a_reminder_deferred_by_quiet_hours_since_removed_fires_at_its_instant turns
-#: this off and is an expected failure.
-STALE_QUIET_PLACEMENT_TOLERATED = True
+#: Found by the model test (issue 18, item 9), fixed in the product: a reminder message
+#: planned while quiet hours covered its local time kept that placement when the quiet
+#: hours were removed (tepat/domain/planning.py still_placed now re-places it). True
+#: would tolerate the old behaviour (the message may arrive at the old quiet end).
+STALE_QUIET_PLACEMENT_TOLERATED = False
 PLAN_HORIZON = timedelta(hours=48)  # TEPAT_PLAN_HORIZON_HOURS's default
 
 # ("r", user, reminder, "YYYY-MM-DD"), ("o", user, idempotency key) or

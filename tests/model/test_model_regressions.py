@@ -423,19 +423,13 @@ def test_an_events_send_at_of_now_is_kept_to_the_millisecond_above(tmp_path: Pat
             state.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding of issue 18's model test: a reminder message deferred at planning by "
-    "quiet hours keeps that placement when the quiet hours are removed (the lead decides)",
-)
 def test_a_reminder_deferred_by_quiet_hours_since_removed_fires_at_its_instant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bob in St John's with quiet hours 09:00-10:00 puts a mood reminder at 09:30: it is
     planned for 10:00. He then removes his quiet hours; at 09:30 nothing is quiet, so the
-    reminder is due then (the spec: it fires when the wall clock reads 09:30). Tepat keeps
-    the old placement and sends it at 10:00. The model test tolerates this
-    (reference.STALE_QUIET_PLACEMENT_TOLERATED); here it does not."""
+    reminder is due then (the spec: it fires when the wall clock reads 09:30). Tepat kept
+    the old placement and sent it at 10:00 (found by the model test)."""
     monkeypatch.setattr(reference, "STALE_QUIET_PLACEMENT_TOLERATED", False)
     with running_sandbox(ExpoSandbox()) as served:
         state = TepatMachine(Env("sqlite", tmp_path, served.sandbox, served.base_url))

@@ -28,6 +28,7 @@ from tepat.domain.planning import (
     plan_users,
     planning_fingerprint,
     same_intent,
+    still_placed,
 )
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.meta import MetaRepository
@@ -286,8 +287,8 @@ class Creator:
                 if reminder is not None
                 else None
             )
-            if expected is not None and same_intent(expected, m):
-                continue  # still right (e.g. deferred past quiet hours): keep it
+            if expected is not None and same_intent(expected, m) and still_placed(expected, m, now):
+                continue  # still right (e.g. deferred past quiet hours that still hold)
             cancel_reason = reason
             if expected is not None and expected.nominal < now and expected.nominal != m.nominal:
                 expected = None  # moved to an instant that has already passed
