@@ -183,7 +183,12 @@ class Settings(BaseSettings):
     """The relay's port. Unset: 587, 465 or 25 by `TEPAT_SMTP_TLS`."""
     smtp_tls: Literal["none", "starttls", "implicit"] = "starttls"
     """`starttls`, `implicit` (TLS from the first byte) or `none` (a relay on a private
-    network)."""
+    network). With `none` and a login, the password would cross the network in clear: see
+    `TEPAT_SMTP_ALLOW_PLAINTEXT_AUTH`."""
+    smtp_allow_plaintext_auth: bool = False
+    """`true`: log in to the relay even with `TEPAT_SMTP_TLS=none` (the password in clear;
+    only for a relay on the same host or a network you trust). Otherwise a login without TLS
+    is a configuration error."""
     smtp_username: str | None = None
     """The relay's login; set both `TEPAT_SMTP_USERNAME` and `TEPAT_SMTP_PASSWORD` or neither.
     Unset: no login."""
@@ -387,6 +392,15 @@ class Settings(BaseSettings):
             v = None
         if (v is None) != (not info.data.get("smtp_username")):
             raise ValueError("set both TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD, or neither")
+        if (
+            v is not None
+            and info.data.get("smtp_tls") == "none"
+            and not info.data.get("smtp_allow_plaintext_auth")
+        ):
+            raise ValueError(
+                "would be sent in clear with TEPAT_SMTP_TLS=none: use starttls or implicit,"
+                " or set TEPAT_SMTP_ALLOW_PLAINTEXT_AUTH=true"
+            )
         return v
 
     @field_validator("smtp_from")

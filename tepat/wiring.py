@@ -41,6 +41,7 @@ def smtp_config(settings: Settings) -> SmtpConfig | None:
         timeout=settings.smtp_timeout,
         connections=settings.smtp_connections,
         unsubscribe_mailto=settings.unsubscribe_mailto,
+        allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
     )
 
 
