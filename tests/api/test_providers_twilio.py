@@ -226,12 +226,54 @@ async def test_undelivered_fails_with_the_error_code_and_stays_failed(
 
 
 async def test_a_dead_number_is_suppressed(rt: Runtime, client: httpx.AsyncClient) -> None:
+    await rt.store.set_contact("u1", "sms", PHONE, True, rt.clock.now())  # the recipient
     sid = await sent_sms(rt)
     r = await post_signed(client, f"{STATUS}?m=m-1", callback(sid, "failed", ErrorCode="30006"))
     assert r.status_code == 200
     assert await status_of(rt, "m-1") == (MessageStatus.FAILED, "twilio_30006")
     suppressed = await rt.store.suppressions_for("sms", [PHONE])
     assert suppressed[PHONE].reason == "invalid" and suppressed[PHONE].source == "twilio"
+
+
+async def test_a_dead_number_callback_naming_another_number_suppresses_nothing(
+    rt: Runtime, client: httpx.AsyncClient
+) -> None:
+    await rt.store.set_contact("u1", "sms", PHONE, True, rt.clock.now())
+    sid = await sent_sms(rt)
+    params = [(k, "+14155552672" if k == "To" else v) for k, v in callback(sid, "failed")]
+    r = await post_signed(client, f"{STATUS}?m=m-1", [*params, ("ErrorCode", "30006")])
+    assert r.headers["x-tepat-outcome"] == "applied"
+    assert await status_of(rt, "m-1") == (MessageStatus.FAILED, "twilio_30006")
+    assert await rt.store.suppressions_for("sms", [PHONE, "+14155552672"]) == {}
+
+
+async def test_a_signed_delivered_for_a_push_message_changes_nothing(
+    rt: Runtime, client: httpx.AsyncClient
+) -> None:
+    """A valid signature names the SMS it is about: a push (or e-mail) message by the
+    same id is never moved, pending or sent."""
+    sid = await sent_sms(rt)
+    now = rt.clock.now()
+    push = Message(
+        id="p-1",
+        user_id="u1",
+        category="billing",
+        label="invoice.overdue",
+        title="Invoice overdue",
+        body="Invoice 8841 is overdue.",
+        scheduled_at=now,
+        timezone="UTC",
+        dedup_key="d-p-1",
+        live_key="l-p-1",
+    )
+    await rt.store.insert_messages([push])
+    r = await post_signed(client, f"{STATUS}?m=p-1", callback(sid, "delivered"))
+    assert (r.status_code, r.headers["x-tepat-outcome"]) == (200, "unknown_message")
+    assert (await status_of(rt, "p-1"))[0] is MessageStatus.PENDING
+    # Another SMS's SID for this SMS: not this message's callback either.
+    other = await post_signed(client, f"{STATUS}?m=m-1", callback("SM" + "f" * 32, "delivered"))
+    assert other.headers["x-tepat-outcome"] == "unknown_message"
+    assert (await status_of(rt, "m-1"))[0] is MessageStatus.SENT
 
 
 async def test_a_callback_that_beats_the_senders_record(
