@@ -40,6 +40,7 @@ from tepat.domain.routing import (
     default_event_types,
     parse_event_types,
 )
+from tepat.domain.webhooks import parse_target_policy
 
 ENV_PREFIX = "TEPAT_"
 # One label of a DNS name, or an IPv4/IPv6 literal: what TEPAT_SMTP_HOST may hold.
@@ -258,6 +259,17 @@ class Settings(BaseSettings):
     webhooks](../guides/webhooks.md))."""
     webhook_timeout_seconds: float = Field(default=15, gt=0, le=120)
     """How long one webhook POST may take before it counts as failed and is retried."""
+    webhook_allow_private_hosts: str | None = None
+    """Comma-separated host names, addresses and networks (CIDR: `10.1.0.0/16`) webhooks may
+    reach although they are loopback, private, link-local or otherwise internal (a receiver
+    on your own network). Unset: every such URL is refused when registered and when sent
+    (see [Status webhooks](../guides/webhooks.md))."""
+
+    @field_validator("webhook_allow_private_hosts")
+    @classmethod
+    def _webhook_allow_private_hosts(cls, v: str | None) -> str | None:
+        parse_target_policy(v)  # ValueError naming the bad entry
+        return v
 
     @field_validator("database_url")
     @classmethod
