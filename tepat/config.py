@@ -141,6 +141,11 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     """Level of everything logged but HTTP access lines (see
     [Logs](../guides/operations.md#logs))."""
+    api_docs: bool = False
+    """`true`: serve the interactive API pages `/docs` (Swagger UI) and `/redoc`. They load
+    their scripts from a CDN (jsDelivr) without integrity checks, on this API's origin (the
+    dashboard's): turn them on only on a development instance. `/openapi.json` is always
+    served."""
     log_json: bool | None = None
     """`true`: one JSON object per line; `false`: readable lines. Unset: JSON when stderr is
     not a terminal."""
