@@ -13,7 +13,7 @@ import pytest
 from tepat.adapters.sqlite import SqliteStore
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def open_umask() -> Iterator[None]:
     """The common default: files 0644, readable by every local user."""
     old = os.umask(0o022)
@@ -31,7 +31,7 @@ def modes(folder: Path) -> dict[str, int]:
     return {p.name: mode(p) for p in folder.iterdir() if p.name.startswith("tepat.db")}
 
 
-async def test_a_new_store_file_and_its_wal_are_0600(tmp_path: Path, open_umask: None) -> None:
+async def test_a_new_store_file_and_its_wal_are_0600(tmp_path: Path) -> None:
     db = tmp_path / "tepat.db"
     store = SqliteStore(str(db))
     await store.open()
@@ -43,7 +43,7 @@ async def test_a_new_store_file_and_its_wal_are_0600(tmp_path: Path, open_umask:
         await store.close()
 
 
-async def test_an_older_world_readable_file_is_narrowed(tmp_path: Path, open_umask: None) -> None:
+async def test_an_older_world_readable_file_is_narrowed(tmp_path: Path) -> None:
     db = tmp_path / "tepat.db"
     first = SqliteStore(str(db))
     await first.open()
