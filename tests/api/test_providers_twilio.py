@@ -93,25 +93,29 @@ async def client(rt: Runtime) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def sent_sms(
-    rt: Runtime, message_id: str = "m-1", status: MessageStatus = MessageStatus.SENT
-) -> str:
-    """An SMS in ``status`` (sending or sent; pending: waiting for a retry after an
-    answer that was lost), with a Twilio SID as its ticket."""
-    now = rt.clock.now()
-    message = Message(
+def a_message(rt: Runtime, message_id: str, channel: str) -> Message:
+    return Message(
         id=message_id,
         user_id="u1",
         category="billing",
         label="invoice.overdue",
         title="Invoice overdue",
         body="Invoice 8841 is overdue.",
-        scheduled_at=now,
+        scheduled_at=rt.clock.now(),
         timezone="UTC",
         dedup_key=f"d-{message_id}",
         live_key=f"l-{message_id}",
-        channel="sms",
+        channel=channel,
     )
+
+
+async def sent_sms(
+    rt: Runtime, message_id: str = "m-1", status: MessageStatus = MessageStatus.SENT
+) -> str:
+    """An SMS in ``status`` (sending or sent; pending: waiting for a retry after an
+    answer that was lost), with a Twilio SID as its ticket."""
+    now = rt.clock.now()
+    message = a_message(rt, message_id, "sms")
     await rt.store.insert_messages([message])
     assert [m.id for m in await rt.store.claim([message_id], now)] == [message_id]
     sid = "SM" + message_id.encode().hex().ljust(32, "0")[:32]
@@ -253,19 +257,7 @@ async def test_a_signed_delivered_for_a_push_message_changes_nothing(
     """A valid signature names the SMS it is about: a push (or e-mail) message by the
     same id is never moved, pending or sent."""
     sid = await sent_sms(rt)
-    now = rt.clock.now()
-    push = Message(
-        id="p-1",
-        user_id="u1",
-        category="billing",
-        label="invoice.overdue",
-        title="Invoice overdue",
-        body="Invoice 8841 is overdue.",
-        scheduled_at=now,
-        timezone="UTC",
-        dedup_key="d-p-1",
-        live_key="l-p-1",
-    )
+    push = a_message(rt, "p-1", "push")
     await rt.store.insert_messages([push])
     r = await post_signed(client, f"{STATUS}?m=p-1", callback(sid, "delivered"))
     assert (r.status_code, r.headers["x-tepat-outcome"]) == (200, "unknown_message")
