@@ -69,10 +69,15 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         rt.clock,
         app_keys={app: key.get_secret_value() for app, key in rt.settings.app_keys.items()},
     )
+    # /docs and /redoc pull Swagger UI and ReDoc from a CDN, unpinned and without
+    # integrity, onto the dashboard's origin: off unless TEPAT_API_DOCS asks for them.
+    docs = rt.settings.api_docs
     app = FastAPI(
         title="Tepat",
         version="0.1.0",
         description=DESCRIPTION,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
     app.state.runtime = rt
     app.state.templates = template_service(rt)

@@ -42,6 +42,7 @@ from tepat.domain.routing import (
     default_event_types,
     parse_event_types,
 )
+from tepat.domain.webhooks import parse_target_policy
 
 ENV_PREFIX = "TEPAT_"
 # One label of a DNS name, or an IPv4/IPv6 literal: what TEPAT_SMTP_HOST may hold.
@@ -145,6 +146,11 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     """Level of everything logged but HTTP access lines (see
     [Logs](../guides/operations.md#logs))."""
+    api_docs: bool = False
+    """`true`: serve the interactive API pages `/docs` (Swagger UI) and `/redoc`. They load
+    their scripts from a CDN (jsDelivr) without integrity checks, on this API's origin (the
+    dashboard's): turn them on only on a development instance. `/openapi.json` is always
+    served."""
     log_json: bool | None = None
     """`true`: one JSON object per line; `false`: readable lines. Unset: JSON when stderr is
     not a terminal."""
@@ -206,7 +212,12 @@ class Settings(BaseSettings):
     """The relay's port. Unset: 587, 465 or 25 by `TEPAT_SMTP_TLS`."""
     smtp_tls: Literal["none", "starttls", "implicit"] = "starttls"
     """`starttls`, `implicit` (TLS from the first byte) or `none` (a relay on a private
-    network)."""
+    network). With `none` and a login, the password would cross the network in clear: see
+    `TEPAT_SMTP_ALLOW_PLAINTEXT_AUTH`."""
+    smtp_allow_plaintext_auth: bool = False
+    """`true`: log in to the relay even with `TEPAT_SMTP_TLS=none` (the password in clear;
+    only for a relay on the same host or a network you trust). Otherwise a login without TLS
+    is a configuration error."""
     smtp_username: str | None = None
     """The relay's login; set both `TEPAT_SMTP_USERNAME` and `TEPAT_SMTP_PASSWORD` or neither.
     Unset: no login."""
@@ -276,6 +287,17 @@ class Settings(BaseSettings):
     webhooks](../guides/webhooks.md))."""
     webhook_timeout_seconds: float = Field(default=15, gt=0, le=120)
     """How long one webhook POST may take before it counts as failed and is retried."""
+    webhook_allow_private_hosts: str | None = None
+    """Comma-separated host names, addresses and networks (CIDR: `10.1.0.0/16`) webhooks may
+    reach although they are loopback, private, link-local or otherwise internal (a receiver
+    on your own network). Unset: every such URL is refused when registered and when sent
+    (see [Status webhooks](../guides/webhooks.md))."""
+
+    @field_validator("webhook_allow_private_hosts")
+    @classmethod
+    def _webhook_allow_private_hosts(cls, v: str | None) -> str | None:
+        parse_target_policy(v)  # ValueError naming the bad entry
+        return v
 
     @field_validator("database_url")
     @classmethod
@@ -410,6 +432,15 @@ class Settings(BaseSettings):
             v = None
         if (v is None) != (not info.data.get("smtp_username")):
             raise ValueError("set both TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD, or neither")
+        if (
+            v is not None
+            and info.data.get("smtp_tls") == "none"
+            and not info.data.get("smtp_allow_plaintext_auth")
+        ):
+            raise ValueError(
+                "would be sent in clear with TEPAT_SMTP_TLS=none: use starttls or implicit,"
+                " or set TEPAT_SMTP_ALLOW_PLAINTEXT_AUTH=true"
+            )
         return v
 
     @field_validator("smtp_from")

@@ -9,6 +9,11 @@ HTTP access lines (``uvicorn.access``) have their own level
 (``TEPAT_ACCESS_LOG_LEVEL``, default ``INFO``): requests to the probe and
 scrape paths are logged at ``DEBUG``, so liveness/readiness probes and
 Prometheus scrapes never flood the log while every API request stays visible.
+
+No line carries a credential found in a URL: query parameters whose name (however it
+is spelled: ``access%5Ftoken`` is ``access_token``) says token, key, secret, signature or
+password, and the token of a one-click unsubscribe path (``/u/<token>``), are written
+``REDACTED`` in access lines and in every other line, structlog's or a library's.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import re
 import sys
 import threading
 from types import TracebackType
+from typing import Any
+from urllib.parse import unquote_plus
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -58,7 +65,11 @@ def configure_logging(
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, _access_fields],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            redact_secrets,
+            *final,
+        ],
         pass_foreign_args=True,
     )
     handler = logging.StreamHandler(sys.stderr)
@@ -99,19 +110,57 @@ class AccessLevelFilter(logging.Filter):
             path = full.split("?", 1)[0]
             if path in PROBE_PATHS:
                 record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            if "?" in full:
-                # The inbox stream takes a user's JWT as ?access_token= (browsers'
-                # EventSource cannot send headers): it must never reach the logs.
-                record.args = (args[0], args[1], redact_query(full), *args[3:])
+            # The inbox stream takes a user's JWT as ?access_token= (browsers'
+            # EventSource cannot send headers), and /u/<token> is an unsubscribe link's key.
+            record.args = (args[0], args[1], redact(full), *args[3:])
         return record.levelno >= self.threshold
 
 
-_SECRET_PARAMS = re.compile(r"([?&](?:access_token|token)=)[^&#]*", re.IGNORECASE)
+REDACTED = "REDACTED"
+# name=value in a query string (or any text holding a URL); the name is checked decoded.
+_QUERY_PARAM = re.compile(r"([?&;])([^=&;#\s]+)=([^&;#\s\"'<>]*)")
+_SECRET_WORDS = ("token", "secret", "signature", "password", "passwd", "credential")
+_SECRET_NAMES = frozenset({"key", "sig", "auth", "code", "session"})
+# /u/<token> as the first segment of a path, alone or after a URL's host.
+_UNSUBSCRIBE_PATH = re.compile(r"((?:^|[\s\"'(<=]|://[^/\s?#]+)/u/)[^/?#\s\"'<>]+")
 
 
-def redact_query(target: str) -> str:
-    """``target`` (path and query) with secret query parameters' values replaced."""
-    return _SECRET_PARAMS.sub(r"\1REDACTED", target)
+def _secret_param(name: str) -> bool:
+    decoded = unquote_plus(unquote_plus(name)).strip().lower().replace("-", "_")
+    return (
+        decoded in _SECRET_NAMES
+        or decoded.endswith("key")
+        or any(word in decoded for word in _SECRET_WORDS)
+    )
+
+
+def _redact_param(match: re.Match[str]) -> str:
+    sep, name, _value = match.groups()
+    return f"{sep}{name}={REDACTED}" if _secret_param(name) else match.group(0)
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials a URL may carry replaced: secret query parameters'
+    values (by their decoded name) and unsubscribe tokens in ``/u/<token>`` paths."""
+    if "?" in text or "&" in text:
+        text = _QUERY_PARAM.sub(_redact_param, text)
+    if "/u/" in text:
+        text = _UNSUBSCRIBE_PATH.sub(rf"\1{REDACTED}", text)
+    return text
+
+
+def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """Every line's text fields through :func:`redact`, whoever logged it."""
+    for name, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[name] = redact(value)
+        elif isinstance(value, tuple | list) and any(isinstance(v, str) for v in value):
+            event_dict[name] = _redact_all(value)
+    return event_dict
+
+
+def _redact_all(values: tuple[Any, ...] | list[Any]) -> list[Any]:
+    return [redact(v) if isinstance(v, str) else v for v in values]
 
 
 def _access_fields(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:

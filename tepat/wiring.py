@@ -17,6 +17,7 @@ from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.adapters.webhook_out import WebhookChannel
 from tepat.clock import Clock
 from tepat.config import Settings
+from tepat.domain.webhooks import TargetPolicy, parse_target_policy
 from tepat.ports.channel import Channel
 from tepat.ports.repositories.webhooks import WebhookRepository
 from tepat.services.unsubscribe import UnsubscribeLinks
@@ -41,6 +42,7 @@ def smtp_config(settings: Settings) -> SmtpConfig | None:
         timeout=settings.smtp_timeout,
         connections=settings.smtp_connections,
         unsubscribe_mailto=settings.unsubscribe_mailto,
+        allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
     )
 
 
@@ -80,7 +82,13 @@ def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookReposi
         clock,
         timeout_seconds=settings.webhook_timeout_seconds,
         allow_http=settings.webhook_allow_http,
+        allowed_targets=webhook_target_policy(settings),
     )
+
+
+def webhook_target_policy(settings: Settings) -> TargetPolicy:
+    """The private hosts webhooks may reach anyway (``TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS``)."""
+    return parse_target_policy(settings.webhook_allow_private_hosts)
 
 
 def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLinks | None:

@@ -8,6 +8,7 @@ the rules and README "Status webhooks" for the receiver's side.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
@@ -16,9 +17,11 @@ from pydantic import BaseModel, Field
 from api.deps import RT, Admin
 from api.problems import problem_responses
 from api.schemas import Request, Text
+from tepat.adapters.webhook_target import check_target
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.runtime import Runtime
 from tepat.services.webhooks import WebhookService
+from tepat.wiring import webhook_target_policy
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], responses=problem_responses(401, 403))
 
@@ -39,7 +42,9 @@ class WebhookIn(Request):
         min_length=1,
         max_length=MAX_URL_LENGTH,
         description="Where to POST: https:// (http:// only to a loopback host, or with "
-        "TEPAT_WEBHOOK_ALLOW_HTTP)",
+        "TEPAT_WEBHOOK_ALLOW_HTTP). A host that is or resolves to a loopback, private, "
+        "link-local or internal address is refused unless TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS "
+        "names it",
         examples=["https://example.com/tepat/webhooks"],
     )
     event_types: list[str] = Field(
@@ -92,7 +97,11 @@ class WebhookList(BaseModel):
 
 def _service(rt: Runtime) -> WebhookService:
     return WebhookService(
-        rt.store, rt.clock, rt.categories.names, allow_http=rt.settings.webhook_allow_http
+        rt.store,
+        rt.clock,
+        rt.categories.names,
+        allow_http=rt.settings.webhook_allow_http,
+        check_target=partial(check_target, policy=webhook_target_policy(rt.settings)),
     )
 
 

@@ -148,7 +148,7 @@ def api_pages(doc: dict[str, Any]) -> dict[str, str]:
         "",
         "Generated from the app's OpenAPI document (`api/app.py`, `create_app`) when the",
         "site is built; a running server serves the same document at `/openapi.json`",
-        "(interactive at `/docs`).",
+        "(interactive at `/docs` with `TEPAT_API_DOCS=true`).",
         "",
         "| group | operations |",
         "|---|---|",

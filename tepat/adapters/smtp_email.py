@@ -59,6 +59,12 @@ class SmtpConfig:
     unsubscribe_mailto: str | None = None
     # EHLO name; None: aiosmtplib's default (this host's FQDN)
     local_hostname: str | None = None
+    # A login over tls="none" sends the password in clear: only when asked for.
+    allow_plaintext_auth: bool = False
+
+    def __post_init__(self) -> None:
+        if self.username and self.tls == "none" and not self.allow_plaintext_auth:
+            raise ValueError("SMTP login without TLS refused: the password would go in clear")
 
     @property
     def resolved_port(self) -> int:

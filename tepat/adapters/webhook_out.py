@@ -13,6 +13,12 @@ a timeout or a connection error -> ``TryAgain``. The retries are the shared ones
 loses nothing; one down for three days is given up on (``failed``, the reason says why).
 A duplicate is harmless (the ``webhook-id`` is the event's stable id, for the receiver
 to dedup on), so an answer lost after the request went out is retried, never closed.
+
+Every connection goes only to an address checked at that moment
+(``tepat/adapters/webhook_target.py``): a host that resolves to a loopback, private,
+link-local or otherwise internal address is ``Refused("url_refused: ...")`` unless
+allow-listed. Only the receiver's status code is kept (``http_500``), never its body:
+what an internal service answers must not come back through the API.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ from email.utils import parsedate_to_datetime
 import httpx
 import structlog
 
+from tepat.adapters.webhook_target import GuardedTransport, TargetRefused
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.webhooks import (
     WEBHOOK_CHANNEL,
     WEBHOOK_RETRY,
     Delivery,
+    TargetPolicy,
     WebhookSubscription,
     check_url,
     webhook_headers,
@@ -45,8 +53,6 @@ log = structlog.get_logger("tepat.webhooks")
 
 USER_AGENT = "Tepat-Webhooks/1"
 _THROTTLING = frozenset({429, 502, 503, 504})
-# Bytes of a receiver's answer kept in the reason: enough to debug, never a whole page.
-_REASON_BODY = 120
 
 
 class WebhookChannel:
@@ -59,6 +65,7 @@ class WebhookChannel:
         *,
         timeout_seconds: float = 15.0,
         allow_http: bool = False,
+        allowed_targets: TargetPolicy | None = None,
         max_connections: int = 20,
         max_batch: int = 20,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -73,7 +80,8 @@ class WebhookChannel:
             timeout=httpx.Timeout(timeout_seconds),
             limits=httpx.Limits(max_connections=max_connections),
             follow_redirects=False,
-            transport=transport,
+            transport=transport
+            or GuardedTransport(allowed_targets or TargetPolicy(), max_connections),
             headers={"user-agent": USER_AGENT},
         )
 
@@ -105,7 +113,12 @@ class WebhookChannel:
         headers = webhook_headers(secrets, delivery.event_id, int(now.timestamp()), delivery.body)
         try:
             response = await self._client.post(url, content=delivery.body.encode(), headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout):
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            if isinstance(e.__cause__, TargetRefused):
+                log.warning(
+                    "webhook target refused", subscription=sub.id, reason=e.__cause__.reason
+                )
+                return Refused(f"url_refused: {e.__cause__.reason}")
             # Nothing reached the receiver.
             return TryAgain("connect_error")
         except httpx.TimeoutException:
@@ -122,9 +135,6 @@ class WebhookChannel:
             await self._disable(sub, "gone")
             return Refused("gone")
         reason = f"http_{code}"
-        snippet = response.text[:_REASON_BODY].strip() if response.content else ""
-        if snippet:
-            reason = f"{reason}: {snippet}"
         if code in _THROTTLING:
             return TryAgain(reason, retry_after=_retry_after(response, self._clock), throttled=True)
         return TryAgain(reason, maybe_sent=code >= 500)

@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -239,6 +240,111 @@ def check_url(value: str, allow_http: bool = False) -> str:
             "must be https:// (http:// only to a loopback host, or with TEPAT_WEBHOOK_ALLOW_HTTP)",
         )
     return url
+
+
+# --- where a webhook may go (SSRF) ---------------------------------------------------
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+ALLOW_SETTING = "TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS"
+# Names that only mean something inside a network (cloud metadata, mDNS, this host).
+_INTERNAL_SUFFIXES = (".localhost", ".internal", ".local", ".localdomain", ".home.arpa")
+# NAT64 (RFC 6052): an IPv6 address carrying an IPv4 one in its last 32 bits.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPolicy:
+    """The private hosts webhooks may reach anyway (``TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS``):
+    host names, and addresses or networks (CIDR)."""
+
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+
+    def allows_host(self, host: str) -> bool:
+        return host.lower().rstrip(".") in self.hosts
+
+    def allows_address(self, host: str, address: IPAddress) -> bool:
+        return self.allows_host(host) or any(address in net for net in self.networks)
+
+
+def parse_target_policy(value: str | None) -> TargetPolicy:
+    """``"hooks.lan, 10.1.2.0/24, 127.0.0.1"`` -> a TargetPolicy; ValueError naming a bad
+    entry."""
+    hosts: set[str] = set()
+    networks: list[IPNetwork] = []
+    for raw in (value or "").split(","):
+        item = raw.strip().lower().rstrip(".")
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item.strip("[]"), strict=False))
+            continue
+        except ValueError:
+            pass
+        if "/" in item or not all(_HOST_LABEL.match(label) for label in item.split(".")):
+            raise ValueError(f"{raw.strip()!r} is neither a host name nor an address or CIDR")
+        hosts.add(item)
+    return TargetPolicy(frozenset(hosts), tuple(networks))
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)\Z")
+
+
+def address_refusal(address: IPAddress) -> str | None:
+    """Why a webhook must not go to ``address`` (loopback, private, ...), None when it
+    is a public unicast address. An IPv4-mapped or NAT64 IPv6 address is judged by the
+    IPv4 address it carries."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif address in _NAT64:
+            address = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    for why, hit in (
+        ("loopback", address.is_loopback),
+        ("link-local", address.is_link_local),
+        ("multicast", address.is_multicast),
+        ("unspecified", address.is_unspecified),
+        ("private", address.is_private),
+        ("reserved", address.is_reserved or not address.is_global),
+    ):
+        if hit:
+            return why
+    return None
+
+
+def check_target_host(host: str, policy: TargetPolicy) -> None:
+    """Refuse a host name that can only be internal (``localhost``,
+    ``metadata.google.internal``, ``*.local``) unless allow-listed; addresses are checked
+    once resolved (:func:`check_target_address`)."""
+    name = host.lower().rstrip(".")
+    if policy.allows_host(name):
+        return
+    if name == "localhost" or name.endswith(_INTERNAL_SUFFIXES):
+        raise DomainError(
+            "url", f"{host} is an internal host name: refused (allow it with {ALLOW_SETTING})"
+        )
+
+
+def check_target_address(host: str, address: IPAddress, policy: TargetPolicy) -> None:
+    why = address_refusal(address)
+    if why is not None and not policy.allows_address(host, address):
+        raise DomainError(
+            "url",
+            f"{host} is a {why} address ({address}): refused (allow it with {ALLOW_SETTING})"
+            if host == str(address)
+            else f"{host} resolves to a {why} address ({address}): refused "
+            f"(allow it with {ALLOW_SETTING})",
+        )
+
+
+def check_target_ip_literal(host: str, policy: TargetPolicy) -> None:
+    """A URL whose host is an address literal: checked without any lookup."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return
+    check_target_address(host, address, policy)
 
 
 def check_event_types(values: Iterable[str]) -> tuple[str, ...]:

@@ -20,7 +20,9 @@ order) changes nothing either.
 
 Only events about a Tepat e-mail (the id found in the mail's headers, and a message of
 the ``email`` channel by that id) touch anything: a topic shared with other senders
-does not suppress addresses for mail Tepat never sent.
+does not suppress addresses for mail Tepat never sent. And only the message's own
+recipient (its user's e-mail contact) is suppressed: an event naming other addresses,
+signed or not, never suppresses them.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from tepat.clock import Clock
 from tepat.domain.contacts import SuppressionReason, normalise_email
 from tepat.domain.email_events import EmailEvent
 from tepat.domain.errors import DomainError
-from tepat.domain.models import MessageStatus
+from tepat.domain.models import Message, MessageStatus
 from tepat.ports.repositories.messages import StatusChange
 from tepat.services.provider_events import CallbackRecords, act_then_record
 
@@ -86,13 +88,15 @@ class EmailEvents:
             changed = await self._move(
                 message.id, MessageStatus.FAILED, "hard_bounce", event.detail
             )
-            suppressed = await self._suppress(event, SuppressionReason.HARD_BOUNCE, provider)
+            suppressed = await self._suppress(
+                message, event, SuppressionReason.HARD_BOUNCE, provider
+            )
         elif event.kind == "bounce":
             log.info(
                 "email_soft_bounce", message_id=message.id, detail=event.detail, provider=provider
             )
         elif event.kind == "complaint":
-            suppressed = await self._suppress(event, SuppressionReason.COMPLAINT, provider)
+            suppressed = await self._suppress(message, event, SuppressionReason.COMPLAINT, provider)
         elif event.kind == "delivery":
             changed = await self._move(message.id, MessageStatus.DELIVERED, None, None)
         log.info(
@@ -116,14 +120,21 @@ class EmailEvents:
         return applied > 0
 
     async def _suppress(
-        self, event: EmailEvent, reason: SuppressionReason, provider: str
+        self, message: Message, event: EmailEvent, reason: SuppressionReason, provider: str
     ) -> list[str]:
+        contacts = await self.store.contacts_for_users([message.user_id], CHANNEL)
+        recipient = contacts[message.user_id].address if message.user_id in contacts else None
         done = []
         for raw in event.recipients:
             try:
                 address = normalise_email(raw, "emailAddress")
             except DomainError:
                 log.warning("email_event_bad_address", provider=provider, address=raw[:254])
+                continue
+            if address != recipient:
+                log.warning(
+                    "email_event_not_the_recipient", provider=provider, message_id=message.id
+                )
                 continue
             await self.store.add_suppression(
                 CHANNEL, address, reason, self.clock.now(), source=f"{provider}:{event.type_name}"

@@ -17,10 +17,15 @@ through). Each (MessageSid, MessageStatus) is acted on, then recorded
 what must not be lost (a failure in between leaves the callback to be acted on again,
 which the condition makes harmless), the record tells a repeat from a first.
 
+A callback acts only on an SMS: the message named by ``m`` must be of the ``sms``
+channel and, once it holds Twilio's SID as its ticket, carry this callback's SID; any
+other message (a push, an e-mail) is left alone and answered ``unknown_message``.
+
 Error codes that say the number itself cannot take SMS (30005 unknown destination, 30006
 landline or unreachable carrier) also suppress the number (``invalid``): when the
 callback fails the message, or finds it failed by this very callback (a retry after a
-process died between the two writes).
+process died between the two writes), and only when ``To`` is the message's recipient
+(its user's SMS contact), never another number the callback names.
 
 **Inbound replies**: Twilio's default opt-out keywords (STOP, STOPALL, UNSUBSCRIBE,
 CANCEL, END, QUIT) suppress the sender's number for SMS (reason ``stop``); its opt-in
@@ -39,7 +44,7 @@ import structlog
 from tepat.clock import Clock
 from tepat.domain.contacts import SuppressionReason, normalise_phone
 from tepat.domain.errors import DomainError
-from tepat.domain.models import MessageStatus
+from tepat.domain.models import Message, MessageStatus
 from tepat.ports.repositories.contacts import ContactRepository
 from tepat.ports.repositories.messages import MessageRepository, StatusChange
 from tepat.services.provider_events import CallbackRecords, act_then_record
@@ -114,12 +119,21 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
             return Outcome.UNKNOWN_MESSAGE
         return Outcome.NO_CHANGE
     change, expect = planned
+    message = await store.get_message(change.message_id)
+    if message is None or not _is_this_sms(message, callback):
+        log.warning(
+            "Twilio status callback for an unknown message",
+            message_id=callback.message_id,
+            sid=callback.sid,
+            status=callback.status,
+        )
+        return Outcome.UNKNOWN_MESSAGE
 
     async def act() -> bool:
         applied = await store.transition_many([change], now, expect=expect) > 0
         dead_number = callback.error_code in DEAD_NUMBER_ERRORS and callback.to
         if dead_number and (applied or await _failed_by(store, change)):
-            await _suppress_dead_number(store, callback, now)
+            await _suppress_dead_number(store, message, callback, now)
         return applied
 
     handled = await act_then_record(store, PROVIDER, event_id, now, act)
@@ -135,15 +149,14 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
         return Outcome.APPLIED
     if not handled.first:
         return Outcome.DUPLICATE
-    if await store.get_message(change.message_id) is None:
-        log.warning(
-            "Twilio status callback for an unknown message",
-            message_id=callback.message_id,
-            sid=callback.sid,
-            status=callback.status,
-        )
-        return Outcome.UNKNOWN_MESSAGE
     return Outcome.STALE
+
+
+def _is_this_sms(message: Message, callback: StatusCallback) -> bool:
+    """The message is an SMS and, once it holds Twilio's SID, the one this callback is about."""
+    if message.channel != SMS:
+        return False
+    return message.ticket_id is None or message.ticket_id == callback.sid
 
 
 async def _failed_by(store: MessageRepository, change: StatusChange) -> bool:
@@ -157,11 +170,16 @@ async def _failed_by(store: MessageRepository, change: StatusChange) -> bool:
 
 
 async def _suppress_dead_number(
-    store: ContactRepository, callback: StatusCallback, now: datetime
+    store: ContactRepository, message: Message, callback: StatusCallback, now: datetime
 ) -> None:
     try:
         number = normalise_phone(callback.to, "To")
     except DomainError:
+        return
+    contacts = await store.contacts_for_users([message.user_id], SMS)
+    contact = contacts.get(message.user_id)
+    if contact is None or contact.address != number:
+        log.warning("Twilio callback names another number than the message's recipient")
         return
     await store.add_suppression(SMS, number, SuppressionReason.INVALID, now, source=PROVIDER)
 

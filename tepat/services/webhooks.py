@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 import structlog
@@ -65,9 +65,14 @@ class WebhookService:
         categories: Iterable[str],
         *,
         allow_http: bool = False,
+        check_target: Callable[[str], Awaitable[None]] | None = None,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
     ) -> None:
+        """``check_target``: resolves a URL's host and raises DomainError("url") when it
+        is internal (``tepat/adapters/webhook_target.py``; the channel checks again at
+        every send)."""
         self._store = store
+        self._check_target = check_target
         self._clock = clock
         self._categories = tuple(categories)
         self._allow_http = allow_http
@@ -81,9 +86,12 @@ class WebhookService:
         description: str = "",
     ) -> WebhookSubscription:
         now = self._clock.now()
+        url = check_url(url, self._allow_http)
+        if self._check_target is not None:
+            await self._check_target(url)
         sub = WebhookSubscription(
             id=new_subscription_id(),
-            url=check_url(url, self._allow_http),
+            url=url,
             event_types=check_event_types(event_types),
             categories=check_categories(categories, self._categories),
             secrets=(WebhookSecret(new_secret(self._random(SECRET_BYTES)), created_at=now),),

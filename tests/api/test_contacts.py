@@ -88,6 +88,11 @@ async def test_a_user_token_reaches_its_own_contacts_only(
         ("email", {"address": "a b@example.com"}, "address"),
         ("email", {"address": ""}, "address"),
         ("email", {"address": "x" * 400 + "@example.com"}, "address"),
+        # Header injection: a line feed inside the address (a regex's $ matches before one).
+        ("email", {"address": "ana\n@example.com"}, "address"),
+        ("email", {"address": "ana@exa\n.example.com"}, "address"),
+        ("email", {"address": "ana@example.com\r\nBcc: x@evil.example"}, "address"),
+        ("email", {"address": "a\u0000b@example.com"}, "address"),
         ("sms", {"address": "0812 3456 7890"}, "address"),  # national: no country
         ("sms", {"address": "+1 555"}, "address"),
         ("sms", {"address": "call me"}, "address"),

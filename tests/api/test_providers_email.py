@@ -107,7 +107,9 @@ def email_message(key: str, user_id: str = "u1") -> Message:
 
 
 async def sent_email(rt: Runtime, key: str = "m1") -> Message:
+    """An e-mail ``sent`` to ADDRESS, its user's contact (the message's recipient)."""
     m = email_message(key)
+    await rt.store.set_contact(m.user_id, "email", ADDRESS, True, rt.clock.now())
     await rt.store.insert_messages([m])
     assert await rt.store.claim([m.id], rt.clock.now())
     assert await rt.store.transition(
@@ -276,6 +278,26 @@ async def test_complaint_suppresses_at_once_and_leaves_the_status(
     assert r.json() == {"result": "applied"}
     assert await suppressed(rt) == SuppressionReason.COMPLAINT
     assert await status(rt, m) == (MessageStatus.SENT, None)
+
+
+async def test_a_complaint_about_another_address_suppresses_nothing(
+    client: httpx.AsyncClient, rt: Runtime, signer: SelfSigned, fetcher: Fetcher
+) -> None:
+    """Validly signed, about a Tepat e-mail, but naming an address that is not the
+    message's recipient: neither that address nor the recipient is suppressed."""
+    m = await sent_email(rt)
+    doc = ses_event("Complaint", m.id)
+    doc["complaint"]["complainedRecipients"] = [{"emailAddress": "victim@example.org"}]
+    r = await post_sns(client, sns_envelope(signer, json.dumps(doc)))
+    assert r.status_code == 200
+    assert await suppressed(rt, "victim@example.org") is None
+    assert await suppressed(rt) is None
+    bounce = ses_event("Bounce", m.id)
+    bounce["bounce"]["bouncedRecipients"].append({"emailAddress": "other@example.org"})
+    r = await post_sns(client, sns_envelope(signer, json.dumps(bounce), sns_id="b-1"))
+    assert r.json() == {"result": "applied"}
+    assert await suppressed(rt, "other@example.org") is None
+    assert await suppressed(rt) == SuppressionReason.HARD_BOUNCE
 
 
 async def test_out_of_order_events_never_move_a_status_back(

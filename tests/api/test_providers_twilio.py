@@ -81,25 +81,29 @@ async def client(rt: Runtime) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def sent_sms(
-    rt: Runtime, message_id: str = "m-1", status: MessageStatus = MessageStatus.SENT
-) -> str:
-    """An SMS in ``status`` (sending or sent; pending: waiting for a retry after an
-    answer that was lost), with a Twilio SID as its ticket."""
-    now = rt.clock.now()
-    message = Message(
+def a_message(rt: Runtime, message_id: str, channel: str) -> Message:
+    return Message(
         id=message_id,
         user_id="u1",
         category="billing",
         label="invoice.overdue",
         title="Invoice overdue",
         body="Invoice 8841 is overdue.",
-        scheduled_at=now,
+        scheduled_at=rt.clock.now(),
         timezone="UTC",
         dedup_key=f"d-{message_id}",
         live_key=f"l-{message_id}",
-        channel="sms",
+        channel=channel,
     )
+
+
+async def sent_sms(
+    rt: Runtime, message_id: str = "m-1", status: MessageStatus = MessageStatus.SENT
+) -> str:
+    """An SMS in ``status`` (sending or sent; pending: waiting for a retry after an
+    answer that was lost), with a Twilio SID as its ticket."""
+    now = rt.clock.now()
+    message = a_message(rt, message_id, "sms")
     await rt.store.insert_messages([message])
     assert [m.id for m in await rt.store.claim([message_id], now)] == [message_id]
     sid = "SM" + message_id.encode().hex().ljust(32, "0")[:32]
@@ -214,12 +218,42 @@ async def test_undelivered_fails_with_the_error_code_and_stays_failed(
 
 
 async def test_a_dead_number_is_suppressed(rt: Runtime, client: httpx.AsyncClient) -> None:
+    await rt.store.set_contact("u1", "sms", PHONE, True, rt.clock.now())  # the recipient
     sid = await sent_sms(rt)
     r = await post_signed(client, f"{STATUS}?m=m-1", callback(sid, "failed", ErrorCode="30006"))
     assert r.status_code == 200
     assert await status_of(rt, "m-1") == (MessageStatus.FAILED, "twilio_30006")
     suppressed = await rt.store.suppressions_for("sms", [PHONE])
     assert suppressed[PHONE].reason == "invalid" and suppressed[PHONE].source == "twilio"
+
+
+async def test_a_dead_number_callback_naming_another_number_suppresses_nothing(
+    rt: Runtime, client: httpx.AsyncClient
+) -> None:
+    await rt.store.set_contact("u1", "sms", PHONE, True, rt.clock.now())
+    sid = await sent_sms(rt)
+    params = [(k, "+14155552672" if k == "To" else v) for k, v in callback(sid, "failed")]
+    r = await post_signed(client, f"{STATUS}?m=m-1", [*params, ("ErrorCode", "30006")])
+    assert r.headers["x-tepat-outcome"] == "applied"
+    assert await status_of(rt, "m-1") == (MessageStatus.FAILED, "twilio_30006")
+    assert await rt.store.suppressions_for("sms", [PHONE, "+14155552672"]) == {}
+
+
+async def test_a_signed_delivered_for_a_push_message_changes_nothing(
+    rt: Runtime, client: httpx.AsyncClient
+) -> None:
+    """A valid signature names the SMS it is about: a push (or e-mail) message by the
+    same id is never moved, pending or sent."""
+    sid = await sent_sms(rt)
+    push = a_message(rt, "p-1", "push")
+    await rt.store.insert_messages([push])
+    r = await post_signed(client, f"{STATUS}?m=p-1", callback(sid, "delivered"))
+    assert (r.status_code, r.headers["x-tepat-outcome"]) == (200, "unknown_message")
+    assert (await status_of(rt, "p-1"))[0] is MessageStatus.PENDING
+    # Another SMS's SID for this SMS: not this message's callback either.
+    other = await post_signed(client, f"{STATUS}?m=m-1", callback("SM" + "f" * 32, "delivered"))
+    assert other.headers["x-tepat-outcome"] == "unknown_message"
+    assert (await status_of(rt, "m-1"))[0] is MessageStatus.SENT
 
 
 async def test_a_callback_that_beats_the_senders_record(

@@ -3,15 +3,21 @@ the field; the secret shown once (issue 12, item 5)."""
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from api.app import create_app
+from tepat.adapters import webhook_target
 from tepat.clock import FakeClock
-from tepat.domain.webhooks import EVENT_TYPES, WEBHOOK_USER, secret_key
-from tests.api.conftest import ADMIN, bearer, error_fields, problem
+from tepat.domain.webhooks import EVENT_TYPES, WEBHOOK_USER, IPAddress, secret_key
+from tepat.runtime import open_runtime
+from tests.api.conftest import ADMIN, ADMIN_KEY, bearer, error_fields, make_settings, problem
+from tests.support.fake_push import FakePush
 
 BODY: dict[str, Any] = {
     "url": "https://example.com/hooks",
@@ -19,6 +25,30 @@ BODY: dict[str, Any] = {
     "categories": ["meal"],
     "description": "orders service",
 }
+
+
+# What the names in these tests resolve to: no test waits on (or depends on) real DNS.
+DNS = {
+    "example.com": ["93.184.215.14"],
+    "hooks.example.org": ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"],
+    "metadata.example.net": ["169.254.169.254"],
+    "split.example.net": ["93.184.215.14", "10.0.0.1"],
+    "mapped.example.net": ["::ffff:127.0.0.1"],
+}
+
+
+@pytest.fixture(autouse=True)
+def dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def resolve(host: str, port: int, timeout: float) -> list[IPAddress]:  # noqa: ASYNC109
+        try:
+            return [ipaddress.ip_address(host.strip("[]"))]
+        except ValueError:
+            pass
+        if host not in DNS:
+            raise OSError(f"{host}: Name or service not known")
+        return [ipaddress.ip_address(a) for a in DNS[host]]
+
+    monkeypatch.setattr(webhook_target, "resolve", resolve)
 
 
 async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
@@ -45,7 +75,7 @@ async def test_create_returns_the_secret_once_and_reads_never_show_it(
     assert one == {k: v for k, v in created.items() if k != "secret"}
 
     clock.advance(1)  # listed by creation time
-    other = await create(client, url="http://127.0.0.1:9/h", categories=[])
+    other = await create(client, url="https://hooks.example.org/h", categories=[])
     assert other["secret"] != created["secret"]
     listed = (await client.get("/v1/webhooks", headers=ADMIN)).json()["items"]
     assert [s["id"] for s in listed] == [created["id"], other["id"]]
@@ -98,6 +128,52 @@ async def test_bad_input_is_a_422_naming_the_field(
 ) -> None:
     r = await client.post("/v1/webhooks", json={**BODY, **overrides}, headers=ADMIN)
     assert field in {f.split(".")[0] for f in error_fields(r)}, r.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://169.254.169.254/latest/meta-data/",  # cloud metadata
+        "https://10.0.0.1/hooks",
+        "https://192.168.1.20/hooks",
+        "http://127.0.0.1:6379/",  # any loopback port
+        "http://localhost:8000/v1/admin",
+        "https://[::1]/hooks",
+        "https://[::ffff:169.254.169.254]/hooks",  # IPv4-mapped
+        "https://[fd00::1]/hooks",
+        "https://0.0.0.0/hooks",
+        "https://224.0.0.1/hooks",
+        "https://metadata.google.internal/computeMetadata/v1/",
+        "https://printer.local/hooks",
+        "https://metadata.example.net/hooks",  # a public name resolving to a private address
+        "https://split.example.net/hooks",  # one of its addresses is private
+        "https://mapped.example.net/hooks",
+    ],
+)
+async def test_an_internal_target_is_a_422_naming_the_url(
+    client: httpx.AsyncClient, url: str
+) -> None:
+    r = await client.post("/v1/webhooks", json={**BODY, "url": url}, headers=ADMIN)
+    assert error_fields(r) == {"url"}, r.text
+    assert "TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS" in r.text
+    assert (await client.get("/v1/webhooks", headers=ADMIN)).json()["items"] == []
+
+
+async def test_allow_listed_private_hosts_are_accepted(tmp_path: Path, clock: FakeClock) -> None:
+    settings = make_settings(tmp_path).model_copy(
+        update={"webhook_allow_private_hosts": "127.0.0.1, 10.0.0.0/8, metadata.example.net"}
+    )
+    async with open_runtime(settings, clock=clock, push=FakePush()) as rt:
+        transport = httpx.ASGITransport(app=create_app(rt, ADMIN_KEY))
+        async with httpx.AsyncClient(transport=transport, base_url="http://tepat.test") as c:
+            for url in (
+                "http://127.0.0.1:9/h",
+                "https://10.20.30.40/h",
+                "https://metadata.example.net/h",
+            ):
+                await create(c, url=url)
+            r = await c.post("/v1/webhooks", json={**BODY, "url": "https://[::1]/h"}, headers=ADMIN)
+            assert error_fields(r) == {"url"}
 
 
 async def test_missing_fields_are_named(client: httpx.AsyncClient) -> None:

@@ -39,7 +39,12 @@ def make_home(tmp_path: Path, jetty: str) -> Path:
 def run(home: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(SCRIPT)],
-        env={"PATH": "/usr/bin:/bin", "ACTIVEMQ_HOME": str(home), **env},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "ACTIVEMQ_HOME": str(home),
+            "ACTIVEMQ_BROKER_PASSWORD": "broker-pw",
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=30,
@@ -55,6 +60,18 @@ def test_console_password_replaces_every_default_account_on_5x(tmp_path: Path) -
     assert realm.read_text() == "ops: s3cret-Pw, admin\n"  # admin/admin and user/user are gone
     assert realm.stat().st_mode & 0o077 == 0
     assert (home / "started-args").read_text().split() == ["console"]
+
+
+def test_broker_credentials_turn_anonymous_clients_away(tmp_path: Path) -> None:
+    home = make_home(tmp_path, JETTY_5)
+    done = run(home, ACTIVEMQ_CONSOLE_PASSWORD="pw", ACTIVEMQ_BROKER_PASSWORD="b-r0ker_pw")
+    assert done.returncode == 0, done.stderr
+    credentials = home / "conf/tepat-broker-credentials.properties"
+    assert credentials.read_text() == (
+        "activemq.anonymous=false\nactivemq.user=tepat\nactivemq.password=b-r0ker_pw\n"
+    )
+    assert credentials.stat().st_mode & 0o077 == 0
+    assert "b-r0ker_pw" not in done.stdout + done.stderr
 
 
 def test_console_password_goes_to_jaas_files_on_6x(tmp_path: Path) -> None:
@@ -94,6 +111,14 @@ def test_activemq_opts_never_drop_the_bindings(tmp_path: Path, opts: str) -> Non
             "ACTIVEMQ_CONSOLE_USER",
         ),
         ({"ACTIVEMQ_CONSOLE_PASSWORD": "pw", "ACTIVEMQ_HEAP": "lots"}, "ACTIVEMQ_HEAP"),
+        (
+            {"ACTIVEMQ_CONSOLE_PASSWORD": "pw", "ACTIVEMQ_BROKER_PASSWORD": ""},
+            "ACTIVEMQ_BROKER_PASSWORD is not set",
+        ),
+        (
+            {"ACTIVEMQ_CONSOLE_PASSWORD": "pw", "ACTIVEMQ_BROKER_PASSWORD": "a@b"},
+            "ACTIVEMQ_BROKER_PASSWORD: letters",
+        ),
     ],
 )
 def test_bad_settings_stop_the_broker_with_one_line(

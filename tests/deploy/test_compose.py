@@ -36,6 +36,8 @@ REQUIRED = (
     "TEPAT_JWT_SECRET",
     "TEPAT_EXPO_URL",
     "ACTIVEMQ_CONSOLE_PASSWORD",
+    "ACTIVEMQ_BROKER_PASSWORD",
+    "MONGO_PASSWORD",
 )
 REAL_EXPO = {
     "TEPAT_ADMIN_API_KEY": "admin-key-from-the-operator",
@@ -43,6 +45,8 @@ REAL_EXPO = {
     "TEPAT_EXPO_URL": "https://exp.host",
     "TEPAT_EXPO_ACCESS_TOKEN": "expo-token-from-the-operator",
     "ACTIVEMQ_CONSOLE_PASSWORD": "console-password-from-the-operator",
+    "ACTIVEMQ_BROKER_PASSWORD": "brokerPasswordFromTheOperator",
+    "MONGO_PASSWORD": "mongoPasswordFromTheOperator",
 }
 TEPAT_PROCESSES = ("api", "scheduler", "consumers")
 EXPO_LIMIT_PER_PROJECT = 600
@@ -95,9 +99,23 @@ def test_resolved_environments_load_as_settings(monkeypatch: pytest.MonkeyPatch)
             if value is not None:
                 monkeypatch.setenv(key, value)
         settings = load_settings()  # a bad value would stop here, naming the variable
-        assert settings.database_url.startswith("mongodb://"), name
-        assert settings.broker_url == "stomp://activemq:61613", name
+        # MongoDB and the broker with the operator's credentials, never anonymous
+        assert settings.database_url == (
+            "mongodb://tepat:mongoPasswordFromTheOperator@mongo:27017/tepat?authSource=admin"
+        ), name
+        assert settings.broker_url == "stomp://tepat:brokerPasswordFromTheOperator@activemq:61613"
         assert settings.expo_access_token is not None, name
+
+
+def test_mongodb_and_the_broker_run_with_the_credentials_tepat_uses() -> None:
+    """Neither MongoDB nor ActiveMQ takes anonymous clients (issue 19, 8)."""
+    config = services(resolved())
+    mongo = environment(config["mongo"])
+    assert mongo["MONGO_INITDB_ROOT_USERNAME"] == "tepat"
+    assert mongo["MONGO_INITDB_ROOT_PASSWORD"] == REAL_EXPO["MONGO_PASSWORD"]
+    broker = environment(config["activemq"])
+    assert broker["ACTIVEMQ_BROKER_USER"] == "tepat"
+    assert broker["ACTIVEMQ_BROKER_PASSWORD"] == REAL_EXPO["ACTIVEMQ_BROKER_PASSWORD"]
 
 
 @pytest.mark.parametrize("missing", REQUIRED)
@@ -112,7 +130,8 @@ def test_a_missing_required_secret_stops_compose_naming_it(missing: str) -> None
 
 def test_no_public_fallback_for_any_secret() -> None:
     text = COMPOSE_FILE.read_text()
-    for name in ("TEPAT_ADMIN_API_KEY", "TEPAT_JWT_SECRET", "ACTIVEMQ_CONSOLE_PASSWORD"):
+    secrets = ("TEPAT_ADMIN_API_KEY", "TEPAT_JWT_SECRET", "ACTIVEMQ_CONSOLE_PASSWORD")
+    for name in (*secrets, "ACTIVEMQ_BROKER_PASSWORD", "MONGO_PASSWORD"):
         uses = re.findall(r"\$\{" + name + r"([^}]*)\}", text)
         assert uses, name
         assert all(use.startswith(":?") for use in uses), f"{name} must be ${{{name}:?...}}"

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,12 @@ def compose_conf(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def broker(tmp_path: Path, compose_conf: Path) -> Iterator[int]:
+    with _running(tmp_path, compose_conf) as stomp:
+        yield stomp
+
+
+@contextmanager
+def _running(tmp_path: Path, compose_conf: Path) -> Iterator[int]:
     if not (AMQ_HOME / "bin/activemq.jar").is_file() or shutil.which("java") is None:
         pytest.skip(f"no ActiveMQ at {AMQ_HOME} (scripts/activemq.sh install)")
     stomp = free_port()
@@ -76,9 +83,9 @@ def broker(tmp_path: Path, compose_conf: Path) -> Iterator[int]:
         subprocess.run(["bash", str(SCRIPT), "stop", str(base)], env=env, timeout=60, check=False)
 
 
-def stomp_connect(port: int) -> str:
+def stomp_connect(port: int, login: str = "") -> str:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(b"CONNECT\naccept-version:1.2\nhost:tepat\n\n\x00")
+        s.sendall(f"CONNECT\naccept-version:1.2\nhost:tepat\n{login}\n\x00".encode())
         reply = b""
         while b"\x00" not in reply:
             chunk = s.recv(4096)
@@ -92,3 +99,17 @@ def test_compose_broker_config_boots_and_serves_stomp(broker: int) -> None:
     reply = stomp_connect(broker)
     assert reply.startswith("CONNECTED\n"), reply
     assert "server:ActiveMQ/" in reply
+
+
+def test_with_the_entrypoints_credentials_anonymous_clients_are_refused(
+    tmp_path: Path, compose_conf: Path
+) -> None:
+    """The file deploy/docker/activemq-entrypoint.sh writes turns anonymous access off."""
+    (compose_conf / "tepat-broker-credentials.properties").write_text(
+        "activemq.anonymous=false\nactivemq.user=tepat\nactivemq.password=brokerPw\n"
+    )
+    with _running(tmp_path, compose_conf) as port:
+        assert stomp_connect(port).startswith("ERROR\n")
+        assert stomp_connect(port, "login:tepat\npasscode:wrong\n").startswith("ERROR\n")
+        reply = stomp_connect(port, "login:tepat\npasscode:brokerPw\n")
+        assert reply.startswith("CONNECTED\n"), reply

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from tepat.adapters.smtp_email import SmtpEmailChannel
+from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
+from tepat.adapters.smtp_message import parse_from
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
@@ -355,3 +356,13 @@ async def test_a_non_ascii_local_part_is_refused_without_a_connection(
 
 def test_no_channel_without_a_host() -> None:
     assert build_email_channel(Settings(), FakeClock(START)) is None
+
+
+def test_a_login_without_tls_is_refused_unless_allowed() -> None:
+    sender = parse_from("Shop <no-reply@shop.example>")
+    with pytest.raises(ValueError, match="in clear"):
+        SmtpConfig("relay.example", sender, tls="none", username="u", password="p")
+    allowed = SmtpConfig(
+        "relay.example", sender, tls="none", username="u", password="p", allow_plaintext_auth=True
+    )
+    assert allowed.username == "u"

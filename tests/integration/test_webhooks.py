@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,15 @@ import pytest
 
 from tepat.adapters.sqlite import SqliteStore
 from tepat.adapters.webhook_out import WEBHOOK_RETRY, WebhookChannel
+from tepat.adapters.webhook_target import check_target
 from tepat.clock import FakeClock
 from tepat.domain.models import Message, MessageStatus, message_id_for
-from tepat.domain.webhooks import EVENT_TYPES, WEBHOOK_CHANNEL, status_event_id
+from tepat.domain.webhooks import (
+    EVENT_TYPES,
+    WEBHOOK_CHANNEL,
+    parse_target_policy,
+    status_event_id,
+)
 from tepat.ports.channel import Delivered, Outgoing, Refused
 from tepat.ports.store import Store
 from tepat.ports.try_again import TryAgain
@@ -35,6 +42,9 @@ from tests.unit.test_webhook_signing import spec_verify
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 S = MessageStatus
 CATEGORIES = ("meal", "medication", "safety", "custom")
+# The receivers here listen on 127.0.0.1: a private host that must be allow-listed.
+LOCAL = parse_target_policy("127.0.0.1")
+local_only = partial(check_target, policy=LOCAL)
 
 
 @dataclass
@@ -170,10 +180,10 @@ async def test_a_receiver_down_for_10_minutes_gets_every_event_afterwards_signed
     up_at = T0 + timedelta(minutes=10)
     receiver = Receiver(clock, lambda now: 200 if now >= up_at else 500)
     async with serving(receiver) as url:
-        service = WebhookService(s, clock, CATEGORIES)
+        service = WebhookService(s, clock, CATEGORIES, check_target=local_only)
         sub = await service.create(f"{url}/hooks", EVENT_TYPES)
         secret = sub.secrets[0].secret
-        channel = WebhookChannel(s, clock)
+        channel = WebhookChannel(s, clock, allowed_targets=LOCAL)
         emitter = WebhookEmitter(s, clock)
         try:
             messages = [subject(str(i), CATEGORIES[i % 4]) for i in range(6)]
@@ -238,9 +248,9 @@ async def test_a_410_disables_the_subscription_and_fails_the_delivery(
     s, clock = store
     receiver = Receiver(clock, lambda now: 410)
     async with serving(receiver) as url:
-        service = WebhookService(s, clock, CATEGORIES)
+        service = WebhookService(s, clock, CATEGORIES, check_target=local_only)
         sub = await service.create(f"{url}/hooks", ["message.sent"])
-        channel = WebhookChannel(s, clock)
+        channel = WebhookChannel(s, clock, allowed_targets=LOCAL)
         try:
             m = subject("a")
             await s.insert_messages([m])
@@ -260,16 +270,67 @@ async def test_a_410_disables_the_subscription_and_fails_the_delivery(
     assert len(receiver.requests) == 1
 
 
+async def _one_delivery(s: Store, clock: FakeClock, url: str, channel: WebhookChannel) -> Message:
+    """A subscription to ``url`` (registered while allowed), one status event, one
+    attempt: the delivery message as the attempt left it."""
+    service = WebhookService(s, clock, CATEGORIES, check_target=local_only)
+    await service.create(f"{url}/hooks", ["message.sent"])
+    m = subject("a")
+    await s.insert_messages([m])
+    assert await s.claim([m.id], clock.now())
+    assert await s.transition(m.id, S.SENT, clock.now(), expect=[S.SENDING])
+    assert await WebhookEmitter(s, clock).emit_once() == 1
+    assert await deliver_due(s, channel, clock) == 1
+    [delivery] = [
+        d
+        for d in await s.unpublished(10, due_before=clock.now() + timedelta(days=1))
+        if d.channel == WEBHOOK_CHANNEL
+    ] or [d for d in await s.dead_letters(10) if d.channel == WEBHOOK_CHANNEL]
+    return delivery
+
+
+async def test_at_send_time_a_target_now_internal_is_refused_and_never_called(
+    store: tuple[Store, FakeClock],
+) -> None:
+    """DNS can change after registration: every connection is checked, and a channel
+    without the allow-list refuses the loopback receiver without connecting."""
+    s, clock = store
+    receiver = Receiver(clock, lambda now: 200)
+    async with serving(receiver) as url:
+        channel = WebhookChannel(s, clock)  # nothing allow-listed
+        try:
+            delivery = await _one_delivery(s, clock, url, channel)
+        finally:
+            await channel.close()
+    assert receiver.requests == []
+    assert delivery.status is S.FAILED
+    assert delivery.status_reason is not None
+    assert delivery.status_reason.startswith("url_refused: 127.0.0.1 is a loopback address")
+
+
+async def test_a_receivers_answer_body_is_never_stored(store: tuple[Store, FakeClock]) -> None:
+    s, clock = store
+    receiver = Receiver(clock, lambda now: 500)  # answers b"down"
+    async with serving(receiver) as url:
+        channel = WebhookChannel(s, clock, allowed_targets=LOCAL)
+        try:
+            delivery = await _one_delivery(s, clock, url, channel)
+        finally:
+            await channel.close()
+    assert len(receiver.requests) == 1
+    assert delivery.status is S.PENDING and delivery.last_error == "http_500"
+
+
 async def test_a_rotated_secret_signs_beside_the_new_one_and_filters_apply(
     store: tuple[Store, FakeClock],
 ) -> None:
     s, clock = store
     receiver = Receiver(clock, lambda now: 204)
     async with serving(receiver) as url:
-        service = WebhookService(s, clock, CATEGORIES)
+        service = WebhookService(s, clock, CATEGORIES, check_target=local_only)
         sub = await service.create(f"{url}/hooks", ["message.failed"], categories=["safety"])
         rotated = await service.rotate_secret(sub.id)
-        channel = WebhookChannel(s, clock)
+        channel = WebhookChannel(s, clock, allowed_targets=LOCAL)
         try:
             safety, meal = subject("s", "safety"), subject("m", "meal")
             await s.insert_messages([safety, meal])
@@ -289,7 +350,7 @@ async def test_a_crash_between_insert_and_drop_creates_nothing_twice(
     store: tuple[Store, FakeClock],
 ) -> None:
     s, clock = store
-    service = WebhookService(s, clock, CATEGORIES)
+    service = WebhookService(s, clock, CATEGORIES, check_target=local_only)
     await service.create("https://example.com/a", EVENT_TYPES)
     await service.create("https://example.com/b", EVENT_TYPES)
     m = subject("a")
@@ -332,7 +393,10 @@ async def test_through_the_pipeline_a_receiver_down_10_minutes_gets_every_event(
     nine = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
     up_at = nine + timedelta(minutes=10)
     receiver = Receiver(FakeClock(start), lambda now: 200 if now >= up_at else 500)
-    async with serving(receiver) as url, pipeline(tmp_path, start=start) as p:
+    async with (
+        serving(receiver) as url,
+        pipeline(tmp_path, start=start, webhook_allow_private_hosts="127.0.0.1") as p,
+    ):
         receiver.clock = p.clock
         sub = await WebhookService(p.rt.store, p.clock, p.rt.categories.names).create(
             f"{url}/hooks", EVENT_TYPES

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tepat.logging import AccessLevelFilter
+from tepat.logging import AccessLevelFilter, redact_secrets
 from tests.ops.support import Proc, child_env, json_lines
 
 # What a process does before it dies: structlog, the libraries' own loggers, a warning,
@@ -140,3 +140,20 @@ def test_a_taken_metrics_port_stops_the_start_with_one_line(tmp_path: Path) -> N
         f"tepat: bad configuration: TEPAT_METRICS_PORT: cannot listen on 127.0.0.1:{port}"
         " (Address already in use); choose another port, or 0 for none\n"
     )
+
+
+def test_every_line_has_url_credentials_redacted_not_only_access_lines() -> None:
+    event = {
+        "event": "calling https://tepat.example/u/tok-123?x=1 for ana",
+        "url": "https://hooks.example/in?Access%5FToken=jwt-1&page=2",
+        "args": ("/u/tok-456", 3),
+        "count": 2,
+    }
+    out = redact_secrets(None, "info", dict(event))
+    assert out["event"] == "calling https://tepat.example/u/REDACTED?x=1 for ana"
+    assert out["url"] == "https://hooks.example/in?Access%5FToken=REDACTED&page=2"
+    assert out["args"] == ["/u/REDACTED", 3] and out["count"] == 2
+    # A user named "u" is not a token, and harmless parameters stay.
+    assert redact_secrets(None, "info", {"event": "/v1/users/u/inbox?limit=5"}) == {
+        "event": "/v1/users/u/inbox?limit=5"
+    }

@@ -106,6 +106,12 @@ def clock() -> FakeClock:
     return FakeClock(T0)
 
 
+async def given(store: Store, p: Provider) -> None:
+    """The message, sent to its user's contact: the one address a callback may suppress."""
+    await store.set_contact(p.message.user_id, p.channel, p.address, True, T0)
+    await store.insert_messages([p.message])
+
+
 async def effect(store: Store, p: Provider) -> tuple[Message | None, list[Suppression]]:
     """All a callback may change: its message and the suppressions."""
     suppressions = await store.list_suppressions(None, None, 100)
@@ -124,7 +130,7 @@ async def assert_landed(store: Store, p: Provider) -> None:
 async def test_a_death_before_the_record_is_healed_by_the_retry_once(
     store: Store, clock: FakeClock, p: Provider
 ) -> None:
-    await store.insert_messages([p.message])
+    await given(store, p)
     dying = DiesOnce(store, "record_provider_event")
     with pytest.raises(Died):
         await p.deliver(cast(Store, dying), clock)
@@ -145,7 +151,7 @@ async def test_a_death_before_the_record_is_healed_by_the_retry_once(
 async def test_a_death_between_the_status_and_the_suppression_is_healed_by_the_retry(
     store: Store, clock: FakeClock, p: Provider
 ) -> None:
-    await store.insert_messages([p.message])
+    await given(store, p)
     dying = DiesOnce(store, "transition_many", after=True)
     with pytest.raises(Died):
         await p.deliver(cast(Store, dying), clock)
@@ -162,7 +168,7 @@ async def test_a_death_between_the_status_and_the_suppression_is_healed_by_the_r
 async def test_a_replay_after_the_record_changes_nothing_even_once_lifted(
     store: Store, clock: FakeClock, p: Provider
 ) -> None:
-    await store.insert_messages([p.message])
+    await given(store, p)
     assert await p.deliver(store, clock) != "duplicate"
     await assert_landed(store, p)
     # An operator lifts the suppression; an old event's replay must not bring it back.

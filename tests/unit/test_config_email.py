@@ -38,6 +38,8 @@ def test_a_complete_email_configuration() -> None:
         ({"smtp_from": "nobody"}, "TEPAT_SMTP_FROM"),
         ({"smtp_username": "u"}, "TEPAT_SMTP_PASSWORD"),
         ({"smtp_password": "p"}, "TEPAT_SMTP_PASSWORD"),
+        # A login over a connection without TLS: the password would cross in clear.
+        ({"smtp_tls": "none", "smtp_username": "u", "smtp_password": "p"}, "TEPAT_SMTP_PASSWORD"),
         ({"smtp_rate": 0}, "TEPAT_SMTP_RATE"),
         ({"smtp_timeout": -1}, "TEPAT_SMTP_TIMEOUT"),
         ({"smtp_connections": 0}, "TEPAT_SMTP_CONNECTIONS"),
@@ -77,3 +79,11 @@ def test_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEPAT_SMTP_TLS", "bogus")
     with pytest.raises(ConfigError, match=r"^tepat: bad configuration: TEPAT_SMTP_TLS:"):
         load_settings()
+
+
+def test_a_plaintext_login_only_when_explicitly_allowed() -> None:
+    login = {"smtp_tls": "none", "smtp_username": "u", "smtp_password": "p"}
+    s = load_settings(**GOOD, **login, smtp_allow_plaintext_auth=True)
+    assert s.smtp_tls == "none" and s.smtp_username == "u"
+    # Without a login, no TLS is no secret in clear: still allowed.
+    assert load_settings(**GOOD, smtp_tls="none").smtp_tls == "none"

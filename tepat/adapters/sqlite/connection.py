@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -205,6 +206,8 @@ class SqliteBase:
         now = self._now()
 
         def setup(_: Conn | None) -> None:
+            if _on_disk(self._path):
+                _make_private(self._path)
             self._conn = _connect(self._path)
             limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
             self._rows_per_insert = min(INSERT_ROWS_PER_STATEMENT, limit // len(_MESSAGE_FIELDS))
@@ -270,6 +273,18 @@ class SqliteBase:
 
 def _on_disk(path: str) -> bool:
     return path != ":memory:" and not path.startswith("file:")
+
+
+def _make_private(path: str) -> None:
+    """The store file readable by its owner only (0600): it holds contacts, tokens and
+    webhook secrets. Created so before SQLite opens it (SQLite gives the -wal and -shm
+    files the database file's mode), and an older file made with the umask's 0644 is
+    narrowed, with its -wal and -shm."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
 
 
 def checkpoint_once(conn: Conn, restart_frames: int = WAL_RESTART_FRAMES) -> None:
