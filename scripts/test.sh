@@ -34,4 +34,13 @@ echo "== mypy"
 .venv/bin/mypy
 
 echo "== pytest"
-.venv/bin/pytest -q -p no:cacheprovider "$@"
+# Everything above is installed and running: a test skipped for want of it fails
+# (tests/support/require_services.py lists the skips that stay skips).
+export TEPAT_TEST_REQUIRE_SERVICES=1
+# Exit status 5 means nothing was collected: when arguments name only tests of one part.
+pytest_part() { .venv/bin/pytest -q -p no:cacheprovider "$@" || [[ $? == 5 ]]; }
+# On several processes; tests sharing something heavy (a bench, a broker of their own)
+# carry one xdist_group mark and run on one of them. PYTEST_WORKERS=0 runs it in one.
+pytest_part -n "${PYTEST_WORKERS:-3}" --dist loadgroup -m "not serial" "$@"
+# Then, alone, the tests marked serial (they restart the broker the others use).
+pytest_part -m serial "$@"

@@ -39,7 +39,8 @@ from tepat.config import ConfigError, Settings, load_settings
 from tepat.ports.broker import Broker
 from tepat.runtime import make_broker, open_runtime
 
-pytestmark = pytest.mark.activemq
+# one xdist worker: the module starts its own broker (a JVM) once for all its tests
+pytestmark = [pytest.mark.activemq, pytest.mark.xdist_group("activemq-tls")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "activemq.sh"
