@@ -12,11 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-# one xdist worker runs every bench, one after another (test_bench_quick.py)
-pytestmark = pytest.mark.xdist_group("bench")
 
 
 def test_quick_email_bench_holds_its_checks() -> None:

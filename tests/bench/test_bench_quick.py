@@ -22,9 +22,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst", "register")
 STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
-# one xdist worker for the whole module: its runs are cached per process, and two benches
-# at once would each slow the other
-pytestmark = pytest.mark.xdist_group("bench")
 
 
 @cache

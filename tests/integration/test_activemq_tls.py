@@ -39,8 +39,7 @@ from tepat.config import ConfigError, Settings, load_settings
 from tepat.ports.broker import Broker
 from tepat.runtime import make_broker, open_runtime
 
-# one xdist worker: the module starts its own broker (a JVM) once for all its tests
-pytestmark = [pytest.mark.activemq, pytest.mark.xdist_group("activemq-tls")]
+pytestmark = pytest.mark.activemq
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "activemq.sh"
