@@ -59,4 +59,14 @@ echo "== vulture"
 .venv/bin/vulture
 
 echo "== pytest"
-.venv/bin/pytest -q -p no:cacheprovider "$@"
+# Everything above is installed and running: a test skipped for want of it fails
+# (tests/support/require_services.py lists the skips that stay skips).
+export TEPAT_TEST_REQUIRE_SERVICES=1
+# Exit status 5 means nothing was collected: when arguments name only tests of one part.
+pytest_part() { .venv/bin/pytest -q -p no:cacheprovider "$@" || [[ $? == 5 ]]; }
+# On several processes (3 on CI's 2 cores: the worker with the benches mostly waits);
+# tests sharing something heavy (the benches, a broker of their own) run on one of them
+# (tests/support/xdist_groups.py). PYTEST_WORKERS=0 runs everything in one process.
+pytest_part -n "${PYTEST_WORKERS:-3}" --dist loadgroup -m "not serial" "$@"
+# Then, alone, the tests marked serial (they restart the broker the others use).
+pytest_part -m serial "$@"

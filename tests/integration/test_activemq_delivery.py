@@ -122,6 +122,7 @@ def _restart_broker() -> None:
     )
 
 
+@pytest.mark.serial  # restarts the broker every other ActiveMQ test shares
 async def test_1000_messages_5s_ahead_survive_a_broker_restart(
     tmp_path: Path, served: RunningSandbox
 ) -> None:

@@ -35,7 +35,8 @@ from tests.support.activemq_factory import stomp_url
 from tests.support.busy_loop import busy_event_loop
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.activemq
+# serial: it restarts the broker every other ActiveMQ test shares, so it runs alone
+pytestmark = [pytest.mark.activemq, pytest.mark.serial]
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "activemq.sh"
 TOTAL = 50

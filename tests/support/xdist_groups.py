@@ -1,0 +1,42 @@
+"""``--dist loadgroup`` for this suite: xdist's load scheduling, with the tests of each
+group of ``GROUPS`` (by path) kept on one worker, one after another.
+
+Not xdist's own ``xdist_group`` marks: pytest-xdist 3.8 names a marked test's group by
+appending ``@group`` to ``item._nodeid``, which pytest 9 no longer reads (a node's id
+lives in ``_id``), so every marked test was scheduled on its own, silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+# A path prefix -> the group whose tests share one worker.
+GROUPS = {
+    # the benches one after another, never two at once slowing each other (and the runs
+    # a bench module caches, one per backend, are made once)
+    "tests/bench/": "bench",
+    # the module starts its own broker (a JVM) once for all its tests
+    "tests/integration/test_activemq_tls.py": "activemq-tls",
+}
+
+
+def group_of(nodeid: str) -> str | None:
+    path = nodeid.replace("\\", "/")
+    return next((g for prefix, g in GROUPS.items() if path.startswith(prefix)), None)
+
+
+class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    """A group is one unit of work; every other test is a unit of its own."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid) or nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> GroupScheduling | None:
+    if config.getvalue("dist") != "loadgroup":
+        return None  # another --dist: xdist's own
+    return GroupScheduling(config, log)
