@@ -7,15 +7,16 @@ the rules and README "Status webhooks" for the receiver's side.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from api.deps import RT, Admin
+from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
 from api.problems import problem_responses
-from api.schemas import Request, Text
+from api.schemas import Paged, Request, Text
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.runtime import Runtime
 from tepat.services.webhooks import WebhookService
@@ -86,7 +87,7 @@ class WebhookWithSecret(WebhookOut):
     )
 
 
-class WebhookList(BaseModel):
+class WebhookList(Paged):
     items: list[WebhookOut]
 
 
@@ -140,8 +141,18 @@ async def create_webhook(
 
 
 @router.get("", response_model=WebhookList, summary="Every webhook subscription")
-async def list_webhooks(rt: RT, _: Admin) -> WebhookList:
-    return WebhookList(items=[_out(s) for s in await _service(rt).list_all()])
+async def list_webhooks(
+    rt: RT, _: Admin, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> WebhookList:
+    """Oldest first."""
+    found = await _service(rt).list_all()
+    page, next_cursor = cut_page(found, _list_key, cursor, limit)
+    return WebhookList(items=[_out(s) for s in page], next_cursor=next_cursor)
+
+
+def _list_key(s: WebhookSubscription) -> str:
+    # UTC ISO instants to the microsecond compare as text in time order.
+    return f"{s.created_at.astimezone(UTC).isoformat(timespec='microseconds')}\n{s.id}"
 
 
 @router.get(
