@@ -48,7 +48,11 @@ def _encode(key: str) -> str:
 
 
 def _decode(cursor: str) -> str:
+    padded = cursor + "=" * (-len(cursor) % 4)
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        key = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise DomainError("cursor", "not a cursor this API returned") from None
+        key = ""
+    if not key:  # every page ends at an item, and no key is empty
+        raise DomainError("cursor", "not a cursor this API returned")
+    return key

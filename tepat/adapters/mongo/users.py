@@ -218,8 +218,7 @@ class UsersMixin(MongoBase):
             held["user_id"] = device.user_id
         for attempt in range(_REGISTER_ATTEMPTS):
             if not from_other_users and await devices.find_one(
-                {"active": True, "push_token": token, "user_id": {"$ne": device.user_id}},
-                {"_id": 1},
+                {"active": True, "push_token": token, "user_id": {"$ne": device.user_id}}
             ):
                 raise PushTokenInUse()
             # A device id is scoped to its user (the _id), so only the token can be
