@@ -4,8 +4,6 @@ runs on both stores (the token rule lives in the adapters)."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +14,6 @@ import jwt
 import pytest
 from pydantic import SecretStr
 
-from api.app import create_app
 from tepat.clock import FakeClock
 from tepat.runtime import Runtime
 from tests.api.conftest import (
@@ -28,6 +25,7 @@ from tests.api.conftest import (
     problem,
     runtime_on,
 )
+from tests.api.helpers import api_with as api
 from tests.api.helpers import create_user, notification_body, ok, reminder_body
 from tests.support.fake_push import FakePush
 
@@ -48,15 +46,6 @@ async def rt(
 ) -> AsyncIterator[Runtime]:
     async with runtime_on(request.param, tmp_path, clock, push, "tepat_hostile") as r:
         yield r
-
-
-@contextlib.asynccontextmanager
-async def api(rt: Runtime, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """The API over ``rt`` with these settings changed."""
-    changed = dataclasses.replace(rt, settings=rt.settings.model_copy(update=settings))
-    transport = httpx.ASGITransport(app=create_app(changed, ADMIN_KEY))
-    async with httpx.AsyncClient(transport=transport, base_url="http://tepat.test") as c:
-        yield c
 
 
 def event(event_id: str, type_: str = "order.paid") -> dict[str, Any]:
