@@ -340,10 +340,15 @@ class Settings(BaseSettings):
             raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
         return v.upper()
 
-    @field_validator("categories", mode="before")
+    @field_validator("categories", "event_types", "app_event_types", mode="before")
     @classmethod
-    def _categories(cls, v: Any) -> Any:
-        return _json_text(v, "category policies")
+    def _json_setting(cls, v: Any, info: ValidationInfo) -> Any:
+        what = {
+            "categories": "category policies",
+            "event_types": "event types",
+            "app_event_types": "event types per app",
+        }
+        return _json_text(v, what[str(info.field_name)])
 
     @field_validator("admin_api_key")
     @classmethod
@@ -352,15 +357,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"too short: use at least {MIN_ADMIN_KEY} characters (e.g. openssl rand -hex 32)"
             )
-        return v
-
-    @field_validator("jwt_secret")
-    @classmethod
-    def _jwt_secret(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and not v.get_secret_value():
-            return None
-        if v is not None and len(v.get_secret_value().encode()) < 32:
-            raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
         return v
 
     @field_validator("jwt_issuer", "jwt_audience")
@@ -383,11 +379,6 @@ class Settings(BaseSettings):
             raise ValueError("two apps share one key")
         return v
 
-    @field_validator("app_event_types", mode="before")
-    @classmethod
-    def _app_event_types_json(cls, v: Any) -> Any:
-        return _json_text(v, "event types per app")
-
     @field_validator("app_event_types")
     @classmethod
     def _app_event_types(
@@ -398,11 +389,6 @@ class Settings(BaseSettings):
             if name not in apps:
                 raise ValueError(f"{name!r}: not an app of TEPAT_APP_KEYS")
         return v
-
-    @field_validator("event_types", mode="before")
-    @classmethod
-    def _event_types_json(cls, v: Any) -> Any:
-        return _json_text(v, "event types")
 
     @field_validator("event_types")
     @classmethod
@@ -544,9 +530,9 @@ class Settings(BaseSettings):
             check_topic_arn(arn)
         return ",".join(arns) or None
 
-    @field_validator("email_events_secret")
+    @field_validator("jwt_secret", "email_events_secret")
     @classmethod
-    def _email_events_secret(cls, v: SecretStr | None) -> SecretStr | None:
+    def _hmac_secret(cls, v: SecretStr | None) -> SecretStr | None:
         if v is not None and not v.get_secret_value():
             return None
         if v is not None and len(v.get_secret_value().encode()) < 32:

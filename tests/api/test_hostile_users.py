@@ -61,9 +61,7 @@ def event(event_id: str, type_: str = "order.paid") -> dict[str, Any]:
 # ---------------------------------------------------------------- 1. push token takeover
 
 
-async def test_a_user_cannot_pull_another_users_push_token_onto_their_account(
-    client: httpx.AsyncClient, clock: FakeClock
-) -> None:
+async def alice_and_bob_with_his_phone(client: httpx.AsyncClient) -> None:
     await create_user(client, "alice")
     await create_user(client, "bob")
     await ok(
@@ -71,6 +69,12 @@ async def test_a_user_cannot_pull_another_users_push_token_onto_their_account(
             "/v1/users/bob/devices/phone", json={"push_token": BOB_TOKEN}, headers=ADMIN
         )
     )
+
+
+async def test_a_user_cannot_pull_another_users_push_token_onto_their_account(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await alice_and_bob_with_his_phone(client)
     r = await client.put(
         "/v1/users/alice/devices/evil",
         json={"push_token": BOB_TOKEN},
@@ -87,13 +91,7 @@ async def test_a_user_cannot_pull_another_users_push_token_onto_their_account(
 async def test_the_backend_moves_a_token_when_the_phone_changed_hands(
     client: httpx.AsyncClient, clock: FakeClock
 ) -> None:
-    await create_user(client, "alice")
-    await create_user(client, "bob")
-    await ok(
-        await client.put(
-            "/v1/users/bob/devices/phone", json={"push_token": BOB_TOKEN}, headers=ADMIN
-        )
-    )
+    await alice_and_bob_with_his_phone(client)
     await ok(
         await client.put(
             "/v1/users/alice/devices/phone", json={"push_token": BOB_TOKEN}, headers=ADMIN
@@ -249,13 +247,13 @@ async def _all_pages(client: httpx.AsyncClient, url: str, field: str, limit: int
 async def test_every_small_list_pages_with_a_cursor(client: httpx.AsyncClient) -> None:
     await create_user(client, "alice")
     for n in range(5):
-        body = {"push_token": f"ExponentPushToken[p{n}]"}
-        await ok(await client.put(f"/v1/users/alice/devices/d{n}", json=body, headers=ADMIN))
+        device = {"push_token": f"ExponentPushToken[p{n}]"}
+        await ok(await client.put(f"/v1/users/alice/devices/d{n}", json=device, headers=ADMIN))
         await ok(
             await client.put(f"/v1/users/alice/reminders/r{n}", json=reminder_body(), headers=ADMIN)
         )
-        body = {"url": f"https://example.com/hooks/{n}", "event_types": ["message.sent"]}
-        await ok(await client.post("/v1/webhooks", json=body, headers=ADMIN))
+        hook = {"url": f"https://example.com/hooks/{n}", "event_types": ["message.sent"]}
+        await ok(await client.post("/v1/webhooks", json=hook, headers=ADMIN))
     template = {"title": "Paid", "body": "Order {{ order_id }}"}
     for locale in ("en", "id", "pt-BR"):
         await ok(
