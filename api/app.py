@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import Authenticator, AuthError, AuthMiddleware
+from api.auth import PROVIDER_PREFIX, Authenticator, AuthError, AuthMiddleware
 from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
 from api.routes import (
     admin,
@@ -176,6 +176,13 @@ class BodyLimitMiddleware:
         await problem_response(413, detail)(scope, receive, send)
 
 
+_TOO_MANY_FAILURES = {
+    "description": "Too many wrong API keys from this address (`Retry-After` says how long)",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+    "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document, with error responses typed ``application/problem+json``."""
     if app.openapi_schema:
@@ -187,8 +194,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         routes=app.routes,
         separate_input_output_schemas=app.separate_input_output_schemas,
     )
-    for operations in doc.get("paths", {}).values():
+    for path, operations in doc.get("paths", {}).items():
         for operation in operations.values():
+            if path.startswith("/v1/") and not path.startswith(PROVIDER_PREFIX):
+                # Any X-API-Key request from an address that sent too many wrong keys.
+                operation.setdefault("responses", {})["429"] = _TOO_MANY_FAILURES
             for status, response in operation.get("responses", {}).items():
                 content = response.get("content", {})
                 if status[:1] in "45" and "application/json" in content:

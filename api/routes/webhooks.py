@@ -140,7 +140,12 @@ async def create_webhook(
     return _with_secret(sub)
 
 
-@router.get("", response_model=WebhookList, summary="Every webhook subscription")
+@router.get(
+    "",
+    response_model=WebhookList,
+    responses=problem_responses(422),
+    summary="Every webhook subscription",
+)
 async def list_webhooks(
     rt: RT, _: Admin, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
 ) -> WebhookList:
