@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import Authenticator, AuthError, AuthMiddleware
+from api.auth import PROVIDER_PREFIX, Authenticator, AuthError, AuthMiddleware
 from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
 from api.routes import (
     admin,
@@ -40,6 +40,7 @@ from api.routes import templates as template_routes
 from api.routes import unsubscribe as unsubscribe_routes
 from api.routes import webhooks as webhook_routes
 from api.schemas import BulkUserIn
+from api.throttle import FailureThrottle
 from tepat.runtime import Runtime, event_service, template_service
 from tepat.services.email_events import EmailEvents
 from tepat.wiring import build_unsubscribe_links
@@ -50,10 +51,11 @@ DESCRIPTION = """\
 Tepat sends each user's notifications at the right local moment, once.
 
 **Authentication.** Operators and backends send `X-API-Key: <admin key>` and reach
-every endpoint. End users send `Authorization: Bearer <JWT>` (HS256, `sub` = user id,
-`exp` required) and reach only `/v1/users/{sub}/…`. `/healthz`, `/readyz` and
-`/metrics` are open. The operator dashboard (`/dashboard`, not part of this
-document) takes the admin key through a login form.
+every endpoint. A backend may instead send its own app key (`TEPAT_APP_KEYS`), which
+reaches only its own events under `/v1/events`. End users send `Authorization: Bearer
+<JWT>` (HS256, `sub` = user id, `exp` required) and reach only `/v1/users/{sub}/…`.
+`/healthz`, `/readyz` and `/metrics` are open. The operator dashboard (`/dashboard`, not
+part of this document) takes the admin key through a login form.
 
 **Errors** are `application/problem+json` (RFC 9457); input errors name each
 offending field in `errors[].field`.
@@ -62,13 +64,7 @@ offending field in `errors[].field`.
 
 def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     """The HTTP API over an open runtime; ``admin_key`` from :func:`resolve_admin_key`."""
-    jwt_secret = rt.settings.jwt_secret
-    authenticator = Authenticator(
-        admin_key,
-        jwt_secret.get_secret_value() if jwt_secret else None,
-        rt.clock,
-        app_keys={app: key.get_secret_value() for app, key in rt.settings.app_keys.items()},
-    )
+    authenticator = Authenticator.from_settings(rt.settings, admin_key, rt.clock)
     # /docs and /redoc pull Swagger UI and ReDoc from a CDN, unpinned and without
     # integrity, onto the dashboard's origin: off unless TEPAT_API_DOCS asks for them.
     docs = rt.settings.api_docs
@@ -80,6 +76,8 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         redoc_url="/redoc" if docs else None,
     )
     app.state.runtime = rt
+    # Wrong keys per client IP, for the API and the dashboard login alike.
+    app.state.auth_throttle = FailureThrottle(rt.settings.auth_failures_per_minute, rt.clock)
     app.state.templates = template_service(rt)
     # The runtime's: its notifier wakes this process's inbox streams for items stored by
     # the API, the inbox channel and the fan-out alike (tepat/services/inbox.py).
@@ -116,15 +114,16 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
             email_provider_routes.PATH: email_provider_routes.MAX_BODY_BYTES,
         },
     )
-    app.add_middleware(AuthMiddleware, authenticator=authenticator)
+    app.add_middleware(
+        AuthMiddleware, authenticator=authenticator, throttle=app.state.auth_throttle
+    )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
 
 async def _on_auth_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AuthError)
-    headers = {"WWW-Authenticate": exc.challenge} if exc.status == 401 else {}
-    return problem_response(exc.status, exc.detail, headers=headers)
+    return exc.response()
 
 
 class BodyLimitMiddleware:
@@ -182,6 +181,13 @@ class BodyLimitMiddleware:
         await problem_response(413, detail)(scope, receive, send)
 
 
+_TOO_MANY_FAILURES = {
+    "description": "Too many wrong API keys from this address (`Retry-After` says how long)",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+    "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document, with error responses typed ``application/problem+json``."""
     if app.openapi_schema:
@@ -193,8 +199,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         routes=app.routes,
         separate_input_output_schemas=app.separate_input_output_schemas,
     )
-    for operations in doc.get("paths", {}).values():
+    for path, operations in doc.get("paths", {}).items():
         for operation in operations.values():
+            if path.startswith("/v1/") and not path.startswith(PROVIDER_PREFIX):
+                # Any X-API-Key request from an address that sent too many wrong keys.
+                operation.setdefault("responses", {})["429"] = _TOO_MANY_FAILURES
             for status, response in operation.get("responses", {}).items():
                 content = response.get("content", {})
                 if status[:1] in "45" and "application/json" in content:

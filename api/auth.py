@@ -2,9 +2,14 @@
 
 Two kinds of credentials (issue 4):
 
-- ``X-API-Key``: the admin key; reaches everything, ``/v1/admin`` included.
+- ``X-API-Key``: the admin key; reaches everything, ``/v1/admin`` included. Or an app
+  key (``TEPAT_APP_KEYS``): the events API only, its own events only (ids namespaced
+  ``<app>:<event_id>``), the event types ``TEPAT_APP_EVENT_TYPES`` gives it.
 - ``Authorization: Bearer <JWT>``: an end user, HS256 with ``TEPAT_JWT_SECRET``,
-  ``sub`` = user id, ``exp`` required; reaches only ``/v1/users/{sub}/…``.
+  ``sub`` = user id, ``exp`` required (at most ``TEPAT_JWT_MAX_LIFETIME_SECONDS``
+  ahead), ``iss``/``aud`` when configured; reaches only ``/v1/users/{sub}/…``.
+
+Wrong API keys are throttled per client IP (:mod:`api.throttle`): 429 past the limit.
 
 :class:`AuthMiddleware` decides for every ``/v1/`` request *before* routing
 and body parsing, so a caller without valid credentials always gets 401 (not
@@ -21,19 +26,22 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, TypeGuard
 from urllib.parse import parse_qs
 
 import jwt
 from fastapi import Depends, Path, Request
+from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.problems import problem_response
+from api.problems import FieldError, problem_response
+from api.throttle import FailureThrottle, client_ip
 from tepat.clock import Clock
+from tepat.config import Settings
 from tepat.domain.validation import IDENTIFIER_PATTERN
 
 JWT_LEEWAY_SECONDS = 10
@@ -49,21 +57,56 @@ class Principal:
 
     user_id: str | None = None
     app: str | None = None
+    # An app's allowed event types (TEPAT_APP_EVENT_TYPES); None: every configured type.
+    event_types: frozenset[str] | None = None
 
     @property
     def admin(self) -> bool:
         return self.user_id is None and self.app is None
+
+    def may_post(self, event_type: str) -> bool:
+        return self.event_types is None or event_type in self.event_types
 
     def may_reach_user(self, user_id: str) -> bool:
         return self.admin or self.user_id == user_id
 
 
 class AuthError(Exception):
-    def __init__(self, status: int, detail: str, challenge: str = _CHALLENGE) -> None:
+    """401 or 403; ``field`` names the request field these credentials may not set."""
+
+    def __init__(
+        self, status: int, detail: str, challenge: str = _CHALLENGE, *, field: str | None = None
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.challenge = challenge
+        self.field = field
+
+    def response(self) -> JSONResponse:
+        headers = {"WWW-Authenticate": self.challenge} if self.status == 401 else {}
+        errors = [FieldError(field=self.field, message=self.detail)] if self.field else []
+        return problem_response(self.status, self.detail, headers=headers, errors=errors)
+
+
+class TooManyFailures(AuthError):
+    """429: this client IP sent too many wrong keys in the last minute."""
+
+    def __init__(self, wait: int) -> None:
+        super().__init__(429, "too many wrong keys from this address; try again later")
+        self.wait = wait
+
+    def response(self) -> JSONResponse:
+        return problem_response(429, self.detail, headers={"Retry-After": str(self.wait)})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRules:
+    """What an end-user JWT must hold beyond a valid signature, ``sub`` and ``exp``."""
+
+    max_lifetime_seconds: float = 86400
+    issuer: str | None = None
+    audience: str | None = None
 
 
 class Authenticator:
@@ -73,13 +116,34 @@ class Authenticator:
         jwt_secret: str | None,
         clock: Clock,
         app_keys: Mapping[str, str] | None = None,
+        *,
+        app_event_types: Mapping[str, Sequence[str]] | None = None,
+        token_rules: TokenRules | None = None,
     ) -> None:
         if not admin_key:
             raise ValueError("the admin API key must not be empty")
         self._admin_key = admin_key.encode()
         self._app_keys = [(app, key.encode()) for app, key in (app_keys or {}).items()]
+        self._app_event_types = {
+            app: frozenset(types) for app, types in (app_event_types or {}).items()
+        }
         self._jwt_secret = jwt_secret or None
+        self._rules = token_rules or TokenRules()
         self._clock = clock
+
+    @classmethod
+    def from_settings(cls, settings: Settings, admin_key: str, clock: Clock) -> Authenticator:
+        secret = settings.jwt_secret
+        return cls(
+            admin_key,
+            secret.get_secret_value() if secret else None,
+            clock,
+            app_keys={app: key.get_secret_value() for app, key in settings.app_keys.items()},
+            app_event_types=settings.app_event_types,
+            token_rules=TokenRules(
+                settings.jwt_max_lifetime_seconds, settings.jwt_issuer, settings.jwt_audience
+            ),
+        )
 
     def authenticate(self, headers: Headers) -> Principal:
         api_key = headers.get("x-api-key")
@@ -91,7 +155,7 @@ class Authenticator:
             apps = [app for app, key in self._app_keys if hmac.compare_digest(given, key)]
             if not apps:
                 raise AuthError(401, "invalid API key")
-            return Principal(app=apps[0])
+            return Principal(app=apps[0], event_types=self._app_event_types.get(apps[0]))
         authorization = headers.get("authorization")
         if authorization is None:
             raise AuthError(401, "credentials required: an X-API-Key or a Bearer token")
@@ -110,14 +174,18 @@ class Authenticator:
             raise AuthError(
                 401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)"
             )
+        rules = self._rules
+        required = ["exp", "sub"] + ["iss"] * bool(rules.issuer) + ["aud"] * bool(rules.audience)
         try:
             claims = jwt.decode(
                 token,
                 self._jwt_secret,
                 algorithms=["HS256"],
+                issuer=rules.issuer,
+                audience=rules.audience,
                 # exp and nbf are checked below against the runtime's clock, like
                 # every other instant in Tepat (and fake time in tests).
-                options={"require": ["exp", "sub"], "verify_exp": False, "verify_nbf": False},
+                options={"require": required, "verify_exp": False, "verify_nbf": False},
             )
         except jwt.InvalidTokenError as e:
             raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
@@ -129,6 +197,12 @@ class Authenticator:
             )
         if now > exp + JWT_LEEWAY_SECONDS:
             raise AuthError(401, "token expired", _invalid_token("token expired"))
+        if exp - now > rules.max_lifetime_seconds + JWT_LEEWAY_SECONDS:
+            raise AuthError(
+                401,
+                "token lives too long: exp is over TEPAT_JWT_MAX_LIFETIME_SECONDS ahead",
+                _invalid_token("exp too far ahead"),
+            )
         if now < nbf - JWT_LEEWAY_SECONDS:
             raise AuthError(401, "token not yet valid", _invalid_token("token not yet valid"))
         if not isinstance(sub, str) or not sub:
@@ -184,9 +258,12 @@ def stream_query_token(scope: Scope) -> str | None:
 class AuthMiddleware:
     """Authenticates and authorizes every ``/v1/`` request; the principal goes in scope state."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+    def __init__(
+        self, app: ASGIApp, authenticator: Authenticator, throttle: FailureThrottle
+    ) -> None:
         self.app = app
         self.authenticator = authenticator
+        self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -197,16 +274,21 @@ class AuthMiddleware:
         ):
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
+        ip = client_ip(scope.get("client"))
         try:
+            if "x-api-key" in headers and (wait := self.throttle.retry_after(ip)) is not None:
+                raise TooManyFailures(wait)
             query_token = stream_query_token(scope)
             if query_token is not None:
                 principal = self.authenticator.authenticate_query_token(query_token)
             else:
-                principal = self.authenticator.authenticate(Headers(scope=scope))
+                principal = self.authenticator.authenticate(headers)
             authorize(principal, scope["path"])
         except AuthError as e:
-            headers = {"WWW-Authenticate": e.challenge} if e.status == 401 else {}
-            await problem_response(e.status, e.detail, headers=headers)(scope, receive, send)
+            if e.status == 401 and "x-api-key" in headers:
+                self.throttle.failed(ip)
+            await e.response()(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
@@ -256,6 +338,9 @@ UserIdPath = Annotated[
         examples=["user-42"],
     ),
 ]
+
+
+Caller = Annotated[Principal, Depends(current_principal)]
 
 
 def user_access(

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from api.schemas import Request
+from api.schemas import Paged, Request
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason
 
 MAX_ADDRESS = 320  # RFC 5321's 64 + @ + 255: longer is never an address
@@ -41,7 +41,7 @@ class ContactOut(BaseModel):
         )
 
 
-class ContactList(BaseModel):
+class ContactList(Paged):
     contacts: list[ContactOut]
 
 

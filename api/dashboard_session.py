@@ -4,8 +4,9 @@ A browser cannot send ``X-API-Key`` when it navigates, so the operator types
 the admin key into a login form once and gets a session cookie:
 
 - value ``<expires>.<nonce>.<signature>``: HMAC-SHA256 under a secret derived
-  from the admin key, so the server keeps no session state, and rotating the
-  admin key ends every session;
+  from the admin key, so rotating the admin key ends every session; the server
+  keeps only the nonces of sessions logged out before their expiry, so a copied
+  cookie stops working at logout (per API process: the list is in memory);
 - ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page
   sends it), ``Secure`` when the request came over HTTPS, ``Path=/dashboard``
   (the rest of the API never sees it and never accepts it);
@@ -51,6 +52,9 @@ class Sessions:
             self._admin_key, b"tepat dashboard session v1", hashlib.sha256
         ).digest()
         self._clock = clock
+        # Logged-out sessions' nonces, until their own expiry (then the signature's
+        # expiry refuses them anyway).
+        self._revoked: dict[str, int] = {}
 
     def key_ok(self, key: str | None) -> bool:
         return key is not None and hmac.compare_digest(key.encode(), self._admin_key)
@@ -72,7 +76,15 @@ class Sessions:
             return None
         if not expires.isdigit() or int(expires) < self._clock.now().timestamp():
             return None
+        if nonce in self._revoked:
+            return None
         return Session(nonce, int(expires))
+
+    def revoke(self, session: Session) -> None:
+        """Logout: this session's cookie is refused from now on, wherever it was copied."""
+        now = self._clock.now().timestamp()
+        self._revoked = {n: exp for n, exp in self._revoked.items() if exp >= now}
+        self._revoked[session.nonce] = session.expires
 
     def csrf_token(self, session: Session) -> str:
         return self._sign("csrf", session.nonce)

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from tepat.domain.errors import DomainError
-from tepat.services.accounts import IdempotencyConflict, NotFound
+from tepat.services.accounts import FieldConflict, IdempotencyConflict, NotFound
 from tepat.services.webhooks import SubscriptionNotFound
 
 log = structlog.get_logger("tepat.api")
@@ -152,6 +152,12 @@ async def _on_conflict(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(409, str(exc))
 
 
+async def _on_field_conflict(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, FieldConflict)
+    errors = [FieldError(field=exc.field, message=exc.message)]
+    return problem_response(409, _summary(errors), errors=errors)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", path=request.url.path, method=request.method)
     return problem_response(500, "internal error; the server log has the details")
@@ -164,6 +170,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _on_not_found)
     app.add_exception_handler(SubscriptionNotFound, _on_subscription_not_found)
     app.add_exception_handler(IdempotencyConflict, _on_conflict)
+    app.add_exception_handler(FieldConflict, _on_field_conflict)
     app.add_exception_handler(Exception, _on_unexpected)
 
 
@@ -174,7 +181,8 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         401: "No or invalid credentials",
         403: "These credentials may not reach this resource",
         404: "No such user or resource",
-        409: "Idempotency key reused with a different request",
+        409: "Idempotency key reused with a different request, or a state that refuses it"
+        " (a quota reached, a push token held by another user); `errors` names the field",
         413: "Request body too large",
         422: "Invalid input; `errors` names each offending field",
         503: "Not ready",

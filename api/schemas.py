@@ -197,7 +197,13 @@ class DeviceOut(BaseModel):
         return cls(**_read(cls, d))
 
 
-class DeviceList(BaseModel):
+class Paged(BaseModel):
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` for the next page; null on the last"
+    )
+
+
+class DeviceList(Paged):
     devices: list[DeviceOut]
 
 
@@ -239,7 +245,7 @@ class ReminderOut(BaseModel):
         return cls(**_read(cls, r, local_time=format_hhmm(r.local_time), days=list(r.days)))
 
 
-class ReminderList(BaseModel):
+class ReminderList(Paged):
     reminders: list[ReminderOut]
 
 
@@ -506,7 +512,7 @@ class TemplateOut(BaseModel):
     )
 
 
-class TemplateList(BaseModel):
+class TemplateList(Paged):
     templates: list[TemplateOut] = Field(
         description="The latest version of each (type, channel, locale)"
     )

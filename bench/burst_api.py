@@ -36,7 +36,7 @@ from bench.report import log
 from bench.sandbox import Sandbox, running_sandbox
 from tepat.domain.zones import available_zones
 
-ADMIN_KEY = "bench-admin-key"
+ADMIN_KEY = "bench-admin-key-0123456789abcdef"
 CLIENTS = 16  # concurrent HTTP clients, as many app servers would be
 READY_CONSUMER = "runtime ready"
 # Room after the last reminder PUT before T, on top of the estimate of how long they take

@@ -45,6 +45,8 @@ from tepat.domain.routing import (
 from tepat.domain.webhooks import parse_target_policy
 
 ENV_PREFIX = "TEPAT_"
+# X-API-Key values shorter than this are guessable; the generated key has 43 characters.
+MIN_ADMIN_KEY = 24
 # One label of a DNS name, or an IPv4/IPv6 literal: what TEPAT_SMTP_HOST may hold.
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _IP_LITERAL = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
@@ -96,12 +98,33 @@ class Settings(BaseSettings):
     """`X-API-Key` for backends and operators. Unset: generated on first start and kept in
     `.tepat-admin-key` beside a SQLite database; required with MongoDB."""
     jwt_secret: SecretStr | None = None
-    """HS256 secret of end-user tokens (`Authorization: Bearer`, `sub` = user id). Unset: user
-    tokens are refused."""
+    """HS256 secret of end-user tokens (`Authorization: Bearer`, `sub` = user id), at least 32
+    bytes (RFC 7518 asks for a key as long as the hash). Unset: user tokens are refused."""
+    jwt_issuer: str | None = None
+    """When set, every end-user token must carry this `iss` claim."""
+    jwt_audience: str | None = None
+    """When set, every end-user token must carry this `aud` claim (a string or a list holding
+    it)."""
+    jwt_max_lifetime_seconds: float = Field(default=86400, gt=0, le=366 * 86400)
+    """The furthest an end-user token's `exp` may lie ahead of now; a token minted for longer
+    is refused (a leaked token must not stay good for years)."""
+    auth_failures_per_minute: int = Field(default=10, ge=1, le=100_000)
+    """Wrong `X-API-Key` values (admin or app key) and failed dashboard logins a client IP may
+    send per minute; past that its key attempts get 429 with `Retry-After` until the minute
+    is over. Behind a reverse proxy, the client IP is the proxy's unless uvicorn is told to
+    trust `X-Forwarded-For` (see [Security](../guides/security.md))."""
     app_keys: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)
     """Per-app keys for the events API only, JSON `{"app name": "key"}` (names lower-case, keys
     at least 32 characters, distinct): a backend posts and follows events without the admin
     key."""
+    allow_user_notifications: bool = False
+    """`true`: an end user's token may post one-off notifications to that user
+    (`POST /v1/users/{id}/notifications`). Otherwise one-offs are a backend operation (admin
+    key): free text a user writes must not reach a phone through the operator's sender."""
+    max_devices_per_user: int = Field(default=20, ge=1, le=10_000)
+    """Active devices a user may have; registering one more is a 409 naming `device_id`."""
+    max_reminders_per_user: int = Field(default=50, ge=1, le=10_000)
+    """Reminders a user may have; creating one more is a 409 naming `reminder_id`."""
     receipt_delay_seconds: float = Field(default=900, ge=0)
     """How long after sending the Expo receipts are polled (10 with `serve --sandbox`)."""
     receipt_poll_interval_seconds: float = Field(default=30, gt=0)
@@ -197,6 +220,10 @@ class Settings(BaseSettings):
     """JSON: the event types, each with its category, priority and channel routes (see [Events
     and templates](../guides/events.md#event-types)). Unset: `order.paid`, `invoice.overdue`
     and `otp.requested`."""
+    app_event_types: Annotated[dict[str, list[str]] | None, NoDecode] = None
+    """JSON `{"app name": ["event type", …]}`: the event types each app key of
+    `TEPAT_APP_KEYS` may post (a 403 naming `type` otherwise). An app not listed may post every
+    configured type."""
     default_locale: str = "en"
     """The locale templates fall back to when neither the user's locale nor its language has
     one."""
@@ -358,10 +385,29 @@ class Settings(BaseSettings):
             raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
         return v.upper()
 
-    @field_validator("categories", mode="before")
+    @field_validator("categories", "event_types", "app_event_types", mode="before")
     @classmethod
-    def _categories(cls, v: Any) -> Any:
-        return _json_text(v, "category policies")
+    def _json_setting(cls, v: Any, info: ValidationInfo) -> Any:
+        what = {
+            "categories": "category policies",
+            "event_types": "event types",
+            "app_event_types": "event types per app",
+        }
+        return _json_text(v, what[str(info.field_name)])
+
+    @field_validator("admin_api_key")
+    @classmethod
+    def _admin_api_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and v.get_secret_value() and len(v.get_secret_value()) < MIN_ADMIN_KEY:
+            raise ValueError(
+                f"too short: use at least {MIN_ADMIN_KEY} characters (e.g. openssl rand -hex 32)"
+            )
+        return v
+
+    @field_validator("jwt_issuer", "jwt_audience")
+    @classmethod
+    def _jwt_claim(cls, v: str | None) -> str | None:
+        return (v or "").strip() or None
 
     @field_validator("app_keys", mode="before")
     @classmethod
@@ -378,10 +424,16 @@ class Settings(BaseSettings):
             raise ValueError("two apps share one key")
         return v
 
-    @field_validator("event_types", mode="before")
+    @field_validator("app_event_types")
     @classmethod
-    def _event_types_json(cls, v: Any) -> Any:
-        return _json_text(v, "event types")
+    def _app_event_types(
+        cls, v: dict[str, list[str]] | None, info: ValidationInfo
+    ) -> dict[str, list[str]] | None:
+        apps = info.data.get("app_keys", {})
+        for name in v or {}:
+            if name not in apps:
+                raise ValueError(f"{name!r}: not an app of TEPAT_APP_KEYS")
+        return v
 
     @field_validator("event_types")
     @classmethod
@@ -397,6 +449,23 @@ class Settings(BaseSettings):
         except DomainError as e:
             raise ValueError(f"{e.field}: {e.message}" if e.field else e.message) from None
         return v
+
+    @model_validator(mode="after")
+    def _app_types_exist(self) -> Settings:
+        if not self.app_event_types:
+            return self
+        try:
+            known = set(self.event_routing().names)
+        except DomainError:  # a route without its provider: _routes_have_providers says so
+            return self
+        for app, types in self.app_event_types.items():
+            for name in types:
+                if name not in known:
+                    raise ValueError(
+                        f"{ENV_PREFIX}APP_EVENT_TYPES: {app}: {name!r} is not a configured event"
+                        " type (TEPAT_EVENT_TYPES)"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _routes_have_providers(self) -> Settings:
@@ -515,9 +584,9 @@ class Settings(BaseSettings):
             check_topic_arn(arn)
         return ",".join(arns) or None
 
-    @field_validator("email_events_secret")
+    @field_validator("jwt_secret", "email_events_secret")
     @classmethod
-    def _email_events_secret(cls, v: SecretStr | None) -> SecretStr | None:
+    def _hmac_secret(cls, v: SecretStr | None) -> SecretStr | None:
         if v is not None and not v.get_secret_value():
             return None
         if v is not None and len(v.get_secret_value().encode()) < 32:

@@ -6,8 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from api.auth import AuthError, Caller
 from api.contact_schemas import ContactIn, ContactList, ContactOut
 from api.deps import RT, UserId
+from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
 from api.problems import problem_responses
 from tepat.services import contacts
 
@@ -28,10 +30,23 @@ ChannelPath = Annotated[
     responses=problem_responses(400, 413),
     summary="Set the user's e-mail address or phone number",
 )
-async def put_contact(user_id: UserId, channel: ChannelPath, body: ContactIn, rt: RT) -> ContactOut:
+async def put_contact(
+    user_id: UserId, channel: ChannelPath, body: ContactIn, rt: RT, caller: Caller
+) -> ContactOut:
     """Replaces the user's contact on that channel. Messages already planned go to the
-    address set when they are sent, not the one set when they were planned."""
-    contact = await contacts.set_contact(rt, user_id, channel, body.address, body.verified)
+    address set when they are sent, not the one set when they were planned.
+
+    `verified` is the backend's word (the admin key): a user token asking for
+    `verified: true` is a 403 naming it. A user re-saving the address already stored
+    keeps its verification; a new address starts unverified."""
+    verified: bool | None = body.verified
+    if caller.user_id is not None:
+        if body.verified:
+            raise AuthError(
+                403, "only the backend (admin key) marks a contact verified", field="verified"
+            )
+        verified = None
+    contact = await contacts.set_contact(rt, user_id, channel, body.address, verified)
     return ContactOut.of(contact)
 
 
@@ -45,7 +60,10 @@ async def delete_contact(user_id: UserId, channel: ChannelPath, rt: RT) -> Respo
 
 
 @router.get("", response_model=ContactList, summary="List the user's contact points")
-async def list_contacts(user_id: UserId, rt: RT) -> ContactList:
-    return ContactList(
-        contacts=[ContactOut.of(c) for c in await contacts.list_contacts(rt, user_id)]
-    )
+async def list_contacts(
+    user_id: UserId, rt: RT, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> ContactList:
+    """By channel (one contact per channel)."""
+    found = await contacts.list_contacts(rt, user_id)
+    page, next_cursor = cut_page(found, lambda c: c.channel, cursor, limit)
+    return ContactList(contacts=[ContactOut.of(c) for c in page], next_cursor=next_cursor)

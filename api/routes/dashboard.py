@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from api.auth import AuthError
+from api.auth import AuthError, TooManyFailures
 from api.dashboard_session import (
     CSRF_HEADER,
     Session,
@@ -35,6 +35,7 @@ from api.dashboard_session import (
     set_cookie,
 )
 from api.deps import RT
+from api.throttle import FailureThrottle, client_ip
 from tepat.runtime import Runtime
 from tepat.services.accounts import NotFound
 from tepat.services.dashboard import Dashboard
@@ -81,11 +82,20 @@ class Access:
     session: Session | None
 
 
+def _throttle(request: Request) -> FailureThrottle:
+    throttle: FailureThrottle = request.app.state.auth_throttle
+    return throttle
+
+
 def access(request: Request) -> Access:
     sessions = _sessions(request)
     key = request.headers.get("x-api-key")
     if key is not None:
+        throttle, ip = _throttle(request), client_ip(request.scope.get("client"))
+        if (wait := throttle.retry_after(ip)) is not None:
+            raise TooManyFailures(wait)
         if not sessions.key_ok(key):
+            throttle.failed(ip)
             raise AuthError(401, "invalid API key", _CHALLENGE)
         return Access(session=None)
     session = sessions.read(request)
@@ -125,10 +135,16 @@ async def login_form(request: Request) -> Response:
 
 @router.post("/login")
 async def login(request: Request) -> Response:
+    throttle, ip = _throttle(request), client_ip(request.scope.get("client"))
+    if (wait := throttle.retry_after(ip)) is not None:
+        page = _login_page("Too many wrong keys: try again in a minute.", status=429)
+        page.headers["Retry-After"] = str(wait)
+        return page
     form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
     key = (form.get("key") or [""])[0].strip()
     sessions = _sessions(request)
     if not sessions.key_ok(key):
+        throttle.failed(ip)
         return _login_page("That is not the admin key.", status=401)
     _, cookie = sessions.issue()
     response = RedirectResponse("/dashboard", status_code=303)
@@ -144,6 +160,8 @@ async def logout(request: Request) -> Response:
     form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
     if session is not None and not sessions.csrf_ok(session, (form.get("csrf") or [""])[0]):
         raise AuthError(403, "missing or wrong CSRF token: reload the dashboard")
+    if session is not None:
+        sessions.revoke(session)
     response = RedirectResponse("/dashboard/login", status_code=303)
     clear_cookie(request, response)
     return response

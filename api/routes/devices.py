@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from api.auth import Caller
 from api.deps import RT, DeviceId, UserId
+from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
 from api.problems import problem_responses
 from api.schemas import DeviceIn, DeviceList, DeviceOut
 from tepat.services import accounts
@@ -19,13 +21,26 @@ router = APIRouter(
 @router.put(
     "/{device_id}",
     response_model=DeviceOut,
-    responses=problem_responses(400, 413),
+    responses=problem_responses(400, 409, 413),
     summary="Register a device or rotate its token",
 )
-async def put_device(user_id: UserId, device_id: DeviceId, body: DeviceIn, rt: RT) -> DeviceOut:
+async def put_device(
+    user_id: UserId, device_id: DeviceId, body: DeviceIn, rt: RT, caller: Caller
+) -> DeviceOut:
     """The token becomes this device's one active token; if it was bound to another
-    device (or user), that binding is deactivated."""
-    device = await accounts.register_device(rt, user_id, device_id, body.push_token, body.platform)
+    device of this user, that binding is deactivated. A token active on another user's
+    device is a 409 naming `push_token` with a user token; the admin key moves it (a
+    phone that changed hands). A new device past `TEPAT_MAX_DEVICES_PER_USER` active
+    ones is a 409 naming `device_id`."""
+    device = await accounts.register_device(
+        rt,
+        user_id,
+        device_id,
+        body.push_token,
+        body.platform,
+        from_other_users=caller.user_id is None,
+        max_devices=rt.settings.max_devices_per_user,
+    )
     return DeviceOut.of(device)
 
 
@@ -41,6 +56,10 @@ async def delete_device(user_id: UserId, device_id: DeviceId, rt: RT) -> Respons
 
 
 @router.get("", response_model=DeviceList, summary="List the user's devices")
-async def list_devices(user_id: UserId, rt: RT) -> DeviceList:
+async def list_devices(
+    user_id: UserId, rt: RT, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> DeviceList:
+    """By device id, inactive ones included."""
     devices = await accounts.list_devices(rt, user_id)
-    return DeviceList(devices=[DeviceOut.of(d) for d in devices])
+    page, next_cursor = cut_page(devices, lambda d: d.device_id, cursor, limit)
+    return DeviceList(devices=[DeviceOut.of(d) for d in page], next_cursor=next_cursor)

@@ -1,7 +1,10 @@
-"""``/v1/events``: business events in (admin API key), fanned out in the background.
+"""``/v1/events``: business events in (admin API key or app keys), fanned out in the
+background.
 
 ``POST`` answers at once (202) with a handle; ``GET /v1/events/{event_id}`` follows the
-fan-out. The rules live in :mod:`tepat.services.events`; here only types and bounds.
+fan-out. The rules live in :mod:`tepat.services.events`; here only types and bounds, and
+what an app key may do: post the types ``TEPAT_APP_EVENT_TYPES`` gives it (403 naming
+``type`` otherwise), under its own id namespace, and read only its own events.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
+from api.auth import AuthError
 from api.deps import EventsCaller
 from api.problems import problem_responses
 from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text
@@ -103,12 +107,13 @@ def _service(request: Request) -> EventService:
     return service
 
 
-def _handle(event: Event) -> EventHandle:
+def _handle(event: Event, event_id: str) -> EventHandle:
+    """``event_id`` as the caller named it (an app key's is stored under its app)."""
     return EventHandle(
-        event_id=event.event_id,
+        event_id=event_id,
         type=event.type,
         state=event.state,
-        status_url=f"{PATH}/{event.event_id}",
+        status_url=f"{PATH}/{event_id}",
     )
 
 
@@ -119,9 +124,14 @@ def _handle(event: Event) -> EventHandle:
     responses=problem_responses(400, 409, 413, 422),
     summary="Accept a business event; fan it out to its recipients in the background",
 )
-async def post_event(body: EventIn, request: Request, _: EventsCaller) -> EventHandle:
+async def post_event(body: EventIn, request: Request, caller: EventsCaller) -> EventHandle:
     """202 with a handle at once, for a new event and for a repeat alike; the fan-out
-    runs in the scheduler process (`tepat serve` or `tepat scheduler`)."""
+    runs in the scheduler process (`tepat serve` or `tepat scheduler`). An app key's
+    `event_id` is its own: another app may use the same one."""
+    if not caller.may_post(body.type):
+        raise AuthError(
+            403, f"the app key {caller.app!r} may not post {body.type!r} events", field="type"
+        )
     event, _created = await _service(request).accept(
         EventRequest(
             event_id=body.event_id,
@@ -133,9 +143,10 @@ async def post_event(body: EventIn, request: Request, _: EventsCaller) -> EventH
             priority=body.priority,
             send_at=body.send_at,
             local_time=body.local_time,
+            app=caller.app,
         )
     )
-    return _handle(event)
+    return _handle(event, body.event_id)
 
 
 EventIdPath = Annotated[
@@ -149,11 +160,14 @@ EventIdPath = Annotated[
     responses=problem_responses(404, 422),
     summary="Follow an event's fan-out and outcomes",
 )
-async def get_event(event_id: EventIdPath, request: Request, _: EventsCaller) -> EventStatusOut:
-    return status_out(await _service(request).status(event_id))
+async def get_event(
+    event_id: EventIdPath, request: Request, caller: EventsCaller
+) -> EventStatusOut:
+    """An app key reads only its own events (another's is a 404)."""
+    return status_out(await _service(request).status(event_id, caller.app), event_id)
 
 
-def status_out(status: EventStatus) -> EventStatusOut:
+def status_out(status: EventStatus, event_id: str) -> EventStatusOut:
     e = status.event
     names = sorted(
         {channel for channel, _, _ in status.messages}
@@ -165,7 +179,7 @@ def status_out(status: EventStatus) -> EventStatusOut:
         for reason, n in counts.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
     return EventStatusOut(
-        event_id=e.event_id,
+        event_id=event_id,
         type=e.type,
         category=e.category,
         priority=e.priority.value,

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from pydantic import BeforeValidator
 
+from api.auth import AuthError, Caller
 from api.deps import RT, UserId
 from api.problems import problem_responses
 from api.schemas import MessageOut, MessagePage, NotificationIn, NotificationOut, OffsetDatetime
@@ -33,10 +34,19 @@ router = APIRouter(
     summary="Send a one-off notification, now or at send_at",
 )
 async def post_notification(
-    user_id: UserId, body: NotificationIn, rt: RT, response: Response
+    user_id: UserId, body: NotificationIn, rt: RT, response: Response, caller: Caller
 ) -> NotificationOut:
     """Idempotent on `idempotency_key`: repeating the request returns the same message
-    (200) and it is sent once; the same key with a different request is a 409."""
+    (200) and it is sent once; the same key with a different request is a 409.
+
+    A backend operation (the admin key): a user token gets 403 unless the deployment sets
+    `TEPAT_ALLOW_USER_NOTIFICATIONS=true` (a user sending to themselves)."""
+    if caller.user_id is not None and not rt.settings.allow_user_notifications:
+        raise AuthError(
+            403,
+            "one-off notifications are sent by the backend (admin key); this server does"
+            " not let users send them (TEPAT_ALLOW_USER_NOTIFICATIONS)",
+        )
     message, created = await accounts.create_oneoff(
         rt,
         user_id,

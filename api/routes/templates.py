@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.deps import Admin
+from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
 from api.problems import FieldError, problem_response, problem_responses
 from api.schemas import (
     TemplateIn,
@@ -136,11 +137,20 @@ async def list_templates(
     request: Request,
     _: Admin,
     type: Annotated[str | None, Query(max_length=128, description="Only this event type")] = None,
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
 ) -> TemplateList:
+    """By event type, channel and locale."""
     service = _service(request)
     if type is not None:
         check_event_type_name(type, "type")
-    return TemplateList(templates=[_out(service, t) for t in await service.list(type)])
+    page, next_cursor = cut_page(await service.list(type), _list_key, cursor, limit)
+    return TemplateList(templates=[_out(service, t) for t in page], next_cursor=next_cursor)
+
+
+def _list_key(t: Template) -> str:
+    # "\n" sorts before every character a name may hold: the order of the tuple.
+    return "\n".join((t.key.event_type, t.key.channel.value, t.key.locale))
 
 
 @router.post(

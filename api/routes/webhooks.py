@@ -7,7 +7,7 @@ the rules and README "Status webhooks" for the receiver's side.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated
 
@@ -15,8 +15,9 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from api.deps import RT, Admin
+from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
 from api.problems import problem_responses
-from api.schemas import Request, Text
+from api.schemas import Paged, Request, Text
 from tepat.adapters.webhook_target import check_target
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.runtime import Runtime
@@ -91,7 +92,7 @@ class WebhookWithSecret(WebhookOut):
     )
 
 
-class WebhookList(BaseModel):
+class WebhookList(Paged):
     items: list[WebhookOut]
 
 
@@ -148,9 +149,24 @@ async def create_webhook(
     return _with_secret(sub)
 
 
-@router.get("", response_model=WebhookList, summary="Every webhook subscription")
-async def list_webhooks(rt: RT, _: Admin) -> WebhookList:
-    return WebhookList(items=[_out(s) for s in await _service(rt).list_all()])
+@router.get(
+    "",
+    response_model=WebhookList,
+    responses=problem_responses(422),
+    summary="Every webhook subscription",
+)
+async def list_webhooks(
+    rt: RT, _: Admin, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
+) -> WebhookList:
+    """Oldest first."""
+    found = await _service(rt).list_all()
+    page, next_cursor = cut_page(found, _list_key, cursor, limit)
+    return WebhookList(items=[_out(s) for s in page], next_cursor=next_cursor)
+
+
+def _list_key(s: WebhookSubscription) -> str:
+    # UTC ISO instants to the microsecond compare as text in time order.
+    return f"{s.created_at.astimezone(UTC).isoformat(timespec='microseconds')}\n{s.id}"
 
 
 @router.get(

@@ -10,3 +10,11 @@ class DomainError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class PushTokenInUse(Exception):
+    """The push token is active on another user's device, and this caller may not move it
+    (only the backend may: a phone that changed hands)."""
+
+    def __init__(self) -> None:
+        super().__init__("push_token: active on another user's device")

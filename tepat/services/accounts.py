@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 from tepat.clock import Clock
 from tepat.domain import preferences
 from tepat.domain.categories import Categories
-from tepat.domain.errors import DomainError
+from tepat.domain.errors import DomainError, PushTokenInUse
 from tepat.domain.models import Device, Message, QuietHours, Reminder, User
 from tepat.domain.planning import plan_oneoff, request_fingerprint
 from tepat.domain.validation import (
@@ -99,6 +99,16 @@ class IdempotencyConflict(Exception):
     """An idempotency key reused with a different request, or a slot already taken."""
 
 
+class FieldConflict(Exception):
+    """A valid request the stored state refuses (a quota reached, a token held by another
+    user), naming the field that would have to change: the API's 409."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
 class _Keep(enum.Enum):
     KEEP = "keep"
 
@@ -164,20 +174,48 @@ async def put_user(
 
 
 async def register_device(
-    rt: AccountParts, user_id: str, device_id: str, push_token: str, platform: str | None = None
+    rt: AccountParts,
+    user_id: str,
+    device_id: str,
+    push_token: str,
+    platform: str | None = None,
+    *,
+    from_other_users: bool = True,
+    max_devices: int | None = None,
 ) -> Device:
-    """Register or rotate a device's token (the store keeps one active binding each)."""
+    """Register or rotate a device's token (the store keeps one active binding each).
+
+    ``from_other_users=False`` (an end user's own token) refuses a token active on another
+    user's device: tokens are not secrets, so a user must not pull another's phone onto
+    their account; the backend may (a phone that changed hands). A new device past
+    ``max_devices`` active ones is refused. Both are :class:`FieldConflict`.
+    """
     await get_user(rt, user_id)
+    check_identifier(device_id, "device_id")
+    check_push_token(push_token)
+    if max_devices is not None:
+        active = [d for d in await rt.store.list_devices(user_id) if d.active]
+        if len(active) >= max_devices and all(d.device_id != device_id for d in active):
+            raise FieldConflict(
+                "device_id",
+                f"the user has {len(active)} active devices, the most allowed"
+                " (TEPAT_MAX_DEVICES_PER_USER): delete one first",
+            )
     now = rt.clock.now()
     device = Device(
         user_id=user_id,
-        device_id=check_identifier(device_id, "device_id"),
-        push_token=check_push_token(push_token),
+        device_id=device_id,
+        push_token=push_token,
         platform=platform,
         created_at=now,
         updated_at=now,
     )
-    return await rt.store.register_device(device)
+    try:
+        return await rt.store.register_device(device, from_other_users=from_other_users)
+    except PushTokenInUse:
+        raise FieldConflict(
+            "push_token", "active on another user's device; only the backend may move it"
+        ) from None
 
 
 async def deactivate_device(rt: AccountParts, user_id: str, device_id: str) -> None:
@@ -211,14 +249,24 @@ async def put_reminder(
     days: Sequence[str] | None = None,
     data: Mapping[str, Any] | None = None,
     enabled: bool = True,
+    max_reminders: int | None = None,
 ) -> tuple[Reminder, bool]:
-    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``."""
+    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``.
+    A new one past ``max_reminders`` is a :class:`FieldConflict`."""
     await get_user(rt, user_id)
     check_identifier(reminder_id, "reminder_id")
     rt.categories.get(category, "category")
     payload = check_payload(title, body, data)
     now = rt.clock.now()
     old = await rt.store.get_reminder(user_id, reminder_id)
+    if old is None and max_reminders is not None:
+        count = len(await rt.store.list_reminders(user_id))
+        if count >= max_reminders:
+            raise FieldConflict(
+                "reminder_id",
+                f"the user has {count} reminders, the most allowed"
+                " (TEPAT_MAX_REMINDERS_PER_USER): delete one first",
+            )
     reminder = Reminder(
         user_id=user_id,
         reminder_id=reminder_id,

@@ -50,11 +50,16 @@ class ContactParts(Protocol):
 
 
 async def set_contact(
-    rt: ContactParts, user_id: str, channel: str, address: object, verified: bool
+    rt: ContactParts, user_id: str, channel: str, address: object, verified: bool | None
 ) -> Contact:
+    """``verified=None`` (a user's own change): the stored verification holds while the
+    address stays the same; a new address starts unverified."""
     channel = check_channel(channel, "channel")
     normalised = normalise_address(channel, address, "address")
     await get_user(rt, user_id)
+    if verified is None:
+        stored = [c for c in await rt.store.list_contacts(user_id) if c.channel == channel]
+        verified = bool(stored) and stored[0].address == normalised and stored[0].verified
     now = rt.clock.now()
     await rt.store.set_contact(user_id, channel, normalised, verified, now)
     return Contact(user_id, channel, normalised, verified, now)

@@ -84,6 +84,27 @@ class EventRequest:
     priority: str | None = None
     send_at: datetime | None = None
     local_time: str | None = None
+    # The app key that posts it (TEPAT_APP_KEYS); None for the admin key.
+    app: str | None = None
+
+
+MAX_EVENT_ID = 128
+
+
+def scoped_event_id(app: str | None, event_id: str) -> str:
+    """The stored id: an app key's ids live under ``<app>:``, so one app can neither read
+    nor claim another's (the admin key's ids are stored as given, and the admin reads an
+    app's event as ``<app>:<event_id>``)."""
+    check_identifier(event_id, "event_id")
+    if app is None:
+        return event_id
+    if len(app) + 1 + len(event_id) > MAX_EVENT_ID:
+        raise DomainError(
+            "event_id",
+            f"at most {MAX_EVENT_ID - len(app) - 1} characters with the app key {app!r}"
+            f" (stored as '{app}:<event_id>')",
+        )
+    return f"{app}:{event_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +158,7 @@ class EventService:
     async def accept(self, req: EventRequest) -> tuple[Event, bool]:
         """Store the event once per ``event_id``: ``(event, created)``. The same id with
         another request is an :class:`IdempotencyConflict`."""
-        event_id = check_identifier(req.event_id, "event_id")
+        event_id = scoped_event_id(req.app, req.event_id)
         etype = self._event_types.get(req.type, "type")
         ids = _check_recipients(req.user_ids, req.all_users)
         data = _check_data(req.data)
@@ -173,16 +194,17 @@ class EventService:
         stored, created = await self._store.create_event(event, ids)
         if stored.request_hash != request_hash:
             raise IdempotencyConflict(
-                f"event_id {event_id!r} was already used with a different request"
+                f"event_id {req.event_id!r} was already used with a different request"
             )
         return stored, created
 
-    async def status(self, event_id: str) -> EventStatus:
-        check_identifier(event_id, "event_id")
-        event = await self._store.get_event(event_id)
+    async def status(self, event_id: str, app: str | None = None) -> EventStatus:
+        """``app``: only that app's events (another's is NotFound, as if absent)."""
+        stored_id = scoped_event_id(app, event_id)
+        event = await self._store.get_event(stored_id)
         if event is None:
             raise NotFound("event", event_id)
-        return EventStatus(event, await self._store.event_message_counts(event_id))
+        return EventStatus(event, await self._store.event_message_counts(stored_id))
 
     # ------------------------------------------------------------------ fan-out
 

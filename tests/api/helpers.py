@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
+from api.app import create_app
 from tepat.clock import FakeClock
 from tepat.runtime import Runtime
-from tests.api.conftest import ADMIN
+from tests.api.conftest import ADMIN, ADMIN_KEY
 
 TOKEN = "ExponentPushToken[alice-phone-1]"
 
@@ -36,6 +40,15 @@ def notification_body(**overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
+
+
+@contextlib.asynccontextmanager
+async def api_with(rt: Runtime, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The API over ``rt`` with these settings changed."""
+    changed = dataclasses.replace(rt, settings=rt.settings.model_copy(update=settings))
+    transport = httpx.ASGITransport(app=create_app(changed, ADMIN_KEY))
+    async with httpx.AsyncClient(transport=transport, base_url="http://tepat.test") as c:
+        yield c
 
 
 async def ok(response: httpx.Response) -> httpx.Response:

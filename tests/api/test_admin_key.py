@@ -11,6 +11,8 @@ from pydantic import SecretStr
 from tepat.admin_key import KEY_FILE_NAME, resolve_admin_key
 from tepat.config import ConfigError, Settings
 
+KEY = "configured-admin-key-0123456789"
+
 
 def sqlite_settings(tmp_path: Path, key: str | None = None) -> Settings:
     return Settings(
@@ -20,7 +22,7 @@ def sqlite_settings(tmp_path: Path, key: str | None = None) -> Settings:
 
 
 def test_configured_key_wins(tmp_path: Path) -> None:
-    assert resolve_admin_key(sqlite_settings(tmp_path, "configured")) == ("configured", False)
+    assert resolve_admin_key(sqlite_settings(tmp_path, KEY)) == (KEY, False)
     assert not (tmp_path / "data" / KEY_FILE_NAME).exists()
 
 

@@ -47,8 +47,10 @@ async def test_an_app_key_posts_and_follows_events_only(app_client: httpx.AsyncC
     billing = {"X-API-Key": BILLING_KEY}
     r = await app_client.post("/v1/events", json=event("inv-1"), headers=billing)
     assert r.status_code == 202, r.text
-    got = await app_client.get("/v1/events/inv-1", headers={"X-API-Key": SHOP_KEY})
+    got = await app_client.get("/v1/events/inv-1", headers=billing)
     assert got.status_code == 200 and got.json()["event_id"] == "inv-1"
+    # Another app's event is not there for it (issue 19: app keys are isolated).
+    problem(await app_client.get("/v1/events/inv-1", headers={"X-API-Key": SHOP_KEY}), 404)
     # nothing else: users, templates, admin, webhooks
     for method, path in (
         ("GET", "/v1/users/alice"),

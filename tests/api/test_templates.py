@@ -76,7 +76,7 @@ async def test_list_shows_the_latest_of_each(client: httpx.AsyncClient) -> None:
         "order.paid:push:en:2",
     ]
     only = await client.get("/v1/templates", params={"type": "invoice.overdue"}, headers=ADMIN)
-    assert only.json() == {"templates": []}
+    assert only.json() == {"templates": [], "next_cursor": None}
     assert "type" in errors(
         await client.get("/v1/templates", params={"type": "Nope"}, headers=ADMIN)
     )

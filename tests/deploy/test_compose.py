@@ -41,7 +41,7 @@ REQUIRED = (
 )
 REAL_EXPO = {
     "TEPAT_ADMIN_API_KEY": "admin-key-from-the-operator",
-    "TEPAT_JWT_SECRET": "jwt-secret-from-the-operator",
+    "TEPAT_JWT_SECRET": "jwt-secret-from-the-operator-0123",
     "TEPAT_EXPO_URL": "https://exp.host",
     "TEPAT_EXPO_ACCESS_TOKEN": "expo-token-from-the-operator",
     "ACTIVEMQ_CONSOLE_PASSWORD": "console-password-from-the-operator",

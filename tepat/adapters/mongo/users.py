@@ -21,6 +21,7 @@ from tepat.adapters.mongo.codecs import (
     user_fields,
     user_from_doc,
 )
+from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import DeviceFailure
 from tepat.ports.repositories.users import PlanMark, PlanTarget
@@ -205,18 +206,29 @@ class UsersMixin(MongoBase):
 
     # --- devices ------------------------------------------------------------------
 
-    async def register_device(self, device: Device) -> Device:
+    async def register_device(self, device: Device, *, from_other_users: bool = True) -> Device:
         devices = self._db["devices"]
         key = pair_id(device.user_id, device.device_id)
         now = bson_dt(device.updated_at or self._clock.now())
+        token = device.push_token
+        held: dict[str, Any] = {"_id": {"$ne": key}, "active": True, "push_token": token}
+        if not from_other_users:
+            # Only this user's other devices give the token up. Another user's binding
+            # made after this check makes step 2 hit the unique index, and the retry
+            # finds it here.
+            held["user_id"] = device.user_id
         for attempt in range(_REGISTER_ATTEMPTS):
+            if not from_other_users and await devices.find_one(
+                {"active": True, "push_token": token, "user_id": {"$ne": device.user_id}}
+            ):
+                raise PushTokenInUse()
             # A device id is scoped to its user (the _id), so only the token can be
             # held elsewhere: step 1 ends that binding (a token that moves is the
             # same phone after a new login), step 2 takes the token. Another
             # registration of the same token can slip in between; the index then
             # rejects our step 2 and we simply run both steps again.
             await devices.update_many(
-                {"_id": {"$ne": key}, "active": True, "push_token": device.push_token},
+                held,
                 {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": now}},
             )
             try:

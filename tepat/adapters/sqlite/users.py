@@ -19,6 +19,7 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
+from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import DeviceFailure
 from tepat.ports.repositories.users import PlanMark, PlanTarget
@@ -158,7 +159,7 @@ class UsersMixin(SqliteBase):
 
     # ----------------------------------------------------------------- devices
 
-    async def register_device(self, device: Device) -> Device:
+    async def register_device(self, device: Device, *, from_other_users: bool = True) -> Device:
         now = self._now()
         created = _ts_opt(device.created_at) or now
         updated = _ts_opt(device.updated_at) or now
@@ -166,6 +167,10 @@ class UsersMixin(SqliteBase):
         upsert = f"{UPSERT_DEVICE} RETURNING {_DEVICE_COLUMNS}"
 
         def run(conn: Conn) -> Row:
+            # In the write transaction: no other registration can bind the token between
+            # this check and the upsert.
+            if not from_other_users and _held_by_others(conn, d):
+                raise PushTokenInUse()
             # Release the token first: the partial unique index is checked per statement.
             conn.execute(
                 ROTATE_TOKEN, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
@@ -235,3 +240,9 @@ class UsersMixin(SqliteBase):
         if row is None:
             return DeviceFailure(deactivated=False, consecutive_failures=0)
         return DeviceFailure(deactivated=not row[1], consecutive_failures=row[0])
+
+
+def _held_by_others(conn: Conn, device: Device) -> bool:
+    """Whether ``device``'s token is active on another user's device."""
+    sql = "SELECT 1 FROM devices WHERE active = 1 AND push_token = ? AND user_id <> ?"
+    return conn.execute(sql, (device.push_token, device.user_id)).fetchone() is not None

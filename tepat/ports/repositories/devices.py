@@ -18,12 +18,15 @@ class DeviceFailure:
 
 
 class DeviceRepository(Protocol):
-    async def register_device(self, device: Device) -> Device:
+    async def register_device(self, device: Device, *, from_other_users: bool = True) -> Device:
         """Register or rotate: ``device`` becomes the one active binding of its
         (user, ``device_id``) and of its ``push_token``. A device id is scoped to its
         user: another user's device with the same id is untouched. A token is
         global: its active binding under another user ends ("replaced"), since a
-        token that moves is the same phone after a new login. Resets the failure counter.
+        token that moves is the same phone after a new login; with
+        ``from_other_users=False`` such a binding stays and
+        :class:`~tepat.domain.errors.PushTokenInUse` is raised instead, atomically with
+        the write. Resets the failure counter.
         """
         ...
 

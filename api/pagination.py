@@ -1,0 +1,58 @@
+"""Cursor pages for the small lists (a user's devices, reminders and contacts; templates;
+webhook subscriptions): ``?limit=`` (capped) and ``?cursor=`` (the ``next_cursor`` of the
+previous page), in the order of each item's unique key.
+
+These lists are bounded (quotas per user, operator-made templates and subscriptions),
+so the page is cut from the store's whole list here; the long lists (messages, inbox,
+suppressions) page in the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Sequence
+from typing import Annotated, TypeVar
+
+from fastapi import Query
+
+from tepat.domain.errors import DomainError
+
+MAX_LIMIT = 200
+DEFAULT_LIMIT = 100
+
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"Page size (at most {MAX_LIMIT})")]
+Cursor = Annotated[
+    str | None, Query(max_length=512, description="`next_cursor` of the previous page")
+]
+
+T = TypeVar("T")
+
+
+def cut_page(
+    items: Sequence[T], key: Callable[[T], str], cursor: str | None, limit: int
+) -> tuple[list[T], str | None]:
+    """The ``limit`` items after ``cursor`` in key order, and the next page's cursor (None
+    on the last page)."""
+    after = _decode(cursor) if cursor else None
+    ordered = sorted(items, key=key)
+    if after is not None:
+        ordered = [item for item in ordered if key(item) > after]
+    page = ordered[:limit]
+    more = len(ordered) > limit
+    return page, _encode(key(page[-1])) if more else None
+
+
+def _encode(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode()).decode("ascii").rstrip("=")
+
+
+def _decode(cursor: str) -> str:
+    padded = cursor + "=" * (-len(cursor) % 4)
+    try:
+        key = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        key = ""
+    if not key:  # every page ends at an item, and no key is empty
+        raise DomainError("cursor", "not a cursor this API returned")
+    return key
