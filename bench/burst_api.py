@@ -16,7 +16,6 @@ inside it); ActiveMQ, ``tepat api``, ``tepat scheduler`` and one ``tepat consume
 from __future__ import annotations
 
 import asyncio
-import math
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -300,9 +299,3 @@ def run_api_burst(
 
 def _sandbox_view(sandbox: Sandbox) -> tuple[list[dict[str, Any]], dict[str, int]]:
     return sandbox.received(), sandbox.stats()
-
-
-def requests_goal(requests: int, count: int) -> tuple[float, bool]:
-    """Expo requests against K/100 (the fewest possible): the ratio, and <= 1.1."""
-    fewest = math.ceil(count / 100)
-    return requests / fewest, requests <= 1.1 * fewest

@@ -183,16 +183,3 @@ def _sample(
             for at, ticket in got
         ],
     }
-
-
-def merge(parts: Sequence[ChaosCorrectness]) -> ChaosCorrectness:
-    """Sums over several cohorts (each cohort's own figures stay in its details)."""
-    return ChaosCorrectness(
-        expected=sum(p.expected for p in parts),
-        sent=sum(p.sent for p in parts),
-        duplicates=sum(p.duplicates for p in parts),
-        lost=sum(p.lost for p in parts),
-        window_duplicates=sum(p.window_duplicates for p in parts),
-        stuck=sum(p.stuck for p in parts),
-        closed_outcome_unknown=sum(p.closed_outcome_unknown for p in parts),
-    )

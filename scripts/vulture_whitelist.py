@@ -42,15 +42,3 @@ _.connect_unix_socket, _._pool  # tepat/adapters/webhook_target.py
 _._split_scope  # xdist's LoadScopeScheduling calls it (tests/support/xdist_groups.py)
 
 _.api_worker_app  # named by an import string: uvicorn.run("tepat.processes:api_worker_app")
-
-# TEMPORARY: dead, in files other helpers of issue 18 own; delete each line with its code
-_.poll_once  # consumers/receipts.py
-_.shared_limiter  # tepat/adapters/expo_push.py
-_.INBOUND_PATH  # tepat/adapters/twilio_sms.py
-_.REMINDER_DISABLED  # tepat/domain/models.py
-_.status_changed  # tepat/services/email_events.py
-_.requests_goal  # bench/burst_api.py
-_.merge  # bench/chaos_tally.py
-_.replicas  # tests/deploy/compose_file.py
-_.snapshot_devices  # tests/model/reference.py
-_.duplicates_in_window, _.plan_crashes, _._last_tick  # tests/model/checks.py, system.py

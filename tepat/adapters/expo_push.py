@@ -101,13 +101,6 @@ def _shared_project(base_url: str, access_token: str | None, rate: float, clock:
     return project
 
 
-def shared_limiter(
-    base_url: str, access_token: str | None, rate: float, clock: Clock
-) -> TokenBucket:
-    """The token bucket of the project (see :func:`_shared_project`)."""
-    return _shared_project(base_url, access_token, rate, clock).bucket
-
-
 def to_expo_message(request: PushRequest, *, channel_per_category: bool = False) -> dict[str, Any]:
     """The Expo message for a :class:`~tepat.ports.push.PushRequest` (fields Expo documents)."""
     message: dict[str, Any] = {

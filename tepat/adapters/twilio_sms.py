@@ -41,7 +41,6 @@ from tepat.ports.try_again import TryAgain
 log = logging.getLogger("tepat.twilio")
 
 STATUS_CALLBACK_PATH = "/v1/providers/twilio/status"
-INBOUND_PATH = "/v1/providers/twilio/inbound"
 
 # Refusals that say the number itself cannot take SMS: later messages to it are skipped.
 SUPPRESS_ON: Mapping[int, str] = {21211: "invalid", 21614: "invalid", 21610: "stop"}

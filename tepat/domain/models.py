@@ -125,7 +125,6 @@ class SkipReason(enum.StrEnum):
     SUPERSEDED = "superseded"
     USER_DISABLED = "user_disabled"
     USER_DELETED = "user_deleted"
-    REMINDER_DISABLED = "reminder_disabled"
     NO_CONTACT = "no_contact"  # e-mail / SMS: no address or number (or not verified)
     SUPPRESSED = "suppressed"  # e-mail / SMS: the provider said the target is dead
 

@@ -47,7 +47,6 @@ CHANNEL = "email"
 @dataclass(frozen=True, slots=True)
 class Applied:
     outcome: str  # applied | duplicate | not_ours | ignored
-    status_changed: bool = False
     suppressed: list[str] = field(default_factory=list)
 
 
@@ -108,7 +107,7 @@ class EmailEvents:
             status_changed=changed,
             suppressed=len(suppressed),
         )
-        return Applied("applied", changed, suppressed)
+        return Applied("applied", suppressed)
 
     async def _move(
         self, message_id: str, to: MessageStatus, reason: str | None, last_error: str | None

@@ -107,10 +107,6 @@ def environment(service: Mapping[str, Any]) -> dict[str, str | None]:
     return {str(k): (None if v is None else str(v)) for k, v in env.items()}
 
 
-def replicas(service: Mapping[str, Any]) -> int:
-    return int((service.get("deploy") or {}).get("replicas", 1))
-
-
 def compose_binary() -> list[str] | None:
     """The command of a real Docker Compose v2, or None where there is none."""
     docker = shutil.which("docker")

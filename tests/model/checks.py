@@ -54,7 +54,6 @@ class Checker:
     statuses: dict[str, list[str]] = field(default_factory=dict)
     # user -> every push token, inbox and contact address it had
     tokens_ever: dict[str, set[str]] = field(default_factory=dict)
-    duplicates_in_window: int = 0
     inbox_seen: set[str] = field(default_factory=set)  # inbox item ids
 
     async def step(self, model: Model, system: System, *, final: bool = False) -> None:
@@ -117,8 +116,6 @@ class Checker:
         count = sum(1 for x in so_far if x.token == a.token or e.channel != "push")
         if count > self._limit(model, e, a, taints):
             raise Violation(f"{where}: copy number {count} (taints: {_names(taints)})")
-        if count > 1:
-            self.duplicates_in_window += 1
         if e.verdict is Verdict.UNKNOWN:
             return
         if e.at is None:

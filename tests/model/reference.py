@@ -43,7 +43,7 @@ at most once. Those corners are listed in the report of issue 9's model test.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
 from importlib.resources import files
@@ -707,6 +707,3 @@ class Model:
 
     def _pending(self, user: str) -> list[Expectation]:
         return [e for e in self.expectations.values() if e.key[1] == user and e.due is not None]
-
-    def snapshot_devices(self) -> dict[tuple[str, str], Binding]:
-        return {k: replace(b) for k, b in self.bindings.items()}

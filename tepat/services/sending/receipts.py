@@ -47,12 +47,6 @@ class ReceiptPoller:
         self.delay = delay
         self._device_max_failures = device_max_failures
 
-    async def poll_once(self, after: tuple[datetime, str] | None = None) -> int:
-        """Fetch one page of receipts for tickets older than the delay, starting after the
-        key ``after``; returns how many were recorded."""
-        page = await self._poll_page(after)
-        return page.recorded
-
     async def _poll_page(self, after: tuple[datetime, str] | None) -> _Page:
         now = self._clock.now()
         tickets = await self._store.tickets_awaiting_receipt(
