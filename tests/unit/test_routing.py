@@ -228,9 +228,14 @@ def test_event_types_follow_the_configured_categories(monkeypatch: pytest.Monkey
     monkeypatch.setenv("TEPAT_CATEGORIES", json.dumps({"billing": {}}))
     monkeypatch.setenv("TEPAT_EVENT_TYPES", json.dumps(one(category="billing")))
     assert load_settings().event_routing().get("order.paid").category == "billing"
-    # the default set names built-in categories only: none left here
+    # TEPAT_CATEGORIES is merged over the seven defaults (issue 19): the default event
+    # types keep their built-in categories beside the new one
     monkeypatch.delenv("TEPAT_EVENT_TYPES")
-    assert len(load_settings().event_routing()) == 0
+    settings = load_settings()
+    routing = settings.event_routing()
+    assert len(routing) > 0
+    assert "billing" in settings.category_policies()
+    assert all(t.category in settings.category_policies() for t in routing)
 
 
 def test_default_locale_setting(monkeypatch: pytest.MonkeyPatch) -> None:
