@@ -81,8 +81,9 @@ PROVIDER_ERRORS = Counter(
 )
 MAYBE_SENT = Counter(
     "tepat_maybe_sent_total",
-    "Messages whose provider request may have been accepted (read timeout, 5xx after sending),"
-    " by category and what the category's maybe_sent policy did",
+    "Messages whose provider request may have been accepted, by category and action:"
+    " retried or closed (an answer lost after sending: the category's maybe_sent policy),"
+    " retried_5xx (a 5xx the provider documents as retryable; rarely a duplicate)",
     ["category", "action"],
     registry=REGISTRY,
 )
@@ -129,8 +130,8 @@ TZDATA_YEAR.set(int(TZDATA_RELEASE[:4]))
 REFRESH_TIMEOUT_SECONDS = 60.0
 
 
-def count_maybe_sent(category: str, action: Literal["retried", "closed"]) -> None:
-    """One message with an unknown outcome, and whether it was retried or closed."""
+def count_maybe_sent(category: str, action: Literal["retried", "closed", "retried_5xx"]) -> None:
+    """One message that may have reached the provider, and whether it was retried or closed."""
     MAYBE_SENT.labels(category=category, action=action).inc()
 
 

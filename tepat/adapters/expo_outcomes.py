@@ -1,7 +1,10 @@
 """How Expo's answers become typed outcomes (:mod:`tepat.ports.push`) for the Expo client.
 
 A whole request that fails becomes ``TryAgain`` or ``Rejected``, and ``TryAgain`` says
-whether Expo may have acted on the request anyway (``maybe_sent``):
+whether Expo may have acted on the request anyway (``maybe_sent``). Expo's documentation
+asks senders to retry 429 and 5xx answers with exponential backoff, so those are retried
+whatever the category's ``maybe_sent`` policy says; only an answer truly lost after the
+request went out is "maybe sent" and left to that policy:
 
 ================================================ ========== ==================================
 what happened                                    maybe_sent why
@@ -11,7 +14,9 @@ any error before the body was written completely no         Expo never had a who
 429 (with its ``Retry-After``), 408, 503         no         refused without acting
 read timeout; connection dropped or protocol     yes        the request went out; Expo may
 error after the body went out; unreadable body              have accepted it
-5xx                                              yes        Expo may fail after handing on
+other 5xx (``server_error``)                     no         Expo documents it as retryable;
+                                                            the rare duplicate (Expo failed
+                                                            after handing on) is counted
 200 that is not JSON                             yes        accepted, only the tickets lost
 ================================================ ========== ==================================
 
@@ -145,9 +150,11 @@ def classify_response(response: httpx.Response, now: datetime) -> Any:
         # outcome, and closing everything it touches as outcome_unknown would lose it all.
         return TryAgain(reason, retry_after)
     if status >= 500:
-        # Expo may fail after handing some notifications on (a gateway timing out in front
-        # of a slow backend, a crash mid-request): the outcome is unknown.
-        return TryAgain(reason, retry_after, maybe_sent=True)
+        # Expo asks for 5xx answers to be retried with backoff: the transient, common case.
+        # Expo may rarely have handed some notifications on before failing; the recorder
+        # counts each such retry as a possible duplicate (server_error), and closing them
+        # instead would lose every notification of an outage.
+        return TryAgain(reason, retry_after, server_error=True)
     if status in (401, 403):
         log.error("Expo refused our credentials (%s); check TEPAT_EXPO_ACCESS_TOKEN", reason)
         return Rejected(reason)

@@ -14,8 +14,11 @@ No Twilio SDK: it is synchronous, and the request is a form post.
 * Outcomes, never exceptions: 201 -> ``Accepted(sid)``; 21211 (not a valid number) and
   21614 (not a mobile number) -> ``Refused(suppress="invalid")``; 21610 (the recipient
   replied STOP) -> ``Refused(suppress="stop")``; other 4xx -> ``Refused("twilio_<code>")``;
-  429 / 20429 -> ``TryAgain(throttled=True)``; 5xx, a read timeout or a connection lost
-  after the request went out -> ``TryAgain(maybe_sent=True)``; a connection never made
+  429 / 20429 -> ``TryAgain(throttled=True)``; 503 (error 20503: "temporarily
+  unavailable, try again with exponential back-off") -> ``TryAgain(maybe_sent=False)``;
+  another 5xx (error 20500 says retrying a 500 on a send "may deliver multiple
+  messages"), a read timeout or a connection lost after the request went out ->
+  ``TryAgain(maybe_sent=True)``, left to the category's policy; a connection never made
   -> ``TryAgain(maybe_sent=False)``; 401/403 (bad credentials: a configuration problem,
   logged) -> ``TryAgain`` so nothing is lost while an operator fixes it.
 """
@@ -159,6 +162,9 @@ class TwilioSmsChannel:
             if retry_after:
                 self.limiter.pause(retry_after)
             return TryAgain(f"twilio_{code or 20429}: {text}", retry_after, throttled=True)
+        if status == 503:
+            # Twilio's error 20503 asks for a retry with back-off: nothing was created.
+            return TryAgain(f"twilio_http_{status}: {text}")
         if status >= 500:
             return TryAgain(f"twilio_http_{status}: {text}", maybe_sent=True)
         if status in (401, 403):

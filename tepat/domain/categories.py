@@ -19,8 +19,14 @@ class QuietPolicy(enum.StrEnum):
 class MaybeSentPolicy(enum.StrEnum):
     """What to do with a message whose provider request may have been accepted.
 
-    A read timeout or a 5xx after the request went out (``TryAgain.maybe_sent``) leaves
-    the outcome unknown: the notification may already be on the phone.
+    A read timeout or a connection dropped after the request went out
+    (``TryAgain.maybe_sent``) leaves the outcome unknown: the notification may already be
+    on the phone. A 5xx the provider documents as retryable is not one: it is retried
+    whatever the policy (``TryAgain.server_error``).
+
+    ``close`` is the default: the answer was lost after a whole request, so the provider
+    most likely has it. A closed message is not silent: ``failed``/``outcome_unknown`` in
+    the API and its ``message.failed`` webhook, counted and logged.
     """
 
     RETRY = "retry"  # send again: a duplicate is better than a missing one (safety)

@@ -19,14 +19,20 @@ class TryAgain:
 
     * ``False``, *not sent*: the request never reached the provider whole (no connection,
       pool timeout, an error while the body was still being written) or the provider
-      refused it without acting (429, 408). Sending again cannot duplicate anything.
-    * ``True``, *maybe sent*: the whole request went out and the answer was lost or was
-      a server error (read timeout, connection dropped while waiting, 5xx, an unreadable
-      200). The provider may have accepted some or all of it, so sending again may
-      deliver a second copy; whether to do so is the category's ``maybe_sent`` policy
-      (:class:`tepat.domain.categories.MaybeSentPolicy`).
+      refused it without acting (429, 408, 503). Sending again cannot duplicate anything.
+    * ``True``, *maybe sent*: the whole request went out and the answer was lost (read
+      timeout, connection dropped while waiting, an unreadable 200, a 5xx the provider
+      does not document as safe to retry). The provider may have accepted some or all
+      of it, so sending again may deliver a second copy; whether to do so is the
+      category's ``maybe_sent`` policy (:class:`tepat.domain.categories.MaybeSentPolicy`).
 
-    Only a send gives the flag a meaning; reading receipts is idempotent.
+    ``server_error`` marks a 5xx the provider's documentation says to retry (Expo: "retry
+    429 and 5xx with exponential backoff"). It is retried like any not-sent answer,
+    whatever the category's policy, because that is the common, transient case; the rare
+    one where the provider had acted before failing is a possible duplicate, counted in
+    ``tepat_maybe_sent_total{action="retried_5xx"}``.
+
+    Only a send gives the flags a meaning; reading receipts is idempotent.
     """
 
     reason: str
@@ -34,3 +40,5 @@ class TryAgain:
     maybe_sent: bool = False
     # The provider's rate limit refused it (429): the sender should slow down.
     throttled: bool = False
+    # A 5xx its provider documents as retryable: retried, counted as a possible duplicate.
+    server_error: bool = False

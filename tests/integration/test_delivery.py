@@ -9,6 +9,7 @@ from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
 from tepat.domain.models import MessageStatus
+from tepat.metrics import REGISTRY
 from tepat.ports.push import PushProvider, PushRequest, ReceiptResult, SendResult
 from tests.support.pipeline import pipeline
 from tests.support.waiting import drive, eventually, stays_false
@@ -148,25 +149,82 @@ async def test_429_then_500_then_every_safety_message_sent_exactly_once(tmp_path
         )
 
 
+async def test_429_then_500_twice_then_accepted_delivers_a_one_off_once(tmp_path: Path) -> None:
+    """Issue 19 (10): Expo's transient 500s are retried as Expo asks, not closed
+    outcome_unknown; the `custom` one-off reaches the phone once."""
+    from tepat.domain.planning import plan_oneoff, request_fingerprint
+
+    async with pipeline(tmp_path, start=START) as p:
+        user, device = await p.add_user("ona")
+        msg = plan_oneoff(
+            user,
+            p.rt.categories.get("custom"),
+            "k1",
+            "Hi",
+            "there",
+            {},
+            NINE,
+            p.clock.now(),
+            request_fingerprint({"k": 1}),
+        )
+        created = (await p.rt.store.insert_messages([msg])).created
+        await p.rt.enqueuer.enqueue(created)
+        before = _maybe_sent_count("custom", "retried_5xx")
+        p.sandbox.fail_next(1, status=429, retry_after=1)
+        p.sandbox.fail_next(2, status=500)
+        p.clock.set(NINE)
+
+        async def sent() -> bool:
+            return await _is(p, msg.id, MessageStatus.SENT)
+
+        await drive(p.clock, sent, step=timedelta(seconds=5), what="one-off sent")
+        assert len(p.received_for(device.push_token)) == 1
+        assert p.sandbox.stats()["server_errors"] == 2
+        assert _maybe_sent_count("custom", "retried_5xx") - before == 2
+
+
+async def test_a_5xx_after_expo_accepted_is_retried_and_counted_as_a_possible_duplicate(
+    tmp_path: Path,
+) -> None:
+    """The rare case Expo's retry guidance costs: it had handed the notification on before
+    failing. Retried even for a `close` category (a second copy), and counted."""
+    async with pipeline(tmp_path, start=START) as p:
+        _, device = await p.add_user("mia", reminders=[("r", "meal", time(9, 0))])
+        await _plan_day(p)
+        before = _maybe_sent_count("meal", "retried_5xx")
+        p.sandbox.fail_after_accept(1, "error", status=502)
+        p.clock.set(NINE)
+        [meal] = await p.messages("mia")
+
+        async def sent() -> bool:
+            return await _is(p, meal.id, MessageStatus.SENT)
+
+        await drive(p.clock, sent, step=timedelta(seconds=5), what="meal re-sent")
+        assert len(p.received_for(device.push_token)) == 2
+        assert _maybe_sent_count("meal", "retried_5xx") - before == 1
+
+
 async def test_answer_lost_after_expo_accepted_closes_meal_and_retries_safety(
     tmp_path: Path,
 ) -> None:
-    """The one duplicate window: Expo accepted, the answer was lost (a 5xx after
-    accepting). `meal` does not risk a duplicate: failed, outcome_unknown, one copy.
-    `safety` prefers a duplicate to a missing alert: retried, so two copies."""
+    """The one duplicate window: Expo accepted, the connection dropped mid-answer.
+    `meal` does not risk a duplicate: failed, outcome_unknown (counted, and visible in the
+    API), one copy. `safety` prefers a duplicate to a missing alert: retried, two copies."""
     async with pipeline(tmp_path, start=START) as p:
         _, meal_device = await p.add_user("mia", reminders=[("r", "meal", time(9, 0))])
         _, safety_device = await p.add_user("sam", reminders=[("r", "safety", time(9, 30))])
         await _plan_day(p)
-        p.sandbox.fail_after_accept(1, "error", status=502)
+        closed_before = _maybe_sent_count("meal", "closed")
+        p.sandbox.fail_after_accept(1, "drop", status=500)
         p.clock.set(NINE)
         [meal] = await p.messages("mia")
         await eventually(lambda: _is(p, meal.id, MessageStatus.FAILED), what="meal closed")
         closed = await p.rt.store.get_message(meal.id)
         assert closed is not None and closed.status_reason == "outcome_unknown"
         assert len(p.received_for(meal_device.push_token)) == 1
+        assert _maybe_sent_count("meal", "closed") - closed_before == 1
 
-        p.sandbox.fail_after_accept(1, "error", status=502)
+        p.sandbox.fail_after_accept(1, "drop", status=500)
         p.clock.set(NINE + timedelta(minutes=30))
         [alert] = await p.messages("sam")
 
@@ -175,6 +233,13 @@ async def test_answer_lost_after_expo_accepted_closes_meal_and_retries_safety(
 
         await drive(p.clock, sent, step=timedelta(seconds=5), what="safety re-sent")
         assert len(p.received_for(safety_device.push_token)) == 2
+
+
+def _maybe_sent_count(category: str, action: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "tepat_maybe_sent_total", {"category": category, "action": action}
+    )
+    return value or 0.0
 
 
 async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path) -> None:

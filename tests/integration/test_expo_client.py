@@ -268,21 +268,23 @@ async def test_a_503_is_not_sent_the_server_says_it_did_not_handle_it(
 
 
 @pytest.mark.parametrize("status", [500, 502, 504])
-async def test_a_5xx_is_maybe_sent_even_before_expo_accepted_as_the_client_cannot_tell(
+async def test_a_5xx_is_retried_as_expo_documents_not_left_to_the_maybe_sent_policy(
     provider: ExpoPushProvider, sandbox: ExpoSandbox, status: int
 ) -> None:
+    """Expo: "retry 429 and 5xx with exponential backoff"; most 5xx come before it acted."""
     sandbox.fail_next(1, status=status, retry_after=None)
     result = retry_later(await provider.send([req(tok(1))]))
-    assert (result.retry_after, result.maybe_sent) == (None, True)
+    assert (result.retry_after, result.maybe_sent, result.server_error) == (None, False, True)
 
 
 @pytest.mark.parametrize("status", [500, 502, 504])
-async def test_a_5xx_after_expo_accepted_is_maybe_sent(
+async def test_a_5xx_after_expo_accepted_is_retried_and_flagged_a_possible_duplicate(
     provider: ExpoPushProvider, sandbox: ExpoSandbox, status: int
 ) -> None:
     sandbox.fail_after_accept(1, AfterAccept.ERROR, status=status)
     result = retry_later(await provider.send([req(tok(1)), req(tok(2))]))
-    assert result.maybe_sent is True and f"{status}" in result.reason
+    assert result.server_error is True and result.maybe_sent is False
+    assert f"{status}" in result.reason
     assert [r["to"] for r in sandbox.received()] == [tok(1), tok(2)]  # Expo did take them
 
 

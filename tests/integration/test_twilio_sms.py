@@ -279,7 +279,7 @@ async def test_throttled_by_twilio(channel: TwilioSmsChannel, sandbox: TwilioSan
     assert isinstance(outcome, TryAgain) and outcome.throttled
 
 
-async def test_server_errors_and_lost_answers_may_have_sent(
+async def test_503_was_not_sent_but_a_500_or_a_lost_answer_may_have_been(
     server: RunningTwilioSandbox, sandbox: TwilioSandbox, clock: FakeClock
 ) -> None:
     ch = TwilioSmsChannel(
@@ -294,8 +294,14 @@ async def test_server_errors_and_lost_answers_may_have_sent(
     try:
         sandbox.fail_next(1, 503)
         [outcome] = await ch.send([Outgoing(sms("m-1"), ALICE)])
-        assert isinstance(outcome, TryAgain) and outcome.maybe_sent and not outcome.throttled
+        # Twilio's 20503: retry with back-off; not left to the category's maybe-sent policy.
+        assert isinstance(outcome, TryAgain) and not outcome.maybe_sent and not outcome.throttled
         assert sandbox.received() == []  # refused before accepting: it was not sent
+
+        # Twilio's 20500: retrying a send after a 500 may deliver a second SMS.
+        sandbox.fail_next(1, 500)
+        [outcome] = await ch.send([Outgoing(sms("m-0"), ALICE)])
+        assert isinstance(outcome, TryAgain) and outcome.maybe_sent and not outcome.server_error
 
         sandbox.fail_after_accept(1, AfterAccept.STALL)
         [outcome] = await ch.send([Outgoing(sms("m-2"), ALICE)])

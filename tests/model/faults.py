@@ -46,7 +46,7 @@ def crash(faults: Faults, where: str) -> Crash:
 class Taint(enum.Enum):
     LATE = "late"  # re-driven or retried: arrives later, within the missed window
     DUPLICATE = "duplicate"  # crashed after the provider accepted: the one documented duplicate
-    MAYBE_SENT = "maybe sent"  # 5xx, or a timeout after the request went out
+    MAYBE_SENT = "maybe sent"  # a timeout after the request went out
     REFUSED = "refused"  # the provider refused it for good: it ends failed, never arrives
 
 
@@ -206,8 +206,9 @@ class FaultyPush:
             self._paused_until = now + timedelta(seconds=RETRY_AFTER_429)
             self._faults.on_fault(fault, ids, Taint.LATE)
         elif fault is Fault.HTTP_500:
+            # Expo asks for 5xx to be retried (issue 19): never closed outcome_unknown.
             self._sandbox.fail_next(1, status=500, retry_after=None)
-            self._faults.on_fault(fault, ids, Taint.MAYBE_SENT)
+            self._faults.on_fault(fault, ids, Taint.LATE)
         elif fault is Fault.READ_TIMEOUT:
             self._transport.read_timeout = True
             self._faults.on_fault(fault, ids, Taint.MAYBE_SENT)

@@ -104,6 +104,12 @@ TABLE: dict[str, Row] = {
         attempts=2,
         cannot={"inbox": NO_PROVIDER},
     ),
+    "5xx the provider says to retry, category closes": Row(
+        # Expo's guidance (issue 19): retried with backoff, not left to the category.
+        TryAgain("500 oops", server_error=True),
+        (MessageStatus.PENDING, None, BACKOFF),
+        cannot={"inbox": NO_PROVIDER},
+    ),
     "maybe sent, category closes": Row(
         TryAgain("read timeout", maybe_sent=True),
         (MessageStatus.FAILED, OUTCOME_UNKNOWN, 0),

@@ -17,8 +17,8 @@ The order matters for "exactly once in effect":
 The one duplicate window (docs/PRINCIPLES.md §9) is the provider boundary: a
 process that dies after the provider accepted a request and before step 3
 leaves its messages ``sending``, and the sweeper re-drives them after the
-lease; a request whose answer was lost after it went out (read timeout, 5xx)
-is "maybe sent", and the category's ``maybe_sent`` policy retries it or
+lease; a request whose answer was lost after it went out (read timeout, a
+dropped connection) is "maybe sent", and the category's ``maybe_sent`` policy retries it or
 closes it as ``failed`` (``outcome_unknown``).
 """
 
@@ -375,7 +375,7 @@ class Dispatcher:
         answers: list[Answer] = []
         for o in answered:
             answer = answer_of(o.outcomes)
-            if isinstance(answer, TryAgain) and not answer.maybe_sent:
+            if isinstance(answer, TryAgain) and not (answer.maybe_sent or answer.server_error):
                 metrics.count_not_sent_retry(o.message.category)
             answers.append(Answer(o.message, answer))
         await self.recorder.record(PUSH, answers)
@@ -486,4 +486,5 @@ def answer_of(outcomes: Sequence[TicketOutcome | TryAgain | Rejected]) -> Channe
         error,
         retry_after=max((x.retry_after or 0.0) for x in retryable),
         maybe_sent=any(isinstance(x, TryAgain) and x.maybe_sent for x in outcomes),
+        server_error=any(isinstance(x, TryAgain) and x.server_error for x in outcomes),
     )

@@ -85,12 +85,24 @@ class OutcomeRecorder:
                 return outcomes.after_accepted(provider_id)
             case Refused(reason):
                 return outcomes.after_refused(reason)
-            case TryAgain(reason, retry_after, maybe_sent):
+            case TryAgain(reason, retry_after, maybe_sent, server_error=server_error):
                 maybe_sent = outcomes.maybe_sent_matters(channel, maybe_sent)
                 policy = self._categories.get(m.category).maybe_sent
                 if maybe_sent:
                     closed = policy is MaybeSentPolicy.CLOSE
                     metrics.count_maybe_sent(m.category, "closed" if closed else "retried")
+                    if closed:
+                        # Not silent: the message reads failed/outcome_unknown in the API
+                        # and its webhooks, and this line says which one and why.
+                        log.warning(
+                            "closed as outcome_unknown: the provider may have it",
+                            channel=channel,
+                            message_id=m.id,
+                            category=m.category,
+                            error=reason,
+                        )
+                elif server_error:
+                    metrics.count_maybe_sent(m.category, "retried_5xx")
                 return outcomes.after_failure(
                     m,
                     reason,
