@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tepat.adapters.secret_box import check_key
 from tepat.domain.categories import (
     DEFAULT_CATEGORIES,
     Categories,
@@ -319,6 +320,21 @@ class Settings(BaseSettings):
     reach although they are loopback, private, link-local or otherwise internal (a receiver
     on your own network). Unset: every such URL is refused when registered and when sent
     (see [Status webhooks](../guides/webhooks.md))."""
+
+    secrets_key: SecretStr | None = None
+    """A Fernet key (`python -c "from cryptography.fernet import Fernet;
+    print(Fernet.generate_key().decode())"`) that encrypts webhook signing secrets at rest, in
+    either store. Unset: they are stored in clear (see [Security](../guides/security.md)).
+    Secrets written before it was set keep working and are encrypted at their next rotation;
+    keep the key: without it the encrypted ones cannot sign."""
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _secrets_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or not v.get_secret_value().strip():
+            return None
+        check_key(v.get_secret_value().strip())
+        return SecretStr(v.get_secret_value().strip())
 
     @field_validator("webhook_allow_private_hosts")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from tepat.adapters.secret_box import SealedWebhooks, SecretBox
 from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
 from tepat.adapters.twilio_sms import TwilioSmsChannel
@@ -78,12 +79,19 @@ def build_sms_channel(settings: Settings, clock: Clock) -> Channel | None:
 def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookRepository) -> Channel:
     """Always built: with no subscription there is simply nothing to send."""
     return WebhookChannel(
-        store,
+        webhook_repository(settings, store),
         clock,
         timeout_seconds=settings.webhook_timeout_seconds,
         allow_http=settings.webhook_allow_http,
         allowed_targets=webhook_target_policy(settings),
     )
+
+
+def webhook_repository(settings: Settings, store: WebhookRepository) -> WebhookRepository:
+    """``store``'s webhook subscriptions with their secrets encrypted at rest when
+    ``TEPAT_SECRETS_KEY`` is set (and read either way)."""
+    key = settings.secrets_key
+    return SealedWebhooks(store, SecretBox(key.get_secret_value() if key else None))
 
 
 def webhook_target_policy(settings: Settings) -> TargetPolicy:

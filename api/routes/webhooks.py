@@ -22,7 +22,7 @@ from tepat.adapters.webhook_target import check_target
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.runtime import Runtime
 from tepat.services.webhooks import WebhookService
-from tepat.wiring import webhook_target_policy
+from tepat.wiring import webhook_repository, webhook_target_policy
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], responses=problem_responses(401, 403))
 
@@ -98,7 +98,7 @@ class WebhookList(Paged):
 
 def _service(rt: Runtime) -> WebhookService:
     return WebhookService(
-        rt.store,
+        webhook_repository(rt.settings, rt.store),
         rt.clock,
         rt.categories.names,
         allow_http=rt.settings.webhook_allow_http,
