@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
-from tepat.domain.models import MessageStatus
+from tepat.domain.models import Message, MessageStatus, User
 from tepat.metrics import REGISTRY
 from tepat.ports.push import PushProvider, PushRequest, ReceiptResult, SendResult
 from tests.support.pipeline import pipeline
@@ -38,25 +38,31 @@ async def test_reminder_reaches_the_sandbox_at_its_instant(tmp_path: Path) -> No
         await eventually(lambda: _is(p, m.id, MessageStatus.SENT), what="recorded as sent")
 
 
-async def test_one_off_due_at_send_at(tmp_path: Path) -> None:
+async def _one_off(p, user: User, send_at: datetime) -> Message:  # type: ignore[no-untyped-def]
+    """A `custom` one-off due at ``send_at``, accepted as the API accepts one."""
     from tepat.domain.planning import plan_oneoff, request_fingerprint
 
+    msg = plan_oneoff(
+        user,
+        p.rt.categories.get("custom"),
+        "k1",
+        "Hi",
+        "there",
+        {},
+        send_at,
+        p.clock.now(),
+        request_fingerprint({"k": 1}),
+    )
+    created = (await p.rt.store.insert_messages([msg])).created
+    await p.rt.enqueuer.enqueue(created)
+    return msg
+
+
+async def test_one_off_due_at_send_at(tmp_path: Path) -> None:
     async with pipeline(tmp_path, start=START) as p:
         user, device = await p.add_user("ben")
         send_at = START + timedelta(minutes=10)
-        msg = plan_oneoff(
-            user,
-            p.rt.categories.get("custom"),
-            "k1",
-            "Hi",
-            "there",
-            {},
-            send_at,
-            p.clock.now(),
-            request_fingerprint({"k": 1}),
-        )
-        created = (await p.rt.store.insert_messages([msg])).created
-        await p.rt.enqueuer.enqueue(created)
+        await _one_off(p, user, send_at)
         p.clock.set(send_at - timedelta(seconds=1))
         assert await stays_false(lambda: bool(p.received_for(device.push_token)))
         p.clock.set(send_at)
@@ -152,31 +158,15 @@ async def test_429_then_500_then_every_safety_message_sent_exactly_once(tmp_path
 async def test_429_then_500_twice_then_accepted_delivers_a_one_off_once(tmp_path: Path) -> None:
     """Issue 19 (10): Expo's transient 500s are retried as Expo asks, not closed
     outcome_unknown; the `custom` one-off reaches the phone once."""
-    from tepat.domain.planning import plan_oneoff, request_fingerprint
-
     async with pipeline(tmp_path, start=START) as p:
         user, device = await p.add_user("ona")
-        msg = plan_oneoff(
-            user,
-            p.rt.categories.get("custom"),
-            "k1",
-            "Hi",
-            "there",
-            {},
-            NINE,
-            p.clock.now(),
-            request_fingerprint({"k": 1}),
-        )
-        created = (await p.rt.store.insert_messages([msg])).created
-        await p.rt.enqueuer.enqueue(created)
+        msg = await _one_off(p, user, NINE)
         before = _maybe_sent_count("custom", "retried_5xx")
         p.sandbox.fail_next(1, status=429, retry_after=1)
         p.sandbox.fail_next(2, status=500)
         p.clock.set(NINE)
 
-        async def sent() -> bool:
-            return await _is(p, msg.id, MessageStatus.SENT)
-
+        sent = lambda: _is(p, msg.id, MessageStatus.SENT)  # noqa: E731
         await drive(p.clock, sent, step=timedelta(seconds=5), what="one-off sent")
         assert len(p.received_for(device.push_token)) == 1
         assert p.sandbox.stats()["server_errors"] == 2
@@ -196,9 +186,7 @@ async def test_a_5xx_after_expo_accepted_is_retried_and_counted_as_a_possible_du
         p.clock.set(NINE)
         [meal] = await p.messages("mia")
 
-        async def sent() -> bool:
-            return await _is(p, meal.id, MessageStatus.SENT)
-
+        sent = lambda: _is(p, meal.id, MessageStatus.SENT)  # noqa: E731
         await drive(p.clock, sent, step=timedelta(seconds=5), what="meal re-sent")
         assert len(p.received_for(device.push_token)) == 2
         assert _maybe_sent_count("meal", "retried_5xx") - before == 1
