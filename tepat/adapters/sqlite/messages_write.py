@@ -129,6 +129,21 @@ class MessagesWriteMixin(SqliteBase):
         by_id = {m.id: m for m in map(_message, await self._write(run))}
         return [by_id[i] for i in ids if i in by_id]
 
+    async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
+        ids = _unique(message_ids)
+
+        def run(conn: Conn) -> int:
+            renewed = 0
+            for chunk in _chunks(ids, ID_CHUNK):
+                renewed += conn.execute(
+                    "UPDATE messages SET claimed_at = ? "
+                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = ?",
+                    (_ts(now), *chunk, MessageStatus.SENDING.value),
+                ).rowcount
+            return renewed
+
+        return await self._write(run) if ids else 0
+
     async def transition(
         self,
         message_id: str,
