@@ -242,6 +242,15 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
             hold.drain()
 
 
+async def run_lease_renewal(rt: Runtime, stop: asyncio.Event) -> None:
+    """Keep the lease of the batches in hand that wait long to be sent (a throttled
+    rate, the priority hold), so the sweeper does not take them for a dead consumer's."""
+    claims = rt.dispatcher.claims
+    while not stop.is_set():
+        await claims.renew_due()
+        await wait_or_stop(rt.clock, stop, claims.check_seconds)
+
+
 async def run_receipt_poller(rt: Runtime, stop: asyncio.Event) -> None:
     interval = rt.settings.receipt_poll_interval_seconds
     while not stop.is_set():

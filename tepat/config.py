@@ -148,7 +148,9 @@ class Settings(BaseSettings):
     (queue, due second): a full one (100 ids) once due within 10 minutes, the rest of a
     second once due within those few seconds."""
     sending_lease_seconds: float = Field(default=300, gt=0)
-    """After this, a message a dead consumer left in `sending` is re-driven."""
+    """After this, a message a dead consumer left in `sending` is re-driven (the embedded
+    broker's next start re-drives at once: no other process can hold it). A live consumer
+    renews the lease of a batch it still holds at half of it (a throttled rate)."""
     max_attempts: int = Field(default=10, ge=1)
     """Attempts before a message that keeps failing ends `failed`."""
     max_retry_age_seconds: float = Field(default=3600, gt=0)

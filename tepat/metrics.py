@@ -93,6 +93,16 @@ NOT_SENT_RETRIES = Counter(
     ["category"],
     registry=REGISTRY,
 )
+# Recorded where the sweeper runs (scheduler, serve): each of these messages may have
+# reached the provider before its claimant stopped, so each is a possible duplicate.
+SENDING_REDRIVEN = Counter(
+    "tepat_sending_redriven_total",
+    "Messages put back to pending from `sending` without an answer (they may have reached the"
+    " provider: the duplicate window), by cause: lease_expired, or restart (the embedded"
+    " broker's next start)",
+    ["cause"],
+    registry=REGISTRY,
+)
 
 # --- shared state, refreshed on an interval (scheduler, serve) ---
 
@@ -137,6 +147,10 @@ def count_maybe_sent(category: str, action: Literal["retried", "closed", "retrie
 
 def count_not_sent_retry(category: str) -> None:
     NOT_SENT_RETRIES.labels(category=category).inc()
+
+
+def count_sending_redriven(cause: Literal["lease_expired", "restart"], n: int) -> None:
+    SENDING_REDRIVEN.labels(cause=cause).inc(n)
 
 
 def exposition() -> bytes:

@@ -25,7 +25,7 @@ import uvicorn
 from pydantic import SecretStr
 
 from consumers.rate_share import run_rate_share
-from consumers.worker import run_consumer, run_receipt_poller
+from consumers.worker import run_consumer, run_lease_renewal, run_receipt_poller
 from scheduler.jobs import (
     run_creator,
     run_event_fanout,
@@ -64,9 +64,8 @@ async def run_parts(
     stop = asyncio.Event()
     install_stop_signals(stop)
     async with open_runtime(settings) as rt:
-        if restore_embedded and rt.embedded_broker:
-            batches = await rt.restore_embedded_queue()
-            log.info("embedded queue restored from the store", batches=batches)
+        if restore_embedded:
+            await rt.recover_at_start()
         tasks = [asyncio.create_task(part(rt, stop), name=part.__name__) for part in parts]
         # One part failing is fatal: stop the others and surface the error.
         await asyncio.wait(
@@ -81,7 +80,7 @@ async def run_parts(
 
 
 def consumer_parts() -> list[Part]:
-    return [run_consumer, run_receipt_poller, run_rate_share]
+    return [run_consumer, run_lease_renewal, run_receipt_poller, run_rate_share]
 
 
 def scheduler_parts() -> list[Part]:

@@ -32,6 +32,7 @@ from tepat.services.planning.creator import Creator
 from tepat.services.sending.channel_sender import ChannelSender
 from tepat.services.sending.dispatcher import Dispatcher
 from tepat.services.sending.inbox_channel import InboxChannel
+from tepat.services.sending.lease import ClaimsInHand
 from tepat.services.sending.receipts import ReceiptPoller
 from tepat.services.sending.sweeper import Sweeper
 from tepat.services.templates import TemplateService
@@ -138,9 +139,26 @@ class Runtime:
     def embedded_broker(self) -> bool:
         return self.settings.broker_url == "embedded://"
 
+    async def recover_at_start(self) -> None:
+        """What a start owes the previous process's messages, before anything consumes.
+
+        The embedded broker: its queue, rebuilt from the store, and what it left
+        ``sending`` re-driven at once (:meth:`restore_embedded_queue`). A shared broker
+        (ActiveMQ): nothing; its queues outlived the process, and a message ``sending``
+        may be a live consumer's, so only the lease re-drives it (the sweeper).
+        """
+        if not self.embedded_broker:
+            return
+        batches = await self.restore_embedded_queue()
+        log.info("embedded queue restored from the store", batches=batches)
+
     async def restore_embedded_queue(self) -> int:
         """The embedded broker keeps nothing: every pending message goes back onto the
-        outbox (keeping its instant) and is published again, batched. Returns how many."""
+        outbox (keeping its instant) and is published again, batched. Returns how many.
+
+        Nor does anyone else own this store: what the previous process left ``sending``
+        is re-driven now, due now, rather than a lease later (:class:`Sweeper`)."""
+        await self.sweeper.redrive_left_sending()
         await self.store.republish_all_pending()
         return await self.outbox.flush()
 
@@ -202,6 +220,7 @@ async def open_runtime(
             outbox = Outbox(
                 store, enqueuer, categories, clock, publish_soon=timedelta(seconds=soon)
             )
+            lease = timedelta(seconds=settings.sending_lease_seconds)
             retry = RetryPolicy(
                 max_attempts=settings.max_attempts,
                 max_age=timedelta(seconds=settings.max_retry_age_seconds),
@@ -220,6 +239,7 @@ async def open_runtime(
                 clock,
                 retry=retry,
                 device_max_failures=settings.device_max_failures,
+                claims=ClaimsInHand(store, clock, lease),
             )
             dispatcher.channels = build_channel_sender(
                 settings, clock, store, categories, dispatcher, outbox, retry, inbox
@@ -254,7 +274,7 @@ async def open_runtime(
                     outbox,
                     clock,
                     grace=timedelta(seconds=settings.sweep_grace_seconds),
-                    lease=timedelta(seconds=settings.sending_lease_seconds),
+                    lease=lease,
                 ),
             )
             log.info(

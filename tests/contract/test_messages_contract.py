@@ -458,6 +458,23 @@ async def test_stuck_sending_finds_old_claims(store: Store) -> None:
     ]
 
 
+async def test_renew_claims_restarts_the_lease_of_what_is_still_sending(store: Store) -> None:
+    a, b, c = msg("a"), msg("b", scheduled_at=at(1)), msg("c", scheduled_at=at(2))
+    await store.insert_messages([a, b, c])
+    await store.claim([a.id, b.id], at(0))
+    assert await store.transition(b.id, SENT, at(1), expect=[SENDING], ticket_id="t")
+    # c was never claimed, and b is recorded: only a's lease restarts.
+    assert await store.renew_claims([a.id, b.id, c.id, a.id, "missing"], at(200)) == 1
+    assert await store.stuck_sending(claimed_before=at(199), limit=10) == []
+    [renewed] = await store.stuck_sending(claimed_before=at(201), limit=10)
+    assert renewed.id == a.id and renewed.claimed_at == at(200)
+    assert renewed.attempts == 1
+    by_id = {m.id: m for m in await store.get_messages([b.id, c.id])}
+    assert by_id[b.id].status is SENT and by_id[c.id].status is PENDING
+    assert by_id[c.id].claimed_at is None
+    assert await store.renew_claims([], at(300)) == 0
+
+
 async def test_count_messages_by_status_and_category(store: Store) -> None:
     ms = [
         msg("a", category="meal"),

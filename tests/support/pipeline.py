@@ -116,18 +116,22 @@ async def pipeline(
     broker: Broker | None = None,
     sandbox: ExpoSandbox | None = None,
     consumer: bool = True,
+    clock: FakeClock | None = None,
     **settings: Any,
 ) -> AsyncIterator[Pipeline]:
-    clock = FakeClock(start)
+    """``clock``: the one ``broker`` runs on, if it has one (else a new clock at ``start``)."""
+    clock = clock or FakeClock(start)
     sandbox = sandbox or ExpoSandbox(clock=clock, receipt_delay_seconds=60)
     sandbox.clock = clock
     with running_sandbox(sandbox) as served:
         config = Settings(
-            database_url=f"sqlite:///{tmp_path}/tepat.db",
-            broker_url="embedded://",
-            expo_url=served.base_url,
-            receipt_delay_seconds=900,
-            **settings,
+            **{
+                "database_url": f"sqlite:///{tmp_path}/tepat.db",
+                "broker_url": "embedded://",
+                "expo_url": served.base_url,
+                "receipt_delay_seconds": 900,
+                **settings,
+            }
         )
         async with open_runtime(config, clock=clock, broker=broker) as rt:
             p = Pipeline(rt, sandbox, clock)

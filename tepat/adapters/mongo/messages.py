@@ -107,6 +107,16 @@ class MessagesMixin(MongoBase):
         claimed = await asyncio.gather(*(one(mid) for mid in dict.fromkeys(message_ids)))
         return [m for m in claimed if m is not None]
 
+    async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
+        if not message_ids:
+            return 0
+        ids = list(dict.fromkeys(message_ids))
+        result = await self._db["messages"].update_many(
+            {"_id": {"$in": ids}, "status": MessageStatus.SENDING.value},
+            {"$set": {"claimed_at": bson_dt(now)}},
+        )
+        return int(result.modified_count)
+
     async def transition(
         self,
         message_id: str,

@@ -129,6 +129,34 @@ class MessagesWriteMixin(SqliteBase):
         by_id = {m.id: m for m in map(_message, await self._write(run))}
         return [by_id[i] for i in ids if i in by_id]
 
+    async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
+        return await self._update_where_status(
+            message_ids, MessageStatus.SENDING, "claimed_at = ?", (_ts(now),)
+        )
+
+    async def _update_where_status(
+        self,
+        message_ids: Sequence[str],
+        status: MessageStatus,
+        assignments: str,
+        values: tuple[Any, ...],
+    ) -> int:
+        """``SET assignments`` (``values`` for its placeholders) on those of
+        ``message_ids`` in ``status``, in one write; how many rows changed."""
+        ids = _unique(message_ids)
+
+        def run(conn: Conn) -> int:
+            n = 0
+            for chunk in _chunks(ids, ID_CHUNK):
+                n += conn.execute(
+                    f"UPDATE messages SET {assignments} "
+                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = ?",
+                    (*values, *chunk, status.value),
+                ).rowcount
+            return n
+
+        return await self._write(run) if ids else 0
+
     async def transition(
         self,
         message_id: str,
@@ -197,20 +225,9 @@ class MessagesWriteMixin(SqliteBase):
         return await self._write(lambda c: c.executemany(sql, params).rowcount)
 
     async def republish(self, message_ids: Sequence[str], due_at: datetime) -> int:
-        ids = _unique(message_ids)
-        stamp = _ts(due_at)
-
-        def run(conn: Conn) -> int:
-            n = 0
-            for chunk in _chunks(ids, ID_CHUNK):
-                n += conn.execute(
-                    "UPDATE messages SET publish_pending = 1, due_at = ? "
-                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = 'pending'",
-                    (stamp, *chunk),
-                ).rowcount
-            return n
-
-        return await self._write(run)
+        return await self._update_where_status(
+            message_ids, MessageStatus.PENDING, "publish_pending = 1, due_at = ?", (_ts(due_at),)
+        )
 
     async def republish_all_pending(self) -> int:
         return await self._write(

@@ -89,6 +89,13 @@ class MessageRepository(Protocol):
         """
         ...
 
+    async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
+        """Restart the lease of those of ``message_ids`` still ``sending``
+        (``claimed_at=now``, nothing else changes): a batch that waits long before its
+        send (a throttled rate) is not taken for a dead consumer's. One write for the
+        whole batch; returns how many were renewed."""
+        ...
+
     async def transition(
         self,
         message_id: str,

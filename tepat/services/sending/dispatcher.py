@@ -17,9 +17,12 @@ The order matters for "exactly once in effect":
 The one duplicate window (docs/PRINCIPLES.md §9) is the provider boundary: a
 process that dies after the provider accepted a request and before step 3
 leaves its messages ``sending``, and the sweeper re-drives them after the
-lease; a request whose answer was lost after it went out (read timeout, a
-dropped connection) is "maybe sent", and the category's ``maybe_sent`` policy retries it or
-closes it as ``failed`` (``outcome_unknown``).
+lease (at once at the next start where one process owns the store: the embedded
+broker); a batch claimed but still waiting to be sent (the rate limiter, the
+priority order) keeps its lease (:mod:`tepat.services.sending.lease`); a request
+whose answer was lost after it went out (read timeout, a dropped connection) is
+"maybe sent", and the category's ``maybe_sent`` policy retries it or closes it as
+``failed`` (``outcome_unknown``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from tepat.ports.try_again import TryAgain
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 from tepat.services.sending.channel_sender import ChannelSender, gather_all
+from tepat.services.sending.lease import ClaimsInHand
 from tepat.services.sending.push_batcher import Outcome, PushBatcher
 from tepat.services.sending.recording import Answer, OutcomeRecorder
 from tepat.services.sending.records import DispatchRecords
@@ -106,8 +110,11 @@ class Dispatcher:
         rng: random.Random | None = None,
         batcher: PushBatcher | None = None,
         channels: ChannelSender | None = None,
+        claims: ClaimsInHand | None = None,
     ) -> None:
         self._store = store
+        # The batches claimed and not yet recorded, whose lease the consumer keeps.
+        self.claims = claims if claims is not None else ClaimsInHand(store, clock)
         self._push = push
         self._outbox = outbox
         self._batcher = batcher or PushBatcher(push, clock)
@@ -155,7 +162,8 @@ class Dispatcher:
             # read. A message moved since (retried, deferred) stays for its new batch.
             claimed = await self._store.claim(batch.ids, now, due_before=batch.due + BATCH_SPAN)
             if claimed:
-                await self.process_claimed(claimed, None, turn)
+                with self.claims.held(claimed):
+                    await self.process_claimed(claimed, None, turn)
             return
         early = batch.due > now
         # A message moved since this batch was published (retried, deferred) waits
@@ -181,7 +189,8 @@ class Dispatcher:
             waiting = waiting[len(due) :]
             claimed = await self._store.claim([m.id for m in due], now)
             if claimed:
-                await self.process_claimed(claimed, recipients, turn)
+                with self.claims.held(claimed):
+                    await self.process_claimed(claimed, recipients, turn)
             recipients = None  # read ahead for the first instant only: later ones read afresh
 
     async def _recipients(self, user_ids: list[str]) -> _Recipients:
