@@ -1,7 +1,8 @@
 """``bench register``: users, devices and reminders created through the HTTP API.
 
-A real ``tepat api`` process (``--workers N`` of them on one port on ActiveMQ; one on
-the embedded broker, which cannot be shared) and N concurrent httpx clients:
+A real ``tepat api`` process (``--workers N`` of them on one port on ActiveMQ; on the
+embedded broker, which cannot be shared, the API inside one ``tepat serve``) and N
+concurrent httpx clients:
 
 a. **per item, as an app does**: ``PUT /v1/users/{id}``, then ``PUT …/devices/{id}``,
    then three ``PUT …/reminders/{id}``. Each endpoint is timed in a phase of its own
@@ -260,7 +261,14 @@ def run_register(
     env = child_env(
         {**cfg.env(), "TEPAT_ADMIN_API_KEY": ADMIN_KEY, "TEPAT_ACCESS_LOG_LEVEL": "WARNING"}
     )
-    argv = tepat_argv("api", "--port", str(port), *(["--workers", str(workers)] * (workers > 1)))
+    if backend == "embedded":
+        # `tepat api` alone refuses the embedded broker (its writes would reach no
+        # consumer): the API runs inside `tepat serve`, as a single-process install does.
+        argv = tepat_argv("serve", "--port", str(port))
+    else:
+        argv = tepat_argv(
+            "api", "--port", str(port), *(["--workers", str(workers)] * (workers > 1))
+        )
     log(f"register: tepat api --workers {workers}, {clients} clients, {users} bulk users")
     api = Child("api", argv, env, where / "api.log")
     try:

@@ -29,7 +29,7 @@ from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.categories import DEFAULT_CATEGORIES, Categories
 from tepat.domain.models import Message, User
-from tepat.domain.webhooks import EVENT_TYPES, Delivery
+from tepat.domain.webhooks import EVENT_TYPES, Delivery, parse_target_policy
 from tepat.ports.channel import Accepted, Channel, Delivered, Outgoing, Refused
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.twilio import (
@@ -45,6 +45,9 @@ from tepat.services.webhooks import WebhookService
 from tepat.wiring import build_email_channel
 from tests.support.form_receiver import running_receiver
 from tests.support.smtp_server import SmtpServer, free_port
+
+# The receivers listen on loopback, which webhook targets may reach only when allowed.
+LOCAL = parse_target_policy("127.0.0.1")
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 SMS_FROM = "+14155550100"
@@ -191,13 +194,15 @@ async def webhook(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Subject]:
                 body = Delivery(sub_id, f"evt-{i}", "message.sent", json.dumps({"n": i}))
                 return Outgoing(message("webhook", i, body.content()), sub_id)
 
-            async with closing(WebhookChannel(store, clock, allow_http=True)) as channel:
+            async with closing(
+                WebhookChannel(store, clock, allow_http=True, allowed_targets=LOCAL)
+            ) as channel:
                 yield Subject(
                     channel,
                     lambda i: delivery(up.id, i),
                     delivery("no-such-subscription", 99),
                     lambda: lost(
-                        WebhookChannel(store, clock, allow_http=True),
+                        WebhookChannel(store, clock, allow_http=True, allowed_targets=LOCAL),
                         lambda i: delivery(down.id, i),
                     ),
                     Delivered,
