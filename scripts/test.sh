@@ -67,6 +67,7 @@ pytest_part() { .venv/bin/pytest -q -p no:cacheprovider "$@" || [[ $? == 5 ]]; }
 # On several processes (3 on CI's 2 cores: the worker with the benches mostly waits);
 # tests sharing something heavy (the benches, a broker of their own) run on one of them
 # (tests/support/xdist_groups.py). PYTEST_WORKERS=0 runs everything in one process.
-pytest_part -n "${PYTEST_WORKERS:-3}" --dist loadgroup -m "not serial" "$@"
+# --durations: the slowest tests in the log, for whoever makes the suite faster next.
+pytest_part -n "${PYTEST_WORKERS:-3}" --dist loadgroup -m "not serial" --durations=25 "$@"
 # Then, alone, the tests marked serial (they restart the broker the others use).
 pytest_part -m serial "$@"
