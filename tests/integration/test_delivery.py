@@ -115,7 +115,7 @@ async def test_dead_token_in_receipt_deactivates_and_next_day_is_skipped(tmp_pat
         await p.rt.creator.plan_window(START, START + timedelta(hours=48))
         first, second = sorted(await p.messages("fay"), key=lambda m: m.scheduled_at)
         p.clock.set(NINE)
-        await eventually(lambda: _is(p, first.id, MessageStatus.SENT), what="sent")
+        await eventually(lambda: p.sent_with_tickets(first.id), what="sent, ticket stored")
         p.clock.set(NINE + timedelta(minutes=16))  # past TEPAT_RECEIPT_DELAY_SECONDS (900)
         await p.rt.receipts.poll_all()
         assert (await p.status_of(first.id)) is MessageStatus.FAILED
@@ -314,7 +314,7 @@ async def test_three_consecutive_failures_deactivate_and_a_success_resets(tmp_pa
             error = outcomes[n]
             p.sandbox.script_token(device.push_token, receipt_error=error)
             p.clock.set(NINE + timedelta(days=n))
-            await eventually(lambda: _is(p, days[n].id, MessageStatus.SENT), what=f"day {n} sent")
+            await eventually(lambda: p.sent_with_tickets(days[n].id), what=f"day {n} ticketed")
             p.clock.set(NINE + timedelta(days=n, minutes=16))
             await p.rt.receipts.poll_all()
 

@@ -103,6 +103,18 @@ class Pipeline:
         page = await self.rt.store.list_messages(MessageQuery(user_id, limit=500))
         return page.items
 
+    async def sent_with_tickets(self, message_id: str) -> bool:
+        """Sent and its tickets stored: the receipt poller can see it.
+
+        The dispatcher records ``sent`` first and stores the tickets after it (a
+        failure there costs receipts, never a second send), so a test that polls
+        receipts must wait for both, not for ``sent`` alone.
+        """
+        m = await self.rt.store.get_message(message_id)
+        if m is None or m.status is not MessageStatus.SENT:
+            return False
+        return bool(await self.rt.store.tickets_for_message(message_id))
+
     async def status_of(self, message_id: str) -> MessageStatus | None:
         m = await self.rt.store.get_message(message_id)
         return m.status if m else None
