@@ -102,7 +102,7 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     )
     app.include_router(email_provider_routes.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
-    install_problem_handlers(app)
+    install_problem_handlers(app, rt.store.unavailable_errors)
     app.add_exception_handler(AuthError, _on_auth_error)
     # The last added runs first: credentials are checked before any body is read.
     app.add_middleware(

@@ -163,7 +163,30 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(500, "internal error; the server log has the details")
 
 
-def install_problem_handlers(app: FastAPI) -> None:
+# How long a client is asked to wait when the store cannot answer: about one of the
+# store's own server-selection waits (tepat/adapters/mongo/client.py).
+STORE_RETRY_AFTER_SECONDS = 5
+
+
+async def _on_store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    # Expected during an outage, once per request: one line, no traceback.
+    log.warning(
+        "store unavailable",
+        path=request.url.path,
+        method=request.method,
+        error=type(exc).__name__,
+    )
+    return problem_response(
+        503,
+        "the store cannot answer now; try again later",
+        headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+    )
+
+
+def install_problem_handlers(
+    app: FastAPI, store_unavailable: tuple[type[Exception], ...] = ()
+) -> None:
+    """``store_unavailable``: the store's errors that mean "try again later" (503)."""
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(DomainError, _on_domain_error)
@@ -171,6 +194,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SubscriptionNotFound, _on_subscription_not_found)
     app.add_exception_handler(IdempotencyConflict, _on_conflict)
     app.add_exception_handler(FieldConflict, _on_field_conflict)
+    for error in store_unavailable:
+        app.add_exception_handler(error, _on_store_unavailable)
     app.add_exception_handler(Exception, _on_unexpected)
 
 

@@ -41,6 +41,12 @@ async def handle_delivery(
             return
     try:
         await rt.dispatcher.handle(batch, before_send=before_send)
+    except rt.store.unavailable_errors as e:
+        # An outage, not a bug: one line per batch, no traceback. The broker redelivers
+        # it with its backoff; the lease re-drives what it had claimed.
+        log.warning("store unavailable; batch handed back", queue=delivery.queue, error=str(e))
+        await rt.broker.nack(delivery, f"store unavailable: {type(e).__name__}")
+        return
     except Exception as e:  # the store or provider client failed unexpectedly
         log.exception("batch failed; handing it back", queue=delivery.queue)
         await rt.broker.nack(delivery, f"{type(e).__name__}: {e}")

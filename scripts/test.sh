@@ -24,7 +24,9 @@ scripts/activemq.sh stop "$BROKER_BASE" >/dev/null 2>&1 || true
 rm -rf "$BROKER_BASE"
 scripts/activemq.sh start "$BROKER_BASE"
 trap 'scripts/activemq.sh stop "$BROKER_BASE"' EXIT
-export TEPAT_TEST_STOMP_URL="stomp://127.0.0.1:61613"
+# TEPAT_AMQ_STOMP_PORT / TEPAT_AMQ_OPENWIRE_PORT (scripts/activemq.sh) move the test
+# broker off 61613 / 61616, beside a broker already running there.
+export TEPAT_TEST_STOMP_URL="stomp://127.0.0.1:${TEPAT_AMQ_STOMP_PORT:-61613}"
 export TEPAT_TEST_ACTIVEMQ_BASE="$BROKER_BASE"
 
 echo "== mongo wire server (the Mongo suites' mongo-server variant, beside mongomock)"

@@ -11,9 +11,8 @@ document formats and the millisecond rule for instants in
 
 from __future__ import annotations
 
-from pymongo import AsyncMongoClient
-
 from tepat.adapters.mongo.bulk import BulkMixin
+from tepat.adapters.mongo.client import UNAVAILABLE_ERRORS, connect
 from tepat.adapters.mongo.contacts import ContactsMixin
 from tepat.adapters.mongo.events import EventsMixin
 from tepat.adapters.mongo.inbox import InboxMixin
@@ -54,9 +53,7 @@ class MongoStore(
 
     async def open(self) -> None:
         if self._client is None:
-            # tz_aware: dates come back as aware UTC instead of naive values
-            # that merely happen to be UTC.
-            self._client = AsyncMongoClient(self._url, tz_aware=True, connect=False)
+            self._client = connect(self._url)
         await migrate(self._db)
         await create_indexes(self._db)
 
@@ -67,6 +64,10 @@ class MongoStore(
 
     async def ping(self) -> None:
         await self._db.command("ping")
+
+    @property
+    def unavailable_errors(self) -> tuple[type[Exception], ...]:
+        return UNAVAILABLE_ERRORS
 
     async def get_meta(self, key: str) -> str | None:
         doc = await self._db["meta"].find_one({"_id": key})

@@ -39,6 +39,12 @@ class SqliteStore(
     async def ping(self) -> None:
         await self._select("SELECT 1")
 
+    @property
+    def unavailable_errors(self) -> tuple[type[Exception], ...]:
+        # A file has no server to lose; a held lock is waited out (busy_timeout), and
+        # what sqlite3 raises after that is not told apart from a bug by its type.
+        return ()
+
     async def get_meta(self, key: str) -> str | None:
         rows = await self._select("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
