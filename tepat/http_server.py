@@ -18,6 +18,7 @@ cancels the keep-alive timer and nothing else is armed. So here:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -106,6 +107,31 @@ def guarded_h11(
                 self.transport.close()
 
     return GuardedH11Protocol
+
+
+# What `tepat api --workers N` passes uvicorn as ``http``: uvicorn starts each worker in
+# a spawned process and sends it the config pickled, which a class made inside
+# guarded_h11 cannot be; a name is looked up in the worker instead.
+WORKERS_HTTP_PROTOCOL = "tepat.http_server:guarded_h11_from_settings"
+
+
+def guarded_h11_from_settings(**kwargs: Any) -> H11Protocol:
+    """A connection of :func:`guarded_h11`'s protocol, its limits from this process's
+    settings (a worker reads the same environment as the command that started it)."""
+    return _protocol_from_settings()(**kwargs)
+
+
+@functools.cache
+def _protocol_from_settings() -> type[H11Protocol]:
+    from tepat.config import load_settings
+
+    settings = load_settings()
+    limit_repeated_warnings()
+    return guarded_h11(
+        settings.http_header_timeout_seconds,
+        settings.http_body_timeout_seconds,
+        settings.http_max_connections,
+    )
 
 
 class OncePerWhile(logging.Filter):

@@ -34,7 +34,7 @@ from scheduler.jobs import (
     run_webhook_emitter,
 )
 from tepat.config import ConfigError, Settings
-from tepat.http_server import guarded_h11, limit_repeated_warnings
+from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_h11, limit_repeated_warnings
 from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 
@@ -191,6 +191,12 @@ def _http_limits(settings: Settings | None) -> dict[str, Any]:
             settings.http_body_timeout_seconds,
             settings.http_max_connections,
         ),
+        **_connection_limits(settings),
+    }
+
+
+def _connection_limits(settings: Settings) -> dict[str, Any]:
+    return {
         "timeout_keep_alive": settings.http_keep_alive_seconds,
         # the listen queue: connections the kernel holds until they are accepted
         "backlog": 2048,
@@ -322,6 +328,9 @@ def serve_api_workers(settings: Settings, host: str, port: int, workers: int) ->
         port=port,
         workers=workers,
         log_config=None,
+        # each worker guards itself against slow clients as one `tepat api` does
+        http=WORKERS_HTTP_PROTOCOL,
+        **_connection_limits(settings),
         # Here uvicorn handles the signal itself, so nothing ends the open inbox streams
         # (which never finish by themselves) before it waits for in-flight requests:
         # after this long it cancels them, and their clients resume with Last-Event-ID.

@@ -7,6 +7,7 @@ they serve one port together, and SIGTERM stops them all cleanly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -54,6 +55,7 @@ async def test_workers_share_one_port_and_stop_cleanly(tmp_path: Path) -> None:
             "TEPAT_ADMIN_API_KEY": KEY,
             "TEPAT_LOG_JSON": "true",
             "TEPAT_METRICS_PORT": "0",
+            "TEPAT_HTTP_HEADER_TIMEOUT_SECONDS": "1",
         }
     )
     base = f"http://127.0.0.1:{port}"
@@ -85,6 +87,14 @@ async def test_workers_share_one_port_and_stop_cleanly(tmp_path: Path) -> None:
             for n in range(20):
                 got = await client.get(f"/v1/users/w{n}/devices", headers=headers)
                 assert got.status_code == 200, got.text
+        # A client that never finishes its headers is closed by whichever worker took it
+        # (the guard of tepat/http_server.py, here in uvicorn's spawned workers too).
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: tepat\r\n")  # no blank line: unfinished
+        await writer.drain()
+        closed = await asyncio.wait_for(reader.read(), timeout=30)
+        assert closed == b"", closed  # closed unanswered, well before the 30 s
+        writer.close()
         assert api.stop() == 0, api.stderr()
     for line in api.stderr().splitlines():
         json.loads(line)  # every worker logs JSON lines only
