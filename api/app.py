@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api import docs_pages
 from api.auth import PROVIDER_PREFIX, Authenticator, AuthError, AuthMiddleware
 from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
 from api.routes import (
@@ -65,16 +66,13 @@ offending field in `errors[].field`.
 def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     """The HTTP API over an open runtime; ``admin_key`` from :func:`resolve_admin_key`."""
     authenticator = Authenticator.from_settings(rt.settings, admin_key, rt.clock)
-    # /docs and /redoc pull Swagger UI and ReDoc from a CDN, unpinned and without
-    # integrity, onto the dashboard's origin: off unless TEPAT_API_DOCS asks for them.
-    docs = rt.settings.api_docs
+    # /docs and /redoc run CDN scripts on the dashboard's origin (pinned, with integrity:
+    # api/docs_pages.py): off unless TEPAT_API_DOCS asks for them.
     app = FastAPI(
-        title="Tepat",
-        version="0.1.0",
-        description=DESCRIPTION,
-        docs_url="/docs" if docs else None,
-        redoc_url="/redoc" if docs else None,
+        title="Tepat", version="0.1.0", description=DESCRIPTION, docs_url=None, redoc_url=None
     )
+    if rt.settings.api_docs:
+        app.include_router(docs_pages.router)
     app.state.runtime = rt
     # Wrong keys per client IP, for the API and the dashboard login alike.
     app.state.auth_throttle = FailureThrottle(rt.settings.auth_failures_per_minute, rt.clock)

@@ -174,8 +174,8 @@ class Settings(BaseSettings):
     [Logs](../guides/operations.md#logs))."""
     api_docs: bool = False
     """`true`: serve the interactive API pages `/docs` (Swagger UI) and `/redoc`. They load
-    their scripts from a CDN (jsDelivr) without integrity checks, on this API's origin (the
-    dashboard's): turn them on only on a development instance. `/openapi.json` is always
+    their scripts from a CDN (jsDelivr), pinned to one release and integrity-checked, on
+    this API's origin (the dashboard's): off unless asked for. `/openapi.json` is always
     served."""
     log_json: bool | None = None
     """`true`: one JSON object per line; `false`: readable lines. Unset: JSON when stderr is
