@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api import docs_pages
 from api.auth import PROVIDER_PREFIX, Authenticator, AuthError, AuthMiddleware
 from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
+from api.request_id import RequestIdMiddleware
 from api.routes import (
     admin,
     bulk,
@@ -115,6 +116,8 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.add_middleware(
         AuthMiddleware, authenticator=authenticator, throttle=app.state.auth_throttle
     )
+    # Outermost: a refused request's lines carry its id too.
+    app.add_middleware(RequestIdMiddleware)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

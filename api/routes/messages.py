@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
+import structlog
 from fastapi import APIRouter, Query, Response
 from pydantic import BeforeValidator
 
@@ -57,6 +58,8 @@ async def post_notification(
         body.data,
         body.send_at,
     )
+    # on this request's access line (api/request_id.py): the line that created it names it
+    structlog.contextvars.bind_contextvars(message_id=message.id, user_id=user_id)
     if not created:
         response.status_code = 200
     return NotificationOut.of(message)
