@@ -24,6 +24,7 @@ from tepat.domain.models import Message
 from tepat.ports.channel import Accepted, Outgoing, Refused
 from tepat.ports.try_again import TryAgain
 from tepat.wiring import build_email_channel
+from tests.support.messages import email_message
 from tests.support.selfsigned import SelfSigned, self_signed
 from tests.support.smtp_server import SmtpServer, free_port
 from tests.support.waiting import eventually, stays_false
@@ -37,20 +38,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiri
 
 
 def message(mid: str = "0123456789abcdef01234567", html: str | None = "<p>Paid</p>") -> Message:
-    return Message(
-        id=mid,
-        user_id="u1",
-        category="orders",
-        label="",
-        title="Order 8841 paid",
-        body="Your order 8841 is paid.",
-        scheduled_at=START,
-        timezone="UTC",
-        dedup_key=f"k-{mid}",
-        live_key=None,
-        channel="email",
-        content={"html": html} if html else {},
-    )
+    return email_message(mid, "Order 8841 paid", "Your order 8841 is paid.", html, START)
 
 
 def settings(port: int, **extra: Any) -> Settings:

@@ -34,6 +34,7 @@ from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_san
 from tepat.sandbox.twilio_wire import NumberScript
 from tepat.wiring import build_sms_channel
 from tests.support.form_receiver import FormReceiver, Post, running_receiver
+from tests.support.messages import make_message
 from tests.support.waiting import eventually
 
 FROM = "+14155550100"
@@ -53,17 +54,14 @@ def independent_signature(token: str, url: str, params: list[tuple[str, str]]) -
 
 
 def sms(message_id: str, body: str = "Invoice 8841 is overdue.") -> Message:
-    return Message(
+    return make_message(
+        f"d-{message_id}",
         id=message_id,
-        user_id="u1",
         category="billing",
         label="invoice.overdue",
         title="Invoice overdue",
         body=body,
         scheduled_at=datetime(2027, 3, 1, 9, tzinfo=UTC),
-        timezone="UTC",
-        dedup_key=f"d-{message_id}",
-        live_key=None,
         channel="sms",
     )
 
