@@ -169,15 +169,4 @@ cmd_start() {
   die "timeout: STOMP port $STOMP_PORT not up within 60 s (broker stopped)"
 }
 
-[[ $# -ge 1 ]] || usage
-sub=$1
-shift
-case "$sub" in
-  install) cmd_install ;;
-  start) cmd_start "$@" ;;
-  stop) cmd_stop "$@" ;;
-  restart) cmd_stop "$@" && cmd_start "$@" ;;
-  status) cmd_status "$@" ;;
-  -h | --help | help) usage ;;
-  *) usage ;;
-esac
+run_command "$@"

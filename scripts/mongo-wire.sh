@@ -4,6 +4,7 @@
 #   scripts/mongo-wire.sh install        its own virtualenv, the pinned version, the patch applied
 #   scripts/mongo-wire.sh start   DIR    fresh storage in DIR, loopback, wait for a ping, print the URL
 #   scripts/mongo-wire.sh stop    DIR    SIGTERM by DIR/server.pid, SIGKILL after 10 s
+#   scripts/mongo-wire.sh restart DIR
 #   scripts/mongo-wire.sh status  DIR
 #
 # Environment:
@@ -31,7 +32,7 @@ STAMP="$VENV/.tepat-installed"
 die() { echo "mongo-wire.sh: $*" >&2; exit 1; }
 
 usage() {
-  sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -145,14 +146,4 @@ cmd_start() {
   die "timeout: no answer to a ping on $url after $i tries (server stopped)"
 }
 
-[[ $# -ge 1 ]] || usage
-sub=$1
-shift
-case "$sub" in
-  install) cmd_install ;;
-  start) cmd_start "$@" ;;
-  stop) cmd_stop "$@" ;;
-  status) cmd_status "$@" ;;
-  -h | --help | help) usage ;;
-  *) usage ;;
-esac
+run_command "$@"

@@ -1,5 +1,6 @@
-# Stop and status of a background server whose pid is kept in a file in its own folder:
-# the part scripts/activemq.sh and scripts/mongo-wire.sh share. Sourced, not run.
+# The part scripts/activemq.sh and scripts/mongo-wire.sh share: stop and status of a
+# background server whose pid is kept in a file in its own folder, and the command line
+# (run_command). Sourced, not run.
 #
 # The sourcing script sets
 #   PIDFILE       the pid file's name inside the folder (broker.pid, server.pid)
@@ -8,7 +9,7 @@
 # and defines
 #   pid_marker DIR     text the command line of DIR's process holds
 #   running_where DIR  what status says after "running: pid PID, "
-#   usage
+#   usage, cmd_install, cmd_start
 
 running_pid() {
   # prints the pid and succeeds if DIR's process is alive
@@ -55,4 +56,19 @@ cmd_status() {
   fi
   echo "not running ($dir)"
   return 3
+}
+
+run_command() {
+  # the scripts' command line: SUBCOMMAND [DIR]
+  [[ $# -ge 1 ]] || usage
+  local sub=$1
+  shift
+  case "$sub" in
+    install) cmd_install ;;
+    start) cmd_start "$@" ;;
+    stop) cmd_stop "$@" ;;
+    restart) cmd_stop "$@" && cmd_start "$@" ;;
+    status) cmd_status "$@" ;;
+    *) usage ;;
+  esac
 }
