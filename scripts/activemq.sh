@@ -52,15 +52,13 @@ stomp_up() {
   (exec 3<>"/dev/tcp/$(probe_host)/$STOMP_PORT") 2>/dev/null
 }
 
-running_pid() {
-  # prints the pid and succeeds if BASE's broker process is alive
-  local base=$1 pid
-  pid=$(cat "$base/broker.pid" 2>/dev/null) || return 1
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  # guard against a recycled pid: it must be our java with our base dir
-  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-Dactivemq.base=$base " || return 1
-  echo "$pid"
-}
+PIDFILE=broker.pid
+SERVER=broker
+STOP_SECONDS=30
+pid_marker() { echo "-Dactivemq.base=$1"; }
+running_where() { echo "base $1"; }
+# shellcheck source=scripts/lib/pidfile.sh
+source "$HERE/lib/pidfile.sh"
 
 log_tail() {
   local base=$1
@@ -171,52 +169,4 @@ cmd_start() {
   die "timeout: STOMP port $STOMP_PORT not up within 60 s (broker stopped)"
 }
 
-cmd_stop() {
-  local base pid i
-  [[ $# -ge 1 ]] || usage
-  [[ -d "$1" ]] || { echo "not running (no $1)"; return 0; }
-  base=$(cd "$1" && pwd)
-  if ! pid=$(running_pid "$base"); then
-    rm -f "$base/broker.pid"
-    echo "not running ($base)"
-    return 0
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 300); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$base/broker.pid"
-      echo "stopped after ~$((i / 10)).$((i % 10)) s"
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "broker pid $pid did not stop within 30 s: SIGKILL" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$base/broker.pid"
-}
-
-cmd_status() {
-  local base pid
-  [[ $# -ge 1 ]] || usage
-  [[ -d "$1" ]] || { echo "not running (no $1)"; return 3; }
-  base=$(cd "$1" && pwd)
-  if pid=$(running_pid "$base"); then
-    echo "running: pid $pid, base $base"
-    return 0
-  fi
-  echo "not running ($base)"
-  return 3
-}
-
-[[ $# -ge 1 ]] || usage
-sub=$1
-shift
-case "$sub" in
-  install) cmd_install ;;
-  start) cmd_start "$@" ;;
-  stop) cmd_stop "$@" ;;
-  restart) cmd_stop "$@" && cmd_start "$@" ;;
-  status) cmd_status "$@" ;;
-  -h | --help | help) usage ;;
-  *) usage ;;
-esac
+run_command "$@"

@@ -4,6 +4,7 @@
 #   scripts/mongo-wire.sh install        its own virtualenv, the pinned version, the patch applied
 #   scripts/mongo-wire.sh start   DIR    fresh storage in DIR, loopback, wait for a ping, print the URL
 #   scripts/mongo-wire.sh stop    DIR    SIGTERM by DIR/server.pid, SIGKILL after 10 s
+#   scripts/mongo-wire.sh restart DIR
 #   scripts/mongo-wire.sh status  DIR
 #
 # Environment:
@@ -31,7 +32,7 @@ STAMP="$VENV/.tepat-installed"
 die() { echo "mongo-wire.sh: $*" >&2; exit 1; }
 
 usage() {
-  sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -69,15 +70,13 @@ cmd_install() {
   echo "secantusdb $PINNED_VERSION installed and patched ($VENV)"
 }
 
-running_pid() {
-  # prints the pid and succeeds if DIR's server is alive
-  local dir=$1 pid
-  pid=$(cat "$dir/server.pid" 2>/dev/null) || return 1
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  # guard against a recycled pid: it must be a server on DIR's storage
-  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--storage-path $dir/data " || return 1
-  echo "$pid"
-}
+PIDFILE=server.pid
+SERVER=server
+STOP_SECONDS=10
+pid_marker() { echo "--storage-path $1/data"; }
+running_where() { echo "$1, $(cat "$1/url")"; }
+# shellcheck source=scripts/lib/pidfile.sh
+source "$HERE/lib/pidfile.sh"
 
 free_port() {
   "$VENV/bin/python" -c 'import socket
@@ -147,51 +146,4 @@ cmd_start() {
   die "timeout: no answer to a ping on $url after $i tries (server stopped)"
 }
 
-cmd_stop() {
-  local dir pid i
-  [[ $# -ge 1 ]] || usage
-  [[ -d "$1" ]] || { echo "not running (no $1)"; return 0; }
-  dir=$(cd "$1" && pwd)
-  if ! pid=$(running_pid "$dir"); then
-    rm -f "$dir/server.pid"
-    echo "not running ($dir)"
-    return 0
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 100); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$dir/server.pid"
-      echo "stopped after ~$((i / 10)).$((i % 10)) s"
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "server pid $pid did not stop within 10 s: SIGKILL" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$dir/server.pid"
-}
-
-cmd_status() {
-  local dir pid
-  [[ $# -ge 1 ]] || usage
-  [[ -d "$1" ]] || { echo "not running (no $1)"; return 3; }
-  dir=$(cd "$1" && pwd)
-  if pid=$(running_pid "$dir"); then
-    echo "running: pid $pid, $dir, $(cat "$dir/url")"
-    return 0
-  fi
-  echo "not running ($dir)"
-  return 3
-}
-
-[[ $# -ge 1 ]] || usage
-sub=$1
-shift
-case "$sub" in
-  install) cmd_install ;;
-  start) cmd_start "$@" ;;
-  stop) cmd_stop "$@" ;;
-  status) cmd_status "$@" ;;
-  -h | --help | help) usage ;;
-  *) usage ;;
-esac
+run_command "$@"

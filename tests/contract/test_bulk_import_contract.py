@@ -9,33 +9,16 @@ import asyncio
 import dataclasses
 from datetime import UTC, datetime, time, timedelta
 
-from tepat.domain.models import Device, QuietHours, Reminder, User
+from tepat.domain.models import QuietHours, User
 from tepat.ports.repositories.users import PlanMark
 from tepat.ports.store import Store
+from tests.contract.records import device, reminder
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 
 
 def user(user_id: str, tz: str = "UTC", **fields: object) -> User:
     base = User(user_id, tz, created_at=T0, updated_at=T0)
-    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
-
-
-def device(user_id: str, device_id: str, token: str) -> Device:
-    return Device(user_id, device_id, token, platform="ios", created_at=T0, updated_at=T0)
-
-
-def reminder(user_id: str, reminder_id: str, **fields: object) -> Reminder:
-    base = Reminder(
-        user_id=user_id,
-        reminder_id=reminder_id,
-        category="meal",
-        local_time=time(7, 30),
-        title="Breakfast",
-        body="Time to eat",
-        created_at=T0,
-        updated_at=T0,
-    )
     return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
 
 
@@ -141,12 +124,12 @@ async def test_concurrent_batches_naming_one_token_leave_one_active_binding(
 
 
 async def test_upsert_reminders_stores_each_and_keeps_created_at(store: Store) -> None:
-    await store.upsert_reminder(reminder("u1", "r1"))
+    await store.upsert_reminder(reminder("r1", "u1"))
     later = T0 + timedelta(hours=2)
     batch = [
-        reminder("u1", "r1", local_time=time(9), version=2, created_at=later, updated_at=later),
-        reminder("u1", "r2", days=("mon",), data={"k": [1]}, label="x", enabled=False),
-        reminder("u2", "r1"),
+        reminder("r1", "u1", local_time=time(9), version=2, created_at=later, updated_at=later),
+        reminder("r2", "u1", days=("mon",), data={"k": [1]}, label="x", enabled=False),
+        reminder("r1", "u2"),
     ]
     await store.upsert_reminders(batch)
     assert await store.get_reminder("u1", "r1") == dataclasses.replace(batch[0], created_at=T0)
@@ -156,8 +139,8 @@ async def test_upsert_reminders_stores_each_and_keeps_created_at(store: Store) -
 
 
 async def test_upsert_reminders_the_same_one_twice_ends_as_the_later(store: Store) -> None:
-    many = [reminder(f"u{n}", "r1") for n in range(700)]  # more than one statement's rows
-    await store.upsert_reminders([*many, reminder("u1", "r1", title="Later", version=2)])
+    many = [reminder("r1", f"u{n}") for n in range(700)]  # more than one statement's rows
+    await store.upsert_reminders([*many, reminder("r1", "u1", title="Later", version=2)])
     stored = await store.get_reminder("u1", "r1")
     assert stored is not None and (stored.title, stored.version) == ("Later", 2)
     assert len(await store.reminders_for_users([f"u{n}" for n in range(700)])) == 700
@@ -189,7 +172,7 @@ async def test_batch_writes_drop_the_planning_mark_as_single_writes_do(store: St
     for user_id in ("a", "b", "c"):
         await _marked(store, user_id)
     await store.upsert_users([user("a", "Asia/Tokyo")])
-    await store.upsert_reminders([reminder("b", "r1")])
+    await store.upsert_reminders([reminder("r1", "b")])
     await store.register_devices([device("c", "phone", "tok")])  # not a planning input
     targets = await store.get_plan_targets(["a", "b", "c"])
     assert targets["a"].mark is None
@@ -206,7 +189,7 @@ async def test_write_records_writes_users_then_devices_then_reminders(store: Sto
     await _marked(store, "old")
     users = [user("new", "Asia/Jakarta"), user("old", "Europe/Paris")]
     devices = [device("new", "phone", "tok-moves"), device("old", "tablet", "tok-2")]
-    reminders = [reminder("new", "r1"), reminder("old", "r1", days=("sat", "sun"))]
+    reminders = [reminder("r1", "new"), reminder("r1", "old", days=("sat", "sun"))]
     written = await store.write_records(users, devices, reminders)
     assert written.created == [True, False]
     assert (await store.get_user("new"), await store.get_user("old")) == (
@@ -227,7 +210,7 @@ async def test_write_records_writes_users_then_devices_then_reminders(store: Sto
     for user_id, stamp in written.stamps.items():
         target = await store.get_plan_target(user_id)
         assert target is not None and target.stamp == stamp
-    await store.upsert_reminders([reminder("new", "r2")])
+    await store.upsert_reminders([reminder("r2", "new")])
     target = await store.get_plan_target("new")
     assert target is not None and target.stamp not in written.stamps.values()
 
@@ -236,7 +219,7 @@ async def test_write_records_with_only_some_kinds(store: Store) -> None:
     assert (await store.write_records([], [], [])).created == []
     await store.upsert_user(user("a"))
     assert (await store.write_records([], [device("a", "phone", "tok")], [])).created == []
-    assert (await store.write_records([], [], [reminder("a", "r1")])).created == []
+    assert (await store.write_records([], [], [reminder("r1", "a")])).created == []
     assert [d.push_token for d in await store.list_devices("a")] == ["tok"]
-    assert await store.get_reminder("a", "r1") == reminder("a", "r1")
+    assert await store.get_reminder("a", "r1") == reminder("r1", "a")
     assert (await store.write_records([user("b")], [], [])).created == [True]

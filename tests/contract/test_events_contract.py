@@ -6,9 +6,10 @@ import asyncio
 from datetime import UTC, datetime, time
 
 from tepat.domain.events import Event, EventState, event_message_key
-from tepat.domain.models import Message, MessageStatus, User, message_id_for
+from tepat.domain.models import Message, MessageStatus, User
 from tepat.domain.routing import Channel, Priority
 from tepat.ports.store import Store
+from tests.support.messages import make_message
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -110,20 +111,9 @@ async def test_events_fanning_out_oldest_first(store: Store) -> None:
 
 def _msg(event_id: str, user: str, status: MessageStatus, reason: str | None = None) -> Message:
     key = event_message_key(event_id, user, Channel.PUSH)
-    return Message(
-        id=message_id_for(key),
-        user_id=user,
-        category="custom",
-        label="order.paid",
-        title="t",
-        body="b",
-        scheduled_at=T0,
-        timezone="UTC",
-        dedup_key=key,
-        live_key=key,
-        slot_key=key,
-        status=status,
-        status_reason=reason,
+    fields = {"live_key": key, "slot_key": key, "status": status, "status_reason": reason}
+    return make_message(
+        key, user_id=user, category="custom", label="order.paid", scheduled_at=T0, **fields
     )
 
 

@@ -10,6 +10,7 @@ from tepat.domain.models import QuietHours, Reminder, User
 from tepat.domain.planning import NOTHING_AHEAD
 from tepat.ports.repositories.users import PlanMark, PlanTarget
 from tepat.ports.store import Store
+from tests.contract import records
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 FP = "fp-1"
@@ -24,14 +25,15 @@ async def add_user(store: Store, uid: str, **fields: object) -> None:
 
 
 def reminder(uid: str, rid: str = "r1", **fields: object) -> Reminder:
-    return Reminder(
-        user_id=uid,
-        reminder_id=rid,
-        category="meal",
-        local_time=time(8, 0),
+    return records.reminder(
+        rid,
+        uid,
+        local_time=time(8),
         title="t",
         body="b",
-        **fields,  # type: ignore[arg-type]
+        created_at=None,
+        updated_at=None,
+        **fields,
     )
 
 

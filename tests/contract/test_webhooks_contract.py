@@ -7,7 +7,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from tepat.domain.inbox import InboxItem, inbox_item_id
-from tepat.domain.models import Message, MessageStatus, message_id_for
+from tepat.domain.models import Message, MessageStatus
 from tepat.domain.webhooks import (
     EVENT_TYPES,
     WEBHOOK_USER,
@@ -19,6 +19,7 @@ from tepat.domain.webhooks import (
 )
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.store import Store
+from tests.support.messages import make_message
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 S = MessageStatus
@@ -40,19 +41,8 @@ def subscription(sub_id: str = "wh_1", **fields: object) -> WebhookSubscription:
 
 def message(key: str, user_id: str = "u1", status: S = S.PENDING, **fields: object) -> Message:
     dedup = f"test|{key}"
-    return Message(
-        id=message_id_for(dedup),
-        user_id=user_id,
-        category="meal",
-        label="",
-        title="t",
-        body="b",
-        scheduled_at=T0,
-        timezone="UTC",
-        dedup_key=dedup,
-        live_key=dedup,
-        status=status,
-        **fields,  # type: ignore[arg-type]
+    return make_message(
+        dedup, user_id=user_id, scheduled_at=T0, live_key=dedup, status=status, **fields
     )
 
 

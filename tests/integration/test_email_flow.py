@@ -24,7 +24,7 @@ from api.app import create_app
 from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
 from tepat.domain.contacts import SuppressionReason
-from tepat.domain.models import Message, MessageStatus, User, message_id_for, slot_key_for
+from tepat.domain.models import Message, MessageStatus, User, slot_key_for
 from tepat.domain.retry import RetryPolicy
 from tepat.runtime import Runtime, open_runtime
 from tepat.services.sending.channel_sender import ChannelSender
@@ -32,6 +32,7 @@ from tepat.services.unsubscribe import UnsubscribeLinks
 from tepat.wiring import build_email_channel
 from tests.api.conftest import ADMIN_KEY, START, make_settings
 from tests.support.fake_push import FakePush
+from tests.support.messages import make_message
 from tests.support.smtp_server import SmtpServer
 
 SECRET = "unsubscribe-secret-0123456789abcdef0123456789"
@@ -97,19 +98,16 @@ def sender(rt: Runtime, email: SmtpEmailChannel) -> ChannelSender:
 def email_message(key: str, rt: Runtime, category: str = "custom") -> Message:
     dedup_key = f"test|{key}"
     now = rt.clock.now()
-    m = Message(
-        id=message_id_for(dedup_key),
+    m = make_message(
+        dedup_key,
         user_id="ana",
         category=category,
         label="invoice.overdue",
         title="Invoice 8841 is overdue",
         body="Please pay invoice 8841.",
-        scheduled_at=now,
-        timezone="UTC",
-        dedup_key=dedup_key,
-        live_key=None,
         channel="email",
         content={"html": "<p>Please pay invoice <b>8841</b>.</p>"},
+        scheduled_at=now,
         nominal_at=now,
         due_at=now,
     )

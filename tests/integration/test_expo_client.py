@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -24,6 +24,7 @@ from tepat.ports.push import (
 )
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox import AfterAccept, ExpoSandbox, RunningSandbox, running_sandbox
+from tests.support import expo_fixtures
 from tests.support.waiting import eventually
 
 
@@ -50,20 +51,8 @@ def req(
     )
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def sandbox(clock: FakeClock) -> ExpoSandbox:
-    return ExpoSandbox(clock=clock, receipt_delay_seconds=900)
-
-
-@pytest.fixture
-def server(sandbox: ExpoSandbox) -> Iterator[RunningSandbox]:
-    with running_sandbox(sandbox) as running:
-        yield running
+# the sandbox over HTTP, its receipts due when the test moves the clock
+clock, sandbox, server = expo_fixtures.clock, expo_fixtures.sandbox, expo_fixtures.server
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 
 from tepat.clock import FakeClock
 from tepat.sandbox import AfterAccept, ExpoSandbox, RunningSandbox, TokenScript, running_sandbox
+from tests.support import expo_fixtures
 
 SEND = "/--/api/v2/push/send"
 RECEIPTS = "/--/api/v2/push/getReceipts"
@@ -23,20 +24,8 @@ def tok(i: int | str, spelling: str = "ExponentPushToken") -> str:
     return f"{spelling}[tok-{i}]"
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def sandbox(clock: FakeClock) -> ExpoSandbox:
-    return ExpoSandbox(clock=clock, receipt_delay_seconds=900)
-
-
-@pytest.fixture
-def server(sandbox: ExpoSandbox) -> Iterator[RunningSandbox]:
-    with running_sandbox(sandbox) as running:
-        yield running
+# the sandbox over HTTP, its receipts due when the test moves the clock
+clock, sandbox, server = expo_fixtures.clock, expo_fixtures.sandbox, expo_fixtures.server
 
 
 @pytest.fixture

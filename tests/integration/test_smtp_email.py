@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from pydantic import SecretStr
@@ -21,9 +21,10 @@ from tepat.adapters.smtp_message import parse_from
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
-from tepat.ports.channel import Accepted, Outgoing, Refused
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
 from tepat.ports.try_again import TryAgain
 from tepat.wiring import build_email_channel
+from tests.support.messages import email_message
 from tests.support.selfsigned import SelfSigned, self_signed
 from tests.support.smtp_server import SmtpServer, free_port
 from tests.support.waiting import eventually, stays_false
@@ -37,20 +38,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiri
 
 
 def message(mid: str = "0123456789abcdef01234567", html: str | None = "<p>Paid</p>") -> Message:
-    return Message(
-        id=mid,
-        user_id="u1",
-        category="orders",
-        label="",
-        title="Order 8841 paid",
-        body="Your order 8841 is paid.",
-        scheduled_at=START,
-        timezone="UTC",
-        dedup_key=f"k-{mid}",
-        live_key=None,
-        channel="email",
-        content={"html": html} if html else {},
-    )
+    return email_message(mid, "Order 8841 paid", "Your order 8841 is paid.", html, START)
 
 
 def settings(port: int, **extra: Any) -> Settings:
@@ -71,6 +59,35 @@ def channel(port: int, clock: FakeClock | None = None, **extra: Any) -> SmtpEmai
     built = build_email_channel(settings(port, **extra), clock or FakeClock(START))
     assert isinstance(built, SmtpEmailChannel)
     return built
+
+
+async def send_one(m: Message, to: str, port: int, **extra: Any) -> ChannelOutcome:
+    """``m`` to ``to`` through a channel of its own (``extra``: its settings), closed after."""
+    email = channel(port, **extra)
+    try:
+        [outcome] = await email.send([Outgoing(m, to)])
+    finally:
+        await email.close()
+    return outcome
+
+
+async def send_with_login(
+    cert: SelfSigned, tmp_path: Path, tls: Literal["starttls", "implicit"], password: str
+) -> tuple[ChannelOutcome, SmtpServer]:
+    """One message through a relay over ``tls`` that trusts our CA and takes ``relay-user``
+    with ``relay-pass``, logging in with ``password``; and the relay, for what it saw."""
+    ca_file, _ = cert.write(tmp_path, "ca")
+    with SmtpServer(tls, cert, tmp_path, auth=("relay-user", "relay-pass")) as server:
+        outcome = await send_one(
+            message(),
+            "ana@example.com",
+            server.port,
+            smtp_tls=tls,
+            smtp_ca_file=str(ca_file),
+            smtp_username="relay-user",
+            smtp_password=SecretStr(password),
+        )
+    return outcome, server
 
 
 @pytest.fixture
@@ -136,11 +153,7 @@ async def test_list_unsubscribe_on_the_wire_is_angle_bracketed_uris_folded_at_wh
 
 
 async def test_text_only_and_no_unsubscribe_headers_without_url(server: SmtpServer) -> None:
-    email = channel(server.port)
-    try:
-        [outcome] = await email.send([Outgoing(message(html=None), "ana@example.com")])
-    finally:
-        await email.close()
+    outcome = await send_one(message(html=None), "ana@example.com", server.port)
     assert isinstance(outcome, Accepted)
     mail = server.received[0].mail
     assert mail.get_content_type() == "text/plain"
@@ -167,11 +180,7 @@ async def test_421_is_try_again_and_the_retry_keeps_the_message_id(server: SmtpS
 
 async def test_450_mailbox_busy_is_try_again_not_throttled(server: SmtpServer) -> None:
     server.replies["full@example.com"] = "450 4.2.1 Mailbox busy"
-    email = channel(server.port)
-    try:
-        [outcome] = await email.send([Outgoing(message(), "full@example.com")])
-    finally:
-        await email.close()
+    outcome = await send_one(message(), "full@example.com", server.port)
     assert outcome == TryAgain(reason="smtp_450", maybe_sent=False, throttled=False)
 
 
@@ -195,11 +204,7 @@ async def test_550_unknown_user_is_refused_with_suppress_and_the_connection_kept
 
 async def test_policy_block_after_data_fails_without_suppressing(server: SmtpServer) -> None:
     server.handler.data_replies["ana@example.com"] = "550 5.7.1 Message rejected as spam"
-    email = channel(server.port)
-    try:
-        [outcome] = await email.send([Outgoing(message(), "ana@example.com")])
-    finally:
-        await email.close()
+    outcome = await send_one(message(), "ana@example.com", server.port)
     assert outcome == Refused(reason="smtp_550", suppress=None)
 
 
@@ -234,11 +239,7 @@ async def test_a_batch_goes_out_over_a_few_reused_connections(server: SmtpServer
 
 
 async def test_relay_down_is_try_again_never_an_exception() -> None:
-    email = channel(free_port())
-    try:
-        [outcome] = await email.send([Outgoing(message(), "ana@example.com")])
-    finally:
-        await email.close()
+    outcome = await send_one(message(), "ana@example.com", free_port())
     assert outcome == TryAgain(reason="smtp_connect")
 
 
@@ -275,81 +276,38 @@ async def test_the_rate_limit_paces_sends_on_the_clock(server: SmtpServer) -> No
 
 
 async def test_starttls_with_a_self_signed_relay_and_auth(cert: SelfSigned, tmp_path: Path) -> None:
-    ca_file, _ = cert.write(tmp_path, "ca")
-    with SmtpServer("starttls", cert, tmp_path, auth=("relay-user", "relay-pass")) as server:
-        email = channel(
-            server.port,
-            smtp_tls="starttls",
-            smtp_ca_file=str(ca_file),
-            smtp_username="relay-user",
-            smtp_password=SecretStr("relay-pass"),
-        )
-        try:
-            [outcome] = await email.send([Outgoing(message(), "ana@example.com")])
-        finally:
-            await email.close()
-        assert isinstance(outcome, Accepted)
-        assert server.logins == ["relay-user"]
-        assert len(server.received) == 1
+    outcome, server = await send_with_login(cert, tmp_path, "starttls", "relay-pass")
+    assert isinstance(outcome, Accepted)
+    assert server.logins == ["relay-user"]
+    assert len(server.received) == 1
 
 
 async def test_starttls_refuses_a_relay_it_does_not_trust(cert: SelfSigned, tmp_path: Path) -> None:
     with SmtpServer("starttls", cert, tmp_path) as server:
-        email = channel(server.port, smtp_tls="starttls")  # no CA file: the system's CAs
-        try:
-            [outcome] = await email.send([Outgoing(message(), "ana@example.com")])
-        finally:
-            await email.close()
+        # no CA file: the system's CAs
+        outcome = await send_one(message(), "ana@example.com", server.port, smtp_tls="starttls")
         assert outcome == TryAgain(reason="smtp_connect")
         assert server.received == []
 
 
 async def test_wrong_password_is_try_again(cert: SelfSigned, tmp_path: Path) -> None:
-    ca_file, _ = cert.write(tmp_path, "ca")
-    with SmtpServer("starttls", cert, tmp_path, auth=("relay-user", "relay-pass")) as server:
-        email = channel(
-            server.port,
-            smtp_tls="starttls",
-            smtp_ca_file=str(ca_file),
-            smtp_username="relay-user",
-            smtp_password=SecretStr("wrong"),
-        )
-        try:
-            [outcome] = await email.send([Outgoing(message(), "ana@example.com")])
-        finally:
-            await email.close()
-        # Our configuration, not the message: retried (and logged), never failed.
-        assert outcome == TryAgain(reason="smtp_connect_535")
-        assert server.received == []
+    outcome, server = await send_with_login(cert, tmp_path, "starttls", "wrong")
+    # Our configuration, not the message: retried (and logged), never failed.
+    assert outcome == TryAgain(reason="smtp_connect_535")
+    assert server.received == []
 
 
 async def test_implicit_tls_with_auth(cert: SelfSigned, tmp_path: Path) -> None:
-    ca_file, _ = cert.write(tmp_path, "ca")
-    with SmtpServer("implicit", cert, tmp_path, auth=("relay-user", "relay-pass")) as server:
-        email = channel(
-            server.port,
-            smtp_tls="implicit",
-            smtp_ca_file=str(ca_file),
-            smtp_username="relay-user",
-            smtp_password=SecretStr("relay-pass"),
-        )
-        try:
-            [outcome] = await email.send([Outgoing(message(), "ana@example.com")])
-        finally:
-            await email.close()
-        assert isinstance(outcome, Accepted)
-        assert server.logins == ["relay-user"]
-        assert server.received[0].mail["Subject"] == "Order 8841 paid"
+    outcome, server = await send_with_login(cert, tmp_path, "implicit", "relay-pass")
+    assert isinstance(outcome, Accepted)
+    assert server.logins == ["relay-user"]
+    assert server.received[0].mail["Subject"] == "Order 8841 paid"
 
 
 async def test_a_non_ascii_local_part_is_refused_without_a_connection(
     server: SmtpServer,
 ) -> None:
-    email = channel(server.port)
-    try:
-        [outcome] = await email.send([Outgoing(message(), "josé@example.com")])
-    finally:
-        await email.close()
+    outcome = await send_one(message(), "josé@example.com", server.port)
     assert outcome == Refused(reason="smtp_address_not_ascii")
     assert server.handler.connections == 0
 

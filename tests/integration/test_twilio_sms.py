@@ -12,6 +12,7 @@ import hmac
 import socket
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +22,7 @@ from tepat.adapters.twilio_sms import TwilioSmsChannel, status_callback_url
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
-from tepat.ports.channel import Accepted, Outgoing, Refused
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.faults import AfterAccept
 from tepat.sandbox.twilio import (
@@ -34,6 +35,7 @@ from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_san
 from tepat.sandbox.twilio_wire import NumberScript
 from tepat.wiring import build_sms_channel
 from tests.support.form_receiver import FormReceiver, Post, running_receiver
+from tests.support.messages import make_message
 from tests.support.waiting import eventually
 
 FROM = "+14155550100"
@@ -53,19 +55,34 @@ def independent_signature(token: str, url: str, params: list[tuple[str, str]]) -
 
 
 def sms(message_id: str, body: str = "Invoice 8841 is overdue.") -> Message:
-    return Message(
+    return make_message(
+        f"d-{message_id}",
         id=message_id,
-        user_id="u1",
         category="billing",
         label="invoice.overdue",
         title="Invoice overdue",
         body=body,
         scheduled_at=datetime(2027, 3, 1, 9, tzinfo=UTC),
-        timezone="UTC",
-        dedup_key=f"d-{message_id}",
-        live_key=None,
         channel="sms",
     )
+
+
+def sms_channel(base_url: str, clock: FakeClock, **options: Any) -> TwilioSmsChannel:
+    """A channel on the sandbox's default account, from ``FROM``, at a rate the FakeClock
+    never has to move for; ``options`` override any of these."""
+    defaults: dict[str, Any] = {"auth_token": DEFAULT_AUTH_TOKEN, "from_number": FROM, "rate": 1e9}
+    return TwilioSmsChannel(
+        account_sid=DEFAULT_ACCOUNT_SID, clock=clock, base_url=base_url, **(defaults | options)
+    )
+
+
+async def send_once(ch: TwilioSmsChannel) -> ChannelOutcome:
+    """One SMS to ``ALICE`` through ``ch``, closed after."""
+    try:
+        [outcome] = await ch.send([Outgoing(sms("m-1"), ALICE)])
+    finally:
+        await ch.close()
+    return outcome
 
 
 @pytest.fixture
@@ -94,16 +111,7 @@ def receiver() -> Iterator[FormReceiver]:
 async def channel(
     server: RunningTwilioSandbox, receiver: FormReceiver, clock: FakeClock
 ) -> AsyncIterator[TwilioSmsChannel]:
-    # A rate the FakeClock never has to move for, except in the rate test.
-    ch = TwilioSmsChannel(
-        account_sid=DEFAULT_ACCOUNT_SID,
-        auth_token=DEFAULT_AUTH_TOKEN,
-        clock=clock,
-        from_number=FROM,
-        base_url=server.base_url,
-        public_url=receiver.base_url,
-        rate=1e9,
-    )
+    ch = sms_channel(server.base_url, clock, public_url=receiver.base_url)
     yield ch
     await ch.close()
 
@@ -282,15 +290,7 @@ async def test_throttled_by_twilio(channel: TwilioSmsChannel, sandbox: TwilioSan
 async def test_503_was_not_sent_but_a_500_or_a_lost_answer_may_have_been(
     server: RunningTwilioSandbox, sandbox: TwilioSandbox, clock: FakeClock
 ) -> None:
-    ch = TwilioSmsChannel(
-        account_sid=DEFAULT_ACCOUNT_SID,
-        auth_token=DEFAULT_AUTH_TOKEN,
-        clock=clock,
-        from_number=FROM,
-        base_url=server.base_url,
-        rate=1e9,
-        timeout=0.5,
-    )
+    ch = sms_channel(server.base_url, clock, timeout=0.5)
     try:
         sandbox.fail_next(1, 503)
         [outcome] = await ch.send([Outgoing(sms("m-1"), ALICE)])
@@ -322,36 +322,14 @@ async def test_connection_refused_was_not_sent(clock: FakeClock) -> None:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there now
-    ch = TwilioSmsChannel(
-        account_sid=DEFAULT_ACCOUNT_SID,
-        auth_token=DEFAULT_AUTH_TOKEN,
-        clock=clock,
-        from_number=FROM,
-        base_url=f"http://127.0.0.1:{port}",
-        rate=1e9,
-    )
-    try:
-        [outcome] = await ch.send([Outgoing(sms("m-1"), ALICE)])
-    finally:
-        await ch.close()
+    outcome = await send_once(sms_channel(f"http://127.0.0.1:{port}", clock))
     assert isinstance(outcome, TryAgain) and not outcome.maybe_sent
 
 
 async def test_bad_credentials_are_retried_not_failed(
     server: RunningTwilioSandbox, sandbox: TwilioSandbox, clock: FakeClock
 ) -> None:
-    ch = TwilioSmsChannel(
-        account_sid=DEFAULT_ACCOUNT_SID,
-        auth_token="f" * 32,
-        clock=clock,
-        from_number=FROM,
-        base_url=server.base_url,
-        rate=1e9,
-    )
-    try:
-        [outcome] = await ch.send([Outgoing(sms("m-1"), ALICE)])
-    finally:
-        await ch.close()
+    outcome = await send_once(sms_channel(server.base_url, clock, auth_token="f" * 32))
     assert isinstance(outcome, TryAgain) and not outcome.maybe_sent
     assert outcome.reason.startswith("twilio_20003")
     assert sandbox.stats()["unauthorized"] == 1
@@ -360,15 +338,7 @@ async def test_bad_credentials_are_retried_not_failed(
 async def test_the_adapter_keeps_to_its_rate_on_the_clock(
     server: RunningTwilioSandbox, sandbox: TwilioSandbox, clock: FakeClock
 ) -> None:
-    ch = TwilioSmsChannel(
-        account_sid=DEFAULT_ACCOUNT_SID,
-        auth_token=DEFAULT_AUTH_TOKEN,
-        clock=clock,
-        from_number=FROM,
-        base_url=server.base_url,
-        rate=10,
-        max_connections=30,
-    )
+    ch = sms_channel(server.base_url, clock, rate=10, max_connections=30)
     try:
         import asyncio
 
@@ -392,18 +362,9 @@ async def test_messaging_service_instead_of_a_from_number(
     server: RunningTwilioSandbox, sandbox: TwilioSandbox, clock: FakeClock
 ) -> None:
     service = "MG" + "ab" * 16
-    ch = TwilioSmsChannel(
-        account_sid=DEFAULT_ACCOUNT_SID,
-        auth_token=DEFAULT_AUTH_TOKEN,
-        clock=clock,
-        messaging_service_sid=service,
-        base_url=server.base_url,
-        rate=1e9,
+    outcome = await send_once(
+        sms_channel(server.base_url, clock, messaging_service_sid=service, from_number=None)
     )
-    try:
-        [outcome] = await ch.send([Outgoing(sms("m-1"), ALICE)])
-    finally:
-        await ch.close()
     assert isinstance(outcome, Accepted)
     [got] = sandbox.received()
     assert (got["messaging_service_sid"], got["from"], got["status_callback"]) == (

@@ -25,7 +25,7 @@ from tepat.adapters.sqlite import SqliteStore
 from tepat.adapters.webhook_out import WEBHOOK_RETRY, WebhookChannel
 from tepat.adapters.webhook_target import check_target
 from tepat.clock import FakeClock
-from tepat.domain.models import Message, MessageStatus, message_id_for
+from tepat.domain.models import Message, MessageStatus
 from tepat.domain.webhooks import (
     EVENT_TYPES,
     WEBHOOK_CHANNEL,
@@ -37,6 +37,7 @@ from tepat.ports.store import Store
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.runner import serving_app
 from tepat.services.webhooks import WebhookEmitter, WebhookService
+from tests.support.messages import make_message
 from tests.unit.test_webhook_signing import spec_verify
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
@@ -101,17 +102,8 @@ async def store(tmp_path: Path) -> AsyncIterator[tuple[Store, FakeClock]]:
 
 def subject(key: str, category: str = "meal") -> Message:
     dedup = f"e|order-{key}|u-{key}|push"
-    return Message(
-        id=message_id_for(dedup),
-        user_id=f"u-{key}",
-        category=category,
-        label="",
-        title="t",
-        body="b",
-        scheduled_at=T0,
-        timezone="UTC",
-        dedup_key=dedup,
-        live_key=dedup,
+    return make_message(
+        dedup, user_id=f"u-{key}", category=category, scheduled_at=T0, live_key=dedup
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from tepat.config import Settings
-from tepat.doctor import Status, smtp_check
+from tepat.doctor import Check, Status, smtp_check
 from tests.support.selfsigned import SelfSigned, self_signed
 from tests.support.smtp_server import SmtpServer, free_port
 
@@ -39,37 +39,32 @@ async def test_no_line_without_email() -> None:
     assert await smtp_check(Settings(), wait=5) is None
 
 
-async def test_starttls_and_login_pass_and_send_nothing(cert: SelfSigned, tmp_path: Path) -> None:
+async def login_check(
+    cert: SelfSigned, tmp_path: Path, password: str
+) -> tuple[Check | None, SmtpServer]:
+    """The check against a STARTTLS server that takes ``user``/``pass``, logging in with
+    ``password``; and the server, for what it saw."""
     ca, _ = cert.write(tmp_path, "ca")
     with SmtpServer("starttls", cert, tmp_path, auth=("user", "pass")) as server:
-        check = await smtp_check(
-            smtp(
-                server.port,
-                smtp_tls="starttls",
-                smtp_ca_file=str(ca),
-                smtp_username="user",
-                smtp_password=SecretStr("pass"),
-            ),
-            wait=5,
+        settings = smtp(
+            server.port,
+            smtp_tls="starttls",
+            smtp_ca_file=str(ca),
+            smtp_username="user",
+            smtp_password=SecretStr(password),
         )
-        assert check is not None and check.status is Status.OK, check
-        assert "accepts the login; nothing sent" in check.detail
-        assert server.logins == ["user"] and server.received == []
+        return await smtp_check(settings, wait=5), server
+
+
+async def test_starttls_and_login_pass_and_send_nothing(cert: SelfSigned, tmp_path: Path) -> None:
+    check, server = await login_check(cert, tmp_path, "pass")
+    assert check is not None and check.status is Status.OK, check
+    assert "accepts the login; nothing sent" in check.detail
+    assert server.logins == ["user"] and server.received == []
 
 
 async def test_a_wrong_password_names_the_credentials(cert: SelfSigned, tmp_path: Path) -> None:
-    ca, _ = cert.write(tmp_path, "ca")
-    with SmtpServer("starttls", cert, tmp_path, auth=("user", "pass")) as server:
-        check = await smtp_check(
-            smtp(
-                server.port,
-                smtp_tls="starttls",
-                smtp_ca_file=str(ca),
-                smtp_username="user",
-                smtp_password=SecretStr("wrong-password"),
-            ),
-            wait=5,
-        )
+    check, _ = await login_check(cert, tmp_path, "wrong-password")
     assert check is not None and check.status is Status.FAIL
     assert "refused the login (535" in check.detail
     assert "TEPAT_SMTP_PASSWORD" in check.hint

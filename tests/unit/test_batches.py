@@ -19,6 +19,7 @@ from tepat.domain.batches import (
 )
 from tepat.domain.categories import Categories, CategoryPolicy
 from tepat.domain.models import Message, MessageStatus
+from tests.support.messages import make_message
 
 T0 = datetime(2027, 6, 10, 13, 0, tzinfo=UTC)
 CATS = Categories(
@@ -27,18 +28,9 @@ CATS = Categories(
 
 
 def msg(i: int, category: str = "meal", at: datetime = T0, **kw: object) -> Message:
-    return Message(
-        id=f"m{i}",
-        user_id="u",
-        category=category,
-        label="",
-        title="t",
-        body="b",
-        scheduled_at=at,
-        timezone="UTC",
-        dedup_key=f"k{i}",
-        live_key=f"k{i}",
-        **kw,  # type: ignore[arg-type]
+    key = f"k{i}"
+    return make_message(
+        key, id=f"m{i}", user_id="u", category=category, scheduled_at=at, live_key=key, **kw
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 from tepat.domain.categories import CategoryPolicy, QuietPolicy
 from tepat.domain.models import Message, QuietHours, Reminder, SkipReason, User
 from tepat.domain.sendcheck import Decision, Defer, Missed, Send, Skip, Supersede, decide
+from tests.support.messages import make_message
 
 DUE = datetime(2027, 6, 10, 13, 0, tzinfo=UTC)  # 09:00 EDT in New York
 MEAL = CategoryPolicy("meal")
@@ -19,16 +20,11 @@ NIGHT = QuietHours(time(22), time(7))
 
 USER = User("u1", "America/New_York", plan_version=2)
 REMINDER = Reminder("u1", "r1", "meal", time(9), "t", "b")
-MESSAGE = Message(
+MESSAGE = make_message(
+    "r|u1|r1|2027-06-10|u2|r1",
     id="m1",
-    user_id="u1",
-    category="meal",
-    label="",
-    title="t",
-    body="b",
     scheduled_at=DUE,
     timezone="America/New_York",
-    dedup_key="r|u1|r1|2027-06-10|u2|r1",
     live_key="r|u1|r1|2027-06-10",
     reminder_id="r1",
     local_date=date(2027, 6, 10),

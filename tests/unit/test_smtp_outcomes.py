@@ -15,6 +15,7 @@ from tepat.domain.email_events import message_id_from_header
 from tepat.domain.models import Message
 from tepat.ports.channel import Refused
 from tepat.ports.try_again import TryAgain
+from tests.support.messages import email_message
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -52,20 +53,7 @@ def test_enhanced_status() -> None:
 
 
 def message(title: str = "Paid", html: str | None = None) -> Message:
-    return Message(
-        id="0123456789abcdef01234567",
-        user_id="u1",
-        category="orders",
-        label="",
-        title=title,
-        body="Body",
-        scheduled_at=START,
-        timezone="UTC",
-        dedup_key="k",
-        live_key=None,
-        channel="email",
-        content={"html": html} if html else {},
-    )
+    return email_message("0123456789abcdef01234567", title, "Body", html, START)
 
 
 def test_a_line_break_in_the_title_never_starts_a_header() -> None:
