@@ -9,10 +9,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import structlog
 
+from tepat.domain.models import Device, Ticket
 from tepat.ports.push import ReceiptError, TicketError
 from tepat.ports.repositories.devices import DeviceRepository
 
@@ -21,19 +20,11 @@ log = structlog.get_logger("tepat.devices")
 NOT_THE_DEVICES_FAULT = frozenset({"InvalidCredentials", "MismatchSenderId", "MessageRateExceeded"})
 
 
-class DeviceRef(Protocol):
-    """A device as a send (``Device``) or a ticket (``Ticket``) names it."""
-
-    @property
-    def user_id(self) -> str: ...
-    @property
-    def device_id(self) -> str: ...
-    @property
-    def push_token(self) -> str: ...
-
-
 async def device_failed(
-    store: DeviceRepository, device: DeviceRef, error: TicketError | ReceiptError, max_failures: int
+    store: DeviceRepository,
+    device: Device | Ticket,
+    error: TicketError | ReceiptError,
+    max_failures: int,
 ) -> None:
     code = reason = error.code
     if error.deactivate_device:
