@@ -81,7 +81,7 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     # The runtime's: its notifier wakes this process's inbox streams for items stored by
     # the API, the inbox channel and the fan-out alike (tepat/services/inbox.py).
     app.state.inbox = rt.inbox
-    app.state.events = event_service(rt, app.state.templates, app.state.inbox)
+    app.state.events = event_service(rt, app.state.templates)
     for module in (users, devices, reminders, preferences, messages, bulk, admin, health):
         app.include_router(module.router)
     app.include_router(template_routes.router)

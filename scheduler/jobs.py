@@ -7,7 +7,7 @@ import asyncio
 import structlog
 
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.loops import wait_or_stop
+from tepat.loops import repeat
 from tepat.runtime import Runtime, event_service
 
 log = structlog.get_logger("tepat.scheduler")
@@ -22,47 +22,32 @@ async def run_creator(rt: Runtime, stop: asyncio.Event) -> None:
             cancelled=replanned.cancelled,
             created=replanned.created,
         )
-    while not stop.is_set():
-        try:
-            result = await rt.creator.plan_ahead()
-            log.info("planned", created=result.created, existing=result.existing)
-        except Exception:
-            log.exception("planning failed")
-        await wait_or_stop(rt.clock, stop, rt.settings.plan_interval_seconds)
+
+    async def plan() -> None:
+        result = await rt.creator.plan_ahead()
+        log.info("planned", created=result.created, existing=result.existing)
+
+    await repeat(rt.clock, stop, rt.settings.plan_interval_seconds, plan, log, "planning failed")
 
 
 async def run_sweeper(rt: Runtime, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        try:
-            await rt.sweeper.sweep_once()
-        except Exception:
-            log.exception("sweep failed")
-        await wait_or_stop(rt.clock, stop, rt.settings.sweep_interval_seconds)
+    seconds = rt.settings.sweep_interval_seconds
+    await repeat(rt.clock, stop, seconds, rt.sweeper.sweep_once, log, "sweep failed")
 
 
 async def run_outbox(rt: Runtime, stop: asyncio.Event) -> None:
     """Publish what other processes (or a failed publish) left on the outbox."""
-    while not stop.is_set():
-        try:
-            await rt.outbox.flush()
-        except Exception:
-            log.exception("outbox publish failed")
-        await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)
+    seconds = rt.settings.outbox_interval_seconds
+    await repeat(rt.clock, stop, seconds, rt.outbox.flush, log, "outbox publish failed")
 
 
 async def run_event_fanout(rt: Runtime, stop: asyncio.Event) -> None:
     """Fan out accepted events a page at a time (tepat/services/events.py): straight on
     while there is work, else look again after the outbox interval (an event accepted
     by an API in another process is found by that poll)."""
-    service = event_service(rt)
-    while not stop.is_set():
-        pages = 0
-        try:
-            pages = await service.fan_out_once()
-        except Exception:
-            log.exception("event fan-out failed")
-        if not pages:
-            await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)
+    fan_out = event_service(rt).fan_out_once
+    seconds = rt.settings.outbox_interval_seconds
+    await repeat(rt.clock, stop, seconds, fan_out, log, "event fan-out failed", while_busy=True)
 
 
 async def run_webhook_emitter(rt: Runtime, stop: asyncio.Event) -> None:
@@ -70,12 +55,6 @@ async def run_webhook_emitter(rt: Runtime, stop: asyncio.Event) -> None:
     straight on while there is a backlog, else look again after the outbox interval."""
     from tepat.services.webhooks import WebhookEmitter
 
-    emitter = WebhookEmitter(rt.store, rt.clock)
-    while not stop.is_set():
-        taken = 0
-        try:
-            taken = await emitter.emit_once()
-        except Exception:
-            log.exception("webhook emitter failed")
-        if not taken:
-            await wait_or_stop(rt.clock, stop, rt.settings.outbox_interval_seconds)
+    emit = WebhookEmitter(rt.store, rt.clock).emit_once
+    seconds = rt.settings.outbox_interval_seconds
+    await repeat(rt.clock, stop, seconds, emit, log, "webhook emitter failed", while_busy=True)

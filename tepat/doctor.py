@@ -153,24 +153,21 @@ async def _store_check(settings: Settings, store: Store, wait: float) -> tuple[C
         early = _sqlite_file_check(url, Path(settings.database_url.removeprefix("sqlite:///")))
         if early is not None:
             return early, False
+    opened = False
     try:
         await _within(store.open(), wait)
-    except Exception as e:
-        return Check(
-            "store",
-            Status.FAIL,
-            f"cannot open {url}: {_why(e)}",
-            "start the database or correct TEPAT_DATABASE_URL (host, port, credentials, path)",
-        ), False
-    try:
+        opened = True
         await _within(store.ping(), wait)
     except Exception as e:
-        return Check(
-            "store",
-            Status.FAIL,
-            f"{url} opened but does not answer: {_why(e)}",
-            "check the database server's health and disk",
-        ), True
+        failure, hint = (
+            (f"{url} opened but does not answer", "check the database server's health and disk")
+            if opened
+            else (
+                f"cannot open {url}",
+                "start the database or correct TEPAT_DATABASE_URL (host, port, credentials, path)",
+            )
+        )
+        return Check("store", Status.FAIL, f"{failure}: {_why(e)}", hint), opened
     return Check("store", Status.OK, f"{url} answers"), True
 
 
@@ -406,21 +403,14 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
             f"{where} refused the login ({e.code} {e.message.splitlines()[0]})",
             "set TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD to the relay's credentials",
         )
-    except ssl.SSLCertVerificationError as e:
-        return Check(
-            "smtp",
-            Status.FAIL,
-            f"{where}: the relay's certificate does not verify ({e.verify_message})",
-            "set TEPAT_SMTP_CA_FILE to the CA that signed it, or correct TEPAT_SMTP_HOST"
-            " to the name in the certificate",
-        )
-    except aiosmtplib.SMTPException as e:
-        cause = e.__cause__ if isinstance(e.__cause__, ssl.SSLCertVerificationError) else None
-        if cause is not None:
+    except (ssl.SSLCertVerificationError, aiosmtplib.SMTPException) as e:
+        # The client raises the certificate error itself, or wraps it in its own.
+        cert = e if isinstance(e, ssl.SSLCertVerificationError) else e.__cause__
+        if isinstance(cert, ssl.SSLCertVerificationError):
             return Check(
                 "smtp",
                 Status.FAIL,
-                f"{where}: the relay's certificate does not verify ({cause.verify_message})",
+                f"{where}: the relay's certificate does not verify ({cert.verify_message})",
                 "set TEPAT_SMTP_CA_FILE to the CA that signed it, or correct TEPAT_SMTP_HOST"
                 " to the name in the certificate",
             )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from tepat.clock import Clock
 
@@ -16,3 +18,31 @@ async def wait_or_stop(clock: Clock, stop: asyncio.Event, seconds: float) -> Non
     finally:
         sleeper.cancel()
         stopper.cancel()
+
+
+class _Log(Protocol):
+    def exception(self, event: str) -> object: ...
+
+
+async def repeat(
+    clock: Clock,
+    stop: asyncio.Event,
+    seconds: float,
+    one_round: Callable[[], Awaitable[object]],
+    log: _Log,
+    failed: str,
+    *,
+    while_busy: bool = False,
+) -> None:
+    """Run ``one_round`` until ``stop``, every ``seconds`` (``while_busy``: straight on
+    while a round returns something true, i.e. found work). A round that raises is
+    logged as ``failed`` with its traceback, and the loop carries on: one bad round
+    must not end a process's job."""
+    while not stop.is_set():
+        busy: object = None
+        try:
+            busy = await one_round()
+        except Exception:
+            log.exception(failed)
+        if not (while_busy and busy):
+            await wait_or_stop(clock, stop, seconds)

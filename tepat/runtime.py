@@ -293,18 +293,15 @@ async def open_runtime(
         await store.close()
 
 
-def event_service(
-    rt: Runtime, templates: TemplateService | None = None, inbox: InboxService | None = None
-) -> EventService:
-    """The events service over a runtime, sharing the API's template
-    and inbox services when given (their caches, the inbox's stream notifier)."""
+def event_service(rt: Runtime, templates: TemplateService | None = None) -> EventService:
+    """The events service over a runtime, sharing the API's template service when given
+    (its cache)."""
     return EventService(
         rt.store,
         rt.clock,
         rt.categories,
         rt.settings.event_routing(),
         templates or template_service(rt),
-        inbox or rt.inbox,
         rt.outbox,
     )
 

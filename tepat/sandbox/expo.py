@@ -274,14 +274,9 @@ class ExpoSandbox(FakeProvider[_State]):
         tickets = self._issue_tickets(messages, encoding)
         with self._lock:
             self._state.stats.send_requests += 1
-            fault = self._state.faults.next_lost_answer()
-            if fault is not None:
-                self._state.stats.answers_lost += 1
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
         answer = JSONResponse({"data": tickets[0] if single else tickets})
-        if fault is None:
-            return answer
-        return await fault.lose(answer, request, self._stalls, _server_error)
+        return await self.lose_or_answer(answer, request, _server_error)
 
     def _issue_tickets(
         self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None

@@ -10,6 +10,8 @@ from dataclasses import asdict
 from typing import Any, Generic, Protocol, TypeVar
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock, SystemClock
@@ -101,6 +103,19 @@ class FakeProvider(Generic[State]):
         with self._lock:
             counters: dict[str, int] = asdict(self._state.stats)
             return counters
+
+    async def lose_or_answer(
+        self, answer: Response, request: Request, server_error: Callable[[int], Response]
+    ) -> Response:
+        """``answer`` to an accepted send, unless a scripted fault loses it
+        (:meth:`fail_after_accept`); ``server_error`` words the provider's 5xx."""
+        with self._lock:
+            fault = self._state.faults.next_lost_answer()
+            if fault is not None:
+                self._state.stats.answers_lost += 1
+        if fault is None:
+            return answer
+        return await fault.lose(answer, request, self._stalls, server_error)
 
     def reset(self) -> None:
         """Forget everything: what was received, scripts, faults, counters."""

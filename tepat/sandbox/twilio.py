@@ -99,6 +99,10 @@ def _server_error(status: int) -> Response:
     return response
 
 
+def _unauthorized() -> Response:
+    return error_response(20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'})
+
+
 @dataclass(order=True, slots=True)
 class _Callback:
     due: datetime
@@ -275,9 +279,7 @@ class TwilioSandbox(FakeProvider[_State]):
                 return _server_error(failure.status)
             if not self._authorized(request):
                 stats.unauthorized += 1
-                return error_response(
-                    20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'}
-                )
+                return _unauthorized()
         bucket = self._bucket
         if bucket is not None and bucket.try_acquire(1) > 0:
             with self._lock:
@@ -306,9 +308,7 @@ class TwilioSandbox(FakeProvider[_State]):
             self._state.stats.requests += 1
             if not self._authorized(request):
                 self._state.stats.unauthorized += 1
-                return error_response(
-                    20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'}
-                )
+                return _unauthorized()
         return JSONResponse(account_resource(self.account_sid, self.clock.now()))
 
     def _refuse(self, code: int, to: str = "", from_: str = "") -> Response:
@@ -345,14 +345,8 @@ class TwilioSandbox(FakeProvider[_State]):
         if unsubscribed:
             return self._refuse(21610)
         resource = self._accept(to, from_, service, body, callback, script)
-        with self._lock:
-            fault = self._state.faults.next_lost_answer()
-            if fault is not None:
-                self._state.stats.answers_lost += 1
         answer = JSONResponse(resource, status_code=201)
-        if fault is None:
-            return answer
-        return await fault.lose(answer, request, self._stalls, _server_error)
+        return await self.lose_or_answer(answer, request, _server_error)
 
     def _accept(
         self,

@@ -24,7 +24,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 
 import structlog
@@ -148,6 +148,7 @@ def rates(samples: list[SendSample], now: datetime, *, limit: int = SAMPLE_LIMIT
     )
 
 
+@dataclass(eq=False)
 class Dashboard:
     """Builds :class:`Snapshot`; one at a time, reused for ``cache_seconds``.
 
@@ -155,26 +156,16 @@ class Dashboard:
     measured in), while the figures use the runtime's clock like everything else.
     """
 
-    def __init__(
-        self,
-        store: OpsViewRepository,
-        broker: Broker,
-        categories: Categories,
-        clock: Clock,
-        *,
-        cache_seconds: float = CACHE_SECONDS,
-        sample_limit: int = SAMPLE_LIMIT,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._store = store
-        self._broker = broker
-        self._categories = categories
-        self._clock = clock
-        self._cache_seconds = cache_seconds
-        self._sample_limit = sample_limit
-        self._monotonic = monotonic
-        self._lock = asyncio.Lock()
-        self._cached: tuple[float, Snapshot] | None = None
+    store: OpsViewRepository
+    broker: Broker
+    categories: Categories
+    clock: Clock
+    _: KW_ONLY
+    cache_seconds: float = CACHE_SECONDS
+    sample_limit: int = SAMPLE_LIMIT
+    monotonic: Callable[[], float] = time.monotonic
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+    _cached: tuple[float, Snapshot] | None = field(default=None, init=False, repr=False)
 
     def invalidate(self) -> None:
         """Forget the cached snapshot (after an action such as a replay)."""
@@ -183,28 +174,28 @@ class Dashboard:
     async def snapshot(self) -> Snapshot:
         async with self._lock:  # concurrent viewers share one computation
             cached = self._cached
-            if cached is not None and self._monotonic() - cached[0] < self._cache_seconds:
+            if cached is not None and self.monotonic() - cached[0] < self.cache_seconds:
                 return cached[1]
             snap = await self._compute()
-            self._cached = (self._monotonic(), snap)
+            self._cached = (self.monotonic(), snap)
             return snap
 
     async def _compute(self) -> Snapshot:
-        now = self._clock.now()
+        now = self.clock.now()
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        queues = self._categories.queues()
+        queues = self.categories.queues()
         problems: list[str] = []
         stats: dict[str, QueueStats] = {}
         dead: list[DeadLetter] = []
         try:
-            stats = {s.queue: s for s in await self._broker.stats(queues)}
-            dead = await self._broker.dead_letters(queues)
+            stats = {s.queue: s for s in await self.broker.stats(queues)}
+            dead = await self.broker.dead_letters(queues)
         except Exception as e:  # the store's figures are worth showing on their own
             log.warning("dashboard could not read the broker", error=str(e))
             problems.append(f"broker: {type(e).__name__}: {e}")
-        samples = await self._store.recent_sends(now - LATENESS_WINDOW, self._sample_limit)
-        failures = await self._store.failures_since(now - FAILURES_WINDOW)
-        deactivated = await self._store.devices_deactivated_since(midnight)
+        samples = await self.store.recent_sends(now - LATENESS_WINDOW, self.sample_limit)
+        failures = await self.store.failures_since(now - FAILURES_WINDOW)
+        deactivated = await self.store.devices_deactivated_since(midnight)
         by_code: Counter[str] = Counter()
         for reason, count in failures.items():
             by_code[failure_code(reason)] += count
@@ -212,7 +203,7 @@ class Dashboard:
             generated_at=now,
             tzdata_release=TZDATA_RELEASE,
             categories=self._category_lines(stats),
-            rates=rates(samples, now, limit=self._sample_limit),
+            rates=rates(samples, now, limit=self.sample_limit),
             failures_window_seconds=FAILURES_WINDOW.total_seconds(),
             failures_by_code=dict(by_code.most_common()),
             deactivated_since=midnight,
@@ -223,7 +214,7 @@ class Dashboard:
 
     def _category_lines(self, stats: dict[str, QueueStats]) -> list[CategoryLine]:
         lines = []
-        for policy in sorted(self._categories, key=lambda p: (p.priority, p.name)):
+        for policy in sorted(self.categories, key=lambda p: (p.priority, p.name)):
             s = stats.get(policy.queue_name)
             lines.append(
                 CategoryLine(
@@ -239,7 +230,7 @@ class Dashboard:
         return lines
 
     def _dead_line(self, d: DeadLetter) -> DeadLetterLine:
-        policy = self._categories.by_queue().get(d.queue)
+        policy = self.categories.by_queue().get(d.queue)
         try:
             messages: int | None = len(decode_batch(d.queue, d.body).ids)
         except BadBatch:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import structlog
 
+from tepat.domain.models import Device, Ticket
+from tepat.ports.push import ReceiptError, TicketError
 from tepat.ports.repositories.devices import DeviceRepository
 
 log = structlog.get_logger("tepat.devices")
@@ -20,28 +22,25 @@ NOT_THE_DEVICES_FAULT = frozenset({"InvalidCredentials", "MismatchSenderId", "Me
 
 async def device_failed(
     store: DeviceRepository,
-    push_token: str,
-    code: str,
-    *,
-    deactivate: bool,
+    device: Device | Ticket,
+    error: TicketError | ReceiptError,
     max_failures: int,
-    user_id: str,
-    device_id: str,
 ) -> None:
-    if deactivate:
-        await store.deactivate_token(push_token, code)
-        log.info("device deactivated", user_id=user_id, device_id=device_id, reason=code)
-    elif code not in NOT_THE_DEVICES_FAULT:
+    code = reason = error.code
+    if error.deactivate_device:
+        await store.deactivate_token(device.push_token, code)
+    elif code in NOT_THE_DEVICES_FAULT:
+        return
+    else:
         outcome = await store.record_device_outcome(
-            push_token, ok=False, max_failures=max_failures, reason=code
+            device.push_token, ok=False, max_failures=max_failures, reason=code
         )
-        if outcome.deactivated:
-            log.info(
-                "device deactivated",
-                user_id=user_id,
-                device_id=device_id,
-                reason=f"{outcome.consecutive_failures} consecutive failures: {code}",
-            )
+        if not outcome.deactivated:
+            return
+        reason = f"{outcome.consecutive_failures} consecutive failures: {code}"
+    log.info(
+        "device deactivated", user_id=device.user_id, device_id=device.device_id, reason=reason
+    )
 
 
 async def device_succeeded(store: DeviceRepository, push_token: str, max_failures: int) -> None:

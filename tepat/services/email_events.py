@@ -71,15 +71,10 @@ class EmailEvents:
     async def _act(self, provider: str, event_id: str, event: EmailEvent) -> Applied:
         if event.kind == "other":
             return Applied("ignored")
+        logger = log.bind(provider=provider, event_id=event_id, type=event.type_name)
         message = await self.store.get_message(event.message_id) if event.message_id else None
         if message is None or message.channel != CHANNEL:
-            log.info(
-                "email_event_not_ours",
-                provider=provider,
-                event_id=event_id,
-                type=event.type_name,
-                message_id=event.message_id,
-            )
+            logger.info("email_event_not_ours", message_id=event.message_id)
             return Applied("not_ours")
         changed = False
         suppressed: list[str] = []
@@ -98,14 +93,8 @@ class EmailEvents:
             suppressed = await self._suppress(message, event, SuppressionReason.COMPLAINT, provider)
         elif event.kind == "delivery":
             changed = await self._move(message.id, MessageStatus.DELIVERED, None, None)
-        log.info(
-            "email_event",
-            provider=provider,
-            event_id=event_id,
-            type=event.type_name,
-            message_id=message.id,
-            status_changed=changed,
-            suppressed=len(suppressed),
+        logger.info(
+            "email_event", message_id=message.id, status_changed=changed, suppressed=len(suppressed)
         )
         return Applied("applied", suppressed)
 

@@ -59,7 +59,6 @@ from tepat.ports.repositories.events import EventRepository
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.users import UserRepository
 from tepat.services.accounts import MAX_SEND_AHEAD, IdempotencyConflict, NotFound
-from tepat.services.inbox import InboxService
 from tepat.services.outbox import Outbox
 from tepat.services.templates import TemplateService
 
@@ -132,26 +131,15 @@ class EventRecords(
     """The events, their recipients (users and their devices) and the messages made."""
 
 
+@dataclass(eq=False)
 class EventService:
-    def __init__(
-        self,
-        store: EventRecords,
-        clock: Clock,
-        categories: Categories,
-        event_types: EventTypes,
-        templates: TemplateService,
-        inbox: InboxService,
-        outbox: Outbox,
-        page_size: int = PAGE_SIZE,
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._categories = categories
-        self._event_types = event_types
-        self._templates = templates
-        self._inbox = inbox
-        self._outbox = outbox
-        self.page_size = page_size
+    store: EventRecords
+    clock: Clock
+    categories: Categories
+    event_types: EventTypes
+    templates: TemplateService
+    outbox: Outbox
+    page_size: int = PAGE_SIZE
 
     # ------------------------------------------------------------------ accepting
 
@@ -159,11 +147,11 @@ class EventService:
         """Store the event once per ``event_id``: ``(event, created)``. The same id with
         another request is an :class:`IdempotencyConflict`."""
         event_id = scoped_event_id(req.app, req.event_id)
-        etype = self._event_types.get(req.type, "type")
+        etype = self.event_types.get(req.type, "type")
         ids = _check_recipients(req.user_ids, req.all_users)
         data = _check_data(req.data)
         priority = _check_priority(req.priority, etype.priority)
-        now = self._clock.now()
+        now = self.clock.now()
         send_at, local_time = _check_when(req.send_at, req.local_time, now)
         occurred_at = req.occurred_at.astimezone(UTC)
         request_hash = request_fingerprint(
@@ -191,7 +179,7 @@ class EventService:
             local_time=local_time,
             listed=len(ids),
         )
-        stored, created = await self._store.create_event(event, ids)
+        stored, created = await self.store.create_event(event, ids)
         if stored.request_hash != request_hash:
             raise IdempotencyConflict(
                 f"event_id {req.event_id!r} was already used with a different request"
@@ -201,17 +189,17 @@ class EventService:
     async def status(self, event_id: str, app: str | None = None) -> EventStatus:
         """``app``: only that app's events (another's is NotFound, as if absent)."""
         stored_id = scoped_event_id(app, event_id)
-        event = await self._store.get_event(stored_id)
+        event = await self.store.get_event(stored_id)
         if event is None:
             raise NotFound("event", event_id)
-        return EventStatus(event, await self._store.event_message_counts(stored_id))
+        return EventStatus(event, await self.store.event_message_counts(stored_id))
 
     # ------------------------------------------------------------------ fan-out
 
     async def fan_out_once(self) -> int:
         """One page of each event still fanning out; how many pages were done."""
         pages = 0
-        for event in await self._store.events_fanning_out(EVENTS_PER_PASS):
+        for event in await self.store.events_fanning_out(EVENTS_PER_PASS):
             try:
                 await self.fan_out_page(event)
                 pages += 1
@@ -230,19 +218,19 @@ class EventService:
 
     async def fan_out_page(self, event: Event) -> bool:
         """The next page of ``event``; whether this call moved its cursor."""
-        ids = await self._store.event_recipients(
+        ids = await self.store.event_recipients(
             event.event_id, event.all_users, event.cursor, self.page_size
         )
-        now = self._clock.now()
+        now = self.clock.now()
         if not ids:
-            return await self._store.advance_event(
+            return await self.store.advance_event(
                 event.event_id, event.cursor, event.cursor, 0, {}, True, now
             )
         page = await self._plan_page(event, ids, now)
         if page.messages:
             # The planner's path: one bulk insert; an existing key is counted, not raised.
-            await self._store.insert_messages(page.messages)
-        moved = await self._store.advance_event(
+            await self.store.insert_messages(page.messages)
+        moved = await self.store.advance_event(
             event.event_id,
             event.cursor,
             ids[-1],
@@ -252,22 +240,22 @@ class EventService:
             now,
         )
         if page.messages:
-            await self._outbox.flush_soon()
+            await self.outbox.flush_soon()
         return moved
 
     async def _plan_page(self, event: Event, ids: list[str], now: datetime) -> _Page:
         page = _Page()
         routes: tuple[Route, ...] = ()
-        if event.type in self._event_types and event.category in self._categories:
-            routes = self._event_types.get(event.type).routes
+        if event.type in self.event_types and event.category in self.categories:
+            routes = self.event_types.get(event.type).routes
         else:
             log.warning("event type or category no longer configured", event_id=event.event_id)
         channels = {r.channel for r in routes}
-        users = await self._store.get_users(ids)
+        users = await self.store.get_users(ids)
         needs_devices = Channel.PUSH in channels or any(
             r.when is not Condition.ALWAYS for r in routes
         )
-        devices = await self._store.active_devices(ids) if needs_devices else {}
+        devices = await self.store.active_devices(ids) if needs_devices else {}
         renders: dict[tuple[Channel, str], Rendered | str] = {}
         for user_id in ids:
             user = users.get(user_id)
@@ -290,7 +278,7 @@ class EventService:
         through the outbox, the channel's queue and the consumers at its instant; the
         send-time checks (user, the (category, channel) preference, quiet hours, the
         target) are taken then."""
-        policy = self._categories.get(event.category)
+        policy = self.categories.get(event.category)
         if isinstance(rendered, str):
             return plan_event_message(
                 event, user, policy, channel, "", "", {}, now, render_error=rendered
@@ -320,14 +308,14 @@ class EventService:
         (channel, locale) serves the page."""
         if (channel, locale) in renders:
             return renders[(channel, locale)]
-        pinned = await self._templates.resolve(event.type, channel, locale)
+        pinned = await self.templates.resolve(event.type, channel, locale)
         result: Rendered | str
         if pinned is None:
-            tried = ", ".join(fallback_chain(locale, self._templates.default_locale))
+            tried = ", ".join(fallback_chain(locale, self.templates.default_locale))
             result = f"no {channel.value} template for {event.type} in any of {tried}"
         else:
             try:
-                result = await self._templates.render_pinned(pinned.template_id, event.data)
+                result = await self.templates.render_pinned(pinned.template_id, event.data)
             except DomainError as e:  # TemplateError: reason render_error
                 result = f"{pinned.template_id}: {e}"
         renders[(channel, locale)] = result

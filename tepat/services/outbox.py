@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -53,26 +54,18 @@ log = structlog.get_logger("tepat.outbox")
 PAGE_SIZE = 5000
 
 
+@dataclass(eq=False)
 class Outbox:
-    def __init__(
-        self,
-        store: OutboxRepository,
-        enqueuer: Enqueuer,
-        categories: Categories,
-        clock: Clock,
-        publish_ahead: timedelta = timedelta(minutes=10),
-        publish_soon: timedelta = timedelta(seconds=5),
-    ) -> None:
-        self.publish_ahead = publish_ahead
-        self.publish_soon = publish_soon
-        self._store = store
-        self._enqueuer = enqueuer
-        self._categories = categories
-        self._clock = clock
-        # One pass at a time in this process: concurrent writers queue behind the
-        # pass in progress, and the next pass takes all of their messages at once,
-        # so a burst of API calls is still published in full batches.
-        self._lock = asyncio.Lock()
+    store: OutboxRepository
+    enqueuer: Enqueuer
+    categories: Categories
+    clock: Clock
+    publish_ahead: timedelta = timedelta(minutes=10)
+    publish_soon: timedelta = timedelta(seconds=5)
+    # One pass at a time in this process: concurrent writers queue behind the
+    # pass in progress, and the next pass takes all of their messages at once,
+    # so a burst of API calls is still published in full batches.
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def flush(self, everything: bool = False, within: timedelta | None = None) -> int:
         """Publish the marked messages due within ``within`` (by default
@@ -87,7 +80,7 @@ class Outbox:
         async with self._lock:
             if everything:
                 return await self._publish_all(None)
-            now = self._clock.now()
+            now = self.clock.now()
             soon = min(ahead, self.publish_soon)
             total = await self._publish_all(now + soon)
             if ahead > soon:
@@ -97,13 +90,13 @@ class Outbox:
     async def _publish_all(self, horizon: datetime | None) -> int:
         total = 0
         while True:
-            page = await self._store.unpublished(PAGE_SIZE, due_before=horizon)
+            page = await self.store.unpublished(PAGE_SIZE, due_before=horizon)
             if not page:
                 return total
-            builder = BatchBuilder(self._categories)
+            builder = BatchBuilder(self.categories)
             batches = builder.add(page) + builder.drain()
-            await self._enqueuer.publish(batches)
-            await self._store.mark_published([(m.id, m.due) for m in page])
+            await self.enqueuer.publish(batches)
+            await self.store.mark_published([(m.id, m.due) for m in page])
             total += len(page)
             if len(page) < PAGE_SIZE:
                 return total
@@ -114,10 +107,10 @@ class Outbox:
         Counted in the store first: only the seconds holding a full batch are read,
         so a pass over a window of batches still filling costs one aggregate query."""
         per_batch: collections.Counter[tuple[int, str]] = collections.Counter()
-        counts = await self._store.unpublished_counts(start, horizon)
+        counts = await self.store.unpublished_counts(start, horizon)
         for (due, category, channel, priority), n in counts.items():
-            if category in self._categories:
-                queue = queue_for(self._categories.get(category), channel, priority)
+            if category in self.categories:
+                queue = queue_for(self.categories.get(category), channel, priority)
                 per_batch[(int(due.timestamp()), queue)] += n
         seconds = sorted({second for (second, _), n in per_batch.items() if n >= MAX_BATCH})
         total = 0
@@ -127,22 +120,22 @@ class Outbox:
         return total
 
     async def _publish_full_second(self, start: datetime, end: datetime) -> int:
-        builder = BatchBuilder(self._categories)
+        builder = BatchBuilder(self.categories)
         # the read due_at of each message, to clear its mark only for that due_at (a
         # message moved meanwhile keeps its mark)
         read: dict[str, datetime] = {}
         total = 0
         after = (start, "")  # every id sorts after "": due at start or later
         while True:
-            page = await self._store.unpublished(PAGE_SIZE, due_before=end, after=after)
+            page = await self.store.unpublished(PAGE_SIZE, due_before=end, after=after)
             if page:
                 after = (page[-1].due, page[-1].id)
             read.update((m.id, m.due) for m in page)
             full = builder.add(page)
             if full:
-                await self._enqueuer.publish(full)
+                await self.enqueuer.publish(full)
                 ids = [i for b in full for i in b.ids]
-                await self._store.mark_published([(i, read[i]) for i in ids])
+                await self.store.mark_published([(i, read[i]) for i in ids])
                 total += len(ids)
             if len(page) < PAGE_SIZE:
                 return total

@@ -119,14 +119,10 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
             return Outcome.UNKNOWN_MESSAGE
         return Outcome.NO_CHANGE
     change, expect = planned
+    logger = log.bind(message_id=callback.message_id, status=callback.status)
     message = await store.get_message(change.message_id)
     if message is None or not _is_this_sms(message, callback):
-        log.warning(
-            "Twilio status callback for an unknown message",
-            message_id=callback.message_id,
-            sid=callback.sid,
-            status=callback.status,
-        )
+        logger.warning("Twilio status callback for an unknown message", sid=callback.sid)
         return Outcome.UNKNOWN_MESSAGE
 
     async def act() -> bool:
@@ -140,12 +136,7 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
     if handled.result is None:
         return Outcome.DUPLICATE
     if handled.result:
-        log.info(
-            "SMS status from Twilio",
-            message_id=callback.message_id,
-            status=callback.status,
-            error_code=callback.error_code,
-        )
+        logger.info("SMS status from Twilio", error_code=callback.error_code)
         return Outcome.APPLIED
     if not handled.first:
         return Outcome.DUPLICATE

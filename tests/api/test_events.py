@@ -292,7 +292,7 @@ async def test_a_crash_mid_fan_out_resumes_without_loss_or_duplicates(
     # A new process: its first page's writes land, then it dies before the cursor moves.
     crashing = CrashingStore(rt.store)
     restarted = event_service(rt)
-    restarted._store = crashing
+    restarted.store = crashing
     restarted.page_size = 3
     [event] = await rt.store.events_fanning_out(10)
     with pytest.raises(ConnectionError):

@@ -72,22 +72,14 @@ class PlanningRecords(
     """The users and reminders planned from, the messages planned, the planning progress."""
 
 
+@dataclass(eq=False)
 class Creator:
-    def __init__(
-        self,
-        store: PlanningRecords,
-        outbox: Outbox,
-        categories: Categories,
-        clock: Clock,
-        horizon: timedelta = timedelta(hours=48),
-        page_size: int = 1000,
-    ) -> None:
-        self._store = store
-        self._outbox = outbox
-        self._categories = categories
-        self._clock = clock
-        self.horizon = horizon
-        self._page_size = page_size
+    store: PlanningRecords
+    outbox: Outbox
+    categories: Categories
+    clock: Clock
+    horizon: timedelta = timedelta(hours=48)
+    page_size: int = 1000
 
     async def plan_window(
         self,
@@ -115,9 +107,9 @@ class Creator:
         if end <= start:
             raise ValueError("end must be after start")
         total = PlanResult()
-        fingerprint = planning_fingerprint(self._categories)
-        pages = self._store.users_to_plan(
-            start, end, fingerprint, self._page_size, after=after, until=until
+        fingerprint = planning_fingerprint(self.categories)
+        pages = self.store.users_to_plan(
+            start, end, fingerprint, self.page_size, after=after, until=until
         )
         # Page k is planned (CPU, this thread) while page k-1 is written (the store's
         # thread, which sqlite3 runs without the GIL): page k is read first, so the
@@ -144,7 +136,7 @@ class Creator:
             if writing is not None and not writing.done():
                 await asyncio.wait([writing])  # its rows and marks land either way
         if publish:
-            await self._outbox.flush()
+            await self.outbox.flush()
         return total
 
     async def _read_page(
@@ -154,17 +146,17 @@ class Creator:
         enabled = [t.user.user_id for t in targets if t.user.enabled]
         # Read after the users (and their stamps): a reminder written since either
         # is read here or bumps the stamp, so the page's marks are refused.
-        reminders = await self._store.reminders_for_users(enabled) if enabled else {}
+        reminders = await self.store.reminders_for_users(enabled) if enabled else {}
 
         def plan() -> _PlannedPage:
-            now = self._clock.now()
+            now = self.clock.now()
             planned: list[Message] = []
             marks: list[PlanMark] = []
             for t in targets:
                 own = reminders.get(t.user.user_id, [])
                 if t.user.enabled:
                     begin = _plan_from(t, start, fingerprint)
-                    planned.extend(plan_user(t.user, own, self._categories, begin, end, now))
+                    planned.extend(plan_user(t.user, own, self.categories, begin, end, now))
                 marks.append(self._mark(t, own, start, end, fingerprint, now))
             return _PlannedPage(targets, planned, marks, now)
 
@@ -174,12 +166,12 @@ class Creator:
         created: Sequence[Message] = []
         existing = 0
         if page.messages:
-            result = await self._store.insert_messages(page.messages)
+            result = await self.store.insert_messages(page.messages)
             created, existing = result.created, result.existing
             if publish and self._outbox_backlog_due_soon(created, page.now):
-                await self._outbox.flush()
+                await self.outbox.flush()
         # Only once the messages are written: a crash before leaves the old marks.
-        await self._store.set_plan_marks(page.marks)
+        await self.store.set_plan_marks(page.marks)
         return PlanResult(len(created), existing, users_planned=len(page.targets))
 
     def _mark(
@@ -195,7 +187,7 @@ class Creator:
         the first instant at or after ``end`` that nothing planned yet, joined with
         the standing mark when the two touch."""
         user = target.user
-        nxt = next_nominal_from(user, reminders, self._categories, end, now)
+        nxt = next_nominal_from(user, reminders, self.categories, end, now)
         lo, hi = start, nxt
         old = _standing(target, fingerprint)
         if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
@@ -209,7 +201,7 @@ class Creator:
 
     async def plan_ahead(self) -> PlanResult:
         """The scheduled job: from now to now + horizon."""
-        now = self._clock.now()
+        now = self.clock.now()
         return await self.plan_window(now, now + self.horizon)
 
     async def replan_user(self, user_id: str, reason: str = SkipReason.SUPERSEDED) -> PlanResult:
@@ -232,31 +224,31 @@ class Creator:
         5. repeat 3 once more: a slower concurrent re-plan may have written an
            older plan after step 3 read.
         """
-        version = await self._store.next_plan_version(user_id)
-        target = await self._store.get_plan_target(user_id)
+        version = await self.store.next_plan_version(user_id)
+        target = await self.store.get_plan_target(user_id)
         if target is None:
             return PlanResult()
         user = target.user
-        reminders = {r.reminder_id: r for r in await self._store.list_reminders(user_id)}
-        now = self._clock.now()
+        reminders = {r.reminder_id: r for r in await self.store.list_reminders(user_id)}
+        now = self.clock.now()
         total = await self._reconcile(user, reminders, version, reason, now)
         if user.enabled:
             planned = list(
                 plan_users(
                     [(user, list(reminders.values()))],
-                    self._categories,
+                    self.categories,
                     now,
                     now + self.horizon,
                     now,
                 )
             )
-            result = await self._store.insert_messages(planned)
+            result = await self.store.insert_messages(planned)
             total += PlanResult(len(result.created), result.existing)
         total += await self._reconcile(user, reminders, version, reason, now)
         # The horizon is planned from this version's reads: say so, unless a newer
         # change (a later stamp) came meanwhile; the next plan run then plans it.
-        fingerprint = planning_fingerprint(self._categories)
-        await self._store.set_plan_marks(
+        fingerprint = planning_fingerprint(self.categories)
+        await self.store.set_plan_marks(
             [
                 self._mark(
                     target, list(reminders.values()), now, now + self.horizon, fingerprint, now
@@ -265,7 +257,7 @@ class Creator:
         )
         # Only what is due within seconds: the publisher loop batches the rest with
         # the other re-plans of its second (one broker message per user otherwise).
-        await self._outbox.flush_soon()
+        await self.outbox.flush_soon()
         return total
 
     async def _reconcile(
@@ -278,12 +270,12 @@ class Creator:
     ) -> PlanResult:
         cancelled = 0
         replacements: list[Message] = []
-        for m in await self._store.pending_for_user(user.user_id):
+        for m in await self.store.pending_for_user(user.user_id):
             if m.reminder_id is None or m.plan_version >= version or m.local_date is None:
                 continue  # a one-off, or this re-plan's own message, or a newer one's
             reminder = reminders.get(m.reminder_id)
             expected = (
-                intended_on(user, reminder, self._categories, m.local_date, now)
+                intended_on(user, reminder, self.categories, m.local_date, now)
                 if reminder is not None
                 else None
             )
@@ -293,7 +285,7 @@ class Creator:
             if expected is not None and expected.nominal < now and expected.nominal != m.nominal:
                 expected = None  # moved to an instant that has already passed
                 cancel_reason = f"{reason}: new time already passed"
-            if await self._store.transition(
+            if await self.store.transition(
                 m.id,
                 MessageStatus.CANCELLED,
                 now,
@@ -306,7 +298,7 @@ class Creator:
                     replacements.append(expected)
         created = 0
         if replacements:
-            result = await self._store.insert_messages(replacements)
+            result = await self.store.insert_messages(replacements)
             created = len(result.created)
         return PlanResult(created=created, cancelled=cancelled)
 
@@ -320,24 +312,24 @@ class Creator:
         Each user is re-planned from fresh reads (``replan_user``), never from a
         snapshot that could undo a concurrent edit.
         """
-        previous = await self._store.get_meta(TZDATA_META_KEY)
+        previous = await self.store.get_meta(TZDATA_META_KEY)
         if previous == release:
             return None
         if previous is None:
             # A new store: everything in it was planned with this release.
-            await self._store.set_meta(TZDATA_META_KEY, release)
+            await self.store.set_meta(TZDATA_META_KEY, release)
             return None
         progress_key = f"{TZDATA_PROGRESS_KEY}:{release}"
-        done_up_to = await self._store.get_meta(progress_key) or ""
+        done_up_to = await self.store.get_meta(progress_key) or ""
         total = PlanResult()
-        async for users in self._store.iter_users(self._page_size):
+        async for users in self.store.iter_users(self.page_size):
             for user in users:
                 if user.user_id <= done_up_to:
                     continue
                 total += await self.replan_user(user.user_id, reason="superseded:tzdata")
             if users:
-                await self._store.set_meta(progress_key, users[-1].user_id)
-        await self._store.set_meta(TZDATA_META_KEY, release)
+                await self.store.set_meta(progress_key, users[-1].user_id)
+        await self.store.set_meta(TZDATA_META_KEY, release)
         return total
 
 

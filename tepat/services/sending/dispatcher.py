@@ -359,7 +359,7 @@ class Dispatcher:
                     tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
                 elif isinstance(outcome, TicketError):
                     metrics.PROVIDER_ERRORS.labels(code=outcome.code).inc()
-                    await self._device_failed(device, outcome)
+                    await device_failed(self._store, device, outcome, self._device_max_failures)
                 if len(o.outcomes) == len(o.devices):
                     answered[id(o)] = o
             await self._record(list(answered.values()))
@@ -388,17 +388,6 @@ class Dispatcher:
                 metrics.count_not_sent_retry(o.message.category)
             answers.append(Answer(o.message, answer))
         await self.recorder.record(PUSH, answers)
-
-    async def _device_failed(self, device: Device, error: TicketError) -> None:
-        await device_failed(
-            self._store,
-            device.push_token,
-            error.code,
-            deactivate=error.deactivate_device,
-            max_failures=self._device_max_failures,
-            user_id=device.user_id,
-            device_id=device.device_id,
-        )
 
     async def defer(self, m: Message, until: datetime) -> None:
         """Back to ``pending`` at the end of quiet hours (the outbox publishes it).

@@ -32,30 +32,23 @@ class ReceiptRecords(TicketRepository, MessageRepository, DeviceRepository, Prot
     """The tickets polled, their messages and the devices a receipt reports on."""
 
 
+@dataclass(eq=False)
 class ReceiptPoller:
-    def __init__(
-        self,
-        store: ReceiptRecords,
-        push: PushProvider,
-        clock: Clock,
-        delay: timedelta = timedelta(minutes=15),
-        device_max_failures: int = 3,
-    ) -> None:
-        self._store = store
-        self._push = push
-        self._clock = clock
-        self.delay = delay
-        self._device_max_failures = device_max_failures
+    store: ReceiptRecords
+    push: PushProvider
+    clock: Clock
+    delay: timedelta = timedelta(minutes=15)
+    device_max_failures: int = 3
 
     async def _poll_page(self, after: tuple[datetime, str] | None) -> _Page:
-        now = self._clock.now()
-        tickets = await self._store.tickets_awaiting_receipt(
-            sent_before=now - self.delay, limit=self._push.max_receipt_batch, after=after
+        now = self.clock.now()
+        tickets = await self.store.tickets_awaiting_receipt(
+            sent_before=now - self.delay, limit=self.push.max_receipt_batch, after=after
         )
         if not tickets:
             return _Page(0, None)
         last = (tickets[-1].sent_at, tickets[-1].ticket_id)
-        result = await self._push.receipts([t.ticket_id for t in tickets])
+        result = await self.push.receipts([t.ticket_id for t in tickets])
         if not isinstance(result, Receipts):
             log.warning("receipts unavailable", reason=result.reason)
             return _Page(0, None)
@@ -64,7 +57,7 @@ class ReceiptPoller:
             receipt = result.by_ticket.get(ticket.ticket_id)
             if receipt is None:
                 if now - ticket.sent_at > RECEIPT_RETENTION:
-                    await self._store.record_receipt(ticket.ticket_id, "expired", None, now)
+                    await self.store.record_receipt(ticket.ticket_id, "expired", None, now)
                 continue
             recorded += await self._apply(ticket, receipt)
         return _Page(recorded, last)
@@ -86,30 +79,22 @@ class ReceiptPoller:
             after = page.last
 
     async def _apply(self, ticket: Ticket, receipt: ReceiptOk | ReceiptError) -> int:
-        now = self._clock.now()
+        now = self.clock.now()
         if isinstance(receipt, ReceiptOk):
-            if not await self._store.record_receipt(ticket.ticket_id, "ok", None, now):
+            if not await self.store.record_receipt(ticket.ticket_id, "ok", None, now):
                 return 0
-            await self._store.transition(
+            await self.store.transition(
                 ticket.message_id, MessageStatus.DELIVERED, now, expect=[MessageStatus.SENT]
             )
-            await device_succeeded(self._store, ticket.push_token, self._device_max_failures)
+            await device_succeeded(self.store, ticket.push_token, self.device_max_failures)
             return 1
-        if not await self._store.record_receipt(ticket.ticket_id, "error", receipt.code, now):
+        if not await self.store.record_receipt(ticket.ticket_id, "error", receipt.code, now):
             return 0
-        await device_failed(
-            self._store,
-            ticket.push_token,
-            receipt.code,
-            deactivate=receipt.deactivate_device,
-            max_failures=self._device_max_failures,
-            user_id=ticket.user_id,
-            device_id=ticket.device_id,
-        )
+        await device_failed(self.store, ticket, receipt, self.device_max_failures)
         # A message to several devices fails only when every one of its tickets failed.
-        siblings = await self._store.tickets_for_message(ticket.message_id)
+        siblings = await self.store.tickets_for_message(ticket.message_id)
         if all(t.receipt_status == "error" for t in siblings):
-            await self._store.transition(
+            await self.store.transition(
                 ticket.message_id,
                 MessageStatus.FAILED,
                 now,

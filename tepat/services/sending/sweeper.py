@@ -15,6 +15,7 @@ lease: whatever is still ``sending`` was the previous process's, so
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
@@ -35,36 +36,28 @@ class SweepRecords(MessageRepository, OutboxRepository, Protocol):
     """The messages swept and the outbox they go back onto."""
 
 
+@dataclass(eq=False)
 class Sweeper:
-    def __init__(
-        self,
-        store: SweepRecords,
-        outbox: Outbox,
-        clock: Clock,
-        grace: timedelta = timedelta(minutes=2),
-        lease: timedelta = DEFAULT_LEASE,
-        batch: int = 1000,
-    ) -> None:
-        self._store = store
-        self._outbox = outbox
-        self._clock = clock
-        # How late a published batch may be before it counts as lost (ActiveMQ's
-        # scheduler fires up to seconds late under load; the broker's own nack
-        # backoff can hold a batch for a while).
-        self.grace = grace
-        self.lease = lease
-        self._batch = batch
+    store: SweepRecords
+    outbox: Outbox
+    clock: Clock
+    # How late a published batch may be before it counts as lost (ActiveMQ's
+    # scheduler fires up to seconds late under load; the broker's own nack
+    # backoff can hold a batch for a while).
+    grace: timedelta = timedelta(minutes=2)
+    lease: timedelta = DEFAULT_LEASE
+    batch: int = 1000
 
     async def sweep_once(self) -> int:
-        now = self._clock.now()
-        lost = await self._store.due_pending(before=now - self.grace, limit=self._batch)
-        redriven = await self._store.republish([m.id for m in lost], due_at=now) if lost else 0
-        stuck = await self._store.stuck_sending(claimed_before=now - self.lease, limit=self._batch)
+        now = self.clock.now()
+        lost = await self.store.due_pending(before=now - self.grace, limit=self.batch)
+        redriven = await self.store.republish([m.id for m in lost], due_at=now) if lost else 0
+        stuck = await self.store.stuck_sending(claimed_before=now - self.lease, limit=self.batch)
         if stuck:
             redriven += await self._redrive_sending(stuck, "lease_expired", now)
         if redriven:
             log.warning("re-driving messages", count=redriven)
-            await self._outbox.flush()
+            await self.outbox.flush()
         return redriven
 
     async def redrive_left_sending(self) -> int:
@@ -72,12 +65,12 @@ class Sweeper:
         many. Only for the start of the one process that can own the store, before it
         consumes: then they are the previous process's, and it is gone. They go onto the
         outbox marked; the caller publishes them (``Runtime.restore_embedded_queue``)."""
-        now = self._clock.now()
+        now = self.clock.now()
         redriven = 0
         # Claims up to a lease ahead of this clock too: the previous process's may have
         # run ahead of this one's (a clock step back between the two).
-        while stuck := await self._store.stuck_sending(
-            claimed_before=now + self.lease, limit=self._batch
+        while stuck := await self.store.stuck_sending(
+            claimed_before=now + self.lease, limit=self.batch
         ):
             moved = await self._redrive_sending(stuck, "restart", now)
             if not moved:
@@ -103,6 +96,6 @@ class Sweeper:
         changes = [
             StatusChange(m.id, MessageStatus.PENDING, last_error=error, due_at=now) for m in stuck
         ]
-        moved = await self._store.transition_many(changes, now, expect=[MessageStatus.SENDING])
+        moved = await self.store.transition_many(changes, now, expect=[MessageStatus.SENDING])
         metrics.count_sending_redriven(cause, moved)
         return moved
