@@ -12,7 +12,7 @@ from pymongo.errors import BulkWriteError
 
 from tepat.adapters.message_cursor import decode_cursor, message_page
 from tepat.adapters.message_transition import TransitionOne
-from tepat.adapters.mongo.base import MongoBase, keyset_after, only_duplicates
+from tepat.adapters.mongo.base import DUPLICATE_KEY, MongoBase, keyset_after, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
 from tepat.domain.errors import DomainError
@@ -137,7 +137,7 @@ class MessagesMixin(TransitionOne, MongoBase):
             # happen: back to pending onto a slot another pending message holds (slots
             # name the intent and its nominal instant, so only a duplicate intent can);
             # the caller closes the message honestly. Anything else is a real failure.
-            if any(err.get("code") != 11000 for err in e.details.get("writeErrors", [])):
+            if any(err.get("code") != DUPLICATE_KEY for err in e.details.get("writeErrors", [])):
                 raise
             return int(e.details.get("nModified", 0))
         return int(result.modified_count)
