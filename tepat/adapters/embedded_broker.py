@@ -26,11 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from tepat.clock import Clock
-from tepat.ports.broker import DeadLetter, Delivery, QueueStats, RedeliveryPolicy
-
-
-class BrokerClosed(ConnectionError):
-    """The broker was closed; call ``connect()`` again to use it."""
+from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
 
 
 @dataclass(slots=True, eq=False)

@@ -72,7 +72,7 @@ _PERMANENT = frozenset(
 CONFIGURATION_ERRORS = frozenset({"InvalidCredentials", "MismatchSenderId"})
 
 #: Failures that happen before any byte of a request is written: nothing can have been sent.
-_BEFORE_SENDING = (
+BEFORE_SENDING = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
     httpx.PoolTimeout,
@@ -191,7 +191,7 @@ class SendProgress:
             self.body_sent = True
 
     def maybe_sent(self, error: httpx.HTTPError) -> bool:
-        if isinstance(error, _BEFORE_SENDING):
+        if isinstance(error, BEFORE_SENDING):
             return False
         if self.traced:
             return self.body_sent

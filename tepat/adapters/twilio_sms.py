@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tepat.adapters.expo_outcomes import parse_retry_after
+from tepat.adapters.expo_outcomes import BEFORE_SENDING, parse_retry_after
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
@@ -48,15 +48,6 @@ STATUS_CALLBACK_PATH = "/v1/providers/twilio/status"
 # Refusals that say the number itself cannot take SMS: later messages to it are skipped.
 SUPPRESS_ON: Mapping[int, str] = {21211: "invalid", 21614: "invalid", 21610: "stop"}
 THROTTLED = 20429
-
-#: Failures before any byte of the request is written: Twilio cannot have acted on it.
-_BEFORE_SENDING = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-    httpx.UnsupportedProtocol,
-    httpx.ProxyError,
-)
 
 
 def status_callback_url(public_url: str, message_id: str) -> str:
@@ -181,7 +172,7 @@ class TwilioSmsChannel:
 
 
 def _failure(error: httpx.HTTPError) -> TryAgain:
-    maybe_sent = not isinstance(error, _BEFORE_SENDING)
+    maybe_sent = not isinstance(error, BEFORE_SENDING)  # Twilio cannot have acted
     what = "timeout" if isinstance(error, httpx.TimeoutException) else "network error"
     when = "after the request was sent" if maybe_sent else "before the request was sent"
     return TryAgain(

@@ -17,6 +17,10 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 
+class BrokerClosed(ConnectionError):
+    """The broker adapter was closed; call ``connect()`` again to use it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """One broker message handed to a consumer; ack or nack it exactly once."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from pymongo import ASCENDING
 from pymongo.errors import BulkWriteError
 
 from tepat.clock import Clock, SystemClock
@@ -31,6 +32,14 @@ def only_duplicates(exc: BulkWriteError) -> set[int]:
     if details.get("writeConcernErrors") or any(e.get("code") != DUPLICATE_KEY for e in errors):
         raise exc
     return {int(e["index"]) for e in errors}
+
+
+def keyset_after(order: Sequence[tuple[str, int]], key: Sequence[Any]) -> dict[str, Any]:
+    """The filter for the documents after ``key`` in ``order`` (two fields, one direction),
+    so a keyset page starts where the last one ended and never hides the ones behind."""
+    (first, direction), (second, _) = order
+    op = "$gt" if direction == ASCENDING else "$lt"
+    return {"$or": [{first: {op: key[0]}}, {first: key[0], second: {op: key[1]}}]}
 
 
 class MongoBase:

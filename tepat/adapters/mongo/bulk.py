@@ -9,7 +9,6 @@ an earlier read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
@@ -17,7 +16,7 @@ from pymongo.errors import BulkWriteError
 from tepat.adapters.mongo.base import only_duplicates
 from tepat.adapters.mongo.codecs import (
     bson_dt,
-    opt_bson_dt,
+    device_activation,
     pair_id,
     reminder_fields,
     user_fields,
@@ -108,7 +107,10 @@ class BulkMixin(UsersMixin):
             },
             {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": bson_dt(now)}},
         )
-        ops = [_device_upsert(k, d, now) for k, d in zip(keys, devices, strict=True)]
+        ops = [
+            UpdateOne({"_id": k}, device_activation(d, bson_dt(d.updated_at or now)), upsert=True)
+            for k, d in zip(keys, devices, strict=True)
+        ]
         try:
             await coll.bulk_write(ops, ordered=False)
         except BulkWriteError as exc:
@@ -155,24 +157,3 @@ class BulkMixin(UsersMixin):
             return {}
         docs = await self._find("users", {"_id": {"$in": list(set(user_ids))}})
         return {d["_id"]: _plan_target(d) for d in docs}
-
-
-def _device_upsert(key: str, d: Device, now: datetime) -> UpdateOne:
-    updated = bson_dt(d.updated_at or now)
-    return UpdateOne(
-        {"_id": key},
-        {
-            "$set": {
-                "user_id": d.user_id,
-                "device_id": d.device_id,
-                "push_token": d.push_token,
-                "platform": d.platform,
-                "active": True,
-                "consecutive_failures": 0,
-                "deactivated_reason": None,
-                "updated_at": updated,
-            },
-            "$setOnInsert": {"created_at": opt_bson_dt(d.created_at) or updated},
-        },
-        upsert=True,
-    )

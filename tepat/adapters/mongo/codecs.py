@@ -112,6 +112,24 @@ def device_from_doc(doc: Mapping[str, Any]) -> Device:
     )
 
 
+def device_activation(d: Device, updated: datetime) -> dict[str, Any]:
+    """The upsert that binds ``d`` active with its token, stamped ``updated`` (a BSON
+    instant); a new binding is created at the device's own ``created_at``, else then."""
+    return {
+        "$set": {
+            "user_id": d.user_id,
+            "device_id": d.device_id,
+            "push_token": d.push_token,
+            "platform": d.platform,
+            "active": True,
+            "consecutive_failures": 0,
+            "deactivated_reason": None,
+            "updated_at": updated,
+        },
+        "$setOnInsert": {"created_at": opt_bson_dt(d.created_at) or updated},
+    }
+
+
 def reminder_fields(r: Reminder, now: datetime) -> dict[str, Any]:
     return {
         "user_id": r.user_id,

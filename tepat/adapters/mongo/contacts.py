@@ -15,7 +15,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
-from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.base import MongoBase, keyset_after
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
 
@@ -129,14 +129,7 @@ class ContactsMixin(MongoBase):
         if channel is not None:
             clauses.append({"channel": channel})
         if after is not None:
-            clauses.append(
-                {
-                    "$or": [
-                        {"channel": {"$gt": after[0]}},
-                        {"channel": after[0], "address": {"$gt": after[1]}},
-                    ]
-                }
-            )
+            clauses.append(keyset_after(_ORDER, after))
         query: dict[str, Any] = {"$and": clauses} if clauses else {}
         docs = await self._find("suppressions", query, sort=_ORDER, limit=limit)
         return [_suppression(d) for d in docs]

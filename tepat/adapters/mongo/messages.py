@@ -8,10 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError
 
 from tepat.adapters.message_cursor import decode_cursor, message_page
-from tepat.adapters.mongo.base import MongoBase, only_duplicates
+from tepat.adapters.message_transition import TransitionOne
+from tepat.adapters.mongo.base import DUPLICATE_KEY, MongoBase, keyset_after, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
 from tepat.domain.errors import DomainError
@@ -25,7 +26,7 @@ from tepat.ports.repositories.messages import (
 )
 
 
-class MessagesMixin(MongoBase):
+class MessagesMixin(TransitionOne, MongoBase):
     """The ``messages`` collection."""
 
     # --- messages -----------------------------------------------------------------
@@ -117,48 +118,6 @@ class MessagesMixin(MongoBase):
         )
         return int(result.modified_count)
 
-    async def transition(
-        self,
-        message_id: str,
-        to: MessageStatus,
-        now: datetime,
-        *,
-        expect: Sequence[MessageStatus],
-        reason: str | None = None,
-        ticket_id: str | None = None,
-        last_error: str | None = None,
-        scheduled_at: datetime | None = None,
-        release_live_key: bool = False,
-        due_at: datetime | None = None,
-    ) -> bool:
-        planned = _transition_update(
-            StatusChange(
-                message_id,
-                to,
-                reason,
-                ticket_id,
-                last_error,
-                scheduled_at,
-                release_live_key,
-                due_at,
-            ),
-            now,
-            expect,
-        )
-        if planned is None:
-            return False
-        query, update = planned
-        if await webhooks_active(self):  # status webhooks: the journal rides the update
-            add_journal_push(update, to.value, reason, now)
-        try:
-            result = await self._db["messages"].update_one(query, update)
-        except DuplicateKeyError:
-            # Back to pending onto a slot another pending message holds (slots name
-            # the intent and its nominal instant, so only a duplicate intent can):
-            # the update did not happen, and the caller closes the message honestly.
-            return False
-        return bool(result.modified_count)
-
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
@@ -174,9 +133,11 @@ class MessagesMixin(MongoBase):
         try:
             result = await self._db["messages"].bulk_write(ops, ordered=False)
         except BulkWriteError as e:
-            # Unordered: every other update still ran; a duplicate-key one did not
-            # happen (see transition). Anything else is a real failure.
-            if any(err.get("code") != 11000 for err in e.details.get("writeErrors", [])):
+            # Unordered: every other update still ran. A duplicate-key one did not
+            # happen: back to pending onto a slot another pending message holds (slots
+            # name the intent and its nominal instant, so only a duplicate intent can);
+            # the caller closes the message honestly. Anything else is a real failure.
+            if any(err.get("code") != DUPLICATE_KEY for err in e.details.get("writeErrors", [])):
                 raise
             return int(e.details.get("nModified", 0))
         return int(result.modified_count)
@@ -194,21 +155,12 @@ class MessagesMixin(MongoBase):
             window["$lt"] = bson_dt(query.scheduled_to)
         if window:
             flt["scheduled_at"] = window
+        order = [("scheduled_at", DESCENDING), ("_id", DESCENDING)]
         if query.cursor is not None:
-            at, mid = decode_cursor(query.cursor)
-            flt["$or"] = [
-                {"scheduled_at": {"$lt": at}},
-                {"scheduled_at": at, "_id": {"$lt": mid}},
-            ]
-        limit = query.limit
-        docs = (
-            await self._db["messages"]
-            .find(flt)
-            .sort([("scheduled_at", DESCENDING), ("_id", DESCENDING)])
-            .limit(limit + 1)  # one extra tells whether another page exists
-            .to_list(None)
-        )
-        return message_page([message_from_doc(d) for d in docs], limit)
+            flt.update(keyset_after(order, decode_cursor(query.cursor)))
+        # One extra tells whether another page exists.
+        docs = await self._find("messages", flt, sort=order, limit=query.limit + 1)
+        return message_page([message_from_doc(d) for d in docs], query.limit)
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
         docs = await self._find(
@@ -259,18 +211,13 @@ class MessagesMixin(MongoBase):
             return []
         failed = MessageStatus.FAILED.value
         flt: dict[str, Any] = {"status": failed}
+        order = [("updated_at", DESCENDING), ("_id", DESCENDING)]
         if before_id is not None:
             anchor = await self._db["messages"].find_one({"_id": before_id})
             if anchor is None:
                 return []
-            at = anchor.get("updated_at")
-            flt["$or"] = [
-                {"updated_at": {"$lt": at}},
-                {"updated_at": at, "_id": {"$lt": before_id}},
-            ]
-        docs = await self._find(
-            "messages", flt, sort=[("updated_at", DESCENDING), ("_id", DESCENDING)], limit=limit
-        )
+            flt.update(keyset_after(order, (anchor.get("updated_at"), before_id)))
+        docs = await self._find("messages", flt, sort=order, limit=limit)
         return [message_from_doc(d) for d in docs]
 
 

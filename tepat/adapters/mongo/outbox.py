@@ -15,7 +15,7 @@ from typing import Any
 
 from pymongo import ASCENDING, UpdateOne
 
-from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.base import MongoBase, keyset_after
 from tepat.adapters.mongo.codecs import bson_dt, message_from_doc, read_dt
 from tepat.domain.models import Message, MessageStatus
 
@@ -32,12 +32,10 @@ class OutboxMixin(MongoBase):
         flt: dict[str, Any] = {"publish_pending": True, "status": MessageStatus.PENDING.value}
         if due_before is not None:
             flt["due_at"] = {"$lt": bson_dt(due_before)}
+        order = [("due_at", ASCENDING), ("_id", ASCENDING)]
         if after is not None:
-            due, mid = bson_dt(after[0]), after[1]
-            flt["$or"] = [{"due_at": {"$gt": due}}, {"due_at": due, "_id": {"$gt": mid}}]
-        docs = await self._find(
-            "messages", flt, sort=[("due_at", ASCENDING), ("_id", ASCENDING)], limit=limit
-        )
+            flt.update(keyset_after(order, (bson_dt(after[0]), after[1])))
+        docs = await self._find("messages", flt, sort=order, limit=limit)
         return [message_from_doc(d) for d in docs]
 
     async def unpublished_counts(

@@ -9,7 +9,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.errors import BulkWriteError
 
-from tepat.adapters.mongo.base import MongoBase, only_duplicates
+from tepat.adapters.mongo.base import MongoBase, keyset_after, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, ticket_doc, ticket_from_doc
 from tepat.domain.models import Ticket
 
@@ -36,14 +36,11 @@ class TicketsMixin(MongoBase):
             "receipt_status": None,
             "sent_at": {"$lt": bson_dt(sent_before)},
         }
+        order = [("sent_at", ASCENDING), ("_id", ASCENDING)]
         if after is not None:
-            # Keyset on (sent_at, _id): a page of tickets whose receipts are not
-            # ready yet never hides the ones behind it.
-            at, tid = bson_dt(after[0]), after[1]
-            flt["$or"] = [{"sent_at": {"$gt": at}}, {"sent_at": at, "_id": {"$gt": tid}}]
-        docs = await self._find(
-            "tickets", flt, sort=[("sent_at", ASCENDING), ("_id", ASCENDING)], limit=limit
-        )
+            # A page of tickets whose receipts are not ready yet never hides those behind.
+            flt.update(keyset_after(order, (bson_dt(after[0]), after[1])))
+        docs = await self._find("tickets", flt, sort=order, limit=limit)
         return [ticket_from_doc(d) for d in docs]
 
     async def record_receipt(

@@ -14,8 +14,8 @@ from pymongo.errors import DuplicateKeyError
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import (
     bson_dt,
+    device_activation,
     device_from_doc,
-    opt_bson_dt,
     pair_id,
     read_dt_required,
     user_fields,
@@ -234,19 +234,7 @@ class UsersMixin(MongoBase):
             try:
                 doc = await devices.find_one_and_update(
                     {"_id": key},
-                    {
-                        "$set": {
-                            "user_id": device.user_id,
-                            "device_id": device.device_id,
-                            "push_token": device.push_token,
-                            "platform": device.platform,
-                            "active": True,
-                            "consecutive_failures": 0,
-                            "deactivated_reason": None,
-                            "updated_at": now,
-                        },
-                        "$setOnInsert": {"created_at": opt_bson_dt(device.created_at) or now},
-                    },
+                    device_activation(device, now),
                     upsert=True,
                     return_document=ReturnDocument.AFTER,
                 )

@@ -98,22 +98,22 @@ class SqliteBase:
 
     # ----------------------------------------------------------------- plumbing
 
-    async def _run(self, fn: Callable[[Conn], T]) -> T:
-        """Run the read ``fn`` (it must not write): on the reader when there is one."""
+    def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
             raise RuntimeError("SqliteStore used before open() or after close()")
-        loop = asyncio.get_running_loop()
+        return self._executor
+
+    async def _run(self, fn: Callable[[Conn], T]) -> T:
+        """Run the read ``fn`` (it must not write): on the reader when there is one."""
+        worker, loop = self._worker(), asyncio.get_running_loop()
         if self._reader is not None:
             return await loop.run_in_executor(self._reader, self._in_reader, fn)
-        return await loop.run_in_executor(self._executor, self._in_worker, fn)
+        return await loop.run_in_executor(worker, self._in_worker, fn)
 
     async def _on_writer(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on the writer's connection and thread, outside any transaction
         (connection settings; what a test must do where the writes happen)."""
-        if self._executor is None:
-            raise RuntimeError("SqliteStore used before open() or after close()")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._in_worker, fn)
+        return await asyncio.get_running_loop().run_in_executor(self._worker(), self._in_worker, fn)
 
     def _in_reader(self, fn: Callable[[Conn], T]) -> T:
         assert self._reader_conn is not None, "open() connects the reader first"
@@ -134,15 +134,13 @@ class SqliteBase:
         """Run ``fn`` in a write transaction: the writes queued while the worker was busy
         share one (group commit), each in a savepoint of its own, so one that raises
         is rolled back alone and the others commit."""
-        if self._executor is None:
-            raise RuntimeError("SqliteStore used before open() or after close()")
-        loop = asyncio.get_running_loop()
+        worker, loop = self._worker(), asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         with self._writes_lock:
             self._writes.append((fn, fut))
             first = len(self._writes) == 1
         if first:
-            self._executor.submit(self._write_group, loop)
+            worker.submit(self._write_group, loop)
         result: T = await fut
         return result
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from functools import lru_cache, partial
 from typing import Any
 
+from tepat.adapters.message_transition import TransitionOne
 from tepat.adapters.sqlite.codecs import (
     _MESSAGE_COLUMNS,
     _MESSAGE_FIELDS,
@@ -59,7 +60,7 @@ def _insert_messages_sql(rows: int) -> str:
     )
 
 
-class MessagesWriteMixin(SqliteBase):
+class MessagesWriteMixin(TransitionOne, SqliteBase):
     """Writes to messages: insert, claim, transitions, cancel."""
 
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
@@ -156,39 +157,6 @@ class MessagesWriteMixin(SqliteBase):
             return n
 
         return await self._write(run) if ids else 0
-
-    async def transition(
-        self,
-        message_id: str,
-        to: MessageStatus,
-        now: datetime,
-        *,
-        expect: Sequence[MessageStatus],
-        reason: str | None = None,
-        ticket_id: str | None = None,
-        last_error: str | None = None,
-        scheduled_at: datetime | None = None,
-        release_live_key: bool = False,
-        due_at: datetime | None = None,
-    ) -> bool:
-        statement = _transition_statement(
-            StatusChange(
-                message_id,
-                to,
-                reason,
-                ticket_id,
-                last_error,
-                scheduled_at,
-                release_live_key,
-                due_at,
-            ),
-            now,
-            expect,
-        )
-        if statement is None:
-            return False
-        sql, params = statement
-        return await self._write(lambda c: _apply_transition(c, sql, params)) > 0
 
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]

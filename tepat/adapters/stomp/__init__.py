@@ -17,30 +17,9 @@ One module per part, each documenting how its part maps onto ActiveMQ:
 """
 
 from tepat.adapters.stomp.broker import StompBroker
-from tepat.adapters.stomp.errors import BrokerClosed, BrokerRefused, BrokerUnavailable
-from tepat.adapters.stomp.frames import (
-    DLQ_PREFIX,
-    H_FIRST_FAILURE,
-    H_FIRST_ID,
-    H_NACKS,
-    H_QUEUE,
-    H_REASON,
-)
+from tepat.adapters.stomp.errors import BrokerRefused
 from tepat.adapters.stomp.tls import TlsFiles
-from tepat.adapters.stomp.url import StompTarget, parse_stomp_url
+from tepat.adapters.stomp.url import parse_stomp_url
 
-__all__ = [
-    "DLQ_PREFIX",
-    "H_FIRST_FAILURE",
-    "H_FIRST_ID",
-    "H_NACKS",
-    "H_QUEUE",
-    "H_REASON",
-    "BrokerClosed",
-    "BrokerRefused",
-    "BrokerUnavailable",
-    "StompBroker",
-    "StompTarget",
-    "TlsFiles",
-    "parse_stomp_url",
-]
+# What callers outside the package use; the rest is imported from its module.
+__all__ = ["BrokerRefused", "StompBroker", "TlsFiles", "parse_stomp_url"]

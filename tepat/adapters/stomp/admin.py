@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-from tepat.adapters.stomp.errors import BrokerClosed, BrokerUnavailable
+from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
     H_NACKS,
@@ -37,7 +37,7 @@ from tepat.adapters.stomp.frames import (
 )
 from tepat.adapters.stomp.link import Link
 from tepat.adapters.stomp.url import StompTarget, check_name, selector_literal
-from tepat.ports.broker import DeadLetter, QueueStats
+from tepat.ports.broker import BrokerClosed, DeadLetter, QueueStats
 
 _STATS_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
 _STATS_END = "ActiveMQ.Statistics.Destination.List.End.With.Null"

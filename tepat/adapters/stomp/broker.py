@@ -54,7 +54,7 @@ import structlog
 
 from tepat.adapters.stomp.admin import StompAdmin
 from tepat.adapters.stomp.consumer import Consumer
-from tepat.adapters.stomp.errors import BrokerClosed, BrokerUnavailable
+from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
     H_FIRST_FAILURE,
@@ -71,7 +71,7 @@ from tepat.adapters.stomp.link import Link
 from tepat.adapters.stomp.tls import TlsFiles
 from tepat.adapters.stomp.url import check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
-from tepat.ports.broker import DeadLetter, Delivery, QueueStats, RedeliveryPolicy
+from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
 
 log = structlog.get_logger("tepat.broker.stomp")
 
