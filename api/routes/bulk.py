@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from pydantic import TypeAdapter, ValidationError
 
 from api.deps import RT, Admin
-from api.problems import FieldError, problem_response, problem_responses
+from api.problems import field_problem, problem_responses
 from api.schemas import BulkImportOut, BulkItemOut, BulkItemProblem, BulkUserIn, QuietHoursBody
 from tepat.services import bulk_import
 from tepat.services.bulk_import import (
@@ -81,8 +81,7 @@ async def import_users(request: Request, rt: RT, _admin: Admin) -> Any:
     try:
         raw = _read_items(request.headers.get("content-type", ""), await request.body())
     except BodyProblem as e:
-        errors = [FieldError(field=e.field, message=e.message)]
-        return problem_response(e.status, f"{e.field}: {e.message}", errors=errors)
+        return field_problem(e.status, e.field, e.message)
     items = [_parse_item(i, obj) for i, obj in enumerate(raw)]
     results = await bulk_import.import_users(rt, items)
     counts = Counter(r.status for r in results)

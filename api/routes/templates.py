@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 
 from api.deps import Admin, Templates, answer_created
 from api.pagination import Page
-from api.problems import FieldError, problem_response, problem_responses
+from api.problems import field_problem, problem_responses
 from api.schemas import (
     TemplateIn,
     TemplateList,
@@ -49,8 +49,7 @@ def _template_problem(e: TemplateError) -> JSONResponse:
     extra = {"reason": e.reason.value}
     if e.variable is not None:
         extra["variable"] = e.variable
-    errors = [FieldError(field=e.field, message=e.message)]
-    return problem_response(422, f"{e.field}: {e.message}", errors=errors, extra=extra)
+    return field_problem(422, e.field, e.message, extra=extra)
 
 
 def _out(service: TemplateService, t: Template) -> TemplateOut:
