@@ -24,23 +24,23 @@ from api.request_id import RequestIdMiddleware
 from api.routes import (
     admin,
     bulk,
+    contacts,
     dashboard,
     devices,
+    events,
     health,
     inbox,
     messages,
     preferences,
+    providers_email,
     providers_twilio,
     reminders,
+    suppressions,
+    templates,
+    unsubscribe,
     users,
+    webhooks,
 )
-from api.routes import contacts as contact_routes
-from api.routes import events as event_routes
-from api.routes import providers_email as email_provider_routes
-from api.routes import suppressions as suppression_routes
-from api.routes import templates as template_routes
-from api.routes import unsubscribe as unsubscribe_routes
-from api.routes import webhooks as webhook_routes
 from api.schemas import BulkUserIn
 from api.throttle import FailureThrottle
 from tepat.runtime import Runtime, event_service, template_service
@@ -82,24 +82,18 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     # the API, the inbox channel and the fan-out alike (tepat/services/inbox.py).
     app.state.inbox = rt.inbox
     app.state.events = event_service(rt, app.state.templates)
-    for module in (users, devices, reminders, preferences, messages, bulk, admin, health):
-        app.include_router(module.router)
-    app.include_router(template_routes.router)
-    app.include_router(inbox.router)
-    app.include_router(event_routes.router)
-    app.include_router(contact_routes.router)
-    app.include_router(suppression_routes.router)
-    # /v1/providers/twilio/...: no API key, Twilio's signature instead (api/auth.py)
-    app.include_router(providers_twilio.router)
-    app.include_router(webhook_routes.router)
     # /u/{token}: one-click unsubscribe, no credentials (the signed token is the key)
     app.state.unsubscribe = build_unsubscribe_links(rt.settings, rt.clock)
-    app.include_router(unsubscribe_routes.router)
-    # /v1/providers/email/events: no API key, SNS's or the relay's signature instead
-    app.state.email_events = email_provider_routes.build_endpoint(
+    app.state.email_events = providers_email.build_endpoint(
         rt.settings, EmailEvents(rt.store, rt.clock)
     )
-    app.include_router(email_provider_routes.router)
+    # /v1/providers/...: no API key, the provider's signature instead (api/auth.py)
+    for module in (
+        *(users, devices, reminders, preferences, messages, bulk, admin, health, templates),
+        *(inbox, events, contacts, suppressions, providers_twilio, webhooks, unsubscribe),
+        providers_email,
+    ):
+        app.include_router(module.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app, rt.store.unavailable_errors)
     app.add_exception_handler(AuthError, _on_auth_error)
@@ -109,8 +103,8 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         max_bytes=MAX_BODY_BYTES,
         path_limits={
             bulk.PATH: bulk.MAX_BODY_BYTES,
-            event_routes.PATH: event_routes.MAX_BODY_BYTES,
-            email_provider_routes.PATH: email_provider_routes.MAX_BODY_BYTES,
+            events.PATH: events.MAX_BODY_BYTES,
+            providers_email.PATH: providers_email.MAX_BODY_BYTES,
         },
     )
     app.add_middleware(

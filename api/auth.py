@@ -14,7 +14,7 @@ Wrong API keys are throttled per client IP (:mod:`api.throttle`): 429 past the l
 :class:`AuthMiddleware` decides for every ``/v1/`` request *before* routing
 and body parsing, so a caller without valid credentials always gets 401 (not
 a 404 or 422 that would tell them about the API), and a user token on another
-user's path gets 403. The route dependencies below re-check the same rule
+user's path gets 403. The route dependencies (:mod:`api.deps`) re-check the same rule
 against the parsed path parameter and declare the schemes for OpenAPI.
 
 ``/v1/providers/…`` (status callbacks and inbound messages from Twilio, the e-mail
@@ -28,13 +28,11 @@ import hmac
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, TypeGuard
+from typing import TypeGuard
 from urllib.parse import parse_qs
 
 import jwt
-from fastapi import Depends, Path, Request
 from fastapi.responses import JSONResponse
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -42,12 +40,13 @@ from api.problems import FieldError, problem_response
 from api.throttle import FailureThrottle, client_ip
 from tepat.clock import Clock
 from tepat.config import Settings
-from tepat.domain.validation import IDENTIFIER_PATTERN
 
 JWT_LEEWAY_SECONDS = 10
 # Provider callbacks: authenticated by the provider's signature in the route, not here.
 PROVIDER_PREFIX = "/v1/providers/"
 _CHALLENGE = 'Bearer realm="tepat", ApiKey realm="tepat" header="X-API-Key"'
+ADMIN_ONLY = "the admin API needs the X-API-Key"
+OWN_USER_ONLY = "a user token reaches only that user's own resources"
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +232,7 @@ def authorize(principal: Principal, path: str) -> None:
         raise AuthError(403, "an app key reaches only /v1/events")
     if len(parts) >= 4 and parts[2] == "users" and principal.may_reach_user(parts[3]):
         return
-    if parts[2:3] == ["admin"]:
-        raise AuthError(403, "the admin API needs the X-API-Key")
-    raise AuthError(403, "a user token reaches only that user's own resources")
+    raise AuthError(403, ADMIN_ONLY if parts[2:3] == ["admin"] else OWN_USER_ONLY)
 
 
 def stream_query_token(scope: Scope) -> str | None:
@@ -292,80 +289,3 @@ class AuthMiddleware:
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
-
-
-# --- route dependencies: re-check against the parsed path, and document the schemes
-
-api_key_scheme = APIKeyHeader(
-    name="X-API-Key",
-    scheme_name="ApiKey",
-    description="The admin API key (TEPAT_ADMIN_API_KEY): reaches every endpoint; or an"
-    " app key (TEPAT_APP_KEYS): reaches the events API only.",
-    auto_error=False,
-)
-bearer_scheme = HTTPBearer(
-    scheme_name="UserToken",
-    bearerFormat="JWT",
-    description="End-user JWT (HS256, `sub` = user id, `exp` required): "
-    "reaches only `/v1/users/{sub}/…`.",
-    auto_error=False,
-)
-
-
-def _principal(request: Request) -> Principal:
-    principal = request.scope.get("state", {}).get("principal")
-    if not isinstance(principal, Principal):  # the middleware is missing: fail closed
-        raise AuthError(401, "credentials required")
-    return principal
-
-
-def current_principal(
-    request: Request,
-    _api_key: Annotated[str | None, Depends(api_key_scheme)],
-    _bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-) -> Principal:
-    """Admin or user (the scheme parameters only document both for OpenAPI)."""
-    return _principal(request)
-
-
-UserIdPath = Annotated[
-    str,
-    Path(
-        description="Your own id for the user (letters, digits and ._:@-)",
-        min_length=1,
-        max_length=128,
-        pattern=IDENTIFIER_PATTERN,
-        examples=["user-42"],
-    ),
-]
-
-
-Caller = Annotated[Principal, Depends(current_principal)]
-
-
-def user_access(
-    user_id: UserIdPath, principal: Annotated[Principal, Depends(current_principal)]
-) -> str:
-    """The path's ``user_id``, once the caller may reach it."""
-    if not principal.may_reach_user(user_id):
-        raise AuthError(403, "a user token reaches only that user's own resources")
-    return user_id
-
-
-def events_access(
-    request: Request, _api_key: Annotated[str | None, Depends(api_key_scheme)]
-) -> Principal:
-    """The admin key, or an app key (``TEPAT_APP_KEYS``): the events API."""
-    principal = _principal(request)
-    if principal.user_id is not None:
-        raise AuthError(403, "the events API needs the X-API-Key (admin or app key)")
-    return principal
-
-
-def admin_access(
-    request: Request, _api_key: Annotated[str | None, Depends(api_key_scheme)]
-) -> Principal:
-    principal = _principal(request)
-    if not principal.admin:
-        raise AuthError(403, "the admin API needs the X-API-Key")
-    return principal

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from api.schemas import Paged, Request
+from api.schemas import Paged, Request, read_fields
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason
 
 MAX_ADDRESS = 320  # RFC 5321's 64 + @ + 255: longer is never an address
@@ -36,9 +36,7 @@ class ContactOut(BaseModel):
 
     @classmethod
     def of(cls, c: Contact) -> ContactOut:
-        return cls(
-            channel=c.channel, address=c.address, verified=c.verified, updated_at=c.updated_at
-        )
+        return cls(**read_fields(cls, c))
 
 
 class ContactList(Paged):

@@ -1,27 +1,38 @@
-"""Shared route dependencies."""
+"""Shared route pieces: the runtime and services a route reaches, who may call it (the
+route dependencies re-check :class:`api.auth.AuthMiddleware`'s rule against the parsed
+path, and declare the schemes for OpenAPI), the user-scoped router, and the status of a
+create-or-existing call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from api.auth import Principal, admin_access, events_access, user_access
+from api.auth import ADMIN_ONLY, OWN_USER_ONLY, AuthError, Principal
+from api.problems import problem_responses
 from tepat.domain.validation import IDENTIFIER_PATTERN
 from tepat.runtime import Runtime
+from tepat.services.events import EventService
+from tepat.services.inbox import InboxService
+from tepat.services.templates import TemplateService
 
 
-def runtime(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
+def _app_state(name: str) -> Any:
+    """A dependency reading what :func:`api.app.create_app` put in ``app.state.<name>``."""
+
+    def read(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return Depends(read)
 
 
-RT = Annotated[Runtime, Depends(runtime)]
-# The path's user id, once the caller is allowed to reach it.
-UserId = Annotated[str, Depends(user_access)]
-Admin = Annotated[Principal, Depends(admin_access)]
-# The admin key or an app key (TEPAT_APP_KEYS): the events API.
-EventsCaller = Annotated[Principal, Depends(events_access)]
+RT = Annotated[Runtime, _app_state("runtime")]
+Templates = Annotated[TemplateService, _app_state("templates")]
+Inbox = Annotated[InboxService, _app_state("inbox")]
+Events = Annotated[EventService, _app_state("events")]
 
 
 def id_path(description: str, example: str) -> Any:
@@ -38,3 +49,99 @@ DeviceId = Annotated[
     str, id_path("Your id for the device (stable across token rotation)", "phone-1")
 ]
 ReminderId = Annotated[str, id_path("Your id for the reminder", "lunch")]
+
+
+# --- who may call: the principal the middleware authenticated
+
+api_key_scheme = APIKeyHeader(
+    name="X-API-Key",
+    scheme_name="ApiKey",
+    description="The admin API key (TEPAT_ADMIN_API_KEY): reaches every endpoint; or an"
+    " app key (TEPAT_APP_KEYS): reaches the events API only.",
+    auto_error=False,
+)
+bearer_scheme = HTTPBearer(
+    scheme_name="UserToken",
+    bearerFormat="JWT",
+    description="End-user JWT (HS256, `sub` = user id, `exp` required): "
+    "reaches only `/v1/users/{sub}/…`.",
+    auto_error=False,
+)
+
+
+def _principal(request: Request) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):  # the middleware is missing: fail closed
+        raise AuthError(401, "credentials required")
+    return principal
+
+
+def _current_principal(
+    request: Request,
+    _api_key: Annotated[str | None, Depends(api_key_scheme)],
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Principal:
+    """Admin or user (the scheme parameters only document both for OpenAPI)."""
+    return _principal(request)
+
+
+Caller = Annotated[Principal, Depends(_current_principal)]
+
+
+def _user_access(
+    user_id: Annotated[
+        str, id_path("Your own id for the user (letters, digits and ._:@-)", "user-42")
+    ],
+    principal: Caller,
+) -> str:
+    if not principal.may_reach_user(user_id):
+        raise AuthError(403, OWN_USER_ONLY)
+    return user_id
+
+
+# The path's user id, once the caller may reach it.
+UserId = Annotated[str, Depends(_user_access)]
+
+
+def _key_access(may: Callable[[Principal], bool], refusal: str) -> Any:
+    """The caller's principal, when it sent an ``X-API-Key`` that ``may`` reach the
+    route (403 ``refusal`` otherwise)."""
+
+    def access(
+        request: Request, _api_key: Annotated[str | None, Depends(api_key_scheme)]
+    ) -> Principal:
+        principal = _principal(request)
+        if not may(principal):
+            raise AuthError(403, refusal)
+        return principal
+
+    return Depends(access)
+
+
+Admin = Annotated[Principal, _key_access(lambda p: p.admin, ADMIN_ONLY)]
+# The admin key or an app key (TEPAT_APP_KEYS): the events API.
+EventsCaller = Annotated[
+    Principal,
+    _key_access(
+        lambda p: p.user_id is None, "the events API needs the X-API-Key (admin or app key)"
+    ),
+]
+
+
+# --- the shapes routes share
+
+
+def user_router(resource: str, tag: str) -> APIRouter:
+    """The routes of ``/v1/users/{user_id}<resource>``: each may answer 401, 403 (another
+    user's path), 404 (no such user) and 422."""
+    return APIRouter(
+        prefix=f"/v1/users/{{user_id}}{resource}",
+        tags=[tag],
+        responses=problem_responses(401, 403, 404, 422),
+    )
+
+
+def answer_created(response: Response, created: bool) -> None:
+    """201 when the call created the resource, 200 when it was already there (a retry,
+    a replacement or an identical copy)."""
+    response.status_code = 201 if created else 200

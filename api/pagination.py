@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
-from fastapi import Query
+from fastapi import Depends, Query
 
 from tepat.domain.errors import DomainError
 
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 100
 
-Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"Page size (at most {MAX_LIMIT})")]
+# Also the long lists' cursor (their store's own, as opaque to the client).
 Cursor = Annotated[
     str | None, Query(max_length=512, description="`next_cursor` of the previous page")
 ]
@@ -29,18 +30,35 @@ Cursor = Annotated[
 T = TypeVar("T")
 
 
-def cut_page(
-    items: Sequence[T], key: Callable[[T], str], cursor: str | None, limit: int
-) -> tuple[list[T], str | None]:
-    """The ``limit`` items after ``cursor`` in key order, and the next page's cursor (None
-    on the last page)."""
-    after = _decode(cursor) if cursor else None
-    ordered = sorted(items, key=key)
-    if after is not None:
-        ordered = [item for item in ordered if key(item) > after]
-    page = ordered[:limit]
-    more = len(ordered) > limit
-    return page, _encode(key(page[-1])) if more else None
+@dataclass(frozen=True, slots=True)
+class PageQuery:
+    """``?limit=&cursor=`` of a small list, and the page they cut from it."""
+
+    limit: int
+    cursor: str | None
+
+    def cut(self, items: Iterable[T], key: Callable[[T], str]) -> tuple[list[T], str | None]:
+        """The ``limit`` items after ``cursor`` in ``key`` order, and the next page's
+        cursor (None on the last page)."""
+        after = _decode(self.cursor) if self.cursor else None
+        ordered = sorted(items, key=key)
+        if after is not None:
+            ordered = [item for item in ordered if key(item) > after]
+        page = ordered[: self.limit]
+        more = len(ordered) > self.limit
+        return page, _encode(key(page[-1])) if more else None
+
+
+def _page_query(
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_LIMIT, description=f"Page size (at most {MAX_LIMIT})")
+    ] = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+) -> PageQuery:
+    return PageQuery(limit, cursor)
+
+
+Page = Annotated[PageQuery, Depends(_page_query)]
 
 
 def _encode(key: str) -> str:

@@ -73,6 +73,13 @@ def problem_response(
     )
 
 
+def field_problem(status: int, field: str, message: str, **more: Any) -> JSONResponse:
+    """A problem naming one offending field (``detail`` ``"<field>: <message>"``);
+    ``more``: :func:`problem_response`'s ``headers`` and ``extra``."""
+    errors = [FieldError(field=field, message=message)]
+    return problem_response(status, f"{field}: {message}", errors=errors, **more)
+
+
 def _phrase(status: int) -> str:
     try:
         return http.HTTPStatus(status).phrase
@@ -135,8 +142,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
 
 async def _on_domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DomainError)
-    errors = [FieldError(field=exc.field, message=exc.message)]
-    return problem_response(422, _summary(errors), errors=errors)
+    return field_problem(422, exc.field, exc.message)
 
 
 async def _on_not_found(request: Request, exc: Exception) -> JSONResponse:
@@ -154,8 +160,7 @@ async def _on_conflict(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_field_conflict(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FieldConflict)
-    errors = [FieldError(field=exc.field, message=exc.message)]
-    return problem_response(409, _summary(errors), errors=errors)
+    return field_problem(409, exc.field, exc.message)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:

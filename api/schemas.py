@@ -18,15 +18,16 @@ from tepat.domain.inbox import InboxItem
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, User
 from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
 from tepat.ports.broker import DeadLetter, QueueStats
+from tepat.services.accounts import KEEP
 
 MAX_TITLE = 200
 MAX_BODY = 2000
 MAX_INBOX_HTML = 4000
 
 
-def _read(model: type[BaseModel], obj: object, **computed: Any) -> dict[str, Any]:
+def read_fields(model: type[BaseModel], obj: object, **computed: Any) -> dict[str, Any]:
     """The fields of response ``model`` read by name from the domain object ``obj``, but
-    for those ``computed`` here."""
+    for those ``computed`` here (a computed value ``model`` has no field for is left out)."""
     return {f: computed[f] if f in computed else getattr(obj, f) for f in model.model_fields}
 
 
@@ -111,6 +112,10 @@ Category = Annotated[
 ]
 Title = Annotated[Text, Field(min_length=1, max_length=MAX_TITLE, examples=["Time for lunch"])]
 Body = Annotated[Text, Field(max_length=MAX_BODY, examples=["Your meal plan says: soup."])]
+# A page of a long list (paged in the store): always says where the next one starts.
+NextCursor = Annotated[
+    str | None, Field(description="Pass as `cursor` for the next page; null at the end")
+]
 Data = Annotated[
     dict[str, Any],
     Field(
@@ -123,9 +128,7 @@ Data = Annotated[
 # ---------------------------------------------------------------- users
 
 
-class QuietHoursBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class QuietHoursBody(Request):
     start: HHMM
     end: HHMM
 
@@ -150,6 +153,10 @@ class UserIn(Request):
     )
     enabled: bool = Field(default=True, description="A disabled user is sent nothing")
 
+    def given(self, field: str) -> Any:
+        """The field's value when the request names it, else KEEP: left out, unchanged."""
+        return getattr(self, field) if field in self.model_fields_set else KEEP
+
 
 class UserOut(BaseModel):
     user_id: str
@@ -165,7 +172,7 @@ class UserOut(BaseModel):
     def of(cls, u: User) -> UserOut:
         qh = u.quiet_hours
         quiet = QuietHoursBody(start=format_hhmm(qh.start), end=format_hhmm(qh.end)) if qh else None
-        return cls(**_read(cls, u, quiet_hours=quiet))
+        return cls(**read_fields(cls, u, quiet_hours=quiet))
 
 
 # ---------------------------------------------------------------- devices
@@ -194,7 +201,7 @@ class DeviceOut(BaseModel):
 
     @classmethod
     def of(cls, d: Device) -> DeviceOut:
-        return cls(**_read(cls, d))
+        return cls(**read_fields(cls, d))
 
 
 class Paged(BaseModel):
@@ -242,7 +249,7 @@ class ReminderOut(BaseModel):
 
     @classmethod
     def of(cls, r: Reminder) -> ReminderOut:
-        return cls(**_read(cls, r, local_time=format_hhmm(r.local_time), days=list(r.days)))
+        return cls(**read_fields(cls, r, local_time=format_hhmm(r.local_time), days=list(r.days)))
 
 
 class ReminderList(Paged):
@@ -325,7 +332,7 @@ class MessageOut(BaseModel):
     def of(cls, m: Message) -> Self:
         """This message's view (a subclass's own fields included)."""
         local_time = format_hhmm(m.local_time) if m.local_time else None
-        return cls(**_read(cls, m, local_time=local_time))
+        return cls(**read_fields(cls, m, local_time=local_time))
 
 
 class NotificationOut(MessageOut):
@@ -337,9 +344,7 @@ class NotificationOut(MessageOut):
 
 class MessagePage(BaseModel):
     messages: list[MessageOut] = Field(description="Newest scheduled first")
-    next_cursor: str | None = Field(
-        description="Pass as `cursor` for the next page; null at the end"
-    )
+    next_cursor: NextCursor
 
 
 # ---------------------------------------------------------------- admin
@@ -364,7 +369,7 @@ class QueueOut(BaseModel):
 
     @classmethod
     def of(cls, s: QueueStats) -> QueueOut:
-        return cls(**_read(cls, s))
+        return cls(**read_fields(cls, s))
 
 
 class QueueList(BaseModel):
@@ -387,7 +392,7 @@ class BrokerDeadLetterOut(BaseModel):
 
     @classmethod
     def of(cls, d: DeadLetter) -> BrokerDeadLetterOut:
-        return cls(**_read(cls, d, body=d.body.decode("utf-8", errors="replace")))
+        return cls(**read_fields(cls, d, body=d.body.decode("utf-8", errors="replace")))
 
 
 class DeadLetters(BaseModel):
@@ -586,14 +591,12 @@ class InboxItemOut(BaseModel):
 
     @classmethod
     def of(cls, i: InboxItem) -> InboxItemOut:
-        return cls(**_read(cls, i, id=i.item_id, status=i.status.value, data=dict(i.data)))
+        return cls(**read_fields(cls, i, id=i.item_id, status=i.status.value, data=dict(i.data)))
 
 
 class InboxPageOut(BaseModel):
     items: list[InboxItemOut] = Field(description="Newest first")
-    next_cursor: str | None = Field(
-        description="Pass as `cursor` for the next page; null at the end"
-    )
+    next_cursor: NextCursor
     unread_count: int
 
 

@@ -34,7 +34,6 @@ PLANNABLE_UNTIL = datetime(9999, 12, 29, tzinfo=UTC)
 
 @router.post(
     "/plan",
-    response_model=PlanOut,
     responses=problem_responses(400, 413, 422),
     summary="Plan reminders due in [start, end)",
 )
@@ -55,7 +54,7 @@ async def plan(body: PlanIn, rt: RT, _: Admin) -> PlanOut:
     return PlanOut(created=result.created, existing=result.existing)
 
 
-@router.get("/queues", response_model=QueueList, summary="Broker queue depths")
+@router.get("/queues", summary="Broker queue depths")
 async def queues(rt: RT, _: Admin) -> QueueList:
     stats = await rt.broker.stats(rt.queues)
     return QueueList(queues=[QueueOut.of(s) for s in stats])
@@ -63,7 +62,6 @@ async def queues(rt: RT, _: Admin) -> QueueList:
 
 @router.get(
     "/dead-letters",
-    response_model=DeadLetters,
     responses=problem_responses(422),
     summary="Failed messages and broker dead letters",
 )
@@ -84,7 +82,6 @@ async def dead_letters(
 
 @router.post(
     "/dead-letters/{dead_letter_id}/replay",
-    response_model=ReplayOut,
     responses=problem_responses(404, 422),
     summary="Put a broker dead letter back on its queue, due now",
 )

@@ -17,10 +17,9 @@ from fastapi import APIRouter, Request
 from pydantic import TypeAdapter, ValidationError
 
 from api.deps import RT, Admin
-from api.problems import FieldError, problem_response, problem_responses
-from api.schemas import BulkImportOut, BulkItemOut, BulkItemProblem, BulkUserIn
+from api.problems import field_problem, problem_responses
+from api.schemas import BulkImportOut, BulkItemOut, BulkItemProblem, BulkUserIn, QuietHoursBody
 from tepat.services import bulk_import
-from tepat.services.accounts import KEEP
 from tepat.services.bulk_import import (
     MAX_ITEMS,
     DeviceItem,
@@ -82,8 +81,7 @@ async def import_users(request: Request, rt: RT, _admin: Admin) -> Any:
     try:
         raw = _read_items(request.headers.get("content-type", ""), await request.body())
     except BodyProblem as e:
-        errors = [FieldError(field=e.field, message=e.message)]
-        return problem_response(e.status, f"{e.field}: {e.message}", errors=errors)
+        return field_problem(e.status, e.field, e.message)
     items = [_parse_item(i, obj) for i, obj in enumerate(raw)]
     results = await bulk_import.import_users(rt, items)
     counts = Counter(r.status for r in results)
@@ -176,31 +174,15 @@ def _parse_item(index: int, obj: Any) -> UserItem | InvalidItem:
             for err in e.errors()
         ]
         return InvalidItem(user_id, problems)
-    given = body.model_fields_set
-    qh = body.quiet_hours
+    qh = body.given("quiet_hours")
     return UserItem(
         user_id=body.user_id,
         timezone=body.timezone,
-        locale=body.locale if "locale" in given else KEEP,
-        quiet_hours=(QuietHoursItem(qh.start, qh.end) if qh else None)
-        if "quiet_hours" in given
-        else KEEP,
-        enabled=body.enabled if "enabled" in given else KEEP,
+        locale=body.given("locale"),
+        quiet_hours=QuietHoursItem(qh.start, qh.end) if isinstance(qh, QuietHoursBody) else qh,
+        enabled=body.given("enabled"),
         devices=[DeviceItem(d.device_id, d.push_token, d.platform) for d in body.devices],
-        reminders=[
-            ReminderItem(
-                reminder_id=r.reminder_id,
-                category=r.category,
-                local_time=r.local_time,
-                title=r.title,
-                body=r.body,
-                label=r.label,
-                days=r.days,
-                data=r.data,
-                enabled=r.enabled,
-            )
-            for r in body.reminders
-        ],
+        reminders=[ReminderItem(**r.model_dump()) for r in body.reminders],
     )
 
 

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import Path, Response
 
-from api.auth import AuthError, Caller
+from api.auth import AuthError
 from api.contact_schemas import ContactIn, ContactList, ContactOut
-from api.deps import RT, UserId
-from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
+from api.deps import RT, Caller, UserId, user_router
+from api.pagination import Page
 from api.problems import problem_responses
 from tepat.services import contacts
 
-router = APIRouter(
-    prefix="/v1/users/{user_id}/contacts",
-    tags=["contacts"],
-    responses=problem_responses(401, 403, 404, 422),
-)
+router = user_router("/contacts", tag="contacts")
 
 ChannelPath = Annotated[
     str, Path(max_length=16, description="`email` or `sms`", examples=["email"])
@@ -26,7 +22,6 @@ ChannelPath = Annotated[
 
 @router.put(
     "/{channel}",
-    response_model=ContactOut,
     responses=problem_responses(400, 413),
     summary="Set the user's e-mail address or phone number",
 )
@@ -53,17 +48,15 @@ async def put_contact(
 @router.delete(
     "/{channel}", status_code=204, response_class=Response, summary="Remove a contact point"
 )
-async def delete_contact(user_id: UserId, channel: ChannelPath, rt: RT) -> Response:
+async def delete_contact(user_id: UserId, channel: ChannelPath, rt: RT) -> None:
     """Idempotent; messages on that channel are then skipped ``no_contact``."""
     await contacts.remove_contact(rt, user_id, channel)
-    return Response(status_code=204)
 
 
-@router.get("", response_model=ContactList, summary="List the user's contact points")
-async def list_contacts(
-    user_id: UserId, rt: RT, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
-) -> ContactList:
+@router.get("", summary="List the user's contact points")
+async def list_contacts(user_id: UserId, rt: RT, page: Page) -> ContactList:
     """By channel (one contact per channel)."""
-    found = await contacts.list_contacts(rt, user_id)
-    page, next_cursor = cut_page(found, lambda c: c.channel, cursor, limit)
-    return ContactList(contacts=[ContactOut.of(c) for c in page], next_cursor=next_cursor)
+    found, next_cursor = page.cut(
+        await contacts.list_contacts(rt, user_id), key=lambda c: c.channel
+    )
+    return ContactList(contacts=[ContactOut.of(c) for c in found], next_cursor=next_cursor)

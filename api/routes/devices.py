@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
-from api.auth import Caller
-from api.deps import RT, DeviceId, UserId
-from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
+from api.deps import RT, Caller, DeviceId, UserId, user_router
+from api.pagination import Page
 from api.problems import problem_responses
 from api.schemas import DeviceIn, DeviceList, DeviceOut
 from tepat.services import accounts
 
-router = APIRouter(
-    prefix="/v1/users/{user_id}/devices",
-    tags=["devices"],
-    responses=problem_responses(401, 403, 404, 422),
-)
+router = user_router("/devices", tag="devices")
 
 
 @router.put(
     "/{device_id}",
-    response_model=DeviceOut,
     responses=problem_responses(400, 409, 413),
     summary="Register a device or rotate its token",
 )
@@ -45,21 +39,16 @@ async def put_device(
 
 
 @router.delete(
-    "/{device_id}",
-    status_code=204,
-    response_class=Response,
-    summary="Deactivate a device",
+    "/{device_id}", status_code=204, response_class=Response, summary="Deactivate a device"
 )
-async def delete_device(user_id: UserId, device_id: DeviceId, rt: RT) -> Response:
+async def delete_device(user_id: UserId, device_id: DeviceId, rt: RT) -> None:
     await accounts.deactivate_device(rt, user_id, device_id)
-    return Response(status_code=204)
 
 
-@router.get("", response_model=DeviceList, summary="List the user's devices")
-async def list_devices(
-    user_id: UserId, rt: RT, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
-) -> DeviceList:
+@router.get("", summary="List the user's devices")
+async def list_devices(user_id: UserId, rt: RT, page: Page) -> DeviceList:
     """By device id, inactive ones included."""
-    devices = await accounts.list_devices(rt, user_id)
-    page, next_cursor = cut_page(devices, lambda d: d.device_id, cursor, limit)
-    return DeviceList(devices=[DeviceOut.of(d) for d in page], next_cursor=next_cursor)
+    devices, next_cursor = page.cut(
+        await accounts.list_devices(rt, user_id), key=lambda d: d.device_id
+    )
+    return DeviceList(devices=[DeviceOut.of(d) for d in devices], next_cursor=next_cursor)

@@ -12,18 +12,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Final
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 
 from api.auth import AuthError
-from api.deps import EventsCaller
+from api.deps import Events, EventsCaller
 from api.problems import problem_responses
 from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text
 from api.schemas import Request as StrictRequest
 from tepat.domain.events import MAX_USER_IDS, Event, EventState, Outcome
 from tepat.domain.models import MessageStatus
 from tepat.domain.validation import IDENTIFIER_PATTERN
-from tepat.services.events import EventRequest, EventService, EventStatus
+from tepat.services.events import EventRequest, EventStatus
 
 PATH: Final = "/v1/events"
 # MAX_USER_IDS ids of up to 128 characters, quoted and separated, with room for data.
@@ -102,11 +102,6 @@ class EventStatusOut(BaseModel):
     updated_at: datetime | None
 
 
-def _service(request: Request) -> EventService:
-    service: EventService = request.app.state.events
-    return service
-
-
 def _handle(event: Event, event_id: str) -> EventHandle:
     """``event_id`` as the caller named it (an app key's is stored under its app)."""
     return EventHandle(
@@ -119,12 +114,11 @@ def _handle(event: Event, event_id: str) -> EventHandle:
 
 @router.post(
     "",
-    response_model=EventHandle,
     status_code=202,
     responses=problem_responses(400, 409, 413, 422),
     summary="Accept a business event; fan it out to its recipients in the background",
 )
-async def post_event(body: EventIn, request: Request, caller: EventsCaller) -> EventHandle:
+async def post_event(body: EventIn, caller: EventsCaller, service: Events) -> EventHandle:
     """202 with a handle at once, for a new event and for a repeat alike; the fan-out
     runs in the scheduler process (`tepat serve` or `tepat scheduler`). An app key's
     `event_id` is its own: another app may use the same one."""
@@ -132,20 +126,7 @@ async def post_event(body: EventIn, request: Request, caller: EventsCaller) -> E
         raise AuthError(
             403, f"the app key {caller.app!r} may not post {body.type!r} events", field="type"
         )
-    event, _created = await _service(request).accept(
-        EventRequest(
-            event_id=body.event_id,
-            type=body.type,
-            data=body.data,
-            occurred_at=body.occurred_at,
-            user_ids=body.user_ids,
-            all_users=body.all_users,
-            priority=body.priority,
-            send_at=body.send_at,
-            local_time=body.local_time,
-            app=caller.app,
-        )
-    )
+    event, _created = await service.accept(EventRequest(**body.model_dump(), app=caller.app))
     return _handle(event, body.event_id)
 
 
@@ -156,15 +137,12 @@ EventIdPath = Annotated[
 
 @router.get(
     "/{event_id}",
-    response_model=EventStatusOut,
     responses=problem_responses(404, 422),
     summary="Follow an event's fan-out and outcomes",
 )
-async def get_event(
-    event_id: EventIdPath, request: Request, caller: EventsCaller
-) -> EventStatusOut:
+async def get_event(event_id: EventIdPath, caller: EventsCaller, service: Events) -> EventStatusOut:
     """An app key reads only its own events (another's is a 404)."""
-    return status_out(await _service(request).status(event_id, caller.app), event_id)
+    return status_out(await service.status(event_id, caller.app), event_id)
 
 
 def status_out(status: EventStatus, event_id: str) -> EventStatusOut:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response
+from fastapi import Body, Header, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from api.deps import Admin, UserId, id_path
+from api.deps import Admin, Inbox, UserId, answer_created, id_path, user_router
 from api.problems import problem_response, problem_responses
 from api.schemas import (
     InboxItemIn,
@@ -25,13 +25,9 @@ from api.schemas import (
     UnreadCountOut,
 )
 from tepat.domain.inbox import InboxItem, parse_seq
-from tepat.services.inbox import InboxService, TooManyStreams
+from tepat.services.inbox import TooManyStreams
 
-router = APIRouter(
-    prefix="/v1/users/{user_id}/inbox",
-    tags=["inbox"],
-    responses=problem_responses(401, 403, 404, 422),
-)
+router = user_router("/inbox", tag="inbox")
 
 ItemId = Annotated[str, id_path("The item's `id`", "inb_3f2a9c")]
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -39,22 +35,17 @@ SSE_MEDIA_TYPE = "text/event-stream"
 SSE_RETRY_MS = 3000
 
 
-def _service(request: Request) -> InboxService:
-    service: InboxService = request.app.state.inbox
-    return service
-
-
-@router.get("", response_model=InboxPageOut, summary="List the user's inbox, newest first")
+@router.get("", summary="List the user's inbox, newest first")
 async def list_inbox(
     user_id: UserId,
-    request: Request,
+    service: Inbox,
     cursor: Annotated[
         str | None, Query(max_length=32, description="`next_cursor` of the previous page")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200, description="Page size")] = 50,
     unread: Annotated[bool, Query(description="Only items not read yet")] = False,
 ) -> InboxPageOut:
-    page = await _service(request).page(user_id, cursor, limit, unread)
+    page = await service.page(user_id, cursor, limit, unread)
     return InboxPageOut(
         items=[InboxItemOut.of(i) for i in page.items],
         next_cursor=page.next_cursor,
@@ -62,33 +53,25 @@ async def list_inbox(
     )
 
 
-@router.get("/unread-count", response_model=UnreadCountOut, summary="How many items are unread")
-async def unread_count(user_id: UserId, request: Request) -> UnreadCountOut:
-    return UnreadCountOut(unread_count=await _service(request).unread_count(user_id))
+@router.get("/unread-count", summary="How many items are unread")
+async def unread_count(user_id: UserId, service: Inbox) -> UnreadCountOut:
+    return UnreadCountOut(unread_count=await service.unread_count(user_id))
 
 
-@router.post(
-    "/{item_id}/read", response_model=InboxItemOut, summary="Mark one item read (forward-only)"
-)
-async def read_item(user_id: UserId, item_id: ItemId, request: Request) -> InboxItemOut:
+@router.post("/{item_id}/read", summary="Mark one item read (forward-only)")
+async def read_item(user_id: UserId, item_id: ItemId, service: Inbox) -> InboxItemOut:
     """Reading an item again keeps its first `read_at`. Another user's item is a 404."""
-    return InboxItemOut.of(await _service(request).read(user_id, item_id))
+    return InboxItemOut.of(await service.read(user_id, item_id))
 
 
 @router.post(
-    "/read-all",
-    response_model=ReadAllOut,
-    responses=problem_responses(400, 413),
-    summary="Mark every unread item read",
+    "/read-all", responses=problem_responses(400, 413), summary="Mark every unread item read"
 )
 async def read_all(
-    user_id: UserId,
-    request: Request,
-    body: Annotated[ReadAllIn | None, Body()] = None,
+    user_id: UserId, service: Inbox, body: Annotated[ReadAllIn | None, Body()] = None
 ) -> ReadAllOut:
     """Every item stored so far, or only those up to `up_to_seq` (the newest the app has
     shown, so an item arriving meanwhile stays unread)."""
-    service = _service(request)
     marked = await service.read_all(user_id, body.up_to_seq if body else None)
     return ReadAllOut(marked=marked, unread_count=await service.unread_count(user_id))
 
@@ -104,23 +87,14 @@ async def read_all(
     summary="Put an item in the user's inbox (admin; superseded by POST /v1/events)",
 )
 async def put_item(
-    user_id: UserId, body: InboxItemIn, request: Request, response: Response, _: Admin
+    user_id: UserId, body: InboxItemIn, _: Admin, service: Inbox, response: Response
 ) -> InboxItemOut:
     """Until events reach the inbox, this is how an item gets there. Idempotent on
     `idempotency_key` (the item's message id): a repeat returns the stored item (200)."""
-    delivered = await _service(request).deliver(
-        user_id,
-        body.idempotency_key,
-        category=body.category,
-        title=body.title,
-        body=body.body,
-        event_type=body.event_type,
-        html=body.html,
-        link=body.link,
-        data=body.data,
+    delivered = await service.deliver(
+        user_id, **body.model_dump(exclude={"idempotency_key"}), message_id=body.idempotency_key
     )
-    if not delivered.created:
-        response.status_code = 200
+    answer_created(response, delivered.created)
     return InboxItemOut.of(delivered.item)
 
 
@@ -140,7 +114,7 @@ async def put_item(
 )
 async def stream(
     user_id: UserId,
-    request: Request,
+    service: Inbox,
     last_event_id_header: Annotated[
         str | None,
         Header(
@@ -173,7 +147,6 @@ async def stream(
         after = parse_seq(last_event_id, "last_event_id")
     else:
         after = None
-    service = _service(request)
     if after is None:  # only what arrives from now on
         after = await service.newest_seq(user_id)
     items = await service.open_stream(user_id, after)

@@ -6,22 +6,19 @@ import re
 from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from pydantic import BeforeValidator
 
-from api.auth import AuthError, Caller
-from api.deps import RT, UserId
+from api.auth import AuthError
+from api.deps import RT, Caller, UserId, answer_created, user_router
+from api.pagination import Cursor
 from api.problems import problem_responses
 from api.schemas import MessageOut, MessagePage, NotificationIn, NotificationOut, OffsetDatetime
 from tepat.domain.models import MessageStatus
 from tepat.ports.repositories.messages import MessageQuery
 from tepat.services import accounts
 
-router = APIRouter(
-    prefix="/v1/users/{user_id}",
-    tags=["messages"],
-    responses=problem_responses(401, 403, 404, 422),
-)
+router = user_router("", tag="messages")
 
 
 @router.post(
@@ -60,8 +57,7 @@ async def post_notification(
     )
     # on this request's access line (api/request_id.py): the line that created it names it
     structlog.contextvars.bind_contextvars(message_id=message.id, user_id=user_id)
-    if not created:
-        response.status_code = 200
+    answer_created(response, created)
     return NotificationOut.of(message)
 
 
@@ -76,7 +72,7 @@ def _plus_restored(value: object) -> object:
 QueryDatetime = Annotated[OffsetDatetime, BeforeValidator(_plus_restored)]
 
 
-@router.get("/messages", response_model=MessagePage, summary="List the user's messages")
+@router.get("/messages", summary="List the user's messages")
 async def list_messages(
     user_id: UserId,
     rt: RT,
@@ -93,9 +89,7 @@ async def list_messages(
         Query(description="Scheduled before (ISO 8601 with offset)"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200, description="Page size")] = 50,
-    cursor: Annotated[
-        str | None, Query(max_length=512, description="`next_cursor` of the previous page")
-    ] = None,
+    cursor: Cursor = None,
 ) -> MessagePage:
     """Newest scheduled first."""
     query = MessageQuery(

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
-from api.deps import RT, UserId
+from api.deps import RT, UserId, user_router
 from api.problems import problem_responses
 from api.schemas import PreferencesIn, PreferencesOut
 from tepat.services import accounts
 
-router = APIRouter(
-    prefix="/v1/users/{user_id}/preferences",
-    tags=["preferences"],
-    responses=problem_responses(401, 403, 404, 422),
-)
+router = user_router("/preferences", tag="preferences")
 
 
-@router.put(
-    "",
-    response_model=PreferencesOut,
-    responses=problem_responses(400, 413),
-    summary="Set preferences",
-)
+@router.put("", responses=problem_responses(400, 413), summary="Set preferences")
 async def put_preferences(user_id: UserId, body: PreferencesIn, rt: RT) -> PreferencesOut:
     """Merges: categories not named keep their setting. Checked at send time, so an
     opt-out also stops messages already planned."""
     return PreferencesOut(categories=await accounts.set_preferences(rt, user_id, body.categories))
 
 
-@router.get("", response_model=PreferencesOut, summary="Get preferences")
+@router.get("", summary="Get preferences")
 async def get_preferences(user_id: UserId, rt: RT) -> PreferencesOut:
     return PreferencesOut(categories=await accounts.get_preferences(rt, user_id))

@@ -35,7 +35,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from api.problems import FieldError, problem_response, problem_responses
+from api.problems import field_problem, problem_response, problem_responses
 from tepat.adapters.sns_verify import CertificateUnavailable, SnsVerifier
 from tepat.config import Settings
 from tepat.domain import sns
@@ -172,16 +172,8 @@ def _answer(result: str) -> Response:
 
 
 def _bad_json() -> Response:
-    return problem_response(
-        400,
-        "body: not a JSON document",
-        errors=[FieldError(field="body", message="not a JSON document")],
-    )
+    return field_problem(400, "body", "not a JSON document")
 
 
 def _forbidden(field_name: str, message: str) -> Response:
-    return problem_response(
-        403,
-        f"{field_name}: {message}",
-        errors=[FieldError(field=field_name, message=message)],
-    )
+    return field_problem(403, field_name, message)

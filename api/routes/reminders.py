@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
-from api.deps import RT, ReminderId, UserId
-from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
+from api.deps import RT, ReminderId, UserId, answer_created, user_router
+from api.pagination import Page
 from api.problems import problem_responses
 from api.schemas import ReminderIn, ReminderList, ReminderOut
 from tepat.services import accounts
 
-router = APIRouter(
-    prefix="/v1/users/{user_id}/reminders",
-    tags=["reminders"],
-    responses=problem_responses(401, 403, 404, 422),
-)
+router = user_router("/reminders", tag="reminders")
 
 
 @router.put(
     "/{reminder_id}",
-    response_model=ReminderOut,
     responses={
         201: {"model": ReminderOut, "description": "Created"},
         **problem_responses(400, 409, 413),
@@ -36,18 +31,10 @@ async def put_reminder(
         rt,
         user_id,
         reminder_id,
-        category=body.category,
-        local_time=body.local_time,
-        title=body.title,
-        body=body.body,
-        label=body.label,
-        days=body.days,
-        data=body.data,
-        enabled=body.enabled,
+        **body.model_dump(),
         max_reminders=rt.settings.max_reminders_per_user,
     )
-    if created:
-        response.status_code = 201
+    answer_created(response, created)
     return ReminderOut.of(reminder)
 
 
@@ -57,16 +44,14 @@ async def put_reminder(
     response_class=Response,
     summary="Delete a reminder and cancel its pending messages",
 )
-async def delete_reminder(user_id: UserId, reminder_id: ReminderId, rt: RT) -> Response:
+async def delete_reminder(user_id: UserId, reminder_id: ReminderId, rt: RT) -> None:
     await accounts.delete_reminder(rt, user_id, reminder_id)
-    return Response(status_code=204)
 
 
-@router.get("", response_model=ReminderList, summary="List the user's reminders")
-async def list_reminders(
-    user_id: UserId, rt: RT, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
-) -> ReminderList:
+@router.get("", summary="List the user's reminders")
+async def list_reminders(user_id: UserId, rt: RT, page: Page) -> ReminderList:
     """By reminder id."""
-    reminders = await accounts.list_reminders(rt, user_id)
-    page, next_cursor = cut_page(reminders, lambda r: r.reminder_id, cursor, limit)
-    return ReminderList(reminders=[ReminderOut.of(r) for r in page], next_cursor=next_cursor)
+    reminders, next_cursor = page.cut(
+        await accounts.list_reminders(rt, user_id), key=lambda r: r.reminder_id
+    )
+    return ReminderList(reminders=[ReminderOut.of(r) for r in reminders], next_cursor=next_cursor)

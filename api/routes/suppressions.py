@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from api.contact_schemas import SuppressionAdded, SuppressionIn, SuppressionOut, SuppressionPageOut
-from api.deps import RT, Admin
+from api.deps import RT, Admin, answer_created
+from api.pagination import Cursor
 from api.problems import problem_responses
 from tepat.services import contacts
 
@@ -18,16 +19,14 @@ router = APIRouter(
 )
 
 
-@router.get("", response_model=SuppressionPageOut, summary="List suppressions")
+@router.get("", summary="List suppressions")
 async def list_suppressions(
     rt: RT,
     _: Admin,
     channel: Annotated[
         str | None, Query(max_length=16, description="Only this channel: `email` or `sms`")
     ] = None,
-    cursor: Annotated[
-        str | None, Query(max_length=512, description="`next_cursor` of the previous page")
-    ] = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=contacts.MAX_PAGE, description="Page size")] = 100,
 ) -> SuppressionPageOut:
     """By channel, then address."""
@@ -53,8 +52,7 @@ async def add_suppression(
     """201 when new; 200 when it was already suppressed (it keeps its first reason
     unless this one is stronger: complaint over hard_bounce over the rest)."""
     stored, created = await contacts.add_suppression(rt, body.channel, body.address, body.reason)
-    if not created:
-        response.status_code = 200
+    answer_created(response, created)
     return SuppressionAdded.added(stored, created)
 
 
@@ -70,7 +68,6 @@ async def lift_suppression(
     _: Admin,
     channel: Annotated[str, Path(max_length=16, examples=["sms"])],
     address: Annotated[str, Path(max_length=320, examples=["+6281234567890"])],
-) -> Response:
+) -> None:
     """Sends to the address resume. 404 when it was not suppressed."""
     await contacts.lift_suppression(rt, channel, address)
-    return Response(status_code=204)

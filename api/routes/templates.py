@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import JSONResponse
 
-from api.deps import Admin
-from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
-from api.problems import FieldError, problem_response, problem_responses
+from api.deps import Admin, Templates, answer_created
+from api.pagination import Page
+from api.problems import field_problem, problem_responses
 from api.schemas import (
     TemplateIn,
     TemplateList,
@@ -43,19 +43,13 @@ LocalePath = Annotated[
 ]
 
 
-def _service(request: Request) -> TemplateService:
-    service: TemplateService = request.app.state.templates
-    return service
-
-
 def _template_problem(e: TemplateError) -> JSONResponse:
     """The usual 422 naming the field, plus ``reason`` (``compile_error``, ``too_large``,
     ``invalid``, ``render_error``) and, for a missing variable, ``variable``."""
     extra = {"reason": e.reason.value}
     if e.variable is not None:
         extra["variable"] = e.variable
-    errors = [FieldError(field=e.field, message=e.message)]
-    return problem_response(422, f"{e.field}: {e.message}", errors=errors, extra=extra)
+    return field_problem(422, e.field, e.message, extra=extra)
 
 
 def _out(service: TemplateService, t: Template) -> TemplateOut:
@@ -86,20 +80,19 @@ async def put_template(
     channel: ChannelPath,
     locale: LocalePath,
     body: TemplateIn,
-    request: Request,
+    service: Templates,
     response: Response,
     _: Admin,
 ) -> TemplateOut | JSONResponse:
     """201 with the new version; 200 with the latest when it already has these sources
     (a retried PUT creates nothing). A source that does not compile, or is too large, is
     a 422 naming the part."""
-    service = _service(request)
     key = service.key(event_type, channel, locale)
     try:
         template, created = await service.put(key, body.parts())
     except TemplateError as e:
         return _template_problem(e)
-    response.status_code = 201 if created else 200
+    answer_created(response, created)
     response.headers["Location"] = (
         f"/v1/templates/{quote(key.event_type)}/{key.channel.value}/{key.locale}"
         f"?version={template.version}"
@@ -109,7 +102,6 @@ async def put_template(
 
 @router.get(
     "/{event_type}/{channel}/{locale}",
-    response_model=TemplateOut,
     responses=problem_responses(404, 422),
     summary="A template's latest version, or a given one",
 )
@@ -117,35 +109,27 @@ async def get_template(
     event_type: TypePath,
     channel: ChannelPath,
     locale: LocalePath,
-    request: Request,
+    service: Templates,
     _: Admin,
     version: Annotated[int | None, Query(ge=1, le=2**62, description="This version")] = None,
 ) -> TemplateOut:
     """Exactly this locale (no fallback: see the preview for what a user would get)."""
-    service = _service(request)
     key = service.key(event_type, channel, locale)
     return _out(service, await service.get(key, version))
 
 
-@router.get(
-    "",
-    response_model=TemplateList,
-    responses=problem_responses(422),
-    summary="The latest version of every template",
-)
+@router.get("", responses=problem_responses(422), summary="The latest version of every template")
 async def list_templates(
-    request: Request,
+    service: Templates,
     _: Admin,
+    page: Page,
     type: Annotated[str | None, Query(max_length=128, description="Only this event type")] = None,
-    limit: Limit = DEFAULT_LIMIT,
-    cursor: Cursor = None,
 ) -> TemplateList:
     """By event type, channel and locale."""
-    service = _service(request)
     if type is not None:
         check_event_type_name(type, "type")
-    page, next_cursor = cut_page(await service.list(type), _list_key, cursor, limit)
-    return TemplateList(templates=[_out(service, t) for t in page], next_cursor=next_cursor)
+    found, next_cursor = page.cut(await service.list(type), key=_list_key)
+    return TemplateList(templates=[_out(service, t) for t in found], next_cursor=next_cursor)
 
 
 def _list_key(t: Template) -> str:
@@ -160,12 +144,11 @@ def _list_key(t: Template) -> str:
     summary="Render a stored or inline template with sample data",
 )
 async def preview(
-    body: TemplatePreviewIn, request: Request, _: Admin
+    body: TemplatePreviewIn, service: Templates, _: Admin
 ) -> TemplatePreviewOut | JSONResponse:
     """A stored template is looked up as for a user of `locale` (`pt-BR` → `pt` → the
     default locale) unless `version` names one; `locale` in the answer is the one used.
     A variable missing from `data` is a 422 naming it (`data.<name>`)."""
-    service = _service(request)
     try:
         if body.template is not None:
             result = await service.preview_inline(

@@ -27,7 +27,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from api.deps import RT
-from api.problems import FieldError, problem_response, problem_responses
+from api.problems import field_problem, problem_response, problem_responses
 from tepat.domain.errors import DomainError
 from tepat.domain.unsubscribe import MAX_TOKEN_CHARS, TokenExpired, TokenForged, UnsubscribeClaim
 from tepat.services.unsubscribe import UnsubscribeLinks, opt_out
@@ -122,12 +122,7 @@ def _refused(request: Request, e: DomainError) -> Response:
             410: "This unsubscribe link has expired. Use the link in a more recent message.",
         }[status]
         return HTMLResponse(_page("Unsubscribe", f"<p>{text}</p>"), status, headers=_HEADERS)
-    return problem_response(
-        status,
-        f"{e.field}: {e.message}",
-        errors=[FieldError(field=e.field, message=e.message)],
-        headers=_HEADERS,
-    )
+    return field_problem(status, e.field, e.message, headers=_HEADERS)
 
 
 def _wants_html(request: Request) -> bool:

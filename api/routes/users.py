@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api.deps import RT, UserId
+from api.deps import RT, UserId, answer_created
 from api.problems import problem_responses
-from api.schemas import UserIn, UserOut
+from api.schemas import QuietHoursBody, UserIn, UserOut
 from tepat.domain.validation import parse_quiet_hours
 from tepat.services import accounts
-from tepat.services.accounts import KEEP
 
 router = APIRouter(prefix="/v1/users", tags=["users"], responses=problem_responses(401, 403))
 
 
 @router.put(
     "/{user_id}",
-    response_model=UserOut,
-    status_code=200,
     responses={
         201: {"model": UserOut, "description": "Created"},
         **problem_responses(400, 413, 422),
@@ -27,28 +24,19 @@ router = APIRouter(prefix="/v1/users", tags=["users"], responses=problem_respons
 async def put_user(user_id: UserId, body: UserIn, rt: RT, response: Response) -> UserOut:
     """Fields left out keep their value; changing `timezone` or `quiet_hours` re-plans
     the user's pending messages (the superseded ones end `cancelled`)."""
-    given = body.model_fields_set
-    qh = body.quiet_hours
+    qh = body.given("quiet_hours")
     user, created = await accounts.put_user(
         rt,
         user_id,
         timezone=body.timezone,
-        locale=body.locale if "locale" in given else KEEP,
-        quiet_hours=(parse_quiet_hours(qh.start, qh.end) if qh else None)
-        if "quiet_hours" in given
-        else KEEP,
-        enabled=body.enabled if "enabled" in given else KEEP,
+        locale=body.given("locale"),
+        quiet_hours=parse_quiet_hours(qh.start, qh.end) if isinstance(qh, QuietHoursBody) else qh,
+        enabled=body.given("enabled"),
     )
-    if created:
-        response.status_code = 201
+    answer_created(response, created)
     return UserOut.of(user)
 
 
-@router.get(
-    "/{user_id}",
-    response_model=UserOut,
-    responses=problem_responses(404, 422),
-    summary="Get a user",
-)
+@router.get("/{user_id}", responses=problem_responses(404, 422), summary="Get a user")
 async def get_user(user_id: UserId, rt: RT) -> UserOut:
     return UserOut.of(await accounts.get_user(rt, user_id))

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Self
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, Field
 
 from api.deps import RT, Admin
-from api.pagination import DEFAULT_LIMIT, Cursor, Limit, cut_page
+from api.pagination import Page
 from api.problems import problem_responses
-from api.schemas import Paged, Request, Text
+from api.schemas import Paged, Request, Text, read_fields
 from tepat.adapters.webhook_target import check_target
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
-from tepat.runtime import Runtime
 from tepat.services.webhooks import WebhookService
 from tepat.wiring import webhook_repository, webhook_target_policy
 
@@ -84,6 +83,14 @@ class WebhookOut(BaseModel):
     updated_at: datetime
     secrets: list[SecretInfo] = Field(description="The signing secrets (never their values)")
 
+    @classmethod
+    def of(cls, sub: WebhookSubscription) -> Self:
+        secrets = [
+            SecretInfo(created_at=s.created_at, expires_at=s.expires_at) for s in sub.secrets
+        ]
+        # The newest secret is the current one; only WebhookWithSecret shows it.
+        return cls(**read_fields(cls, sub, secrets=secrets, secret=sub.secrets[-1].secret))
+
 
 class WebhookWithSecret(WebhookOut):
     secret: str = Field(
@@ -96,7 +103,7 @@ class WebhookList(Paged):
     items: list[WebhookOut]
 
 
-def _service(rt: Runtime) -> WebhookService:
+def _service(rt: RT) -> WebhookService:
     return WebhookService(
         webhook_repository(rt.settings, rt.store),
         rt.clock,
@@ -106,30 +113,7 @@ def _service(rt: Runtime) -> WebhookService:
     )
 
 
-def _fields(sub: WebhookSubscription) -> dict[str, object]:
-    return {
-        "id": sub.id,
-        "url": sub.url,
-        "event_types": list(sub.event_types),
-        "categories": list(sub.categories),
-        "description": sub.description,
-        "enabled": sub.enabled,
-        "disabled_reason": sub.disabled_reason,
-        "created_at": sub.created_at,
-        "updated_at": sub.updated_at,
-        "secrets": [
-            SecretInfo(created_at=s.created_at, expires_at=s.expires_at) for s in sub.secrets
-        ],
-    }
-
-
-def _with_secret(sub: WebhookSubscription) -> WebhookWithSecret:
-    current = sub.secrets[-1].secret  # the newest is the current one
-    return WebhookWithSecret(**_fields(sub), secret=current)  # type: ignore[arg-type]
-
-
-def _out(sub: WebhookSubscription) -> WebhookOut:
-    return WebhookOut(**_fields(sub))  # type: ignore[arg-type]
+Webhooks = Annotated[WebhookService, Depends(_service)]
 
 
 @router.post(
@@ -140,28 +124,20 @@ def _out(sub: WebhookSubscription) -> WebhookOut:
     summary="Subscribe a URL to message status events",
 )
 async def create_webhook(
-    body: WebhookIn, rt: RT, response: Response, _: Admin
+    body: WebhookIn, _: Admin, service: Webhooks, response: Response
 ) -> WebhookWithSecret:
     """The answer carries the signing secret, this once. Deliveries start with the next
     status change."""
-    sub = await _service(rt).create(body.url, body.event_types, body.categories, body.description)
+    sub = await service.create(body.url, body.event_types, body.categories, body.description)
     response.headers["Location"] = f"/v1/webhooks/{sub.id}"
-    return _with_secret(sub)
+    return WebhookWithSecret.of(sub)
 
 
-@router.get(
-    "",
-    response_model=WebhookList,
-    responses=problem_responses(422),
-    summary="Every webhook subscription",
-)
-async def list_webhooks(
-    rt: RT, _: Admin, limit: Limit = DEFAULT_LIMIT, cursor: Cursor = None
-) -> WebhookList:
+@router.get("", responses=problem_responses(422), summary="Every webhook subscription")
+async def list_webhooks(_: Admin, service: Webhooks, page: Page) -> WebhookList:
     """Oldest first."""
-    found = await _service(rt).list_all()
-    page, next_cursor = cut_page(found, _list_key, cursor, limit)
-    return WebhookList(items=[_out(s) for s in page], next_cursor=next_cursor)
+    found, next_cursor = page.cut(await service.list_all(), key=_list_key)
+    return WebhookList(items=[WebhookOut.of(s) for s in found], next_cursor=next_cursor)
 
 
 def _list_key(s: WebhookSubscription) -> str:
@@ -170,45 +146,42 @@ def _list_key(s: WebhookSubscription) -> str:
 
 
 @router.get(
-    "/{subscription_id}",
-    response_model=WebhookOut,
-    responses=problem_responses(404, 422),
-    summary="One webhook subscription",
+    "/{subscription_id}", responses=problem_responses(404, 422), summary="One webhook subscription"
 )
-async def get_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> WebhookOut:
-    return _out(await _service(rt).get(subscription_id))
+async def get_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> WebhookOut:
+    return WebhookOut.of(await service.get(subscription_id))
 
 
 @router.delete(
     "/{subscription_id}",
     status_code=204,
+    response_class=Response,
     responses=problem_responses(404, 422),
     summary="Unsubscribe: nothing more is sent to it, pending deliveries included",
 )
-async def delete_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> Response:
-    await _service(rt).delete(subscription_id)
-    return Response(status_code=204)
+async def delete_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> None:
+    await service.delete(subscription_id)
 
 
 @router.post(
     "/{subscription_id}/rotate-secret",
-    response_model=WebhookWithSecret,
     responses=problem_responses(404, 422),
     summary="A new signing secret; the previous one keeps signing for 24 hours",
 )
 async def rotate_webhook_secret(
-    subscription_id: SubscriptionId, rt: RT, _: Admin
+    subscription_id: SubscriptionId, _: Admin, service: Webhooks
 ) -> WebhookWithSecret:
     """Every delivery carries one signature per valid secret, so a receiver that still
     knows only the previous secret keeps verifying until it switches (within 24 hours)."""
-    return _with_secret(await _service(rt).rotate_secret(subscription_id))
+    return WebhookWithSecret.of(await service.rotate_secret(subscription_id))
 
 
 @router.post(
     "/{subscription_id}/enable",
-    response_model=WebhookOut,
     responses=problem_responses(404, 422),
     summary="Send to it again after a 410 Gone disabled it",
 )
-async def enable_webhook(subscription_id: SubscriptionId, rt: RT, _: Admin) -> WebhookOut:
-    return _out(await _service(rt).enable(subscription_id))
+async def enable_webhook(
+    subscription_id: SubscriptionId, _: Admin, service: Webhooks
+) -> WebhookOut:
+    return WebhookOut.of(await service.enable(subscription_id))
