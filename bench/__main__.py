@@ -20,7 +20,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import burst, channel_burst, chaos, plan, ratelimited, register, scenarios
+from bench import (
+    burst,
+    channel_burst,
+    chaos,
+    plan,
+    ratelimited,
+    register,
+    scenarios,
+    slow_clients,
+)
 from bench.activemq import ActiveMQ, activemq
 from bench.config import run_prefix
 from bench.report import Result, emit, log
@@ -177,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in channel_burst.CHANNELS:
         # One process of its own, with its own options (bench/channel_burst.py).
         return channel_burst.main(argv)
+    if argv[:1] == ["slowclients"]:
+        return slow_clients.main(argv[1:])  # its own options too (bench/slow_clients.py)
     args = parse(argv)
     if args.scenario == "chaos":
         return _in_workdir("tepat-chaos-", args.keep, lambda workdir: _chaos_in(args, workdir))

@@ -225,7 +225,7 @@ def stored(db_path: Path) -> dict[str, int]:
         conn.close()
 
 
-def _wait_ready(port: int, workers: int, api: Child, timeout: float = 60.0) -> None:
+def wait_ready(port: int, workers: int, api: Child, timeout: float = 60.0) -> None:
     """Until ``/readyz`` answers and, with several workers, each has said it is ready
     (a worker still starting takes no connections, so the first would take them all)."""
     deadline = time.monotonic() + timeout
@@ -272,7 +272,7 @@ def run_register(
     log(f"register: tepat api --workers {workers}, {clients} clients, {users} bulk users")
     api = Child("api", argv, env, where / "api.log")
     try:
-        _wait_ready(port, workers, api)
+        wait_ready(port, workers, api)
 
         async def go() -> tuple[dict[str, Any], dict[str, Any], dict[str, int], int, int]:
             limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
