@@ -30,11 +30,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tepat.clock import Clock
+from tepat.ports.repositories.meta import MetaRepository
 
 COOKIE = "tepat_dashboard"
 COOKIE_PATH = "/dashboard"
 SESSION_SECONDS = 8 * 3600
 CSRF_HEADER = "x-csrf-token"
+# A logged-out session's nonce, under this prefix in the store's meta records.
+REVOKED_PREFIX = "dashboard_session_revoked:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,7 @@ class Session:
 
 
 class Sessions:
-    def __init__(self, admin_key: str, clock: Clock) -> None:
+    def __init__(self, admin_key: str, clock: Clock, revoked: MetaRepository) -> None:
         if not admin_key:
             raise ValueError("the admin API key must not be empty")
         self._admin_key = admin_key.encode()
@@ -52,9 +55,7 @@ class Sessions:
             self._admin_key, b"tepat dashboard session v1", hashlib.sha256
         ).digest()
         self._clock = clock
-        # Logged-out sessions' nonces, until their own expiry (then the signature's
-        # expiry refuses them anyway).
-        self._revoked: dict[str, int] = {}
+        self._revoked = revoked
 
     def key_ok(self, key: str | None) -> bool:
         return key is not None and hmac.compare_digest(key.encode(), self._admin_key)
@@ -66,7 +67,7 @@ class Sessions:
         payload = f"{session.expires}.{session.nonce}"
         return session, f"{payload}.{self._sign('session', payload)}"
 
-    def read(self, request: Request) -> Session | None:
+    async def read(self, request: Request) -> Session | None:
         """The request's valid, unexpired session, if it has one."""
         value = request.cookies.get(COOKIE)
         if not value or value.count(".") != 2:
@@ -76,15 +77,15 @@ class Sessions:
             return None
         if not expires.isdigit() or int(expires) < self._clock.now().timestamp():
             return None
-        if nonce in self._revoked:
+        # Only a cookie with a valid signature costs a store read.
+        if await self._revoked.get_meta(REVOKED_PREFIX + nonce) is not None:
             return None
         return Session(nonce, int(expires))
 
-    def revoke(self, session: Session) -> None:
-        """Logout: this session's cookie is refused from now on, wherever it was copied."""
-        now = self._clock.now().timestamp()
-        self._revoked = {n: exp for n, exp in self._revoked.items() if exp >= now}
-        self._revoked[session.nonce] = session.expires
+    async def revoke(self, session: Session) -> None:
+        """Logout: this session's cookie is refused from now on, wherever it was copied
+        and whichever API process it reaches."""
+        await self._revoked.set_meta(REVOKED_PREFIX + session.nonce, str(session.expires))
 
     def csrf_token(self, session: Session) -> str:
         return self._sign("csrf", session.nonce)

@@ -61,7 +61,7 @@ router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
 def install(app: FastAPI, rt: Runtime, admin_key: str) -> None:
     app.state.dashboard = Dashboard(rt.store, rt.broker, rt.categories, rt.clock)
-    app.state.dashboard_sessions = Sessions(admin_key, rt.clock)
+    app.state.dashboard_sessions = Sessions(admin_key, rt.clock, rt.store)
     app.include_router(router)
 
 
@@ -87,7 +87,7 @@ def _throttle(request: Request) -> FailureThrottle:
     return throttle
 
 
-def access(request: Request) -> Access:
+async def access(request: Request) -> Access:
     sessions = _sessions(request)
     key = request.headers.get("x-api-key")
     if key is not None:
@@ -98,7 +98,7 @@ def access(request: Request) -> Access:
             throttle.failed(ip)
             raise AuthError(401, "invalid API key", _CHALLENGE)
         return Access(session=None)
-    session = sessions.read(request)
+    session = await sessions.read(request)
     if session is None:
         raise AuthError(401, "log in at /dashboard/login, or send X-API-Key", _CHALLENGE)
     return Access(session=session)
@@ -119,7 +119,7 @@ def changing_access(request: Request, who: Annotated[Access, Depends(access)]) -
 @router.get("")
 async def page(request: Request) -> Response:
     sessions = _sessions(request)
-    session = sessions.read(request)
+    session = await sessions.read(request)
     if session is None:
         return RedirectResponse("/dashboard/login", status_code=303)
     body = _template("dashboard.html").replace("{{csrf}}", sessions.csrf_token(session))
@@ -128,7 +128,7 @@ async def page(request: Request) -> Response:
 
 @router.get("/login")
 async def login_form(request: Request) -> Response:
-    if _sessions(request).read(request) is not None:
+    if await _sessions(request).read(request) is not None:
         return RedirectResponse("/dashboard", status_code=303)
     return _login_page()
 
@@ -156,12 +156,12 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     # A plain form post: the token travels in the form rather than a header.
     sessions = _sessions(request)
-    session = sessions.read(request)
+    session = await sessions.read(request)
     form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
     if session is not None and not sessions.csrf_ok(session, (form.get("csrf") or [""])[0]):
         raise AuthError(403, "missing or wrong CSRF token: reload the dashboard")
     if session is not None:
-        sessions.revoke(session)
+        await sessions.revoke(session)
     response = RedirectResponse("/dashboard/login", status_code=303)
     clear_cookie(request, response)
     return response

@@ -398,3 +398,16 @@ async def test_logout_ends_the_session_for_every_copy_of_the_cookie(rt: Runtime)
         # a copy of the cookie, sent after the logout
         copied = {"Cookie": f"tepat_dashboard={cookie}"}
         problem(await c.get("/dashboard/data", headers=copied), 401)
+
+
+async def test_logout_in_one_api_process_ends_the_session_in_the_others(rt: Runtime) -> None:
+    # Two apps over one store: two processes of `tepat api --workers 2`, or two replicas.
+    async with api(rt) as first, api(rt) as second:
+        assert (await first.post("/dashboard/login", data={"key": ADMIN_KEY})).status_code == 303
+        cookie = first.cookies.get("tepat_dashboard", path="/dashboard")
+        copied = {"Cookie": f"tepat_dashboard={cookie}"}
+        assert (await second.get("/dashboard/data", headers=copied)).status_code == 200
+        page = await first.get("/dashboard")
+        csrf = page.text.split('<meta name="csrf-token" content="', 1)[1].split('"', 1)[0]
+        assert (await first.post("/dashboard/logout", data={"csrf": csrf})).status_code == 303
+        problem(await second.get("/dashboard/data", headers=copied), 401)
