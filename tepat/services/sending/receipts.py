@@ -20,6 +20,7 @@ from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.tickets import TicketRepository
 from tepat.services.device_health import device_failed, device_succeeded
+from tepat.services.sending.message_log import log_message
 
 log = structlog.get_logger("tepat.receipts")
 
@@ -117,13 +118,7 @@ def _log_receipt(ticket: Ticket, receipt: str, outcome: MessageStatus | None) ->
     """``receipt`` is ``ok`` or the provider's error code; ``outcome`` the status it moved
     the message to, absent when it moved none (another device's ticket still counts, or
     the message had already moved on)."""
-    log.info(
-        "receipt recorded",
-        message_id=ticket.message_id,
-        user_id=ticket.user_id,
-        channel=PUSH,
-        device_id=ticket.device_id,
-        ticket_id=ticket.ticket_id,
-        receipt=receipt,
-        **({} if outcome is None else {"outcome": outcome.value}),
-    )
+    fields = {"device_id": ticket.device_id, "ticket_id": ticket.ticket_id, "receipt": receipt}
+    if outcome is not None:
+        fields["outcome"] = outcome.value
+    log_message(log, "receipt recorded", ticket.message_id, ticket.user_id, PUSH, **fields)

@@ -37,6 +37,7 @@ from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.try_again import TryAgain
+from tepat.services.sending.message_log import log_message
 from tepat.services.sending.records import OutcomeRecords
 
 log = structlog.get_logger("tepat.recording")
@@ -175,20 +176,20 @@ def log_sends(
     """
     if applied <= 0:
         return
-    partial = {} if applied >= len(written) else {"applied": f"{applied} of {len(written)}"}
+    partial = None if applied >= len(written) else f"{applied} of {len(written)}"
     for m, n in written:
-        reason = n.reason or n.last_error
-        log.info(
+        log_message(
+            log,
             "send recorded",
-            message_id=m.id,
-            user_id=m.user_id,
-            channel=channel,
+            m.id,
+            m.user_id,
+            channel,
             category=m.category,
             attempt=m.attempts,
             lateness_ms=round((now - m.scheduled_at).total_seconds() * 1000),
             outcome="retry" if n.stage is Stage.RETRY else n.to.value,
-            **({} if reason is None else {"reason": reason}),
-            **partial,
+            reason=n.reason or n.last_error,
+            applied=partial,
         )
 
 
