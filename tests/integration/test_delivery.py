@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.metrics import REGISTRY
 from tepat.ports.push import PushProvider, PushRequest, ReceiptResult, SendResult
@@ -318,11 +320,12 @@ async def test_three_consecutive_failures_deactivate_and_a_success_resets(tmp_pa
             p.clock.set(NINE + timedelta(days=n, minutes=16))
             await p.rt.receipts.poll_all()
 
-        for n in range(4):  # fail, succeed (reset), fail, fail: two in a row
-            await run_day(n)
-            [dev] = await p.rt.store.list_devices("hal")
-            assert dev.active, f"deactivated after day {n}"
-        await run_day(4)  # the third consecutive failure
+        with capture_logs() as logs:
+            for n in range(4):  # fail, succeed (reset), fail, fail: two in a row
+                await run_day(n)
+                [dev] = await p.rt.store.list_devices("hal")
+                assert dev.active, f"deactivated after day {n}"
+            await run_day(4)  # the third consecutive failure
         [dev] = await p.rt.store.list_devices("hal")
         assert not dev.active
         assert [(await p.status_of(m.id)) for m in days] == [
@@ -331,6 +334,22 @@ async def test_three_consecutive_failures_deactivate_and_a_success_resets(tmp_pa
             MessageStatus.FAILED,
             MessageStatus.FAILED,
             MessageStatus.FAILED,
+        ]
+        # Each message's trail in the log: its send, then its receipt, by its id.
+        trail = [
+            (e["event"], e["message_id"], e.get("receipt"), e.get("outcome"))
+            for e in logs
+            if e["event"] in ("send recorded", "receipt recorded")
+            and e["user_id"] == "hal"
+            and e["channel"] == "push"
+        ]
+        assert trail == [
+            line
+            for m, error in zip(days, outcomes, strict=True)
+            for line in (
+                ("send recorded", m.id, None, "sent"),
+                ("receipt recorded", m.id, error or "ok", "failed" if error else "delivered"),
+            )
         ]
 
 

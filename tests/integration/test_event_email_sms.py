@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from structlog.testing import capture_logs
 
 from api.app import create_app
 from tepat.clock import FakeClock
@@ -118,6 +119,13 @@ async def rt(
     async with runtime_on(request.param, tmp_path, clock, FakePush(), "tepat_e2e") as r:
         assert set(r.dispatcher.channels.channels) >= {"email", "sms"}
         yield r
+
+
+@pytest.fixture
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every structlog line of the test, as its fields."""
+    with capture_logs() as captured:
+        yield captured
 
 
 @pytest.fixture
@@ -350,7 +358,12 @@ async def test_a_550_fails_and_suppresses_the_next_event_skips_email_suppressed(
 
 
 async def test_a_421_is_retried_with_backoff_then_sent_and_delivered(
-    client: httpx.AsyncClient, app: FastAPI, rt: Runtime, clock: FakeClock, smtp: SmtpServer
+    client: httpx.AsyncClient,
+    app: FastAPI,
+    rt: Runtime,
+    clock: FakeClock,
+    smtp: SmtpServer,
+    logs: list[MutableMapping[str, Any]],
 ) -> None:
     await user(client, "ana", ANA_EMAIL, ANA_PHONE)
     await template(client, "email", EMAIL_V1)
@@ -389,6 +402,12 @@ async def test_a_421_is_retried_with_backoff_then_sent_and_delivered(
     got = await event_status(client, "inv-1")
     assert got["channels"]["email"]["by_status"] == {"sent": 1}
     assert got["channels"]["sms"]["by_status"] == {"sent": 1}
+    # One line per send of ana's: the e-mail's retry then its second attempt, the SMS.
+    assert sorted(
+        (e["channel"], e["attempt"], e["outcome"], e.get("reason"))
+        for e in logs
+        if e["event"] == "send recorded" and e["user_id"] == "ana"
+    ) == [("email", 1, "retry", "smtp_421"), ("email", 2, "sent", None), ("sms", 1, "sent", None)]
 
     # The relay then reports the delivery (a signed SES-shaped event of a relay of ours).
     mail = smtp.received[0].mail

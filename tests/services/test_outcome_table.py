@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tepat.clock import FakeClock
 from tepat.domain.categories import OUTCOME_UNKNOWN
@@ -222,10 +223,12 @@ def dispatcher(rt: Runtime) -> tuple[Dispatcher, list[Any]]:
     return d, [push, *channels.values()]
 
 
-@pytest.mark.parametrize(("name", "channel"), CASES)
-async def test_the_same_answer_ends_the_same_on_every_channel(
-    rt: Runtime, name: str, channel: str
-) -> None:
+async def send_once(
+    rt: Runtime, name: str, channel: str, late: timedelta = timedelta(0)
+) -> tuple[Message, list[Any]]:
+    """Claim one message of ``channel`` and send it through the real send path ``late``
+    after its instant, its provider answering ``name``'s row; the providers, to see
+    what they were sent."""
     row = TABLE[name]
     now = rt.clock.now()
     d, providers = dispatcher(rt)
@@ -234,12 +237,24 @@ async def test_the_same_answer_ends_the_same_on_every_channel(
     await rt.store.insert_messages([m])
     claimed = await rt.store.claim([m.id], now)
     assert [c.id for c in claimed] == [m.id]
+    assert isinstance(rt.clock, FakeClock)
+    rt.clock.advance(late)
 
     if isinstance(row.answer, Crash):
         with pytest.raises(Crash):
             await d.process_claimed(claimed)
     else:
         await d.process_claimed(claimed)
+    return m, providers
+
+
+@pytest.mark.parametrize(("name", "channel"), CASES)
+async def test_the_same_answer_ends_the_same_on_every_channel(
+    rt: Runtime, name: str, channel: str
+) -> None:
+    row = TABLE[name]
+    now = rt.clock.now()
+    m, providers = await send_once(rt, name, channel)
 
     assert sum(len(p.sent) for p in providers) == 1, "sent once, through its own channel"
     got = await rt.store.get_message(m.id)
@@ -266,3 +281,48 @@ async def test_the_same_answer_ends_the_same_on_every_channel(
             "consumer lease expired",
             rt.clock.now(),
         )
+
+
+SEND_LINE = "send recorded"
+
+
+@pytest.mark.parametrize(
+    ("name", "channel", "outcome", "reason"),
+    [
+        ("accepted", "push", "sent", None),
+        ("accepted", "email", "sent", None),
+        ("delivered", "inbox", "delivered", None),
+        ("refused", "sms", "failed", "refused: bad"),
+        ("try again", "push", "retry", "503 busy"),
+        ("try again, given up", "email", "failed", "gave up after 3 attempts: 503 busy"),
+        ("maybe sent, category closes", "sms", "failed", OUTCOME_UNKNOWN),
+    ],
+)
+async def test_each_recorded_send_logs_one_line_that_names_its_message(
+    rt: Runtime, name: str, channel: str, outcome: str, reason: str | None
+) -> None:
+    # Sent 1.5 s after the message's instant, on its next claim (a row's attempts are
+    # those before the claim).
+    with capture_logs() as logs:
+        m, _ = await send_once(rt, name, channel, late=timedelta(seconds=1.5))
+    lines = [e for e in logs if e["event"] == SEND_LINE]
+    assert lines == [
+        {
+            "event": SEND_LINE,
+            "log_level": "info",
+            "message_id": m.id,
+            "user_id": "ana",
+            "channel": channel,
+            "category": TABLE[name].category,
+            "attempt": TABLE[name].attempts + 1,
+            "lateness_ms": 1500,
+            "outcome": outcome,
+            **({} if reason is None else {"reason": reason}),
+        }
+    ]
+
+
+async def test_a_crash_before_the_record_logs_no_send(rt: Runtime) -> None:
+    with capture_logs() as logs:
+        await send_once(rt, "crash after send", "email")
+    assert [e for e in logs if e["event"] == SEND_LINE] == []

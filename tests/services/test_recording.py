@@ -9,9 +9,11 @@ flushed.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
+
+from structlog.testing import capture_logs
 
 from tepat.clock import FakeClock
 from tepat.domain.categories import DEFAULT_CATEGORIES, Categories
@@ -30,9 +32,10 @@ S = MessageStatus
 class WriteLog:
     """The two store calls the recorder makes, logged in order."""
 
-    def __init__(self, fail_retries: bool = False) -> None:
+    def __init__(self, fail_retries: bool = False, applies: int | None = None) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.fail_retries = fail_retries
+        self.applies = applies  # how many of each write apply; None: all
 
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
@@ -40,7 +43,7 @@ class WriteLog:
         if self.fail_retries and any(c.to is S.PENDING for c in changes):
             raise ConnectionError("store went away")
         self.calls.append(("write", [(c.message_id, c.to) for c in changes], set(expect)))
-        return len(changes)
+        return len(changes) if self.applies is None else self.applies
 
     async def add_suppression(self, channel: str, target: str, *_: Any, **__: Any) -> None:
         self.calls.append(("suppress", channel, target))
@@ -100,3 +103,43 @@ async def test_nothing_to_retry_flushes_nothing() -> None:
     log = WriteLog()
     await recorder(log).record("sms", [Answer(message("sent"), Accepted(None))])
     assert ("flush",) not in log.calls
+
+
+def send_lines(logs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str | None]]:
+    return [
+        (e["message_id"], e["outcome"], e.get("applied"))
+        for e in logs
+        if e["event"] == "send recorded"
+    ]
+
+
+async def test_one_line_per_answer_written_after_its_write() -> None:
+    with capture_logs() as logs:
+        await recorder(WriteLog()).record("email", ANSWERS)
+    assert send_lines(logs) == [
+        ("sent", "sent", None),
+        ("delivered", "delivered", None),
+        ("refused", "failed", None),
+        ("retry", "retry", None),
+    ]
+
+
+async def test_a_write_that_changed_nothing_logs_no_send() -> None:
+    # Every message had moved on (a second answer, a re-drive): nothing was recorded.
+    with capture_logs() as logs:
+        await recorder(WriteLog(applies=0)).record("email", ANSWERS)
+    assert send_lines(logs) == []
+
+
+async def test_a_partly_applied_write_says_so_on_each_line() -> None:
+    # The store counts what it applied, not which: each line of the write says so.
+    answers = [Answer(message("a"), Accepted("p-1")), Answer(message("b"), Accepted("p-2"))]
+    with capture_logs() as logs:
+        await recorder(WriteLog(applies=1)).record("sms", answers)
+    assert send_lines(logs) == [("a", "sent", "1 of 2"), ("b", "sent", "1 of 2")]
+
+
+async def test_retries_that_cannot_be_written_log_no_send() -> None:
+    with capture_logs() as logs:
+        await recorder(WriteLog(fail_retries=True)).record("email", ANSWERS)
+    assert ("retry", "retry", None) not in send_lines(logs)

@@ -1,4 +1,8 @@
-"""The receipt poller: turn provider tickets into delivered / failed, and prune dead devices."""
+"""The receipt poller: turn provider tickets into delivered / failed, and prune dead devices.
+
+Each receipt recorded gets one INFO line, ``receipt recorded``: with the send's line
+(``send recorded``, :mod:`tepat.services.sending.recording`) it closes a push's trail.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ import structlog
 
 from tepat.clock import Clock
 from tepat.domain.models import MessageStatus, Ticket
+from tepat.domain.queues import PUSH
 from tepat.ports.push import PushProvider, ReceiptError, ReceiptOk, Receipts
 from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.tickets import TicketRepository
 from tepat.services.device_health import device_failed, device_succeeded
+from tepat.services.sending.message_log import log_message
 
 log = structlog.get_logger("tepat.receipts")
 
@@ -83,9 +89,10 @@ class ReceiptPoller:
         if isinstance(receipt, ReceiptOk):
             if not await self.store.record_receipt(ticket.ticket_id, "ok", None, now):
                 return 0
-            await self.store.transition(
+            moved = await self.store.transition(
                 ticket.message_id, MessageStatus.DELIVERED, now, expect=[MessageStatus.SENT]
             )
+            _log_receipt(ticket, "ok", MessageStatus.DELIVERED if moved else None)
             await device_succeeded(self.store, ticket.push_token, self.device_max_failures)
             return 1
         if not await self.store.record_receipt(ticket.ticket_id, "error", receipt.code, now):
@@ -93,7 +100,7 @@ class ReceiptPoller:
         await device_failed(self.store, ticket, receipt, self.device_max_failures)
         # A message to several devices fails only when every one of its tickets failed.
         siblings = await self.store.tickets_for_message(ticket.message_id)
-        if all(t.receipt_status == "error" for t in siblings):
+        moved = all(t.receipt_status == "error" for t in siblings) and (
             await self.store.transition(
                 ticket.message_id,
                 MessageStatus.FAILED,
@@ -102,4 +109,16 @@ class ReceiptPoller:
                 reason=receipt.code,
                 last_error=f"{receipt.code}: {receipt.message}",
             )
+        )
+        _log_receipt(ticket, receipt.code, MessageStatus.FAILED if moved else None)
         return 1
+
+
+def _log_receipt(ticket: Ticket, receipt: str, outcome: MessageStatus | None) -> None:
+    """``receipt`` is ``ok`` or the provider's error code; ``outcome`` the status it moved
+    the message to, absent when it moved none (another device's ticket still counts, or
+    the message had already moved on)."""
+    fields = {"device_id": ticket.device_id, "ticket_id": ticket.ticket_id, "receipt": receipt}
+    if outcome is not None:
+        fields["outcome"] = outcome.value
+    log_message(log, "receipt recorded", ticket.message_id, ticket.user_id, PUSH, **fields)

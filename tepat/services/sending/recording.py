@@ -12,6 +12,9 @@ rules of :mod:`tepat.domain.outcomes`; this service writes the results:
 3. **retries last**, back to ``pending`` with the outbox mark, then the outbox flush. A
    failure here costs only a later retry (the sweeper's lease re-drives the message),
    never a second send of a message the provider accepted.
+
+Each answer written gets one INFO line, ``send recorded`` (:func:`log_sends`): the one
+line that says what became of a send, whatever its channel.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.try_again import TryAgain
+from tepat.services.sending.message_log import log_message
 from tepat.services.sending.records import OutcomeRecords
 
 log = structlog.get_logger("tepat.recording")
@@ -117,15 +121,15 @@ class OutcomeRecorder:
     async def record(self, channel: str, answers: Sequence[Answer]) -> None:
         """Write every answer of ``answers`` (all of ``channel``), terminal ones first."""
         now = self._clock.now()
-        by_stage: dict[Stage, list[StatusChange]] = {stage: [] for stage in Stage}
+        by_stage: dict[Stage, list[tuple[Message, Next]]] = {stage: [] for stage in Stage}
         suppress: list[tuple[str, SuppressionReason]] = []
         for answer in answers:
             next_ = self.next_status(channel, answer, now)
-            by_stage[next_.stage].append(_change(answer.message, next_))
+            by_stage[next_.stage].append((answer.message, next_))
             if isinstance(answer.outcome, Refused) and answer.outcome.suppress is not None:
                 suppress.append((answer.target, SuppressionReason(answer.outcome.suppress)))
         for stage in (Stage.ACCEPTED, Stage.CLOSED):
-            await self._write(stage, by_stage[stage], now)
+            await self._write(channel, stage, by_stage[stage], now)
         for target, reason in suppress:
             try:
                 await self._store.add_suppression(channel, target, reason, now, source=channel)
@@ -134,19 +138,58 @@ class OutcomeRecorder:
         if not by_stage[Stage.RETRY]:
             return
         try:
-            await self._write(Stage.RETRY, by_stage[Stage.RETRY], now)
+            await self._write(channel, Stage.RETRY, by_stage[Stage.RETRY], now)
         except Exception:
             log.exception("could not record retries; the sweeper re-drives them after the lease")
             return
         await self._flush()
 
-    async def _write(self, stage: Stage, changes: list[StatusChange], now: datetime) -> None:
-        await self._store.transition_many(changes, now, expect=list(outcomes.expected_from(stage)))
+    async def _write(
+        self, channel: str, stage: Stage, written: list[tuple[Message, Next]], now: datetime
+    ) -> None:
+        if not written:
+            return
+        changes = [_change(m, n) for m, n in written]
+        expect = list(outcomes.expected_from(stage))
+        applied = await self._store.transition_many(changes, now, expect=expect)
+        log_sends(channel, written, applied, now)
 
     @staticmethod
     def _observe_lateness(m: Message, now: datetime) -> None:
         metrics.LATENESS.labels(category=m.category).observe(
             max(0.0, (now - m.scheduled_at).total_seconds())
+        )
+
+
+def log_sends(
+    channel: str, written: Sequence[tuple[Message, Next]], applied: int, now: datetime
+) -> None:
+    """One INFO line per answer of one write: the line an operator greps a message id for.
+
+    ``outcome`` is the status the answer made (``retry`` for back to ``pending``);
+    ``reason`` is the one the API shows (``outcome_unknown``, a refusal's code, "gave up
+    after N attempts: ..."), else the provider's error. ``lateness_ms`` counts from
+    ``scheduled_at``, as the lateness metric does, but signed: an early batch shows.
+    The store says how many of a write it applied, not which: a write that changed none
+    (every message had moved on, e.g. a second answer) logs nothing, and a partial one
+    says so on each of its lines (``applied``).
+    """
+    if applied <= 0:
+        return
+    partial = None if applied >= len(written) else f"{applied} of {len(written)}"
+    for m, n in written:
+        log_message(
+            log,
+            "send recorded",
+            m.id,
+            m.user_id,
+            channel,
+            category=m.category,
+            attempt=m.attempts,
+            lateness_ms=round((now - m.scheduled_at).total_seconds() * 1000),
+            outcome="retry" if n.stage is Stage.RETRY else n.to.value,
+            reason=n.reason or n.last_error,
+            applied=partial,
         )
 
 
