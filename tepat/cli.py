@@ -104,8 +104,8 @@ def serve(
     sandbox: Annotated[
         bool,
         typer.Option(
-            help="Start the Expo sandbox in-process and send to it (and, with"
-            " TEPAT_TWILIO_* set, a Twilio sandbox on the next port for SMS)."
+            help="Start the Expo sandbox in-process and send to it, and a Twilio sandbox"
+            " on the next port for SMS (with the TEPAT_TWILIO_* account if set, else its own)."
         ),
     ] = False,
     sandbox_port: Annotated[
