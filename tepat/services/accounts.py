@@ -251,22 +251,17 @@ async def put_reminder(
     enabled: bool = True,
     max_reminders: int | None = None,
 ) -> tuple[Reminder, bool]:
-    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``.
-    A new one past ``max_reminders`` is a :class:`FieldConflict`."""
+    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``,
+    ``created`` only for the request whose write inserted it. A new one past
+    ``max_reminders`` is a :class:`FieldConflict`."""
     await get_user(rt, user_id)
     check_identifier(reminder_id, "reminder_id")
     rt.categories.get(category, "category")
     payload = check_payload(title, body, data)
     now = rt.clock.now()
     old = await rt.store.get_reminder(user_id, reminder_id)
-    if old is None and max_reminders is not None:
-        count = len(await rt.store.list_reminders(user_id))
-        if count >= max_reminders:
-            raise FieldConflict(
-                "reminder_id",
-                f"the user has {count} reminders, the most allowed"
-                " (TEPAT_MAX_REMINDERS_PER_USER): delete one first",
-            )
+    if old is None and (refused := await _past_reminder_quota(rt, user_id, max_reminders, ours=0)):
+        raise refused
     reminder = Reminder(
         user_id=user_id,
         reminder_id=reminder_id,
@@ -286,9 +281,34 @@ async def put_reminder(
         return old, False  # nothing that planning sees changed: keep the pending messages
     if old is not None:
         reminder = replace(reminder, version=old.version + 1)
-    reminder = await rt.store.upsert_reminder(reminder)
+    reminder, inserted = await rt.store.upsert_reminder(reminder)
+    # Concurrent creates all pass the check above, so each that inserted counts again and
+    # undoes its own insert past the cap. The last kept insert counts every kept one, so
+    # the cap holds (a race may refuse one that would have fitted, never admit one more).
+    refused = await _past_reminder_quota(rt, user_id, max_reminders, ours=1) if inserted else None
+    if refused:
+        await rt.store.delete_reminder(user_id, reminder_id)
+    # After an undo too: it cancels what a plan run may have made of the undone reminder.
     await rt.creator.replan_user(user_id)
-    return reminder, old is None
+    if refused:
+        raise refused
+    return reminder, inserted
+
+
+async def _past_reminder_quota(
+    rt: AccountParts, user_id: str, max_reminders: int | None, *, ours: int
+) -> FieldConflict | None:
+    """The refusal of a new reminder if the user's others (all stored but ``ours``)
+    already reach ``max_reminders``."""
+    if max_reminders is None:
+        return None
+    if len(await rt.store.list_reminders(user_id)) - ours < max_reminders:
+        return None
+    return FieldConflict(
+        "reminder_id",
+        f"the user has reached {max_reminders} reminders, the most allowed"
+        " (TEPAT_MAX_REMINDERS_PER_USER): delete one first",
+    )
 
 
 def _planned_fields(r: Reminder) -> tuple[object, ...]:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from api.app import create_app
 from tepat.clock import FakeClock
@@ -124,3 +125,41 @@ async def drain_due(rt: Runtime, idle_seconds: float = 0.2) -> int:
                 return handled
             await handle_delivery(rt, delivery)
             handled += 1
+
+
+def overlap_writes(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str, n: int) -> None:
+    """The worst interleaving of ``n`` concurrent requests: all of them read the old state
+    before any writes (``rt.store.<method>`` waits for all ``n``), then each writes and
+    re-plans only after the previous one's re-plan has finished."""
+    real_write = getattr(rt.store, method)
+    real_replan = rt.creator.replan_user
+    arrived = 0
+    all_in = asyncio.Event()
+    replans_done = 0
+    replanned = asyncio.Condition()
+
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        nonlocal arrived
+        arrived += 1
+        turn = arrived
+        if turn <= n:
+            if turn == n:
+                all_in.set()
+            await asyncio.wait_for(all_in.wait(), timeout=5)
+            async with replanned:
+                await asyncio.wait_for(
+                    replanned.wait_for(lambda: replans_done >= turn - 1), timeout=5
+                )
+        return await real_write(*args, **kwargs)
+
+    async def counted_replan(*args: Any, **kwargs: Any) -> Any:
+        nonlocal replans_done
+        try:
+            return await real_replan(*args, **kwargs)
+        finally:
+            async with replanned:
+                replans_done += 1
+                replanned.notify_all()
+
+    monkeypatch.setattr(rt.store, method, gated)
+    monkeypatch.setattr(rt.creator, "replan_user", counted_replan)

@@ -4,6 +4,7 @@ runs on both stores (the token rule lives in the adapters)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +27,7 @@ from tests.api.conftest import (
     runtime_on,
 )
 from tests.api.helpers import api_with as api
-from tests.api.helpers import create_user, notification_body, ok, reminder_body
+from tests.api.helpers import create_user, notification_body, ok, overlap_writes, reminder_body
 from tests.support.fake_push import FakePush
 
 BILLING_KEY = "billing-key-" + "b" * 32
@@ -223,6 +224,30 @@ async def test_a_user_cannot_create_reminders_past_the_quota(rt: Runtime, clock:
         assert [e["field"] for e in r.json()["errors"]] == ["reminder_id"]
         changed = reminder_body(local_time="13:00")
         await ok(await c.put("/v1/users/alice/reminders/b", json=changed, headers=alice))
+
+
+async def test_concurrent_creates_never_pass_the_reminder_quota(
+    rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 creates that all counted 0 reminders before any of them wrote: at most 5 stay,
+    and every one that did not stay was refused."""
+    overlap_writes(monkeypatch, rt, "upsert_reminder", 30)
+    async with api(rt, max_reminders_per_user=5) as c:
+        await create_user(c, "alice")
+        alice = bearer("alice", clock)
+        results = await asyncio.gather(
+            *(
+                c.put(f"/v1/users/alice/reminders/r{n}", json=reminder_body(), headers=alice)
+                for n in range(30)
+            )
+        )
+        kept = {r.reminder_id for r in await rt.store.list_reminders("alice")}
+        created = {f"r{n}" for n, r in enumerate(results) if r.status_code == 201}
+        assert len(kept) == 5  # the gate orders the writes, so none is refused needlessly
+        assert created == kept
+        for r in results:
+            if r.status_code != 201:
+                problem(r, 409)
 
 
 async def test_the_quotas_have_defaults(rt: Runtime) -> None:

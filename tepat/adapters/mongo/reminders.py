@@ -17,19 +17,22 @@ class RemindersMixin(MongoBase):
 
     # --- reminders ----------------------------------------------------------------
 
-    async def upsert_reminder(self, reminder: Reminder) -> Reminder:
+    async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
         now = self._clock.now()
-        doc = await self._db["reminders"].find_one_and_update(
+        fields = reminder_fields(reminder, now)
+        created = {"created_at": bson_dt(reminder.created_at or now)}
+        # The pre-image says whether this write inserted (None); the update sets every
+        # other field, so the stored document is the pre-image's created_at plus ``fields``.
+        before = await self._db["reminders"].find_one_and_update(
             {"_id": pair_id(reminder.user_id, reminder.reminder_id)},
-            {
-                "$set": reminder_fields(reminder, now),
-                "$setOnInsert": {"created_at": bson_dt(reminder.created_at or now)},
-            },
+            {"$set": fields, "$setOnInsert": created},
             upsert=True,
-            return_document=ReturnDocument.AFTER,
+            return_document=ReturnDocument.BEFORE,
         )
         await self._reminders_changed(reminder.user_id)
-        return reminder_from_doc(doc)
+        if before is not None:
+            created = {"created_at": before["created_at"]}
+        return reminder_from_doc({**fields, **created}), before is None
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
         doc = await self._db["reminders"].find_one({"_id": pair_id(user_id, reminder_id)})
