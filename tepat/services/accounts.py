@@ -193,14 +193,8 @@ async def register_device(
     await get_user(rt, user_id)
     check_identifier(device_id, "device_id")
     check_push_token(push_token)
-    if max_devices is not None:
-        active = [d for d in await rt.store.list_devices(user_id) if d.active]
-        if len(active) >= max_devices and all(d.device_id != device_id for d in active):
-            raise FieldConflict(
-                "device_id",
-                f"the user has {len(active)} active devices, the most allowed"
-                " (TEPAT_MAX_DEVICES_PER_USER): delete one first",
-            )
+    if refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=False):
+        raise refused
     now = rt.clock.now()
     device = Device(
         user_id=user_id,
@@ -211,11 +205,37 @@ async def register_device(
         updated_at=now,
     )
     try:
-        return await rt.store.register_device(device, from_other_users=from_other_users)
+        device, activated = await rt.store.register_device(
+            device, from_other_users=from_other_users
+        )
     except PushTokenInUse:
         raise FieldConflict(
             "push_token", "active on another user's device; only the backend may move it"
         ) from None
+    # As for reminders: the call that activated it undoes its own write past the cap.
+    if activated and (
+        refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=True)
+    ):
+        await rt.store.deactivate_device(user_id, device_id, "over_quota")
+        raise refused
+    return device
+
+
+async def _past_device_quota(
+    rt: AccountParts, user_id: str, device_id: str, max_devices: int | None, *, ours: bool
+) -> FieldConflict | None:
+    """The refusal of ``device_id`` if it is new (not active, or activated by this call:
+    ``ours``) and the user's other active devices already reach ``max_devices``."""
+    if max_devices is None:
+        return None
+    active = {d.device_id for d in await rt.store.list_devices(user_id) if d.active}
+    if not (ours or device_id not in active) or len(active - {device_id}) < max_devices:
+        return None
+    return FieldConflict(
+        "device_id",
+        f"the user has reached {max_devices} active devices, the most allowed"
+        " (TEPAT_MAX_DEVICES_PER_USER): delete one first",
+    )
 
 
 async def deactivate_device(rt: AccountParts, user_id: str, device_id: str) -> None:

@@ -129,37 +129,25 @@ async def drain_due(rt: Runtime, idle_seconds: float = 0.2) -> int:
 
 def overlap_writes(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str, n: int) -> None:
     """The worst interleaving of ``n`` concurrent requests: all of them read the old state
-    before any writes (``rt.store.<method>`` waits for all ``n``), then each writes and
-    re-plans only after the previous one's re-plan has finished."""
+    before any writes (``rt.store.<method>`` waits for all ``n``), then each writes only
+    after the previous writer's request has finished (its re-plan included)."""
     real_write = getattr(rt.store, method)
-    real_replan = rt.creator.replan_user
-    arrived = 0
+    writers: list[
+        asyncio.Task[Any]
+    ] = []  # the ASGI transport runs each request in its caller's task
     all_in = asyncio.Event()
-    replans_done = 0
-    replanned = asyncio.Condition()
 
     async def gated(*args: Any, **kwargs: Any) -> Any:
-        nonlocal arrived
-        arrived += 1
-        turn = arrived
-        if turn <= n:
+        if len(writers) < n:
+            me = asyncio.current_task()
+            assert me is not None
+            writers.append(me)
+            turn = len(writers)
             if turn == n:
                 all_in.set()
             await asyncio.wait_for(all_in.wait(), timeout=5)
-            async with replanned:
-                await asyncio.wait_for(
-                    replanned.wait_for(lambda: replans_done >= turn - 1), timeout=5
-                )
+            if turn > 1:
+                await asyncio.wait_for(asyncio.wait([writers[turn - 2]]), timeout=5)
         return await real_write(*args, **kwargs)
 
-    async def counted_replan(*args: Any, **kwargs: Any) -> Any:
-        nonlocal replans_done
-        try:
-            return await real_replan(*args, **kwargs)
-        finally:
-            async with replanned:
-                replans_done += 1
-                replanned.notify_all()
-
     monkeypatch.setattr(rt.store, method, gated)
-    monkeypatch.setattr(rt.creator, "replan_user", counted_replan)

@@ -226,6 +226,34 @@ async def test_a_user_cannot_create_reminders_past_the_quota(rt: Runtime, clock:
         await ok(await c.put("/v1/users/alice/reminders/b", json=changed, headers=alice))
 
 
+async def test_concurrent_registrations_never_pass_the_device_quota(
+    rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 new devices that all counted 0 active ones before any of them wrote: 5 stay
+    active, and every one that did not was refused."""
+    overlap_writes(monkeypatch, rt, "register_device", 30)
+    async with api(rt, max_devices_per_user=5) as c:
+        await create_user(c, "alice")
+        alice = bearer("alice", clock)
+        results = await asyncio.gather(
+            *(
+                c.put(
+                    f"/v1/users/alice/devices/d{n}",
+                    json={"push_token": f"ExponentPushToken[a{n}]"},
+                    headers=alice,
+                )
+                for n in range(30)
+            )
+        )
+        active = {d.device_id for d in await rt.store.list_devices("alice") if d.active}
+        registered = {f"d{n}" for n, r in enumerate(results) if r.status_code == 200}
+        assert len(active) == 5  # the gate orders the writes, so none is refused needlessly
+        assert registered == active
+        for r in results:
+            if r.status_code != 200:
+                problem(r, 409)
+
+
 async def test_concurrent_creates_never_pass_the_reminder_quota(
     rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pymongo import ASCENDING, ReturnDocument
+from pymongo import ASCENDING
 
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, pair_id, reminder_fields, reminder_from_doc
@@ -19,20 +19,14 @@ class RemindersMixin(MongoBase):
 
     async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
         now = self._clock.now()
-        fields = reminder_fields(reminder, now)
-        created = {"created_at": bson_dt(reminder.created_at or now)}
-        # The pre-image says whether this write inserted (None); the update sets every
-        # other field, so the stored document is the pre-image's created_at plus ``fields``.
-        before = await self._db["reminders"].find_one_and_update(
-            {"_id": pair_id(reminder.user_id, reminder.reminder_id)},
-            {"$set": fields, "$setOnInsert": created},
-            upsert=True,
-            return_document=ReturnDocument.BEFORE,
-        )
+        update = {
+            "$set": reminder_fields(reminder, now),
+            "$setOnInsert": {"created_at": bson_dt(reminder.created_at or now)},
+        }
+        key = pair_id(reminder.user_id, reminder.reminder_id)
+        doc, inserted = await self._upsert("reminders", key, update)
         await self._reminders_changed(reminder.user_id)
-        if before is not None:
-            created = {"created_at": before["created_at"]}
-        return reminder_from_doc({**fields, **created}), before is None
+        return reminder_from_doc(doc), inserted
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
         doc = await self._db["reminders"].find_one({"_id": pair_id(user_id, reminder_id)})
