@@ -226,55 +226,46 @@ async def test_a_user_cannot_create_reminders_past_the_quota(rt: Runtime, clock:
         await ok(await c.put("/v1/users/alice/reminders/b", json=changed, headers=alice))
 
 
-async def test_concurrent_registrations_never_pass_the_device_quota(
-    rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """30 new devices that all counted 0 active ones before any of them wrote: 5 stay
-    active, and every one that did not was refused."""
-    overlap_writes(monkeypatch, rt, "register_device", 30)
-    async with api(rt, max_devices_per_user=5) as c:
-        await create_user(c, "alice")
-        alice = bearer("alice", clock)
-        results = await asyncio.gather(
-            *(
-                c.put(
-                    f"/v1/users/alice/devices/d{n}",
-                    json={"push_token": f"ExponentPushToken[a{n}]"},
-                    headers=alice,
-                )
-                for n in range(30)
-            )
-        )
-        active = {d.device_id for d in await rt.store.list_devices("alice") if d.active}
-        registered = {f"d{n}" for n, r in enumerate(results) if r.status_code == 200}
-        assert len(active) == 5  # the gate orders the writes, so none is refused needlessly
-        assert registered == active
-        for r in results:
-            if r.status_code != 200:
-                problem(r, 409)
+# what creates each kind: the store method, the setting of its quota, a success's status
+QUOTA_BURSTS = {
+    "devices": ("register_device", "max_devices_per_user", 200),
+    "reminders": ("upsert_reminder", "max_reminders_per_user", 201),
+}
 
 
-async def test_concurrent_creates_never_pass_the_reminder_quota(
-    rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+async def _counted(rt: Runtime, kind: str) -> set[str]:
+    """What counts against the quota of ``kind``: active devices, every reminder."""
+    if kind == "devices":
+        return {d.device_id for d in await rt.store.list_devices("alice") if d.active}
+    return {r.reminder_id for r in await rt.store.list_reminders("alice")}
+
+
+@pytest.mark.parametrize("kind", sorted(QUOTA_BURSTS))
+async def test_a_burst_of_creates_never_passes_the_quota(
+    rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """30 creates that all counted 0 reminders before any of them wrote: at most 5 stay,
-    and every one that did not stay was refused."""
-    overlap_writes(monkeypatch, rt, "upsert_reminder", 30)
-    async with api(rt, max_reminders_per_user=5) as c:
+    """30 creates that all counted none before any of them wrote: 5 stay, and every one
+    that did not was refused."""
+    method, setting, success = QUOTA_BURSTS[kind]
+    overlap_writes(monkeypatch, rt, method, 30)
+    async with api(rt, **{setting: 5}) as c:
         await create_user(c, "alice")
         alice = bearer("alice", clock)
+        bodies = [
+            {"push_token": f"ExponentPushToken[a{n}]"} if kind == "devices" else reminder_body()
+            for n in range(30)
+        ]
         results = await asyncio.gather(
             *(
-                c.put(f"/v1/users/alice/reminders/r{n}", json=reminder_body(), headers=alice)
-                for n in range(30)
+                c.put(f"/v1/users/alice/{kind}/x{n}", json=body, headers=alice)
+                for n, body in enumerate(bodies)
             )
         )
-        kept = {r.reminder_id for r in await rt.store.list_reminders("alice")}
-        created = {f"r{n}" for n, r in enumerate(results) if r.status_code == 201}
+        kept = await _counted(rt, kind)
         assert len(kept) == 5  # the gate orders the writes, so none is refused needlessly
-        assert created == kept
+        assert kept == {f"x{n}" for n, r in enumerate(results) if r.status_code == success}
         for r in results:
-            if r.status_code != 201:
+            if r.status_code != success:
                 problem(r, 409)
 
 
