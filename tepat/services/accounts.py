@@ -193,14 +193,8 @@ async def register_device(
     await get_user(rt, user_id)
     check_identifier(device_id, "device_id")
     check_push_token(push_token)
-    if max_devices is not None:
-        active = [d for d in await rt.store.list_devices(user_id) if d.active]
-        if len(active) >= max_devices and all(d.device_id != device_id for d in active):
-            raise FieldConflict(
-                "device_id",
-                f"the user has {len(active)} active devices, the most allowed"
-                " (TEPAT_MAX_DEVICES_PER_USER): delete one first",
-            )
+    if refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=False):
+        raise refused
     now = rt.clock.now()
     device = Device(
         user_id=user_id,
@@ -211,11 +205,37 @@ async def register_device(
         updated_at=now,
     )
     try:
-        return await rt.store.register_device(device, from_other_users=from_other_users)
+        device, activated = await rt.store.register_device(
+            device, from_other_users=from_other_users
+        )
     except PushTokenInUse:
         raise FieldConflict(
             "push_token", "active on another user's device; only the backend may move it"
         ) from None
+    # As for reminders: the call that activated it undoes its own write past the cap.
+    if activated and (
+        refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=True)
+    ):
+        await rt.store.deactivate_device(user_id, device_id, "over_quota")
+        raise refused
+    return device
+
+
+async def _past_device_quota(
+    rt: AccountParts, user_id: str, device_id: str, max_devices: int | None, *, ours: bool
+) -> FieldConflict | None:
+    """The refusal of ``device_id`` if it is new (not active, or activated by this call:
+    ``ours``) and the user's other active devices already reach ``max_devices``."""
+    if max_devices is None:
+        return None
+    active = {d.device_id for d in await rt.store.list_devices(user_id) if d.active}
+    if not (ours or device_id not in active) or len(active - {device_id}) < max_devices:
+        return None
+    return FieldConflict(
+        "device_id",
+        f"the user has reached {max_devices} active devices, the most allowed"
+        " (TEPAT_MAX_DEVICES_PER_USER): delete one first",
+    )
 
 
 async def deactivate_device(rt: AccountParts, user_id: str, device_id: str) -> None:
@@ -251,22 +271,17 @@ async def put_reminder(
     enabled: bool = True,
     max_reminders: int | None = None,
 ) -> tuple[Reminder, bool]:
-    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``.
-    A new one past ``max_reminders`` is a :class:`FieldConflict`."""
+    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``,
+    ``created`` only for the request whose write inserted it. A new one past
+    ``max_reminders`` is a :class:`FieldConflict`."""
     await get_user(rt, user_id)
     check_identifier(reminder_id, "reminder_id")
     rt.categories.get(category, "category")
     payload = check_payload(title, body, data)
     now = rt.clock.now()
     old = await rt.store.get_reminder(user_id, reminder_id)
-    if old is None and max_reminders is not None:
-        count = len(await rt.store.list_reminders(user_id))
-        if count >= max_reminders:
-            raise FieldConflict(
-                "reminder_id",
-                f"the user has {count} reminders, the most allowed"
-                " (TEPAT_MAX_REMINDERS_PER_USER): delete one first",
-            )
+    if old is None and (refused := await _past_reminder_quota(rt, user_id, max_reminders, ours=0)):
+        raise refused
     reminder = Reminder(
         user_id=user_id,
         reminder_id=reminder_id,
@@ -286,9 +301,34 @@ async def put_reminder(
         return old, False  # nothing that planning sees changed: keep the pending messages
     if old is not None:
         reminder = replace(reminder, version=old.version + 1)
-    reminder = await rt.store.upsert_reminder(reminder)
+    reminder, inserted = await rt.store.upsert_reminder(reminder)
+    # Concurrent creates all pass the check above, so each that inserted counts again and
+    # undoes its own insert past the cap. The last kept insert counts every kept one, so
+    # the cap holds (a race may refuse one that would have fitted, never admit one more).
+    refused = await _past_reminder_quota(rt, user_id, max_reminders, ours=1) if inserted else None
+    if refused:
+        await rt.store.delete_reminder(user_id, reminder_id)
+    # After an undo too: it cancels what a plan run may have made of the undone reminder.
     await rt.creator.replan_user(user_id)
-    return reminder, old is None
+    if refused:
+        raise refused
+    return reminder, inserted
+
+
+async def _past_reminder_quota(
+    rt: AccountParts, user_id: str, max_reminders: int | None, *, ours: int
+) -> FieldConflict | None:
+    """The refusal of a new reminder if the user's others (all stored but ``ours``)
+    already reach ``max_reminders``."""
+    if max_reminders is None:
+        return None
+    if len(await rt.store.list_reminders(user_id)) - ours < max_reminders:
+        return None
+    return FieldConflict(
+        "reminder_id",
+        f"the user has reached {max_reminders} reminders, the most allowed"
+        " (TEPAT_MAX_REMINDERS_PER_USER): delete one first",
+    )
 
 
 def _planned_fields(r: Reminder) -> tuple[object, ...]:

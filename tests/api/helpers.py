@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from api.app import create_app
 from tepat.clock import FakeClock
@@ -124,3 +125,29 @@ async def drain_due(rt: Runtime, idle_seconds: float = 0.2) -> int:
                 return handled
             await handle_delivery(rt, delivery)
             handled += 1
+
+
+def overlap_writes(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str, n: int) -> None:
+    """The worst interleaving of ``n`` concurrent requests: all of them read the old state
+    before any writes (``rt.store.<method>`` waits for all ``n``), then each writes only
+    after the previous writer's request has finished (its re-plan included)."""
+    real_write = getattr(rt.store, method)
+    writers: list[
+        asyncio.Task[Any]
+    ] = []  # the ASGI transport runs each request in its caller's task
+    all_in = asyncio.Event()
+
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        if len(writers) < n:
+            me = asyncio.current_task()
+            assert me is not None
+            writers.append(me)
+            turn = len(writers)
+            if turn == n:
+                all_in.set()
+            await asyncio.wait_for(all_in.wait(), timeout=5)
+            if turn > 1:
+                await asyncio.wait_for(asyncio.wait([writers[turn - 2]]), timeout=5)
+        return await real_write(*args, **kwargs)
+
+    monkeypatch.setattr(rt.store, method, gated)

@@ -27,6 +27,7 @@ from tests.api.helpers import (
     drain_due,
     notification_body,
     ok,
+    overlap_writes,
     reminder_body,
     scene,
 )
@@ -214,44 +215,6 @@ async def test_delete_then_recreate_a_reminder_with_the_same_id_plans_the_new_ti
     assert pending == ["2027-03-01T06:00:00+00:00", "2027-03-02T06:00:00+00:00"]
 
 
-def overlap_writes(monkeypatch: pytest.MonkeyPatch, rt: Runtime, method: str, n: int) -> None:
-    """The worst interleaving of ``n`` concurrent requests: all of them read the old state
-    before any writes (``rt.store.<method>`` waits for all ``n``), then each writes and
-    re-plans only after the previous one's re-plan has finished."""
-    real_write = getattr(rt.store, method)
-    real_replan = rt.creator.replan_user
-    arrived = 0
-    all_in = asyncio.Event()
-    replans_done = 0
-    replanned = asyncio.Condition()
-
-    async def gated(*args: Any, **kwargs: Any) -> Any:
-        nonlocal arrived
-        arrived += 1
-        turn = arrived
-        if turn <= n:
-            if turn == n:
-                all_in.set()
-            await asyncio.wait_for(all_in.wait(), timeout=5)
-            async with replanned:
-                await asyncio.wait_for(
-                    replanned.wait_for(lambda: replans_done >= turn - 1), timeout=5
-                )
-        return await real_write(*args, **kwargs)
-
-    async def counted_replan(*args: Any, **kwargs: Any) -> Any:
-        nonlocal replans_done
-        try:
-            return await real_replan(*args, **kwargs)
-        finally:
-            async with replanned:
-                replans_done += 1
-                replanned.notify_all()
-
-    monkeypatch.setattr(rt.store, method, gated)
-    monkeypatch.setattr(rt.creator, "replan_user", counted_replan)
-
-
 async def test_two_overlapping_user_puts_leave_every_local_date_planned(
     client: httpx.AsyncClient, rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,6 +253,22 @@ async def test_two_overlapping_reminder_edits_leave_the_last_time_planned(
         "2027-03-02",
     ]
     assert {m.local_time for m in pending} == {stored.local_time}
+
+
+async def test_of_two_overlapping_puts_of_a_new_reminder_only_the_inserting_one_is_201(
+    client: httpx.AsyncClient, rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both read "no such reminder" before either writes; only the write that inserted
+    it may answer 201 Created."""
+    await scene(client)
+    overlap_writes(monkeypatch, rt, "upsert_reminder", 2)
+    results = await asyncio.gather(
+        *(
+            client.put(f"{ALICE}/reminders/supper", json=reminder_body(title=t), headers=ADMIN)
+            for t in ("Supper", "Dinner")
+        )
+    )
+    assert sorted(r.status_code for r in results) == [200, 201], [r.text for r in results]
 
 
 async def test_replan_keeps_a_message_deferred_by_quiet_hours(

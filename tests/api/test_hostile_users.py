@@ -4,6 +4,7 @@ runs on both stores (the token rule lives in the adapters)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +27,7 @@ from tests.api.conftest import (
     runtime_on,
 )
 from tests.api.helpers import api_with as api
-from tests.api.helpers import create_user, notification_body, ok, reminder_body
+from tests.api.helpers import create_user, notification_body, ok, overlap_writes, reminder_body
 from tests.support.fake_push import FakePush
 
 BILLING_KEY = "billing-key-" + "b" * 32
@@ -223,6 +224,49 @@ async def test_a_user_cannot_create_reminders_past_the_quota(rt: Runtime, clock:
         assert [e["field"] for e in r.json()["errors"]] == ["reminder_id"]
         changed = reminder_body(local_time="13:00")
         await ok(await c.put("/v1/users/alice/reminders/b", json=changed, headers=alice))
+
+
+# what creates each kind: the store method, the setting of its quota, a success's status
+QUOTA_BURSTS = {
+    "devices": ("register_device", "max_devices_per_user", 200),
+    "reminders": ("upsert_reminder", "max_reminders_per_user", 201),
+}
+
+
+async def _counted(rt: Runtime, kind: str) -> set[str]:
+    """What counts against the quota of ``kind``: active devices, every reminder."""
+    if kind == "devices":
+        return {d.device_id for d in await rt.store.list_devices("alice") if d.active}
+    return {r.reminder_id for r in await rt.store.list_reminders("alice")}
+
+
+@pytest.mark.parametrize("kind", sorted(QUOTA_BURSTS))
+async def test_a_burst_of_creates_never_passes_the_quota(
+    rt: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """30 creates that all counted none before any of them wrote: 5 stay, and every one
+    that did not was refused."""
+    method, setting, success = QUOTA_BURSTS[kind]
+    overlap_writes(monkeypatch, rt, method, 30)
+    async with api(rt, **{setting: 5}) as c:
+        await create_user(c, "alice")
+        alice = bearer("alice", clock)
+        bodies = [
+            {"push_token": f"ExponentPushToken[a{n}]"} if kind == "devices" else reminder_body()
+            for n in range(30)
+        ]
+        results = await asyncio.gather(
+            *(
+                c.put(f"/v1/users/alice/{kind}/x{n}", json=body, headers=alice)
+                for n, body in enumerate(bodies)
+            )
+        )
+        kept = await _counted(rt, kind)
+        assert len(kept) == 5  # the gate orders the writes, so none is refused needlessly
+        assert kept == {f"x{n}" for n, r in enumerate(results) if r.status_code == success}
+        for r in results:
+            if r.status_code != success:
+                problem(r, 409)
 
 
 async def test_the_quotas_have_defaults(rt: Runtime) -> None:

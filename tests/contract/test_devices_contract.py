@@ -14,9 +14,9 @@ from tests.contract.records import at, device
 
 async def test_register_device_round_trips_and_resets_failures(store: Store) -> None:
     d = device("u1", "d1", "ExponentPushToken[a]", consecutive_failures=2)
-    stored = await store.register_device(d)
     expected = dataclasses.replace(d, consecutive_failures=0)
-    assert stored == expected
+    assert await store.register_device(d) == (expected, True)
+    assert await store.register_device(d) == (expected, False)
     assert await store.list_devices("u1") == [expected]
 
 
@@ -46,8 +46,8 @@ async def test_token_moving_with_the_same_device_id_ends_the_old_binding(store: 
 
 async def test_same_device_id_under_two_users_are_two_devices(store: Store) -> None:
     # A device id is scoped to its user: bob registering "phone" must not touch alice's.
-    alice = await store.register_device(device("alice", "phone", "tok-a"))
-    bob = await store.register_device(device("bob", "phone", "tok-b", updated_at=at(5)))
+    alice, _ = await store.register_device(device("alice", "phone", "tok-a"))
+    bob, _ = await store.register_device(device("bob", "phone", "tok-b", updated_at=at(5)))
     assert await store.list_devices("alice") == [alice]
     assert await store.list_devices("bob") == [bob]
     active = await store.active_devices(["alice", "bob"])
@@ -101,7 +101,8 @@ async def test_registering_again_reactivates_a_deactivated_device(store: Store) 
     assert not await store.deactivate_device("u1", "d1", "logout")
     [d] = await store.list_devices("u1")
     assert (d.active, d.deactivated_reason) == (False, "logout")
-    again = await store.register_device(device("u1", "d1", "tok"))
+    again, activated = await store.register_device(device("u1", "d1", "tok"))
+    assert activated
     assert (again.active, again.deactivated_reason, again.consecutive_failures) == (True, None, 0)
     assert list(await store.active_devices(["u1"])) == ["u1"]
 
@@ -147,3 +148,19 @@ async def test_three_failures_deactivate_and_a_success_resets(store: Store) -> N
     [d] = await store.list_devices("u1")
     assert (d.active, d.deactivated_reason) == (False, "ProviderError")
     assert (await fail())[0] is False  # nothing active left to deactivate
+
+
+async def test_of_concurrent_registrations_of_a_new_device_exactly_one_activates(
+    store: Store,
+) -> None:
+    """What lets a quota undo only its own write: the write reports the activation
+    (5 rounds: a server's findAndModify pre-image told two or three, half of the time)."""
+    for dev in ("a", "b", "c", "d", "e"):
+        tokens = [f"ExponentPushToken[{dev}{n}]" for n in range(8)]
+        results = await asyncio.gather(
+            *(store.register_device(device("u1", dev, t)) for t in tokens)
+        )
+        assert [activated for _, activated in results].count(True) == 1
+        [stored] = [s for s in await store.list_devices("u1") if s.device_id == dev]
+        assert stored.active
+        assert stored in [d for d, _ in results]

@@ -54,7 +54,7 @@ async def test_a_thousand_tickets_without_receipts_do_not_hide_a_newer_dead_toke
     await store.open()
     try:
         await store.upsert_user(User("u", "UTC"))
-        dead = await store.register_device(Device("u", "old-phone", "ExponentPushToken[dead]"))
+        dead, _ = await store.register_device(Device("u", "old-phone", "ExponentPushToken[dead]"))
         # 1,500 tickets whose receipts Expo has not made ready yet, sent first...
         backlog = [
             Ticket(f"t{n:05d}", f"m{n}", "u", "other", "ExponentPushToken[x]", START)

@@ -70,7 +70,7 @@ class Pipeline:
         user = await self.rt.store.upsert_user(
             User(user_id, timezone, created_at=now, updated_at=now, **user_fields)
         )
-        device = await self.rt.store.register_device(
+        device, _ = await self.rt.store.register_device(
             Device(
                 user_id,
                 f"{user_id}-phone",

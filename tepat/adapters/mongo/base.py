@@ -79,3 +79,20 @@ class MongoBase:
             cursor = cursor.limit(limit)
         docs: list[dict[str, Any]] = await cursor.to_list(None)
         return docs
+
+    async def _upsert(
+        self, collection: str, key: str, update: dict[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """Apply ``update`` (a ``$set`` of every field but ``created_at``, which its
+        ``$setOnInsert`` gives) to document ``key``, inserting it if absent; returns the
+        stored document and whether this write inserted it. The write's upsert result
+        decides: a findAndModify pre-image is null for a losing upsert the server retried
+        as an update (seen on MongoDB 8.2), so it cannot tell."""
+        documents = self._db[collection]
+        result = await documents.update_one({"_id": key}, update, upsert=True)
+        created = update["$setOnInsert"]["created_at"]
+        if result.upserted_id is None:
+            # created_at never changes once inserted, so reading it afterwards is exact.
+            doc = await documents.find_one({"_id": key}, projection={"created_at": True})
+            created = doc["created_at"] if doc else created
+        return {"_id": key, **update["$set"], "created_at": created}, result.upserted_id is not None

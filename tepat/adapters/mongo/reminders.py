@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pymongo import ASCENDING, ReturnDocument
+from pymongo import ASCENDING
 
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, pair_id, reminder_fields, reminder_from_doc
@@ -17,19 +17,16 @@ class RemindersMixin(MongoBase):
 
     # --- reminders ----------------------------------------------------------------
 
-    async def upsert_reminder(self, reminder: Reminder) -> Reminder:
+    async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
         now = self._clock.now()
-        doc = await self._db["reminders"].find_one_and_update(
-            {"_id": pair_id(reminder.user_id, reminder.reminder_id)},
-            {
-                "$set": reminder_fields(reminder, now),
-                "$setOnInsert": {"created_at": bson_dt(reminder.created_at or now)},
-            },
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-        )
+        update = {
+            "$set": reminder_fields(reminder, now),
+            "$setOnInsert": {"created_at": bson_dt(reminder.created_at or now)},
+        }
+        key = pair_id(reminder.user_id, reminder.reminder_id)
+        doc, inserted = await self._upsert("reminders", key, update)
         await self._reminders_changed(reminder.user_id)
-        return reminder_from_doc(doc)
+        return reminder_from_doc(doc), inserted
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
         doc = await self._db["reminders"].find_one({"_id": pair_id(user_id, reminder_id)})

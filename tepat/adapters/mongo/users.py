@@ -206,7 +206,9 @@ class UsersMixin(MongoBase):
 
     # --- devices ------------------------------------------------------------------
 
-    async def register_device(self, device: Device, *, from_other_users: bool = True) -> Device:
+    async def register_device(
+        self, device: Device, *, from_other_users: bool = True
+    ) -> tuple[Device, bool]:
         devices = self._db["devices"]
         key = pair_id(device.user_id, device.device_id)
         now = bson_dt(device.updated_at or self._clock.now())
@@ -217,6 +219,11 @@ class UsersMixin(MongoBase):
             # made after this check makes step 2 hit the unique index, and the retry
             # finds it here.
             held["user_id"] = device.user_id
+        # Read before the loop, so the window between its steps 1 and 2 stays as narrow
+        # as it can. The insert is told by the write itself; a reactivation by this read,
+        # so two overlapping re-registrations of one inactive device may both report it.
+        prior = await devices.find_one({"_id": key}, projection={"active": True})
+        activation = device_activation(device, now)
         for attempt in range(_REGISTER_ATTEMPTS):
             if not from_other_users and await devices.find_one(
                 {"active": True, "push_token": token, "user_id": {"$ne": device.user_id}}
@@ -232,19 +239,14 @@ class UsersMixin(MongoBase):
                 {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": now}},
             )
             try:
-                doc = await devices.find_one_and_update(
-                    {"_id": key},
-                    device_activation(device, now),
-                    upsert=True,
-                    return_document=ReturnDocument.AFTER,
-                )
+                doc, inserted = await self._upsert("devices", key, activation)
             except DuplicateKeyError:
                 if attempt == _REGISTER_ATTEMPTS - 1:
                     raise
                 # Jittered: contenders that collided in lockstep must not retry in it.
                 await asyncio.sleep(random.uniform(0, 0.01 * 2**attempt))
                 continue
-            return device_from_doc(doc)
+            return device_from_doc(doc), inserted or (prior is not None and not prior["active"])
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:

@@ -21,8 +21,9 @@ class RemindersMixin(SqliteBase):
 
     # ----------------------------------------------------------------- reminders
 
-    async def upsert_reminder(self, reminder: Reminder) -> Reminder:
-        sql = (
+    async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
+        exists = "SELECT 1 FROM reminders WHERE user_id = ? AND reminder_id = ?"
+        upsert = (
             f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(13)}) "
             "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
             "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
@@ -31,8 +32,14 @@ class RemindersMixin(SqliteBase):
             f"updated_at = excluded.updated_at RETURNING {_REMINDER_COLUMNS}"
         )
         params = _reminder_params(reminder, self._now())
-        row = await self._write(lambda c: c.execute(sql, params).fetchone())
-        return _reminder(row)
+
+        def run(conn: Conn) -> tuple[Row, bool]:
+            # In the write transaction: no other write lands between the look and the upsert.
+            existed = conn.execute(exists, params[:2]).fetchone() is not None
+            return conn.execute(upsert, params).fetchone(), not existed
+
+        row, inserted = await self._write(run)
+        return _reminder(row), inserted
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
         rows = await self._select(

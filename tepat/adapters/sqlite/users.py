@@ -159,27 +159,32 @@ class UsersMixin(SqliteBase):
 
     # ----------------------------------------------------------------- devices
 
-    async def register_device(self, device: Device, *, from_other_users: bool = True) -> Device:
+    async def register_device(
+        self, device: Device, *, from_other_users: bool = True
+    ) -> tuple[Device, bool]:
         now = self._now()
         created = _ts_opt(device.created_at) or now
         updated = _ts_opt(device.updated_at) or now
         d = device
         upsert = f"{UPSERT_DEVICE} RETURNING {_DEVICE_COLUMNS}"
+        active = "SELECT 1 FROM devices WHERE user_id = ? AND device_id = ? AND active = 1"
 
-        def run(conn: Conn) -> Row:
-            # In the write transaction: no other registration can bind the token between
-            # this check and the upsert.
+        def run(conn: Conn) -> tuple[Row, bool]:
+            # In the write transaction: no other registration can bind the token or
+            # activate the device between these looks and the upsert.
             if not from_other_users and _held_by_others(conn, d):
                 raise PushTokenInUse()
+            was_active = conn.execute(active, (d.user_id, d.device_id)).fetchone() is not None
             # Release the token first: the partial unique index is checked per statement.
             conn.execute(
                 ROTATE_TOKEN, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
             )
             params = (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
             row: Row = conn.execute(upsert, params).fetchone()
-            return row
+            return row, not was_active
 
-        return _device(await self._write(run))
+        row, activated = await self._write(run)
+        return _device(row), activated
 
     async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
         sql = (

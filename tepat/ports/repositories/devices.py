@@ -18,7 +18,9 @@ class DeviceFailure:
 
 
 class DeviceRepository(Protocol):
-    async def register_device(self, device: Device, *, from_other_users: bool = True) -> Device:
+    async def register_device(
+        self, device: Device, *, from_other_users: bool = True
+    ) -> tuple[Device, bool]:
         """Register or rotate: ``device`` becomes the one active binding of its
         (user, ``device_id``) and of its ``push_token``. A device id is scoped to its
         user: another user's device with the same id is untouched. A token is
@@ -26,7 +28,9 @@ class DeviceRepository(Protocol):
         token that moves is the same phone after a new login; with
         ``from_other_users=False`` such a binding stays and
         :class:`~tepat.domain.errors.PushTokenInUse` is raised instead, atomically with
-        the write. Resets the failure counter.
+        the write. Resets the failure counter. Returns the stored device and whether this
+        write activated it (new, or inactive before); of concurrent registrations of one
+        new device exactly one reports it (a quota undoes only its own activation).
         """
         ...
 
