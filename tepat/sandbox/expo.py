@@ -271,18 +271,20 @@ class ExpoSandbox(FakeProvider[_State]):
                     **{"Retry-After": str(math.ceil(wait))},
                 )
         encoding = request.headers.get("content-encoding")
-        tickets = self._issue_tickets(messages, encoding)
+        tickets, accepted = self._issue_tickets(messages, encoding)
         with self._lock:
             self._state.stats.send_requests += 1
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
         answer = JSONResponse({"data": tickets[0] if single else tickets})
-        return await self.lose_or_answer(answer, request, _server_error)
+        return await self.lose_or_answer(answer, request, _server_error, accepted)
 
     def _issue_tickets(
         self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The tickets answered, and the entries of the notifications accepted."""
         now = self.clock.now()
         tickets: list[dict[str, Any]] = []
+        accepted: list[dict[str, Any]] = []
         with self._lock:
             state = self._state
             for message, recipients in messages:
@@ -305,8 +307,11 @@ class ExpoSandbox(FakeProvider[_State]):
                         state.stats.tickets_ok += 1
                     else:
                         state.stats.tickets_error += 1
-                    state.received.append(received_entry(message, token, ticket, now, encoding))
-        return tickets
+                    entry = received_entry(message, token, ticket, now, encoding)
+                    state.received.append(entry)
+                    if ticket["status"] == "ok":
+                        accepted.append(entry)
+        return tickets, accepted
 
     async def _get_receipts(self, request: Request) -> Response:
         if (refused := self._gate(request)) is not None:

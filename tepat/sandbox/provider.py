@@ -5,7 +5,7 @@ on them in-process or over HTTP (:mod:`tepat.sandbox.controls`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -105,14 +105,23 @@ class FakeProvider(Generic[State]):
             return counters
 
     async def lose_or_answer(
-        self, answer: Response, request: Request, server_error: Callable[[int], Response]
+        self,
+        answer: Response,
+        request: Request,
+        server_error: Callable[[int], Response],
+        accepted: Sequence[dict[str, Any]] = (),
     ) -> Response:
         """``answer`` to an accepted send, unless a scripted fault loses it
-        (:meth:`fail_after_accept`); ``server_error`` words the provider's 5xx."""
+        (:meth:`fail_after_accept`); ``server_error`` words the provider's 5xx.
+        ``accepted``: the request's entries in :meth:`received`; a lost answer marks
+        them ``answer_lost`` (``stall``, ``drop`` or ``error``), so whoever counts
+        copies can tell a copy the sender never heard of."""
         with self._lock:
             fault = self._state.faults.next_lost_answer()
             if fault is not None:
                 self._state.stats.answers_lost += 1
+                for entry in accepted:
+                    entry["answer_lost"] = fault.fault.value
         if fault is None:
             return answer
         return await fault.lose(answer, request, self._stalls, server_error)

@@ -317,6 +317,8 @@ def test_after_accept_error_receives_and_tickets_then_answers_5xx(
     }
     assert send(http, {"to": tok(3)}).status_code == 200  # only the next request was hit
     assert sandbox.stats()["answers_lost"] == 1
+    # The copies whose answer was lost say so (a chaos tally tells them apart).
+    assert [r.get("answer_lost") for r in sandbox.received()] == ["error", "error", None]
 
 
 def test_after_accept_drop_receives_then_closes_the_connection_mid_response(
@@ -327,6 +329,7 @@ def test_after_accept_drop_receives_then_closes_the_connection_mid_response(
         send(http, {"to": tok(1)})
     assert [r["to"] for r in sandbox.received()] == [tok(1)]
     assert send(http, {"to": tok(2)}).status_code == 200
+    assert [r.get("answer_lost") for r in sandbox.received()] == ["drop", None]
 
 
 def test_after_accept_stall_receives_then_holds_the_answer_until_the_client_hangs_up(
