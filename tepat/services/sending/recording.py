@@ -78,10 +78,10 @@ class OutcomeRecorder:
         m = answer.message
         match answer.outcome:
             case Delivered():
-                self._observe_lateness(m, now)
+                metrics.observe_lateness(channel, m, now)
                 return outcomes.after_delivered()
             case Accepted(provider_id):
-                self._observe_lateness(m, now)
+                metrics.observe_lateness(channel, m, now)
                 return outcomes.after_accepted(provider_id)
             case Refused(reason):
                 return outcomes.after_refused(reason)
@@ -121,6 +121,7 @@ class OutcomeRecorder:
         suppress: list[tuple[str, SuppressionReason]] = []
         for answer in answers:
             next_ = self.next_status(channel, answer, now)
+            metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
             by_stage[next_.stage].append(_change(answer.message, next_))
             if isinstance(answer.outcome, Refused) and answer.outcome.suppress is not None:
                 suppress.append((answer.target, SuppressionReason(answer.outcome.suppress)))
@@ -142,12 +143,6 @@ class OutcomeRecorder:
 
     async def _write(self, stage: Stage, changes: list[StatusChange], now: datetime) -> None:
         await self._store.transition_many(changes, now, expect=list(outcomes.expected_from(stage)))
-
-    @staticmethod
-    def _observe_lateness(m: Message, now: datetime) -> None:
-        metrics.LATENESS.labels(category=m.category).observe(
-            max(0.0, (now - m.scheduled_at).total_seconds())
-        )
 
 
 def _change(m: Message, n: Next) -> StatusChange:
