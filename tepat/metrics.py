@@ -127,8 +127,9 @@ SENDING_REDRIVEN = Counter(
 
 MESSAGES = Gauge(
     "tepat_messages",
-    "Messages in the store by status and category (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
-    ["status", "category"],
+    "Messages in the store by status, category and channel (refreshed every"
+    " TEPAT_METRICS_REFRESH_SECONDS)",
+    ["status", "category", "channel"],
     registry=REGISTRY,
 )
 QUEUE_DEPTH = Gauge(
@@ -306,14 +307,17 @@ async def _refresh_store(rt: GaugeSource) -> None:
         log.exception("metrics: counting messages failed")
         return
     OLDEST_DUE_UNSENT.set(0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
-    # Every (status, configured category) gets a value, zero included, so a series
-    # does not vanish (and break rate() or alerts) when its count drops to zero.
-    categories = set(rt.categories.names) | {c for _, c in counts.by_status_category}
+    # Every (status, configured category, channel) gets a value, zero included, so a
+    # series does not vanish (and break rate() or alerts) when its count drops to zero.
+    by_key = counts.by_status_category_channel
+    categories = set(rt.categories.names) | {c for _, c, _ in by_key}
+    channels = set(PROVIDERS) | {ch for _, _, ch in by_key}
     MESSAGES.clear()
     for status in MessageStatus:
         for category in sorted(categories):
-            n = counts.by_status_category.get((status.value, category), 0)
-            MESSAGES.labels(status=status.value, category=category).set(n)
+            for channel in sorted(channels):
+                n = by_key.get((status.value, category, channel), 0)
+                MESSAGES.labels(status=status.value, category=category, channel=channel).set(n)
     REFRESHED.labels(source="store").set(now.timestamp())
 
 
