@@ -123,6 +123,15 @@ SENDING_REDRIVEN = Counter(
     registry=REGISTRY,
 )
 
+# What a consumer counted at its last heartbeat (consumers/rate_share.py): every process of
+# its rate group exports the same figure, so `max` it.
+LIVE_CONSUMERS = Gauge(
+    "tepat_live_consumers",
+    "Consumer processes beating in this process's rate group (itself included) at its last"
+    " heartbeat",
+    registry=REGISTRY,
+)
+
 # --- shared state, refreshed on an interval (scheduler, serve) ---
 
 MESSAGES = Gauge(
@@ -134,8 +143,9 @@ MESSAGES = Gauge(
 )
 QUEUE_DEPTH = Gauge(
     "tepat_queue_depth",
-    "Broker messages per queue and state: ready, scheduled, in_flight, dead_letters"
-    " (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
+    "Batches (broker messages, each a list of message ids: not notifications) per queue and"
+    " state: ready, scheduled, in_flight, dead_letters (refreshed every"
+    " TEPAT_METRICS_REFRESH_SECONDS)",
     ["queue", "state"],
     registry=REGISTRY,
 )
