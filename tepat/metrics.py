@@ -41,7 +41,7 @@ from prometheus_client import (
 
 from tepat.clock import Clock
 from tepat.domain.categories import OUTCOME_UNKNOWN, Categories
-from tepat.domain.models import Message, MessageStatus
+from tepat.domain.models import MessageStatus
 from tepat.domain.outcomes import Next
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.loops import wait_or_stop
@@ -244,13 +244,6 @@ def count_provider_error(channel: str, error: TryAgain | Refused | Rejected | Ti
     PROVIDER_ERRORS.labels(
         channel=channel, provider=provider_of(channel), kind=kind, code=code[:40]
     ).inc()
-
-
-def observe_lateness(channel: str, m: Message, now: datetime) -> None:
-    """From the message's scheduled instant to ``now``, when its provider accepted it."""
-    LATENESS.labels(channel=channel, category=m.category).observe(
-        max(0.0, (now - m.scheduled_at).total_seconds())
-    )
 
 
 def count_maybe_sent(category: str, action: Literal["retried", "closed", "retried_5xx"]) -> None:

@@ -74,14 +74,20 @@ class OutcomeRecorder:
         self._rng = rng
 
     def next_status(self, channel: str, answer: Answer, now: datetime) -> Next:
-        """What ``answer`` makes of its message on ``channel``, counted in the metrics."""
+        """What ``answer`` makes of its message on ``channel``, counted in the metrics:
+        every channel's answers pass here, so each is counted once, by channel."""
+        next_ = self._next(channel, answer, now)
+        metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
+        return next_
+
+    def _next(self, channel: str, answer: Answer, now: datetime) -> Next:
         m = answer.message
         match answer.outcome:
             case Delivered():
-                metrics.observe_lateness(channel, m, now)
+                self._observe_lateness(channel, m, now)
                 return outcomes.after_delivered()
             case Accepted(provider_id):
-                metrics.observe_lateness(channel, m, now)
+                self._observe_lateness(channel, m, now)
                 return outcomes.after_accepted(provider_id)
             case Refused(reason):
                 return outcomes.after_refused(reason)
@@ -121,7 +127,6 @@ class OutcomeRecorder:
         suppress: list[tuple[str, SuppressionReason]] = []
         for answer in answers:
             next_ = self.next_status(channel, answer, now)
-            metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
             by_stage[next_.stage].append(_change(answer.message, next_))
             if isinstance(answer.outcome, Refused) and answer.outcome.suppress is not None:
                 suppress.append((answer.target, SuppressionReason(answer.outcome.suppress)))
@@ -143,6 +148,12 @@ class OutcomeRecorder:
 
     async def _write(self, stage: Stage, changes: list[StatusChange], now: datetime) -> None:
         await self._store.transition_many(changes, now, expect=list(outcomes.expected_from(stage)))
+
+    @staticmethod
+    def _observe_lateness(channel: str, m: Message, now: datetime) -> None:
+        metrics.LATENESS.labels(channel=channel, category=m.category).observe(
+            max(0.0, (now - m.scheduled_at).total_seconds())
+        )
 
 
 def _change(m: Message, n: Next) -> StatusChange:
