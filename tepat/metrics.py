@@ -13,8 +13,14 @@ scrape; one background task (:func:`run_gauge_refresher`, run by ``tepat
 scheduler`` and ``tepat serve`` only) refreshes them every
 ``TEPAT_METRICS_REFRESH_SECONDS`` and scrapes serve the cached values.
 
-The README lists every family exactly as exported; ``tests/ops`` compares the
-two, so rename here and there together.
+The metrics page (docs/guides/operations.md, "Metrics") lists every family exactly as
+exported; ``tests/ops`` compares the two, so rename here and there together.
+
+Every channel (push, inbox, e-mail, SMS, webhooks) is counted alike, labelled by
+``channel`` and ``provider`` (:data:`PROVIDERS`): each provider answer once, where the
+recorder reads it (:func:`count_answer`), and each provider error where it is seen
+(:func:`count_provider_error`). Labels stay bounded: a channel, its provider, an outcome,
+a category, a provider's code; never a user, a message, a target or free text.
 """
 
 from __future__ import annotations
@@ -205,8 +211,9 @@ def error_code(reason: str) -> str:
 
 
 def count_answer(channel: str, category: str, outcome: ChannelOutcome, next_: Next) -> None:
-    """One provider answer as the recorder writes it (``OutcomeRecorder.record``, every
-    channel): what it made of its message, and a not-sent retry."""
+    """One provider answer as the recorder reads it (``OutcomeRecorder.next_status``, which
+    every channel's answers pass through): what it made of its message, and a not-sent
+    retry."""
     SENDS.labels(
         channel=channel, provider=provider_of(channel), outcome=_outcome_label(outcome, next_)
     ).inc()
@@ -229,8 +236,9 @@ def _outcome_label(outcome: ChannelOutcome, next_: Next) -> str:
 
 
 def count_provider_error(channel: str, error: TryAgain | Refused | Rejected | TicketError) -> None:
-    """One error a provider answered on ``channel``: for one item (``Refused``, a push
-    ticket's ``TicketError``), or for a whole push request (``TryAgain``, ``Rejected``)."""
+    """One error a provider answered on ``channel``: for one item (a channel's ``Refused``
+    or ``TryAgain``, a push ticket's ``TicketError``), or for a whole push request of up
+    to 100 notifications (``TryAgain``, ``Rejected``)."""
     kind: ErrorKind
     match error:
         case TicketError(code=code, permanent=permanent):
