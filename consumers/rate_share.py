@@ -21,6 +21,7 @@ from datetime import timedelta
 
 import structlog
 
+from tepat import metrics
 from tepat.loops import wait_or_stop
 from tepat.runtime import Runtime
 
@@ -52,6 +53,7 @@ async def run_rate_share(rt: Runtime, stop: asyncio.Event) -> None:
                 if now_live != live:
                     log.info("consumers sharing the provider's rate", live=now_live)
                 live = max(1, now_live)
+                metrics.LIVE_CONSUMERS.set(live)
                 rt.push.set_rate_share(1.0 / live)
                 # The same processes send e-mail and SMS: their providers' rates too.
                 rt.dispatcher.channels.set_rate_share(1.0 / live)

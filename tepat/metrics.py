@@ -13,13 +13,21 @@ scrape; one background task (:func:`run_gauge_refresher`, run by ``tepat
 scheduler`` and ``tepat serve`` only) refreshes them every
 ``TEPAT_METRICS_REFRESH_SECONDS`` and scrapes serve the cached values.
 
-The README lists every family exactly as exported; ``tests/ops`` compares the
-two, so rename here and there together.
+The metrics page (docs/guides/operations.md, "Metrics") lists every family exactly as
+exported; ``tests/ops`` compares the two, so rename here and there together.
+
+Every channel (push, inbox, e-mail, SMS, webhooks) is counted alike, labelled by
+``channel`` and ``provider`` (:data:`PROVIDERS`): each provider answer once, where the
+recorder reads it (:func:`count_answer`), and each provider error where it is seen
+(:func:`count_provider_error`). Labels stay bounded: a channel, its provider, an outcome,
+a category, a provider's code; never a user, a message, a target or free text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import prometheus_client
@@ -38,12 +46,16 @@ from prometheus_client import (
 )
 
 from tepat.clock import Clock
-from tepat.domain.categories import Categories
+from tepat.domain.categories import OUTCOME_UNKNOWN, Categories
 from tepat.domain.models import MessageStatus
+from tepat.domain.outcomes import Next
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.loops import wait_or_stop
 from tepat.ports.broker import Broker
+from tepat.ports.channel import ChannelOutcome, Refused
+from tepat.ports.push import Rejected, TicketError
 from tepat.ports.repositories.messages import Counts
+from tepat.ports.try_again import TryAgain
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -69,15 +81,27 @@ SEND_LATENCY = Histogram(
 )
 LATENESS = Histogram(
     "tepat_send_lateness_seconds",
-    "Time from a message's scheduled instant to the provider accepting it",
-    ["category"],
+    "Time from a message's scheduled instant to the provider accepting it, by channel and category",
+    ["channel", "category"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),
     registry=REGISTRY,
 )
 # prometheus_client strips a `_total` suffix from a Counter's name and appends it on
 # export; writing it here keeps the name in the code the one Prometheus shows.
+SENDS = Counter(
+    "tepat_sends_total",
+    "Provider answers recorded, by channel, provider and what the answer made of the message:"
+    " sent, delivered, failed, suppressed (failed, its target suppressed), outcome_unknown,"
+    " gave_up (a temporary failure past the retry limits), retry (back to pending)",
+    ["channel", "provider", "outcome"],
+    registry=REGISTRY,
+)
 PROVIDER_ERRORS = Counter(
-    "tepat_provider_errors_total", "Push provider errors by code", ["code"], registry=REGISTRY
+    "tepat_provider_errors_total",
+    "Provider errors by channel, provider, kind (throttled: a 429 or the provider's rate"
+    " limit; try_again: another temporary failure, 5xx included; refused: permanent) and code",
+    ["channel", "provider", "kind", "code"],
+    registry=REGISTRY,
 )
 MAYBE_SENT = Counter(
     "tepat_maybe_sent_total",
@@ -89,8 +113,9 @@ MAYBE_SENT = Counter(
 )
 NOT_SENT_RETRIES = Counter(
     "tepat_not_sent_retries_total",
-    "Messages retried after a request the provider never had or refused (connect error, 429)",
-    ["category"],
+    "Messages retried after a request the provider never had or refused (connect error, 429),"
+    " by channel and category",
+    ["channel", "category"],
     registry=REGISTRY,
 )
 # Recorded where the sweeper runs (scheduler, serve): each of these messages may have
@@ -104,24 +129,42 @@ SENDING_REDRIVEN = Counter(
     registry=REGISTRY,
 )
 
+# What a consumer counted at its last heartbeat (consumers/rate_share.py): every process of
+# its rate group exports the same figure, so `max` it.
+LIVE_CONSUMERS = Gauge(
+    "tepat_live_consumers",
+    "Consumer processes beating in this process's rate group (itself included) at its last"
+    " heartbeat",
+    registry=REGISTRY,
+)
+
 # --- shared state, refreshed on an interval (scheduler, serve) ---
 
 MESSAGES = Gauge(
     "tepat_messages",
-    "Messages in the store by status and category (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
-    ["status", "category"],
+    "Messages in the store by status, category and channel (refreshed every"
+    " TEPAT_METRICS_REFRESH_SECONDS)",
+    ["status", "category", "channel"],
     registry=REGISTRY,
 )
 QUEUE_DEPTH = Gauge(
     "tepat_queue_depth",
-    "Broker messages per queue and state: ready, scheduled, in_flight, dead_letters"
-    " (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
+    "Batches (broker messages, each a list of message ids: not notifications) per queue and"
+    " state: ready, scheduled, in_flight, dead_letters (refreshed every"
+    " TEPAT_METRICS_REFRESH_SECONDS)",
     ["queue", "state"],
+    registry=REGISTRY,
+)
+OLDEST_DUE_UNSENT = Gauge(
+    "tepat_oldest_due_unsent_seconds",
+    "Age of the oldest message due but not yet sent (pending or sending, due_at <= now),"
+    " 0 when none (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
     registry=REGISTRY,
 )
 REFRESHED = Gauge(
     "tepat_gauges_last_refresh_timestamp_seconds",
-    "When tepat_messages (source=store) or tepat_queue_depth (source=broker) last refreshed",
+    "When tepat_messages and tepat_oldest_due_unsent_seconds (source=store) or"
+    " tepat_queue_depth (source=broker) last refreshed",
     ["source"],
     registry=REGISTRY,
 )
@@ -140,13 +183,80 @@ TZDATA_YEAR.set(int(TZDATA_RELEASE[:4]))
 REFRESH_TIMEOUT_SECONDS = 60.0
 
 
+# The provider behind each channel's adapter: a label of its own, so that a channel given a
+# second provider keeps the two apart without renaming a series.
+PROVIDERS: dict[str, str] = {
+    "push": "expo",
+    "inbox": "tepat",
+    "email": "smtp",
+    "sms": "twilio",
+    "webhook": "http",
+}
+# A code is the leading word of a provider's reason ("twilio_20429: Too Many Requests" ->
+# "twilio_20429"): the provider's own bounded vocabulary, never the free text after it
+# (addresses, URLs, exception messages would make a series per message).
+_CODE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+
+ErrorKind = Literal["throttled", "try_again", "refused"]
+
+
+def provider_of(channel: str) -> str:
+    return PROVIDERS.get(channel, "unknown")
+
+
+def error_code(reason: str) -> str:
+    """The bounded code of a provider's reason (its leading word)."""
+    found = _CODE.match(reason)
+    return found.group() if found else "unknown"
+
+
+def count_answer(channel: str, category: str, outcome: ChannelOutcome, next_: Next) -> None:
+    """One provider answer as the recorder reads it (``OutcomeRecorder.next_status``, which
+    every channel's answers pass through): what it made of its message, and a not-sent
+    retry."""
+    SENDS.labels(
+        channel=channel, provider=provider_of(channel), outcome=_outcome_label(outcome, next_)
+    ).inc()
+    if isinstance(outcome, TryAgain) and not (outcome.maybe_sent or outcome.server_error):
+        NOT_SENT_RETRIES.labels(channel=channel, category=category).inc()
+
+
+def _outcome_label(outcome: ChannelOutcome, next_: Next) -> str:
+    if next_.to is MessageStatus.PENDING:
+        return "retry"
+    if next_.to is not MessageStatus.FAILED:
+        return next_.to.value  # sent, delivered
+    if next_.reason == OUTCOME_UNKNOWN:
+        return "outcome_unknown"
+    if isinstance(outcome, TryAgain):
+        return "gave_up"
+    if isinstance(outcome, Refused) and outcome.suppress is not None:
+        return "suppressed"
+    return "failed"
+
+
+def count_provider_error(channel: str, error: TryAgain | Refused | Rejected | TicketError) -> None:
+    """One error a provider answered on ``channel``: for one item (a channel's ``Refused``
+    or ``TryAgain``, a push ticket's ``TicketError``), or for a whole push request of up
+    to 100 notifications (``TryAgain``, ``Rejected``)."""
+    kind: ErrorKind
+    match error:
+        case TicketError(code=code, permanent=permanent):
+            kind = "refused" if permanent else "try_again"
+        case Rejected():
+            kind, code = "refused", "Rejected"
+        case Refused(reason):
+            kind, code = "refused", error_code(reason)
+        case TryAgain(reason, throttled=throttled):
+            kind, code = ("throttled" if throttled else "try_again"), error_code(reason)
+    PROVIDER_ERRORS.labels(
+        channel=channel, provider=provider_of(channel), kind=kind, code=code[:40]
+    ).inc()
+
+
 def count_maybe_sent(category: str, action: Literal["retried", "closed", "retried_5xx"]) -> None:
     """One message that may have reached the provider, and whether it was retried or closed."""
     MAYBE_SENT.labels(category=category, action=action).inc()
-
-
-def count_not_sent_retry(category: str) -> None:
-    NOT_SENT_RETRIES.labels(category=category).inc()
 
 
 def count_sending_redriven(cause: Literal["lease_expired", "restart"], n: int) -> None:
@@ -160,6 +270,8 @@ def exposition() -> bytes:
 
 class _CountsMessages(Protocol):
     async def count_messages(self) -> Counts: ...
+
+    async def oldest_due_unsent(self, now: datetime) -> datetime | None: ...
 
 
 class _RefreshEvery(Protocol):
@@ -198,20 +310,26 @@ async def refresh_gauges(rt: GaugeSource) -> None:
 
 
 async def _refresh_store(rt: GaugeSource) -> None:
+    now = rt.clock.now()
     try:
         counts = await asyncio.wait_for(rt.store.count_messages(), REFRESH_TIMEOUT_SECONDS)
+        oldest = await asyncio.wait_for(rt.store.oldest_due_unsent(now), REFRESH_TIMEOUT_SECONDS)
     except Exception:
         log.exception("metrics: counting messages failed")
         return
-    # Every (status, configured category) gets a value, zero included, so a series
-    # does not vanish (and break rate() or alerts) when its count drops to zero.
-    categories = set(rt.categories.names) | {c for _, c in counts.by_status_category}
+    OLDEST_DUE_UNSENT.set(0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+    # Every (status, configured category, channel) gets a value, zero included, so a
+    # series does not vanish (and break rate() or alerts) when its count drops to zero.
+    by_key = counts.by_status_category_channel
+    categories = set(rt.categories.names) | {c for _, c, _ in by_key}
+    channels = set(PROVIDERS) | {ch for _, _, ch in by_key}
     MESSAGES.clear()
     for status in MessageStatus:
         for category in sorted(categories):
-            n = counts.by_status_category.get((status.value, category), 0)
-            MESSAGES.labels(status=status.value, category=category).set(n)
-    REFRESHED.labels(source="store").set(rt.clock.now().timestamp())
+            for channel in sorted(channels):
+                n = by_key.get((status.value, category, channel), 0)
+                MESSAGES.labels(status=status.value, category=category, channel=channel).set(n)
+    REFRESHED.labels(source="store").set(now.timestamp())
 
 
 async def _refresh_broker(rt: GaugeSource) -> None:

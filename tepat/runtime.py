@@ -131,9 +131,14 @@ class Runtime:
     inbox: InboxService
 
     @property
+    def channels(self) -> list[str]:
+        """Push and every channel whose provider is configured."""
+        return ["push", *self.dispatcher.channels.channels]
+
+    @property
     def queues(self) -> list[str]:
         """Every queue this process consumes, highest priority first."""
-        return queues_for_channels(self.categories, ["push", *self.dispatcher.channels.channels])
+        return queues_for_channels(self.categories, self.channels)
 
     @property
     def embedded_broker(self) -> bool:

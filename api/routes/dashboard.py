@@ -60,7 +60,9 @@ router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
 
 def install(app: FastAPI, rt: Runtime, admin_key: str) -> None:
-    app.state.dashboard = Dashboard(rt.store, rt.broker, rt.categories, rt.clock)
+    app.state.dashboard = Dashboard(
+        rt.store, rt.broker, rt.categories, rt.clock, channels=rt.channels
+    )
     app.state.dashboard_sessions = Sessions(admin_key, rt.clock, rt.store)
     app.include_router(router)
 

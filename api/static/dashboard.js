@@ -74,21 +74,22 @@ function render(d) {
   text("failures-window", `(last ${span(d.failures_window_seconds)})`);
 
   fill(
-    "categories",
-    d.categories.map((c) =>
+    "queues",
+    d.queues.map((q) =>
       row(
         [
-          { text: c.category },
-          { text: c.queue, cls: "mono" },
-          { text: count(c.ready), cls: "n ready" },
-          { text: count(c.scheduled), cls: "n scheduled" },
-          { text: count(c.in_flight), cls: "n in-flight" },
-          { text: count(c.dead_letters), cls: c.dead_letters ? "n dead bad" : "n dead" },
+          { text: q.channel },
+          { text: q.category || "–" },
+          { text: q.queue, cls: "mono" },
+          { text: count(q.ready), cls: "n ready" },
+          { text: count(q.scheduled), cls: "n scheduled" },
+          { text: count(q.in_flight), cls: "n in-flight" },
+          { text: count(q.dead_letters), cls: q.dead_letters ? "n dead bad" : "n dead" },
         ],
-        { category: c.category },
+        q.category ? { queue: q.queue, category: q.category } : { queue: q.queue },
       ),
     ),
-    "no categories",
+    "no queues",
   );
 
   fill(

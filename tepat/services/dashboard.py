@@ -5,7 +5,9 @@ store and the broker), never from one process's memory, so an API replica
 shows what the consumers did. A snapshot is computed at most once per
 ``cache_seconds`` however many browsers poll it, and only while someone looks.
 
-- per category: the broker's ready / scheduled / in flight / dead letters;
+- per queue of every channel (push's per category, the other channels' per priority
+  class, webhooks'): the broker's ready / scheduled / in flight / dead letters, in
+  batches;
 - sends per second over the last minute and lateness p50 / p99 over the last
   five minutes, from the tickets (one per notification the provider accepted;
   lateness = accepted - scheduled, as ``tepat_send_lateness_seconds``). At most
@@ -23,7 +25,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 
@@ -32,6 +34,7 @@ import structlog
 from tepat.clock import Clock
 from tepat.domain.batches import BadBatch, decode_batch
 from tepat.domain.categories import Categories
+from tepat.domain.queues import PUSH, queues_for_channels
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, DeadLetter, QueueStats
 from tepat.ports.repositories.ops_views import OpsViewRepository, SendSample
@@ -46,11 +49,13 @@ CACHE_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
-class CategoryLine:
-    category: str
+class QueueLine:
+    """One broker queue; ``category`` is set for push's per-category queues only."""
+
+    channel: str
     queue: str
-    priority: int
-    ready: int | None  # None: the broker could not be read
+    category: str | None
+    ready: int | None  # batches; None: the broker could not be read
     scheduled: int | None
     in_flight: int | None
     dead_letters: int | None
@@ -80,7 +85,7 @@ class DeadLetterLine:
 class Snapshot:
     generated_at: datetime
     tzdata_release: str
-    categories: list[CategoryLine]
+    queues: list[QueueLine]
     rates: Rates
     failures_window_seconds: float
     failures_by_code: dict[str, int]
@@ -161,6 +166,8 @@ class Dashboard:
     categories: Categories
     clock: Clock
     _: KW_ONLY
+    # The channels whose queues are shown (the runtime's: push and the configured ones).
+    channels: Sequence[str] = (PUSH,)
     cache_seconds: float = CACHE_SECONDS
     sample_limit: int = SAMPLE_LIMIT
     monotonic: Callable[[], float] = time.monotonic
@@ -183,7 +190,7 @@ class Dashboard:
     async def _compute(self) -> Snapshot:
         now = self.clock.now()
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        queues = self.categories.queues()
+        queues = [q for ch in self.channels for q in queues_for_channels(self.categories, [ch])]
         problems: list[str] = []
         stats: dict[str, QueueStats] = {}
         dead: list[DeadLetter] = []
@@ -202,7 +209,7 @@ class Dashboard:
         return Snapshot(
             generated_at=now,
             tzdata_release=TZDATA_RELEASE,
-            categories=self._category_lines(stats),
+            queues=self._queue_lines(stats),
             rates=rates(samples, now, limit=self.sample_limit),
             failures_window_seconds=FAILURES_WINDOW.total_seconds(),
             failures_by_code=dict(by_code.most_common()),
@@ -212,21 +219,25 @@ class Dashboard:
             problems=problems,
         )
 
-    def _category_lines(self, stats: dict[str, QueueStats]) -> list[CategoryLine]:
+    def _queue_lines(self, stats: dict[str, QueueStats]) -> list[QueueLine]:
+        """Channel by channel, each channel's queues highest priority first."""
+        by_queue = self.categories.by_queue()
         lines = []
-        for policy in sorted(self.categories, key=lambda p: (p.priority, p.name)):
-            s = stats.get(policy.queue_name)
-            lines.append(
-                CategoryLine(
-                    category=policy.name,
-                    queue=policy.queue_name,
-                    priority=policy.priority,
-                    ready=s.ready if s else None,
-                    scheduled=s.scheduled if s else None,
-                    in_flight=s.in_flight if s else None,
-                    dead_letters=s.dead_letters if s else None,
+        for channel in self.channels:
+            for queue in queues_for_channels(self.categories, [channel]):
+                s = stats.get(queue)
+                policy = by_queue.get(queue)
+                lines.append(
+                    QueueLine(
+                        channel=channel,
+                        queue=queue,
+                        category=policy.name if policy else None,
+                        ready=s.ready if s else None,
+                        scheduled=s.scheduled if s else None,
+                        in_flight=s.in_flight if s else None,
+                        dead_letters=s.dead_letters if s else None,
+                    )
                 )
-            )
         return lines
 
     def _dead_line(self, d: DeadLetter) -> DeadLetterLine:

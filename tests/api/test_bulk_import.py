@@ -69,7 +69,7 @@ def first_field(body: dict[str, object]) -> object:
 
 async def all_messages(rt: Runtime) -> int:
     counts = await rt.store.count_messages()
-    return sum(counts.by_status_category.values())
+    return sum(counts.by_status_category_channel.values())
 
 
 async def test_json_array_creates_users_devices_reminders_and_plans_them(
@@ -173,7 +173,7 @@ async def test_changes_re_plan_only_what_changed(client: httpx.AsyncClient, rt: 
     lunch = [m for m in await rt.store.pending_for_user("a") if m.reminder_id == "lunch"]
     assert lunch and all(m.scheduled_at.minute == 30 for m in lunch)
     cancelled = await rt.store.count_messages()
-    assert any(status == MessageStatus.CANCELLED for status, _ in cancelled.by_status_category)
+    assert any(s == MessageStatus.CANCELLED for s, _, _ in cancelled.by_status_category_channel)
     # A zone change through the import re-plans every reminder of that user.
     moved = item("b", timezone="Europe/London")
     await ok(await client.post(URL, json=[moved], headers=ADMIN))

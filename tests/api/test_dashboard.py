@@ -165,7 +165,7 @@ async def test_figures_follow_a_send_a_failure_and_a_dead_device(
     )
     await rt.outbox.flush()
     before = await data(client, headers=ADMIN)
-    custom = next(c for c in before["categories"] if c["category"] == "custom")
+    custom = next(q for q in before["queues"] if q["category"] == "custom")
     assert (custom["queue"], custom["scheduled"], custom["ready"]) == (queue, 1, 0)
     assert before["rates"]["sends_per_second"] == 0
     assert before["rates"]["lateness_p99_seconds"] is None
@@ -174,7 +174,7 @@ async def test_figures_follow_a_send_a_failure_and_a_dead_device(
     assert await drain_due(rt) == 1
     app.state.dashboard.invalidate()  # the cache runs on real time, which has not passed
     after = await data(client, headers=ADMIN)
-    custom = next(c for c in after["categories"] if c["category"] == "custom")
+    custom = next(q for q in after["queues"] if q["category"] == "custom")
     assert (custom["scheduled"], custom["ready"], custom["in_flight"]) == (0, 0, 0)
     assert after["rates"]["sends_per_second"] == 1 / 60
     assert after["rates"]["lateness_p50_seconds"] == 3.0
@@ -211,3 +211,28 @@ async def test_viewers_share_one_snapshot_within_the_cache_time(
     assert (await data(client, headers=ADMIN))["generated_at"] == first["generated_at"]
     app.state.dashboard.invalidate()
     assert (await data(client, headers=ADMIN))["generated_at"] != first["generated_at"]
+
+
+async def test_every_channel_s_queues_are_listed_with_their_batches(
+    client: httpx.AsyncClient, rt: Runtime
+) -> None:
+    await rt.broker.publish("tepat.webhooks", b"a batch")
+    await rt.broker.publish("tepat.inbox.normal", b"another", delay_seconds=60)
+    lines = (await data(client, headers=ADMIN))["queues"]
+    assert sorted(q["queue"] for q in lines) == sorted(rt.queues)
+    assert {q["channel"] for q in lines} == {"push", "inbox", "webhook"}
+    by_queue = {q["queue"]: q for q in lines}
+    assert by_queue["tepat.webhooks"] == {
+        "channel": "webhook",
+        "queue": "tepat.webhooks",
+        "category": None,
+        "ready": 1,
+        "scheduled": 0,
+        "in_flight": 0,
+        "dead_letters": 0,
+    }
+    assert (by_queue["tepat.inbox.normal"]["scheduled"], by_queue["tepat.meal"]["category"]) == (
+        1,
+        "meal",
+    )
+    assert by_queue["tepat.push.critical"]["category"] is None

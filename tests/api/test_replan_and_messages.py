@@ -243,7 +243,7 @@ async def test_readyz_and_metrics(client: httpx.AsyncClient, rt: Runtime) -> Non
     assert ready["status"] == "ready" and ready["tzdata"]
     await refresh_gauges(rt)  # in `serve` a background task does this (tepat/metrics.py)
     text = (await client.get("/metrics")).text
-    assert 'tepat_messages{category="meal",status="pending"} 2.0' in text
+    assert 'tepat_messages{category="meal",channel="push",status="pending"} 2.0' in text
     assert 'tepat_queue_depth{queue="tepat.meal",state="scheduled"}' in text
     assert f'tepat_tzdata_info{{release="{ready["tzdata"]}"}} 1.0' in text
 

@@ -126,7 +126,7 @@ def test_dashboard_in_chromium(live: Live, api: httpx.Client, tmp_path: Path) ->
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
 
             def cell(category: str, column: str) -> Any:
-                return page.locator(f'#categories tr[data-category="{category}"] td.{column}')
+                return page.locator(f'#queues tr[data-category="{category}"] td.{column}')
 
             # Messages planned minutes ahead, one per (queue, second): each batch
             # waits in the store to fill until it is due within seconds.

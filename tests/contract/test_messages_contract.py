@@ -105,7 +105,7 @@ async def test_bulk_insert_reports_exactly_the_new_ones(store: Store) -> None:
     assert [m.id for m in result.created] == [m.id for n, m in enumerate(ms) if n % 3]
     assert result.existing == len(ms[::3])
     counts = await store.count_messages()
-    assert counts.by_status_category == {("pending", "meal"): 700}
+    assert counts.by_status_category_channel == {("pending", "meal", "push"): 700}
 
 
 async def test_the_same_message_twice_in_one_call_is_created_once(store: Store) -> None:
@@ -475,19 +475,22 @@ async def test_renew_claims_restarts_the_lease_of_what_is_still_sending(store: S
     assert await store.renew_claims([], at(300)) == 0
 
 
-async def test_count_messages_by_status_and_category(store: Store) -> None:
+async def test_count_messages_by_status_category_and_channel(store: Store) -> None:
     ms = [
         msg("a", category="meal"),
         msg("b", category="meal", scheduled_at=at(1)),
         msg("c", category="mood"),
+        msg("d", category="mood", scheduled_at=at(2), channel="sms"),
+        msg("e", category="mood", scheduled_at=at(3), channel="sms"),
     ]
     await store.insert_messages(ms)
     await store.claim([ms[0].id], at(0))
     counts = await store.count_messages()
-    assert counts.by_status_category == {
-        ("sending", "meal"): 1,
-        ("pending", "meal"): 1,
-        ("pending", "mood"): 1,
+    assert counts.by_status_category_channel == {
+        ("sending", "meal", "push"): 1,
+        ("pending", "meal", "push"): 1,
+        ("pending", "mood", "push"): 1,
+        ("pending", "mood", "sms"): 2,
     }
 
 

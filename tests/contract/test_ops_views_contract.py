@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tepat.domain.models import Device, MessageStatus, Ticket
+from tepat.domain.models import Device, Ticket
 from tepat.ports.repositories.ops_views import SendSample
 from tepat.ports.store import Store
-from tests.contract.records import at, msg
-
-PENDING = MessageStatus.PENDING
-FAILED = MessageStatus.FAILED
+from tests.contract.records import CANCELLED, FAILED, PENDING, SENDING, SENT, at, msg
 
 
 def ticket(ticket_id: str, message_id: str, sent_at: datetime) -> Ticket:
@@ -53,7 +50,7 @@ async def test_failures_since_count_failed_messages_by_reason(store: Store) -> N
     ]
     for m, reason, when in reasons:
         assert await store.transition(m.id, FAILED, when, expect=[PENDING], reason=reason)
-    assert await store.transition(ms[5].id, MessageStatus.CANCELLED, at(10), expect=[PENDING])
+    assert await store.transition(ms[5].id, CANCELLED, at(10), expect=[PENDING])
     assert await store.failures_since(at(10)) == {
         "DeviceNotRegistered": 2,
         "outcome_unknown": 1,
@@ -79,3 +76,35 @@ async def test_devices_deactivated_since_count_by_reason(store: Store) -> None:
         "unregistered": 1,
     }
     assert await store.devices_deactivated_since(datetime.now(UTC) + timedelta(hours=1)) == {}
+
+
+async def test_oldest_due_unsent_is_the_earliest_due_pending_or_sending_message(
+    store: Store,
+) -> None:
+    now = at(10)
+    assert await store.oldest_due_unsent(now) is None
+    published = msg("published", scheduled_at=at(4))
+    marked = msg("marked", scheduled_at=at(6))  # still carries the outbox mark
+    sending = msg("sending", scheduled_at=at(3))
+    retried = msg("retried", scheduled_at=at(1))  # a retry moved its due_at past now
+    future = msg("future", scheduled_at=at(11))
+    answered = [msg(f"answered{n}", scheduled_at=at(-n)) for n in range(3)]
+    await store.insert_messages([published, marked, sending, retried, future, *answered])
+    assert await store.mark_published([(published.id, published.due)]) == 1
+    assert await store.transition(sending.id, SENDING, at(9), expect=[PENDING])
+    assert await store.transition(retried.id, SENDING, at(2), expect=[PENDING])
+    assert await store.transition(retried.id, PENDING, at(2), expect=[SENDING], due_at=at(12))
+    for m, to in zip(answered, (SENT, FAILED, CANCELLED), strict=True):
+        if to is SENT:
+            assert await store.transition(m.id, SENDING, at(0), expect=[PENDING])
+        assert await store.transition(m.id, to, at(0), expect=[PENDING, SENDING])
+
+    assert await store.oldest_due_unsent(now) == at(3)  # the one being sent
+    assert await store.transition(sending.id, SENT, at(10), expect=[SENDING])
+    assert await store.oldest_due_unsent(now) == at(4)  # published, waiting for its consumer
+    assert await store.oldest_due_unsent(at(5)) == at(4)
+    assert await store.oldest_due_unsent(at(3.5)) is None  # nothing due yet
+    assert await store.transition(published.id, SENDING, now, expect=[PENDING])
+    assert await store.transition(published.id, SENT, now, expect=[SENDING])
+    assert await store.oldest_due_unsent(now) == at(6)
+    assert await store.oldest_due_unsent(at(13)) == at(6)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tepat.ports.broker import QueueStats
 from tepat.ports.repositories.messages import Counts
 from tepat.runtime import open_runtime
 from tests.ops.support import Exposition
+from tests.support.messages import make_message
 from tests.support.waiting import drive, eventually
 
 KEY = "ops-cache-admin-key-0123456789abcdef"
@@ -113,3 +114,23 @@ async def test_queue_depth_comes_from_broker_stats(tmp_path: Path) -> None:
         second = rt.queues[1]
         assert exp.value("tepat_queue_depth", queue=second, state="ready") == 1
         assert exp.value("tepat_queue_depth", queue=second, state="dead_letters") == 1
+
+
+async def test_oldest_due_unsent_is_the_age_of_the_oldest_due_message(tmp_path: Path) -> None:
+    clock = FakeClock(datetime(2027, 5, 1, tzinfo=UTC))
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/t.db")
+    async with open_runtime(settings, clock=clock) as rt:
+        await metrics.refresh_gauges(rt)
+        assert metrics.REGISTRY.get_sample_value("tepat_oldest_due_unsent_seconds") == 0
+        now = clock.now()
+        await rt.store.insert_messages(
+            [
+                make_message("due", scheduled_at=now - timedelta(seconds=90), channel="sms"),
+                make_message("later", scheduled_at=now + timedelta(seconds=30)),
+            ]
+        )
+        await metrics.refresh_gauges(rt)
+        assert metrics.REGISTRY.get_sample_value("tepat_oldest_due_unsent_seconds") == 90
+        clock.advance(timedelta(seconds=60))
+        await metrics.refresh_gauges(rt)
+        assert metrics.REGISTRY.get_sample_value("tepat_oldest_due_unsent_seconds") == 150

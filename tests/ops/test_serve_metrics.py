@@ -57,7 +57,9 @@ async def test_serve_counts_sends_and_serves_cached_gauges(tmp_path: Path) -> No
             exp = await scrape(f"{base}/metrics")
             return (
                 exp.value("tepat_send_lateness_seconds_count", category="meal") == 1
-                and exp.value("tepat_messages", status="sent", category="meal") == 1
+                and exp.value("tepat_messages", status="sent", category="meal", channel="push") == 1
+                and exp.value("tepat_sends_total", channel="push", provider="expo", outcome="sent")
+                == 1
             )
 
         await eventually(sent_and_refreshed, timeout=60, what="the send, counted and refreshed")
@@ -65,6 +67,7 @@ async def test_serve_counts_sends_and_serves_cached_gauges(tmp_path: Path) -> No
         # Zeros are series too, so rate() and alerts see them before the first event.
         assert exp.value("tepat_messages", status="failed", category="safety") == 0
         assert exp.value("tepat_queue_depth", queue="tepat.meal", state="ready") is not None
+        assert exp.value("tepat_oldest_due_unsent_seconds") == 0
         assert (exp.value("tepat_gauges_last_refresh_timestamp_seconds", source="store") or 0) > 0
         assert (exp.value("process_cpu_seconds_total") or 0) > 0
         assert not [n for n, _, _ in exp.samples if n.endswith("_created")]

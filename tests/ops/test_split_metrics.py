@@ -141,8 +141,9 @@ async def test_consumer_process_counts_its_sends_on_its_metrics_port(tmp_path: P
         async def refreshed() -> bool:
             exp = await scrape(scheduler_url)
             return (
-                exp.value("tepat_messages", status="sent", category="custom") == 1
-                and exp.value("tepat_messages", status="failed", category="custom") == 1
+                exp.value("tepat_messages", status="sent", category="custom", channel="push") == 1
+                and exp.value("tepat_messages", status="failed", category="custom", channel="push")
+                == 1
                 and exp.value("tepat_queue_depth", queue=f"{prefix}.custom", state="ready")
                 is not None
             )

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from consumers.rate_share import BEAT_SECONDS, run_rate_share
+from tepat import metrics
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.runtime import open_runtime
@@ -40,6 +41,7 @@ async def test_two_consumers_take_half_each_and_the_survivor_takes_all(tmp_path:
             return a_push.share == b_push.share == 0.5
 
         await eventually(beat, what="both at half the ceiling")
+        assert metrics.REGISTRY.get_sample_value("tepat_live_consumers") == 2
 
         # b stops (a process killed without leaving is dropped after the TTL instead:
         # see the store contract's presence tests); a takes the whole ceiling.
@@ -51,6 +53,7 @@ async def test_two_consumers_take_half_each_and_the_survivor_takes_all(tmp_path:
             return a_push.share == 1.0
 
         await eventually(alone, what="a alone")
+        assert metrics.REGISTRY.get_sample_value("tepat_live_consumers") == 1
         a_stop.set()
         clock.advance(BEAT_SECONDS)
         await a_task

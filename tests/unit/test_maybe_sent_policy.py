@@ -15,6 +15,9 @@ from tepat.domain.categories import (
     MaybeSentPolicy,
     default_maybe_sent,
 )
+from tepat.domain.models import MessageStatus
+from tepat.domain.outcomes import Next
+from tepat.ports.try_again import TryAgain
 
 
 def test_safety_retries_a_maybe_sent_message_and_every_other_default_closes_it() -> None:
@@ -72,8 +75,8 @@ def test_a_bad_category_policy_stops_the_process_naming_the_field(
 def test_maybe_sent_and_not_sent_counters_are_exposed_by_category() -> None:
     metrics.count_maybe_sent("meal", "closed")
     metrics.count_maybe_sent("safety", "retried")
-    metrics.count_not_sent_retry("meal")
+    metrics.count_answer("sms", "meal", TryAgain("twilio_20429"), Next(MessageStatus.PENDING))
     exposed = generate_latest(metrics.REGISTRY).decode()
     assert 'tepat_maybe_sent_total{action="closed",category="meal"}' in exposed
     assert 'tepat_maybe_sent_total{action="retried",category="safety"}' in exposed
-    assert 'tepat_not_sent_retries_total{category="meal"}' in exposed
+    assert 'tepat_not_sent_retries_total{category="meal",channel="sms"}' in exposed

@@ -199,11 +199,25 @@ class MessagesMixin(TransitionOne, MongoBase):
 
     async def count_messages(self) -> Counts:
         cursor = await self._db["messages"].aggregate(
-            [{"$group": {"_id": {"s": "$status", "c": "$category"}, "n": {"$sum": 1}}}]
+            [
+                {
+                    "$group": {
+                        # A message written before channels existed is a push (codecs.py).
+                        "_id": {
+                            "s": "$status",
+                            "c": "$category",
+                            "ch": {"$ifNull": ["$channel", "push"]},
+                        },
+                        "n": {"$sum": 1},
+                    }
+                }
+            ]
         )
         rows = await cursor.to_list(None)
         return Counts(
-            by_status_category={(r["_id"]["s"], r["_id"]["c"]): int(r["n"]) for r in rows}
+            by_status_category_channel={
+                (r["_id"]["s"], r["_id"]["c"], r["_id"]["ch"]): int(r["n"]) for r in rows
+            }
         )
 
     async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:

@@ -2,7 +2,8 @@
 
 Each query runs on an index (:mod:`.indexes`: ``tickets.sent``,
 ``messages.failed_updated``, ``devices.deactivated``), so a dashboard refresh
-costs the recent documents, not the collection.
+costs the recent documents, not the collection; the oldest due message reads the head
+of ``messages.pending_due`` and the (few) messages in ``sending`` (``status_scheduled``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pymongo import DESCENDING
+from pymongo import ASCENDING, DESCENDING
 
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
@@ -58,6 +59,21 @@ class OpsViewsMixin(MongoBase):
     async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
         match = {"active": False, "updated_at": {"$gte": bson_dt(since)}}
         return await self._count_by(self._db["devices"], match, "$deactivated_reason")
+
+    async def oldest_due_unsent(self, now: datetime) -> datetime | None:
+        due = {"$lte": bson_dt(now)}
+        # Naming both values of the index's leading mark lets pending_due serve the range.
+        pending = {"publish_pending": {"$in": [False, True]}, "status": "pending", "due_at": due}
+        heads = [
+            await self._db["messages"]
+            .find(match, projection={"due_at": True})
+            .sort([("due_at", ASCENDING)])
+            .limit(1)
+            .to_list(None)
+            for match in (pending, {"status": "sending", "due_at": due})
+        ]
+        found = [read_dt_required(docs[0]["due_at"]) for docs in heads if docs]
+        return min(found, default=None)
 
     async def _count_by(self, collection: Any, match: dict[str, Any], key: str) -> dict[str, int]:
         cursor = await collection.aggregate(

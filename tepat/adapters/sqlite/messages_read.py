@@ -124,9 +124,10 @@ class MessagesReadMixin(SqliteBase):
 
     async def count_messages(self) -> Counts:
         rows = await self._select(
-            "SELECT status, category, count(*) FROM messages GROUP BY status, category"
+            "SELECT status, category, channel, count(*) FROM messages "
+            "GROUP BY status, category, channel"
         )
-        return Counts(by_status_category={(s, c): n for s, c, n in rows})
+        return Counts(by_status_category_channel={(s, c, ch): n for s, c, ch, n in rows})
 
     async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
         where = "status = 'failed'"

@@ -2,14 +2,15 @@
 
 Each query runs on an index (schema migration 3): tickets by ``sent_at``, failed
 messages by ``updated_at``, deactivated devices by ``updated_at``, so a dashboard
-refresh costs the recent rows, not the table.
+refresh costs the recent rows, not the table; the oldest due message reads the head of
+the pending messages by ``due_at`` and the (few) messages in ``sending``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _ts
+from tepat.adapters.sqlite.codecs import Row, _dt, _dt_opt, _ts
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.ports.repositories.ops_views import SendSample
 
@@ -39,6 +40,18 @@ class OpsViewsMixin(SqliteBase):
             (_ts(since),),
         )
         return _counts(rows)
+
+    async def oldest_due_unsent(self, now: datetime) -> datetime | None:
+        # One min() per status: each runs on its partial index (an IN over both would not).
+        rows = await self._select(
+            "SELECT min(due_at) FROM ("
+            "SELECT min(due_at) AS due_at FROM messages INDEXED BY ix_messages_pending_due_at "
+            "WHERE status = 'pending' AND due_at <= ? "
+            "UNION ALL SELECT min(due_at) FROM messages "
+            "WHERE status = 'sending' AND due_at <= ?)",
+            (_ts(now), _ts(now)),
+        )
+        return _dt_opt(rows[0][0]) if rows else None
 
 
 def _counts(rows: list[Row]) -> dict[str, int]:

@@ -62,7 +62,9 @@ class MessageQuery:
 
 @dataclass(frozen=True, slots=True)
 class Counts:
-    by_status_category: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Messages in the store by (status, category, channel)."""
+
+    by_status_category_channel: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 class MessageRepository(Protocol):

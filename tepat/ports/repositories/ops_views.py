@@ -1,4 +1,4 @@
-"""The operator dashboard's read-only queries."""
+"""The operator's read-only queries: the dashboard's, and the metrics' oldest due message."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ class SendSample:
 
 
 class OpsViewRepository(Protocol):
-    """Small read-only queries for the operator dashboard (``tepat/services/dashboard.py``)."""
+    """Small read-only queries for the operator dashboard (``tepat/services/dashboard.py``)
+    and the store gauges (``tepat/metrics.py``)."""
 
     async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
         """Tickets sent at or after ``since``, newest first (equal instants in any order),
@@ -32,4 +33,9 @@ class OpsViewRepository(Protocol):
     async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
         """Device bindings deactivated at or after ``since``, counted by reason
         (``""`` for none)."""
+        ...
+
+    async def oldest_due_unsent(self, now: datetime) -> datetime | None:
+        """The earliest ``due_at`` of a message due at or before ``now`` and not answered
+        yet (``pending`` or ``sending``); None when there is none."""
         ...

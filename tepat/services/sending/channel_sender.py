@@ -37,6 +37,7 @@ from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Channel, Outgoing, Refused
 from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.try_again import TryAgain
 from tepat.services.sending.recording import Answer, OutcomeRecorder
 from tepat.services.sending.records import ChannelSendRecords
 from tepat.services.targets import SKIP_REASONS, resolve_targets
@@ -193,8 +194,8 @@ class ChannelSender:
                 )
             answers = []
             for item, outcome in zip(chunk, outcomes, strict=True):
-                if isinstance(outcome, Refused):
-                    metrics.PROVIDER_ERRORS.labels(code=f"{channel}:{outcome.reason}"[:64]).inc()
+                if isinstance(outcome, Refused | TryAgain):
+                    metrics.count_provider_error(channel, outcome)
                 answers.append(Answer(item.message, outcome, item.target))
             await self.recorder.record(channel, answers)
 

@@ -358,7 +358,7 @@ class Dispatcher:
                 if isinstance(outcome, TicketOk):
                     tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
                 elif isinstance(outcome, TicketError):
-                    metrics.PROVIDER_ERRORS.labels(code=outcome.code).inc()
+                    metrics.count_provider_error(PUSH, outcome)
                     await device_failed(self._store, device, outcome, self._device_max_failures)
                 if len(o.outcomes) == len(o.devices):
                     answered[id(o)] = o
@@ -381,12 +381,7 @@ class Dispatcher:
         """Record the outcome of messages whose every request was answered: a message
         is one answer, whatever its devices said (:func:`answer_of`), recorded as every
         channel's answers are (:class:`OutcomeRecorder`)."""
-        answers: list[Answer] = []
-        for o in answered:
-            answer = answer_of(o.outcomes)
-            if isinstance(answer, TryAgain) and not (answer.maybe_sent or answer.server_error):
-                metrics.count_not_sent_retry(o.message.category)
-            answers.append(Answer(o.message, answer))
+        answers = [Answer(o.message, answer_of(o.outcomes)) for o in answered]
         await self.recorder.record(PUSH, answers)
 
     async def defer(self, m: Message, until: datetime) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from tepat import metrics
 from tepat.clock import Clock
+from tepat.domain.queues import PUSH
 from tepat.ports.push import PushProvider, PushRequest, Rejected, TicketOutcome
 from tepat.ports.try_again import TryAgain
 
@@ -87,7 +88,7 @@ class PushBatcher:
                 fut.cancel()
             raise
         if isinstance(result, TryAgain | Rejected):
-            metrics.PROVIDER_ERRORS.labels(code=type(result).__name__).inc()
+            metrics.count_provider_error(PUSH, result)
             outcomes: Sequence[Outcome] = [result] * len(chunk)
         else:
             outcomes = result.outcomes

@@ -78,14 +78,20 @@ class OutcomeRecorder:
         self._rng = rng
 
     def next_status(self, channel: str, answer: Answer, now: datetime) -> Next:
-        """What ``answer`` makes of its message on ``channel``, counted in the metrics."""
+        """What ``answer`` makes of its message on ``channel``, counted in the metrics:
+        every channel's answers pass here, so each is counted once, by channel."""
+        next_ = self._next(channel, answer, now)
+        metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
+        return next_
+
+    def _next(self, channel: str, answer: Answer, now: datetime) -> Next:
         m = answer.message
         match answer.outcome:
             case Delivered():
-                self._observe_lateness(m, now)
+                self._observe_lateness(channel, m, now)
                 return outcomes.after_delivered()
             case Accepted(provider_id):
-                self._observe_lateness(m, now)
+                self._observe_lateness(channel, m, now)
                 return outcomes.after_accepted(provider_id)
             case Refused(reason):
                 return outcomes.after_refused(reason)
@@ -155,8 +161,8 @@ class OutcomeRecorder:
         log_sends(channel, written, applied, now)
 
     @staticmethod
-    def _observe_lateness(m: Message, now: datetime) -> None:
-        metrics.LATENESS.labels(category=m.category).observe(
+    def _observe_lateness(channel: str, m: Message, now: datetime) -> None:
+        metrics.LATENESS.labels(channel=channel, category=m.category).observe(
             max(0.0, (now - m.scheduled_at).total_seconds())
         )
 
