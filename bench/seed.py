@@ -10,6 +10,7 @@ from datetime import UTC, datetime, time
 from pathlib import Path
 from typing import TypeVar
 
+from tepat.adapters.mongo import MongoStore
 from tepat.adapters.sqlite import SqliteStore
 from tepat.adapters.sqlite.codecs import (
     _REMINDER_COLUMNS,
@@ -24,6 +25,7 @@ from tepat.adapters.sqlite.schema import BUSY_TIMEOUT_S
 from tepat.domain.categories import DEFAULT_CATEGORIES
 from tepat.domain.models import Device, Message, Reminder, User, message_id_for, oneoff_live_key
 from tepat.domain.zones import available_zones
+from tepat.ports.store import Store
 
 CATEGORIES = tuple(c.name for c in DEFAULT_CATEGORIES)
 CHUNK = 500
@@ -111,9 +113,17 @@ def token_for(i: int) -> str:
     return f"ExponentPushToken[bench-{i:07d}]"
 
 
-async def seed_recipients(db_path: Path, count: int) -> None:
+def store_at(database: Path | str) -> Store:
+    """Tepat's store on a SQLite file (a path or a ``sqlite:///`` URL) or a MongoDB URL."""
+    where = str(database)
+    if isinstance(database, Path) or where.startswith("sqlite:///"):
+        return SqliteStore(where.removeprefix("sqlite:///"))
+    return MongoStore(where)
+
+
+async def seed_recipients(database: Path | str, count: int) -> None:
     """One user with one active device per message to come (so a token names a message)."""
-    store = SqliteStore(str(db_path))
+    store = store_at(database)
     await store.open()
     try:
 
@@ -158,8 +168,8 @@ def due_messages(
     return out
 
 
-async def insert_messages(db_path: Path, messages: Sequence[Message]) -> int:
-    store = SqliteStore(str(db_path))
+async def insert_messages(database: Path | str, messages: Sequence[Message]) -> int:
+    store = store_at(database)
     await store.open()
     try:
         result = await store.insert_messages(messages)

@@ -13,11 +13,10 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
 from pymongo import AsyncMongoClient, MongoClient, ReturnDocument
 
 from tests.deploy.compose_file import ROOT
-from tests.support.mongo_factory import server_database, services_required
+from tests.support.mongo_factory import server_database, wire_server_venv
 
 SCRIPT = ROOT / "scripts/mongo-wire.sh"
 VENV = Path(os.environ.get("TEPAT_MONGO_WIRE_VENV", ROOT / ".mongo-wire-venv"))
@@ -43,16 +42,8 @@ def test_start_without_an_install_says_what_to_run(tmp_path: Path) -> None:
     assert "run " in done.stderr and "install' first" in done.stderr
 
 
-def needs_install() -> None:
-    if not (VENV / ".tepat-installed").exists():
-        reason = f"no wire server installed in {VENV}: run `scripts/mongo-wire.sh install`"
-        if services_required():
-            pytest.fail(reason)
-        pytest.skip(reason)
-
-
 def test_start_answers_pings_on_fresh_storage_and_stop_ends_it(tmp_path: Path) -> None:
-    needs_install()
+    wire_server_venv()
     server = tmp_path / "server"
     started = run("start", str(server))
     assert started.returncode == 0, started.stderr
@@ -94,7 +85,7 @@ def test_restart_keeps_the_storage_and_the_port_after_a_stop_and_after_a_kill(
     # before is there after, on the same URL. The kill -9 half needs the journal synced
     # on commit (TEPAT_MONGO_WIRE_SYNC=1): without it the last acknowledged writes die
     # with the process (scripts/mongo-wire.sh).
-    needs_install()
+    wire_server_venv()
     server, durable = tmp_path / "server", {"TEPAT_MONGO_WIRE_SYNC": "1"}
     started = run("start", str(server), extra=durable)
     assert started.returncode == 0, started.stderr
