@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from pathlib import Path
-from typing import TypeVar
 
 from tepat.adapters.mongo import MongoStore
 from tepat.adapters.sqlite import SqliteStore
@@ -30,14 +28,6 @@ from tepat.ports.store import Store
 CATEGORIES = tuple(c.name for c in DEFAULT_CATEGORIES)
 CHUNK = 500
 SEED_TRANSACTION = 20_000  # users per write transaction when seeding the planning population
-
-T = TypeVar("T")
-
-
-async def _in_chunks(items: Sequence[T], one: Callable[[T], Awaitable[None]]) -> None:
-    """Keep the store's worker thread busy: up to CHUNK calls in flight at a time."""
-    for start in range(0, len(items), CHUNK):
-        await asyncio.gather(*(one(x) for x in items[start : start + CHUNK]))
 
 
 def reminder_time(user_index: int, k: int) -> time:
@@ -122,19 +112,23 @@ def store_at(database: Path | str) -> Store:
 
 
 async def seed_recipients(database: Path | str, count: int) -> None:
-    """One user with one active device per message to come (so a token names a message)."""
+    """One user with one active device per message to come (so a token names a message).
+
+    Through the bulk writes, CHUNK records a round trip: one call per record, CHUNK at a
+    time, opened more connections than a loaded MongoDB-wire server accepted in time.
+    """
     store = store_at(database)
     await store.open()
     try:
-
-        async def one(i: int) -> None:
-            user_id = f"d{i:07d}"
-            await store.upsert_user(User(user_id=user_id, timezone="UTC"))
-            await store.register_device(
-                Device(user_id=user_id, device_id=f"phone-{i}", push_token=token_for(i))
+        for start in range(0, count, CHUNK):
+            ids = range(start, min(start + CHUNK, count))
+            await store.upsert_users([User(user_id=f"d{i:07d}", timezone="UTC") for i in ids])
+            await store.register_devices(
+                [
+                    Device(user_id=f"d{i:07d}", device_id=f"phone-{i}", push_token=token_for(i))
+                    for i in ids
+                ]
             )
-
-        await _in_chunks(range(count), one)
     finally:
         await store.close()
 
