@@ -18,7 +18,7 @@
 # `restart` is a database restart, not a fresh start: the port comes from DIR/url and
 # DIR/data stays, so clients reconnect to what they wrote: all of it after a clean stop;
 # after a kill -9 only with TEPAT_MONGO_WIRE_SYNC=1. By default the server acknowledges a
-# write before its journal record leaves the process: a SIGKILL lost 1 to 44 of ~1,700
+# write before its journal record leaves the process: a SIGKILL lost up to 44 of ~1,700
 # acknowledged inserts in trials (none with the flag, at no throughput cost measured here).
 # SecantusDB is GPL-2.0: it lives in its own virtualenv and is reached over the wire only
 # (never a dependency of Tepat). scripts/mongo-wire/README.md says what the patch fixes.
