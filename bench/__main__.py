@@ -31,6 +31,7 @@ from bench import (
     slow_clients,
 )
 from bench.activemq import ActiveMQ, activemq
+from bench.chaos_store import STORES
 from bench.config import run_prefix
 from bench.report import Result, emit, log
 
@@ -92,6 +93,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         choices=(*chaos.FAULTS, "provider_storms"),
         help="chaos: one fault kind (repeatable; default: every kind)",
+    )
+    p.add_argument(
+        "--store",
+        choices=STORES,
+        default="sqlite",
+        help="chaos: the store under test (mongo: a wire server of the run's own, "
+        "scripts/mongo-wire.sh, installed)",
     )
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, db)")
     return p.parse_args(argv)
@@ -156,16 +164,21 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
 
 
 def chaos_faults(args: argparse.Namespace) -> list[str]:
-    picked = args.fault or list(chaos.FAULTS)
+    """The fault kinds asked for, or every kind the store has; one the store cannot
+    have (store_restart on SQLite, store_outage on MongoDB) is refused."""
+    fits = [f for f in chaos.FAULTS if chaos.STORE_OF.get(f, args.store) == args.store]
     out: list[str] = []
-    for f in picked:
+    for f in args.fault or fits:
         for kind in chaos.STORMS if f == "provider_storms" else (f,):
+            if kind not in fits:
+                raise SystemExit(f"bench chaos: {kind} needs --store {chaos.STORE_OF[kind]}")
             if kind not in out:
                 out.append(kind)
     return [f for f in chaos.FAULTS if f in out]
 
 
 def run_chaos(args: argparse.Namespace, workdir: Path) -> int:
+    faults = chaos_faults(args)  # before a broker starts: a refusal costs nothing
     results: list[Result] = []
 
     def emit_one(result: Result) -> None:
@@ -174,9 +187,9 @@ def run_chaos(args: argparse.Namespace, workdir: Path) -> int:
 
     with broker_for(args, workdir) as broker:
         sizes = chaos.QUICK if args.quick else chaos.FULL
-        chaos.run_chaos(workdir, broker, run_prefix(), sizes, chaos_faults(args), emit_one)
+        chaos.run_chaos(workdir, broker, run_prefix(), sizes, faults, emit_one, args.store)
     if not args.json:
-        print(f"chaos on {args.backend}{' (quick)' if args.quick else ''}:")
+        print(f"chaos on {args.backend}, {args.store}{' (quick)' if args.quick else ''}:")
         print(chaos.summary(results), flush=True)
     return 0 if all(r.ok for r in results) else 1
 

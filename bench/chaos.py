@@ -15,6 +15,9 @@ Fault kinds (each on a rig of its own, :mod:`bench.chaos_rig`):
   mid-drain).
 * ``store_outage``: another process holds ``BEGIN EXCLUSIVE`` on the SQLite file for 60 s
   (quick: 8 s) while messages fall due: every write waits, then fails, then succeeds.
+* ``store_restart`` (``--store mongo`` only): messages falling due over a span, the
+  run's own wire server SIGKILLed 1 s in and, a few seconds later, restarted on the
+  same port with its storage (``scripts/mongo-wire.sh restart``).
 * ``provider_429``, ``provider_5xx``, ``provider_lost_answers`` (``provider_storms``): the
   sandbox refuses with 429 (then rate-limits), answers 503 before accepting, or accepts
   and loses the answer (stall until the client's timeout, dropped connection, 5xx).
@@ -41,11 +44,15 @@ FAULTS = (
     "kill_consumer",
     "broker_restart",
     "store_outage",
+    "store_restart",
     "provider_429",
     "provider_5xx",
     "provider_lost_answers",
 )
 STORMS = ("provider_429", "provider_5xx", "provider_lost_answers")
+# The faults of one store only (the lock is SQLite's, the server MongoDB's); the others
+# run on either.
+STORE_OF = {"store_outage": "sqlite", "store_restart": "mongo"}
 SENT = ("sent", "delivered")
 
 
@@ -61,10 +68,16 @@ class ChaosSizes:
     storm_messages: int
     storm_s: float
     lost_answers: int  # per kind of lost answer (stall, drop, error)
+    restart_messages: int  # store_restart: due over restart_span_s, the first kill 1 s in
+    restart_span_s: float
+    # per kill, from the SIGKILL to the restart's start (the server then answers ~5 s
+    # later); the next kill 2 s after it answered. Over 30 s, Tepat's operations give
+    # up (timeoutMS) instead of waiting it out.
+    restart_downs: tuple[float, ...]
 
 
-FULL = ChaosSizes(3, 400, 5000, 2, 2000, 60.0, 20.0, 1400, 15.0, 5)
-QUICK = ChaosSizes(1, 150, 1000, 1, 300, 8.0, 4.0, 350, 4.0, 2)
+FULL = ChaosSizes(3, 400, 5000, 2, 2000, 60.0, 20.0, 1400, 15.0, 5, 600, 60.0, (5.0, 35.0))
+QUICK = ChaosSizes(1, 150, 1000, 1, 300, 8.0, 4.0, 350, 4.0, 2, 300, 6.0, (2.0,))
 
 
 def _result(
@@ -80,7 +93,7 @@ def _result(
     # kept with the logs (--keep): the evidence behind a failure's figures
     (r.workdir / f"{fault}-received.json").write_text(json.dumps(received))
     correctness = tally(
-        r.db,
+        r.store,
         {i: r.due[i].category for i in ids},
         received,
         r.cfg.categories(),
@@ -100,7 +113,7 @@ def _result(
     return Result(
         scenario="chaos",
         backend="embedded" if r.embedded else "activemq",
-        parameters={"fault": fault, "messages": len(ids), **parameters},
+        parameters={"fault": fault, "store": r.store_kind, "messages": len(ids), **parameters},
         figures=figures,
         goals={},
         correctness=correctness,
@@ -128,11 +141,13 @@ def _consumers(r: Rig, count: int) -> None:
         r.start_consumer()
 
 
-def run_kill(workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes) -> Result:
+def run_kill(
+    workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes, store: str
+) -> Result:
     rounds, cohort = z.kill_rounds, z.kill_cohort
     hits = {"after_claim": 0, "after_accept_before_record": 0, "after_record_before_ack": 0}
     ids: list[str] = []
-    with rig(workdir, broker, prefix, rounds * 3 * cohort, Timing(lease_s=6.0)) as r:
+    with rig(workdir, broker, prefix, rounds * 3 * cohort, Timing(lease_s=6.0), store) as r:
         r.start_scheduler()
         for k in range(rounds):
             log(f"kill_consumer round {k + 1}/{rounds}: after claim")
@@ -195,7 +210,7 @@ def run_kill(workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes)
 
 
 def run_broker_restart(
-    workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes
+    workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes, store: str
 ) -> Result:
     if broker is None:
         return Result(
@@ -212,7 +227,7 @@ def run_broker_restart(
         )
     # A grace longer than the run: a re-drive would mean the broker lost a batch.
     timing = Timing(lease_s=30.0, grace_s=60.0)
-    with rig(workdir, broker, prefix, z.backlog, timing) as r:
+    with rig(workdir, broker, prefix, z.backlog, timing, store) as r:
         r.start_scheduler()
         ids = r.insert(z.backlog, lead_s=1.0, span_s=2.0)
         wait_for("the outbox to publish the backlog", lambda: r.unpublished() == 0, 120, 0.2)
@@ -246,14 +261,14 @@ def run_broker_restart(
 def run_store_outage(workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes) -> Result:
     timing = Timing(lease_s=20.0, grace_s=10.0)
     n = z.outage_messages
-    with rig(workdir, broker, prefix, n, timing) as r:
+    with rig(workdir, broker, prefix, n, timing, "sqlite") as r:
         r.start_scheduler()
         _consumers(r, 2)
         ids = r.insert(n, lead_s=2.0, span_s=z.outage_span_s)
         _sleep_until(r.due[ids[0]].scheduled_at + timedelta(seconds=1))
         lock = Child(
             "store-lock",
-            [sys.executable, "-m", "bench.store_lock", str(r.db), str(z.outage_s)],
+            [sys.executable, "-m", "bench.store_lock", str(r.cfg.db_path), str(z.outage_s)],
             child_env({}),
             workdir / "store-lock.log",
         )
@@ -278,7 +293,7 @@ def run_store_outage(workdir: Path, broker: ActiveMQ | None, prefix: str, z: Cha
 
 
 def run_storm(
-    workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes, fault: str
+    workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes, fault: str, store: str
 ) -> Result:
     """One provider storm on a rig of its own: what a storm leaves in the processes (a
     throttled send rate, retries still waiting) must not land on the next storm's count."""
@@ -293,7 +308,7 @@ def run_storm(
         ),
         "provider_lost_answers": lambda r: _lost_answers(r, z.lost_answers),
     }
-    with rig(workdir, broker, prefix, n, timing) as r:
+    with rig(workdir, broker, prefix, n, timing, store) as r:
         r.start_scheduler()
         _consumers(r, 2)
         ids = r.insert(n, lead_s=2.0, span_s=z.storm_s)
@@ -313,6 +328,58 @@ def run_storm(
                 "a 5xx or a lost answer is maybe-sent: safety retries it (window "
                 "duplicates), the other categories close it failed/outcome_unknown",
             ],
+        )
+
+
+def run_store_restart(workdir: Path, broker: ActiveMQ | None, prefix: str, z: ChaosSizes) -> Result:
+    # Down for less than Tepat's timeoutMS (30 s), the store is waited out: operations
+    # block, then go on. Longer, they fail: a consumer hands its batch back, the lease
+    # re-drives what was claimed. A grace past the outage: no re-drive of a batch that
+    # merely waited in the broker.
+    timing = Timing(lease_s=20.0, grace_s=30.0)
+    n = z.restart_messages
+    with rig(workdir, broker, prefix, n, timing, "mongo") as r:
+        wire = r.wire
+        r.start_scheduler()
+        _consumers(r, 2)
+        ids = r.insert(n, lead_s=2.0, span_s=z.restart_span_s)
+        kill_at = r.due[ids[0]].scheduled_at + timedelta(seconds=1)
+        outages = []
+        for down in z.restart_downs:
+            _sleep_until(kill_at)
+            killed = wire.kill()
+            arrived = len(r.received_ids() & set(ids))
+            time.sleep(down)
+            took = wire.restart()
+            back = datetime.now(UTC)
+            # A copy the provider accepted before the store came back, whose ticket never
+            # reached the store, is this kill's window (the record could not be made).
+            r.kills.append(back)
+            gone = (back - killed).total_seconds()
+            log(f"store_restart: the wire server answered again {gone:.1f}s after the kill")
+            outages.append(
+                {
+                    "arrived_before_kill": arrived,
+                    "down_s": round(gone, 1),
+                    "restart_s": round(took, 1),
+                }
+            )
+            kill_at = back + timedelta(seconds=2)
+        waited = r.wait_terminal(timing.lease_s + 180 + n / 50)
+        dead = r.dead_letters()
+        return _result(
+            "store_restart",
+            r,
+            ids,
+            {"due_span_s": z.restart_span_s, "kills": len(z.restart_downs)},
+            {"outages": outages, "wait_after_restart_s": round(waited, 1)},
+            [
+                "the wire server (SecantusDB, journal synced on commit) SIGKILLed 1 s after "
+                "the first message fell due (and again 2 s after each restart), restarted "
+                "on the same port with its storage; window duplicates: copies accepted "
+                "before it answered again whose ticket never reached the store",
+            ],
+            {"none_dead_lettered": dead == 0},
         )
 
 
@@ -345,19 +412,23 @@ def run_chaos(
     sizes: ChaosSizes,
     faults: Sequence[str],
     emit: Callable[[Result], None],
+    store: str = "sqlite",
 ) -> None:
-    """Run the wanted fault kinds; ``emit`` each result as it comes."""
+    """Run the wanted fault kinds on ``store`` (sqlite or mongo); ``emit`` each result as
+    it comes."""
     for k, fault in enumerate(faults):
         where = workdir / fault
         pre = f"{prefix}f{k}."
         if fault == "kill_consumer":
-            emit(run_kill(where, broker, pre, sizes))
+            emit(run_kill(where, broker, pre, sizes, store))
         elif fault == "broker_restart":
-            emit(run_broker_restart(where, broker, pre, sizes))
+            emit(run_broker_restart(where, broker, pre, sizes, store))
         elif fault == "store_outage":
             emit(run_store_outage(where, broker, pre, sizes))
+        elif fault == "store_restart":
+            emit(run_store_restart(where, broker, pre, sizes))
         else:
-            emit(run_storm(where, broker, pre, sizes, fault))
+            emit(run_storm(where, broker, pre, sizes, fault, store))
 
 
 def summary(results: Sequence[Result]) -> str:

@@ -1,7 +1,8 @@
 """The processes of one chaos run, and the moves a fault script makes with them.
 
-One rig per fault kind: a fresh SQLite store seeded with recipients, the Expo sandbox
-process, and Tepat's own processes with a short sweeper lease:
+One rig per fault kind: a fresh store (a SQLite file, or a MongoDB-wire server of its
+own: :mod:`bench.chaos_store`) seeded with recipients, the Expo sandbox process, and
+Tepat's own processes with a short sweeper lease:
 
 * embedded: one ``python -m bench.chaos_host`` (consumer + sweeper + outbox publisher,
   the broker inside it), started again after each kill;
@@ -18,7 +19,6 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -28,10 +28,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import seed, store_view
+from bench import seed
 from bench.activemq import ActiveMQ
 from bench.chaos_host import STATS_ENV
+from bench.chaos_store import ChaosStore, MongoServer, chaos_store
 from bench.config import Config
+from bench.mongo_wire import MongoWire
 from bench.procs import Child, child_env, tepat_argv
 from bench.report import log
 from bench.sandbox import Sandbox, running_sandbox
@@ -62,7 +64,7 @@ class Timing:
 @dataclass
 class Rig:
     workdir: Path
-    db: Path
+    store: ChaosStore
     broker: ActiveMQ | None
     sandbox: Sandbox
     cfg: Config
@@ -80,6 +82,17 @@ class Rig:
     @property
     def embedded(self) -> bool:
         return self.broker is None
+
+    @property
+    def store_kind(self) -> str:
+        return "mongo" if isinstance(self.store, MongoServer) else "sqlite"
+
+    @property
+    def wire(self) -> MongoWire:
+        """The run's own wire server (``--store mongo``), for store_restart to kill."""
+        if not isinstance(self.store, MongoServer):
+            raise ValueError("only a MongoDB store has a server to restart")
+        return self.store.wire
 
     @property
     def stats_path(self) -> Path:
@@ -166,7 +179,7 @@ class Rig:
         ]
         pairs = seed.due_messages(instants, first=self._next)
         self._next += count
-        created = asyncio.run(seed.insert_messages(self.db, [m for m, _ in pairs]))
+        created = asyncio.run(seed.insert_messages(self.store.url, [m for m, _ in pairs]))
         if created != count:
             raise RuntimeError(f"inserted {created} of {count}")
         for _, d in pairs:
@@ -174,17 +187,15 @@ class Rig:
         return [d.id for _, d in pairs]
 
     def statuses(self, ids: Sequence[str] | None = None) -> dict[str, str]:
-        with _read(self.db) as conn:
-            rows = conn.execute("SELECT id, status FROM messages").fetchall()
         wanted = None if ids is None else set(ids)
-        return {str(i): str(s) for i, s in rows if wanted is None or i in wanted}
+        return {
+            i: m.status for i, m in self.store.messages().items() if wanted is None or i in wanted
+        }
 
     def unpublished(self) -> int:
-        with _read(self.db) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM messages WHERE publish_pending = 1 AND status = 'pending'"
-            ).fetchone()
-        return int(row[0])
+        return sum(
+            1 for m in self.store.messages().values() if m.publish_pending and m.status == "pending"
+        )
 
     def received_ids(self) -> set[str]:
         return {
@@ -197,7 +208,7 @@ class Rig:
         """Until no message is pending or sending, at most ``timeout`` s; returns the wait."""
         started = time.monotonic()
         deadline = started + timeout
-        while (left := store_view.unfinished(self.db)) > 0:
+        while (left := sum(s in ("pending", "sending") for s in self.statuses().values())) > 0:
             if self.died():
                 break
             if time.monotonic() > deadline:
@@ -238,19 +249,6 @@ async def _stomp_dead_letters(url: str, queues: Sequence[str]) -> int:
         await broker.close()
 
 
-class _read:
-    """A read-only connection (the bench never takes the write lock)."""
-
-    def __init__(self, db: Path) -> None:
-        self.conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.conn
-
-    def __exit__(self, *exc: Any) -> None:
-        self.conn.close()
-
-
 def wait_for(what: str, cond: Any, timeout: float, poll: float = 0.02) -> bool:
     """Poll ``cond()`` until true; False (and a log line) after ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -264,19 +262,24 @@ def wait_for(what: str, cond: Any, timeout: float, poll: float = 0.02) -> bool:
 
 @contextmanager
 def rig(
-    workdir: Path, broker: ActiveMQ | None, queue_prefix: str, recipients: int, timing: Timing
+    workdir: Path,
+    broker: ActiveMQ | None,
+    queue_prefix: str,
+    recipients: int,
+    timing: Timing,
+    store: str = "sqlite",
 ) -> Iterator[Rig]:
-    """Seed ``recipients`` (one user and device each), start the sandbox; stop everything
-    at the end (SIGTERM: a clean drain)."""
+    """Seed ``recipients`` (one user and device each) in a fresh ``store``, start the
+    sandbox; stop everything at the end (SIGTERM: a clean drain)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    db = workdir / "tepat.db"
-    asyncio.run(seed.seed_recipients(db, recipients))
-    with running_sandbox(workdir, None) as sandbox:
+    with chaos_store(store, workdir) as db, running_sandbox(workdir, None) as sandbox:
+        asyncio.run(seed.seed_recipients(db.url, recipients))
         cfg = Config(
-            db_path=db,
+            db_path=workdir / "tepat.db",
             broker_url=broker.url if broker else "embedded://",
             queue_prefix=queue_prefix,
             expo_url=sandbox.url,
+            database_url=db.url,
         )
         r = Rig(workdir, db, broker, sandbox, cfg, timing, recipients)
         try:

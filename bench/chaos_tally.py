@@ -19,14 +19,13 @@ with the ticket it issued) and the instants the bench killed a consumer.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from bench.chaos_store import ChaosStore, MessageRow
 from bench.report import Correctness
 from tepat.domain.categories import OUTCOME_UNKNOWN, Categories, MaybeSentPolicy
 
@@ -60,31 +59,14 @@ class ChaosCorrectness(Correctness):
         }
 
 
-@dataclass(frozen=True)
-class _Row:
-    status: str
-    reason: str | None
-    ticket_id: str | None
-    attempts: int
-    last_error: str | None
-
-
-def _store(db: Path) -> tuple[dict[str, _Row], set[str]]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = conn.execute(
-            "SELECT id, status, status_reason, ticket_id, attempts, last_error FROM messages"
-        ).fetchall()
-        tickets = {str(t) for (t,) in conn.execute("SELECT ticket_id FROM tickets")}
-    finally:
-        conn.close()
-    by_id = {str(r[0]): _Row(str(r[1]), r[2], r[3], int(r[4]), r[5]) for r in rows}
-    tickets |= {r.ticket_id for r in by_id.values() if r.ticket_id}
+def _store(store: ChaosStore) -> tuple[dict[str, MessageRow], set[str]]:
+    by_id = store.messages()
+    tickets = store.recorded_tickets() | {r.ticket_id for r in by_id.values() if r.ticket_id}
     return by_id, tickets
 
 
 def tally(
-    db: Path,
+    store: ChaosStore,
     categories_of: Mapping[str, str],
     received: Sequence[dict[str, Any]],
     categories: Categories,
@@ -93,7 +75,7 @@ def tally(
 ) -> ChaosCorrectness:
     """Count the messages ``categories_of`` names (id -> category); a copy of an id that is
     neither one of them nor ``known`` (another cohort's) is a stranger: a duplicate."""
-    rows, recorded = _store(db)
+    rows, recorded = _store(store)
     copies: dict[str, list[tuple[datetime, str]]] = defaultdict(list)
     strangers = 0
     for r in received:
@@ -166,7 +148,7 @@ def tally(
 def _sample(
     mid: str,
     category: str,
-    row: _Row | None,
+    row: MessageRow | None,
     got: list[tuple[datetime, str]],
     recorded: set[str],
 ) -> dict[str, Any]:

@@ -24,6 +24,8 @@ class Config:
     # The client's own limit. With the sandbox unlimited, lift it: the dispatch
     # figure is then the consumer's capacity, not Expo's quota.
     expo_rate_limit: float | None = None
+    # another store than the SQLite file at db_path (chaos --store mongo)
+    database_url: str | None = None
 
     def categories_json(self) -> str:
         return json.dumps(
@@ -54,7 +56,7 @@ class Config:
 
     def env(self) -> dict[str, str]:
         env = {
-            "TEPAT_DATABASE_URL": f"sqlite:///{self.db_path}",
+            "TEPAT_DATABASE_URL": self.database_url or f"sqlite:///{self.db_path}",
             "TEPAT_BROKER_URL": self.broker_url,
             "TEPAT_EXPO_URL": self.expo_url,
             "TEPAT_CATEGORIES": self.categories_json(),

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from pathlib import Path
-from typing import TypeVar
 
+from tepat.adapters.mongo import MongoStore
 from tepat.adapters.sqlite import SqliteStore
 from tepat.adapters.sqlite.codecs import (
     _REMINDER_COLUMNS,
@@ -24,18 +23,11 @@ from tepat.adapters.sqlite.schema import BUSY_TIMEOUT_S
 from tepat.domain.categories import DEFAULT_CATEGORIES
 from tepat.domain.models import Device, Message, Reminder, User, message_id_for, oneoff_live_key
 from tepat.domain.zones import available_zones
+from tepat.ports.store import Store
 
 CATEGORIES = tuple(c.name for c in DEFAULT_CATEGORIES)
 CHUNK = 500
 SEED_TRANSACTION = 20_000  # users per write transaction when seeding the planning population
-
-T = TypeVar("T")
-
-
-async def _in_chunks(items: Sequence[T], one: Callable[[T], Awaitable[None]]) -> None:
-    """Keep the store's worker thread busy: up to CHUNK calls in flight at a time."""
-    for start in range(0, len(items), CHUNK):
-        await asyncio.gather(*(one(x) for x in items[start : start + CHUNK]))
 
 
 def reminder_time(user_index: int, k: int) -> time:
@@ -111,20 +103,32 @@ def token_for(i: int) -> str:
     return f"ExponentPushToken[bench-{i:07d}]"
 
 
-async def seed_recipients(db_path: Path, count: int) -> None:
-    """One user with one active device per message to come (so a token names a message)."""
-    store = SqliteStore(str(db_path))
+def store_at(database: Path | str) -> Store:
+    """Tepat's store on a SQLite file (a path or a ``sqlite:///`` URL) or a MongoDB URL."""
+    where = str(database)
+    if isinstance(database, Path) or where.startswith("sqlite:///"):
+        return SqliteStore(where.removeprefix("sqlite:///"))
+    return MongoStore(where)
+
+
+async def seed_recipients(database: Path | str, count: int) -> None:
+    """One user with one active device per message to come (so a token names a message).
+
+    Through the bulk writes, CHUNK records a round trip: one call per record, CHUNK at a
+    time, opened more connections than a loaded MongoDB-wire server accepted in time.
+    """
+    store = store_at(database)
     await store.open()
     try:
-
-        async def one(i: int) -> None:
-            user_id = f"d{i:07d}"
-            await store.upsert_user(User(user_id=user_id, timezone="UTC"))
-            await store.register_device(
-                Device(user_id=user_id, device_id=f"phone-{i}", push_token=token_for(i))
+        for start in range(0, count, CHUNK):
+            ids = range(start, min(start + CHUNK, count))
+            await store.upsert_users([User(user_id=f"d{i:07d}", timezone="UTC") for i in ids])
+            await store.register_devices(
+                [
+                    Device(user_id=f"d{i:07d}", device_id=f"phone-{i}", push_token=token_for(i))
+                    for i in ids
+                ]
             )
-
-        await _in_chunks(range(count), one)
     finally:
         await store.close()
 
@@ -158,8 +162,8 @@ def due_messages(
     return out
 
 
-async def insert_messages(db_path: Path, messages: Sequence[Message]) -> int:
-    store = SqliteStore(str(db_path))
+async def insert_messages(database: Path | str, messages: Sequence[Message]) -> int:
+    store = store_at(database)
     await store.open()
     try:
         result = await store.insert_messages(messages)

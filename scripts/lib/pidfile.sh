@@ -9,7 +9,7 @@
 # and defines
 #   pid_marker DIR     text the command line of DIR's process holds
 #   running_where DIR  what status says after "running: pid PID, "
-#   usage, cmd_install, cmd_start
+#   usage, cmd_install, cmd_start (and cmd_restart, if not stop + start)
 
 running_pid() {
   # prints the pid and succeeds if DIR's process is alive
@@ -67,7 +67,8 @@ run_command() {
     install) cmd_install ;;
     start) cmd_start "$@" ;;
     stop) cmd_stop "$@" ;;
-    restart) cmd_stop "$@" && cmd_start "$@" ;;
+    # a script whose restart differs from stop + start defines cmd_restart
+    restart) if declare -F cmd_restart >/dev/null; then cmd_restart "$@"; else cmd_stop "$@" && cmd_start "$@"; fi ;;
     status) cmd_status "$@" ;;
     *) usage ;;
   esac

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.mongo_factory import wire_server_venv
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst", "register")
 STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
@@ -170,22 +172,28 @@ def test_a_failed_correctness_check_makes_the_exit_status_non_zero() -> None:
 CHAOS_QUICK = ("kill_consumer", "store_outage")
 
 
-@cache
-def chaos_quick_run() -> tuple[int, list[dict[str, Any]], str]:
-    """``bench chaos --quick`` on embedded, the two faults that fit in about 40 s (the
-    provider storms wait out the client's 15 s timeout: they run in the bench only)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TEPAT_")}
-    faults = [arg for f in CHAOS_QUICK for arg in ("--fault", f)]
+def chaos_run(
+    *args: str, env: dict[str, str] | None = None
+) -> tuple[int, list[dict[str, Any]], str]:
+    """``bench chaos --quick --json ARGS`` on embedded: exit code, results, stderr's end."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TEPAT_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "chaos", "--quick", "--json", *faults],
+        [sys.executable, "-m", "bench", "chaos", "--quick", "--json", *args],
         cwd=ROOT,
-        env=env,
+        env={**base, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
     )
     lines = [line for line in proc.stdout.strip().splitlines() if line.startswith("{")]
     return proc.returncode, [json.loads(line) for line in lines], proc.stderr[-4000:]
+
+
+@cache
+def chaos_quick_run() -> tuple[int, list[dict[str, Any]], str]:
+    """``bench chaos --quick`` on embedded, the two faults that fit in about 40 s (the
+    provider storms wait out the client's 15 s timeout: they run in the bench only)."""
+    return chaos_run(*(arg for f in CHAOS_QUICK for arg in ("--fault", f)))
 
 
 def test_chaos_kill_consumer_and_store_outage_lose_nothing() -> None:
@@ -197,3 +205,29 @@ def test_chaos_kill_consumer_and_store_outage_lose_nothing() -> None:
         assert c["expected"] > 0
         assert (c["lost"], c["duplicates"], c["stuck"]) == (0, 0, 0), (r["parameters"], c)
         assert all(r["checks"].values()), r["checks"]
+
+
+def test_chaos_store_restart_on_mongo_loses_nothing() -> None:
+    # The run's own wire server SIGKILLed while messages fall due, restarted on its port
+    # with its storage: nothing lost or stuck, no copy outside the window.
+    venv = wire_server_venv()
+    args = ("--store", "mongo", "--fault", "store_restart")
+    code, results, stderr = chaos_run(*args, env={"TEPAT_MONGO_WIRE_VENV": str(venv)})
+    assert [(r["parameters"]["fault"], r["parameters"]["store"]) for r in results] == [
+        ("store_restart", "mongo")
+    ], stderr
+    assert code == 0, stderr
+    r = results[0]
+    c = r["correctness"]
+    assert c["expected"] > 0
+    assert (c["lost"], c["duplicates"], c["stuck"]) == (0, 0, 0), c
+    assert all(r["checks"].values()), r["checks"]
+    # the kill came before the burst was through: some messages fell due while it was down
+    [outage] = r["figures"]["outages"]
+    assert outage["arrived_before_kill"] < c["expected"], outage
+
+
+def test_chaos_refuses_a_fault_its_store_cannot_have() -> None:
+    code, results, stderr = chaos_run("--fault", "store_restart")
+    assert (code, results) == (1, [])
+    assert stderr.strip().splitlines()[-1] == "bench chaos: store_restart needs --store mongo"

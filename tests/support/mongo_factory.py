@@ -38,6 +38,20 @@ def services_required() -> bool:
     return os.environ.get("TEPAT_TEST_REQUIRE_SERVICES") == "1" or os.environ.get("CI") == "true"
 
 
+def wire_server_venv() -> Path:
+    """The installed wire server's virtualenv (``TEPAT_MONGO_WIRE_VENV``, else the checkout's
+    ``.mongo-wire-venv``); without an install, skip the calling test (fail where services
+    are required)."""
+    root = Path(__file__).resolve().parents[2]
+    venv = Path(os.environ.get("TEPAT_MONGO_WIRE_VENV", root / ".mongo-wire-venv"))
+    if not (venv / ".tepat-installed").exists():
+        reason = f"no wire server installed in {venv}: run `scripts/mongo-wire.sh install`"
+        if services_required():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return venv
+
+
 def server_url() -> str:
     """The server's URL from the environment; without it, skip the calling test (fail
     where services are required)."""
