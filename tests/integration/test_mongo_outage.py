@@ -9,6 +9,7 @@ proxy the test cuts (tests/support/tcp_proxy.py): "refuse" is a server that is d
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -19,7 +20,7 @@ from pydantic import SecretStr
 
 from api.app import create_app
 from consumers.worker import handle_delivery
-from tepat.adapters.mongo.client import timeout_options
+from tepat.adapters.mongo.client import UNAVAILABLE_ERRORS, connect, timeout_options
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.batches import Batch
@@ -33,7 +34,9 @@ from tests.support.tcp_proxy import Mode, TcpProxy, tcp_proxy
 # Short waits so a cut answers quickly; the URL's options win over Tepat's defaults.
 # directConnection: the server names itself in its hello reply, and without it the
 # driver would go to that address, around the proxy.
-OPTIONS = "directConnection=true&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000&timeoutMS=2000"
+OPTIONS = (
+    "directConnection=true&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000&socketTimeoutMS=2000"
+)
 # Far above the waits above: reached only if a request hangs on the cut server.
 HANG = 20.0
 
@@ -118,7 +121,21 @@ def test_the_urls_own_timeouts_win_over_tepats_defaults() -> None:
     assert timeout_options("mongodb://h/tepat") == {
         "serverSelectionTimeoutMS": 5000,
         "connectTimeoutMS": 5000,
-        "timeoutMS": 30000,
+        "socketTimeoutMS": 30000,
     }
-    mine = timeout_options("mongodb://h/tepat?servERSelectionTimeoutMS=100&timeoutMS=0")
+    mine = timeout_options("mongodb://h/tepat?servERSelectionTimeoutMS=100&socketTimeoutMS=0")
     assert mine == {"connectTimeoutMS": 5000}
+
+
+async def test_with_tepats_defaults_a_server_that_is_down_answers_within_seconds() -> None:
+    """Not PyMongo's 30 s: a closed port fails at Tepat's server-selection bound (5 s),
+    which a client-side operation timeout (timeoutMS) would silently replace."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]  # nothing listens once the socket is closed
+    client = connect(f"mongodb://127.0.0.1:{closed_port}/tepat")
+    try:
+        with pytest.raises(UNAVAILABLE_ERRORS):
+            await asyncio.wait_for(client["tepat"].command("ping"), 15)
+    finally:
+        await client.close()

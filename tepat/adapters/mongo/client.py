@@ -4,7 +4,7 @@ PyMongo's defaults wait 30 s to find a server and forever on a socket that stopp
 answering, so an outage holds every API request and consumer batch that long (a 35 s
 outage ended a write with ``AutoReconnect`` after 30 s). Tepat's defaults bound each
 wait; an option written in the URL wins over them, so an operator tunes them there
-(``mongodb://host/tepat?serverSelectionTimeoutMS=2000&timeoutMS=10000``).
+(``mongodb://host/tepat?serverSelectionTimeoutMS=2000&socketTimeoutMS=10000``).
 """
 
 from __future__ import annotations
@@ -16,16 +16,20 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import ConnectionFailure, ExecutionTimeout
 
 # Finding a server and opening a connection: a healthy one answers in milliseconds.
-# timeoutMS bounds a whole operation (PyMongo sends it to the server as maxTimeMS too):
-# generous, since a bulk insert of thousands of messages is one operation.
+# socketTimeoutMS bounds the wait for a reply on an open connection: generous, since a
+# bulk insert of thousands of messages is one operation. Not timeoutMS (PyMongo's
+# client-side operation timeout): with it set, PyMongo waits up to timeoutMS for a
+# server and ignores serverSelectionTimeoutMS (measured: 30 s instead of 5 s), so an
+# outage would hold each request for the whole operation budget before its 503.
 DEFAULT_TIMEOUTS_MS = {
     "serverSelectionTimeoutMS": 5_000,
     "connectTimeoutMS": 5_000,
-    "timeoutMS": 30_000,
+    "socketTimeoutMS": 30_000,
 }
 
 # ConnectionFailure covers AutoReconnect, NotPrimaryError, NetworkTimeout and
-# ServerSelectionTimeoutError; ExecutionTimeout is the server giving up at maxTimeMS.
+# ServerSelectionTimeoutError; ExecutionTimeout is the server giving up at a maxTimeMS
+# (an operator's timeoutMS in the URL sets one).
 UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (ConnectionFailure, ExecutionTimeout)
 
 
