@@ -13,7 +13,9 @@ with the ticket it issued) and the instants the bench killed a consumer.
 * **duplicates**: every copy beyond the first. A copy is *inside the window* when its
   ticket was never recorded in the store (the provider accepted it and the answer
   never reached a record) and either its category retries maybe-sent requests, or a
-  consumer was killed after it arrived: the two windows ``docs/ARCHITECTURE.md``
+  consumer was killed after it arrived, or the provider answered its request with a
+  5xx after accepting it (the sandbox marks it ``answer_lost: error``; Tepat retries a
+  5xx for every category, as Expo documents): the three windows ``docs/ARCHITECTURE.md``
   documents. Any other copy is a duplicate outside the window: a failure.
 """
 
@@ -77,6 +79,7 @@ def tally(
     neither one of them nor ``known`` (another cohort's) is a stranger: a duplicate."""
     rows, recorded = _store(store)
     copies: dict[str, list[tuple[datetime, str]]] = defaultdict(list)
+    answered_5xx: set[str] = set()  # tickets of requests the provider answered 5xx
     strangers = 0
     for r in received:
         if r.get("status") != "ok":
@@ -86,6 +89,8 @@ def tally(
             strangers += mid not in known
             continue
         copies[mid].append((datetime.fromisoformat(str(r["received_at"])), str(r["ticket_id"])))
+        if r.get("answer_lost") == "error":
+            answered_5xx.add(str(r["ticket_id"]))
     lost = stuck = unknown = window = outside = sent = 0
     statuses: Counter[str] = Counter()
     odd: Counter[str] = Counter()  # received, yet recorded as something other than sent
@@ -116,7 +121,8 @@ def tally(
             explained = sum(
                 1
                 for at, ticket in got
-                if ticket not in recorded and (retries or any(k >= at for k in kills))
+                if ticket not in recorded
+                and (retries or ticket in answered_5xx or any(k >= at for k in kills))
             )
             inside = min(extra, explained)
             window += inside
