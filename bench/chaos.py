@@ -325,8 +325,9 @@ def run_storm(
                 "wait_s": round(waited, 1),
             },
             [
-                "a 5xx or a lost answer is maybe-sent: safety retries it (window "
-                "duplicates), the other categories close it failed/outcome_unknown",
+                "a lost answer (stall, drop) is maybe-sent: safety retries it (window "
+                "duplicates), the other categories close it failed/outcome_unknown; a 5xx "
+                "after acceptance is retried for every category (window duplicates)",
             ],
         )
 
