@@ -14,7 +14,7 @@ import structlog
 
 from tepat.domain.batches import BadBatch, Batch, decode_batch
 from tepat.domain.queues import queue_priority
-from tepat.loops import repeat, wait_or_stop
+from tepat.loops import wait_or_stop
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
 
@@ -259,4 +259,4 @@ async def run_lease_renewal(rt: Runtime, stop: asyncio.Event) -> None:
 
 async def run_receipt_poller(rt: Runtime, stop: asyncio.Event) -> None:
     seconds = rt.settings.receipt_poll_interval_seconds
-    await repeat(rt.clock, stop, seconds, rt.receipts.poll_all, log, "receipt poll failed")
+    await rt.every(stop, seconds, rt.receipts.poll_all, log, "receipt poll failed")

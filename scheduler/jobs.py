@@ -7,7 +7,6 @@ import asyncio
 import structlog
 
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.loops import repeat
 from tepat.runtime import Runtime, event_service
 
 log = structlog.get_logger("tepat.scheduler")
@@ -27,18 +26,18 @@ async def run_creator(rt: Runtime, stop: asyncio.Event) -> None:
         result = await rt.creator.plan_ahead()
         log.info("planned", created=result.created, existing=result.existing)
 
-    await repeat(rt.clock, stop, rt.settings.plan_interval_seconds, plan, log, "planning failed")
+    await rt.every(stop, rt.settings.plan_interval_seconds, plan, log, "planning failed")
 
 
 async def run_sweeper(rt: Runtime, stop: asyncio.Event) -> None:
     seconds = rt.settings.sweep_interval_seconds
-    await repeat(rt.clock, stop, seconds, rt.sweeper.sweep_once, log, "sweep failed")
+    await rt.every(stop, seconds, rt.sweeper.sweep_once, log, "sweep failed")
 
 
 async def run_outbox(rt: Runtime, stop: asyncio.Event) -> None:
     """Publish what other processes (or a failed publish) left on the outbox."""
     seconds = rt.settings.outbox_interval_seconds
-    await repeat(rt.clock, stop, seconds, rt.outbox.flush, log, "outbox publish failed")
+    await rt.every(stop, seconds, rt.outbox.flush, log, "outbox publish failed")
 
 
 async def run_event_fanout(rt: Runtime, stop: asyncio.Event) -> None:
@@ -47,7 +46,7 @@ async def run_event_fanout(rt: Runtime, stop: asyncio.Event) -> None:
     by an API in another process is found by that poll)."""
     fan_out = event_service(rt).fan_out_once
     seconds = rt.settings.outbox_interval_seconds
-    await repeat(rt.clock, stop, seconds, fan_out, log, "event fan-out failed", while_busy=True)
+    await rt.every(stop, seconds, fan_out, log, "event fan-out failed", while_busy=True)
 
 
 async def run_webhook_emitter(rt: Runtime, stop: asyncio.Event) -> None:
@@ -57,4 +56,4 @@ async def run_webhook_emitter(rt: Runtime, stop: asyncio.Event) -> None:
 
     emit = WebhookEmitter(rt.store, rt.clock).emit_once
     seconds = rt.settings.outbox_interval_seconds
-    await repeat(rt.clock, stop, seconds, emit, log, "webhook emitter failed", while_busy=True)
+    await rt.every(stop, seconds, emit, log, "webhook emitter failed", while_busy=True)

@@ -20,8 +20,10 @@ async def wait_or_stop(clock: Clock, stop: asyncio.Event, seconds: float) -> Non
         stopper.cancel()
 
 
-class _Log(Protocol):
+class LoopLog(Protocol):
     def exception(self, event: str) -> object: ...
+
+    def warning(self, event: str, *, error: str) -> object: ...
 
 
 async def repeat(
@@ -29,19 +31,23 @@ async def repeat(
     stop: asyncio.Event,
     seconds: float,
     one_round: Callable[[], Awaitable[object]],
-    log: _Log,
+    log: LoopLog,
     failed: str,
     *,
     while_busy: bool = False,
+    expected: tuple[type[Exception], ...] = (),
 ) -> None:
     """Run ``one_round`` until ``stop``, every ``seconds`` (``while_busy``: straight on
     while a round returns something true, i.e. found work). A round that raises is
     logged as ``failed`` with its traceback, and the loop carries on: one bad round
-    must not end a process's job."""
+    must not end a process's job. An ``expected`` error (the store's "unavailable",
+    during an outage) is one warning line without a traceback, once per round."""
     while not stop.is_set():
         busy: object = None
         try:
             busy = await one_round()
+        except expected as e:
+            log.warning(failed, error=f"{type(e).__name__}: {e}")
         except Exception:
             log.exception(failed)
         if not (while_busy and busy):

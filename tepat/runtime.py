@@ -6,7 +6,8 @@ The only module that knows every adapter; entrypoints ask it for a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,6 +21,7 @@ from tepat.domain.categories import Categories
 from tepat.domain.queues import queues_for_channels
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.zones import TZDATA_RELEASE
+from tepat.loops import LoopLog, repeat
 from tepat.ports.broker import Broker, RedeliveryPolicy
 from tepat.ports.channel import Channel
 from tepat.ports.push import PushProvider
@@ -143,6 +145,30 @@ class Runtime:
     @property
     def embedded_broker(self) -> bool:
         return self.settings.broker_url == "embedded://"
+
+    async def every(
+        self,
+        stop: asyncio.Event,
+        seconds: float,
+        one_round: Callable[[], Awaitable[object]],
+        logger: LoopLog,
+        failed: str,
+        *,
+        while_busy: bool = False,
+    ) -> None:
+        """A process's job, one round every ``seconds`` on this runtime's clock until
+        ``stop`` (:func:`tepat.loops.repeat`); a round the store's outage failed is one
+        warning line, not a traceback."""
+        await repeat(
+            self.clock,
+            stop,
+            seconds,
+            one_round,
+            logger,
+            failed,
+            while_busy=while_busy,
+            expected=self.store.unavailable_errors,
+        )
 
     async def recover_at_start(self) -> None:
         """What a start owes the previous process's messages, before anything consumes.
