@@ -91,8 +91,9 @@ function rate(list) {
   return list.length ? list[list.length - 1].toFixed(2) : "–";
 }
 
-// A sparkline of the rates, drawn as SVG elements (no inline style: the CSP forbids it).
-function sparkline(values, label) {
+// A chart of each series' rates (a line per series, scaled to the highest value shown),
+// drawn as SVG elements: no inline style, which the CSP forbids.
+function sparkline(series, label) {
   const width = 120;
   const height = 24;
   const svg = document.createElementNS(SVG, "svg");
@@ -102,17 +103,20 @@ function sparkline(values, label) {
   svg.setAttribute("class", "spark");
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", label);
-  svg.dataset.points = String(values.length);
-  svg.dataset.max = values.length ? String(Math.max(...values)) : "0";
-  const top = Math.max(...values, 0) || 1;
+  const top = Math.max(0, ...Object.values(series).flat()) || 1;
   const step = width / (HISTORY - 1);
-  const start = width - (values.length - 1) * step;
-  const points = values.map(
-    (v, i) => `${(start + i * step).toFixed(1)},${(height - 1 - (v / top) * (height - 2)).toFixed(1)}`,
-  );
-  const line = document.createElementNS(SVG, "polyline");
-  line.setAttribute("points", points.join(" "));
-  svg.append(line);
+  for (const [name, values] of Object.entries(series)) {
+    svg.dataset[name] = values.length ? String(Math.max(...values)) : "0";
+    const start = width - (values.length - 1) * step;
+    const points = values.map((v, i) => {
+      const y = height - 1 - (v / top) * (height - 2);
+      return `${(start + i * step).toFixed(1)},${y.toFixed(1)}`;
+    });
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", points.join(" "));
+    line.setAttribute("class", name);
+    svg.append(line);
+  }
   return svg;
 }
 
@@ -150,7 +154,10 @@ function render(d) {
           { text: String(sent(m)), cls: "n sent" },
           { text: String(m.failed || 0), cls: m.failed ? "n failed bad" : "n failed" },
           { text: rate(h.sends), cls: "n sends-rate" },
-          sparkline(h.sends, `${c.channel} sends per second`),
+          sparkline(
+            { sends: h.sends, throttled: h.throttled },
+            `${c.channel}: sends and 429s per second, last ${HISTORY} refreshes`,
+          ),
           { text: answers.length ? answers.join(" · ") : "none", cls: "answers" },
           { text: String(c.throttled), cls: c.throttled ? "n throttled bad" : "n throttled" },
           { text: rate(h.throttled), cls: "n throttled-rate" },
