@@ -262,44 +262,7 @@ async function replay(id, button) {
     $("status").classList.add("stale");
     return;
   }
-  await async function find(event) {
-  event.preventDefault();
-  const by = $("find-by").value;
-  const value = $("find-value").value.trim();
-  text("find-status", "searching…");
-  try {
-    const params = new URLSearchParams({ [by]: value });
-    const response = await fetch(`/dashboard/messages?${params}`, { credentials: "same-origin" });
-    const body = await response.json().catch(() => ({}));
-    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
-    const n = body.messages.length;
-    text("find-status", by === "user" && n === body.limit ? `the newest ${n}` : `${n} found`);
-    fill(
-      "found",
-      body.messages.map((m) =>
-        row(
-          [
-            { text: m.id, cls: "mono" },
-            { text: m.user_id, cls: "mono" },
-            { text: m.channel },
-            { text: m.category },
-            { text: m.status, cls: "status" },
-            { text: m.status_reason || "", cls: "reason" },
-            { text: m.scheduled_at.slice(0, 19).replace("T", " ") },
-            { text: String(m.attempts), cls: "n" },
-          ],
-          { id: m.id },
-        ),
-      ),
-      "no such message",
-    );
-  } catch (error) {
-    text("find-status", `not found: ${error.message}`);
-  }
-}
-
-$("find").addEventListener("submit", find);
-refresh();
+  await refresh();
 }
 
 async function find(event) {
