@@ -17,18 +17,18 @@ import hashlib
 import os
 import socket
 import uuid
-from datetime import timedelta
 
 import structlog
 
 from tepat import metrics
 from tepat.loops import wait_or_stop
+from tepat.ports.repositories.presence import LIVE_TTL
 from tepat.runtime import Runtime
 
 log = structlog.get_logger("tepat.rate_share")
 
 BEAT_SECONDS = 2.0
-TTL = timedelta(seconds=7)
+TTL = LIVE_TTL
 
 
 def rate_group(rt: Runtime) -> str:

@@ -204,6 +204,17 @@ def provider_of(channel: str) -> str:
     return PROVIDERS.get(channel, "unknown")
 
 
+def counter_totals(counter: Counter, *labels: str) -> dict[tuple[str, ...], int]:
+    """This process's totals of a labelled counter by ``labels``, summed over the others."""
+    totals: dict[tuple[str, ...], int] = {}
+    for family in counter.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total"):  # not the _created timestamps
+                key = tuple(sample.labels[name] for name in labels)
+                totals[key] = totals.get(key, 0) + int(sample.value)
+    return totals
+
+
 def error_code(reason: str) -> str:
     """The bounded code of a provider's reason (its leading word)."""
     found = _CODE.match(reason)

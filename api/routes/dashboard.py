@@ -5,6 +5,8 @@
   session cookie (``api/dashboard_session.py``); ``POST /dashboard/logout``;
 - ``GET /dashboard/data``: the figures as JSON (``tepat/services/dashboard.py``),
   polled by the page every two seconds;
+- ``GET /dashboard/messages?id=…`` or ``?user=…``: the find form (a message by id,
+  or a user's newest ``FIND_LIMIT``), from the store's own queries;
 - ``POST /dashboard/dead-letters/{id}/replay``: the replay button.
 
 The JSON endpoints take the session cookie (with the CSRF token on the POST)
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
@@ -35,7 +37,11 @@ from api.dashboard_session import (
     set_cookie,
 )
 from api.deps import RT
+from api.schemas import MessageOut
 from api.throttle import FailureThrottle, client_ip
+from tepat.domain.models import Message
+from tepat.domain.validation import IDENTIFIER_PATTERN
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime
 from tepat.services.accounts import NotFound
 from tepat.services.dashboard import Dashboard
@@ -55,6 +61,9 @@ _SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 _CHALLENGE = 'ApiKey realm="tepat" header="X-API-Key"'
+# A user's newest messages the find form shows: a glance, not a listing (the API pages).
+FIND_LIMIT = 20
+_Identifier = Annotated[str | None, Query(min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN)]
 
 router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
@@ -187,6 +196,29 @@ async def data(request: Request, _: Annotated[Access, Depends(access)]) -> JSONR
     body = _jsonable(dataclasses.asdict(snapshot))
     body["devices_deactivated_total"] = snapshot.devices_deactivated_total
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+
+@router.get("/messages")
+async def find_messages(
+    rt: RT,
+    _: Annotated[Access, Depends(access)],
+    id: _Identifier = None,
+    user: _Identifier = None,
+) -> JSONResponse:
+    """One message by id, or a user's newest (scheduled) first; an empty list when none."""
+    if (id is None) == (user is None):
+        raise HTTPException(422, "give exactly one of id and user")
+    found: list[Message]
+    if id is not None:
+        message = await rt.store.get_message(id)
+        found = [] if message is None else [message]
+    else:
+        assert user is not None
+        found = (await rt.store.list_messages(MessageQuery(user, limit=FIND_LIMIT))).items
+    body = [{"user_id": m.user_id, **MessageOut.of(m).model_dump(mode="json")} for m in found]
+    return JSONResponse(
+        {"messages": body, "limit": FIND_LIMIT}, headers={"Cache-Control": "no-store"}
+    )
 
 
 @router.post("/dead-letters/{dead_letter_id}/replay")

@@ -3,8 +3,14 @@
 "use strict";
 
 const POLL_MS = 2000;
+const HISTORY = 60; // samples kept per channel for the charts: two minutes at one per poll
+const SVG = "http://www.w3.org/2000/svg";
 const csrf = document.querySelector('meta[name="csrf-token"]').content;
 let timer = null;
+// Per channel: the previous poll's totals, and the rates computed since, oldest first.
+// Rates come from two polls of the store's totals over the service's own clock, so a
+// figure repeated from the server's cache (no time passed) adds no point.
+const history = new Map();
 
 function $(id) {
   return document.getElementById(id);
@@ -58,6 +64,62 @@ function fill(tableId, rows, empty) {
   body.replaceChildren(...rows);
 }
 
+function sent(statuses) {
+  return (statuses.sent || 0) + (statuses.delivered || 0);
+}
+
+// Sends/s and 429s/s since the previous poll; null on the first poll or when no time passed.
+function track(channel, at) {
+  const sample = { at, sent: sent(channel.messages_by_status), throttled: channel.throttled };
+  let h = history.get(channel.channel);
+  if (!h) {
+    h = { last: sample, sends: [], throttled: [] };
+    history.set(channel.channel, h);
+    return h;
+  }
+  const dt = (at - h.last.at) / 1000;
+  if (dt > 0) {
+    h.sends.push(Math.max(0, sample.sent - h.last.sent) / dt);
+    h.throttled.push(Math.max(0, sample.throttled - h.last.throttled) / dt);
+    for (const list of [h.sends, h.throttled]) if (list.length > HISTORY) list.shift();
+    h.last = sample;
+  }
+  return h;
+}
+
+function rate(list) {
+  return list.length ? list[list.length - 1].toFixed(2) : "–";
+}
+
+// A chart of each series' rates (a line per series, scaled to the highest value shown),
+// drawn as SVG elements: no inline style, which the CSP forbids.
+function sparkline(series, label) {
+  const width = 120;
+  const height = 24;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  const top = Math.max(0, ...Object.values(series).flat()) || 1;
+  const step = width / (HISTORY - 1);
+  for (const [name, values] of Object.entries(series)) {
+    svg.dataset[name] = values.length ? String(Math.max(...values)) : "0";
+    const start = width - (values.length - 1) * step;
+    const points = values.map((v, i) => {
+      const y = height - 1 - (v / top) * (height - 2);
+      return `${(start + i * step).toFixed(1)},${y.toFixed(1)}`;
+    });
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", points.join(" "));
+    line.setAttribute("class", name);
+    svg.append(line);
+  }
+  return svg;
+}
+
 function render(d) {
   const r = d.rates;
   text("sends-per-second", r.sends_per_second.toFixed(r.sends_per_second < 10 ? 2 : 0));
@@ -71,7 +133,41 @@ function render(d) {
   const reasons = Object.entries(d.devices_deactivated).map(([k, v]) => `${k || "?"} ${v}`);
   text("devices-reasons", reasons.length ? reasons.join(" · ") : "since 00:00 UTC");
   text("tzdata", d.tzdata_release);
+  text("live-consumers", String(d.live_consumers));
+  text("oldest-due", d.oldest_due_unsent_seconds === null ? "none" : seconds(d.oldest_due_unsent_seconds));
+  $("oldest-due").classList.toggle("bad", (d.oldest_due_unsent_seconds || 0) >= 60);
   text("failures-window", `(last ${span(d.failures_window_seconds)})`);
+
+  const at = new Date(d.generated_at);
+  fill(
+    "channels",
+    d.channels.map((c) => {
+      const h = track(c, at.getTime());
+      const answers = Object.entries(c.answers_by_outcome).map(([k, v]) => `${k} ${v}`);
+      const m = c.messages_by_status;
+      return row(
+        [
+          { text: c.channel },
+          { text: c.provider },
+          { text: String(m.pending || 0), cls: "n pending" },
+          { text: String(m.sending || 0), cls: "n sending" },
+          { text: String(sent(m)), cls: "n sent" },
+          { text: String(m.failed || 0), cls: m.failed ? "n failed bad" : "n failed" },
+          { text: rate(h.sends), cls: "n sends-rate" },
+          sparkline(
+            { sends: h.sends, throttled: h.throttled },
+            `${c.channel}: sends and 429s per second, last ${HISTORY} refreshes`,
+          ),
+          { text: answers.length ? answers.join(" · ") : "none", cls: "answers" },
+          { text: String(c.throttled), cls: c.throttled ? "n throttled bad" : "n throttled" },
+          { text: rate(h.throttled), cls: "n throttled-rate" },
+          { text: String(c.retries), cls: "n retries" },
+        ],
+        { channel: c.channel },
+      );
+    }),
+    "no channels",
+  );
 
   fill(
     "queues",
@@ -125,7 +221,6 @@ function render(d) {
   const problems = $("problems");
   problems.hidden = d.problems.length === 0;
   problems.textContent = d.problems.join("; ");
-  const at = new Date(d.generated_at);
   text("status", `updated ${at.toISOString().slice(11, 19)} UTC`);
   $("status").classList.remove("stale");
 }
@@ -170,4 +265,41 @@ async function replay(id, button) {
   await refresh();
 }
 
+async function find(event) {
+  event.preventDefault();
+  const by = $("find-by").value;
+  const value = $("find-value").value.trim();
+  text("find-status", "searching…");
+  try {
+    const params = new URLSearchParams({ [by]: value });
+    const response = await fetch(`/dashboard/messages?${params}`, { credentials: "same-origin" });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+    const n = body.messages.length;
+    text("find-status", by === "user" && n === body.limit ? `the newest ${n}` : `${n} found`);
+    fill(
+      "found",
+      body.messages.map((m) =>
+        row(
+          [
+            { text: m.id, cls: "mono" },
+            { text: m.user_id, cls: "mono" },
+            { text: m.channel },
+            { text: m.category },
+            { text: m.status, cls: "status" },
+            { text: m.status_reason || "", cls: "reason" },
+            { text: m.scheduled_at.slice(0, 19).replace("T", " ") },
+            { text: String(m.attempts), cls: "n" },
+          ],
+          { id: m.id },
+        ),
+      ),
+      "no such message",
+    );
+  } catch (error) {
+    text("find-status", `not found: ${error.message}`);
+  }
+}
+
+$("find").addEventListener("submit", find);
 refresh();

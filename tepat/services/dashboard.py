@@ -15,7 +15,13 @@ shows what the consumers did. A snapshot is computed at most once per
   ones and say how many seconds they span;
 - failures in the last hour by provider code (``failure_code``);
 - devices deactivated since midnight UTC, by reason;
-- the tz database release; the broker's dead letters with reason and attempts.
+- the tz database release; the broker's dead letters with reason and attempts;
+- per channel: messages by status (the store: every process's work, so the page can
+  draw sends over time from two polls), and this process's counters of provider
+  answers by outcome, 429s and retries (``tepat/metrics.py``: on a split deployment the
+  API process sends nothing, and the page says where each figure comes from);
+- live consumers (the store's heartbeats) and the age of the oldest due-but-unsent
+  message (the store; as ``tepat_oldest_due_unsent_seconds``).
 """
 
 from __future__ import annotations
@@ -28,16 +34,20 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import structlog
 
+from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import BadBatch, decode_batch
 from tepat.domain.categories import Categories
 from tepat.domain.queues import PUSH, queues_for_channels
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, DeadLetter, QueueStats
+from tepat.ports.repositories.messages import Counts
 from tepat.ports.repositories.ops_views import OpsViewRepository, SendSample
+from tepat.ports.repositories.presence import LIVE_TTL
 
 log = structlog.get_logger("tepat.dashboard")
 
@@ -72,6 +82,20 @@ class Rates:
 
 
 @dataclass(frozen=True, slots=True)
+class ChannelLine:
+    """One channel: the store's messages by status, and this process's counters."""
+
+    channel: str
+    provider: str
+    messages_by_status: dict[str, int]  # the store: every process's messages
+    # This process since it started (tepat_sends_total, tepat_provider_errors_total
+    # kind=throttled, tepat_not_sent_retries_total): zero where it sends nothing.
+    answers_by_outcome: dict[str, int]
+    throttled: int
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetterLine:
     id: str
     queue: str
@@ -92,6 +116,9 @@ class Snapshot:
     deactivated_since: datetime
     devices_deactivated: dict[str, int]
     dead_letters: list[DeadLetterLine]
+    channels: list[ChannelLine]
+    live_consumers: int  # consumer processes that beat in the store within LIVE_TTL
+    oldest_due_unsent_seconds: float | None  # None: nothing due is waiting
     # What could not be read this time (the rest is still shown), e.g. "broker: ..."
     problems: list[str] = field(default_factory=list)
 
@@ -153,6 +180,35 @@ def rates(samples: list[SendSample], now: datetime, *, limit: int = SAMPLE_LIMIT
     )
 
 
+class DashboardStore(OpsViewRepository, Protocol):
+    async def count_messages(self) -> Counts: ...
+
+
+def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
+    """Every channel's line, zeros included, so the page's rows and charts stay put."""
+    by_status: dict[str, Counter[str]] = {ch: Counter() for ch in channels}
+    for (status, _, channel), n in counts.by_status_category_channel.items():
+        by_status.setdefault(channel, Counter())[status] += n
+    answers: dict[str, dict[str, int]] = {}
+    for (channel, outcome), n in metrics.counter_totals(
+        metrics.SENDS, "channel", "outcome"
+    ).items():
+        answers.setdefault(channel, {})[outcome] = n
+    errors = metrics.counter_totals(metrics.PROVIDER_ERRORS, "channel", "kind")
+    retries = metrics.counter_totals(metrics.NOT_SENT_RETRIES, "channel")
+    return [
+        ChannelLine(
+            channel=channel,
+            provider=metrics.provider_of(channel),
+            messages_by_status=dict(sorted(statuses.items())),
+            answers_by_outcome=dict(sorted(answers.get(channel, {}).items())),
+            throttled=errors.get((channel, "throttled"), 0),
+            retries=retries.get((channel,), 0),
+        )
+        for channel, statuses in by_status.items()
+    ]
+
+
 @dataclass(eq=False)
 class Dashboard:
     """Builds :class:`Snapshot`; one at a time, reused for ``cache_seconds``.
@@ -161,7 +217,7 @@ class Dashboard:
     measured in), while the figures use the runtime's clock like everything else.
     """
 
-    store: OpsViewRepository
+    store: DashboardStore
     broker: Broker
     categories: Categories
     clock: Clock
@@ -203,6 +259,9 @@ class Dashboard:
         samples = await self.store.recent_sends(now - LATENESS_WINDOW, self.sample_limit)
         failures = await self.store.failures_since(now - FAILURES_WINDOW)
         deactivated = await self.store.devices_deactivated_since(midnight)
+        counts = await self.store.count_messages()
+        oldest = await self.store.oldest_due_unsent(now)
+        live = await self.store.live_members(now - LIVE_TTL)
         by_code: Counter[str] = Counter()
         for reason, count in failures.items():
             by_code[failure_code(reason)] += count
@@ -216,6 +275,11 @@ class Dashboard:
             deactivated_since=midnight,
             devices_deactivated=dict(sorted(deactivated.items(), key=lambda kv: -kv[1])),
             dead_letters=[self._dead_line(d) for d in dead],
+            channels=channel_lines(self.channels, counts),
+            live_consumers=sum(live.values()),
+            oldest_due_unsent_seconds=(
+                None if oldest is None else max(0.0, (now - oldest).total_seconds())
+            ),
             problems=problems,
         )
 

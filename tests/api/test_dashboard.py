@@ -13,9 +13,15 @@ import httpx
 from fastapi import FastAPI
 
 from api.dashboard_session import COOKIE, SESSION_SECONDS
+from api.routes.dashboard import FIND_LIMIT
+from tepat import metrics
 from tepat.clock import FakeClock
+from tepat.domain.models import MessageStatus
+from tepat.domain.outcomes import Next
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.push import TicketError
+from tepat.ports.repositories.presence import LIVE_TTL
+from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime
 from tests.api.conftest import ADMIN, ADMIN_KEY, problem
 from tests.api.helpers import (
@@ -236,3 +242,84 @@ async def test_every_channel_s_queues_are_listed_with_their_batches(
         "meal",
     )
     assert by_queue["tepat.push.critical"]["category"] is None
+
+
+def channel(figures: dict[str, Any], name: str) -> dict[str, Any]:
+    return dict(next(c for c in figures["channels"] if c["channel"] == name))
+
+
+async def test_channels_oldest_due_and_live_consumers_come_from_the_store(
+    client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, app: FastAPI
+) -> None:
+    await scene(client)
+    figures = await data(client, headers=ADMIN)
+    assert [c["channel"] for c in figures["channels"]] == list(rt.channels)
+    assert figures["oldest_due_unsent_seconds"] is None
+    assert figures["live_consumers"] == 0
+    sent_before = channel(figures, "push")["answers_by_outcome"].get("sent", 0)
+    planned = channel(figures, "push")["messages_by_status"]["pending"]  # alice's reminder
+
+    # Due now, and nobody consumes it for 30 s (a stopped consumer, a locked store).
+    body = notification_body(send_at=clock.now().isoformat())
+    await ok(await client.post(NOTIFY, json=body, headers=ADMIN))
+    clock.advance(30)
+    await rt.store.heartbeat("expo-rate:test", "consumer-1", clock.now(), LIVE_TTL)
+    app.state.dashboard.invalidate()
+    figures = await data(client, headers=ADMIN)
+    assert channel(figures, "push")["messages_by_status"]["pending"] == planned + 1
+    assert figures["oldest_due_unsent_seconds"] == 30.0
+    assert figures["live_consumers"] == 1
+
+    assert await drain_due(rt) == 1
+    clock.advance(LIVE_TTL + timedelta(seconds=1))  # the consumer stopped beating
+    app.state.dashboard.invalidate()
+    figures = await data(client, headers=ADMIN)
+    push = channel(figures, "push")
+    assert (push["messages_by_status"]["sent"], push["provider"]) == (1, "expo")
+    assert push["messages_by_status"]["pending"] == planned
+    assert push["answers_by_outcome"]["sent"] == sent_before + 1  # this process sent it
+    assert figures["oldest_due_unsent_seconds"] is None
+    assert figures["live_consumers"] == 0
+
+
+async def test_a_channel_s_429s_and_retries_are_this_process_s_counters(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    before = channel(await data(client, headers=ADMIN), "inbox")
+    throttled = TryAgain("inbox_429: slow down", throttled=True)
+    metrics.count_provider_error("inbox", throttled)
+    metrics.count_provider_error("inbox", TryAgain("inbox_503: busy"))  # not a 429
+    retry = Next(MessageStatus.PENDING)
+    metrics.count_answer("inbox", "custom", throttled, retry)
+    app.state.dashboard.invalidate()
+    after = channel(await data(client, headers=ADMIN), "inbox")
+    assert after["throttled"] == before["throttled"] + 1
+    assert after["retries"] == before["retries"] + 1
+    retried = after["answers_by_outcome"]["retry"]
+    assert retried == before["answers_by_outcome"].get("retry", 0) + 1
+
+
+async def test_find_a_message_by_id_or_by_user(client: httpx.AsyncClient, rt: Runtime) -> None:
+    await scene(client)
+    ids = []
+    for n in range(FIND_LIMIT + 2):
+        body = notification_body(idempotency_key=f"k{n}")
+        ids.append((await ok(await client.post(NOTIFY, json=body, headers=ADMIN))).json()["id"])
+
+    found = (await ok(await client.get(f"/dashboard/messages?id={ids[0]}", headers=ADMIN))).json()
+    (message,) = found["messages"]
+    assert (message["id"], message["user_id"], message["status"]) == (ids[0], "alice", "pending")
+    assert message["channel"] == "push" and message["category"] == "custom"
+
+    by_user = (await ok(await client.get("/dashboard/messages?user=alice", headers=ADMIN))).json()
+    assert len(by_user["messages"]) == FIND_LIMIT == by_user["limit"]
+    assert {m["user_id"] for m in by_user["messages"]} == {"alice"}
+    for query in ("id=nope", "user=nobody"):
+        r = await ok(await client.get(f"/dashboard/messages?{query}", headers=ADMIN))
+        assert r.json()["messages"] == []
+
+    for bad in ("", "?id=a&user=b", "?id=", "?user=%3Cscript%3E", f"?id={'x' * 129}"):
+        problem(await client.get(f"/dashboard/messages{bad}", headers=ADMIN), 422)
+    problem(await client.get(f"/dashboard/messages?id={ids[0]}"), 401)
+    await login(client)  # the session cookie serves it too (a read: no CSRF token)
+    await ok(await client.get(f"/dashboard/messages?id={ids[0]}"))

@@ -4,7 +4,9 @@ What ``tepat serve --sandbox`` runs (the API with the dashboard, the consumer,
 the receipt poller, the outbox and the sweeper, an Expo sandbox), on SQLite and
 the embedded broker, but on a :class:`FakeClock` the test moves: the browser
 polls in real time while the service's time only passes when the test says.
-The test thread reaches into the loop with :meth:`Live.call` / :meth:`Live.run`.
+The test thread reaches into the loop with :meth:`Live.call` / :meth:`Live.run`, and
+stops and starts the consumer (its sending loop and its heartbeat) with
+:meth:`Live.stop_consumer` / :meth:`Live.start_consumer`, as an operator's crash would.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import SecretStr
 
 from api.app import create_app
+from consumers.rate_share import run_rate_share
 from consumers.worker import run_consumer, run_receipt_poller
 from scheduler.jobs import run_outbox, run_sweeper
 from tepat.clock import FakeClock
@@ -35,6 +38,31 @@ CALL_TIMEOUT = 30.0
 
 
 @dataclass
+class _Consumer:
+    """The consumer process's loops, stoppable on their own (the rest keeps running)."""
+
+    rt: Runtime
+    stop: asyncio.Event | None = None
+    tasks: list[asyncio.Task[None]] | None = None
+
+    def start(self) -> None:
+        assert self.tasks is None, "the consumer runs already"
+        self.stop = asyncio.Event()
+        self.tasks = [
+            asyncio.create_task(part(self.rt, self.stop)) for part in (run_consumer, run_rate_share)
+        ]
+
+    async def halt(self) -> None:
+        if self.tasks is None or self.stop is None:
+            return
+        self.stop.set()
+        tasks, self.tasks = self.tasks, None
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, Exception):
+                raise result
+
+
+@dataclass
 class Live:
     base_url: str
     sandbox_url: str
@@ -42,6 +70,7 @@ class Live:
     clock: FakeClock
     sandbox: ExpoSandbox
     loop: asyncio.AbstractEventLoop
+    consumer: _Consumer
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` on the service's loop and return its result."""
@@ -57,6 +86,13 @@ class Live:
 
     def advance(self, seconds: float) -> None:
         self.run(lambda: self.clock.advance(seconds))
+
+    def stop_consumer(self) -> None:
+        """Stop the consumer (it finishes the batches in hand and leaves its rate group)."""
+        self.call(self.consumer.halt())
+
+    def start_consumer(self) -> None:
+        self.run(self.consumer.start)
 
 
 @contextmanager
@@ -115,15 +151,22 @@ async def _main(
     ):
         tasks = [
             asyncio.create_task(part(rt, stop))
-            for part in (run_consumer, run_receipt_poller, run_outbox, run_sweeper)
+            for part in (run_receipt_poller, run_outbox, run_sweeper)
         ]
+        consumer = _Consumer(rt)
+        consumer.start()
         try:
             loop = asyncio.get_running_loop()
-            ready.set_result(Live(api.url, fake_expo.url, rt, clock, sandbox, loop))
+            ready.set_result(Live(api.url, fake_expo.url, rt, clock, sandbox, loop, consumer))
             await stop.wait()
         finally:
             stop.set()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
+            results: list[Any] = [None]
+            try:
+                await consumer.halt()
+            except Exception as e:
+                results = [e]
+            results += await asyncio.gather(*tasks, return_exceptions=True)
             errors = [r for r in results if isinstance(r, Exception)]
             if errors:
                 raise errors[0]

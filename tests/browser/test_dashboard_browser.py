@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,43 @@ def chromium() -> str:
             "`pip install -e '.[test]'`, as scripts/test.sh does"
         )
     return path
+
+
+@contextmanager
+def dashboard_page(executable: str) -> Iterator[tuple[Any, list[str]]]:
+    """A Chromium page, and the page errors and console warnings it logs (none expected)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        # --no-sandbox: CI runs as root, where Chromium's own sandbox cannot start.
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            problems: list[str] = []
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on(
+                "console",
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text} ({m.location.get('url')})")
+                    # The browser asks for a favicon on its own; the service has none.
+                    if m.type in ("error", "warning")
+                    and not str(m.location.get("url")).endswith("/favicon.ico")
+                    else None
+                ),
+            )
+            expect.set_options(timeout=TIMEOUT_MS)
+            yield page, problems
+        finally:
+            browser.close()
+
+
+def log_in(page: Any, live: Live) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(f"{live.base_url}/dashboard/login")
+    page.fill("#key", ADMIN_KEY)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/dashboard$"))
 
 
 @pytest.fixture
@@ -87,104 +125,146 @@ def notify(api: httpx.Client, user: str, key: str, category: str, at: datetime |
 
 def test_dashboard_in_chromium(live: Live, api: httpx.Client, tmp_path: Path) -> None:
     executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     for user, token in (("alice", ALICE), ("bob", BOB)):
         put(api, f"/v1/users/{user}", {"timezone": "Europe/London"})
         put(api, f"/v1/users/{user}/devices/phone", {"push_token": token})
     live.run(lambda: live.sandbox.script_token(BOB, ticket_error="DeviceNotRegistered"))
 
-    with sync_playwright() as p:
-        # --no-sandbox: CI runs as root, where Chromium's own sandbox cannot start.
-        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 860})
-            problems: list[str] = []
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.on(
-                "console",
-                lambda m: (
-                    problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning")
-                    else None
-                ),
-            )
-            expect.set_options(timeout=TIMEOUT_MS)
+    with dashboard_page(executable) as (page, problems):
+        # Without a session the page sends the browser to the login form.
+        page.goto(f"{live.base_url}/dashboard")
+        expect(page).to_have_url(re.compile(r"/dashboard/login$"))
+        page.fill("#key", "not the key")
+        page.click("button[type=submit]")
+        expect(page.locator(".error")).to_contain_text("not the admin key")
+        problems.clear()  # the 401 of that attempt is logged to the console, as it should be
+        page.fill("#key", ADMIN_KEY)
+        page.click("button[type=submit]")
+        expect(page).to_have_url(re.compile(r"/dashboard$"))
+        expect(page.locator("#tzdata")).to_have_text(TZDATA_RELEASE)
+        cookie = next(c for c in page.context.cookies() if c["name"] == "tepat_dashboard")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
 
-            # Without a session the page sends the browser to the login form.
-            page.goto(f"{live.base_url}/dashboard")
-            expect(page).to_have_url(re.compile(r"/dashboard/login$"))
-            page.fill("#key", "not the key")
-            page.click("button[type=submit]")
-            expect(page.locator(".error")).to_contain_text("not the admin key")
-            problems.clear()  # the 401 of that attempt is logged to the console, as it should be
-            page.fill("#key", ADMIN_KEY)
-            page.click("button[type=submit]")
-            expect(page).to_have_url(re.compile(r"/dashboard$"))
-            expect(page.locator("#tzdata")).to_have_text(TZDATA_RELEASE)
-            cookie = next(c for c in page.context.cookies() if c["name"] == "tepat_dashboard")
-            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
+        def cell(category: str, column: str) -> Any:
+            return page.locator(f'#queues tr[data-category="{category}"] td.{column}')
 
-            def cell(category: str, column: str) -> Any:
-                return page.locator(f'#queues tr[data-category="{category}"] td.{column}')
+        # Messages planned minutes ahead, one per (queue, second): each batch
+        # waits in the store to fill until it is due within seconds.
+        expect(cell("custom", "scheduled")).to_have_text("0")
+        due = START + timedelta(minutes=5)
+        custom_id = notify(api, "alice", "hello", "custom", due)
+        notify(api, "alice", "lunch", "meal", START + timedelta(minutes=8))
+        notify(api, "alice", "check-in", "safety", START + timedelta(minutes=9))
+        live.advance(live.rt.settings.outbox_interval_seconds)
+        expect(page.locator("#sends-per-second")).to_have_text("0.00")
+        expect(cell("custom", "scheduled")).to_have_text("0")
 
-            # Messages planned minutes ahead, one per (queue, second): each batch
-            # waits in the store to fill until it is due within seconds.
-            expect(cell("custom", "scheduled")).to_have_text("0")
-            due = START + timedelta(minutes=5)
-            custom_id = notify(api, "alice", "hello", "custom", due)
-            notify(api, "alice", "lunch", "meal", START + timedelta(minutes=8))
-            notify(api, "alice", "check-in", "safety", START + timedelta(minutes=9))
-            live.advance(live.rt.settings.outbox_interval_seconds)
-            expect(page.locator("#sends-per-second")).to_have_text("0.00")
-            expect(cell("custom", "scheduled")).to_have_text("0")
+        # Meanwhile an unreadable batch is nacked, then, past the retry age, dead-lettered
+        # (the clock moves a minute: the planned message is not due yet).
+        queue = live.rt.categories.get("mood").queue_name
+        dead_id = make_dead_letter(live, queue)
+        row = page.locator(f'#dead-letters tr[data-id="{dead_id}"]')
+        expect(row.locator("td.attempts")).to_have_text("2")
+        expect(row.locator("td.reason")).to_contain_text("not a Tepat batch")
+        expect(cell("mood", "dead")).to_have_text("1")
+        # Due within seconds: the outbox loop's pass puts it on its queue, `scheduled`.
+        live.advance((due - live.run(live.clock.now)).total_seconds() - 3)
+        expect(cell("custom", "scheduled")).to_have_text("1")
+        expect(cell("meal", "scheduled")).to_have_text("0")
 
-            # Meanwhile an unreadable batch is nacked, then, past the retry age, dead-lettered
-            # (the clock moves a minute: the planned message is not due yet).
-            queue = live.rt.categories.get("mood").queue_name
-            dead_id = make_dead_letter(live, queue)
-            row = page.locator(f'#dead-letters tr[data-id="{dead_id}"]')
-            expect(row.locator("td.attempts")).to_have_text("2")
-            expect(row.locator("td.reason")).to_contain_text("not a Tepat batch")
-            expect(cell("mood", "dead")).to_have_text("1")
-            # Due within seconds: the outbox loop's pass puts it on its queue, `scheduled`.
-            live.advance((due - live.run(live.clock.now)).total_seconds() - 3)
-            expect(cell("custom", "scheduled")).to_have_text("1")
-            expect(cell("meal", "scheduled")).to_have_text("0")
+        # Its instant passes: it is sent, two seconds late by the service's clock.
+        live.advance((due - live.run(live.clock.now)).total_seconds() + 2)
+        expect(cell("custom", "scheduled")).to_have_text("0")
+        expect(page.locator("#sends-per-second")).to_have_text("0.02")  # 1 in the last 60 s
+        expect(page.locator("#lateness-p50")).to_have_text("2.0 s")
+        listed = api.get("/v1/users/alice/messages", params={"status": "sent"}).json()
+        assert [m["id"] for m in listed["messages"]] == [custom_id], listed
+        assert [n["to"] for n in live.sandbox.received()] == [ALICE]
 
-            # Its instant passes: it is sent, two seconds late by the service's clock.
-            live.advance((due - live.run(live.clock.now)).total_seconds() + 2)
-            expect(cell("custom", "scheduled")).to_have_text("0")
-            expect(page.locator("#sends-per-second")).to_have_text("0.02")  # 1 in the last 60 s
-            expect(page.locator("#lateness-p50")).to_have_text("2.0 s")
-            listed = api.get("/v1/users/alice/messages", params={"status": "sent"}).json()
-            assert [m["id"] for m in listed["messages"]] == [custom_id], listed
-            assert [n["to"] for n in live.sandbox.received()] == [ALICE]
+        # Bob's phone is gone: a failure by Expo's code and a deactivated device.
+        notify(api, "bob", "hi", "custom", None)
+        failures = page.locator('#failures tr[data-code="DeviceNotRegistered"] td.n')
+        expect(failures).to_have_text("1")
+        expect(page.locator("#devices-deactivated")).to_have_text("1")
+        expect(row.locator("button.replay")).to_be_visible()
 
-            # Bob's phone is gone: a failure by Expo's code and a deactivated device.
-            notify(api, "bob", "hi", "custom", None)
-            failures = page.locator('#failures tr[data-code="DeviceNotRegistered"] td.n')
-            expect(failures).to_have_text("1")
-            expect(page.locator("#devices-deactivated")).to_have_text("1")
-            expect(row.locator("button.replay")).to_be_visible()
+        shot = tmp_path / "dashboard.png"
+        page.screenshot(path=str(shot), full_page=True)
+        if target := os.environ.get("TEPAT_DASHBOARD_SCREENSHOT"):
+            shutil.copyfile(shot, target)
 
-            shot = tmp_path / "dashboard.png"
-            page.screenshot(path=str(shot), full_page=True)
-            if target := os.environ.get("TEPAT_DASHBOARD_SCREENSHOT"):
-                shutil.copyfile(shot, target)
+        # Replay it by clicking: it leaves the list (and the broker's DLQ).
+        row.locator("button.replay").click()
+        expect(row).to_have_count(0)
+        expect(page.locator("#dead-letters td.empty")).to_have_text("none")
+        expect(cell("mood", "dead")).to_have_text("0")
+        assert live.call(live.rt.broker.dead_letters([queue])) == []
 
-            # Replay it by clicking: it leaves the list (and the broker's DLQ).
-            row.locator("button.replay").click()
-            expect(row).to_have_count(0)
-            expect(page.locator("#dead-letters td.empty")).to_have_text("none")
-            expect(cell("mood", "dead")).to_have_text("0")
-            assert live.call(live.rt.broker.dead_letters([queue])) == []
+        page.click("text=Log out")
+        expect(page).to_have_url(re.compile(r"/dashboard/login$"))
+        assert problems == [], problems
 
-            page.click("text=Log out")
-            expect(page).to_have_url(re.compile(r"/dashboard/login$"))
-            assert problems == [], problems
-        finally:
-            browser.close()
+
+NOT_ZERO = re.compile(r"^(?!0$)\d")  # a chart's highest point above zero
+
+
+def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
+    live: Live, api: httpx.Client
+) -> None:
+    """Expo answers 429: the push row's 429s and its chart move, the retry is sent; then
+    the consumer stops: live consumers drop to 0 and the oldest due message ages, found by
+    id as pending; the consumer starts again and sends it."""
+    executable = chromium()
+    from playwright.sync_api import expect
+
+    put(api, "/v1/users/alice", {"timezone": "Europe/London"})
+    put(api, "/v1/users/alice/devices/phone", {"push_token": ALICE})
+    with dashboard_page(executable) as (page, problems):
+        log_in(page, live)
+        push = page.locator('#channels tr[data-channel="push"]')
+        chart = push.locator("svg.spark")
+        expect(page.locator("#live-consumers")).to_have_text("1")
+        expect(page.locator("#oldest-due")).to_have_text("none")
+        throttled_before = int(push.locator("td.throttled").inner_text())
+
+        # Expo refuses the next request with 429: counted, and the message waits to retry.
+        live.run(lambda: live.sandbox.fail_next(1, 429, retry_after=1.0))
+        notify(api, "alice", "rush", "custom", None)
+        expect(push.locator("td.throttled")).to_have_text(str(throttled_before + 1))
+        expect(push.locator("td.answers")).to_contain_text("retry")
+        expect(push.locator("td.pending")).to_have_text("1")
+        # Time passes: the retry is sent; the chart has drawn both rates.
+        live.advance(30)
+        expect(push.locator("td.sent")).to_have_text("1")
+        expect(chart).to_have_attribute("data-throttled", NOT_ZERO)
+        live.advance(1)  # one more refresh, so the send's interval is closed and drawn
+        expect(chart).to_have_attribute("data-sends", NOT_ZERO)
+        assert [n["to"] for n in live.sandbox.received()] == [ALICE]
+
+        # The consumer stops: nobody beats, and what falls due waits, older every second.
+        live.stop_consumer()
+        expect(page.locator("#live-consumers")).to_have_text("0")
+        held = notify(api, "alice", "held", "custom", None)
+        live.advance(30)
+        expect(page.locator("#oldest-due")).to_have_text("30.0 s")
+        page.select_option("#find-by", "id")
+        page.fill("#find-value", held)
+        page.click("#find button")
+        found = page.locator(f'#found tr[data-id="{held}"]')
+        expect(found.locator("td.status")).to_have_text("pending")
+
+        live.start_consumer()
+        expect(page.locator("#live-consumers")).to_have_text("1")
+        expect(page.locator("#oldest-due")).to_have_text("none")
+        expect(push.locator("td.sent")).to_have_text("2")
+        page.select_option("#find-by", "user")
+        page.fill("#find-value", "alice")
+        page.click("#find button")
+        expect(found.locator("td.status")).to_have_text("sent")
+        expect(page.locator("#found tbody tr")).to_have_count(2)
+        assert problems == [], problems
 
 
 def make_dead_letter(live: Live, queue: str) -> str:

@@ -108,3 +108,18 @@ async def test_oldest_due_unsent_is_the_earliest_due_pending_or_sending_message(
     assert await store.transition(published.id, SENT, now, expect=[SENDING])
     assert await store.oldest_due_unsent(now) == at(6)
     assert await store.oldest_due_unsent(at(13)) == at(6)
+
+
+async def test_live_members_count_recent_beats_by_group_without_joining(store: Store) -> None:
+    ttl = timedelta(minutes=7)  # at() counts minutes; nothing here is old enough to forget
+    assert await store.live_members(at(0)) == {}
+    await store.heartbeat("expo-rate:a", "c1", at(0), ttl)
+    await store.heartbeat("expo-rate:a", "c2", at(5), ttl)
+    await store.heartbeat("expo-rate:b", "c3", at(6), ttl)
+    assert await store.live_members(at(1)) == {"expo-rate:a": 1, "expo-rate:b": 1}
+    assert await store.live_members(at(0)) == {"expo-rate:a": 2, "expo-rate:b": 1}
+    await store.leave("expo-rate:b", "c3")
+    assert await store.live_members(at(0)) == {"expo-rate:a": 2}
+    assert await store.live_members(at(7)) == {}
+    # Reading joined nothing: the next beat still counts two members of a.
+    assert await store.heartbeat("expo-rate:a", "c1", at(5), ttl) == 2

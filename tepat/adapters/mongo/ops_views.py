@@ -75,6 +75,10 @@ class OpsViewsMixin(MongoBase):
         found = [read_dt_required(docs[0]["due_at"]) for docs in heads if docs]
         return min(found, default=None)
 
+    async def live_members(self, since: datetime) -> dict[str, int]:
+        match = {"beat_at": {"$gte": bson_dt(since)}}
+        return await self._count_by(self._db["presence"], match, "$group")
+
     async def _count_by(self, collection: Any, match: dict[str, Any], key: str) -> dict[str, int]:
         cursor = await collection.aggregate(
             [{"$match": match}, {"$group": {"_id": key, "n": {"$sum": 1}}}]

@@ -53,6 +53,12 @@ class OpsViewsMixin(SqliteBase):
         )
         return _dt_opt(rows[0][0]) if rows else None
 
+    async def live_members(self, since: datetime) -> dict[str, int]:
+        rows = await self._select(
+            "SELECT grp, count(*) FROM presence WHERE beat_at >= ? GROUP BY grp", (_ts(since),)
+        )
+        return _counts(rows)
+
 
 def _counts(rows: list[Row]) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in rows}

@@ -39,3 +39,9 @@ class OpsViewRepository(Protocol):
         """The earliest ``due_at`` of a message due at or before ``now`` and not answered
         yet (``pending`` or ``sending``); None when there is none."""
         ...
+
+    async def live_members(self, since: datetime) -> dict[str, int]:
+        """Members of each presence group (``PresenceRepository.heartbeat``) that beat at
+        or after ``since``, by group; groups with none left out. Reads only: the reader
+        does not join a group."""
+        ...

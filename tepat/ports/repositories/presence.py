@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol
 
+# A member counts as live this long after its last beat (the consumers beat every 2 s).
+LIVE_TTL = timedelta(seconds=7)
+
 
 class PresenceRepository(Protocol):
     """Which processes of a group are alive (consumers sharing one rate ceiling)."""
