@@ -58,7 +58,7 @@ from tepat.ports.try_again import TryAgain
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 from tepat.services.sending.channel_sender import ChannelSender, gather_all
-from tepat.services.sending.lease import ClaimsInHand
+from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed
 from tepat.services.sending.push_batcher import Outcome, PushBatcher
 from tepat.services.sending.recording import Answer, OutcomeRecorder
 from tepat.services.sending.records import DispatchRecords
@@ -95,6 +95,8 @@ class _Outgoing:
     message: Message
     devices: list[Device]
     outcomes: list[TicketOutcome | TryAgain | Rejected] = field(default_factory=list)
+    # Requests not sent, the lease having run out: the message is left to the sweeper.
+    lapsed: int = 0
 
 
 class Dispatcher:
@@ -117,7 +119,7 @@ class Dispatcher:
         self.claims = claims if claims is not None else ClaimsInHand(store, clock)
         self._push = push
         self._outbox = outbox
-        self._batcher = batcher or PushBatcher(push, clock)
+        self._batcher = batcher or PushBatcher(push, clock, unsendable=self.claims.unsendable)
         self._categories = categories
         self._clock = clock
         self._retry = retry or RetryPolicy()
@@ -136,6 +138,7 @@ class Dispatcher:
             defer=self.defer,
             flush=outbox.flush_quietly,
             recorder=self.recorder,
+            unsendable=self.claims.unsendable,
         )
 
     def abandon_sends(self) -> None:
@@ -354,13 +357,16 @@ class Dispatcher:
                     # other send error; the broker redelivers, the lease re-drives.
                     raise ConnectionAbortedError("push request abandoned")
                 outcome = fut.result()  # a send that raised fails the batch: nack, lease
-                o.outcomes.append(outcome)
+                if isinstance(outcome, LeaseLapsed):
+                    o.lapsed += 1
+                else:
+                    o.outcomes.append(outcome)
                 if isinstance(outcome, TicketOk):
                     tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
                 elif isinstance(outcome, TicketError):
                     metrics.count_provider_error(PUSH, outcome)
                     await device_failed(self._store, device, outcome, self._device_max_failures)
-                if len(o.outcomes) == len(o.devices):
+                if len(o.outcomes) + o.lapsed == len(o.devices) and not o.lapsed:
                     answered[id(o)] = o
             await self._record(list(answered.values()))
             await self._keep_tickets(tickets)

@@ -10,21 +10,26 @@ due together cost about K/100 requests whatever path planned them.
 Each submitted request gets its own future, resolved with the provider's
 outcome for it (a ticket, or the whole request's TryAgain / Rejected), so a
 caller records each message as soon as its own request is answered: the
-duplicate window stays one request long.
+duplicate window stays one request long. A request whose message's lease ran out
+while it waited for a free connection is not sent: its future resolves with
+:class:`~tepat.services.sending.lease.LeaseLapsed`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.queues import PUSH
 from tepat.ports.push import PushProvider, PushRequest, Rejected, TicketOutcome
 from tepat.ports.try_again import TryAgain
+from tepat.services.sending.lease import LeaseLapsed
 
-Outcome = TicketOutcome | TryAgain | Rejected
+Outcome = TicketOutcome | TryAgain | Rejected | LeaseLapsed
+# Which of these message ids must not be sent now (ClaimsInHand.unsendable).
+Unsendable = Callable[[Iterable[str], str], set[str]]
 
 # How long the first request waits for others to join it (real time: this is about
 # other coroutines of this process submitting, not about the clock).
@@ -32,9 +37,16 @@ GATHER_WINDOW_SECONDS = 0.005
 
 
 class PushBatcher:
-    def __init__(self, push: PushProvider, clock: Clock, concurrency: int = 6) -> None:
+    def __init__(
+        self,
+        push: PushProvider,
+        clock: Clock,
+        concurrency: int = 6,
+        unsendable: Unsendable | None = None,
+    ) -> None:
         self._push = push
         self._clock = clock
+        self._unsendable = unsendable
         self._waiting: list[tuple[PushRequest, asyncio.Future[Outcome]]] = []
         self._timer: asyncio.Task[None] | None = None
         self._sending: set[asyncio.Task[None]] = set()
@@ -75,6 +87,9 @@ class PushBatcher:
     async def _send(self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]) -> None:
         try:
             async with self._slots:
+                chunk = self._drop_unsendable(chunk)
+                if not chunk:
+                    return
                 started = self._clock.now()
                 result = await self._push.send([r for r, _ in chunk])
                 metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
@@ -95,6 +110,18 @@ class PushBatcher:
         for (_, fut), outcome in zip(chunk, outcomes, strict=True):
             if not fut.done():
                 fut.set_result(outcome)
+
+    def _drop_unsendable(
+        self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]
+    ) -> list[tuple[PushRequest, asyncio.Future[Outcome]]]:
+        """Asked once a connection is free, the last wait before the request."""
+        if self._unsendable is None:
+            return chunk
+        lapsed = self._unsendable((r.message_id for r, _ in chunk), PUSH)
+        for request, fut in chunk:
+            if request.message_id in lapsed and not fut.done():
+                fut.set_result(LeaseLapsed())
+        return [(r, fut) for r, fut in chunk if r.message_id not in lapsed]
 
     def abandon(self) -> None:
         """A hard stop: drop what waits and cancel what is in flight (as a crash would,
