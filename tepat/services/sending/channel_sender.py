@@ -38,9 +38,9 @@ from tepat.domain.queues import CRITICAL, WEBHOOK
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Channel, Outgoing, Refused
+from tepat.ports.push import SendGate
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.try_again import TryAgain
-from tepat.services.sending.push_batcher import Unsendable
 from tepat.services.sending.recording import Answer, OutcomeRecorder
 from tepat.services.sending.records import ChannelSendRecords
 from tepat.services.targets import SKIP_REASONS, resolve_targets
@@ -85,7 +85,7 @@ class ChannelSender:
         require_verified: bool = False,
         rng: random.Random | None = None,
         recorder: OutcomeRecorder | None = None,
-        unsendable: Unsendable | None = None,
+        unsendable: SendGate | None = None,
     ) -> None:
         self._store = store
         self._unsendable = unsendable

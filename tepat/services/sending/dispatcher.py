@@ -120,6 +120,10 @@ class Dispatcher:
         self._push = push
         self._outbox = outbox
         self._batcher = batcher or PushBatcher(push, clock, unsendable=self.claims.unsendable)
+        # A provider with a rate limiter asks the same after its wait (Expo's adapter).
+        set_send_gate = getattr(push, "set_send_gate", None)
+        if set_send_gate is not None:
+            set_send_gate(self.claims.unsendable)
         self._categories = categories
         self._clock = clock
         self._retry = retry or RetryPolicy()

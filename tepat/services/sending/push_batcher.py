@@ -11,25 +11,32 @@ Each submitted request gets its own future, resolved with the provider's
 outcome for it (a ticket, or the whole request's TryAgain / Rejected), so a
 caller records each message as soon as its own request is answered: the
 duplicate window stays one request long. A request whose message's lease ran out
-while it waited for a free connection is not sent: its future resolves with
-:class:`~tepat.services.sending.lease.LeaseLapsed`.
+while it waited (for a free connection here, for the provider's rate limiter there:
+the provider asks the same gate, :class:`~tepat.ports.push.GateClosed`) is not sent:
+its future resolves with :class:`~tepat.services.sending.lease.LeaseLapsed`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.queues import PUSH
-from tepat.ports.push import PushProvider, PushRequest, Rejected, TicketOutcome
+from tepat.ports.push import (
+    GateClosed,
+    PushProvider,
+    PushRequest,
+    Rejected,
+    SendGate,
+    SendResult,
+    TicketOutcome,
+)
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.lease import LeaseLapsed
 
 Outcome = TicketOutcome | TryAgain | Rejected | LeaseLapsed
-# Which of these message ids must not be sent now (ClaimsInHand.unsendable).
-Unsendable = Callable[[Iterable[str], str], set[str]]
 
 # How long the first request waits for others to join it (real time: this is about
 # other coroutines of this process submitting, not about the clock).
@@ -42,7 +49,7 @@ class PushBatcher:
         push: PushProvider,
         clock: Clock,
         concurrency: int = 6,
-        unsendable: Unsendable | None = None,
+        unsendable: SendGate | None = None,
     ) -> None:
         self._push = push
         self._clock = clock
@@ -87,12 +94,18 @@ class PushBatcher:
     async def _send(self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]) -> None:
         try:
             async with self._slots:
-                chunk = self._drop_unsendable(chunk)
-                if not chunk:
-                    return
-                started = self._clock.now()
-                result = await self._push.send([r for r, _ in chunk])
-                metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+                chunk = self._drop(chunk, self._unsendable_of(chunk))
+                result: SendResult | None = None
+                while chunk and result is None:
+                    started = self._clock.now()
+                    try:
+                        result = await self._push.send([r for r, _ in chunk])
+                    except GateClosed as closed:  # nothing went out: the others go again
+                        chunk = self._drop(chunk, closed.message_ids)
+                        continue
+                    metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+            if result is None:
+                return
         except Exception as e:
             for _, fut in chunk:
                 if not fut.done():
@@ -111,13 +124,17 @@ class PushBatcher:
             if not fut.done():
                 fut.set_result(outcome)
 
-    def _drop_unsendable(
-        self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]
-    ) -> list[tuple[PushRequest, asyncio.Future[Outcome]]]:
-        """Asked once a connection is free, the last wait before the request."""
+    def _unsendable_of(self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]) -> set[str]:
+        """Asked once a connection is free (a provider with a rate limiter asks again)."""
         if self._unsendable is None:
-            return chunk
-        lapsed = self._unsendable((r.message_id for r, _ in chunk), PUSH)
+            return set()
+        return self._unsendable((r.message_id for r, _ in chunk), PUSH)
+
+    @staticmethod
+    def _drop(
+        chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]], lapsed: set[str]
+    ) -> list[tuple[PushRequest, asyncio.Future[Outcome]]]:
+        """``chunk`` without the requests of ``lapsed`` messages, answered as not sent."""
         for request, fut in chunk:
             if request.message_id in lapsed and not fut.done():
                 fut.set_result(LeaseLapsed())
