@@ -10,16 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
 from tepat import metrics
 from tepat.clock import FakeClock
-from tepat.domain.models import Message
+from tepat.domain.models import Message, MessageStatus, User
 from tepat.ports.push import PushRequest, SendResult, TicketOk, Tickets
+from tepat.runtime import open_runtime
 from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed, may_still_send
 from tepat.services.sending.push_batcher import PushBatcher
+from tests.api.conftest import START, make_settings
 from tests.support.fake_push import FakePush
+from tests.support.messages import make_message
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=60)
@@ -143,3 +147,53 @@ async def test_a_request_whose_lease_ran_out_waiting_for_a_connection_is_not_sen
     assert isinstance(outcomes[2], TicketOk)
     sent = [r.message_id for b in push.batches for r in b]
     assert sent == ["first", "fresh"]
+
+
+async def test_an_inbox_message_whose_lease_ran_out_waiting_is_left_to_the_sweeper(
+    tmp_path: Path,
+) -> None:
+    """The other channels' path asks the same before each chunk it hands an adapter:
+    not sent by its claimant, then re-driven by the sweeper and delivered once."""
+    clock = FakeClock(START)
+    settings = make_settings(tmp_path).model_copy(update={"sending_lease_seconds": 60})
+    async with open_runtime(settings, clock=clock, push=FakePush()) as rt:
+        await rt.store.upsert_user(User("ana", "UTC"))
+        now = clock.now()
+        m = make_message(
+            "test|inbox",
+            user_id="ana",
+            channel="inbox",
+            scheduled_at=now,
+            nominal_at=now,
+            due_at=now,
+        )
+        await rt.store.insert_messages([m])
+        before = metrics.REGISTRY.get_sample_value(
+            "tepat_lease_lapsed_unsent_total", {"channel": "inbox"}
+        )
+
+        async def deliver() -> None:
+            claimed = await rt.store.claim([m.id], clock.now())
+            users = await rt.store.get_users(["ana"])
+            prefs = await rt.store.preferences_for_users(["ana"])
+            with rt.dispatcher.claims.held(claimed):
+                clock.advance(timedelta(seconds=46))  # it waited; its renewals failed
+                await rt.dispatcher.channels.process(claimed, users, prefs)
+
+        await deliver()
+        got = await rt.store.get_message(m.id)
+        assert got is not None and got.status is MessageStatus.SENDING
+        assert await rt.inbox.unread_count("ana") == 0
+        after = metrics.REGISTRY.get_sample_value(
+            "tepat_lease_lapsed_unsent_total", {"channel": "inbox"}
+        )
+        assert (after or 0.0) - (before or 0.0) == 1
+        clock.advance(timedelta(seconds=15))
+        assert await rt.sweeper.sweep_once() == 1
+        claimed = await rt.store.claim([m.id], clock.now())
+        users = await rt.store.get_users(["ana"])
+        with rt.dispatcher.claims.held(claimed):
+            await rt.dispatcher.channels.process(claimed, users, {})
+        got = await rt.store.get_message(m.id)
+        assert got is not None and got.status is MessageStatus.DELIVERED
+        assert await rt.inbox.unread_count("ana") == 1
