@@ -95,8 +95,6 @@ class _Outgoing:
     message: Message
     devices: list[Device]
     outcomes: list[TicketOutcome | TryAgain | Rejected] = field(default_factory=list)
-    # Requests not sent, the lease having run out: the message is left to the sweeper.
-    lapsed: int = 0
 
 
 class Dispatcher:
@@ -361,16 +359,16 @@ class Dispatcher:
                     # other send error; the broker redelivers, the lease re-drives.
                     raise ConnectionAbortedError("push request abandoned")
                 outcome = fut.result()  # a send that raised fails the batch: nack, lease
-                if isinstance(outcome, LeaseLapsed):
-                    o.lapsed += 1
-                else:
+                if not isinstance(outcome, LeaseLapsed):
+                    # One request not sent (its lease ran out) leaves the message never
+                    # fully answered: not recorded, left `sending` for the sweeper.
                     o.outcomes.append(outcome)
                 if isinstance(outcome, TicketOk):
                     tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
                 elif isinstance(outcome, TicketError):
                     metrics.count_provider_error(PUSH, outcome)
                     await device_failed(self._store, device, outcome, self._device_max_failures)
-                if len(o.outcomes) + o.lapsed == len(o.devices) and not o.lapsed:
+                if len(o.outcomes) == len(o.devices):
                     answered[id(o)] = o
             await self._record(list(answered.values()))
             await self._keep_tickets(tickets)
