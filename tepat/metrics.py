@@ -129,6 +129,17 @@ SENDING_REDRIVEN = Counter(
     registry=REGISTRY,
 )
 
+# Recorded by consumers: each of these messages is left `sending` for the sweeper, so the
+# re-driven copy is the only one (tepat/services/sending/lease.py).
+LEASE_LAPSED_UNSENT = Counter(
+    "tepat_lease_lapsed_unsent_total",
+    "Claimed messages a consumer did not send because their lease had run out or nearly"
+    " (its renewal failed or was stuck) while they waited; the sweeper re-drives them, by"
+    " channel",
+    ["channel"],
+    registry=REGISTRY,
+)
+
 # What a consumer counted at its last heartbeat (consumers/rate_share.py): every process of
 # its rate group exports the same figure, so `max` it.
 LIVE_CONSUMERS = Gauge(

@@ -223,6 +223,7 @@ def build_channel_sender(
         flush=outbox.flush_quietly,
         unsubscribe_url=None if links is None else links.url_for,
         require_verified=settings.require_verified_contacts,
+        unsendable=dispatcher.claims.unsendable,
     )
 
 

@@ -7,7 +7,7 @@ temporary failure is :class:`~tepat.ports.try_again.TryAgain`, as on every chann
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,6 +61,20 @@ class Rejected:
 
 
 SendResult = Tickets | TryAgain | Rejected
+
+# Which of these message ids must not be sent now, on this channel: a consumer's claims
+# whose lease ran out while they waited (tepat/services/sending/lease.py). Asked last,
+# after every wait (the rate limiter, a Retry-After pause), right before the request.
+SendGate = Callable[[Iterable[str], str], set[str]]
+
+
+class GateClosed(Exception):
+    """Raised by a provider instead of sending: its send gate refused ``message_ids``.
+    Nothing of the request went out; the caller sends the others again without them."""
+
+    def __init__(self, message_ids: set[str]) -> None:
+        super().__init__(f"{len(message_ids)} messages may no longer be sent")
+        self.message_ids = message_ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ hands the non-push messages here. Per message, in order:
 2. **target**: the inbox is the user's; an e-mail address or phone number is resolved now
    (a contact changed since the message was created wins) and checked against
    suppressions: none -> ``skipped``/``no_contact``, suppressed -> ``skipped``/``suppressed``;
-3. **send** through the channel's adapter in chunks of its ``max_batch``;
+3. **send** through the channel's adapter in chunks of its ``max_batch``, but not the
+   messages whose lease ran out while they waited (:mod:`tepat.services.sending.lease`):
+   those are left ``sending`` for the sweeper;
 4. **record** each chunk's answers through the one recorder push uses too
    (:mod:`tepat.services.sending.recording`, rules in :mod:`tepat.domain.outcomes`): terminal
    outcomes first, then retries, so the duplicate window is one adapter call long.
@@ -36,6 +38,7 @@ from tepat.domain.queues import CRITICAL, WEBHOOK
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Channel, Outgoing, Refused
+from tepat.ports.push import SendGate
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.recording import Answer, OutcomeRecorder
@@ -82,8 +85,10 @@ class ChannelSender:
         require_verified: bool = False,
         rng: random.Random | None = None,
         recorder: OutcomeRecorder | None = None,
+        unsendable: SendGate | None = None,
     ) -> None:
         self._store = store
+        self._unsendable = unsendable
         self._categories = categories
         self._clock = clock
         self._channels = dict(channels)
@@ -187,6 +192,12 @@ class ChannelSender:
         size = max(1, adapter.max_batch)
         for start in range(0, len(outgoing), size):
             chunk = outgoing[start : start + size]
+            if self._unsendable is not None:
+                # Asked per chunk: the ones before it took their time at the provider.
+                lapsed = self._unsendable((o.message.id for o in chunk), channel)
+                chunk = [o for o in chunk if o.message.id not in lapsed]
+                if not chunk:
+                    continue
             outcomes = await adapter.send(chunk)
             if len(outcomes) != len(chunk):
                 raise RuntimeError(

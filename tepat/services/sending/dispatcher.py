@@ -58,7 +58,7 @@ from tepat.ports.try_again import TryAgain
 from tepat.services.device_health import device_failed
 from tepat.services.outbox import Outbox
 from tepat.services.sending.channel_sender import ChannelSender, gather_all
-from tepat.services.sending.lease import ClaimsInHand
+from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed
 from tepat.services.sending.push_batcher import Outcome, PushBatcher
 from tepat.services.sending.recording import Answer, OutcomeRecorder
 from tepat.services.sending.records import DispatchRecords
@@ -117,7 +117,11 @@ class Dispatcher:
         self.claims = claims if claims is not None else ClaimsInHand(store, clock)
         self._push = push
         self._outbox = outbox
-        self._batcher = batcher or PushBatcher(push, clock)
+        self._batcher = batcher or PushBatcher(push, clock, unsendable=self.claims.unsendable)
+        # A provider with a rate limiter asks the same after its wait (Expo's adapter).
+        set_send_gate = getattr(push, "set_send_gate", None)
+        if set_send_gate is not None:
+            set_send_gate(self.claims.unsendable)
         self._categories = categories
         self._clock = clock
         self._retry = retry or RetryPolicy()
@@ -136,6 +140,7 @@ class Dispatcher:
             defer=self.defer,
             flush=outbox.flush_quietly,
             recorder=self.recorder,
+            unsendable=self.claims.unsendable,
         )
 
     def abandon_sends(self) -> None:
@@ -354,7 +359,10 @@ class Dispatcher:
                     # other send error; the broker redelivers, the lease re-drives.
                     raise ConnectionAbortedError("push request abandoned")
                 outcome = fut.result()  # a send that raised fails the batch: nack, lease
-                o.outcomes.append(outcome)
+                if not isinstance(outcome, LeaseLapsed):
+                    # One request not sent (its lease ran out) leaves the message never
+                    # fully answered: not recorded, left `sending` for the sweeper.
+                    o.outcomes.append(outcome)
                 if isinstance(outcome, TicketOk):
                     tickets.append(_ticket(o.message, device, outcome, self._clock.now()))
                 elif isinstance(outcome, TicketError):

@@ -8,12 +8,19 @@ provider's rate limiter behind a burst, paused by a 429's Retry-After, held by t
 priority order of the batches in hand. :class:`ClaimsInHand` knows which claims this
 process holds and restarts the lease of any held for half of it: one write per batch
 per renewal, whatever its size, and none for a batch done sooner (nearly all).
+
+Renewing can fail or get stuck (an overloaded store): then the lease runs out while
+the batch is in hand, the sweeper re-drives it, and a send from here would be a
+second copy outside the duplicate window. So a claim is sent only while its lease,
+as this process knows it, has a safety margin left (:func:`may_still_send`,
+:meth:`ClaimsInHand.unsendable`, asked right before the provider request); what
+is past it is left ``sending`` for the sweeper, whose re-drive is then the only copy.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,12 +28,30 @@ from typing import Protocol
 
 import structlog
 
+from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.models import Message
 
 log = structlog.get_logger("tepat.lease")
 
 DEFAULT_LEASE = timedelta(minutes=5)
+
+# The share of the lease that must still be left for a claim to be sent: the sweeper
+# judges the lease on another process's clock (skew), and the request itself takes time
+# after the check (the rate limiter's last wait, the connection, the provider's answer).
+SEND_MARGIN = 0.25
+
+
+def may_still_send(since: datetime, lease: timedelta, now: datetime) -> bool:
+    """Whether a claim made or last renewed at ``since`` may still be sent at ``now``:
+    more than :data:`SEND_MARGIN` of its lease is left, so the sweeper cannot have
+    re-driven it and will not before the request is answered."""
+    return now - since < lease * (1 - SEND_MARGIN)
+
+
+@dataclass(frozen=True)
+class LeaseLapsed:
+    """A request not sent: its message's lease ran out while it waited (left ``sending``)."""
 
 
 class ClaimRenewals(Protocol):
@@ -50,8 +75,9 @@ class ClaimsInHand:
     @property
     def check_seconds(self) -> float:
         """How often :meth:`renew_due` should run: a claim is then renewed between half
-        and three quarters of the lease after the last, never after it ran out."""
-        return self.lease.total_seconds() / 4
+        and five eighths of the lease after the last, well before its sending margin
+        (:data:`SEND_MARGIN`) even when the renewal loop runs late."""
+        return self.lease.total_seconds() / 8
 
     @contextmanager
     def held(self, claimed: Sequence[Message]) -> Iterator[None]:
@@ -66,21 +92,59 @@ class ClaimsInHand:
     def __len__(self) -> int:
         return len(self._held)
 
+    def lapsed(self, message_ids: Iterable[str]) -> set[str]:
+        """Those of ``message_ids`` held here whose lease may no longer be this
+        process's (:func:`may_still_send`); a message not held here is not judged."""
+        wanted = set(message_ids)
+        now = self._clock.now()
+        return {
+            i
+            for claim in self._held.values()
+            if not may_still_send(claim.since, self.lease, now)
+            for i in claim.ids
+            if i in wanted
+        }
+
+    def unsendable(self, message_ids: Iterable[str], channel: str) -> set[str]:
+        """Those of ``message_ids`` not to send, their lease perhaps no longer this
+        process's (:meth:`lapsed`), counted and logged: they are left ``sending`` and the
+        sweeper re-drives them, the only copy. Asked right before the provider request."""
+        lapsed = self.lapsed(message_ids)
+        if lapsed:
+            metrics.LEASE_LAPSED_UNSENT.labels(channel).inc(len(lapsed))
+            log.warning(
+                "not sending messages whose lease ran out in hand; the sweeper re-drives them",
+                channel=channel,
+                messages=len(lapsed),
+                lease_seconds=self.lease.total_seconds(),
+            )
+        return lapsed
+
     async def renew_due(self) -> int:
         """Restart the lease of every claim held for half of it; returns how many claims.
 
         The messages already recorded are left alone by the store (only ``sending``
         ones are renewed). A failed write is retried at the next check, still in time.
+        A claim past its sending margin is left alone: the sweeper may have re-driven it
+        already, and a renewal landing after that would make its lease look kept. For
+        the same reason a renewal answered only past the margin is not counted.
         """
         renewed = 0
         for claim in list(self._held.values()):
             now = self._clock.now()
-            if now - claim.since < self.lease / 2:
+            if now - claim.since < self.lease / 2 or not may_still_send(
+                claim.since, self.lease, now
+            ):
                 continue
             try:
                 await self._store.renew_claims(claim.ids, now)
             except Exception:
                 log.exception("could not renew a claim's lease", messages=len(claim.ids))
+                continue
+            if not may_still_send(claim.since, self.lease, self._clock.now()):
+                log.warning(
+                    "a claim's lease was renewed too late to count", messages=len(claim.ids)
+                )
                 continue
             claim.since = now
             renewed += 1

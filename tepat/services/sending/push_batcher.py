@@ -10,7 +10,10 @@ due together cost about K/100 requests whatever path planned them.
 Each submitted request gets its own future, resolved with the provider's
 outcome for it (a ticket, or the whole request's TryAgain / Rejected), so a
 caller records each message as soon as its own request is answered: the
-duplicate window stays one request long.
+duplicate window stays one request long. A request whose message's lease ran out
+while it waited (for a free connection here, for the provider's rate limiter there:
+the provider asks the same gate, :class:`~tepat.ports.push.GateClosed`) is not sent:
+its future resolves with :class:`~tepat.services.sending.lease.LeaseLapsed`.
 """
 
 from __future__ import annotations
@@ -21,10 +24,19 @@ from collections.abc import Sequence
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.queues import PUSH
-from tepat.ports.push import PushProvider, PushRequest, Rejected, TicketOutcome
+from tepat.ports.push import (
+    GateClosed,
+    PushProvider,
+    PushRequest,
+    Rejected,
+    SendGate,
+    SendResult,
+    TicketOutcome,
+)
 from tepat.ports.try_again import TryAgain
+from tepat.services.sending.lease import LeaseLapsed
 
-Outcome = TicketOutcome | TryAgain | Rejected
+Outcome = TicketOutcome | TryAgain | Rejected | LeaseLapsed
 
 # How long the first request waits for others to join it (real time: this is about
 # other coroutines of this process submitting, not about the clock).
@@ -32,9 +44,16 @@ GATHER_WINDOW_SECONDS = 0.005
 
 
 class PushBatcher:
-    def __init__(self, push: PushProvider, clock: Clock, concurrency: int = 6) -> None:
+    def __init__(
+        self,
+        push: PushProvider,
+        clock: Clock,
+        concurrency: int = 6,
+        unsendable: SendGate | None = None,
+    ) -> None:
         self._push = push
         self._clock = clock
+        self._unsendable = unsendable
         self._waiting: list[tuple[PushRequest, asyncio.Future[Outcome]]] = []
         self._timer: asyncio.Task[None] | None = None
         self._sending: set[asyncio.Task[None]] = set()
@@ -75,9 +94,18 @@ class PushBatcher:
     async def _send(self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]) -> None:
         try:
             async with self._slots:
-                started = self._clock.now()
-                result = await self._push.send([r for r, _ in chunk])
-                metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+                chunk = self._drop(chunk, self._unsendable_of(chunk))
+                result: SendResult | None = None
+                while chunk and result is None:
+                    started = self._clock.now()
+                    try:
+                        result = await self._push.send([r for r, _ in chunk])
+                    except GateClosed as closed:  # nothing went out: the others go again
+                        chunk = self._drop(chunk, closed.message_ids)
+                        continue
+                    metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+            if result is None:
+                return
         except Exception as e:
             for _, fut in chunk:
                 if not fut.done():
@@ -95,6 +123,22 @@ class PushBatcher:
         for (_, fut), outcome in zip(chunk, outcomes, strict=True):
             if not fut.done():
                 fut.set_result(outcome)
+
+    def _unsendable_of(self, chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]]) -> set[str]:
+        """Asked once a connection is free (a provider with a rate limiter asks again)."""
+        if self._unsendable is None:
+            return set()
+        return self._unsendable((r.message_id for r, _ in chunk), PUSH)
+
+    @staticmethod
+    def _drop(
+        chunk: list[tuple[PushRequest, asyncio.Future[Outcome]]], lapsed: set[str]
+    ) -> list[tuple[PushRequest, asyncio.Future[Outcome]]]:
+        """``chunk`` without the requests of ``lapsed`` messages, answered as not sent."""
+        for request, fut in chunk:
+            if request.message_id in lapsed and not fut.done():
+                fut.set_result(LeaseLapsed())
+        return [(r, fut) for r, fut in chunk if r.message_id not in lapsed]
 
     def abandon(self) -> None:
         """A hard stop: drop what waits and cancel what is in flight (as a crash would,
