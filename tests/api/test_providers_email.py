@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from tepat.adapters.sns_verify import SnsVerifier
 from tepat.clock import FakeClock
 from tepat.domain.contacts import SuppressionReason
-from tepat.domain.models import Message, MessageStatus, message_id_for, slot_key_for
+from tepat.domain.models import Message, MessageStatus, slot_key_for
 from tepat.domain.sns import SnsMessage, parse_message, string_to_sign
 from tepat.ports.store import Store
 from tepat.runtime import Runtime
@@ -31,6 +31,7 @@ from tepat.services.email_events import EmailEvents
 from tests.api.conftest import START, STORES, make_settings, problem, runtime_on
 from tests.support.dies_once import Died, DiesOnce
 from tests.support.fake_push import FakePush
+from tests.support.messages import make_message
 from tests.support.selfsigned import SelfSigned, self_signed
 
 PATH = "/v1/providers/email/events"
@@ -87,18 +88,13 @@ def fetcher(signer: SelfSigned, app: Any) -> Fetcher:
 
 
 def email_message(key: str, user_id: str = "u1") -> Message:
-    dedup_key = f"test|{key}"
-    m = Message(
-        id=message_id_for(dedup_key),
+    m = make_message(
+        f"test|{key}",
         user_id=user_id,
         category="custom",
-        label="",
         title="Invoice overdue",
         body="Please pay",
         scheduled_at=START,
-        timezone="UTC",
-        dedup_key=dedup_key,
-        live_key=None,
         channel="email",
         nominal_at=START,
         due_at=START,

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tepat.domain.categories import DEFAULT_CATEGORIES
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,17 @@ def child_env(overrides: dict[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.update(overrides)
     return env
+
+
+def categories_on_queues(prefix: str) -> str:
+    """``TEPAT_CATEGORIES`` putting every default category on a queue of this run's own
+    (``<prefix>.<category>``): processes of a test share a broker with other tests."""
+    return json.dumps(
+        {
+            p.name: {"quiet_hours": p.quiet_hours.value, "queue": f"{prefix}.{p.name}"}
+            for p in DEFAULT_CATEGORIES
+        }
+    )
 
 
 @dataclass

@@ -13,7 +13,6 @@ no more than the messages due around that instant.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import uuid
@@ -25,8 +24,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tepat.domain.categories import DEFAULT_CATEGORIES
-from tests.ops.support import Proc, child_env, free_port, json_lines, tepat, wait_http
+from tests.ops.support import (
+    Proc,
+    categories_on_queues,
+    child_env,
+    free_port,
+    json_lines,
+    tepat,
+    wait_http,
+)
 from tests.support.mongo_factory import server_database
 from tests.support.waiting import eventually
 
@@ -65,10 +71,6 @@ async def test_every_notification_arrives_with_each_process_kind_killed(tmp_path
     if not broker:
         pytest.skip("TEPAT_TEST_STOMP_URL is not set (scripts/test.sh starts ActiveMQ)")
     prefix = f"comp{uuid.uuid4().hex[:8]}"
-    categories = {
-        p.name: {"quiet_hours": p.quiet_hours.value, "queue": f"{prefix}.{p.name}"}
-        for p in DEFAULT_CATEGORIES
-    }
     sandbox_port, api_port = free_port(), free_port()
     async with server_database("tepat_composition") as database_url:
         env = child_env(
@@ -77,7 +79,7 @@ async def test_every_notification_arrives_with_each_process_kind_killed(tmp_path
                 "TEPAT_BROKER_URL": broker,
                 "TEPAT_EXPO_URL": f"http://127.0.0.1:{sandbox_port}",
                 "TEPAT_ADMIN_API_KEY": KEY,
-                "TEPAT_CATEGORIES": json.dumps(categories),
+                "TEPAT_CATEGORIES": categories_on_queues(prefix),
                 "TEPAT_LOG_JSON": "true",
                 # A killed consumer's claims come back within seconds, not minutes.
                 "TEPAT_SENDING_LEASE_SECONDS": "6",

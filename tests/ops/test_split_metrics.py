@@ -12,7 +12,6 @@ per run, so a shared broker is fine.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from contextlib import ExitStack
@@ -21,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tepat.domain.categories import DEFAULT_CATEGORIES
 from tests.ops.support import (
     Exposition,
     assert_metrics_page_lists_exactly,
+    categories_on_queues,
     child_env,
     free_port,
     json_lines,
@@ -50,10 +49,6 @@ def _stomp_url() -> str:
 async def test_consumer_process_counts_its_sends_on_its_metrics_port(tmp_path: Path) -> None:
     broker = _stomp_url()
     prefix = f"ops{uuid.uuid4().hex[:8]}"
-    categories = {
-        p.name: {"quiet_hours": p.quiet_hours.value, "queue": f"{prefix}.{p.name}"}
-        for p in DEFAULT_CATEGORIES
-    }
     sandbox_port, api_port = free_port(), free_port()
     scheduler_metrics, consumer_metrics = free_port(), free_port()
     env = child_env(
@@ -62,7 +57,7 @@ async def test_consumer_process_counts_its_sends_on_its_metrics_port(tmp_path: P
             "TEPAT_BROKER_URL": broker,
             "TEPAT_EXPO_URL": f"http://127.0.0.1:{sandbox_port}",
             "TEPAT_ADMIN_API_KEY": KEY,
-            "TEPAT_CATEGORIES": json.dumps(categories),
+            "TEPAT_CATEGORIES": categories_on_queues(prefix),
             "TEPAT_RECEIPT_DELAY_SECONDS": "3600",
             "TEPAT_METRICS_REFRESH_SECONDS": "0.2",
             # Every library (stomp.py frames, httpcore, asyncio) has its say: all JSON.
