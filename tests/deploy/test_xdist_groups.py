@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.xdist_groups import group_of
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = """
 import os
@@ -39,3 +41,16 @@ def test_a_group_runs_on_one_worker(
     # xdist's first round gives each worker units in turn: ungrouped, the bench tests
     # would be spread over both
     assert len(seen) == 8, seen
+
+
+def test_the_quick_run_on_activemq_is_a_group_of_its_own() -> None:
+    quick = "tests/bench/test_bench_quick.py::"
+    assert group_of(f"{quick}test_every_scenario_prints_its_json_line_and_exits_0[activemq]") == (
+        "bench-activemq"
+    )
+    assert group_of(f"{quick}test_every_message_sent_once_nothing_lost[activemq-burst]") == (
+        "bench-activemq"
+    )
+    assert group_of(f"{quick}test_every_message_sent_once_nothing_lost[embedded-burst]") == "bench"
+    assert group_of(f"{quick}test_chaos_store_restart_on_mongo_loses_nothing") == "bench"
+    assert group_of("tests/api/test_users.py::test_activemq") is None
