@@ -34,7 +34,7 @@ from tepat.adapters.smtp_message import (
 )
 from tepat.adapters.smtp_outcomes import Stage, outcome_for_reply
 from tepat.clock import Clock
-from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 
 log = structlog.get_logger("tepat.email")
@@ -95,7 +95,7 @@ class SmtpEmailChannel:
         send through one relay (``consumers/rate_share.py``)."""
         self.bucket.set_rate(self.config.rate * min(1.0, max(share, 1e-3)))
 
-    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         return list(await asyncio.gather(*(self._send_one(item) for item in items)))
 
     async def close(self) -> None:
@@ -122,7 +122,7 @@ class SmtpEmailChannel:
             except _TRANSPORT_ERRORS:
                 smtp.close()
 
-    async def _send_one(self, item: Outgoing) -> ChannelOutcome:
+    async def _send_one(self, item: Outgoing) -> ChannelOutcome | Withheld:
         if not item.target.isascii():
             # A non-ASCII local part needs SMTPUTF8, which this adapter does not speak
             # (domains arrive as xn--, normalised by tepat/domain/contacts.py).
@@ -145,6 +145,8 @@ class SmtpEmailChannel:
             # Paced at the connection, not before waiting for one: a token taken while
             # waiting for a free connection would let the waiters go in a clump.
             await self.bucket.acquire()
+            if not item.still_sendable():
+                return Withheld()
             smtp = self._idle.pop() if self._idle else None
             outcome, smtp = await self._transaction(smtp, item, content)
             if smtp is not None and smtp.is_connected and not self._closed:

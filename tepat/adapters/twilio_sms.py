@@ -38,7 +38,7 @@ from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.sms import check_segments
-from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 
 log = logging.getLogger("tepat.twilio")
@@ -111,7 +111,7 @@ class TwilioSmsChannel:
         send for one account (``consumers/rate_share.py``)."""
         self.limiter.set_rate(self.rate * min(1.0, max(share, 1e-3)))
 
-    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         return list(await asyncio.gather(*(self._send_one(item) for item in items)))
 
     def form(self, item: Outgoing) -> dict[str, str]:
@@ -124,7 +124,7 @@ class TwilioSmsChannel:
             data["StatusCallback"] = status_callback_url(self.public_url, item.message.id)
         return data
 
-    async def _send_one(self, item: Outgoing) -> ChannelOutcome:
+    async def _send_one(self, item: Outgoing) -> ChannelOutcome | Withheld:
         try:
             check_segments(item.message.body, self.max_segments, "body")
         except DomainError as e:
@@ -134,6 +134,8 @@ class TwilioSmsChannel:
         data = self.form(item)
         async with self._slots:
             await self.limiter.acquire(1)
+            if not item.still_sendable():
+                return Withheld()
             try:
                 response = await self._client.post(self._path, data=data)
             except httpx.HTTPError as error:

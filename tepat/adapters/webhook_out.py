@@ -43,7 +43,7 @@ from tepat.domain.webhooks import (
     check_url,
     webhook_headers,
 )
-from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused
+from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused, Withheld
 from tepat.ports.repositories.webhooks import WebhookRepository
 from tepat.ports.try_again import TryAgain
 
@@ -85,7 +85,7 @@ class WebhookChannel:
             headers={"user-agent": USER_AGENT},
         )
 
-    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         ids = list(dict.fromkeys(item.target for item in items))
         found = await asyncio.gather(*(self._store.get_webhook_subscription(i) for i in ids))
         subs = dict(zip(ids, found, strict=True))
@@ -94,7 +94,11 @@ class WebhookChannel:
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def _send_one(self, item: Outgoing, sub: WebhookSubscription | None) -> ChannelOutcome:
+    async def _send_one(
+        self, item: Outgoing, sub: WebhookSubscription | None
+    ) -> ChannelOutcome | Withheld:
+        if not item.still_sendable():  # the subscription lookup took its time
+            return Withheld()
         if sub is None:
             return Refused("subscription_deleted")
         if not sub.enabled:

@@ -18,7 +18,7 @@ outcome per item, in order (docs/PRINCIPLES.md principle 4).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +42,11 @@ class Outgoing:
     target: str
     unsubscribe_url: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Asked by an adapter that waits before its request (its rate limiter, a Retry-After
+    # pause), right before it: False once this process may no longer send the message
+    # (its lease ran out meanwhile: tepat/services/sending/lease.py). It then answers
+    # Withheld and sends nothing.
+    still_sendable: Callable[[], bool] = lambda: True
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,13 @@ class Refused:
     suppress: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Withheld:
+    """Not sent: :attr:`Outgoing.still_sendable` said no after the adapter's wait. Nothing
+    went out and nothing is recorded: the message stays ``sending``, and the sweeper's
+    re-drive is its only copy."""
+
+
 ChannelOutcome = Delivered | Accepted | TryAgain | Refused
 
 
@@ -79,8 +91,9 @@ class Channel(Protocol):
     name: str
     max_batch: int  # items per send call
 
-    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
-        """One outcome per item, in order. Rate limits are the adapter's own."""
+    async def send(self, items: Sequence[Outgoing]) -> Sequence[ChannelOutcome | Withheld]:
+        """One outcome per item, in order. Rate limits are the adapter's own; an adapter
+        that waits asks each item's ``still_sendable`` after the wait (else Withheld)."""
         ...
 
     async def close(self) -> None: ...

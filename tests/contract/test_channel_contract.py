@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from tepat.config import Settings
 from tepat.domain.categories import DEFAULT_CATEGORIES, Categories
 from tepat.domain.models import Message, User
 from tepat.domain.webhooks import EVENT_TYPES, Delivery, parse_target_policy
-from tepat.ports.channel import Accepted, Channel, Delivered, Outgoing, Refused
+from tepat.ports.channel import Accepted, Channel, Delivered, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
@@ -244,6 +244,24 @@ async def test_a_whole_batch_is_answered(subject: Subject) -> None:
     outcomes = await subject.channel.send([subject.live(i) for i in range(n)])
     assert len(outcomes) == n
     assert all(isinstance(o, subject.taken) for o in outcomes)
+
+
+async def test_an_item_no_longer_sendable_is_withheld_and_its_neighbours_sent(
+    subject: Subject,
+) -> None:
+    """Asked after the adapter's own waits (tepat/services/sending/lease.py)."""
+    lapsed = replace(subject.live(1), still_sendable=lambda: False)
+    outcomes = await subject.channel.send([lapsed, subject.live(2)])
+    assert outcomes[0] == Withheld()
+    assert isinstance(outcomes[1], subject.taken)
+
+
+@pytest.mark.parametrize("subject", WITH_A_PROVIDER, indirect=True)
+async def test_a_withheld_item_is_never_tried_at_the_provider(subject: Subject) -> None:
+    assert subject.unreachable is not None
+    async with subject.unreachable() as (channel, live):
+        outcomes = await channel.send([replace(live(1), still_sendable=lambda: False)])
+    assert outcomes == [Withheld()]  # not a TryAgain: no connection was attempted
 
 
 async def test_nothing_to_send_is_nothing_answered(subject: Subject) -> None:

@@ -21,7 +21,7 @@ from tepat.adapters.smtp_message import parse_from
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
-from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 from tepat.wiring import build_email_channel
 from tests.support.messages import email_message
@@ -68,6 +68,7 @@ async def send_one(m: Message, to: str, port: int, **extra: Any) -> ChannelOutco
         [outcome] = await email.send([Outgoing(m, to)])
     finally:
         await email.close()
+    assert not isinstance(outcome, Withheld)  # nothing here stops it being sent
     return outcome
 
 

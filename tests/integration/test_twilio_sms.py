@@ -22,7 +22,7 @@ from tepat.adapters.twilio_sms import TwilioSmsChannel, status_callback_url
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Message
-from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.faults import AfterAccept
 from tepat.sandbox.twilio import (
@@ -82,6 +82,7 @@ async def send_once(ch: TwilioSmsChannel) -> ChannelOutcome:
         [outcome] = await ch.send([Outgoing(sms("m-1"), ALICE)])
     finally:
         await ch.close()
+    assert not isinstance(outcome, Withheld)  # nothing here stops it being sent
     return outcome
 
 

@@ -15,10 +15,14 @@ from types import SimpleNamespace
 from typing import cast
 
 from tepat import metrics
+from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.clock import FakeClock
 from tepat.domain.models import Message, MessageStatus, User
+from tepat.ports.channel import Accepted, Outgoing, Withheld
 from tepat.ports.push import PushRequest, SendResult, TicketOk, Tickets
 from tepat.runtime import open_runtime
+from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
+from tepat.sandbox.twilio_server import running_twilio_sandbox
 from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed, may_still_send
 from tepat.services.sending.push_batcher import PushBatcher
 from tests.api.conftest import START, make_settings
@@ -197,3 +201,49 @@ async def test_an_inbox_message_whose_lease_ran_out_waiting_is_left_to_the_sweep
         got = await rt.store.get_message(m.id)
         assert got is not None and got.status is MessageStatus.DELIVERED
         assert await rt.inbox.unread_count("ana") == 1
+
+
+async def wait_for_sleeper(clock: FakeClock) -> None:
+    for _ in range(10_000):
+        if clock.sleepers:
+            return
+        await asyncio.sleep(0.001)  # the request of the first item is on the wire
+    raise AssertionError("nothing came to wait on the clock")
+
+
+async def test_an_sms_whose_lease_ran_out_in_the_adapters_rate_limiter_is_not_sent() -> None:
+    """The gate before a chunk is not enough for an adapter that paces item by item: at
+    a low rate (or behind a Retry-After pause) the chunk's last items wait long after it.
+    Each item is asked again after the wait, right before its request."""
+    clock = FakeClock(T0)
+    claims = ClaimsInHand(StuckStore(fail=True), clock, LEASE)
+    sandbox = TwilioSandbox(clock=clock)
+    with running_twilio_sandbox(sandbox) as server:
+        channel = TwilioSmsChannel(
+            account_sid=DEFAULT_ACCOUNT_SID,
+            auth_token=DEFAULT_AUTH_TOKEN,
+            clock=clock,
+            from_number="+14155550100",
+            base_url=server.base_url,
+            rate=1,  # one SMS a second: the second waits in the limiter
+        )
+        try:
+
+            def item(i: int) -> Outgoing:
+                m = make_message(f"sms-{i}", id=f"sms-{i}", channel="sms", body="hello")
+                return Outgoing(
+                    m,
+                    f"+44791112340{i}",
+                    still_sendable=lambda: not claims.unsendable([m.id], "sms"),
+                )
+
+            with claims.held([msg("sms-1"), msg("sms-2")]):
+                sending = asyncio.create_task(channel.send([item(1), item(2)]))
+                await wait_for_sleeper(clock)  # the second item waits for its token
+                clock.advance(timedelta(seconds=46))  # its renewals failed meanwhile
+                outcomes = await sending
+        finally:
+            await channel.close()
+    assert isinstance(outcomes[0], Accepted)
+    assert outcomes[1] == Withheld()
+    assert [r["to"] for r in sandbox.received()] == ["+447911123401"]

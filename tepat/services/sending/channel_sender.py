@@ -12,7 +12,8 @@ hands the non-push messages here. Per message, in order:
    (a contact changed since the message was created wins) and checked against
    suppressions: none -> ``skipped``/``no_contact``, suppressed -> ``skipped``/``suppressed``;
 3. **send** through the channel's adapter in chunks of its ``max_batch``, but not the
-   messages whose lease ran out while they waited (:mod:`tepat.services.sending.lease`):
+   messages whose lease ran out while they waited (:mod:`tepat.services.sending.lease`),
+   asked per chunk and again by an adapter after its own waits (``still_sendable``):
    those are left ``sending`` for the sweeper;
 4. **record** each chunk's answers through the one recorder push uses too
    (:mod:`tepat.services.sending.recording`, rules in :mod:`tepat.domain.outcomes`): terminal
@@ -37,7 +38,7 @@ from tepat.domain.preferences import allowed
 from tepat.domain.queues import CRITICAL, WEBHOOK
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
-from tepat.ports.channel import Channel, Outgoing, Refused
+from tepat.ports.channel import Channel, Outgoing, Refused, Withheld
 from tepat.ports.push import SendGate
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.try_again import TryAgain
@@ -179,7 +180,14 @@ class ChannelSender:
                     why = (target or "skip:no_contact").removeprefix("skip:")
                     closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=why))
                 else:
-                    outgoing.append(Outgoing(m, target, self._unsubscribe_for(m)))
+                    outgoing.append(
+                        Outgoing(
+                            m,
+                            target,
+                            self._unsubscribe_for(m),
+                            still_sendable=self._gate_for(m.id, channel),
+                        )
+                    )
         await self._store.transition_many(closed, now, expect=[MessageStatus.SENDING])
         for m, until in deferred:
             await self._defer(m, until)
@@ -205,10 +213,19 @@ class ChannelSender:
                 )
             answers = []
             for item, outcome in zip(chunk, outcomes, strict=True):
+                if isinstance(outcome, Withheld):
+                    continue  # left sending for the sweeper, counted by the gate
                 if isinstance(outcome, Refused | TryAgain):
                     metrics.count_provider_error(channel, outcome)
                 answers.append(Answer(item.message, outcome, item.target))
             await self.recorder.record(channel, answers)
+
+    def _gate_for(self, message_id: str, channel: str) -> Callable[[], bool]:
+        """The adapter's last check before its request, after its own waits."""
+        unsendable = self._unsendable
+        if unsendable is None:
+            return lambda: True
+        return lambda: not unsendable((message_id,), channel)
 
     def _decide(
         self, m: Message, user: User | None, prefs: Mapping[str, bool], now: datetime

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tepat.domain.errors import DomainError
-from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused
+from tepat.ports.channel import ChannelOutcome, Delivered, Outgoing, Refused, Withheld
 from tepat.services.accounts import NotFound
 from tepat.services.inbox import InboxService
 
@@ -22,10 +22,12 @@ class InboxChannel:
     def __init__(self, inbox: InboxService) -> None:
         self._inbox = inbox
 
-    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         return [await self._one(item) for item in items]
 
-    async def _one(self, item: Outgoing) -> ChannelOutcome:
+    async def _one(self, item: Outgoing) -> ChannelOutcome | Withheld:
+        if not item.still_sendable():  # the items before it took their time
+            return Withheld()
         m = item.message
         content = m.content
         try:
