@@ -21,7 +21,6 @@ import uuid
 import structlog
 
 from tepat import metrics
-from tepat.loops import wait_or_stop
 from tepat.ports.repositories.presence import LIVE_TTL
 from tepat.runtime import Runtime
 
@@ -46,21 +45,22 @@ def member_name() -> str:
 async def run_rate_share(rt: Runtime, stop: asyncio.Event) -> None:
     group, member = rate_group(rt), member_name()
     live = 1
+
+    async def beat() -> None:
+        nonlocal live
+        now_live = await rt.store.heartbeat(group, member, rt.clock.now(), TTL)
+        if now_live != live:
+            log.info("consumers sharing the provider's rate", live=now_live)
+        live = max(1, now_live)
+        metrics.LIVE_CONSUMERS.set(live)
+        rt.push.set_rate_share(1.0 / live)
+        # The same processes send e-mail and SMS: their providers' rates too.
+        rt.dispatcher.channels.set_rate_share(1.0 / live)
+
     try:
-        while not stop.is_set():
-            try:
-                now_live = await rt.store.heartbeat(group, member, rt.clock.now(), TTL)
-                if now_live != live:
-                    log.info("consumers sharing the provider's rate", live=now_live)
-                live = max(1, now_live)
-                metrics.LIVE_CONSUMERS.set(live)
-                rt.push.set_rate_share(1.0 / live)
-                # The same processes send e-mail and SMS: their providers' rates too.
-                rt.dispatcher.channels.set_rate_share(1.0 / live)
-            except Exception:
-                # Keep the last share: a store hiccup must not double anyone's rate.
-                log.exception("rate share heartbeat failed")
-            await wait_or_stop(rt.clock, stop, BEAT_SECONDS)
+        # A failed beat keeps the last share: a store hiccup must not double anyone's
+        # rate. During a store outage it is one warning line a beat, not a traceback.
+        await rt.every(stop, BEAT_SECONDS, beat, log, "rate share heartbeat failed")
     finally:
         try:
             await rt.store.leave(group, member)
