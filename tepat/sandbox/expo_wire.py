@@ -13,10 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from tepat.adapters.expo_push import payload_size
 from tepat.domain.validation import is_expo_push_token
-
-SEND_PATH = "/--/api/v2/push/send"
-RECEIPTS_PATH = "/--/api/v2/push/getReceipts"
 
 MAX_NOTIFICATIONS_PER_REQUEST = 100
 MAX_RECEIPT_IDS_PER_REQUEST = 1000
@@ -35,12 +33,6 @@ TICKET_ERROR_CODES = frozenset(
         "DeveloperError",
     }
 )
-
-
-def payload_size(message: Mapping[str, Any]) -> int:
-    """Bytes of what Expo forwards to APNs/FCM: the message without ``to``, as compact JSON."""
-    body = {k: v for k, v in message.items() if k != "to"}
-    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def _error_message(code: str, token: str) -> str:

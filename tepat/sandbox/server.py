@@ -1,8 +1,4 @@
-"""Run a sandbox over real HTTP: in the foreground (CLI) or in a thread (tests, demo, bench).
-
-The Expo sandbox's entry points live here, and :func:`running_provider`, which serves any
-sandbox of the kit (:mod:`tepat.sandbox.twilio_server` uses it for Twilio).
-"""
+"""Run a sandbox over real HTTP: in the foreground (CLI) or in a thread (tests, demo, bench)."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ from typing import Any, Generic, TypeVar
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.provider import FakeProvider
 from tepat.sandbox.runner import STARTUP_TIMEOUT, running_app, serve_app
+from tepat.sandbox.twilio import TwilioSandbox
 
 Provider = TypeVar("Provider", bound=FakeProvider[Any])
 
@@ -45,6 +42,7 @@ class Running(Generic[Provider]):
 
 
 RunningSandbox = Running[ExpoSandbox]
+RunningTwilioSandbox = Running[TwilioSandbox]
 
 
 @contextmanager
@@ -68,4 +66,38 @@ def running_sandbox(
 ) -> Iterator[RunningSandbox]:
     """Serve ``sandbox`` (a fresh Expo sandbox by default) on a free port, in a thread."""
     with running_provider(sandbox or ExpoSandbox(), "expo-sandbox", host, startup_timeout) as r:
+        yield r
+
+
+def serve_twilio_sandbox(
+    host: str = "127.0.0.1",
+    port: int = 8002,
+    rate_limit: float | None = None,
+    callback_delay_seconds: float = 1.0,
+) -> None:
+    """Serve a fake Twilio Messages API until interrupted (``tepat sandbox twilio``).
+
+    Point Tepat at it with ``TEPAT_TWILIO_URL=http://HOST:PORT`` and the sandbox's
+    account SID and auth token (printed at start).
+    """
+    sandbox = TwilioSandbox(
+        rate_limit=rate_limit or None, callback_delay_seconds=callback_delay_seconds
+    )
+    print(
+        f"tepat: Twilio sandbox at http://{host}:{port}"
+        f" (TEPAT_TWILIO_ACCOUNT_SID={sandbox.account_sid}"
+        f" TEPAT_TWILIO_AUTH_TOKEN={sandbox.auth_token})",
+        flush=True,
+    )
+    serve_app(sandbox.app, host, port)
+
+
+@contextmanager
+def running_twilio_sandbox(
+    sandbox: TwilioSandbox | None = None,
+    host: str = "127.0.0.1",
+    startup_timeout: float = STARTUP_TIMEOUT,
+) -> Iterator[RunningTwilioSandbox]:
+    """Serve ``sandbox`` (a fresh one by default) on a free port, in a daemon thread."""
+    with running_provider(sandbox or TwilioSandbox(), "twilio-sandbox", host, startup_timeout) as r:
         yield r
