@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from email.utils import parsedate_to_datetime
 
 import httpx
 import structlog
 
+from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.webhook_target import GuardedTransport, TargetRefused
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
@@ -151,18 +151,5 @@ class WebhookChannel:
 
 
 def _retry_after(response: httpx.Response, clock: Clock) -> float | None:
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, min(float(value), WEBHOOK_RETRY.cap_seconds))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    seconds = (when - clock.now()).total_seconds()
-    return max(0.0, min(seconds, WEBHOOK_RETRY.cap_seconds))
+    seconds = parse_retry_after(response.headers.get("retry-after"), clock.now())
+    return None if seconds is None else min(seconds, WEBHOOK_RETRY.cap_seconds)
