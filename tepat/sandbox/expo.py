@@ -61,8 +61,8 @@ from tepat.sandbox.expo_wire import (
     refused_ticket,
     request_errors,
 )
-from tepat.sandbox.faults import AfterAccept, FailNext, FaultQueue
-from tepat.sandbox.provider import FakeProvider, Stats
+from tepat.sandbox.faults import AfterAccept, FailNext
+from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
 
 __all__ = ["AfterAccept", "ExpoSandbox", "TokenScript"]
 
@@ -93,11 +93,8 @@ class _Stats(Stats):
 
 
 @dataclass(slots=True)
-class _State:
+class _State(SandboxState):
     tickets: dict[str, _Ticket] = field(default_factory=dict)
-    received: list[dict[str, Any]] = field(default_factory=list)
-    scripts: dict[str, TokenScript] = field(default_factory=dict)
-    faults: FaultQueue = field(default_factory=FaultQueue)
     stats: _Stats = field(default_factory=_Stats)
 
 
@@ -261,10 +258,10 @@ class ExpoSandbox(FakeProvider[_State]):
     def _bad_script(self, message: str) -> Response:
         return request_errors("VALIDATION_ERROR", message, 400)
 
-    def _bad_request(self, e: BadRequest) -> JSONResponse:
+    def _bad_request(self, code: str, message: str) -> JSONResponse:
         with self._lock:
             self._state.stats.bad_requests += 1
-        return request_errors(e.code, e.message, 400)
+        return request_errors(code, message, 400)
 
     # ---- the push API ----
 
@@ -275,15 +272,13 @@ class ExpoSandbox(FakeProvider[_State]):
             body = await read_json(request)
             messages = parse_messages(body)
         except BadRequest as e:
-            return self._bad_request(e)
+            return self._bad_request(e.code, e.message)
         count = sum(len(recipients) for _, recipients in messages)
         if count > MAX_NOTIFICATIONS_PER_REQUEST:
             return self._bad_request(
-                BadRequest(
-                    "PUSH_TOO_MANY_NOTIFICATIONS",
-                    f"You are trying to send {count} push notifications in one request; "
-                    f"at most {MAX_NOTIFICATIONS_PER_REQUEST} are allowed",
-                )
+                "PUSH_TOO_MANY_NOTIFICATIONS",
+                f"You are trying to send {count} push notifications in one request; "
+                f"at most {MAX_NOTIFICATIONS_PER_REQUEST} are allowed",
             )
         if wait := self._over_rate(count):
             return request_errors(
@@ -344,14 +339,12 @@ class ExpoSandbox(FakeProvider[_State]):
             if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
                 raise BadRequest("VALIDATION_ERROR", '"ids" must be an array of strings')
         except BadRequest as e:
-            return self._bad_request(e)
+            return self._bad_request(e.code, e.message)
         if len(ids) > MAX_RECEIPT_IDS_PER_REQUEST:
             return self._bad_request(
-                BadRequest(
-                    "PUSH_TOO_MANY_RECEIPTS",
-                    f"You are trying to get {len(ids)} push receipts in one request; "
-                    f"at most {MAX_RECEIPT_IDS_PER_REQUEST} are allowed",
-                )
+                "PUSH_TOO_MANY_RECEIPTS",
+                f"You are trying to get {len(ids)} push receipts in one request; "
+                f"at most {MAX_RECEIPT_IDS_PER_REQUEST} are allowed",
             )
         now = self.clock.now()
         data: dict[str, Any] = {}

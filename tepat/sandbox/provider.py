@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,13 +31,15 @@ class Stats:
     answers_lost: int = 0
 
 
-class SandboxState(Protocol):
-    received: list[dict[str, Any]]  # what the provider accepted, oldest first
-    scripts: dict[str, Any]  # per recipient: what happens to what is sent to it
-    faults: FaultQueue
+@dataclass(slots=True)
+class SandboxState:
+    """What every sandbox keeps under its lock; each adds its own (and its own counters)."""
 
-    @property
-    def stats(self) -> Stats: ...  # each sandbox's own counters, Stats's among them
+    received: list[dict[str, Any]] = field(default_factory=list)  # accepted, oldest first
+    # per recipient: what happens to what is sent to it
+    scripts: dict[str, Any] = field(default_factory=dict)
+    faults: FaultQueue = field(default_factory=FaultQueue)
+    stats: Stats = field(default_factory=Stats)
 
 
 State = TypeVar("State", bound=SandboxState)

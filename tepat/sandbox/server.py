@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.provider import FakeProvider
-from tepat.sandbox.runner import STARTUP_TIMEOUT, running_app, serve_app
+from tepat.sandbox.runner import running_app, serve_app
 from tepat.sandbox.twilio import TwilioSandbox
 
 Provider = TypeVar("Provider", bound=FakeProvider[Any])
@@ -46,11 +46,9 @@ RunningTwilioSandbox = Running[TwilioSandbox]
 
 
 @contextmanager
-def running_provider(
-    sandbox: Provider, name: str, host: str = "127.0.0.1", startup_timeout: float = STARTUP_TIMEOUT
-) -> Iterator[Running[Provider]]:
+def running_provider(sandbox: Provider, name: str) -> Iterator[Running[Provider]]:
     """Serve ``sandbox`` over HTTP on a free port, in a daemon thread."""
-    with running_app(sandbox.app, name, host, startup_timeout) as url:
+    with running_app(sandbox.app, name) as url:
         try:
             yield Running(sandbox, url)
         finally:
@@ -58,15 +56,9 @@ def running_provider(
             sandbox.release_stalled()
 
 
-@contextmanager
-def running_sandbox(
-    sandbox: ExpoSandbox | None = None,
-    host: str = "127.0.0.1",
-    startup_timeout: float = STARTUP_TIMEOUT,
-) -> Iterator[RunningSandbox]:
+def running_sandbox(sandbox: ExpoSandbox | None = None) -> AbstractContextManager[RunningSandbox]:
     """Serve ``sandbox`` (a fresh Expo sandbox by default) on a free port, in a thread."""
-    with running_provider(sandbox or ExpoSandbox(), "expo-sandbox", host, startup_timeout) as r:
-        yield r
+    return running_provider(sandbox or ExpoSandbox(), "expo-sandbox")
 
 
 def serve_twilio_sandbox(
@@ -92,12 +84,8 @@ def serve_twilio_sandbox(
     serve_app(sandbox.app, host, port)
 
 
-@contextmanager
 def running_twilio_sandbox(
     sandbox: TwilioSandbox | None = None,
-    host: str = "127.0.0.1",
-    startup_timeout: float = STARTUP_TIMEOUT,
-) -> Iterator[RunningTwilioSandbox]:
-    """Serve ``sandbox`` (a fresh one by default) on a free port, in a daemon thread."""
-    with running_provider(sandbox or TwilioSandbox(), "twilio-sandbox", host, startup_timeout) as r:
-        yield r
+) -> AbstractContextManager[RunningTwilioSandbox]:
+    """Serve ``sandbox`` (a fresh Twilio sandbox by default) on a free port, in a thread."""
+    return running_provider(sandbox or TwilioSandbox(), "twilio-sandbox")

@@ -54,8 +54,8 @@ from tepat.clock import Clock
 from tepat.domain.contacts import normalise_phone
 from tepat.domain.errors import DomainError
 from tepat.domain.sms import count_segments
-from tepat.sandbox.faults import FailNext, FaultQueue
-from tepat.sandbox.provider import FakeProvider, Stats
+from tepat.sandbox.faults import FailNext
+from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
 from tepat.sandbox.twilio_wire import (
     ACCOUNT_PATH,
     API_VERSION,
@@ -107,13 +107,10 @@ class _Stats(Stats):
 
 
 @dataclass(slots=True)
-class _State:
-    received: list[dict[str, Any]] = field(default_factory=list)
+class _State(SandboxState):
     callbacks: list[dict[str, Any]] = field(default_factory=list)
     pending: list[_Callback] = field(default_factory=list)
-    scripts: dict[str, NumberScript] = field(default_factory=dict)
     unsubscribed: set[str] = field(default_factory=set)
-    faults: FaultQueue = field(default_factory=FaultQueue)
     stats: _Stats = field(default_factory=_Stats)
 
 
@@ -144,7 +141,6 @@ class TwilioSandbox(FakeProvider[_State]):
         self._seq = itertools.count()
         # The callback poster runs on the serving loop, started by the first request.
         self._poster: asyncio.Task[None] | None = None
-        self._poster_loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         routes = [
             Route(MESSAGES_PATH, self._create_message, methods=["POST"]),
@@ -245,11 +241,10 @@ class TwilioSandbox(FakeProvider[_State]):
             if not isinstance(spec, dict):
                 raise ValueError("expected a JSON object")
             url, from_, body = str(spec["url"]), str(spec["from"]), str(spec["body"])
-            to = spec.get("to")
+            to = SERVICE_FROM if spec.get("to") is None else str(spec["to"])
         except (ValueError, KeyError) as e:
             return self._bad_script(f"expected {{url, from, body}}: {e}")
-        args = (url, from_, body) if to is None else (url, from_, body, str(to))
-        return JSONResponse({"http_status": await self.inbound(*args)})
+        return JSONResponse({"http_status": await self.inbound(url, from_, body, to)})
 
     async def inbound(self, url: str, from_: str, body: str, to: str = SERVICE_FROM) -> int:
         """Post an inbound message from ``from_`` to ``url`` as Twilio would (signed), and
@@ -261,25 +256,37 @@ class TwilioSandbox(FakeProvider[_State]):
         elif word in START_WORDS:
             self.unsubscribe(from_, False)
         sid = "SM" + uuid.uuid4().hex
-        params = [
-            ("AccountSid", self.account_sid),
-            ("ApiVersion", API_VERSION),
-            ("Body", body),
-            ("From", from_),
-            ("MessageSid", sid),
-            ("NumMedia", "0"),
-            ("NumSegments", str(max(1, count_segments(body).segments))),
-            ("SmsMessageSid", sid),
-            ("SmsSid", sid),
-            ("SmsStatus", "received"),
-            ("To", to),
-        ]
+        params = self._message_params(
+            sid,
+            from_,
+            to,
+            "received",
+            Body=body,
+            NumMedia="0",
+            NumSegments=str(max(1, count_segments(body).segments)),
+            SmsMessageSid=sid,
+        )
         if word in STOP_WORDS or word in START_WORDS:
             params.append(("OptOutType", "STOP" if word in STOP_WORDS else "START"))
         status, _ = await self._post_signed(url, params)
         with self._lock:
             self._state.stats.inbound_posted += 1
         return status
+
+    def _message_params(
+        self, sid: str, from_: str, to: str, status: str, **more: str
+    ) -> list[tuple[str, str]]:
+        """The form Twilio posts about a message (a status callback, an inbound message)."""
+        return [
+            ("AccountSid", self.account_sid),
+            ("ApiVersion", API_VERSION),
+            ("From", from_),
+            ("MessageSid", sid),
+            ("SmsSid", sid),
+            ("SmsStatus", status),
+            ("To", to),
+            *more.items(),
+        ]
 
     # ---- the Messages API ----
 
@@ -357,87 +364,48 @@ class TwilioSandbox(FakeProvider[_State]):
             return self._refuse(script.api_error, to=to)
         if unsubscribed:
             return self._refuse(21610)
-        resource = self._accept(to, from_, service, body, callback, script)
-        answer = JSONResponse(resource, status_code=201)
+        now = self.clock.now()
+        segments = count_segments(body)
+        message = {
+            "sid": "SM" + uuid.uuid4().hex,
+            "to": to,
+            "from": from_,
+            "messaging_service_sid": service,
+            "body": body,
+            "status_callback": callback,
+            "num_segments": segments.segments,
+            "encoding": str(segments.encoding),
+            "date_created": now.isoformat(),
+            "final_status": script.status,
+            "error_code": script.error_code,
+        }
+        self._accept(message, now)
+        answer = JSONResponse(message_resource(self.account_sid, message, now), status_code=201)
         return await self.lose_or_answer(answer, request, _server_error)
 
-    def _accept(
-        self,
-        to: str,
-        from_: str | None,
-        service: str | None,
-        body: str,
-        callback: str | None,
-        script: NumberScript,
-    ) -> dict[str, Any]:
-        now = self.clock.now()
-        sid = "SM" + uuid.uuid4().hex
-        segments = count_segments(body)
-        resource = message_resource(
-            account_sid=self.account_sid,
-            sid=sid,
-            to=to,
-            from_=from_,
-            messaging_service_sid=service,
-            body=body,
-            num_segments=segments.segments,
-            status="accepted" if service else "queued",
-            created=now,
-        )
+    def _accept(self, message: dict[str, Any], now: datetime) -> None:
+        """Take ``message`` (its entry in :meth:`received`) and queue its callbacks."""
+        callback = message["status_callback"]
         with self._lock:
             self._state.stats.accepted += 1
-            self._state.received.append(
-                {
-                    "sid": sid,
-                    "to": to,
-                    "from": from_,
-                    "messaging_service_sid": service,
-                    "body": body,
-                    "status_callback": callback,
-                    "num_segments": segments.segments,
-                    "encoding": str(segments.encoding),
-                    "date_created": now.isoformat(),
-                    "final_status": script.status,
-                    "error_code": script.error_code,
-                }
-            )
+            self._state.received.append(message)
             if callback:
-                self._schedule(callback, sid, to, from_ or SERVICE_FROM, service, script, now)
+                self._schedule(message, callback, now)
         if callback:
             self._ensure_poster()
-        return resource
 
-    def _schedule(
-        self,
-        url: str,
-        sid: str,
-        to: str,
-        from_: str,
-        service: str | None,
-        script: NumberScript,
-        now: datetime,
-    ) -> None:
-        """Queue this message's callbacks (the caller holds the lock)."""
-        if script.status == "failed":
-            statuses = ["queued", "failed"]
-        else:
-            statuses = ["queued", "sent", script.status]
+    def _schedule(self, message: dict[str, Any], url: str, now: datetime) -> None:
+        """Queue ``message``'s callbacks (the caller holds the lock)."""
+        final, error_code = message["final_status"], message["error_code"]
+        statuses = ["queued", "failed"] if final == "failed" else ["queued", "sent", final]
+        sid, to, from_ = message["sid"], message["to"], message["from"] or SERVICE_FROM
         steps = []
         for status in statuses:
-            params = [
-                ("AccountSid", self.account_sid),
-                ("ApiVersion", API_VERSION),
-                ("From", from_),
-                ("MessageSid", sid),
-                ("MessageStatus", status),
-                ("SmsSid", sid),
-                ("SmsStatus", status),
-                ("To", to),
-            ]
-            if service:
-                params.append(("MessagingServiceSid", service))
-            if status in ("undelivered", "failed") and script.error_code is not None:
-                params.append(("ErrorCode", str(script.error_code)))
+            params = self._message_params(sid, from_, to, status, MessageStatus=status)
+            if message["messaging_service_sid"]:
+                params.append(("MessagingServiceSid", message["messaging_service_sid"]))
+            if status in ("undelivered", "failed") and error_code is not None:
+                params.append(("ErrorCode", str(error_code)))
             steps.append(params)
         if self.callback_order is CallbackOrder.REVERSED:
             steps.reverse()
@@ -450,9 +418,8 @@ class TwilioSandbox(FakeProvider[_State]):
 
     def _ensure_poster(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._poster is None or self._poster.done() or self._poster_loop is not loop:
+        if self._poster is None or self._poster.done() or self._poster.get_loop() is not loop:
             self._wake = asyncio.Event()
-            self._poster_loop = loop
             self._poster = loop.create_task(self._post_callbacks(), name="twilio-callbacks")
         elif self._wake is not None:
             self._wake.set()
