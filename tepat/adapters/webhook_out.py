@@ -5,10 +5,8 @@ A delivery message's target is its subscription id; the subscription and its sec
 read from the store at send time, so a rotated secret signs from the next attempt on, a
 changed URL is used at once and a deleted or disabled subscription gets nothing more.
 
-Outcomes, as the spec's "Delivery success and failure" suggests: 2xx -> ``Delivered``;
-410 Gone -> ``Refused("gone")`` and the subscription is disabled; 429, 502, 503, 504 ->
-``TryAgain`` (throttled, honouring ``Retry-After``); every other answer (3xx, 4xx, 5xx),
-a timeout or a connection error -> ``TryAgain``. The retries are the shared ones
+Outcomes as the spec's "Delivery success and failure" suggests (``_outcome``): only a 2xx
+delivers, and a 410 Gone disables the subscription. The retries are the shared ones
 (``tepat/services/sending/channel_sender.py``) on :data:`WEBHOOK_RETRY`: a receiver down for an hour
 loses nothing; one down for three days is given up on (``failed``, the reason says why).
 A duplicate is harmless (the ``webhook-id`` is the event's stable id, for the receiver

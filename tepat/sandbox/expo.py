@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -215,7 +215,7 @@ class ExpoSandbox(FakeProvider[_State]):
 
     def _describe_own(self) -> dict[str, Any]:
         return {
-            "tokens": {t: s.as_dict() for t, s in self._state.scripts.items()},
+            "tokens": {t: asdict(s) for t, s in self._state.scripts.items()},
             "receipt_delay_seconds": self.receipt_delay.total_seconds(),
         }
 

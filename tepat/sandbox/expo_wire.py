@@ -71,9 +71,6 @@ class TokenScript:
     ticket_error: str | None = None
     receipt_error: str | None = None
 
-    def as_dict(self) -> dict[str, str | None]:
-        return {"ticket_error": self.ticket_error, "receipt_error": self.receipt_error}
-
 
 def refused_ticket(token: str, payload_bytes: int, script: TokenScript) -> dict[str, Any] | None:
     """The error ticket Expo gives this recipient, or None when it takes the notification."""

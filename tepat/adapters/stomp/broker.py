@@ -1,7 +1,5 @@
-"""The ActiveMQ adapter itself: lifecycle, publishing, consuming, ack and nack.
-
-The parts live next door: the connection (:mod:`.link`), a ``consume()``
-context (:mod:`.consumer`), the operations (:mod:`.admin`).
+"""The ActiveMQ adapter itself (its parts: the package's docstring): lifecycle, publishing,
+consuming, ack and nack.
 
 * ``publish``: a persistent ``SEND`` to ``/queue/<name>`` with
   ``AMQ_SCHEDULED_DELAY`` in milliseconds, awaited until the broker's
