@@ -319,15 +319,14 @@ class ExpoSandbox(FakeProvider[_State]):
                         state.tickets[ticket_id] = _Ticket(token, now, receipt)
                         ticket = {"status": "ok", "id": ticket_id}
                     tickets.append(ticket)
+                    entry = received_entry(message, token, ticket, now, encoding)
+                    state.received.append(entry)
                     state.stats.notifications += 1
                     if ticket["status"] == "ok":
                         state.stats.tickets_ok += 1
+                        accepted.append(entry)
                     else:
                         state.stats.tickets_error += 1
-                    entry = received_entry(message, token, ticket, now, encoding)
-                    state.received.append(entry)
-                    if ticket["status"] == "ok":
-                        accepted.append(entry)
         return tickets, accepted
 
     async def _get_receipts(self, request: Request) -> Response:
