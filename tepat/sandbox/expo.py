@@ -237,11 +237,11 @@ class ExpoSandbox(FakeProvider[_State]):
             code, f"Scripted failure {failure.status} {code}", failure.status, **headers
         )
 
-    def _gate(self, request: Request) -> Response | None:
+    def _gate(self, request: Request, refusals: bool = True) -> Response | None:
         if request.headers.get("content-encoding", "").lower() == "gzip":
             with self._lock:
                 self._state.stats.gzip_requests += 1
-        return super()._gate(request)
+        return super()._gate(request, refusals)
 
     def _authorized(self, request: Request) -> bool:
         auth = request.headers.get("authorization", "")

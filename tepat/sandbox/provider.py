@@ -195,12 +195,12 @@ class FakeProvider(Generic[State]):
 
     # ---- serving ----
 
-    def _gate(self, request: Request) -> Response | None:
-        """Scripted refusals, then authentication, before anything is read. Counts the
-        request."""
+    def _gate(self, request: Request, refusals: bool = True) -> Response | None:
+        """Scripted refusals (unless not ``refusals``), then authentication, before anything
+        is read. Counts the request."""
         with self._lock:
             self._state.stats.requests += 1
-            failure = self._state.faults.next_refusal()
+            failure = self._state.faults.next_refusal() if refusals else None
             if failure is not None:
                 return self._refusal(failure)
             if not self._authorized(request):

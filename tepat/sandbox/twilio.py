@@ -321,12 +321,9 @@ class TwilioSandbox(FakeProvider[_State]):
 
     async def _fetch_account(self, request: Request) -> Response:
         """``GET /2010-04-01/Accounts/{sid}.json``: what ``tepat doctor`` asks to check
-        the credentials; no message is sent."""
-        with self._lock:
-            self._state.stats.requests += 1
-            if not self._authorized(request):
-                self._state.stats.unauthorized += 1
-                return self._unauthorized()
+        the credentials; no message is sent, and no scripted refusal is used up."""
+        if (refused := self._gate(request, refusals=False)) is not None:
+            return refused
         return JSONResponse(account_resource(self.account_sid, self.clock.now()))
 
     def _refuse(self, code: int, to: str = "", from_: str = "") -> Response:
