@@ -46,11 +46,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tepat.adapters.expo_push import RECEIPTS_PATH, SEND_PATH, payload_size
+from tepat.adapters.expo_push import (
+    MAX_BATCH,
+    MAX_RECEIPT_BATCH,
+    RECEIPTS_PATH,
+    SEND_PATH,
+    payload_size,
+)
 from tepat.clock import Clock
 from tepat.sandbox.expo_wire import (
-    MAX_NOTIFICATIONS_PER_REQUEST,
-    MAX_RECEIPT_IDS_PER_REQUEST,
     TICKET_ERROR_CODES,
     BadRequest,
     TokenScript,
@@ -274,11 +278,11 @@ class ExpoSandbox(FakeProvider[_State]):
         except BadRequest as e:
             return self._bad_request(e.code, e.message)
         count = sum(len(recipients) for _, recipients in messages)
-        if count > MAX_NOTIFICATIONS_PER_REQUEST:
+        if count > MAX_BATCH:
             return self._bad_request(
                 "PUSH_TOO_MANY_NOTIFICATIONS",
                 f"You are trying to send {count} push notifications in one request; "
-                f"at most {MAX_NOTIFICATIONS_PER_REQUEST} are allowed",
+                f"at most {MAX_BATCH} are allowed",
             )
         if wait := self._over_rate(count):
             return request_errors(
@@ -339,11 +343,11 @@ class ExpoSandbox(FakeProvider[_State]):
                 raise BadRequest("VALIDATION_ERROR", '"ids" must be an array of strings')
         except BadRequest as e:
             return self._bad_request(e.code, e.message)
-        if len(ids) > MAX_RECEIPT_IDS_PER_REQUEST:
+        if len(ids) > MAX_RECEIPT_BATCH:
             return self._bad_request(
                 "PUSH_TOO_MANY_RECEIPTS",
                 f"You are trying to get {len(ids)} push receipts in one request; "
-                f"at most {MAX_RECEIPT_IDS_PER_REQUEST} are allowed",
+                f"at most {MAX_RECEIPT_BATCH} are allowed",
             )
         now = self.clock.now()
         data: dict[str, Any] = {}

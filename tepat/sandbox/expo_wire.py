@@ -13,12 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from tepat.adapters.expo_push import payload_size
+from tepat.adapters.expo_push import MAX_PAYLOAD_BYTES, payload_size
 from tepat.domain.validation import is_expo_push_token
-
-MAX_NOTIFICATIONS_PER_REQUEST = 100
-MAX_RECEIPT_IDS_PER_REQUEST = 1000
-MAX_PAYLOAD_BYTES = 4096
 
 #: Error codes Expo puts in ``details.error`` of tickets and receipts.
 TICKET_ERROR_CODES = frozenset(
