@@ -52,8 +52,8 @@ from tepat.config import Settings
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.runtime import open_runtime
 from tepat.sandbox.runner import bind_free_port
+from tepat.sandbox.server import running_twilio_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
-from tepat.sandbox.twilio_server import running_twilio_sandbox
 
 GOAL_DRAIN_RATIO = 1.10
 GOAL_REFUSED_SHARE = 0.01

@@ -26,7 +26,7 @@ class Sandbox:
         return stats
 
     def script(self, spec: dict[str, Any]) -> None:
-        """``POST /_sandbox/script``: faults, rate limit, ``clear`` (see expo_controls)."""
+        """``POST /_sandbox/script``: faults, rate limit, ``clear`` (apply_script)."""
         r = httpx.post(f"{self.url}/_sandbox/script", json=spec, timeout=30)
         r.raise_for_status()
 

@@ -287,7 +287,7 @@ def sandbox_twilio(
     ] = 1.0,
 ) -> None:
     """A local server that behaves like Twilio's Messages API (SMS), with signed callbacks."""
-    from tepat.sandbox.twilio_server import serve_twilio_sandbox
+    from tepat.sandbox.server import serve_twilio_sandbox
 
     configure_logging()
     serve_twilio_sandbox(

@@ -13,11 +13,8 @@ What this client does, following docs.expo.dev/push-notifications/sending-notifi
   (:mod:`tepat.adapters.adaptive_rate`) and ``max_batch`` shrinks below 100 while the rate
   is under 200/s, so that one request is never more than half a second of it.
 * Gzips request bodies over 1 KiB, as Expo's Node SDK does, and accepts gzip responses.
-* Never raises for provider-side trouble. A whole-request failure becomes ``TryAgain``
-  (429, 5xx, network errors, timeouts) or ``Rejected`` (401/403, other 4xx); a per-notification
-  failure becomes a ``TicketError`` whose ``permanent``/``deactivate_device`` say what to do.
-  ``TryAgain.maybe_sent`` says whether Expo may have acted on the request anyway. Both
-  classifications, with their tables, are in :mod:`tepat.adapters.expo_outcomes`.
+* Never raises for provider-side trouble: how a failed request and a ticket error become
+  outcomes (tables included) is :mod:`tepat.adapters.expo_outcomes`.
 """
 
 from __future__ import annotations

@@ -82,24 +82,24 @@ class TokenBucket:
 
     def reserve(self, n: float = 1.0) -> float:
         """Take ``n`` tokens now, into debt if needed; return seconds to wait before using them."""
+        with self._lock:
+            self._take(n)
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    def _take(self, n: float) -> float:
+        """Reserve ``n`` tokens (the caller holds the lock); the mark they are served at."""
         if n < 0:
             raise ValueError(f"cannot reserve a negative number of tokens ({n!r})")
-        with self._lock:
-            self._refill()
-            self._tokens -= n
-            self._reserved += n
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+        self._refill()
+        self._tokens -= n
+        self._reserved += n
+        return self._reserved
 
     async def acquire(self, n: float = 1.0) -> float:
         """Wait on the clock until ``n`` tokens are ours; return how long that took (seconds)."""
-        if n < 0:
-            raise ValueError(f"cannot reserve a negative number of tokens ({n!r})")
         started = self.clock.now()
         with self._lock:
-            self._refill()
-            self._tokens -= n
-            self._reserved += n
-            mark = self._reserved
+            mark = self._take(n)
             self._waiting += n
         try:
             while (delay := self._until(mark)) > 0:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiosmtplib
@@ -188,30 +188,26 @@ class SmtpEmailChannel:
         self, smtp: aiosmtplib.SMTP, item: Outgoing, content: bytes, reused: bool
     ) -> ChannelOutcome:
         message_id = item.message.id
-        try:
-            await smtp.mail(self.config.sender.address)
-        except aiosmtplib.SMTPResponseException as e:
-            return await self._refused(smtp, e, "mail", message_id)
-        except _TRANSPORT_ERRORS as e:
-            if reused:
-                raise _Stale from e
-            return TryAgain(reason="smtp_connection_lost")
-        try:
-            await smtp.rcpt(item.target)
-        except aiosmtplib.SMTPResponseException as e:
-            return await self._refused(smtp, e, "rcpt", message_id)
-        except _TRANSPORT_ERRORS:
-            return TryAgain(reason="smtp_connection_lost")
-        try:
-            await smtp.data(content)
-        except aiosmtplib.SMTPResponseException as e:
-            return await self._refused(smtp, e, "data", message_id)
-        except _TRANSPORT_ERRORS:
-            # The content may have reached the relay and only its reply was lost (or the
-            # DATA command itself went unanswered: aiosmtplib does not say which).
-            smtp.close()
-            log.warning("smtp_no_reply_to_data", message_id=message_id)
-            return TryAgain(reason="smtp_no_reply", maybe_sent=True)
+        commands: list[tuple[Stage, Callable[[], Awaitable[object]]]] = [
+            ("mail", lambda: smtp.mail(self.config.sender.address)),
+            ("rcpt", lambda: smtp.rcpt(item.target)),
+            ("data", lambda: smtp.data(content)),
+        ]
+        for stage, command in commands:
+            try:
+                await command()
+            except aiosmtplib.SMTPResponseException as e:
+                return await self._refused(smtp, e, stage, message_id)
+            except _TRANSPORT_ERRORS as e:
+                if stage == "mail" and reused:
+                    raise _Stale from e
+                if stage != "data":
+                    return TryAgain(reason="smtp_connection_lost")
+                # The content may have reached the relay and only its reply was lost (or
+                # the DATA command itself went unanswered: aiosmtplib does not say which).
+                smtp.close()
+                log.warning("smtp_no_reply_to_data", message_id=message_id)
+                return TryAgain(reason="smtp_no_reply", maybe_sent=True)
         return Accepted(provider_id=message_id_header(message_id, self.config.sender))
 
     async def _refused(

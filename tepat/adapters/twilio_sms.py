@@ -11,16 +11,9 @@ No Twilio SDK: it is synchronous, and the request is a form post.
 * ``StatusCallback`` is ``{TEPAT_PUBLIC_URL}/v1/providers/twilio/status?m=<message id>``,
   so a callback names its message without a lookup by SID (api/routes/providers_twilio.py).
   Without a public URL there are no callbacks and an SMS stays ``sent``.
-* Outcomes, never exceptions: 201 -> ``Accepted(sid)``; 21211 (not a valid number) and
-  21614 (not a mobile number) -> ``Refused(suppress="invalid")``; 21610 (the recipient
-  replied STOP) -> ``Refused(suppress="stop")``; other 4xx -> ``Refused("twilio_<code>")``;
-  429 / 20429 -> ``TryAgain(throttled=True)``; 503 (error 20503: "temporarily
-  unavailable, try again with exponential back-off") -> ``TryAgain(maybe_sent=False)``;
-  another 5xx (error 20500 says retrying a 500 on a send "may deliver multiple
-  messages"), a read timeout or a connection lost after the request went out ->
-  ``TryAgain(maybe_sent=True)``, left to the category's policy; a connection never made
-  -> ``TryAgain(maybe_sent=False)``; 401/403 (bad credentials: a configuration problem,
-  logged) -> ``TryAgain`` so nothing is lost while an operator fixes it.
+* Outcomes, never exceptions (:meth:`TwilioSmsChannel._classify` says why each): a refusal
+  that says the number cannot take SMS suppresses it (:data:`SUPPRESS_ON`), and an answer
+  that may follow a created message is ``maybe_sent``, left to the category's policy.
 """
 
 from __future__ import annotations
@@ -159,8 +152,10 @@ class TwilioSmsChannel:
             # Twilio's error 20503 asks for a retry with back-off: nothing was created.
             return TryAgain(f"twilio_http_{status}: {text}")
         if status >= 500:
+            # Error 20500: retrying a 500 on a send "may deliver multiple messages".
             return TryAgain(f"twilio_http_{status}: {text}", maybe_sent=True)
         if status in (401, 403):
+            # A configuration problem: retried, so nothing is lost while an operator fixes it.
             log.error(
                 "Twilio refused the credentials (HTTP %s, code %s: %s): check"
                 " TEPAT_TWILIO_ACCOUNT_SID and TEPAT_TWILIO_AUTH_TOKEN",

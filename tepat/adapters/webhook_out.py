@@ -5,10 +5,8 @@ A delivery message's target is its subscription id; the subscription and its sec
 read from the store at send time, so a rotated secret signs from the next attempt on, a
 changed URL is used at once and a deleted or disabled subscription gets nothing more.
 
-Outcomes, as the spec's "Delivery success and failure" suggests: 2xx -> ``Delivered``;
-410 Gone -> ``Refused("gone")`` and the subscription is disabled; 429, 502, 503, 504 ->
-``TryAgain`` (throttled, honouring ``Retry-After``); every other answer (3xx, 4xx, 5xx),
-a timeout or a connection error -> ``TryAgain``. The retries are the shared ones
+Outcomes as the spec's "Delivery success and failure" suggests (``_outcome``): only a 2xx
+delivers, and a 410 Gone disables the subscription. The retries are the shared ones
 (``tepat/services/sending/channel_sender.py``) on :data:`WEBHOOK_RETRY`: a receiver down for an hour
 loses nothing; one down for three days is given up on (``failed``, the reason says why).
 A duplicate is harmless (the ``webhook-id`` is the event's stable id, for the receiver
@@ -26,11 +24,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from email.utils import parsedate_to_datetime
 
 import httpx
 import structlog
 
+from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.webhook_target import GuardedTransport, TargetRefused
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
@@ -155,18 +153,5 @@ class WebhookChannel:
 
 
 def _retry_after(response: httpx.Response, clock: Clock) -> float | None:
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, min(float(value), WEBHOOK_RETRY.cap_seconds))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    seconds = (when - clock.now()).total_seconds()
-    return max(0.0, min(seconds, WEBHOOK_RETRY.cap_seconds))
+    seconds = parse_retry_after(response.headers.get("retry-after"), clock.now())
+    return None if seconds is None else min(seconds, WEBHOOK_RETRY.cap_seconds)

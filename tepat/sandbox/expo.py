@@ -25,10 +25,10 @@ with 429/500" (before anything is accepted), "the next N send requests are accep
 the answer is lost" (:meth:`ExpoSandbox.fail_after_accept`: the response stalls until the client
 gives up, the connection drops mid-response, or a 5xx comes back), a log of every notification
 received, and counters. The same controls exist as methods on :class:`ExpoSandbox`
-(in-process) and as HTTP endpoints under ``/_sandbox/`` (:mod:`tepat.sandbox.expo_controls`).
+(in-process) and as HTTP endpoints under ``/_sandbox/`` (:meth:`ExpoSandbox.apply_script`).
 The wire format lives in :mod:`tepat.sandbox.expo_wire`; the faults, the controls and the
 state under its lock are the sandbox kit's (:mod:`tepat.sandbox.faults`,
-:mod:`tepat.sandbox.controls`, :mod:`tepat.sandbox.provider`).
+:mod:`tepat.sandbox.provider`).
 """
 
 from __future__ import annotations
@@ -36,57 +36,39 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tepat.clock import Clock
-from tepat.sandbox.expo_controls import control_routes
-from tepat.sandbox.expo_wire import (
-    MAX_NOTIFICATIONS_PER_REQUEST,
-    MAX_RECEIPT_IDS_PER_REQUEST,
+from tepat.adapters.expo_push import (
+    MAX_BATCH,
+    MAX_RECEIPT_BATCH,
     RECEIPTS_PATH,
     SEND_PATH,
+    payload_size,
+)
+from tepat.clock import Clock
+from tepat.sandbox.expo_wire import (
     TICKET_ERROR_CODES,
     BadRequest,
     TokenScript,
     error_item,
     parse_messages,
-    payload_size,
     read_json,
     received_entry,
     refused_ticket,
     request_errors,
 )
-from tepat.sandbox.faults import AfterAccept, FaultQueue
-from tepat.sandbox.provider import FakeProvider
+from tepat.sandbox.faults import AfterAccept, FailNext
+from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
 
 __all__ = ["AfterAccept", "ExpoSandbox", "TokenScript"]
-
-
-@dataclass(slots=True)
-class FailNext:
-    """A refusal before accepting: HTTP ``status`` with Expo's ``errors[0].code``."""
-
-    status: int
-    remaining: int
-    retry_after: float | None
-    code: str
-
-    def response(self) -> Response:
-        headers = {}
-        if self.retry_after is not None:
-            headers["Retry-After"] = str(math.ceil(self.retry_after))
-        return request_errors(
-            self.code, f"Scripted failure {self.status} {self.code}", self.status, **headers
-        )
 
 
 def _server_error(status: int) -> Response:
@@ -104,28 +86,19 @@ class _Ticket:
 
 
 @dataclass(slots=True)
-class _Stats:
-    requests: int = 0
+class _Stats(Stats):
     send_requests: int = 0
     receipt_requests: int = 0
     notifications: int = 0
     tickets_ok: int = 0
     tickets_error: int = 0
     gzip_requests: int = 0
-    too_many_requests: int = 0
-    server_errors: int = 0
-    unauthorized: int = 0
     bad_requests: int = 0
-    # Send requests accepted (tickets issued, notifications received) whose answer was lost.
-    answers_lost: int = 0
 
 
 @dataclass(slots=True)
-class _State:
+class _State(SandboxState):
     tickets: dict[str, _Ticket] = field(default_factory=dict)
-    received: list[dict[str, Any]] = field(default_factory=list)
-    scripts: dict[str, TokenScript] = field(default_factory=dict)
-    faults: FaultQueue[FailNext] = field(default_factory=FaultQueue)
     stats: _Stats = field(default_factory=_Stats)
 
 
@@ -146,13 +119,22 @@ class ExpoSandbox(FakeProvider[_State]):
         scripts: Mapping[str, TokenScript] | None = None,
         stall_limit_seconds: float = 60.0,
     ) -> None:
-        super().__init__(
-            _State, _State(scripts=dict(scripts or {})), clock, rate_limit, stall_limit_seconds
-        )
         self.receipt_delay = timedelta(seconds=receipt_delay_seconds)
         self.receipt_ttl = timedelta(seconds=receipt_ttl_seconds)
         self.access_token = access_token
-        self.app = self._build_app()
+        routes = [
+            Route(SEND_PATH, self._send, methods=["POST"]),
+            Route(RECEIPTS_PATH, self._get_receipts, methods=["POST"]),
+        ]
+        super().__init__(
+            _State,
+            scripts,
+            clock,
+            rate_limit,
+            stall_limit_seconds,
+            routes,
+            middleware=[Middleware(GZipMiddleware, minimum_size=500)],
+        )
 
     # ---- controls (also reachable over HTTP at /_sandbox/...) ----
 
@@ -168,11 +150,8 @@ class ExpoSandbox(FakeProvider[_State]):
                 raise ValueError(
                     f"unknown Expo error {code!r} (one of {sorted(TICKET_ERROR_CODES)})"
                 )
-        with self._lock:
-            if ticket_error is None and receipt_error is None:
-                self._state.scripts.pop(token, None)
-            else:
-                self._state.scripts[token] = TokenScript(ticket_error, receipt_error)
+        scripted = ticket_error is not None or receipt_error is not None
+        self._set_script(token, TokenScript(ticket_error, receipt_error) if scripted else None)
 
     def fail_next(
         self,
@@ -198,48 +177,97 @@ class ExpoSandbox(FakeProvider[_State]):
     def set_receipt_delay(self, seconds: float) -> None:
         self.receipt_delay = timedelta(seconds=seconds)
 
-    # ---- the push API ----
+    def _apply_own_script(self, spec: dict[str, Any]) -> None:
+        """Expo's keys of a ``POST /_sandbox/script`` body, every one optional::
 
-    def _build_app(self) -> Starlette:
-        routes = [
-            Route(SEND_PATH, self._send, methods=["POST"]),
-            Route(RECEIPTS_PATH, self._get_receipts, methods=["POST"]),
-            *control_routes(self),
-        ]
-        return Starlette(routes=routes, middleware=[Middleware(GZipMiddleware, minimum_size=500)])
+        {"tokens": {"ExponentPushToken[a]": {"ticket_error": "DeviceNotRegistered"},
+                    "ExponentPushToken[b]": {"receipt_error": "DeviceNotRegistered"},
+                    "ExponentPushToken[c]": null},          # null: remove the script
+         "next_429": 2, "next_500": 1, "retry_after": 3,
+         "fail_next": {"count": 1, "status": 400, "code": "PUSH_TOO_MANY_EXPERIENCE_IDS"},
+         "receipt_delay_seconds": 900}
+        """
+        tokens = spec.get("tokens") or {}
+        if not isinstance(tokens, dict):
+            raise ValueError('"tokens" must map tokens to {"ticket_error", "receipt_error"}')
+        for token, outcome in tokens.items():
+            outcome = outcome or {}
+            if not isinstance(outcome, dict):
+                raise ValueError(f"script for {token!r} must be an object or null")
+            self.script_token(
+                token,
+                ticket_error=outcome.get("ticket_error"),
+                receipt_error=outcome.get("receipt_error"),
+            )
+        retry_after = spec.get("retry_after", 1.0)
+        if retry_after is not None:
+            retry_after = float(retry_after)
+        for status in (429, 500):
+            if spec.get(f"next_{status}"):
+                self.fail_next(int(spec[f"next_{status}"]), status, retry_after)
+        if fail := spec.get("fail_next"):
+            if not isinstance(fail, dict):
+                raise ValueError('"fail_next" must be {"count", "status", "code", "retry_after"}')
+            self.fail_next(
+                int(fail.get("count", 1)),
+                int(fail.get("status", 500)),
+                fail.get("retry_after"),
+                fail.get("code"),
+            )
+        if "receipt_delay_seconds" in spec:
+            self.set_receipt_delay(float(spec["receipt_delay_seconds"]))
 
-    def _gate(self, request: Request) -> Response | None:
-        """Scripted outages and authentication, before anything is read. Counts the request."""
-        with self._lock:
-            stats = self._state.stats
-            stats.requests += 1
-            if request.headers.get("content-encoding", "").lower() == "gzip":
-                stats.gzip_requests += 1
-            failure = self._state.faults.next_refusal()
-            if failure is not None:
-                if failure.status == 429:
-                    stats.too_many_requests += 1
-                elif failure.status >= 500:
-                    stats.server_errors += 1
-                else:
-                    stats.bad_requests += 1
-                return failure.response()
-            if self.access_token is not None:
-                auth = request.headers.get("authorization", "")
-                if auth != f"Bearer {self.access_token}":
-                    stats.unauthorized += 1
-                    return request_errors(
-                        "UNAUTHORIZED",
-                        "The bearer token is invalid or missing; this project requires an "
-                        "access token for push notifications",
-                        401,
-                    )
-        return None
+    def _describe_own(self) -> dict[str, Any]:
+        return {
+            "tokens": {t: asdict(s) for t, s in self._state.scripts.items()},
+            "receipt_delay_seconds": self.receipt_delay.total_seconds(),
+        }
 
-    def _bad_request(self, e: BadRequest) -> JSONResponse:
+    # ---- Expo's words ----
+
+    def _refusal(self, failure: FailNext) -> Response:
+        stats = self._state.stats
+        if failure.status == 429:
+            stats.too_many_requests += 1
+        elif failure.status >= 500:
+            stats.server_errors += 1
+        else:
+            stats.bad_requests += 1
+        headers = {}
+        if failure.retry_after is not None:
+            headers["Retry-After"] = str(math.ceil(failure.retry_after))
+        code = str(failure.code)
+        return request_errors(
+            code, f"Scripted failure {failure.status} {code}", failure.status, **headers
+        )
+
+    def _gate(self, request: Request, refusals: bool = True) -> Response | None:
+        if request.headers.get("content-encoding", "").lower() == "gzip":
+            with self._lock:
+                self._state.stats.gzip_requests += 1
+        return super()._gate(request, refusals)
+
+    def _authorized(self, request: Request) -> bool:
+        auth = request.headers.get("authorization", "")
+        return self.access_token is None or auth == f"Bearer {self.access_token}"
+
+    def _unauthorized(self) -> Response:
+        return request_errors(
+            "UNAUTHORIZED",
+            "The bearer token is invalid or missing; this project requires an "
+            "access token for push notifications",
+            401,
+        )
+
+    def _bad_script(self, message: str) -> Response:
+        return request_errors("VALIDATION_ERROR", message, 400)
+
+    def _bad_request(self, code: str, message: str) -> JSONResponse:
         with self._lock:
             self._state.stats.bad_requests += 1
-        return request_errors(e.code, e.message, 400)
+        return request_errors(code, message, 400)
+
+    # ---- the push API ----
 
     async def _send(self, request: Request) -> Response:
         if (refused := self._gate(request)) is not None:
@@ -248,28 +276,21 @@ class ExpoSandbox(FakeProvider[_State]):
             body = await read_json(request)
             messages = parse_messages(body)
         except BadRequest as e:
-            return self._bad_request(e)
+            return self._bad_request(e.code, e.message)
         count = sum(len(recipients) for _, recipients in messages)
-        if count > MAX_NOTIFICATIONS_PER_REQUEST:
+        if count > MAX_BATCH:
             return self._bad_request(
-                BadRequest(
-                    "PUSH_TOO_MANY_NOTIFICATIONS",
-                    f"You are trying to send {count} push notifications in one request; "
-                    f"at most {MAX_NOTIFICATIONS_PER_REQUEST} are allowed",
-                )
+                "PUSH_TOO_MANY_NOTIFICATIONS",
+                f"You are trying to send {count} push notifications in one request; "
+                f"at most {MAX_BATCH} are allowed",
             )
-        bucket = self._bucket
-        if bucket is not None and count:
-            wait = bucket.try_acquire(count)
-            if wait > 0:
-                with self._lock:
-                    self._state.stats.too_many_requests += 1
-                return request_errors(
-                    "TOO_MANY_REQUESTS",
-                    f"You are exceeding the limit of {self.rate_limit:g} notifications per second",
-                    429,
-                    **{"Retry-After": str(math.ceil(wait))},
-                )
+        if wait := self._over_rate(count):
+            return request_errors(
+                "TOO_MANY_REQUESTS",
+                f"You are exceeding the limit of {self.rate_limit:g} notifications per second",
+                429,
+                **{"Retry-After": str(math.ceil(wait))},
+            )
         encoding = request.headers.get("content-encoding")
         tickets, accepted = self._issue_tickets(messages, encoding)
         with self._lock:
@@ -302,15 +323,14 @@ class ExpoSandbox(FakeProvider[_State]):
                         state.tickets[ticket_id] = _Ticket(token, now, receipt)
                         ticket = {"status": "ok", "id": ticket_id}
                     tickets.append(ticket)
+                    entry = received_entry(message, token, ticket, now, encoding)
+                    state.received.append(entry)
                     state.stats.notifications += 1
                     if ticket["status"] == "ok":
                         state.stats.tickets_ok += 1
+                        accepted.append(entry)
                     else:
                         state.stats.tickets_error += 1
-                    entry = received_entry(message, token, ticket, now, encoding)
-                    state.received.append(entry)
-                    if ticket["status"] == "ok":
-                        accepted.append(entry)
         return tickets, accepted
 
     async def _get_receipts(self, request: Request) -> Response:
@@ -322,14 +342,12 @@ class ExpoSandbox(FakeProvider[_State]):
             if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
                 raise BadRequest("VALIDATION_ERROR", '"ids" must be an array of strings')
         except BadRequest as e:
-            return self._bad_request(e)
-        if len(ids) > MAX_RECEIPT_IDS_PER_REQUEST:
+            return self._bad_request(e.code, e.message)
+        if len(ids) > MAX_RECEIPT_BATCH:
             return self._bad_request(
-                BadRequest(
-                    "PUSH_TOO_MANY_RECEIPTS",
-                    f"You are trying to get {len(ids)} push receipts in one request; "
-                    f"at most {MAX_RECEIPT_IDS_PER_REQUEST} are allowed",
-                )
+                "PUSH_TOO_MANY_RECEIPTS",
+                f"You are trying to get {len(ids)} push receipts in one request; "
+                f"at most {MAX_RECEIPT_BATCH} are allowed",
             )
         now = self.clock.now()
         data: dict[str, Any] = {}
@@ -343,13 +361,3 @@ class ExpoSandbox(FakeProvider[_State]):
                 if ready <= now < ticket.created_at + self.receipt_ttl:
                     data[ticket_id] = dict(ticket.receipt)
         return JSONResponse({"data": data})
-
-    def describe(self) -> dict[str, Any]:
-        """The scripted behaviour in force (what ``GET /_sandbox/script`` shows)."""
-        with self._lock:
-            return {
-                "tokens": {t: s.as_dict() for t, s in self._state.scripts.items()},
-                **self._state.faults.describe(),
-                "rate_limit": self.rate_limit,
-                "receipt_delay_seconds": self.receipt_delay.total_seconds(),
-            }

@@ -13,14 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from tepat.adapters.expo_push import MAX_PAYLOAD_BYTES, payload_size
 from tepat.domain.validation import is_expo_push_token
-
-SEND_PATH = "/--/api/v2/push/send"
-RECEIPTS_PATH = "/--/api/v2/push/getReceipts"
-
-MAX_NOTIFICATIONS_PER_REQUEST = 100
-MAX_RECEIPT_IDS_PER_REQUEST = 1000
-MAX_PAYLOAD_BYTES = 4096
 
 #: Error codes Expo puts in ``details.error`` of tickets and receipts.
 TICKET_ERROR_CODES = frozenset(
@@ -35,12 +29,6 @@ TICKET_ERROR_CODES = frozenset(
         "DeveloperError",
     }
 )
-
-
-def payload_size(message: Mapping[str, Any]) -> int:
-    """Bytes of what Expo forwards to APNs/FCM: the message without ``to``, as compact JSON."""
-    body = {k: v for k, v in message.items() if k != "to"}
-    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def _error_message(code: str, token: str) -> str:
@@ -78,9 +66,6 @@ class TokenScript:
 
     ticket_error: str | None = None
     receipt_error: str | None = None
-
-    def as_dict(self) -> dict[str, str | None]:
-        return {"ticket_error": self.ticket_error, "receipt_error": self.receipt_error}
 
 
 def refused_ticket(token: str, payload_bytes: int, script: TokenScript) -> dict[str, Any] | None:

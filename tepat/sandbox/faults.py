@@ -2,7 +2,7 @@
 
 Two families, because a client must treat them differently and cannot tell them apart:
 
-* *before accepting* (each sandbox's ``FailNext``, in its provider's words): the request
+* *before accepting* (:class:`FailNext`, worded as its provider does): the request
   is answered with an HTTP error and nothing is received. Sending again is safe.
 * *after accepting* (:class:`LostAnswer`): the request is received and handled as usual,
   then the answer goes wrong (:class:`AfterAccept`). Sending again delivers a copy.
@@ -17,7 +17,7 @@ import enum
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -54,24 +54,28 @@ class LostAnswer:
         return answer
 
 
-class _Countdown(Protocol):
-    remaining: int  # requests it still applies to
+@dataclass(slots=True)
+class FailNext:
+    """A refusal before accepting: HTTP ``status`` to the next ``remaining`` requests, with
+    the ``Retry-After`` and error ``code`` of the provider that words them (Expo)."""
 
-
-_Refusal = TypeVar("_Refusal", bound=_Countdown)
+    status: int
+    remaining: int
+    retry_after: float | None = None
+    code: str | None = None
 
 
 @dataclass(slots=True)
-class FaultQueue(Generic[_Refusal]):
+class FaultQueue:
     """The faults scripted for the next requests, each used up one request at a time.
 
     Not locked: it lives in its sandbox's state, under that sandbox's lock.
     """
 
-    refusals: list[_Refusal] = field(default_factory=list)
+    refusals: list[FailNext] = field(default_factory=list)
     lost_answers: list[LostAnswer] = field(default_factory=list)
 
-    def refuse_next(self, refusal: _Refusal) -> None:
+    def refuse_next(self, refusal: FailNext) -> None:
         if refusal.remaining:
             self.refusals.append(refusal)
 
@@ -83,7 +87,7 @@ class FaultQueue(Generic[_Refusal]):
         if count:
             self.lost_answers.append(LostAnswer(fault, count, status))
 
-    def next_refusal(self) -> _Refusal | None:
+    def next_refusal(self) -> FailNext | None:
         return _take_next(self.refusals)
 
     def next_lost_answer(self) -> LostAnswer | None:
@@ -96,12 +100,12 @@ class FaultQueue(Generic[_Refusal]):
     def describe(self) -> dict[str, list[dict[str, Any]]]:
         """What ``GET /_sandbox/script`` shows of them."""
         return {
-            "fail_next": [asdict(f) for f in self.refusals],  # type: ignore[call-overload]
+            "fail_next": [asdict(f) for f in self.refusals],
             "after_accept": [asdict(f) for f in self.lost_answers],
         }
 
 
-_Fault = TypeVar("_Fault", bound=_Countdown)
+_Fault = TypeVar("_Fault", FailNext, LostAnswer)
 
 
 def _take_next(pending: list[_Fault]) -> _Fault | None:

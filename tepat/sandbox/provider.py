@@ -1,28 +1,45 @@
 """What every sandbox (a fake provider) keeps the same way: its state under one lock, the
-scripted faults, the answers it holds back, its rate limit, and the controls a test uses
-on them in-process or over HTTP (:mod:`tepat.sandbox.controls`)."""
+scripted faults, the answers it holds back, its rate limit, its counters, and the test
+controls it serves under ``/_sandbox/`` (the same methods a test calls in-process)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock, SystemClock
-from tepat.sandbox.faults import AfterAccept, FaultQueue, Stalls
+from tepat.sandbox.faults import AfterAccept, FailNext, FaultQueue, Stalls
 
 
-class SandboxState(Protocol):
-    received: list[dict[str, Any]]  # what the provider accepted, oldest first
-    scripts: dict[str, Any]  # per recipient: what happens to what is sent to it
-    faults: FaultQueue[Any]
-    stats: Any  # a dataclass of counters
+@dataclass(slots=True)
+class Stats:
+    """The counters every sandbox keeps (``GET /_sandbox/stats``); each adds its own."""
+
+    requests: int = 0
+    unauthorized: int = 0
+    too_many_requests: int = 0
+    server_errors: int = 0
+    # Send requests accepted whose answer was lost (:meth:`FakeProvider.fail_after_accept`).
+    answers_lost: int = 0
+
+
+@dataclass(slots=True)
+class SandboxState:
+    """What every sandbox keeps under its lock; each adds its own (and its own counters)."""
+
+    received: list[dict[str, Any]] = field(default_factory=list)  # accepted, oldest first
+    # per recipient: what happens to what is sent to it
+    scripts: dict[str, Any] = field(default_factory=dict)
+    faults: FaultQueue = field(default_factory=FaultQueue)
+    stats: Stats = field(default_factory=Stats)
 
 
 State = TypeVar("State", bound=SandboxState)
@@ -30,17 +47,22 @@ State = TypeVar("State", bound=SandboxState)
 
 class FakeProvider(Generic[State]):
     """The state of one fake provider account, and the ASGI app that serves it
-    (:attr:`app`); safe to drive from a test thread while a server thread serves requests."""
+    (:attr:`app`); safe to drive from a test thread while a server thread serves requests.
 
-    app: Starlette
+    A sandbox brings its provider's routes, its script format (:meth:`_apply_own_script`),
+    its words for a refusal (:meth:`_refusal`, :meth:`_unauthorized`, :meth:`_bad_script`)
+    and the part of :meth:`describe` that is its own.
+    """
 
     def __init__(
         self,
         new_state: Callable[[], State],
-        state: State,
+        scripts: Mapping[str, Any] | None,
         clock: Clock | None,
         rate_limit: float | None,
         stall_limit_seconds: float,
+        routes: Sequence[Route],
+        **app_options: Any,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         # A stalled answer ends when the client hangs up, on release_stalled(), or after
@@ -48,20 +70,53 @@ class FakeProvider(Generic[State]):
         self._stalls = Stalls(stall_limit_seconds)
         self._lock = threading.Lock()
         self._new_state = new_state
-        self._state = state
+        self._state = new_state()
+        self._state.scripts.update(scripts or {})
         self._bucket: TokenBucket | None = None
         self.set_rate_limit(rate_limit)
+        self.app = Starlette(routes=[*routes, *self._control_routes()], **app_options)
+
+    # ---- what each sandbox words its own way ----
+
+    def _describe_own(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _apply_own_script(self, spec: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _refusal(self, failure: FailNext) -> Response:
+        """The answer to a request :meth:`fail_next` refuses (counted, under the lock)."""
+        raise NotImplementedError
+
+    def _unauthorized(self) -> Response:
+        raise NotImplementedError
+
+    def _authorized(self, request: Request) -> bool:
+        raise NotImplementedError
+
+    def _bad_script(self, message: str) -> Response:
+        raise NotImplementedError
 
     # ---- controls (also reachable over HTTP at /_sandbox/...) ----
 
     def describe(self) -> dict[str, Any]:
         """The scripted behaviour in force (what ``GET /_sandbox/script`` shows)."""
-        raise NotImplementedError
+        with self._lock:
+            own = self._describe_own()
+            return {**own, **self._state.faults.describe(), "rate_limit": self.rate_limit}
 
     def clear_scripts(self) -> None:
         with self._lock:
             self._state.scripts.clear()
             self._state.faults.clear()
+
+    def _set_script(self, recipient: str, script: Any | None) -> None:
+        """What happens to what is sent to ``recipient`` from now on (``None``: the usual)."""
+        with self._lock:
+            if script is None:
+                self._state.scripts.pop(recipient, None)
+            else:
+                self._state.scripts[recipient] = script
 
     def fail_after_accept(
         self, count: int, fault: AfterAccept | str = AfterAccept.STALL, status: int = 500
@@ -104,6 +159,65 @@ class FakeProvider(Generic[State]):
             counters: dict[str, int] = asdict(self._state.stats)
             return counters
 
+    def reset(self) -> None:
+        """Forget everything: what was received, scripts, faults, counters."""
+        with self._lock:
+            self._state = self._new_state()
+        self.set_rate_limit(self.rate_limit)
+
+    def apply_script(self, spec: Any) -> None:
+        """Apply a ``POST /_sandbox/script`` body; ValueError/TypeError when it is malformed.
+
+        Every sandbox takes these keys alike (and its own, see its ``_apply_own_script``)::
+
+            {"clear": true,                                   # drop all scripts first
+             "after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},
+             "release_stalled": true, "rate_limit": 10}
+        """
+        if not isinstance(spec, dict):
+            raise ValueError("the script must be a JSON object")
+        if spec.get("clear"):
+            self.clear_scripts()
+        self._apply_own_script(spec)
+        if after := spec.get("after_accept"):
+            if not isinstance(after, dict):
+                raise ValueError('"after_accept" must be {"count", "fault", "status"}')
+            self.fail_after_accept(
+                int(after.get("count", 1)),
+                str(after.get("fault", AfterAccept.STALL)),
+                int(after.get("status", 500)),
+            )
+        if spec.get("release_stalled"):
+            self.release_stalled()
+        if "rate_limit" in spec:
+            rate = spec["rate_limit"]
+            self.set_rate_limit(float(rate) if rate else None)
+
+    # ---- serving ----
+
+    def _gate(self, request: Request, refusals: bool = True) -> Response | None:
+        """Scripted refusals (unless not ``refusals``), then authentication, before anything
+        is read. Counts the request."""
+        with self._lock:
+            self._state.stats.requests += 1
+            failure = self._state.faults.next_refusal() if refusals else None
+            if failure is not None:
+                return self._refusal(failure)
+            if not self._authorized(request):
+                self._state.stats.unauthorized += 1
+                return self._unauthorized()
+        return None
+
+    def _over_rate(self, count: int) -> float:
+        """Seconds until ``count`` more fit the rate limit, counted as a 429; 0 when they
+        fit now (and are taken)."""
+        bucket = self._bucket
+        wait = bucket.try_acquire(count) if bucket is not None and count else 0.0
+        if wait > 0:
+            with self._lock:
+                self._state.stats.too_many_requests += 1
+        return wait
+
     async def lose_or_answer(
         self,
         answer: Response,
@@ -126,8 +240,33 @@ class FakeProvider(Generic[State]):
             return answer
         return await fault.lose(answer, request, self._stalls, server_error)
 
-    def reset(self) -> None:
-        """Forget everything: what was received, scripts, faults, counters."""
-        with self._lock:
-            self._state = self._new_state()
-        self.set_rate_limit(self.rate_limit)
+    def _control_routes(self) -> list[Route]:
+        async def received(request: Request) -> Response:
+            if request.method == "DELETE":
+                self.clear_received()
+                return Response(status_code=204)
+            return JSONResponse({"received": self.received()})
+
+        async def stats(request: Request) -> Response:
+            return JSONResponse(self.stats())
+
+        async def reset(request: Request) -> Response:
+            self.reset()
+            return Response(status_code=204)
+
+        async def script(request: Request) -> Response:
+            """``POST`` a JSON script (:meth:`apply_script`); ``GET`` shows the scripts in
+            force."""
+            if request.method == "POST":
+                try:
+                    self.apply_script(await request.json())
+                except (ValueError, TypeError) as e:
+                    return self._bad_script(str(e))
+            return JSONResponse(self.describe())
+
+        return [
+            Route("/_sandbox/received", received, methods=["GET", "DELETE"]),
+            Route("/_sandbox/stats", stats, methods=["GET"]),
+            Route("/_sandbox/script", script, methods=["GET", "POST"]),
+            Route("/_sandbox/reset", reset, methods=["POST"]),
+        ]

@@ -1,19 +1,16 @@
-"""Run a sandbox over real HTTP: in the foreground (CLI) or in a thread (tests, demo, bench).
-
-The Expo sandbox's entry points live here, and :func:`running_provider`, which serves any
-sandbox of the kit (:mod:`tepat.sandbox.twilio_server` uses it for Twilio).
-"""
+"""Run a sandbox over real HTTP: in the foreground (CLI) or in a thread (tests, demo, bench)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.provider import FakeProvider
-from tepat.sandbox.runner import STARTUP_TIMEOUT, running_app, serve_app
+from tepat.sandbox.runner import running_app, serve_app
+from tepat.sandbox.twilio import TwilioSandbox
 
 Provider = TypeVar("Provider", bound=FakeProvider[Any])
 
@@ -45,14 +42,13 @@ class Running(Generic[Provider]):
 
 
 RunningSandbox = Running[ExpoSandbox]
+RunningTwilioSandbox = Running[TwilioSandbox]
 
 
 @contextmanager
-def running_provider(
-    sandbox: Provider, name: str, host: str = "127.0.0.1", startup_timeout: float = STARTUP_TIMEOUT
-) -> Iterator[Running[Provider]]:
+def running_provider(sandbox: Provider, name: str) -> Iterator[Running[Provider]]:
     """Serve ``sandbox`` over HTTP on a free port, in a daemon thread."""
-    with running_app(sandbox.app, name, host, startup_timeout) as url:
+    with running_app(sandbox.app, name) as url:
         try:
             yield Running(sandbox, url)
         finally:
@@ -60,12 +56,36 @@ def running_provider(
             sandbox.release_stalled()
 
 
-@contextmanager
-def running_sandbox(
-    sandbox: ExpoSandbox | None = None,
-    host: str = "127.0.0.1",
-    startup_timeout: float = STARTUP_TIMEOUT,
-) -> Iterator[RunningSandbox]:
+def running_sandbox(sandbox: ExpoSandbox | None = None) -> AbstractContextManager[RunningSandbox]:
     """Serve ``sandbox`` (a fresh Expo sandbox by default) on a free port, in a thread."""
-    with running_provider(sandbox or ExpoSandbox(), "expo-sandbox", host, startup_timeout) as r:
-        yield r
+    return running_provider(sandbox or ExpoSandbox(), "expo-sandbox")
+
+
+def serve_twilio_sandbox(
+    host: str = "127.0.0.1",
+    port: int = 8002,
+    rate_limit: float | None = None,
+    callback_delay_seconds: float = 1.0,
+) -> None:
+    """Serve a fake Twilio Messages API until interrupted (``tepat sandbox twilio``).
+
+    Point Tepat at it with ``TEPAT_TWILIO_URL=http://HOST:PORT`` and the sandbox's
+    account SID and auth token (printed at start).
+    """
+    sandbox = TwilioSandbox(
+        rate_limit=rate_limit or None, callback_delay_seconds=callback_delay_seconds
+    )
+    print(
+        f"tepat: Twilio sandbox at http://{host}:{port}"
+        f" (TEPAT_TWILIO_ACCOUNT_SID={sandbox.account_sid}"
+        f" TEPAT_TWILIO_AUTH_TOKEN={sandbox.auth_token})",
+        flush=True,
+    )
+    serve_app(sandbox.app, host, port)
+
+
+def running_twilio_sandbox(
+    sandbox: TwilioSandbox | None = None,
+) -> AbstractContextManager[RunningTwilioSandbox]:
+    """Serve ``sandbox`` (a fresh Twilio sandbox by default) on a free port, in a thread."""
+    return running_provider(sandbox or TwilioSandbox(), "twilio-sandbox")

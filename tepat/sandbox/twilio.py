@@ -26,7 +26,7 @@ What it adds for tests: per-number scripts, "the next N requests fail with 429/5
 next N are accepted and then the answer is lost" (stall, drop, 5xx), callbacks delayed on
 the clock, reversed or duplicated, a signed inbound message (``STOP``) posted to a URL, a
 log of every message received and of every callback posted, counters. The same controls
-are methods here and HTTP endpoints under ``/_sandbox/`` (tepat/sandbox/twilio_controls.py).
+are methods here and HTTP endpoints under ``/_sandbox/`` (:meth:`TwilioSandbox.apply_script`).
 """
 
 from __future__ import annotations
@@ -45,18 +45,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-import phonenumbers
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tepat.adapters.twilio_signature import twilio_signature
 from tepat.clock import Clock
+from tepat.domain.contacts import normalise_phone
+from tepat.domain.errors import DomainError
 from tepat.domain.sms import count_segments
-from tepat.sandbox.faults import FaultQueue
-from tepat.sandbox.provider import FakeProvider
-from tepat.sandbox.twilio_controls import control_routes
+from tepat.sandbox.faults import FailNext
+from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
 from tepat.sandbox.twilio_wire import (
     ACCOUNT_PATH,
     API_VERSION,
@@ -68,16 +67,13 @@ from tepat.sandbox.twilio_wire import (
     message_resource,
     read_form,
 )
+from tepat.services.twilio_callbacks import START_WORDS, STOP_WORDS
 
 # Twilio's formats: "AC"/"SM"/"MG" + 32 hex digits; an auth token is 32 hex digits.
 DEFAULT_ACCOUNT_SID = "AC" + "5a" * 16
 DEFAULT_AUTH_TOKEN = "0123456789abcdef" * 2
 # The number a Messaging Service picks when the request names no From.
 SERVICE_FROM = "+15005550006"
-
-# Twilio's default opt-out and opt-in keywords (Advanced Opt-Out off).
-STOP_WORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
-START_WORDS = frozenset({"START", "YES", "UNSTOP"})
 
 
 class CallbackOrder(enum.StrEnum):
@@ -86,21 +82,11 @@ class CallbackOrder(enum.StrEnum):
     DUPLICATED = "duplicated"  # every callback posted twice
 
 
-@dataclass(slots=True)
-class _FailNext:
-    status: int
-    remaining: int
-
-
 def _server_error(status: int) -> Response:
     """Twilio's 20500 with the scripted 5xx status."""
     response = error_response(20500)
     response.status_code = status
     return response
-
-
-def _unauthorized() -> Response:
-    return error_response(20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'})
 
 
 @dataclass(order=True, slots=True)
@@ -112,27 +98,19 @@ class _Callback:
 
 
 @dataclass(slots=True)
-class _Stats:
-    requests: int = 0
+class _Stats(Stats):
     accepted: int = 0
     refused: int = 0
-    unauthorized: int = 0
-    too_many_requests: int = 0
-    server_errors: int = 0
-    answers_lost: int = 0
     callbacks_posted: int = 0
     callbacks_failed: int = 0
     inbound_posted: int = 0
 
 
 @dataclass(slots=True)
-class _State:
-    received: list[dict[str, Any]] = field(default_factory=list)
+class _State(SandboxState):
     callbacks: list[dict[str, Any]] = field(default_factory=list)
     pending: list[_Callback] = field(default_factory=list)
-    scripts: dict[str, NumberScript] = field(default_factory=dict)
     unsubscribed: set[str] = field(default_factory=set)
-    faults: FaultQueue[_FailNext] = field(default_factory=FaultQueue)
     stats: _Stats = field(default_factory=_Stats)
 
 
@@ -155,9 +133,6 @@ class TwilioSandbox(FakeProvider[_State]):
         stall_limit_seconds: float = 60.0,
         callback_timeout_seconds: float = 10.0,
     ) -> None:
-        super().__init__(
-            _State, _State(scripts=dict(scripts or {})), clock, rate_limit, stall_limit_seconds
-        )
         self.account_sid = account_sid
         self.auth_token = auth_token
         self.callback_delay = timedelta(seconds=callback_delay_seconds)
@@ -166,25 +141,20 @@ class TwilioSandbox(FakeProvider[_State]):
         self._seq = itertools.count()
         # The callback poster runs on the serving loop, started by the first request.
         self._poster: asyncio.Task[None] | None = None
-        self._poster_loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self.app = Starlette(
-            routes=[
-                Route(MESSAGES_PATH, self._create_message, methods=["POST"]),
-                Route(ACCOUNT_PATH, self._fetch_account, methods=["GET"]),
-                *control_routes(self),
-            ]
-        )
+        routes = [
+            Route(MESSAGES_PATH, self._create_message, methods=["POST"]),
+            Route(ACCOUNT_PATH, self._fetch_account, methods=["GET"]),
+            Route("/_sandbox/callbacks", self._callbacks_route, methods=["GET"]),
+            Route("/_sandbox/inbound", self._inbound_route, methods=["POST"]),
+        ]
+        super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds, routes)
 
     # ---- controls (also reachable over HTTP at /_sandbox/...) ----
 
     def script_number(self, number: str, script: NumberScript | None) -> None:
         """What happens to messages to ``number`` from now on (``None``: delivered)."""
-        with self._lock:
-            if script is None:
-                self._state.scripts.pop(number, None)
-            else:
-                self._state.scripts[number] = script
+        self._set_script(number, script)
 
     def fail_next(self, count: int, status: int = 429) -> None:
         """Answer the next ``count`` requests with 429 (code 20429) or a 5xx (20500),
@@ -192,7 +162,7 @@ class TwilioSandbox(FakeProvider[_State]):
         if count < 0 or not (status == 429 or 500 <= status <= 599):
             raise ValueError("fail_next needs count >= 0 and status 429 or 5xx")
         with self._lock:
-            self._state.faults.refuse_next(_FailNext(status, count))
+            self._state.faults.refuse_next(FailNext(status, count))
 
     def set_callbacks(
         self, *, delay_seconds: float | None = None, order: CallbackOrder | str | None = None
@@ -221,17 +191,60 @@ class TwilioSandbox(FakeProvider[_State]):
         with self._lock:
             return len(self._state.pending)
 
-    def describe(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "account_sid": self.account_sid,
-                "numbers": {n: asdict(s) for n, s in self._state.scripts.items()},
-                "unsubscribed": sorted(self._state.unsubscribed),
-                **self._state.faults.describe(),
-                "rate_limit": self.rate_limit,
-                "callback_delay_seconds": self.callback_delay.total_seconds(),
-                "callback_order": str(self.callback_order),
-            }
+    def _describe_own(self) -> dict[str, Any]:
+        return {
+            "account_sid": self.account_sid,
+            "numbers": {n: asdict(s) for n, s in self._state.scripts.items()},
+            "unsubscribed": sorted(self._state.unsubscribed),
+            "callback_delay_seconds": self.callback_delay.total_seconds(),
+            "callback_order": str(self.callback_order),
+        }
+
+    def _apply_own_script(self, spec: dict[str, Any]) -> None:
+        """Twilio's keys of a ``POST /_sandbox/script`` body, every one optional::
+
+        {"numbers": {"+14155550100": {"api_error": 21211},
+                     "+14155550101": {"status": "undelivered", "error_code": 30003},
+                     "+14155550102": null},                 # null: delivered again
+         "unsubscribed": ["+14155550103"], "subscribed": ["+14155550103"],
+         "next_429": 2, "next_500": 1,
+         "callback_delay_seconds": 2, "callback_order": "reversed"}
+        """
+        numbers = spec.get("numbers") or {}
+        if not isinstance(numbers, dict):
+            raise ValueError('"numbers" must map numbers to {"api_error", "status", "error_code"}')
+        for number, outcome in numbers.items():
+            if outcome is not None and not isinstance(outcome, dict):
+                raise ValueError(f"script for {number!r} must be an object or null")
+            self.script_number(number, NumberScript(**outcome) if outcome is not None else None)
+        for number in spec.get("unsubscribed") or []:
+            self.unsubscribe(str(number))
+        for number in spec.get("subscribed") or []:
+            self.unsubscribe(str(number), False)
+        for status in (429, 500):
+            if spec.get(f"next_{status}"):
+                self.fail_next(int(spec[f"next_{status}"]), status)
+        delay = spec.get("callback_delay_seconds")
+        self.set_callbacks(
+            delay_seconds=float(delay) if delay is not None else None,
+            order=spec.get("callback_order"),
+        )
+
+    async def _callbacks_route(self, request: Request) -> Response:
+        return JSONResponse({"callbacks": self.callbacks(), "pending": self.pending_callbacks()})
+
+    async def _inbound_route(self, request: Request) -> Response:
+        """``POST {"url": …, "from": "+1…", "body": "STOP", "to"?: …}``: Twilio posts an
+        inbound message (signed) to ``url``; answers with the receiver's HTTP status."""
+        try:
+            spec = await request.json()
+            if not isinstance(spec, dict):
+                raise ValueError("expected a JSON object")
+            url, from_, body = str(spec["url"]), str(spec["from"]), str(spec["body"])
+            to = SERVICE_FROM if spec.get("to") is None else str(spec["to"])
+        except (ValueError, KeyError) as e:
+            return self._bad_script(f"expected {{url, from, body}}: {e}")
+        return JSONResponse({"http_status": await self.inbound(url, from_, body, to)})
 
     async def inbound(self, url: str, from_: str, body: str, to: str = SERVICE_FROM) -> int:
         """Post an inbound message from ``from_`` to ``url`` as Twilio would (signed), and
@@ -243,19 +256,16 @@ class TwilioSandbox(FakeProvider[_State]):
         elif word in START_WORDS:
             self.unsubscribe(from_, False)
         sid = "SM" + uuid.uuid4().hex
-        params = [
-            ("AccountSid", self.account_sid),
-            ("ApiVersion", API_VERSION),
-            ("Body", body),
-            ("From", from_),
-            ("MessageSid", sid),
-            ("NumMedia", "0"),
-            ("NumSegments", str(max(1, count_segments(body).segments))),
-            ("SmsMessageSid", sid),
-            ("SmsSid", sid),
-            ("SmsStatus", "received"),
-            ("To", to),
-        ]
+        params = self._message_params(
+            sid,
+            from_,
+            to,
+            "received",
+            Body=body,
+            NumMedia="0",
+            NumSegments=str(max(1, count_segments(body).segments)),
+            SmsMessageSid=sid,
+        )
         if word in STOP_WORDS or word in START_WORDS:
             params.append(("OptOutType", "STOP" if word in STOP_WORDS else "START"))
         status, _ = await self._post_signed(url, params)
@@ -263,29 +273,37 @@ class TwilioSandbox(FakeProvider[_State]):
             self._state.stats.inbound_posted += 1
         return status
 
+    def _message_params(
+        self, sid: str, from_: str, to: str, status: str, **more: str
+    ) -> list[tuple[str, str]]:
+        """The form Twilio posts about a message (a status callback, an inbound message)."""
+        return [
+            ("AccountSid", self.account_sid),
+            ("ApiVersion", API_VERSION),
+            ("From", from_),
+            ("MessageSid", sid),
+            ("SmsSid", sid),
+            ("SmsStatus", status),
+            ("To", to),
+            *more.items(),
+        ]
+
     # ---- the Messages API ----
 
-    def _gate(self, request: Request) -> Response | None:
-        """Scripted outages, authentication and the rate, before the form is read."""
-        with self._lock:
-            stats = self._state.stats
-            stats.requests += 1
-            failure = self._state.faults.next_refusal()
-            if failure is not None:
-                if failure.status == 429:
-                    stats.too_many_requests += 1
-                    return error_response(20429)
-                stats.server_errors += 1
-                return _server_error(failure.status)
-            if not self._authorized(request):
-                stats.unauthorized += 1
-                return _unauthorized()
-        bucket = self._bucket
-        if bucket is not None and bucket.try_acquire(1) > 0:
-            with self._lock:
-                self._state.stats.too_many_requests += 1
+    def _refusal(self, failure: FailNext) -> Response:
+        if failure.status == 429:
+            self._state.stats.too_many_requests += 1
             return error_response(20429)
-        return None
+        self._state.stats.server_errors += 1
+        return _server_error(failure.status)
+
+    def _unauthorized(self) -> Response:
+        return error_response(20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'})
+
+    def _bad_script(self, message: str) -> Response:
+        return JSONResponse(
+            {"code": 20001, "message": message, "more_info": "", "status": 400}, status_code=400
+        )
 
     def _authorized(self, request: Request) -> bool:
         scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
@@ -303,12 +321,9 @@ class TwilioSandbox(FakeProvider[_State]):
 
     async def _fetch_account(self, request: Request) -> Response:
         """``GET /2010-04-01/Accounts/{sid}.json``: what ``tepat doctor`` asks to check
-        the credentials; no message is sent."""
-        with self._lock:
-            self._state.stats.requests += 1
-            if not self._authorized(request):
-                self._state.stats.unauthorized += 1
-                return _unauthorized()
+        the credentials; no message is sent, and no scripted refusal is used up."""
+        if (refused := self._gate(request, refusals=False)) is not None:
+            return refused
         return JSONResponse(account_resource(self.account_sid, self.clock.now()))
 
     def _refuse(self, code: int, to: str = "", from_: str = "") -> Response:
@@ -319,6 +334,8 @@ class TwilioSandbox(FakeProvider[_State]):
     async def _create_message(self, request: Request) -> Response:
         if (refused := self._gate(request)) is not None:
             return refused
+        if self._over_rate(1):
+            return error_response(20429)
         form = dict(await read_form(request))
         to = form.get("To", "").strip()
         from_ = form.get("From", "").strip() or None
@@ -344,87 +361,48 @@ class TwilioSandbox(FakeProvider[_State]):
             return self._refuse(script.api_error, to=to)
         if unsubscribed:
             return self._refuse(21610)
-        resource = self._accept(to, from_, service, body, callback, script)
-        answer = JSONResponse(resource, status_code=201)
+        now = self.clock.now()
+        segments = count_segments(body)
+        message = {
+            "sid": "SM" + uuid.uuid4().hex,
+            "to": to,
+            "from": from_,
+            "messaging_service_sid": service,
+            "body": body,
+            "status_callback": callback,
+            "num_segments": segments.segments,
+            "encoding": str(segments.encoding),
+            "date_created": now.isoformat(),
+            "final_status": script.status,
+            "error_code": script.error_code,
+        }
+        self._accept(message, now)
+        answer = JSONResponse(message_resource(self.account_sid, message, now), status_code=201)
         return await self.lose_or_answer(answer, request, _server_error)
 
-    def _accept(
-        self,
-        to: str,
-        from_: str | None,
-        service: str | None,
-        body: str,
-        callback: str | None,
-        script: NumberScript,
-    ) -> dict[str, Any]:
-        now = self.clock.now()
-        sid = "SM" + uuid.uuid4().hex
-        segments = count_segments(body)
-        resource = message_resource(
-            account_sid=self.account_sid,
-            sid=sid,
-            to=to,
-            from_=from_,
-            messaging_service_sid=service,
-            body=body,
-            num_segments=segments.segments,
-            status="accepted" if service else "queued",
-            created=now,
-        )
+    def _accept(self, message: dict[str, Any], now: datetime) -> None:
+        """Take ``message`` (its entry in :meth:`received`) and queue its callbacks."""
+        callback = message["status_callback"]
         with self._lock:
             self._state.stats.accepted += 1
-            self._state.received.append(
-                {
-                    "sid": sid,
-                    "to": to,
-                    "from": from_,
-                    "messaging_service_sid": service,
-                    "body": body,
-                    "status_callback": callback,
-                    "num_segments": segments.segments,
-                    "encoding": str(segments.encoding),
-                    "date_created": now.isoformat(),
-                    "final_status": script.status,
-                    "error_code": script.error_code,
-                }
-            )
+            self._state.received.append(message)
             if callback:
-                self._schedule(callback, sid, to, from_ or SERVICE_FROM, service, script, now)
+                self._schedule(message, callback, now)
         if callback:
             self._ensure_poster()
-        return resource
 
-    def _schedule(
-        self,
-        url: str,
-        sid: str,
-        to: str,
-        from_: str,
-        service: str | None,
-        script: NumberScript,
-        now: datetime,
-    ) -> None:
-        """Queue this message's callbacks (the caller holds the lock)."""
-        if script.status == "failed":
-            statuses = ["queued", "failed"]
-        else:
-            statuses = ["queued", "sent", script.status]
+    def _schedule(self, message: dict[str, Any], url: str, now: datetime) -> None:
+        """Queue ``message``'s callbacks (the caller holds the lock)."""
+        final, error_code = message["final_status"], message["error_code"]
+        statuses = ["queued", "failed"] if final == "failed" else ["queued", "sent", final]
+        sid, to, from_ = message["sid"], message["to"], message["from"] or SERVICE_FROM
         steps = []
         for status in statuses:
-            params = [
-                ("AccountSid", self.account_sid),
-                ("ApiVersion", API_VERSION),
-                ("From", from_),
-                ("MessageSid", sid),
-                ("MessageStatus", status),
-                ("SmsSid", sid),
-                ("SmsStatus", status),
-                ("To", to),
-            ]
-            if service:
-                params.append(("MessagingServiceSid", service))
-            if status in ("undelivered", "failed") and script.error_code is not None:
-                params.append(("ErrorCode", str(script.error_code)))
+            params = self._message_params(sid, from_, to, status, MessageStatus=status)
+            if message["messaging_service_sid"]:
+                params.append(("MessagingServiceSid", message["messaging_service_sid"]))
+            if status in ("undelivered", "failed") and error_code is not None:
+                params.append(("ErrorCode", str(error_code)))
             steps.append(params)
         if self.callback_order is CallbackOrder.REVERSED:
             steps.reverse()
@@ -437,9 +415,8 @@ class TwilioSandbox(FakeProvider[_State]):
 
     def _ensure_poster(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._poster is None or self._poster.done() or self._poster_loop is not loop:
+        if self._poster is None or self._poster.done() or self._poster.get_loop() is not loop:
             self._wake = asyncio.Event()
-            self._poster_loop = loop
             self._poster = loop.create_task(self._post_callbacks(), name="twilio-callbacks")
         elif self._wake is not None:
             self._wake.set()
@@ -483,15 +460,10 @@ class TwilioSandbox(FakeProvider[_State]):
 
 
 def _valid_e164(number: str) -> bool:
-    if not number.startswith("+"):
-        return False
     try:
-        parsed = phonenumbers.parse(number, None)
-    except phonenumbers.NumberParseException:
+        return number.startswith("+") and normalise_phone(number, "To") == number
+    except DomainError:
         return False
-    return phonenumbers.is_valid_number(parsed) and (
-        phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164) == number
-    )
 
 
 def _valid_sender(sender: str) -> bool:

@@ -9,6 +9,7 @@ Service), ``num_segments`` as a string, dates in RFC 2822.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import format_datetime
@@ -72,60 +73,45 @@ class NumberScript:
             raise ValueError(f"error_code must be one of {sorted(DELIVERY_ERRORS)}")
 
 
-def error_body(code: int, to: str = "", from_: str = "") -> dict[str, Any]:
+def error_response(
+    code: int, headers: dict[str, str] | None = None, to: str = "", from_: str = ""
+) -> JSONResponse:
     status, template = ERRORS[code]
-    return {
+    body = {
         "code": code,
         "message": template.format(to=to, from_=from_),
         "more_info": f"https://www.twilio.com/docs/errors/{code}",
         "status": status,
     }
-
-
-def error_response(
-    code: int, headers: dict[str, str] | None = None, to: str = "", from_: str = ""
-) -> JSONResponse:
-    body = error_body(code, to, from_)
-    return JSONResponse(body, status_code=body["status"], headers=headers)
-
-
-def rfc2822(when: datetime) -> str:
-    return format_datetime(when)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def message_resource(
-    *,
-    account_sid: str,
-    sid: str,
-    to: str,
-    from_: str | None,
-    messaging_service_sid: str | None,
-    body: str,
-    num_segments: int,
-    status: str,
-    created: datetime,
+    account_sid: str, message: Mapping[str, Any], created: datetime
 ) -> dict[str, Any]:
+    """The Message resource of a message the sandbox took (its entry in ``received``)."""
+    sid, service = message["sid"], message["messaging_service_sid"]
     uri = f"/{API_VERSION}/Accounts/{account_sid}/Messages/{sid}"
     return {
         "account_sid": account_sid,
         "api_version": API_VERSION,
-        "body": body,
-        "date_created": rfc2822(created),
+        "body": message["body"],
+        "date_created": format_datetime(created),
         "date_sent": None,
-        "date_updated": rfc2822(created),
+        "date_updated": format_datetime(created),
         "direction": "outbound-api",
         "error_code": None,
         "error_message": None,
-        "from": from_,
-        "messaging_service_sid": messaging_service_sid,
+        "from": message["from"],
+        "messaging_service_sid": service,
         "num_media": "0",
-        "num_segments": str(num_segments),
+        "num_segments": str(message["num_segments"]),
         "price": None,
         "price_unit": "USD",
         "sid": sid,
-        "status": status,
+        "status": "accepted" if service else "queued",
         "subresource_uris": {"media": f"{uri}/Media.json"},
-        "to": to,
+        "to": message["to"],
         "uri": f"{uri}.json",
     }
 
@@ -141,8 +127,8 @@ def account_resource(account_sid: str, created: datetime) -> dict[str, Any]:
     uri = f"/{API_VERSION}/Accounts/{account_sid}.json"
     return {
         "auth_token": None,  # never shown here (Twilio shows it only to the account)
-        "date_created": rfc2822(created),
-        "date_updated": rfc2822(created),
+        "date_created": format_datetime(created),
+        "date_updated": format_datetime(created),
         "friendly_name": "Tepat sandbox",
         "owner_account_sid": account_sid,
         "sid": account_sid,

@@ -32,12 +32,12 @@ from tepat.domain.models import Message, User
 from tepat.domain.webhooks import EVENT_TYPES, Delivery, parse_target_policy
 from tepat.ports.channel import Accepted, Channel, Delivered, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
+from tepat.sandbox.server import running_twilio_sandbox
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
     TwilioSandbox,
 )
-from tepat.sandbox.twilio_server import running_twilio_sandbox
 from tepat.sandbox.twilio_wire import NumberScript
 from tepat.services.inbox import InboxService
 from tepat.services.sending.inbox_channel import InboxChannel

@@ -36,8 +36,8 @@ from api.app import create_app
 from tepat.clock import FakeClock
 from tepat.domain.models import Message, MessageStatus
 from tepat.runtime import Runtime
+from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
-from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.services.events import EventService
 from tests.api.conftest import ADMIN, ADMIN_KEY, START, STORES, problem, runtime_on
 from tests.api.helpers import create_user, drain_due, ok

@@ -22,12 +22,12 @@ from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.runtime import Runtime, open_runtime
 from tepat.sandbox.runner import base_url, bind_free_port, serving_app
+from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
     TwilioSandbox,
 )
-from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.sandbox.twilio_wire import NumberScript
 from tests.support.waiting import eventually
 

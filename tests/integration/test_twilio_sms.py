@@ -25,13 +25,13 @@ from tepat.domain.models import Message
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.faults import AfterAccept
+from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
     CallbackOrder,
     TwilioSandbox,
 )
-from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.sandbox.twilio_wire import NumberScript
 from tepat.wiring import build_sms_channel
 from tests.support.form_receiver import FormReceiver, Post, running_receiver

@@ -11,8 +11,8 @@ from pydantic import SecretStr
 
 from tepat.config import Settings
 from tepat.doctor import Status, twilio_check
+from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN
-from tepat.sandbox.twilio_server import RunningTwilioSandbox, running_twilio_sandbox
 
 
 @pytest.fixture

@@ -18,8 +18,7 @@ One module per part, each documenting how its part maps onto ActiveMQ:
 
 from tepat.adapters.stomp.broker import StompBroker
 from tepat.adapters.stomp.errors import BrokerRefused
-from tepat.adapters.stomp.tls import TlsFiles
-from tepat.adapters.stomp.url import parse_stomp_url
+from tepat.adapters.stomp.url import TlsFiles, parse_stomp_url
 
 # What callers outside the package use; the rest is imported from its module.
 __all__ = ["BrokerRefused", "StompBroker", "TlsFiles", "parse_stomp_url"]

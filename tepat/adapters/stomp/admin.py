@@ -36,7 +36,7 @@ from tepat.adapters.stomp.frames import (
     parse_map,
 )
 from tepat.adapters.stomp.link import Link
-from tepat.adapters.stomp.url import StompTarget, check_name, selector_literal
+from tepat.adapters.stomp.url import check_name, selector_literal
 from tepat.ports.broker import BrokerClosed, DeadLetter, QueueStats
 
 _STATS_PREFIX = "/queue/ActiveMQ.Statistics.Destination."
@@ -47,14 +47,8 @@ _SCHEDULER = "/topic/ActiveMQ.Scheduler.Management"
 _BROKER_PLUGIN_ATTEMPTS = 4
 
 
-class BrokerSettings(Protocol):
-    """What the admin (and each consumer) reads of its STOMP broker adapter."""
-
-    @property
-    def target(self) -> StompTarget: ...
-
-    @property
-    def heartbeat_ms(self) -> int: ...
+class LinkSource(Protocol):
+    """What the admin (and each consumer) uses of its STOMP broker adapter."""
 
     @property
     def request_timeout(self) -> float: ...
@@ -62,11 +56,18 @@ class BrokerSettings(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    async def open_link(
+        self,
+        name: str,
+        on_frame: Callable[[Link, Any], None] | None = None,
+        on_lost: Callable[[Link], None] | None = None,
+    ) -> Link: ...
+
 
 class StompAdmin:
     """The operations of one :class:`StompBroker`, on connections of their own."""
 
-    def __init__(self, broker: BrokerSettings) -> None:
+    def __init__(self, broker: LinkSource) -> None:
         self.broker = broker
 
     @property
@@ -75,17 +76,9 @@ class StompAdmin:
 
     @asynccontextmanager
     async def _connection(self, on_frame: Callable[[Any], None]) -> AsyncIterator[Link]:
-        broker = self.broker
-        if broker.closed:
+        if self.broker.closed:
             raise BrokerClosed("the STOMP broker adapter is closed")
-        link = Link(
-            broker.target,
-            "admin",
-            heartbeat_ms=broker.heartbeat_ms,
-            timeout=self.request_timeout,
-            on_frame=lambda _link, frame: on_frame(frame),
-        )
-        await link.open()
+        link = await self.broker.open_link("admin", lambda _link, frame: on_frame(frame))
         try:
             yield link
         finally:

@@ -1,7 +1,5 @@
-"""The ActiveMQ adapter itself: lifecycle, publishing, consuming, ack and nack.
-
-The parts live next door: the connection (:mod:`.link`), a ``consume()``
-context (:mod:`.consumer`), the operations (:mod:`.admin`).
+"""The ActiveMQ adapter itself (its parts: the package's docstring): lifecycle, publishing,
+consuming, ack and nack.
 
 * ``publish``: a persistent ``SEND`` to ``/queue/<name>`` with
   ``AMQ_SCHEDULED_DELAY`` in milliseconds, awaited until the broker's
@@ -47,8 +45,9 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import structlog
 
@@ -68,8 +67,7 @@ from tepat.adapters.stomp.frames import (
     int_header,
 )
 from tepat.adapters.stomp.link import Link
-from tepat.adapters.stomp.tls import TlsFiles
-from tepat.adapters.stomp.url import check_name, parse_stomp_url
+from tepat.adapters.stomp.url import TlsFiles, check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
 from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
 
@@ -190,12 +188,26 @@ class StompBroker:
             old, self._publisher = self._publisher, None
             if old is not None:
                 await old.close()
-            link = Link(
-                self.target, "publish", heartbeat_ms=self.heartbeat_ms, timeout=self.request_timeout
-            )
-            await link.open()
-            self._publisher = link
-            return link
+            self._publisher = await self.open_link("publish")
+            return self._publisher
+
+    async def open_link(
+        self,
+        name: str,
+        on_frame: Callable[[Link, Any], None] | None = None,
+        on_lost: Callable[[Link], None] | None = None,
+    ) -> Link:
+        """A new connection to the broker, for publishing, a consumer or the admin."""
+        link = Link(
+            self.target,
+            name,
+            heartbeat_ms=self.heartbeat_ms,
+            timeout=self.request_timeout,
+            on_frame=on_frame,
+            on_lost=on_lost,
+        )
+        await link.open()
+        return link
 
     # -- consuming ---------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from tepat.adapters.stomp.admin import BrokerSettings
+from tepat.adapters.stomp.admin import LinkSource
 from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import H_NACKS, int_header
 from tepat.adapters.stomp.link import Link
@@ -38,7 +38,7 @@ from tepat.ports.broker import Delivery
 log = structlog.get_logger("tepat.broker.stomp")
 
 
-class ConsumerBroker(BrokerSettings, Protocol):
+class ConsumerBroker(LinkSource, Protocol):
     """What a consumer uses of its :class:`~tepat.adapters.stomp.broker.StompBroker`."""
 
     @property
@@ -79,17 +79,7 @@ class Consumer:
         has the subscription, and those frames may reach the loop before the
         SUBSCRIBE receipt does: they must already count as this consumer's.
         """
-        broker = self.broker
-        link = Link(
-            broker.target,
-            "consume",
-            heartbeat_ms=broker.heartbeat_ms,
-            timeout=broker.request_timeout,
-            on_frame=self._on_frame,
-            on_lost=self._on_lost,
-        )
-        await link.open()
-        self.link = link
+        self.link = link = await self.broker.open_link("consume", self._on_frame, self._on_lost)
         try:
             await link.request(
                 "subscribe",

@@ -176,16 +176,11 @@ class Link:
 
     async def request(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send one frame from the worker thread and wait for the broker's RECEIPT."""
-        if not self.connected:
-            raise BrokerUnavailable(f"stomp connection {self.name} is down")
         receipt = uuid.uuid4().hex
         fut: asyncio.Future[None] = self._loop.create_future()
         self._receipts[receipt] = fut
         try:
-            try:
-                await self._run(getattr(self.conn, method), *args, receipt=receipt, **kwargs)
-            except (StompException, OSError) as e:
-                raise BrokerUnavailable(f"{method} failed on {self.name}: {e}") from e
+            await self.send_frame(method, *args, receipt=receipt, **kwargs)
             try:
                 await asyncio.wait_for(fut, self.timeout)
             except TimeoutError:
@@ -194,7 +189,7 @@ class Link:
             self._receipts.pop(receipt, None)
 
     async def send_frame(self, method: str, *args: Any, **kwargs: Any) -> None:
-        """Send one frame from the worker thread without waiting for a receipt."""
+        """Send one frame from the worker thread (without waiting for a receipt)."""
         if not self.connected:
             raise BrokerUnavailable(f"stomp connection {self.name} is down")
         try:

@@ -27,10 +27,12 @@ import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from stomp import exception as stomp_exception
 from stomp.transport import Transport
+
+from tepat.adapters.stomp.url import StompTarget, TlsFiles
 
 # what a failure says to change: the URL (host, port, credentials), the CA file,
 # or the client certificate
@@ -42,39 +44,6 @@ _TLS_ALERT = b"\x15"
 # in the TLS alerts a broker sends when it wants a (different) client certificate
 # (alerts from the server about certificates are about the client's)
 _CLIENT_CERT_ALERTS = ("CERTIFICATE", "UNKNOWN_CA", "HANDSHAKE_FAILURE")
-
-
-class Target(Protocol):
-    """What a diagnosis connects to (url.StompTarget, which holds :class:`TlsFiles`)."""
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
-
-    @property
-    def user(self) -> str | None: ...
-
-    @property
-    def password(self) -> str | None: ...
-
-    @property
-    def tls(self) -> TlsFiles | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class TlsFiles:
-    """PEM files for ``stomp+ssl://``; every one optional."""
-
-    ca_file: str | None = None  # the CAs to trust instead of the system's
-    cert_file: str | None = None  # client certificate (with its key, unless key_file)
-    key_file: str | None = None  # unencrypted client key
-
-    def trust(self) -> str:
-        if self.ca_file:
-            return f"trusting the CAs in {self.ca_file}"
-        return "trusting the system CAs" if default_ca_file() is None else "trusting certifi's CAs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +151,7 @@ def check_client_files(cert_file: str, key_file: str | None) -> None:
 # -- why a connect failed ------------------------------------------------------
 
 
-def diagnose(target: Target, timeout: float, *, timed_out: bool = False) -> Diagnosis | None:
+def diagnose(target: StompTarget, timeout: float, *, timed_out: bool = False) -> Diagnosis | None:
     """Connect alone (TCP, TLS, STOMP CONNECT) and say what fails; None if it all works.
 
     ``timed_out``: the connect got no answer. Over TLS that is what a plain STOMP
@@ -215,7 +184,7 @@ def diagnose(target: Target, timeout: float, *, timed_out: bool = False) -> Diag
                 )
                 return Diagnosis(
                     f"TLS to {where}: certificate verify failed: {e.verify_message.rstrip('.')}"
-                    f" ({target.tls.trust()}){hint}",
+                    f" ({_trust(target.tls)}){hint}",
                     culprit,
                 )
             except ssl.SSLError as e:
@@ -225,7 +194,13 @@ def diagnose(target: Target, timeout: float, *, timed_out: bool = False) -> Diag
         return _stomp_connect(stream, target, where)
 
 
-def _speaks_plain_stomp(target: Target, timeout: float) -> bool:
+def _trust(files: TlsFiles) -> str:
+    if files.ca_file:
+        return f"trusting the CAs in {files.ca_file}"
+    return "trusting the system CAs" if default_ca_file() is None else "trusting certifi's CAs"
+
+
+def _speaks_plain_stomp(target: StompTarget, timeout: float) -> bool:
     try:
         with socket.create_connection((target.host, target.port), timeout) as sock:
             sock.sendall(f"CONNECT\naccept-version:1.2\nhost:{target.host}\n\n\0".encode())
@@ -248,7 +223,7 @@ def _tls_error(where: str, e: ssl.SSLError) -> Diagnosis:
     return Diagnosis(f"TLS to {where}: {reason}", "url")
 
 
-def _stomp_connect(stream: socket.socket, target: Target, where: str) -> Diagnosis | None:
+def _stomp_connect(stream: socket.socket, target: StompTarget, where: str) -> Diagnosis | None:
     lines = ["CONNECT", "accept-version:1.2", f"host:{target.host}"]
     if target.user is not None:  # CONNECT headers are not escaped (STOMP 1.2)
         lines += [f"login:{target.user}", f"passcode:{target.password or ''}"]

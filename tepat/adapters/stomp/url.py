@@ -5,13 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from tepat.adapters.stomp.tls import TlsFiles
-
 # characters that would turn a name into a composite destination, a wildcard or
 # a broken selector
 _FORBIDDEN_IN_NAMES = frozenset(",/*> \t\r\n'\"")
 # the scheme and default port of each transport (ActiveMQ's and Amazon MQ's)
 DEFAULT_PORTS = {"stomp": 61613, "stomp+ssl": 61614}
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for ``stomp+ssl://`` (:mod:`.tls`); every one optional."""
+
+    ca_file: str | None = None  # the CAs to trust instead of the system's
+    cert_file: str | None = None  # client certificate (with its key, unless key_file)
+    key_file: str | None = None  # unencrypted client key
 
 
 @dataclass(frozen=True, slots=True)
