@@ -21,8 +21,8 @@ from tepat.domain.models import Message, MessageStatus, User
 from tepat.ports.channel import Accepted, Outgoing, Withheld
 from tepat.ports.push import PushRequest, SendResult, TicketOk, Tickets
 from tepat.runtime import open_runtime
+from tepat.sandbox.server import running_twilio_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
-from tepat.sandbox.twilio_server import running_twilio_sandbox
 from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed, may_still_send
 from tepat.services.sending.push_batcher import PushBatcher
 from tests.api.conftest import START, make_settings
