@@ -3,8 +3,11 @@
 The whole service runs in-process (``live.py``) on a fake clock; the browser logs
 in with the admin key, watches a planned message appear in ``scheduled`` and get
 sent, sees a failure by provider code and a deactivated device, replays a dead
-letter by clicking, and watches it leave the list. Every wait is on what the
-page shows (Playwright's ``expect``), never a sleep.
+letter by clicking, and watches it leave the list. Then the episodes an operator
+must see while they last, each on the page and in ``/metrics``: an Expo 429 and a
+crashed consumer; an SMS (Twilio 20429) and an e-mail (SMTP 421 4.7.0) throttling
+episode; the SQLite file held locked by another connection. Every wait is on what
+the page shows (Playwright's ``expect``) or on what ``/metrics`` says, never a sleep.
 
 Chromium: ``/usr/bin/chromium`` (``scripts/test.sh`` installs it), or the path
 in ``TEPAT_TEST_CHROMIUM``. Without it the test is skipped, except in CI
@@ -257,6 +260,7 @@ def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
         held = notify(api, "alice", "held", "custom", None)
         live.advance(30)
         expect(page.locator("#oldest-due")).to_have_text("30.0 s")
+        wait_for_metric(live, "tepat_oldest_due_unsent_seconds", {}, lambda age: age == 30)
         page.select_option("#find-by", "id")
         page.fill("#find-value", held)
         page.click("#find button")
@@ -267,6 +271,8 @@ def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
         expect(page.locator("#live-consumers")).to_have_text("1")
         expect(page.locator("#oldest-due")).to_have_text("none")
         expect(push.locator("td.sent")).to_have_text("2")
+        live.advance(live.rt.settings.metrics_refresh_seconds)  # the gauges' next read
+        wait_for_metric(live, "tepat_oldest_due_unsent_seconds", {}, lambda age: age == 0)
         page.select_option("#find-by", "user")
         page.fill("#find-value", "alice")
         page.click("#find button")
