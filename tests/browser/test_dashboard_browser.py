@@ -382,17 +382,9 @@ def send_now(live: Live, channel: str, key: str) -> str:
     """A message to alice on ``channel``, due now, put in the store and on its queue as
     an event's message is (the API's one-off notifications are push only)."""
     now = live.run(live.clock.now)
+    at = {"scheduled_at": now, "nominal_at": now, "due_at": now}
     message = make_message(
-        f"browser|{key}",
-        user_id="alice",
-        category="custom",
-        label="invoice.overdue",
-        title="Invoice 8841 is overdue",
-        body="Please pay invoice 8841.",
-        channel=channel,
-        scheduled_at=now,
-        nominal_at=now,
-        due_at=now,
+        f"browser|{key}", user_id="alice", category="custom", channel=channel, **at
     )
     message = dataclasses.replace(message, slot_key=slot_key_for(message))
 
