@@ -220,12 +220,13 @@ def test_dashboard_in_chromium(live: Live, api: httpx.Client, tmp_path: Path) ->
 NOT_ZERO = re.compile(r"^(?!0$)\d")  # a chart's highest point above zero
 
 
-def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
+def test_an_expo_throttling_episode_and_a_consumer_crash_show_while_they_happen(
     live: Live, api: httpx.Client
 ) -> None:
     """Expo answers 429: the push row's 429s and its chart move, the retry is sent; then
-    the consumer crashes: live consumers drop to 0 and the oldest due message ages, found by
-    id as pending; the consumer starts again and sends it."""
+    the consumer crashes mid-send: live consumers drop to 0 and the message it had in
+    hand ages, found by id as sending; the consumer starts again and, past the message's
+    lease, sends it again."""
     executable = chromium()
     from playwright.sync_api import expect
 
@@ -253,11 +254,15 @@ def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
         expect(chart).to_have_attribute("data-sends", NOT_ZERO)
         assert [n["to"] for n in live.sandbox.received()] == [ALICE]
 
-        # The consumer crashes (its loops cancelled where they stand, nothing drained):
-        # nobody beats, and what falls due waits, older every second.
+        # The consumer crashes mid-send (its loops cancelled where they stand, nothing
+        # drained): Expo has the request, its answer never comes back. Nobody beats, and
+        # the message stays `sending`, older every second.
+        live.run(lambda: live.sandbox.fail_after_accept(1, "stall"))
+        held = notify(api, "alice", "held", "custom", None)
+        wait_for(live, lambda: live.sandbox.stalled() == 1, "the request in Expo's hands")
+        expect(push.locator("td.sending")).to_have_text("1")
         live.crash_consumer()
         expect(page.locator("#live-consumers")).to_have_text("0")
-        held = notify(api, "alice", "held", "custom", None)
         live.advance(30)
         expect(page.locator("#oldest-due")).to_have_text("30.0 s")
         wait_for_metric(live, "tepat_oldest_due_unsent_seconds", {}, lambda age: age == 30)
@@ -265,12 +270,21 @@ def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
         page.fill("#find-value", held)
         page.click("#find button")
         found = page.locator(f'#found tr[data-id="{held}"]')
-        expect(found.locator("td.status")).to_have_text("pending")
+        expect(found.locator("td.status")).to_have_text("sending")
 
+        # Started again, the consumer leaves it alone (it may be another's, in hand) until
+        # its lease runs out; then the sweeper re-drives it, a possible duplicate.
+        redriven = {"cause": "lease_expired"}
+        redriven_before = scraped(live, "tepat_sending_redriven_total", redriven)
+        live.run(live.sandbox.release_stalled)
         live.start_consumer()
         expect(page.locator("#live-consumers")).to_have_text("1")
+        expect(push.locator("td.sending")).to_have_text("1")
+        live.advance(live.rt.settings.sending_lease_seconds)
         expect(page.locator("#oldest-due")).to_have_text("none")
         expect(push.locator("td.sent")).to_have_text("2")
+        assert [n["to"] for n in live.sandbox.received()] == [ALICE] * 3  # held went twice
+        assert scraped(live, "tepat_sending_redriven_total", redriven) == redriven_before + 1
         live.advance(live.rt.settings.metrics_refresh_seconds)  # the gauges' next read
         wait_for_metric(live, "tepat_oldest_due_unsent_seconds", {}, lambda age: age == 0)
         page.select_option("#find-by", "user")
