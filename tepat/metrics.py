@@ -329,7 +329,7 @@ class GaugeSource(Protocol):
 async def refresh_gauges(rt: GaugeSource) -> None:
     """Read message counts and queue depths once into the gauges; a failing source
     keeps its last values."""
-    await probe_store(rt.store, rt.clock.now())
+    await probe_store(rt.store, rt.clock.now(), "gauges")
     await _refresh_store(rt)
     await _refresh_broker(rt)
 
@@ -399,19 +399,23 @@ def metrics_app() -> Starlette:
 
 # --- the store's health: a probe write, by the gauge refresher and the dashboard ---
 # (issue 20: a store that is locked or down shows while it lasts, not only once a
-# write has waited out its timeout and failed somewhere)
+# write has waited out its timeout and failed somewhere). Labelled by who probes, so a
+# process that never probes (`tepat consumers`, an unwatched `tepat api`) exports no
+# sample rather than a 0 that would read as "down".
 
 STORE_UP = Gauge(
     "tepat_store_up",
     "1 when this process's last probe write reached the store within"
     " STORE_PROBE_TIMEOUT_SECONDS, 0 when it failed or did not finish (locked, down, too"
-    " slow); probed on every gauge refresh and dashboard refresh",
+    " slow), by probe: gauges (each gauge refresh) or dashboard (each dashboard refresh)",
+    ["probe"],
     registry=REGISTRY,
 )
 STORE_PROBE_SECONDS = Gauge(
     "tepat_store_probe_seconds",
     "How long this process's last probe write to the store took, in real seconds (the"
-    " timeout when it did not finish)",
+    " timeout when it did not finish), by probe",
+    ["probe"],
     registry=REGISTRY,
 )
 # Far above a healthy write (milliseconds), far below the 30 s a write waits for a lock
@@ -424,7 +428,9 @@ class _TakesWrites(Protocol):
     async def set_meta(self, key: str, value: str) -> None: ...
 
 
-async def probe_store(store: _TakesWrites, now: datetime) -> tuple[float, str | None]:
+async def probe_store(
+    store: _TakesWrites, now: datetime, probe: Literal["gauges", "dashboard"]
+) -> tuple[float, str | None]:
     """Write one small record (the meta ``store_probe``) and record how it went in
     :data:`STORE_UP` and :data:`STORE_PROBE_SECONDS`. Returns how long it took, and
     why the store is unavailable (None when the write went through in time)."""
@@ -440,6 +446,6 @@ async def probe_store(store: _TakesWrites, now: datetime) -> tuple[float, str | 
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
     seconds = loop.time() - started
-    STORE_UP.set(0 if error else 1)
-    STORE_PROBE_SECONDS.set(seconds)
+    STORE_UP.labels(probe=probe).set(0 if error else 1)
+    STORE_PROBE_SECONDS.labels(probe=probe).set(seconds)
     return seconds, error

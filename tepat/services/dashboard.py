@@ -289,7 +289,7 @@ class Dashboard:
         except Exception as e:  # the store's figures are worth showing on their own
             log.warning("dashboard could not read the broker", error=str(e))
             problems.append(f"broker: {type(e).__name__}: {e}")
-        probe_seconds, store_error = await metrics.probe_store(self.store, now)
+        probe_seconds, store_error = await metrics.probe_store(self.store, now, "dashboard")
         store = StoreHealth(store_error is None, probe_seconds, store_error)
         try:
             figures = await asyncio.wait_for(self._read_store(now), STORE_READ_TIMEOUT_SECONDS)

@@ -322,7 +322,7 @@ async def test_a_store_that_fails_leaves_the_page_up_saying_so_with_the_last_fig
         False,
         "ConnectionError: the store is gone",
     )
-    assert metrics.REGISTRY.get_sample_value("tepat_store_up") == 0
+    assert metrics.REGISTRY.get_sample_value("tepat_store_up", {"probe": "dashboard"}) == 0
     assert during["channels"] == before["channels"]  # the last figures read
     assert during["problems"] == [
         "store: cannot be read (ConnectionError: the store is gone); older figures",
@@ -333,7 +333,7 @@ async def test_a_store_that_fails_leaves_the_page_up_saying_so_with_the_last_fig
     app.state.dashboard.invalidate()
     after = await data(client, headers=ADMIN)
     assert (after["store"]["up"], after["problems"]) == (True, [])
-    assert metrics.REGISTRY.get_sample_value("tepat_store_up") == 1
+    assert metrics.REGISTRY.get_sample_value("tepat_store_up", {"probe": "dashboard"}) == 1
 
 
 async def test_find_a_message_by_id_or_by_user(client: httpx.AsyncClient, rt: Runtime) -> None:
