@@ -293,6 +293,8 @@ def exposition() -> bytes:
 class _CountsMessages(Protocol):
     async def count_messages(self) -> Counts: ...
 
+    async def set_meta(self, key: str, value: str) -> None: ...
+
     async def oldest_due_unsent(self, now: datetime) -> datetime | None: ...
 
 
@@ -327,6 +329,7 @@ class GaugeSource(Protocol):
 async def refresh_gauges(rt: GaugeSource) -> None:
     """Read message counts and queue depths once into the gauges; a failing source
     keeps its last values."""
+    await probe_store(rt.store, rt.clock.now(), "gauges")
     await _refresh_store(rt)
     await _refresh_broker(rt)
 
@@ -392,3 +395,57 @@ def metrics_app() -> Starlette:
         return PlainTextResponse("ok")
 
     return Starlette(routes=[Route("/metrics", scrape), Route("/healthz", healthz)])
+
+
+# --- the store's health: a probe write, by the gauge refresher and the dashboard ---
+# (issue 20: a store that is locked or down shows while it lasts, not only once a
+# write has waited out its timeout and failed somewhere). Labelled by who probes, so a
+# process that never probes (`tepat consumers`, an unwatched `tepat api`) exports no
+# sample rather than a 0 that would read as "down".
+
+STORE_UP = Gauge(
+    "tepat_store_up",
+    "1 when this process's last probe write reached the store within"
+    " STORE_PROBE_TIMEOUT_SECONDS, 0 when it failed or did not finish (locked, down, too"
+    " slow), by probe: gauges (each gauge refresh) or dashboard (each dashboard refresh)",
+    ["probe"],
+    registry=REGISTRY,
+)
+STORE_PROBE_SECONDS = Gauge(
+    "tepat_store_probe_seconds",
+    "How long this process's last probe write to the store took, in real seconds (the"
+    " timeout when it did not finish), by probe",
+    ["probe"],
+    registry=REGISTRY,
+)
+# Far above a healthy write (milliseconds), far below the 30 s a write waits for a lock
+# (SQLite's busy_timeout) or a server (PyMongo's selection) before it fails.
+STORE_PROBE_TIMEOUT_SECONDS = 2.0
+_PROBE_KEY = "store_probe"
+
+
+class _TakesWrites(Protocol):
+    async def set_meta(self, key: str, value: str) -> None: ...
+
+
+async def probe_store(
+    store: _TakesWrites, now: datetime, probe: Literal["gauges", "dashboard"]
+) -> tuple[float, str | None]:
+    """Write one small record (the meta ``store_probe``) and record how it went in
+    :data:`STORE_UP` and :data:`STORE_PROBE_SECONDS`. Returns how long it took, and
+    why the store is unavailable (None when the write went through in time)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    error: str | None = None
+    try:
+        await asyncio.wait_for(
+            store.set_meta(_PROBE_KEY, now.isoformat()), STORE_PROBE_TIMEOUT_SECONDS
+        )
+    except TimeoutError:
+        error = f"a write waited over {STORE_PROBE_TIMEOUT_SECONDS:g} s (locked or overloaded)"
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    seconds = loop.time() - started
+    STORE_UP.labels(probe=probe).set(0 if error else 1)
+    STORE_PROBE_SECONDS.labels(probe=probe).set(seconds)
+    return seconds, error

@@ -133,6 +133,10 @@ function render(d) {
   const reasons = Object.entries(d.devices_deactivated).map(([k, v]) => `${k || "?"} ${v}`);
   text("devices-reasons", reasons.length ? reasons.join(" · ") : "since 00:00 UTC");
   text("tzdata", d.tzdata_release);
+  // A probe write per refresh: "unavailable" while the store is locked, down or too slow.
+  text("store-status", d.store.up ? "up" : "unavailable");
+  $("store-status").classList.toggle("bad", !d.store.up);
+  text("store-detail", d.store.up ? `a write took ${seconds(d.store.probe_seconds)}` : d.store.error);
   text("live-consumers", String(d.live_consumers));
   text("oldest-due", d.oldest_due_unsent_seconds === null ? "none" : seconds(d.oldest_due_unsent_seconds));
   $("oldest-due").classList.toggle("bad", (d.oldest_due_unsent_seconds || 0) >= 60);

@@ -21,7 +21,10 @@ shows what the consumers did. A snapshot is computed at most once per
   answers by outcome, 429s and retries (``tepat/metrics.py``: on a split deployment the
   API process sends nothing, and the page says where each figure comes from);
 - live consumers (the store's heartbeats) and the age of the oldest due-but-unsent
-  message (the store; as ``tepat_oldest_due_unsent_seconds``).
+  message (the store; as ``tepat_oldest_due_unsent_seconds``);
+- the store's health: a probe write (``metrics.probe_store``, as ``tepat_store_up``),
+  so a locked or unreachable store shows while it lasts. A store that cannot be read
+  leaves the page up: the last figures read stay, and ``problems`` says why.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ LATENESS_WINDOW = timedelta(minutes=5)
 FAILURES_WINDOW = timedelta(hours=1)
 SAMPLE_LIMIT = 20_000
 CACHE_SECONDS = 2.0
+# Longest the store's figures may take before the page shows the last ones instead
+# (real seconds; a store down would otherwise hold every poll for its own timeout).
+STORE_READ_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,13 @@ class ChannelLine:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreHealth:
+    up: bool  # the probe write went through within metrics.STORE_PROBE_TIMEOUT_SECONDS
+    probe_seconds: float  # how long the probe took (real seconds)
+    error: str | None  # why the store is unavailable
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetterLine:
     id: str
     queue: str
@@ -119,6 +132,7 @@ class Snapshot:
     channels: list[ChannelLine]
     live_consumers: int  # consumer processes that beat in the store within LIVE_TTL
     oldest_due_unsent_seconds: float | None  # None: nothing due is waiting
+    store: StoreHealth
     # What could not be read this time (the rest is still shown), e.g. "broker: ..."
     problems: list[str] = field(default_factory=list)
 
@@ -183,6 +197,8 @@ def rates(samples: list[SendSample], now: datetime, *, limit: int = SAMPLE_LIMIT
 class DashboardStore(OpsViewRepository, Protocol):
     async def count_messages(self) -> Counts: ...
 
+    async def set_meta(self, key: str, value: str) -> None: ...
+
 
 def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
     """Every channel's line, zeros included, so the page's rows and charts stay put."""
@@ -209,6 +225,23 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
     ]
 
 
+def _midnight(now: datetime) -> datetime:
+    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True, slots=True)
+class _StoreFigures:
+    """What one snapshot reads from the store (empty until a first read succeeds)."""
+
+    midnight: datetime
+    samples: list[SendSample] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=dict)
+    deactivated: dict[str, int] = field(default_factory=dict)
+    counts: Counts = field(default_factory=Counts)
+    oldest: datetime | None = None
+    live: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass(eq=False)
 class Dashboard:
     """Builds :class:`Snapshot`; one at a time, reused for ``cache_seconds``.
@@ -229,6 +262,7 @@ class Dashboard:
     monotonic: Callable[[], float] = time.monotonic
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
     _cached: tuple[float, Snapshot] | None = field(default=None, init=False, repr=False)
+    _last_read: _StoreFigures | None = field(default=None, init=False, repr=False)
 
     def invalidate(self) -> None:
         """Forget the cached snapshot (after an action such as a replay)."""
@@ -245,7 +279,6 @@ class Dashboard:
 
     async def _compute(self) -> Snapshot:
         now = self.clock.now()
-        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
         queues = [q for ch in self.channels for q in queues_for_channels(self.categories, [ch])]
         problems: list[str] = []
         stats: dict[str, QueueStats] = {}
@@ -256,31 +289,49 @@ class Dashboard:
         except Exception as e:  # the store's figures are worth showing on their own
             log.warning("dashboard could not read the broker", error=str(e))
             problems.append(f"broker: {type(e).__name__}: {e}")
-        samples = await self.store.recent_sends(now - LATENESS_WINDOW, self.sample_limit)
-        failures = await self.store.failures_since(now - FAILURES_WINDOW)
-        deactivated = await self.store.devices_deactivated_since(midnight)
-        counts = await self.store.count_messages()
-        oldest = await self.store.oldest_due_unsent(now)
-        live = await self.store.live_members(now - LIVE_TTL)
+        probe_seconds, store_error = await metrics.probe_store(self.store, now, "dashboard")
+        store = StoreHealth(store_error is None, probe_seconds, store_error)
+        try:
+            figures = await asyncio.wait_for(self._read_store(now), STORE_READ_TIMEOUT_SECONDS)
+            self._last_read = figures
+        except Exception as e:  # the page stays up with the last figures read
+            log.warning("dashboard could not read the store", error=repr(e))
+            problems.append(f"store: cannot be read ({type(e).__name__}: {e}); older figures")
+            figures = self._last_read or _StoreFigures(midnight=_midnight(now))
+        if store_error is not None:
+            problems.append(f"store unavailable: {store_error}")
         by_code: Counter[str] = Counter()
-        for reason, count in failures.items():
+        for reason, count in figures.failures.items():
             by_code[failure_code(reason)] += count
         return Snapshot(
             generated_at=now,
             tzdata_release=TZDATA_RELEASE,
             queues=self._queue_lines(stats),
-            rates=rates(samples, now, limit=self.sample_limit),
+            rates=rates(figures.samples, now, limit=self.sample_limit),
             failures_window_seconds=FAILURES_WINDOW.total_seconds(),
             failures_by_code=dict(by_code.most_common()),
-            deactivated_since=midnight,
-            devices_deactivated=dict(sorted(deactivated.items(), key=lambda kv: -kv[1])),
+            deactivated_since=figures.midnight,
+            devices_deactivated=dict(sorted(figures.deactivated.items(), key=lambda kv: -kv[1])),
             dead_letters=[self._dead_line(d) for d in dead],
-            channels=channel_lines(self.channels, counts),
-            live_consumers=sum(live.values()),
+            channels=channel_lines(self.channels, figures.counts),
+            live_consumers=sum(figures.live.values()),
             oldest_due_unsent_seconds=(
-                None if oldest is None else max(0.0, (now - oldest).total_seconds())
+                None if figures.oldest is None else max(0.0, (now - figures.oldest).total_seconds())
             ),
+            store=store,
             problems=problems,
+        )
+
+    async def _read_store(self, now: datetime) -> _StoreFigures:
+        midnight = _midnight(now)
+        return _StoreFigures(
+            midnight=midnight,
+            samples=await self.store.recent_sends(now - LATENESS_WINDOW, self.sample_limit),
+            failures=await self.store.failures_since(now - FAILURES_WINDOW),
+            deactivated=await self.store.devices_deactivated_since(midnight),
+            counts=await self.store.count_messages(),
+            oldest=await self.store.oldest_due_unsent(now),
+            live=await self.store.live_members(now - LIVE_TTL),
         )
 
     def _queue_lines(self, stats: dict[str, QueueStats]) -> list[QueueLine]:

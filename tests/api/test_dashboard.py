@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from api.dashboard_session import COOKIE, SESSION_SECONDS
@@ -297,6 +298,42 @@ async def test_a_channel_s_429s_and_retries_are_this_process_s_counters(
     assert after["retries"] == before["retries"] + 1
     retried = after["answers_by_outcome"]["retry"]
     assert retried == before["answers_by_outcome"].get("retry", 0) + 1
+
+
+async def test_a_store_that_fails_leaves_the_page_up_saying_so_with_the_last_figures(
+    client: httpx.AsyncClient, rt: Runtime, app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await scene(client)
+    before = await data(client, headers=ADMIN)
+    assert (before["store"]["up"], before["store"]["error"], before["problems"]) == (
+        True,
+        None,
+        [],
+    )
+
+    async def gone(*_: Any) -> Any:
+        raise ConnectionError("the store is gone")
+
+    monkeypatch.setattr(rt.store, "count_messages", gone)  # a read
+    monkeypatch.setattr(rt.store, "set_meta", gone)  # the probe's write
+    app.state.dashboard.invalidate()
+    during = await data(client, headers=ADMIN)  # an answer, not a 500
+    assert (during["store"]["up"], during["store"]["error"]) == (
+        False,
+        "ConnectionError: the store is gone",
+    )
+    assert metrics.REGISTRY.get_sample_value("tepat_store_up", {"probe": "dashboard"}) == 0
+    assert during["channels"] == before["channels"]  # the last figures read
+    assert during["problems"] == [
+        "store: cannot be read (ConnectionError: the store is gone); older figures",
+        "store unavailable: ConnectionError: the store is gone",
+    ]
+
+    monkeypatch.undo()
+    app.state.dashboard.invalidate()
+    after = await data(client, headers=ADMIN)
+    assert (after["store"]["up"], after["problems"]) == (True, [])
+    assert metrics.REGISTRY.get_sample_value("tepat_store_up", {"probe": "dashboard"}) == 1
 
 
 async def test_find_a_message_by_id_or_by_user(client: httpx.AsyncClient, rt: Runtime) -> None:

@@ -1,12 +1,14 @@
 """The whole service on one event loop in a thread, for a browser to talk to over real HTTP.
 
 What ``tepat serve --sandbox`` runs (the API with the dashboard, the consumer,
-the receipt poller, the outbox and the sweeper, an Expo sandbox), on SQLite and
-the embedded broker, but on a :class:`FakeClock` the test moves: the browser
+the receipt poller, the outbox, the sweeper and the metrics' gauge refresher, an Expo
+sandbox), with SMS to the Twilio sandbox and e-mail to a real SMTP server
+(``tests/support/smtp_server.py``), on SQLite and the embedded broker, but on a
+:class:`FakeClock` the test moves: the browser
 polls in real time while the service's time only passes when the test says.
 The test thread reaches into the loop with :meth:`Live.call` / :meth:`Live.run`, and
-stops and starts the consumer (its sending loop and its heartbeat) with
-:meth:`Live.stop_consumer` / :meth:`Live.start_consumer`, as an operator's crash would.
+crashes and starts the consumer (its sending loop and its heartbeat) with
+:meth:`Live.crash_consumer` / :meth:`Live.start_consumer`.
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from consumers.worker import run_consumer, run_receipt_poller
 from scheduler.jobs import run_outbox, run_sweeper
 from tepat.clock import FakeClock
 from tepat.config import Settings
+from tepat.metrics import run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.runner import base_url, bind_free_port, serving_app
+from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
+from tests.support.smtp_server import SmtpServer
 
 T = TypeVar("T")
 CALL_TIMEOUT = 30.0
@@ -61,6 +66,15 @@ class _Consumer:
             if isinstance(result, Exception):
                 raise result
 
+    async def crash(self) -> None:
+        """Cancel its loops where they are: no drain of the batches in hand, no last beat.
+        (Cancelling still runs their ``finally``; a kill -9 would not, so its beat would
+        only expire, ``LIVE_TTL`` later.)"""
+        tasks, self.tasks = self.tasks or [], None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
 
 @dataclass
 class Live:
@@ -69,6 +83,8 @@ class Live:
     rt: Runtime
     clock: FakeClock
     sandbox: ExpoSandbox
+    twilio: TwilioSandbox
+    smtp: SmtpServer
     loop: asyncio.AbstractEventLoop
     consumer: _Consumer
 
@@ -87,9 +103,9 @@ class Live:
     def advance(self, seconds: float) -> None:
         self.run(lambda: self.clock.advance(seconds))
 
-    def stop_consumer(self) -> None:
-        """Stop the consumer (it finishes the batches in hand and leaves its rate group)."""
-        self.call(self.consumer.halt())
+    def crash_consumer(self) -> None:
+        """The consumer dies where it stands (:meth:`_Consumer.crash`)."""
+        self.call(self.consumer.crash())
 
     def start_consumer(self) -> None:
         self.run(self.consumer.start)
@@ -104,8 +120,9 @@ def live_service(
     thread.start()
     ready: concurrent.futures.Future[Live] = concurrent.futures.Future()
     stop = asyncio.Event()
+    smtp = SmtpServer().start()  # a thread and loop of its own, like a relay elsewhere
     main = asyncio.run_coroutine_threadsafe(
-        _main(tmp_path, admin_key, start, settings, ready, stop), loop
+        _main(tmp_path, admin_key, start, settings, smtp, ready, stop), loop
     )
     try:
         started: list[concurrent.futures.Future[Any]] = [ready, main]
@@ -120,9 +137,19 @@ def live_service(
         try:
             main.result(CALL_TIMEOUT)
         finally:
+            # What outlives the service (the Twilio sandbox's callback poster) ends too.
+            asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(CALL_TIMEOUT)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(CALL_TIMEOUT)
             loop.close()
+            smtp.stop()
+
+
+async def _cancel_the_rest() -> None:
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
 
 
 async def _main(
@@ -130,34 +157,49 @@ async def _main(
     admin_key: str,
     start: datetime,
     overrides: dict[str, Any],
+    smtp: SmtpServer,
     ready: concurrent.futures.Future[Live],
     stop: asyncio.Event,
 ) -> None:
     clock = FakeClock(start)
     sandbox = ExpoSandbox(clock=clock)
-    # Bound before the settings are made: they name the sandbox's URL.
-    api_sock, sandbox_sock = bind_free_port(), bind_free_port()
+    # Its status callbacks would go to the public URL, which is nowhere: never due.
+    twilio = TwilioSandbox(clock=clock, callback_delay_seconds=365 * 24 * 3600)
+    # Bound before the settings are made: they name the sandboxes' URLs.
+    api_sock, sandbox_sock, twilio_sock = bind_free_port(), bind_free_port(), bind_free_port()
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/tepat.db",
         broker_url="embedded://",
         expo_url=base_url(sandbox_sock),
         admin_api_key=SecretStr(admin_key),
+        twilio_account_sid=DEFAULT_ACCOUNT_SID,
+        twilio_auth_token=SecretStr(DEFAULT_AUTH_TOKEN),
+        twilio_from="+14155550100",
+        twilio_url=base_url(twilio_sock),
+        smtp_host="127.0.0.1",
+        smtp_port=smtp.port,
+        smtp_tls="none",
+        smtp_from="Tepat <no-reply@tepat.example>",
+        public_url="https://tepat.example",  # the unsubscribe links'; nothing calls it
+        unsubscribe_secret=SecretStr("browser-unsubscribe-secret-0123456789abcdef"),
         **overrides,
     )
     async with (
         open_runtime(settings, clock=clock) as rt,
         serving_app(create_app(rt, admin_key), sock=api_sock) as api,
         serving_app(sandbox.app, sock=sandbox_sock) as fake_expo,
+        serving_app(twilio.app, sock=twilio_sock),
     ):
         tasks = [
             asyncio.create_task(part(rt, stop))
-            for part in (run_receipt_poller, run_outbox, run_sweeper)
+            for part in (run_receipt_poller, run_outbox, run_sweeper, run_gauge_refresher)
         ]
         consumer = _Consumer(rt)
         consumer.start()
         try:
             loop = asyncio.get_running_loop()
-            ready.set_result(Live(api.url, fake_expo.url, rt, clock, sandbox, loop, consumer))
+            live = Live(api.url, fake_expo.url, rt, clock, sandbox, twilio, smtp, loop, consumer)
+            ready.set_result(live)
             await stop.wait()
         finally:
             stop.set()

@@ -3,8 +3,11 @@
 The whole service runs in-process (``live.py``) on a fake clock; the browser logs
 in with the admin key, watches a planned message appear in ``scheduled`` and get
 sent, sees a failure by provider code and a deactivated device, replays a dead
-letter by clicking, and watches it leave the list. Every wait is on what the
-page shows (Playwright's ``expect``), never a sleep.
+letter by clicking, and watches it leave the list. Then the episodes an operator
+must see while they last, each on the page and in ``/metrics``: an Expo 429 and a
+crashed consumer; an SMS (Twilio 20429) and an e-mail (SMTP 421 4.7.0) throttling
+episode; the SQLite file held locked by another connection. Every wait is on what
+the page shows (Playwright's ``expect``) or on what ``/metrics`` says, never a sleep.
 
 Chromium: ``/usr/bin/chromium`` (``scripts/test.sh`` installs it), or the path
 in ``TEPAT_TEST_CHROMIUM``. Without it the test is skipped, except in CI
@@ -14,10 +17,12 @@ also saves the screenshot the operations guide (docs/guides/operations.md) shows
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,15 +30,20 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tepat.domain.models import slot_key_for
 from tepat.domain.zones import TZDATA_RELEASE
 from tests.browser.live import Live, live_service
+from tests.support.messages import make_message
 
 ADMIN_KEY = "browser-test-admin-key-0123456789abcdef"
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 RETRY_AGE_SECONDS = 5.0  # TEPAT_BROKER_RETRY_AGE_SECONDS: a nack this long after the first dies
 ALICE = "ExponentPushToken[alice-phone]"
 BOB = "ExponentPushToken[bob-old-phone]"
+ALICE_PHONE = "+14155552671"
+ALICE_MAIL = "alice@example.com"
 TIMEOUT_MS = 20_000
 
 
@@ -207,15 +217,17 @@ def test_dashboard_in_chromium(live: Live, api: httpx.Client, tmp_path: Path) ->
         assert problems == [], problems
 
 
+BY_THE_DASHBOARD = {"probe": "dashboard"}  # its probe writes (the gauges' run on the clock)
 NOT_ZERO = re.compile(r"^(?!0$)\d")  # a chart's highest point above zero
 
 
-def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
+def test_an_expo_throttling_episode_and_a_consumer_crash_show_while_they_happen(
     live: Live, api: httpx.Client
 ) -> None:
     """Expo answers 429: the push row's 429s and its chart move, the retry is sent; then
-    the consumer stops: live consumers drop to 0 and the oldest due message ages, found by
-    id as pending; the consumer starts again and sends it."""
+    the consumer crashes mid-send: live consumers drop to 0 and the message it had in
+    hand ages, found by id as sending; the consumer starts again and, past the message's
+    lease, sends it again."""
     executable = chromium()
     from playwright.sync_api import expect
 
@@ -243,28 +255,186 @@ def test_a_throttling_episode_and_a_held_back_message_show_while_they_happen(
         expect(chart).to_have_attribute("data-sends", NOT_ZERO)
         assert [n["to"] for n in live.sandbox.received()] == [ALICE]
 
-        # The consumer stops: nobody beats, and what falls due waits, older every second.
-        live.stop_consumer()
-        expect(page.locator("#live-consumers")).to_have_text("0")
+        # The consumer crashes mid-send (its loops cancelled where they stand, nothing
+        # drained): Expo has the request, its answer never comes back. Nobody beats, and
+        # the message stays `sending`, older every second.
+        live.run(lambda: live.sandbox.fail_after_accept(1, "stall"))
         held = notify(api, "alice", "held", "custom", None)
+        wait_for(live, lambda: live.sandbox.stalled() == 1, "the request in Expo's hands")
+        expect(push.locator("td.sending")).to_have_text("1")
+        live.crash_consumer()
+        expect(page.locator("#live-consumers")).to_have_text("0")
         live.advance(30)
         expect(page.locator("#oldest-due")).to_have_text("30.0 s")
+        wait_for_metric(live, "tepat_oldest_due_unsent_seconds", {}, lambda age: age == 30)
         page.select_option("#find-by", "id")
         page.fill("#find-value", held)
         page.click("#find button")
         found = page.locator(f'#found tr[data-id="{held}"]')
-        expect(found.locator("td.status")).to_have_text("pending")
+        expect(found.locator("td.status")).to_have_text("sending")
 
+        # Started again, the consumer leaves it alone (it may be another's, in hand) until
+        # its lease runs out; then the sweeper re-drives it, a possible duplicate.
+        redriven = {"cause": "lease_expired"}
+        redriven_before = scraped(live, "tepat_sending_redriven_total", redriven)
+        live.run(live.sandbox.release_stalled)
         live.start_consumer()
         expect(page.locator("#live-consumers")).to_have_text("1")
+        expect(push.locator("td.sending")).to_have_text("1")
+        live.advance(live.rt.settings.sending_lease_seconds)
         expect(page.locator("#oldest-due")).to_have_text("none")
         expect(push.locator("td.sent")).to_have_text("2")
+        assert [n["to"] for n in live.sandbox.received()] == [ALICE] * 3  # held went twice
+        assert scraped(live, "tepat_sending_redriven_total", redriven) == redriven_before + 1
+        live.advance(live.rt.settings.metrics_refresh_seconds)  # the gauges' next read
+        wait_for_metric(live, "tepat_oldest_due_unsent_seconds", {}, lambda age: age == 0)
         page.select_option("#find-by", "user")
         page.fill("#find-value", "alice")
         page.click("#find button")
         expect(found.locator("td.status")).to_have_text("sent")
         expect(page.locator("#found tbody tr")).to_have_count(2)
         assert problems == [], problems
+
+
+def test_sms_and_email_throttling_show_while_they_happen(live: Live, api: httpx.Client) -> None:
+    """Twilio answers 429 (its 20429), then the SMTP relay answers 421 4.7.0: each time the
+    channel's row counts the 429 and the retry while the message waits, /metrics counts
+    the throttled answer by channel, and once the provider takes it again the retry is
+    sent and the row's chart shows the episode."""
+    executable = chromium()
+    put(api, "/v1/users/alice", {"timezone": "Europe/London"})
+    put(api, "/v1/users/alice/contacts/sms", {"address": ALICE_PHONE, "verified": True})
+    put(api, "/v1/users/alice/contacts/email", {"address": ALICE_MAIL, "verified": True})
+    with dashboard_page(executable) as (page, problems):
+        log_in(page, live)
+        live.run(lambda: live.twilio.fail_next(1, 429))  # the next request only
+        throttling_episode(page, live, "sms", "twilio_20429", lift=lambda: None)
+        assert [m["to"] for m in live.twilio.received()] == [ALICE_PHONE]
+
+        live.smtp.replies[ALICE_MAIL] = "421 4.7.0 Too many messages, slow down"
+        throttling_episode(
+            page, live, "email", "smtp_421", lift=lambda: live.smtp.replies.pop(ALICE_MAIL)
+        )
+        assert [r.rcpt_tos for r in live.smtp.received] == [[ALICE_MAIL]]
+        assert problems == [], problems
+
+
+def throttling_episode(
+    page: Any, live: Live, channel: str, code: str, lift: Callable[[], object]
+) -> None:
+    """A message to alice on ``channel``, throttled by its provider (already told to):
+    seen on the dashboard and in /metrics while it waits; ``lift`` ends the episode."""
+    from playwright.sync_api import expect
+
+    row = page.locator(f'#channels tr[data-channel="{channel}"]')
+    expect(row).to_be_visible()
+    # Counters are this process's since it started: earlier tests may have moved them.
+    throttled = int(row.locator("td.throttled").inner_text())
+    retries = int(row.locator("td.retries").inner_text())
+    labels = {"channel": channel, "kind": "throttled", "code": code}
+    scraped_before = scraped(live, "tepat_provider_errors_total", labels)
+
+    send_now(live, channel, f"{channel}-rush")
+    expect(row.locator("td.throttled")).to_have_text(str(throttled + 1))
+    expect(row.locator("td.retries")).to_have_text(str(retries + 1))
+    expect(row.locator("td.pending")).to_have_text("1")  # waiting for its retry
+    expect(row.locator("td.answers")).to_contain_text("retry")
+    assert scraped(live, "tepat_provider_errors_total", labels) == scraped_before + 1
+    assert scraped(live, "tepat_sends_total", {"channel": channel, "outcome": "retry"}) >= 1
+
+    lift()
+    live.advance(30)  # past the retry's backoff
+    expect(row.locator("td.sent")).to_have_text("1")
+    expect(row.locator("td.pending")).to_have_text("0")
+    expect(row.locator("svg.spark")).to_have_attribute("data-throttled", NOT_ZERO)
+    sent = {"channel": channel, "outcome": "sent"}
+    wait_for_metric(live, "tepat_sends_total", sent, lambda n: n >= 1)
+
+
+def test_a_store_lock_shows_while_it_lasts(live: Live, api: httpx.Client, tmp_path: Path) -> None:
+    """Another connection holds the SQLite file locked (BEGIN EXCLUSIVE): the dashboard
+    still answers (reads go on beside the lock, in WAL), shows the store unavailable and a
+    due message waiting, /metrics says tepat_store_up 0; once the lock is let go the store
+    is up again and the held message is sent."""
+    executable = chromium()
+    from playwright.sync_api import expect
+
+    put(api, "/v1/users/alice", {"timezone": "Europe/London"})
+    put(api, "/v1/users/alice/devices/phone", {"push_token": ALICE})
+    with dashboard_page(executable) as (page, problems):
+        log_in(page, live)
+        expect(page.locator("#store-status")).to_have_text("up")
+        expect(page.locator("#store-detail")).to_contain_text("a write took")
+        due = live.run(live.clock.now) + timedelta(seconds=10)
+        held = notify(api, "alice", "held", "custom", due)  # a write: before the lock
+
+        lock = sqlite3.connect(tmp_path / "tepat.db", isolation_level=None)
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            live.advance(15)  # it falls due while the store takes no write
+            expect(page.locator("#store-status")).to_have_text("unavailable")
+            expect(page.locator("#store-detail")).to_contain_text("locked or overloaded")
+            expect(page.locator("#problems")).to_contain_text("store unavailable")
+            expect(page.locator("#oldest-due")).to_have_text("5.0 s")
+            assert scraped(live, "tepat_store_up", BY_THE_DASHBOARD) == 0
+            assert scraped(live, "tepat_store_probe_seconds", BY_THE_DASHBOARD) >= 2.0
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+
+        expect(page.locator("#store-status")).to_have_text("up")
+        expect(page.locator("#problems")).to_be_hidden()
+        push = page.locator('#channels tr[data-channel="push"]')
+        expect(push.locator("td.sent")).to_have_text("1")
+        expect(page.locator("#oldest-due")).to_have_text("none")
+        wait_for_metric(live, "tepat_store_up", BY_THE_DASHBOARD, lambda up: up == 1)
+        listed = api.get("/v1/users/alice/messages", params={"status": "sent"}).json()
+        assert [m["id"] for m in listed["messages"]] == [held], listed
+        assert problems == [], problems
+
+
+def send_now(live: Live, channel: str, key: str) -> str:
+    """A message to alice on ``channel``, due now, put in the store and on its queue as
+    an event's message is (the API's one-off notifications are push only)."""
+    now = live.run(live.clock.now)
+    at = {"scheduled_at": now, "nominal_at": now, "due_at": now}
+    message = make_message(
+        f"browser|{key}", user_id="alice", category="custom", channel=channel, **at
+    )
+    message = dataclasses.replace(message, slot_key=slot_key_for(message))
+
+    async def queued() -> None:
+        await live.rt.store.insert_messages([message])
+        await live.rt.outbox.flush()
+
+    live.call(queued())
+    return message.id
+
+
+async def scrape(live: Live, name: str, labels: dict[str, str]) -> float:
+    """The sum of ``name``'s samples with ``labels`` in the service's /metrics, as
+    Prometheus would scrape it (awaited on the service's loop: it serves the request)."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(f"{live.base_url}/metrics")).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
+
+
+def scraped(live: Live, name: str, labels: dict[str, str]) -> float:
+    return live.call(scrape(live, name, labels))
+
+
+def wait_for_metric(
+    live: Live, name: str, labels: dict[str, str], holds: Callable[[float], bool]
+) -> None:
+    async def scraped_holds() -> bool:
+        return holds(await scrape(live, name, labels))
+
+    wait_for(live, scraped_holds, f"{name}{labels} in /metrics")
 
 
 def make_dead_letter(live: Live, queue: str) -> str:
