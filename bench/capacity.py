@@ -126,11 +126,15 @@ class Sizing:
 
     load: float
     cores_per_machine: int
-    consumer_processes: int  # each keeps process_cores busy at most
-    consumer_machines: int
+    consumer_processes: int
+    cores_per_process: float  # what each keeps busy at most (the model's p)
     broker_cores: float
     store_cores: float | None  # None: not measured (a store server of its own)
     expo_projects: int  # the provider's ceiling: 600/s per project
+
+    @property
+    def consumer_machines(self) -> int:
+        return math.ceil(self.consumer_processes * self.cores_per_process / self.cores_per_machine)
 
 
 def size(load: float, cores: int, costs: Costs) -> Sizing:
@@ -140,7 +144,7 @@ def size(load: float, cores: int, costs: Costs) -> Sizing:
         load=load,
         cores_per_machine=cores,
         consumer_processes=processes,
-        consumer_machines=math.ceil(processes / cores),
+        cores_per_process=costs.process_cores,
         broker_cores=round(load * costs.broker / 1000, 2),
         store_cores=round(load * costs.store / 1000, 2) if costs.store else None,
         expo_projects=math.ceil(load / EXPO_PER_PROJECT),
@@ -197,7 +201,7 @@ def report(points: Sequence[Point], tolerance: float, process_cores: float = 1.0
         ],
         "tolerance": tolerance,
         "ok": all(abs(c.error) <= tolerance for c in checks),
-        "sizing": [asdict(s) for s in sizings],
+        "sizing": [{**asdict(s), "consumer_machines": s.consumer_machines} for s in sizings],
     }
 
 
