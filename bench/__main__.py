@@ -2,7 +2,8 @@
 
 Scenarios: plan, dispatch, ratelimited, lateness, burst, register, or all; and chaos (faults:
 ``--fault KIND``, repeatable; every kind by default). ``python -m bench email|sms`` runs the
-channel-burst benchmark (bench/channel_burst.py, its own options). Exit status: 0 when every
+channel-burst benchmark (bench/channel_burst.py, its own options); ``python -m bench capacity``
+the capacity model over dispatch's figures (bench/capacity.py). Exit status: 0 when every
 correctness check held (speed goals are reported, never fatal), 1 when one failed,
 2 when the harness itself broke.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from bench import (
     burst,
+    capacity,
     channel_burst,
     chaos,
     plan,
@@ -46,10 +48,24 @@ class Sizes:
     lateness_seconds: int
     lateness_rates: tuple[float, ...]
     burst: int
+    dispatch_consumers: tuple[int, ...]
 
 
-FULL = Sizes(100_000, 50_000, 12_000, 60, scenarios.LATENESS_RATES, 20_000)
-QUICK = Sizes(2_000, 2_000, 600, 8, (50.0,), 1_000)
+FULL = Sizes(
+    100_000, 50_000, 12_000, 60, scenarios.LATENESS_RATES, 20_000, scenarios.DISPATCH_CONSUMERS
+)
+QUICK = Sizes(2_000, 2_000, 600, 8, (50.0,), 1_000, (1, 2))
+
+
+def consumer_counts(text: str) -> tuple[int, ...]:
+    """``1,2,3`` -> (1, 2, 3); 1 must be among them (the others are scaled against it)."""
+    try:
+        counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    if not counts or counts[0] != 1:
+        raise argparse.ArgumentTypeError("the counts must include 1, and none below it")
+    return counts
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -75,6 +91,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "register: tepat api --workers N (default 2 on ActiveMQ; embedded: always 1)",
     )
     p.add_argument("--messages", type=int, help="dispatch/ratelimited/burst: messages")
+    p.add_argument(
+        "--consumers",
+        type=consumer_counts,
+        help="dispatch: consumer process counts, one run each (default 1,2,3; quick 1,2; "
+        "embedded: 1 only)",
+    )
     p.add_argument(
         "--rate",
         type=float,
@@ -143,7 +165,8 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
         return plan.run_plan(where, backend, ctx.broker, ctx.prefix + "plan.", users, workers)
     if name == "dispatch":
         m = args.messages or sizes.dispatch
-        return scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m)
+        counts = args.consumers or sizes.dispatch_consumers
+        return scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m, counts)
     if name == "ratelimited":
         m = args.messages or sizes.ratelimited
         return ratelimited.run_ratelimited(
@@ -201,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         return channel_burst.main(argv)
     if argv[:1] == ["slowclients"]:
         return slow_clients.main(argv[1:])  # its own options too (bench/slow_clients.py)
+    if argv[:1] == ["capacity"]:
+        return capacity.main(argv[1:])  # a model over dispatch's figures, no processes
     args = parse(argv)
     if args.scenario == "chaos":
         return _in_workdir("tepat-chaos-", args.keep, lambda workdir: _chaos_in(args, workdir))

@@ -29,6 +29,7 @@ from typing import Any
 
 from bench import seed, store_view
 from bench.config import Config
+from bench.cpu_use import CpuMeter, CpuWindow, activemq_pid
 from bench.procs import Child, Exited, child_env, tepat_argv
 from bench.report import Correctness, log
 from bench.sandbox import running_sandbox
@@ -64,6 +65,9 @@ class Outcome:
     consumers: list[Exited]
     correctness: Correctness
     arrivals: dict[str, datetime] = field(default_factory=dict)  # first ok arrival per id
+    # CPU of each process from just before the messages reached the broker (ActiveMQ) or
+    # the consumer host was ready (embedded) until nothing was left to send
+    cpu: CpuWindow | None = None
 
     @property
     def last_sent(self) -> datetime:
@@ -75,15 +79,22 @@ class Outcome:
 
 
 def _lead_seconds(n: int) -> float:
-    """How far in the future ``t0`` lies: room to insert, enqueue and start consumers."""
-    return 5.0 + n / 8000
+    """How far in the future ``t0`` lies: room to insert, enqueue and start consumers (on a
+    busy shared machine 20,000 took up to 12 s)."""
+    return 5.0 + n / 2000
+
+
+# as the outbox of a `tepat` process publishes: with the lead (the consumer holds)
+LEAD_SECONDS: float = Settings.model_fields["broker_lead_seconds"].default
+
+
+def _sleep_until(instant: datetime) -> None:
+    time.sleep(max(0.0, (instant - datetime.now(UTC)).total_seconds()))
 
 
 async def _publish(cfg: Config, messages: Sequence[Any]) -> int:
     clock = SystemClock()
-    # as the outbox of a `tepat` process publishes: with the lead (the consumer holds)
-    lead = Settings.model_fields["broker_lead_seconds"].default
-    broker = StompBroker(cfg.broker_url, clock=clock, lead_seconds=lead)
+    broker = StompBroker(cfg.broker_url, clock=clock, lead_seconds=LEAD_SECONDS)
     await broker.connect()
     try:
         return await Enqueuer(broker, cfg.categories(), clock).enqueue(messages)
@@ -104,6 +115,10 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "tepat.db"
     n = len(plan.items)
+    # watched from now on: the broker's rate while this run does not use it is other work
+    broker_pid = None if embedded else activemq_pid(broker_url)
+    meter = CpuMeter(shared=frozenset({"broker"}))
+    meter.watch({"broker": broker_pid} if broker_pid else {})
     log(f"seeding {n} recipients (users + devices) in {db}")
     started = time.monotonic()
     asyncio.run(seed.seed_recipients(db, n))
@@ -132,6 +147,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
                     )
                 for c in consumers:
                     c.wait_for_line(READY_CONSUMER, 60)
+            meter.watch({c.name: c.pid for c in consumers} | {"sandbox": sandbox.child.pid})
             t0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=_lead_seconds(n))
             pairs = seed.due_messages(
                 [(t0 + timedelta(seconds=offset), category) for offset, category in plan.items]
@@ -144,6 +160,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
                 host = Child("consumer-0", _consumer_argv(True), env, workdir / "consumer-0.log")
                 consumers.append(host)
                 host.wait_for_line(READY_EMBEDDED, 300)
+                meter.watch({host.name: host.pid})
             else:
                 batches = asyncio.run(_publish(cfg, messages))
                 log(f"published {batches} broker batches to ActiveMQ")
@@ -151,6 +168,11 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             margin = (t0 - ready).total_seconds()
             if margin < 0:
                 log(f"WARNING: ready {-margin:.2f}s after t0; timing starts when ready")
+            # Nothing happens before the broker hands the batches over (the lead before t0):
+            # the CPU window starts there, so that its cores are the drain's.
+            _sleep_until(t0 - timedelta(seconds=LEAD_SECONDS))
+            # ready after the hand-over: the consumers were at work before the window
+            meter.start(quiet_before=margin >= LEAD_SECONDS)
             start = max(t0, ready)
             last_offset = max((o for o, _ in plan.items), default=0.0)
             # a limited sandbox drains no faster than its limit: leave 3x that (a bound,
@@ -158,6 +180,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             drain = 3 * n / plan.sandbox_rate_limit if plan.sandbox_rate_limit else 0.0
             budget = max(0.0, margin) + last_offset + 60 + max(n / 100, drain)
             _wait_until_finished(db, consumers, budget)
+            cpu = meter.stop()
             received = sandbox.received()
             stats = sandbox.stats()
             statuses = store_view.status_counts(db)
@@ -211,6 +234,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
         consumers=exits,
         correctness=correctness,
         arrivals=arrivals,
+        cpu=cpu,
     )
 
 

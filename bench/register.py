@@ -18,7 +18,6 @@ nothing cancelled (nothing was re-planned).
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -29,6 +28,7 @@ import httpx
 
 from bench import store_view
 from bench.config import Config
+from bench.cpu_use import tree_cpu_seconds
 from bench.procs import Child, child_env, free_port, tepat_argv
 from bench.report import Result, log
 
@@ -84,32 +84,6 @@ async def _drain(clients: int, jobs: Iterator[Callable[[], Awaitable[None]]]) ->
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(clients)))
     return time.perf_counter() - started
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its descendants (uvicorn's workers), from /proc:
-    a figure the machine's other load does not inflate the way it does wall time."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        parents[int(entry.name)] = int(fields[1])
-        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
-    tree, todo = {pid}, [pid]
-    while todo:
-        parent = todo.pop()
-        for child, ppid in parents.items():
-            if ppid == parent and child not in tree:
-                tree.add(child)
-                todo.append(child)
-    return sum(cpu.get(p, 0.0) for p in tree)
 
 
 def _ok(r: httpx.Response) -> None:
