@@ -51,6 +51,9 @@ from tepat.services.accounts import (
     AccountRecords,
     _Keep,
     check_payload,
+    merged_user,
+    plan_changed,
+    planned_fields,
 )
 
 #: Items per request: bounds one request's memory, write transaction and planning pass.
@@ -326,29 +329,20 @@ def _diff(
 ) -> None:
     """Add to ``w`` what item ``v`` changes, by the single use cases' rules."""
     item, old = v.item, old_users.get(v.item.user_id)
-    base = old or User(user_id=item.user_id, timezone=item.timezone, created_at=now)
-    user = replace(
-        base,
-        timezone=item.timezone,
-        locale=base.locale if isinstance(item.locale, _Keep) else item.locale,
-        quiet_hours=base.quiet_hours if isinstance(v.quiet_hours, _Keep) else v.quiet_hours,
-        enabled=base.enabled if isinstance(item.enabled, _Keep) else item.enabled,
-        updated_at=now,
+    user = merged_user(
+        old, item.user_id, item.timezone, item.locale, v.quiet_hours, item.enabled, now
     )
     changed = old is None or _user_fields(old) != _user_fields(user)
     if changed:
         w.users.append(user)
         w.user_items.append(v.index)
-    if old is not None and (
-        (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
-        or (user.enabled and not old.enabled)  # re-enabled: plan what was skipped meanwhile
-    ):
+    if old is not None and plan_changed(old, user):
         w.replan.add(user.user_id)
 
     stored = {r.reminder_id: r for r in old_reminders.get(item.user_id, [])}
     for r in v.reminders:
         prior = stored.get(r.reminder_id)
-        if prior is not None and _planned_fields(prior) == _planned_fields(r):
+        if prior is not None and planned_fields(prior) == planned_fields(r):
             continue  # nothing planning sees changed: keep its pending messages
         if prior is not None:
             r = replace(r, version=prior.version + 1, created_at=prior.created_at)
@@ -388,10 +382,6 @@ def _payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str,
 
 def _user_fields(u: User) -> tuple[object, ...]:
     return (u.timezone, u.locale, u.quiet_hours, u.enabled)
-
-
-def _planned_fields(r: Reminder) -> tuple[object, ...]:
-    return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
 
 
 async def _plan_new_users(

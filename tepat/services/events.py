@@ -58,7 +58,7 @@ from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.events import EventRepository
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.users import UserRepository
-from tepat.services.accounts import MAX_SEND_AHEAD, IdempotencyConflict, NotFound
+from tepat.services.accounts import IdempotencyConflict, NotFound, check_send_at
 from tepat.services.outbox import Outbox
 from tepat.services.templates import TemplateService
 
@@ -369,13 +369,7 @@ def _check_when(
         raise DomainError("local_time", "give send_at or local_time, not both")
     if local_time is not None:
         return None, parse_hhmm(local_time, "local_time")
-    if send_at is None:
-        return None, None
-    if send_at.tzinfo is None or send_at.utcoffset() is None:
-        raise DomainError("send_at", "expected an ISO 8601 instant with a UTC offset")
-    utc = send_at.astimezone(UTC)
-    if utc - now > MAX_SEND_AHEAD:
-        raise DomainError("send_at", f"must be within {MAX_SEND_AHEAD.days} days from now")
+    utc = check_send_at(send_at, now)
     # Rounded up before it is stored: a BSON date would cut it down, and the event
     # would then be sent up to a millisecond early (as for a one-off's send_at).
-    return _whole_ms_up(utc), None
+    return (None if utc is None else _whole_ms_up(utc)), None
