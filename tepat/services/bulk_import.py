@@ -1,25 +1,15 @@
 """Importing many whole users at once: user, devices and reminders per item.
 
-The same rules as the single use cases in :mod:`tepat.services.accounts` (same
-parsers, same field names, same "re-plan only what planning sees changed"), but
-the store is read and written a request at a time, and the users the import
-creates are planned together in one pass:
+The same rules as the single use cases in :mod:`tepat.services.accounts` (same parsers,
+same field names, same "re-plan only what planning sees changed"), but the store is read
+a request at a time, written in one batch per kind (in one transaction where the store
+has them), and the users the import creates are planned together in one pass
+(:func:`_plan_new_users`); an existing user whose plan changed goes through
+:meth:`Creator.replan_user`, which reconciles.
 
-- one read each for the users, their reminders and their active devices;
-- one batched write each for users, devices and reminders (``BulkImportRepository``), in one
-  transaction where the store has them;
-- new users: planned directly over the creator's horizon (from the reminders the
-  import wrote, unless their change stamp says something changed them since) and
-  inserted in one batch (they have no pending message to reconcile), then given a
-  planning mark as a re-plan gives one, so the periodic plan run does not read them again; a
-  user a concurrent import created first, or an existing user whose zone, quiet
-  hours or reminders changed, goes through :meth:`Creator.replan_user`, which
-  reconciles (and marks).
-
-An item is applied whole or not at all: a bad field fails its own item (the
-error names it, ``items[3].reminders[0].local_time``) and never the others.
-Repeating an import changes nothing: unchanged users, devices and reminders are
-not written, so nothing is re-planned and no message is created.
+An item is applied whole or not at all: a bad field fails its own item (the error names
+it, ``items[3].reminders[0].local_time``) and never the others. Repeating an import
+changes nothing: what is unchanged is not written, so nothing is re-planned.
 """
 
 from __future__ import annotations

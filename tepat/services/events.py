@@ -1,22 +1,17 @@
-"""Events in, messages and inbox items out (issue 12, part 1): accept, fan out, report.
+"""Events in, messages out (issue 12, part 1): accept, fan out, report.
 
-:meth:`EventService.accept` checks a request, stores the event (and its listed
-recipients) once per ``event_id`` and returns at once; the fan-out loop
-(``scheduler/jobs.py`` ``run_event_fanout``) then pages through the recipients in user-id
-order (:meth:`EventService.fan_out_page`): for each page it reads the users, their active
-devices and preferences in one read each, routes each recipient
-(``tepat/domain/routing.py``), renders the template version resolved for the recipient's
-locale (``TemplateService.resolve``, ``render_pinned``), inserts the page's push messages
-in one idempotent bulk insert (the planner's path, each carrying the outbox mark),
-stores the inbox items (``InboxService.deliver``, idempotent on (user, message id)),
-and only then moves the event's cursor, compare-and-set. A crash before the move does
-the page again: the keys make every write a no-op the second time and the counts are
-added once, with the cursor. Memory holds one page.
+:meth:`EventService.accept` stores the event (and its listed recipients) once per
+``event_id`` and returns at once; the fan-out loop (``scheduler/jobs.py``) then pages
+through the recipients in user-id order (:meth:`EventService.fan_out_page`): one read
+each of users, devices and preferences, a route per recipient, a render per (channel,
+locale), one idempotent bulk insert of the page's messages, and only then the event's
+cursor moves, compare-and-set. A crash before the move does the page again: the keys
+make every write a no-op the second time and the counts are added once, with the
+cursor. Memory holds one page.
 
-A push message is rendered at fan-out with the pinned version and stored rendered, as a
-one-off is, so a retry sends the same text. A render error (or no template in the
-locale chain) is that recipient's ``render_error``: a push message stored ``failed``
-with that reason, an inbox outcome counted on the event; the event carries on.
+Messages are stored rendered with the pinned template version, as a one-off is, so a
+retry sends the same text. A render error (or no template in the locale chain) is that
+recipient's message stored ``failed``/``render_error``; the event carries on.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """In-app inbox use cases: deliver an item, list, count, read, and the live stream.
 
-:meth:`InboxService.deliver` is what the inbox ``Channel`` adapter of the events slice
-will call with a rendered message; until then the admin-only
-``POST /v1/users/{id}/inbox`` calls it.
-
-The live stream wakes two ways, and needs both:
-
-- :class:`InboxNotifier` wakes the open streams *of this process* the moment this
-  process stores an item for their user: no delay, no query while nothing happens;
-- but items are also stored by other processes (``tepat api --workers N``, and later
-  the consumers running the inbox channel), whose notifications never reach here.
-  So every stream also polls the store for items after its last seq every
-  ``poll_interval`` seconds (a cheap indexed query on (user, seq)). The store, not
-  the notifier, is the truth: a missed or spurious wake costs at most one poll.
+The live stream wakes two ways, and needs both: :class:`InboxNotifier` wakes the open
+streams *of this process* the moment this process stores an item for their user; items
+stored by other processes (``tepat api --workers N``, the consumers' inbox channel) are
+found by polling the store after the stream's last seq every ``poll`` seconds. The
+store, not the notifier, is the truth: a missed or spurious wake costs at most one poll.
 
 A stream re-reads a short window behind its position (``settle``): on MongoDB, two
 writers may commit seqs out of order (see ``tepat/adapters/mongo/inbox.py``), and an
-item whose seq is below one already sent must still be sent once. SQLite commits seqs
-in order, so there the window only ever finds items already sent, which are skipped.
+item whose seq is below one already sent must still be sent once.
 """
 
 from __future__ import annotations

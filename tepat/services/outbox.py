@@ -69,13 +69,8 @@ class Outbox:
 
     async def flush(self, everything: bool = False, within: timedelta | None = None) -> int:
         """Publish the marked messages due within ``within`` (by default
-        ``publish_ahead``; all of them when ``everything``); returns how many
-        messages were published.
-
-        Beyond ``publish_soon`` only full batches go: a (queue, second) still
-        filling (K API calls for one instant, a few each second) waits, marked,
-        until it is due within ``publish_soon`` or full, and then goes as one
-        broker message rather than one per pass."""
+        ``publish_ahead``; all of them when ``everything``); returns how many.
+        Beyond ``publish_soon`` only full batches go (see the module)."""
         ahead = self.publish_ahead if within is None else within
         async with self._lock:
             if everything:
@@ -140,19 +135,16 @@ class Outbox:
             if len(page) < PAGE_SIZE:
                 return total
 
-    async def flush_quietly(self) -> None:
+    async def flush_quietly(self, within: timedelta | None = None) -> None:
         """:meth:`flush` for callers whose write already succeeded: a broker failure
         is logged and left to the publisher loop, never reported as a lost write."""
         try:
-            await self.flush()
+            await self.flush(within=within)
         except Exception as e:
             log.warning("outbox publish failed; the publisher loop retries", error=str(e))
 
     async def flush_soon(self) -> None:
-        """After a single write: publish what is due within ``publish_soon``, quietly
-        (like :meth:`flush_quietly`); the publisher loop, which runs more often than
-        that, publishes the rest with whatever else was written meanwhile."""
-        try:
-            await self.flush(within=self.publish_soon)
-        except Exception as e:
-            log.warning("outbox publish failed; the publisher loop retries", error=str(e))
+        """After a single write: publish what is due within ``publish_soon``, quietly;
+        the publisher loop, which runs more often than that, publishes the rest with
+        whatever else was written meanwhile."""
+        await self.flush_quietly(within=self.publish_soon)
