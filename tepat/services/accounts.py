@@ -481,9 +481,21 @@ def check_send_at(send_at: datetime | None, now: datetime) -> datetime | None:
     return utc
 
 
+# json.dumps(..., ensure_ascii=False, allow_nan=False), built once rather than per call.
+_PAYLOAD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
     """The notification must be JSON and fit Expo's payload limit; returns ``data`` as a dict."""
     payload = dict(data or {})
+    # One encoding for the usual valid notification (a bulk import checks thousands): when
+    # it succeeds and fits, so would each part alone; else the checks below name the field.
+    try:
+        whole = {"title": title, "body": body, "data": payload}
+        if len(_PAYLOAD_ENCODER.encode(whole).encode()) <= MAX_PAYLOAD_BYTES:
+            return payload
+    except (ValueError, TypeError, RecursionError):
+        pass
     for field, value in (("title", title), ("body", body), ("data", payload)):
         try:
             json.dumps(value, ensure_ascii=False, allow_nan=False).encode()

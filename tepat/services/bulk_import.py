@@ -15,7 +15,6 @@ changes nothing: what is unchanged is not written, so nothing is re-planned.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -36,7 +35,6 @@ from tepat.ports.repositories.bulk_import import BulkImportRepository
 from tepat.ports.repositories.users import PlanMark
 from tepat.services.accounts import (
     KEEP,
-    MAX_PAYLOAD_BYTES,
     AccountParts,
     AccountRecords,
     _Keep,
@@ -237,7 +235,7 @@ def _check(
         try:
             reminder_id = check_identifier(r.reminder_id, "reminder_id")
             rt.categories.get(r.category, "category")
-            payload = _payload(r.title, r.body, r.data)
+            payload = check_payload(r.title, r.body, r.data)
             local_time = parse_hhmm(r.local_time, "local_time")
             days = parse_days(r.days, "days")
         except DomainError as e:
@@ -353,23 +351,6 @@ def _diff(
     w.statuses[v.index] = "created" if old is None else "updated" if changed else "unchanged"
 
 
-# json.dumps(..., ensure_ascii=False, allow_nan=False), built once rather than per call.
-_PAYLOAD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
-
-
-def _payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
-    """:func:`check_payload`, with one encoding for the usual valid notification: when
-    it succeeds and fits, so would each part alone; else the full check names the field."""
-    payload = dict(data or {})
-    try:
-        encoded = _PAYLOAD_ENCODER.encode({"title": title, "body": body, "data": payload}).encode()
-    except (ValueError, TypeError, RecursionError):
-        return check_payload(title, body, data)
-    if len(encoded) > MAX_PAYLOAD_BYTES:
-        return check_payload(title, body, data)
-    return payload
-
-
 def _user_fields(u: User) -> tuple[object, ...]:
     return (u.timezone, u.locale, u.quiet_hours, u.enabled)
 
@@ -402,7 +383,7 @@ async def _plan_new_users(
         if r.user_id in unchanged:
             reminders[r.user_id].append(r)
     for rs in reminders.values():
-        rs.sort(key=_by_id)  # the order the store reads them in
+        rs.sort(key=lambda r: r.reminder_id)  # the order the store reads them in
     changed = [uid for uid in targets if uid not in unchanged]
     if changed:
         reminders.update(await store.reminders_for_users(changed))
@@ -430,10 +411,6 @@ async def _plan_new_users(
     await store.set_plan_marks(marks)
     if planned:
         await rt.outbox.flush_quietly()
-
-
-def _by_id(r: Reminder) -> str:
-    return r.reminder_id
 
 
 async def _replan(rt: ImportParts, user_ids: Sequence[str]) -> None:

@@ -274,21 +274,13 @@ class EventService:
         send-time checks (user, the (category, channel) preference, quiet hours, the
         target) are taken then."""
         policy = self.categories.get(event.category)
+        error: str | None = None
         if isinstance(rendered, str):
-            return plan_event_message(
-                event, user, policy, channel, "", "", {}, now, render_error=rendered
-            )
+            error, rendered = rendered, Rendered(channel, "", "")
         content = {k: v for k, v in (("html", rendered.html), ("link", rendered.link)) if v}
+        parts = (rendered.title, rendered.body, rendered.data)
         return plan_event_message(
-            event,
-            user,
-            policy,
-            channel,
-            rendered.title,
-            rendered.body,
-            rendered.data,
-            now,
-            content=content,
+            event, user, policy, channel, *parts, now, content=content, render_error=error
         )
 
     async def _render(

@@ -168,7 +168,8 @@ class Creator:
         if page.messages:
             result = await self.store.insert_messages(page.messages)
             created, existing = result.created, result.existing
-            if publish and self._outbox_backlog_due_soon(created, page.now):
+            # A long planning run must not hold messages due soon past their instant.
+            if publish and any(m.due < page.now + PUBLISH_SOON for m in created):
                 await self.outbox.flush()
         # Only once the messages are written: a crash before leaves the old marks.
         await self.store.set_plan_marks(page.marks)
@@ -193,11 +194,6 @@ class Creator:
         if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
             lo, hi = min(lo, old.plan_from), max(hi, old.plan_next_at)
         return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
-
-    @staticmethod
-    def _outbox_backlog_due_soon(created: Sequence[Message], now: datetime) -> bool:
-        # A long planning run must not hold messages due soon past their instant.
-        return any(m.due < now + PUBLISH_SOON for m in created)
 
     async def plan_ahead(self) -> PlanResult:
         """The scheduled job: from now to now + horizon."""
