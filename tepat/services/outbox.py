@@ -1,34 +1,20 @@
 """The transactional outbox: every pending message reaches the broker, batched.
 
-A message is written with an "unpublished" mark in the same store write that
-inserts it or puts it back to ``pending`` (a retry, a deferral, a re-drive).
-This publisher takes every marked message, groups them per (queue, due second)
-in broker messages of at most 100 ids, publishes them and clears the marks.
+A message is written with an "unpublished" mark in the same store write that inserts it
+or puts it back to ``pending`` (a retry, a deferral, a re-drive). This publisher takes
+the marked messages, groups them per (queue, due second) in broker messages of at most
+100 ids, publishes them and clears the marks. So every path batches, and a crash or
+broker failure between the write and the publish loses nothing: the mark stays for the
+next pass (the loop in ``scheduler/jobs.py``, or the next write in this process).
+Publishing twice is harmless: the consumer's atomic claim decides.
 
-So every path batches (a creator run, an API re-plan, a one-off, a retry), and
-a crash or broker failure between the write and the publish loses nothing: the
-mark stays, and the next pass (the loop in ``scheduler/jobs.py``, every second
-or so, or the next write in this process) publishes it. Publishing twice is
-harmless: the consumer's atomic claim decides.
-
-A message is published once it is due within ``publish_ahead`` (10 minutes by
-default), not when it is written: the messages thousands of API calls planned
-for one instant tomorrow are then published together, in full batches, rather
-than one broker message per call. (A broker's scheduler holds fewer jobs too.)
-
-A single write (an API re-plan, a one-off) publishes at once only what is due
-within ``publish_soon`` (:meth:`flush_soon`): a few seconds, more than the loop
-needs to come round. Otherwise K reminder PUTs for one instant minutes ahead
-would each publish their own one-id broker message, and the consumer, holding a
-prefetch of broker messages, would have a few dozen notifications in hand at a
-time (issue 10). Left to the loop, the calls of one second share its pass.
-
-Further ahead than ``publish_soon`` a pass publishes only *full* batches (100
-ids for one queue and second): calls for one instant spread over many passes
-would otherwise still leave as one broker message per pass, and the consumer
-would send Expo requests of that size. The rest of each batch waits, marked,
-until it is due within ``publish_soon``; so K notifications planned through the
-API for one instant reach the broker in about K/100 broker messages.
+A message is published once it is due within ``publish_ahead`` (10 minutes), not when
+it is written, and beyond ``publish_soon`` (seconds) only in *full* batches; a single
+write (an API re-plan, a one-off) publishes at once only what is due within
+``publish_soon`` (:meth:`Outbox.flush_soon`). Otherwise K API calls for one instant
+would each leave as a one-id broker message, and the consumer, holding a prefetch of
+broker messages, would have a few dozen notifications in hand at a time (issue 10):
+this way they reach the broker in about K/100 broker messages.
 """
 
 from __future__ import annotations
