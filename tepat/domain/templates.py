@@ -214,14 +214,12 @@ def check_parts(channel: Channel, parts: object, prefix: str = "") -> dict[str, 
         raise TemplateError(
             prefix.rstrip(".") or "body", "expected an object", TemplateFailure.INVALID
         )
-    for name in parts:
-        if name not in specs:
-            known = ", ".join(specs)
-            raise TemplateError(
-                f"{prefix}{name}",
-                f"not a part of a {channel.value} template (parts: {known})",
-                TemplateFailure.INVALID,
-            )
+    if unknown := [name for name in parts if name not in specs]:
+        raise TemplateError(
+            f"{prefix}{unknown[0]}",
+            f"not a part of a {channel.value} template (parts: {', '.join(specs)})",
+            TemplateFailure.INVALID,
+        )
     out: dict[str, Any] = {}
     for spec in specs.values():
         value = parts.get(spec.name)

@@ -49,8 +49,7 @@ class AccountRecords(
     PreferenceRepository,
     MessageRepository,
     Protocol,
-):
-    """The repositories the account use cases read and write."""
+): ...
 
 
 class Planner(Protocol):

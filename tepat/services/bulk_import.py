@@ -130,8 +130,7 @@ class _Valid:
     reminders: list[Reminder]
 
 
-class ImportRecords(AccountRecords, BulkImportRepository, Protocol):
-    """The repositories an import reads and writes: an account's, in bulk."""
+class ImportRecords(AccountRecords, BulkImportRepository, Protocol): ...
 
 
 class ImportParts(AccountParts, Protocol):

@@ -35,8 +35,7 @@ class SuppressionPage:
     next_cursor: str | None
 
 
-class ContactRecords(UserRepository, ContactRepository, Protocol):
-    """The repositories the contact use cases read and write."""
+class ContactRecords(UserRepository, ContactRepository, Protocol): ...
 
 
 class ContactParts(Protocol):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -82,12 +82,12 @@ class InboxNotifier:
         self._closed = False
         self._max_streams = max_streams
         self._max_per_user = max_streams_per_user
-        self._reserved: dict[str, int] = {}
+        self._reserved: Counter[str] = Counter()
 
     def reserve(self, user_id: str) -> Callable[[], None]:
         """A stream slot for ``user_id`` (or :class:`TooManyStreams`); call what it returns,
         once, when the stream ends."""
-        if self._reserved.get(user_id, 0) >= self._max_per_user:
+        if self._reserved[user_id] >= self._max_per_user:
             raise TooManyStreams(
                 f"{self._max_per_user} inbox streams of this user are open already: close one",
                 per_user=True,
@@ -96,17 +96,15 @@ class InboxNotifier:
             raise TooManyStreams(
                 f"{self._max_streams} inbox streams are open on this server", per_user=False
             )
-        self._reserved[user_id] = self._reserved.get(user_id, 0) + 1
+        self._reserved[user_id] += 1
         released = False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                left = self._reserved[user_id] - 1
-                if left:
-                    self._reserved[user_id] = left
-                else:
+                self._reserved[user_id] -= 1
+                if not self._reserved[user_id]:
                     del self._reserved[user_id]
 
         return release
@@ -134,7 +132,7 @@ class InboxNotifier:
 
     def reserved(self) -> int:
         """Stream slots taken (streams open, or about to be)."""
-        return sum(self._reserved.values())
+        return self._reserved.total()
 
     def streams(self) -> int:
         return sum(len(w) for w in self._waiters.values())
