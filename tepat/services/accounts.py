@@ -1,10 +1,8 @@
 """Use cases behind the user-facing API: users, devices, reminders, preferences, one-offs.
 
-No HTTP here: every function takes what it uses (:class:`AccountParts`: the repositories
-it touches, the clock, the categories, the planner and the outbox; the runtime is one), validates
-with the domain's parsers (errors name the offending field) and talks to the
-store. Whatever changes planning re-plans through the creator, so the rules
-that cancel superseded messages live in exactly one place.
+No HTTP here: inputs are checked with the domain's parsers (errors name the offending
+field). Whatever changes planning re-plans through the creator, so the rules that cancel
+superseded messages live in exactly one place.
 """
 
 from __future__ import annotations

@@ -92,17 +92,12 @@ class Creator:
         until: str | None = None,
     ) -> PlanResult:
         """Plan every enabled reminder whose nominal instant falls in ``[start, end)``
-        (of the users whose id is in ``(after, until]``: a worker's range).
+        (of the users whose id is in ``(after, until]``: a worker's range), in pages of
+        users whose mark does not cover the window, so memory stays flat.
 
-        Only users whose planning mark does not cover the window are read, each
-        planned from where their mark ends, and their marks moved on after the
-        messages are written (``users_planned`` counts them). Users stream in
-        pages, so memory stays flat however many there are. The
-        messages go to the outbox in the same write; unless ``publish`` is off (a
-        ``tepat plan`` process beside an embedded broker it cannot reach, whose
-        own outbox loop will publish them), the outbox publishes the ones due
-        soon as the run goes and once more at the end. ``progress``, if given,
-        hears after each page how many users it held and the total so far.
+        Unless ``publish`` is off (a ``tepat plan`` process beside an embedded broker it
+        cannot reach, whose own outbox loop will publish them), the outbox publishes the
+        messages due soon as the run goes and once more at the end.
         """
         if end <= start:
             raise ValueError("end must be after start")
