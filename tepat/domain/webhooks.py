@@ -7,11 +7,9 @@ event) becomes one webhook *delivery message* (:func:`delivery_message`): a
 :class:`~tepat.domain.models.Message` on channel ``webhook`` that rides the outbox, the
 queues, the claim, the retries and the dead-lettering of every other message.
 
-Signing (https://www.standardwebhooks.com, "Signature scheme"): the content signed is
-``{webhook-id}.{webhook-timestamp}.{body}``; the signature is the base64 HMAC-SHA256 of it
-under the secret's bytes (the base64 after ``whsec_``), written ``v1,<signature>``. While a
-rotated secret is still valid every valid secret signs, space separated, so a receiver
-that knows either verifies.
+Signing follows https://www.standardwebhooks.com, "Signature scheme" (:func:`sign`). While
+a rotated secret is still valid every valid secret signs, so a receiver that knows either
+verifies.
 
 Pure: no I/O; the clock and the randomness come from the caller.
 """
