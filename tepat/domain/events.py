@@ -51,8 +51,6 @@ class Outcome(enum.StrEnum):
     RENDER_ERROR = TemplateFailure.RENDER_ERROR.value
     NOT_ROUTED = "not_routed"  # the route's condition did not hold (no active device)
     UNKNOWN_USER = "unknown_user"
-    OPTED_OUT = "opted_out"
-    USER_DISABLED = "user_disabled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,16 +32,6 @@ class MessageStatus(enum.StrEnum):
         return self in TERMINAL_STATUSES
 
 
-TERMINAL_STATUSES = frozenset(
-    {
-        MessageStatus.DELIVERED,
-        MessageStatus.FAILED,
-        MessageStatus.SKIPPED,
-        MessageStatus.MISSED,
-        MessageStatus.CANCELLED,
-    }
-)
-
 # Every status change a message may make; the store adapters enforce it (a change
 # whose (from, to) is not here is refused: the message stays as it is and the change
 # counts as not applied, exactly like a compare-and-set that lost). Callers still pass
@@ -68,34 +58,20 @@ TERMINAL_STATUSES = frozenset(
 # Terminal statuses never change again, so a repeated or older provider event finds
 # nothing to do.
 ALLOWED_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {
-    MessageStatus.PENDING: frozenset(
-        {
-            MessageStatus.SENDING,
-            MessageStatus.CANCELLED,
-            MessageStatus.SENT,
-            MessageStatus.DELIVERED,
-            MessageStatus.FAILED,
-            MessageStatus.SKIPPED,
-            MessageStatus.MISSED,
-        }
-    ),
-    MessageStatus.SENDING: frozenset(
-        {
-            MessageStatus.SENT,
-            MessageStatus.DELIVERED,
-            MessageStatus.FAILED,
-            MessageStatus.SKIPPED,
-            MessageStatus.MISSED,
-            MessageStatus.PENDING,
-        }
-    ),
-    MessageStatus.SENT: frozenset({MessageStatus.DELIVERED, MessageStatus.FAILED}),
-    MessageStatus.DELIVERED: frozenset(),
-    MessageStatus.FAILED: frozenset(),
-    MessageStatus.SKIPPED: frozenset(),
-    MessageStatus.MISSED: frozenset(),
-    MessageStatus.CANCELLED: frozenset(),
+    MessageStatus(src): frozenset(MessageStatus(dst) for dst in targets.split())
+    for src, targets in {
+        "pending": "sending cancelled sent delivered failed skipped missed",
+        "sending": "sent delivered failed skipped missed pending",
+        "sent": "delivered failed",
+        "delivered": "",
+        "failed": "",
+        "skipped": "",
+        "missed": "",
+        "cancelled": "",
+    }.items()
 }
+# A status the table lets go nowhere.
+TERMINAL_STATUSES = frozenset(s for s, targets in ALLOWED_TRANSITIONS.items() if not targets)
 
 
 def can_transition(src: MessageStatus, dst: MessageStatus) -> bool:

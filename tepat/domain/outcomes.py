@@ -1,17 +1,9 @@
 """What a provider's answer makes of a message being sent: the exactly-once rules.
 
 One set of rules for every channel (push, inbox, e-mail, SMS, webhooks), with no I/O:
-:mod:`tepat.services.sending.recording` reads each answer, asks these functions what it means
-and writes the results stage by stage (:class:`Stage`).
-
-* accepted by the provider -> ``sent`` (its id kept to follow it up); final at once
-  (the inbox) -> ``delivered``;
-* refused for good -> ``failed``, the provider's reason kept;
-* temporary (:func:`after_failure`): a *maybe sent* answer follows the category's
-  ``maybe_sent`` policy (close it ``failed``/``outcome_unknown``, or retry it); a retry
-  past the policy's limits ends ``failed``, "gave up after N attempts"; otherwise the
-  message goes back to ``pending`` after the backoff, never before the provider's
-  Retry-After.
+:mod:`tepat.services.sending.recording` reads each answer, asks these functions what it
+means and writes the results stage by stage (:class:`Stage`). A temporary failure is
+the only hard case (:func:`after_failure`).
 """
 
 from __future__ import annotations

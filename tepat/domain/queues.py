@@ -1,12 +1,7 @@
-"""Which broker queue a message waits on: one per (channel, category) for push, one per
-(channel, priority class) for the other channels, a critical queue per channel.
-
-* push: ``tepat.<category>`` (the category's configured queue, as before channels
-  existed), and ``tepat.push.critical`` for critical events (OTP, safety alerts);
-* inbox, email, sms: ``tepat.<channel>.critical``, ``tepat.<channel>.normal`` (reminders,
-  one-offs, normal events) and ``tepat.<channel>.bulk`` (campaigns): a campaign of 100k
-  e-mails never sits in front of a password reset;
-* webhook deliveries: ``tepat.webhooks``.
+"""Which broker queue a message waits on (:func:`queue_for`): one per category for push
+(as before channels existed), one per (channel, priority class) for the other channels
+(a campaign of 100k e-mails never sits in front of a password reset), a critical queue
+per channel, and one for webhook deliveries.
 
 The name is a pure function of the message, so every publisher (creator, API, outbox,
 retries) and every consumer agree without sharing state. The consumer's order between

@@ -1,15 +1,10 @@
 """Event types and where their messages go: category, priority, channel routes.
 
-Configured by ``TEPAT_EVENT_TYPES`` (a JSON object, see :func:`parse_event_types`);
-the events endpoint (issue 12, next slice) looks an event's type up here and fans it
-out along the routes, in order, evaluating each route's condition with
-:func:`select_channels`.
-
-Channels: ``push`` (Expo), ``inbox`` (in-app), ``email`` (SMTP) and ``sms`` (Twilio).
-Templates may be written for any of them; a route may name ``email`` or ``sms`` only
-when its provider is configured (``Settings.enabled_channels``), so a configuration
-routing to a channel nobody can send on stops the process instead of leaving its
-messages pending forever.
+Configured by ``TEPAT_EVENT_TYPES`` (see :func:`parse_event_types`); fan-out evaluates
+each route's condition per recipient with :func:`select_channels`. A route may name
+``email`` or ``sms`` only when its provider is configured (``Settings.enabled_channels``),
+so a configuration routing to a channel nobody can send on stops the process instead of
+leaving its messages pending forever.
 """
 
 from __future__ import annotations

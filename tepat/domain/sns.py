@@ -1,20 +1,11 @@
 """Amazon SNS HTTP(S) messages: their shape, the string they are signed over, the URLs
 they may name. Pure; the signature itself is checked in :mod:`tepat.adapters.sns_verify`.
 
-What AWS documents ("Verifying the signatures of Amazon SNS messages"):
-
-- the message is a JSON object with ``Type`` (``Notification``,
-  ``SubscriptionConfirmation``, ``UnsubscribeConfirmation``), ``MessageId``,
-  ``TopicArn``, ``Message``, ``Timestamp``, ``SignatureVersion``, ``Signature``
-  (base64) and ``SigningCertURL``; a notification may have a ``Subject``, a
-  confirmation has ``Token`` and ``SubscribeURL``;
-- the signed string is ``name\\nvalue\\n`` for each of a fixed list of fields in byte
-  order: for a notification ``Message, MessageId, Subject`` (only if present),
-  ``Timestamp, TopicArn, Type``; for the confirmations ``Message, MessageId,
-  SubscribeURL, Timestamp, Token, TopicArn, Type``;
-- ``SignatureVersion`` 1 is RSA PKCS#1 v1.5 over SHA-1, 2 over SHA-256;
-- the certificate must come from an https URL on SNS's own host
-  (``sns.<region>.amazonaws.com``), or anybody could sign with their own key.
+As AWS documents it ("Verifying the signatures of Amazon SNS messages"), the signed
+string is ``name\\nvalue\\n`` for each of a fixed list of fields per message type
+(``_SIGNED_FIELDS``), in byte order; ``SignatureVersion`` 1 is RSA PKCS#1 v1.5 over
+SHA-1, 2 over SHA-256; and the certificate must come from an https URL on SNS's own
+host (``sns.<region>.amazonaws.com``), or anybody could sign with their own key.
 
 A valid signature proves SNS sent the message, not that *our* topic did: anyone can
 make a topic and subscribe our URL to it. So only the topics in

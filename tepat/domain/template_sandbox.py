@@ -2,20 +2,13 @@
 
 Jinja's sandbox keeps templates away from Python internals; it does not stop a template
 from building a gigabyte string or spinning. Here every way a template builds text is
-checked *before* the text is built:
-
-- sizes given as arguments (``*`` repetition, padding and ``%``/``format`` widths, slices,
-  batches): at most :data:`MAX_STRING` (``*`` widths, taken from the arguments, are refused);
-- any text or list a step makes (``~``, ``+``, ``%``, ``join``, ``indent``, ``wordwrap``,
-  ``replace``, a macro's or ``{% set %}`` block's text, a value printed by ``{{ }}``, a
-  filter's input): at most :data:`MAX_TEXT` characters, counted by :func:`weight`;
-- loop iterations and calls: :data:`MAX_STEPS` per part (a call counts :data:`CALL_STEPS`);
-- time: a render stops after ``seconds`` (:data:`RENDER_SECONDS` by default), checked at
-  every step, so even a template that stays within the other limits cannot hold a thread;
-- nesting (an attribute, filter or ``+`` chain thousands long): :data:`MAX_NESTING` levels,
-  refused at save time instead of exhausting Python's recursion limit;
-- ``lipsum`` (seconds of work for one call) is not offered; lists and dicts cannot be
-  changed in place (no ``append``/``extend`` doubling a list at every step).
+checked *before* the text is built: sizes given as arguments (:data:`MAX_STRING`; ``*``
+widths are refused), any text or list a step makes (:data:`MAX_TEXT`, counted by
+:func:`weight`), loop iterations and calls (:data:`MAX_STEPS`), time (checked at every
+step, so even a template within the other limits cannot hold a thread) and nesting
+(:data:`MAX_NESTING`, refused at save time instead of exhausting Python's recursion
+limit). ``lipsum`` is not offered, and lists and dicts cannot be changed in place (no
+``append`` doubling a list at every step).
 
 Every check raises :class:`~jinja2.exceptions.SecurityError`, which the caller turns
 into a ``render_error`` naming the template part.

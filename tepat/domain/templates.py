@@ -1,30 +1,13 @@
 """Message templates: per (event type, channel, locale), versioned, rendered in a sandbox.
 
-A template holds one source per *part* of its channel (:data:`CHANNEL_PARTS`):
-
-- ``push``: ``title``, ``body``, optional ``data`` (an object of string templates,
-  rendered value by value into the notification's data);
-- ``inbox``: ``title``, ``body``, optional ``html`` (the only part rendered with
-  HTML autoescape) and optional ``link`` (rendered, then checked as a URL or path).
-
-Sources are Jinja2, compiled in a :class:`~jinja2.sandbox.SandboxedEnvironment`
-with :class:`~jinja2.StrictUndefined`: a variable missing from the data fails the
-render (:class:`TemplateError`, reason ``render_error``) instead of printing a blank.
-Sources are compiled when saved, so a syntax error is refused then, with its line.
-
-Limits (sources are written by admin-key holders, data comes from events):
-
-- a template's sources together: :data:`MAX_SOURCE_BYTES`; one part: :data:`MAX_PART_CHARS`;
-- push: title, body and data, encoded as Expo receives them, at most
-  :data:`PUSH_MAX_BYTES` (Expo refuses over 4096; the rest is room for what the
-  dispatcher adds, as for one-offs in ``tepat/services/accounts.py``);
-- inbox: :data:`INBOX_LIMITS` per part;
-- in the sandbox (``tepat/domain/template_sandbox.py``): ``range`` up to
-  :data:`MAX_RANGE` items, size arguments up to :data:`MAX_STRING`, every text a step
-  builds up to :data:`MAX_TEXT` characters (checked before it is built), at most
-  :data:`MAX_STEPS` loop iterations and calls per part, :data:`MAX_NESTING` levels of
-  nesting, and :data:`RENDER_SECONDS` per render; the service renders in a worker
-  thread, so even a render at its limits never holds the event loop.
+A template holds one source per *part* of its channel (:data:`CHANNEL_PARTS`). Sources
+are Jinja2, compiled when saved (a syntax error is refused then, with its line) in the
+sandbox of ``tepat/domain/template_sandbox.py``, with :class:`~jinja2.StrictUndefined`: a
+variable missing from the data fails the render (:class:`TemplateError`, reason
+``render_error``) instead of printing a blank. Sources are written by admin-key holders
+and data comes from events, so sizes are bounded at save and at render (the limits
+below); the service renders in a worker thread, so even a render at its limits never
+holds the event loop.
 
 Stored versions are immutable; :func:`template_id` names one (``order.paid:push:en:3``),
 which a message pins so a retry renders the same text.
@@ -231,14 +214,12 @@ def check_parts(channel: Channel, parts: object, prefix: str = "") -> dict[str, 
         raise TemplateError(
             prefix.rstrip(".") or "body", "expected an object", TemplateFailure.INVALID
         )
-    for name in parts:
-        if name not in specs:
-            known = ", ".join(specs)
-            raise TemplateError(
-                f"{prefix}{name}",
-                f"not a part of a {channel.value} template (parts: {known})",
-                TemplateFailure.INVALID,
-            )
+    if unknown := [name for name in parts if name not in specs]:
+        raise TemplateError(
+            f"{prefix}{unknown[0]}",
+            f"not a part of a {channel.value} template (parts: {', '.join(specs)})",
+            TemplateFailure.INVALID,
+        )
     out: dict[str, Any] = {}
     for spec in specs.values():
         value = parts.get(spec.name)

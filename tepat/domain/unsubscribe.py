@@ -65,22 +65,12 @@ class TokenExpired(DomainError):
 
 
 def make_token(secret: bytes, claim: UnsubscribeClaim) -> str:
-    for name, value in (
-        ("user_id", claim.user_id),
-        ("category", claim.category),
-        ("channel", claim.channel),
-    ):
+    names = {"channel": claim.channel, "category": claim.category, "user_id": claim.user_id}
+    for name, value in names.items():
         if not value or "\n" in value:
             raise DomainError(name, "must be non-empty and on one line")
-    payload = "\n".join(
-        (
-            VERSION,
-            str(int(claim.expires_at.timestamp())),
-            claim.channel,
-            claim.category,
-            claim.user_id,
-        )
-    ).encode()
+    expiry = str(int(claim.expires_at.timestamp()))
+    payload = "\n".join((VERSION, expiry, *names.values())).encode()
     return f"{_b64(payload)}.{_b64(_mac(secret, payload))}"
 
 

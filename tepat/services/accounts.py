@@ -1,10 +1,8 @@
 """Use cases behind the user-facing API: users, devices, reminders, preferences, one-offs.
 
-No HTTP here: every function takes what it uses (:class:`AccountParts`: the repositories
-it touches, the clock, the categories, the planner and the outbox; the runtime is one), validates
-with the domain's parsers (errors name the offending field) and talks to the
-store. Whatever changes planning re-plans through the creator, so the rules
-that cancel superseded messages live in exactly one place.
+No HTTP here: inputs are checked with the domain's parsers (errors name the offending
+field). Whatever changes planning re-plans through the creator, so the rules that cancel
+superseded messages live in exactly one place.
 """
 
 from __future__ import annotations
@@ -49,8 +47,7 @@ class AccountRecords(
     PreferenceRepository,
     MessageRepository,
     Protocol,
-):
-    """The repositories the account use cases read and write."""
+): ...
 
 
 class Planner(Protocol):
@@ -147,8 +144,29 @@ async def put_user(
     load_zone(timezone, "timezone")
     now = rt.clock.now()
     old = await rt.store.get_user(user_id)
+    user = merged_user(old, user_id, timezone, locale, quiet_hours, enabled, now)
+    await rt.store.upsert_user(user)
+    if old is None or plan_changed(old, user):
+        # The re-plan takes a new plan version from the store (atomically), so a
+        # retried or overlapping PUT never reuses the keys of another's plan.
+        await rt.creator.replan_user(user_id)
+    stored = await rt.store.get_user(user_id)
+    assert stored is not None
+    return stored, old is None
+
+
+def merged_user(
+    old: User | None,
+    user_id: str,
+    timezone: str,
+    locale: str | _Keep,
+    quiet_hours: QuietHours | _Keep | None,
+    enabled: bool | _Keep,
+    now: datetime,
+) -> User:
+    """``old`` (or a new user) with the given fields; :data:`KEEP` keeps a stored one."""
     base = old or User(user_id=user_id, timezone=timezone, created_at=now)
-    user = replace(
+    return replace(
         base,
         timezone=timezone,
         locale=base.locale if locale is KEEP else locale,
@@ -156,18 +174,13 @@ async def put_user(
         enabled=base.enabled if enabled is KEEP else enabled,
         updated_at=now,
     )
-    replan = old is None or (
-        (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
-        or (user.enabled and not old.enabled)  # re-enabled: plan what was skipped meanwhile
+
+
+def plan_changed(old: User, new: User) -> bool:
+    """Whether planning sees the change of a stored user: it must re-plan."""
+    return (old.timezone, old.quiet_hours) != (new.timezone, new.quiet_hours) or (
+        new.enabled and not old.enabled  # re-enabled: plan what was skipped meanwhile
     )
-    await rt.store.upsert_user(user)
-    if replan:
-        # The re-plan takes a new plan version from the store (atomically), so a
-        # retried or overlapping PUT never reuses the keys of another's plan.
-        await rt.creator.replan_user(user_id)
-    stored = await rt.store.get_user(user_id)
-    assert stored is not None
-    return stored, old is None
 
 
 # ---------------------------------------------------------------- devices
@@ -297,7 +310,7 @@ async def put_reminder(
         created_at=old.created_at if old else now,
         updated_at=now,
     )
-    if old is not None and _planned_fields(old) == _planned_fields(reminder):
+    if old is not None and planned_fields(old) == planned_fields(reminder):
         return old, False  # nothing that planning sees changed: keep the pending messages
     if old is not None:
         reminder = replace(reminder, version=old.version + 1)
@@ -331,7 +344,7 @@ async def _past_reminder_quota(
     )
 
 
-def _planned_fields(r: Reminder) -> tuple[object, ...]:
+def planned_fields(r: Reminder) -> tuple[object, ...]:
     return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
 
 
@@ -417,7 +430,7 @@ async def create_oneoff(
     policy = rt.categories.get(category, "category")
     payload = check_payload(title, body, data)
     now = rt.clock.now()
-    send_at_utc = _check_send_at(send_at, now)
+    send_at_utc = check_send_at(send_at, now)
     request_hash = request_fingerprint(
         {
             "category": category,
@@ -451,7 +464,7 @@ async def create_oneoff(
     return existing, False
 
 
-def _check_send_at(send_at: datetime | None, now: datetime) -> datetime | None:
+def check_send_at(send_at: datetime | None, now: datetime) -> datetime | None:
     if send_at is None:
         return None
     if send_at.tzinfo is None or send_at.utcoffset() is None:
@@ -465,9 +478,21 @@ def _check_send_at(send_at: datetime | None, now: datetime) -> datetime | None:
     return utc
 
 
+# json.dumps(..., ensure_ascii=False, allow_nan=False), built once rather than per call.
+_PAYLOAD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
     """The notification must be JSON and fit Expo's payload limit; returns ``data`` as a dict."""
     payload = dict(data or {})
+    # One encoding for the usual valid notification (a bulk import checks thousands): when
+    # it succeeds and fits, so would each part alone; else the checks below name the field.
+    try:
+        whole = {"title": title, "body": body, "data": payload}
+        if len(_PAYLOAD_ENCODER.encode(whole).encode()) <= MAX_PAYLOAD_BYTES:
+            return payload
+    except (ValueError, TypeError, RecursionError):
+        pass
     for field, value in (("title", title), ("body", body), ("data", payload)):
         try:
             json.dumps(value, ensure_ascii=False, allow_nan=False).encode()

@@ -1,31 +1,20 @@
 """Importing many whole users at once: user, devices and reminders per item.
 
-The same rules as the single use cases in :mod:`tepat.services.accounts` (same
-parsers, same field names, same "re-plan only what planning sees changed"), but
-the store is read and written a request at a time, and the users the import
-creates are planned together in one pass:
+The same rules as the single use cases in :mod:`tepat.services.accounts` (same parsers,
+same field names, same "re-plan only what planning sees changed"), but the store is read
+a request at a time, written in one batch per kind (in one transaction where the store
+has them), and the users the import creates are planned together in one pass
+(:func:`_plan_new_users`); an existing user whose plan changed goes through
+:meth:`Creator.replan_user`, which reconciles.
 
-- one read each for the users, their reminders and their active devices;
-- one batched write each for users, devices and reminders (``BulkImportRepository``), in one
-  transaction where the store has them;
-- new users: planned directly over the creator's horizon (from the reminders the
-  import wrote, unless their change stamp says something changed them since) and
-  inserted in one batch (they have no pending message to reconcile), then given a
-  planning mark as a re-plan gives one, so the periodic plan run does not read them again; a
-  user a concurrent import created first, or an existing user whose zone, quiet
-  hours or reminders changed, goes through :meth:`Creator.replan_user`, which
-  reconciles (and marks).
-
-An item is applied whole or not at all: a bad field fails its own item (the
-error names it, ``items[3].reminders[0].local_time``) and never the others.
-Repeating an import changes nothing: unchanged users, devices and reminders are
-not written, so nothing is re-planned and no message is created.
+An item is applied whole or not at all: a bad field fails its own item (the error names
+it, ``items[3].reminders[0].local_time``) and never the others. Repeating an import
+changes nothing: what is unchanged is not written, so nothing is re-planned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -46,11 +35,13 @@ from tepat.ports.repositories.bulk_import import BulkImportRepository
 from tepat.ports.repositories.users import PlanMark
 from tepat.services.accounts import (
     KEEP,
-    MAX_PAYLOAD_BYTES,
     AccountParts,
     AccountRecords,
     _Keep,
     check_payload,
+    merged_user,
+    plan_changed,
+    planned_fields,
 )
 
 #: Items per request: bounds one request's memory, write transaction and planning pass.
@@ -139,8 +130,7 @@ class _Valid:
     reminders: list[Reminder]
 
 
-class ImportRecords(AccountRecords, BulkImportRepository, Protocol):
-    """The repositories an import reads and writes: an account's, in bulk."""
+class ImportRecords(AccountRecords, BulkImportRepository, Protocol): ...
 
 
 class ImportParts(AccountParts, Protocol):
@@ -244,7 +234,7 @@ def _check(
         try:
             reminder_id = check_identifier(r.reminder_id, "reminder_id")
             rt.categories.get(r.category, "category")
-            payload = _payload(r.title, r.body, r.data)
+            payload = check_payload(r.title, r.body, r.data)
             local_time = parse_hhmm(r.local_time, "local_time")
             days = parse_days(r.days, "days")
         except DomainError as e:
@@ -326,29 +316,20 @@ def _diff(
 ) -> None:
     """Add to ``w`` what item ``v`` changes, by the single use cases' rules."""
     item, old = v.item, old_users.get(v.item.user_id)
-    base = old or User(user_id=item.user_id, timezone=item.timezone, created_at=now)
-    user = replace(
-        base,
-        timezone=item.timezone,
-        locale=base.locale if isinstance(item.locale, _Keep) else item.locale,
-        quiet_hours=base.quiet_hours if isinstance(v.quiet_hours, _Keep) else v.quiet_hours,
-        enabled=base.enabled if isinstance(item.enabled, _Keep) else item.enabled,
-        updated_at=now,
+    user = merged_user(
+        old, item.user_id, item.timezone, item.locale, v.quiet_hours, item.enabled, now
     )
     changed = old is None or _user_fields(old) != _user_fields(user)
     if changed:
         w.users.append(user)
         w.user_items.append(v.index)
-    if old is not None and (
-        (old.timezone, old.quiet_hours) != (user.timezone, user.quiet_hours)
-        or (user.enabled and not old.enabled)  # re-enabled: plan what was skipped meanwhile
-    ):
+    if old is not None and plan_changed(old, user):
         w.replan.add(user.user_id)
 
     stored = {r.reminder_id: r for r in old_reminders.get(item.user_id, [])}
     for r in v.reminders:
         prior = stored.get(r.reminder_id)
-        if prior is not None and _planned_fields(prior) == _planned_fields(r):
+        if prior is not None and planned_fields(prior) == planned_fields(r):
             continue  # nothing planning sees changed: keep its pending messages
         if prior is not None:
             r = replace(r, version=prior.version + 1, created_at=prior.created_at)
@@ -369,29 +350,8 @@ def _diff(
     w.statuses[v.index] = "created" if old is None else "updated" if changed else "unchanged"
 
 
-# json.dumps(..., ensure_ascii=False, allow_nan=False), built once rather than per call.
-_PAYLOAD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
-
-
-def _payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
-    """:func:`check_payload`, with one encoding for the usual valid notification: when
-    it succeeds and fits, so would each part alone; else the full check names the field."""
-    payload = dict(data or {})
-    try:
-        encoded = _PAYLOAD_ENCODER.encode({"title": title, "body": body, "data": payload}).encode()
-    except (ValueError, TypeError, RecursionError):
-        return check_payload(title, body, data)
-    if len(encoded) > MAX_PAYLOAD_BYTES:
-        return check_payload(title, body, data)
-    return payload
-
-
 def _user_fields(u: User) -> tuple[object, ...]:
     return (u.timezone, u.locale, u.quiet_hours, u.enabled)
-
-
-def _planned_fields(r: Reminder) -> tuple[object, ...]:
-    return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
 
 
 async def _plan_new_users(
@@ -422,7 +382,7 @@ async def _plan_new_users(
         if r.user_id in unchanged:
             reminders[r.user_id].append(r)
     for rs in reminders.values():
-        rs.sort(key=_by_id)  # the order the store reads them in
+        rs.sort(key=lambda r: r.reminder_id)  # the order the store reads them in
     changed = [uid for uid in targets if uid not in unchanged]
     if changed:
         reminders.update(await store.reminders_for_users(changed))
@@ -450,10 +410,6 @@ async def _plan_new_users(
     await store.set_plan_marks(marks)
     if planned:
         await rt.outbox.flush_quietly()
-
-
-def _by_id(r: Reminder) -> str:
-    return r.reminder_id
 
 
 async def _replan(rt: ImportParts, user_ids: Sequence[str]) -> None:

@@ -1,9 +1,7 @@
 """Use cases behind the contacts and suppressions API (issue 13, items 4 and 5).
 
-No HTTP here: inputs are validated with the domain's parsers (a DomainError names the
-field), addresses are normalised before they are stored or looked up, and the store
-does the rest. Suppressions added here come from an operator (``source="admin"``);
-providers' come through their callbacks.
+Addresses are normalised before they are stored or looked up. Suppressions added here
+come from an operator (``source="admin"``); providers' come through their callbacks.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ class SuppressionPage:
     next_cursor: str | None
 
 
-class ContactRecords(UserRepository, ContactRepository, Protocol):
-    """The repositories the contact use cases read and write."""
+class ContactRecords(UserRepository, ContactRepository, Protocol): ...
 
 
 class ContactParts(Protocol):

@@ -10,13 +10,9 @@ Delivery                    ``sent`` -> ``delivered``              -
 anything else               unchanged                              -
 =========================== ====================================== =======================
 
-Each event is acted on, then recorded (``tepat.services.provider_events``: the order of
-every provider callback): a process that dies in between leaves the event to SNS's retry,
-which acts again and changes nothing more than the first did (a suppression added twice
-is one; the status change is conditional on the message being ``sent``). A repeat after
-the record is a ``duplicate`` and does nothing. Since changes are conditional on
-``sent``, an event older than one already applied (a Delivery after a Bounce, in any
-order) changes nothing either.
+Each event is acted on, then recorded (:mod:`tepat.services.provider_events`). Changes
+are conditional on ``sent``, so an event older than one already applied (a Delivery
+after a Bounce, in any order) changes nothing.
 
 Only events about a Tepat e-mail (the id found in the mail's headers, and a message of
 the ``email`` channel by that id) touch anything: a topic shared with other senders

@@ -1,22 +1,17 @@
-"""Events in, messages and inbox items out (issue 12, part 1): accept, fan out, report.
+"""Events in, messages out (issue 12, part 1): accept, fan out, report.
 
-:meth:`EventService.accept` checks a request, stores the event (and its listed
-recipients) once per ``event_id`` and returns at once; the fan-out loop
-(``scheduler/jobs.py`` ``run_event_fanout``) then pages through the recipients in user-id
-order (:meth:`EventService.fan_out_page`): for each page it reads the users, their active
-devices and preferences in one read each, routes each recipient
-(``tepat/domain/routing.py``), renders the template version resolved for the recipient's
-locale (``TemplateService.resolve``, ``render_pinned``), inserts the page's push messages
-in one idempotent bulk insert (the planner's path, each carrying the outbox mark),
-stores the inbox items (``InboxService.deliver``, idempotent on (user, message id)),
-and only then moves the event's cursor, compare-and-set. A crash before the move does
-the page again: the keys make every write a no-op the second time and the counts are
-added once, with the cursor. Memory holds one page.
+:meth:`EventService.accept` stores the event (and its listed recipients) once per
+``event_id`` and returns at once; the fan-out loop (``scheduler/jobs.py``) then pages
+through the recipients in user-id order (:meth:`EventService.fan_out_page`): one read
+each of users, devices and preferences, a route per recipient, a render per (channel,
+locale), one idempotent bulk insert of the page's messages, and only then the event's
+cursor moves, compare-and-set. A crash before the move does the page again: the keys
+make every write a no-op the second time and the counts are added once, with the
+cursor. Memory holds one page.
 
-A push message is rendered at fan-out with the pinned version and stored rendered, as a
-one-off is, so a retry sends the same text. A render error (or no template in the
-locale chain) is that recipient's ``render_error``: a push message stored ``failed``
-with that reason, an inbox outcome counted on the event; the event carries on.
+Messages are stored rendered with the pinned template version, as a one-off is, so a
+retry sends the same text. A render error (or no template in the locale chain) is that
+recipient's message stored ``failed``/``render_error``; the event carries on.
 """
 
 from __future__ import annotations
@@ -58,7 +53,7 @@ from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.events import EventRepository
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.users import UserRepository
-from tepat.services.accounts import MAX_SEND_AHEAD, IdempotencyConflict, NotFound
+from tepat.services.accounts import IdempotencyConflict, NotFound, check_send_at
 from tepat.services.outbox import Outbox
 from tepat.services.templates import TemplateService
 
@@ -279,21 +274,13 @@ class EventService:
         send-time checks (user, the (category, channel) preference, quiet hours, the
         target) are taken then."""
         policy = self.categories.get(event.category)
+        error: str | None = None
         if isinstance(rendered, str):
-            return plan_event_message(
-                event, user, policy, channel, "", "", {}, now, render_error=rendered
-            )
+            error, rendered = rendered, Rendered(channel, "", "")
         content = {k: v for k, v in (("html", rendered.html), ("link", rendered.link)) if v}
+        parts = (rendered.title, rendered.body, rendered.data)
         return plan_event_message(
-            event,
-            user,
-            policy,
-            channel,
-            rendered.title,
-            rendered.body,
-            rendered.data,
-            now,
-            content=content,
+            event, user, policy, channel, *parts, now, content=content, render_error=error
         )
 
     async def _render(
@@ -369,13 +356,7 @@ def _check_when(
         raise DomainError("local_time", "give send_at or local_time, not both")
     if local_time is not None:
         return None, parse_hhmm(local_time, "local_time")
-    if send_at is None:
-        return None, None
-    if send_at.tzinfo is None or send_at.utcoffset() is None:
-        raise DomainError("send_at", "expected an ISO 8601 instant with a UTC offset")
-    utc = send_at.astimezone(UTC)
-    if utc - now > MAX_SEND_AHEAD:
-        raise DomainError("send_at", f"must be within {MAX_SEND_AHEAD.days} days from now")
+    utc = check_send_at(send_at, now)
     # Rounded up before it is stored: a BSON date would cut it down, and the event
     # would then be sent up to a millisecond early (as for a one-off's send_at).
-    return _whole_ms_up(utc), None
+    return (None if utc is None else _whole_ms_up(utc)), None

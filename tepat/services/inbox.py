@@ -1,23 +1,14 @@
 """In-app inbox use cases: deliver an item, list, count, read, and the live stream.
 
-:meth:`InboxService.deliver` is what the inbox ``Channel`` adapter of the events slice
-will call with a rendered message; until then the admin-only
-``POST /v1/users/{id}/inbox`` calls it.
-
-The live stream wakes two ways, and needs both:
-
-- :class:`InboxNotifier` wakes the open streams *of this process* the moment this
-  process stores an item for their user: no delay, no query while nothing happens;
-- but items are also stored by other processes (``tepat api --workers N``, and later
-  the consumers running the inbox channel), whose notifications never reach here.
-  So every stream also polls the store for items after its last seq every
-  ``poll_interval`` seconds (a cheap indexed query on (user, seq)). The store, not
-  the notifier, is the truth: a missed or spurious wake costs at most one poll.
+The live stream wakes two ways, and needs both: :class:`InboxNotifier` wakes the open
+streams *of this process* the moment this process stores an item for their user; items
+stored by other processes (``tepat api --workers N``, the consumers' inbox channel) are
+found by polling the store after the stream's last seq every ``poll`` seconds. The
+store, not the notifier, is the truth: a missed or spurious wake costs at most one poll.
 
 A stream re-reads a short window behind its position (``settle``): on MongoDB, two
 writers may commit seqs out of order (see ``tepat/adapters/mongo/inbox.py``), and an
-item whose seq is below one already sent must still be sent once. SQLite commits seqs
-in order, so there the window only ever finds items already sent, which are skipped.
+item whose seq is below one already sent must still be sent once.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -91,12 +82,12 @@ class InboxNotifier:
         self._closed = False
         self._max_streams = max_streams
         self._max_per_user = max_streams_per_user
-        self._reserved: dict[str, int] = {}
+        self._reserved: Counter[str] = Counter()
 
     def reserve(self, user_id: str) -> Callable[[], None]:
         """A stream slot for ``user_id`` (or :class:`TooManyStreams`); call what it returns,
         once, when the stream ends."""
-        if self._reserved.get(user_id, 0) >= self._max_per_user:
+        if self._reserved[user_id] >= self._max_per_user:
             raise TooManyStreams(
                 f"{self._max_per_user} inbox streams of this user are open already: close one",
                 per_user=True,
@@ -105,17 +96,15 @@ class InboxNotifier:
             raise TooManyStreams(
                 f"{self._max_streams} inbox streams are open on this server", per_user=False
             )
-        self._reserved[user_id] = self._reserved.get(user_id, 0) + 1
+        self._reserved[user_id] += 1
         released = False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                left = self._reserved[user_id] - 1
-                if left:
-                    self._reserved[user_id] = left
-                else:
+                self._reserved[user_id] -= 1
+                if not self._reserved[user_id]:
                     del self._reserved[user_id]
 
         return release
@@ -143,7 +132,7 @@ class InboxNotifier:
 
     def reserved(self) -> int:
         """Stream slots taken (streams open, or about to be)."""
-        return sum(self._reserved.values())
+        return self._reserved.total()
 
     def streams(self) -> int:
         return sum(len(w) for w in self._waiters.values())

@@ -1,34 +1,20 @@
 """The transactional outbox: every pending message reaches the broker, batched.
 
-A message is written with an "unpublished" mark in the same store write that
-inserts it or puts it back to ``pending`` (a retry, a deferral, a re-drive).
-This publisher takes every marked message, groups them per (queue, due second)
-in broker messages of at most 100 ids, publishes them and clears the marks.
+A message is written with an "unpublished" mark in the same store write that inserts it
+or puts it back to ``pending`` (a retry, a deferral, a re-drive). This publisher takes
+the marked messages, groups them per (queue, due second) in broker messages of at most
+100 ids, publishes them and clears the marks. So every path batches, and a crash or
+broker failure between the write and the publish loses nothing: the mark stays for the
+next pass (the loop in ``scheduler/jobs.py``, or the next write in this process).
+Publishing twice is harmless: the consumer's atomic claim decides.
 
-So every path batches (a creator run, an API re-plan, a one-off, a retry), and
-a crash or broker failure between the write and the publish loses nothing: the
-mark stays, and the next pass (the loop in ``scheduler/jobs.py``, every second
-or so, or the next write in this process) publishes it. Publishing twice is
-harmless: the consumer's atomic claim decides.
-
-A message is published once it is due within ``publish_ahead`` (10 minutes by
-default), not when it is written: the messages thousands of API calls planned
-for one instant tomorrow are then published together, in full batches, rather
-than one broker message per call. (A broker's scheduler holds fewer jobs too.)
-
-A single write (an API re-plan, a one-off) publishes at once only what is due
-within ``publish_soon`` (:meth:`flush_soon`): a few seconds, more than the loop
-needs to come round. Otherwise K reminder PUTs for one instant minutes ahead
-would each publish their own one-id broker message, and the consumer, holding a
-prefetch of broker messages, would have a few dozen notifications in hand at a
-time (issue 10). Left to the loop, the calls of one second share its pass.
-
-Further ahead than ``publish_soon`` a pass publishes only *full* batches (100
-ids for one queue and second): calls for one instant spread over many passes
-would otherwise still leave as one broker message per pass, and the consumer
-would send Expo requests of that size. The rest of each batch waits, marked,
-until it is due within ``publish_soon``; so K notifications planned through the
-API for one instant reach the broker in about K/100 broker messages.
+A message is published once it is due within ``publish_ahead`` (10 minutes), not when
+it is written, and beyond ``publish_soon`` (seconds) only in *full* batches; a single
+write (an API re-plan, a one-off) publishes at once only what is due within
+``publish_soon`` (:meth:`Outbox.flush_soon`). Otherwise K API calls for one instant
+would each leave as a one-id broker message, and the consumer, holding a prefetch of
+broker messages, would have a few dozen notifications in hand at a time (issue 10):
+this way they reach the broker in about K/100 broker messages.
 """
 
 from __future__ import annotations
@@ -69,13 +55,8 @@ class Outbox:
 
     async def flush(self, everything: bool = False, within: timedelta | None = None) -> int:
         """Publish the marked messages due within ``within`` (by default
-        ``publish_ahead``; all of them when ``everything``); returns how many
-        messages were published.
-
-        Beyond ``publish_soon`` only full batches go: a (queue, second) still
-        filling (K API calls for one instant, a few each second) waits, marked,
-        until it is due within ``publish_soon`` or full, and then goes as one
-        broker message rather than one per pass."""
+        ``publish_ahead``; all of them when ``everything``); returns how many.
+        Beyond ``publish_soon`` only full batches go (see the module)."""
         ahead = self.publish_ahead if within is None else within
         async with self._lock:
             if everything:
@@ -140,19 +121,16 @@ class Outbox:
             if len(page) < PAGE_SIZE:
                 return total
 
-    async def flush_quietly(self) -> None:
+    async def flush_quietly(self, within: timedelta | None = None) -> None:
         """:meth:`flush` for callers whose write already succeeded: a broker failure
         is logged and left to the publisher loop, never reported as a lost write."""
         try:
-            await self.flush()
+            await self.flush(within=within)
         except Exception as e:
             log.warning("outbox publish failed; the publisher loop retries", error=str(e))
 
     async def flush_soon(self) -> None:
-        """After a single write: publish what is due within ``publish_soon``, quietly
-        (like :meth:`flush_quietly`); the publisher loop, which runs more often than
-        that, publishes the rest with whatever else was written meanwhile."""
-        try:
-            await self.flush(within=self.publish_soon)
-        except Exception as e:
-            log.warning("outbox publish failed; the publisher loop retries", error=str(e))
+        """After a single write: publish what is due within ``publish_soon``, quietly;
+        the publisher loop, which runs more often than that, publishes the rest with
+        whatever else was written meanwhile."""
+        await self.flush_quietly(within=self.publish_soon)

@@ -1,35 +1,17 @@
 """What Twilio's callbacks do to the store: SMS status changes and STOP/START replies.
 
 The route (api/routes/providers_twilio.py) has already checked the signature; this module
-decides and writes.
+decides and writes. Every status change is conditional on the current status
+(:func:`change_for`), so a repeated or older callback changes nothing. ``delivered``
+applies from ``sending`` and ``pending`` too: the callback beat the sender's own record, or
+the answer was lost and a retry waits, and the truth wins as in the sender. ``failed``
+does not apply to a message waiting for a retry, which may still get through. Callbacks
+are acted on, then recorded (:mod:`tepat.services.provider_events`).
 
-**Status callbacks** (``MessageStatus`` of an outbound message, twilio.com/docs/messaging/
-guides/track-outbound-message-status): ``delivered`` -> the message ``delivered``;
-``undelivered`` / ``failed`` -> ``failed`` with reason ``twilio_<ErrorCode>``; ``accepted``,
-``queued``, ``sending``, ``sent`` -> nothing (the message is ``sent`` once Twilio took it).
-Every change is conditional on the current status (forward-only), so a repeated or an
-older callback changes nothing: ``delivered`` applies from ``sent``, and also from
-``sending`` or ``pending`` (the callback beat the sender's own record, or the answer was
-lost and a retry is waiting: the truth wins, as in the sender); ``failed`` applies from
-``sent`` or ``sending``, not to a message waiting for a retry (that retry may still get
-through). Each (MessageSid, MessageStatus) is acted on, then recorded
-(``tepat.services.provider_events``, the order of every provider callback): the change is
-what must not be lost (a failure in between leaves the callback to be acted on again,
-which the condition makes harmless), the record tells a repeat from a first.
-
-A callback acts only on an SMS: the message named by ``m`` must be of the ``sms``
-channel and, once it holds Twilio's SID as its ticket, carry this callback's SID; any
-other message (a push, an e-mail) is left alone and answered ``unknown_message``.
-
-Error codes that say the number itself cannot take SMS (30005 unknown destination, 30006
-landline or unreachable carrier) also suppress the number (``invalid``): when the
-callback fails the message, or finds it failed by this very callback (a retry after a
-process died between the two writes), and only when ``To`` is the message's recipient
-(its user's SMS contact), never another number the callback names.
-
-**Inbound replies**: Twilio's default opt-out keywords (STOP, STOPALL, UNSUBSCRIBE,
-CANCEL, END, QUIT) suppress the sender's number for SMS (reason ``stop``); its opt-in
-keywords (START, YES, UNSTOP) lift a ``stop`` suppression (not an ``invalid`` one).
+A callback acts only on the SMS it names (once the message holds Twilio's SID, that
+SID). A dead-number error suppresses only ``To`` when it is the message's recipient,
+never another number the callback names; also when the failure landed before (a retry
+after a process died between the two writes).
 """
 
 from __future__ import annotations

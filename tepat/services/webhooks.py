@@ -51,10 +51,6 @@ class SubscriptionNotFound(LookupError):
     pass
 
 
-def new_subscription_id() -> str:
-    return "wh_" + secrets.token_hex(12)
-
-
 class WebhookService:
     """The admin API's use cases (``api/routes/webhooks.py``)."""
 
@@ -90,7 +86,7 @@ class WebhookService:
         if self._check_target is not None:
             await self._check_target(url)
         sub = WebhookSubscription(
-            id=new_subscription_id(),
+            id="wh_" + secrets.token_hex(12),
             url=url,
             event_types=check_event_types(event_types),
             categories=check_categories(categories, self._categories),

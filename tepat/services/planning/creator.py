@@ -92,17 +92,12 @@ class Creator:
         until: str | None = None,
     ) -> PlanResult:
         """Plan every enabled reminder whose nominal instant falls in ``[start, end)``
-        (of the users whose id is in ``(after, until]``: a worker's range).
+        (of the users whose id is in ``(after, until]``: a worker's range), in pages of
+        users whose mark does not cover the window, so memory stays flat.
 
-        Only users whose planning mark does not cover the window are read, each
-        planned from where their mark ends, and their marks moved on after the
-        messages are written (``users_planned`` counts them). Users stream in
-        pages, so memory stays flat however many there are. The
-        messages go to the outbox in the same write; unless ``publish`` is off (a
-        ``tepat plan`` process beside an embedded broker it cannot reach, whose
-        own outbox loop will publish them), the outbox publishes the ones due
-        soon as the run goes and once more at the end. ``progress``, if given,
-        hears after each page how many users it held and the total so far.
+        Unless ``publish`` is off (a ``tepat plan`` process beside an embedded broker it
+        cannot reach, whose own outbox loop will publish them), the outbox publishes the
+        messages due soon as the run goes and once more at the end.
         """
         if end <= start:
             raise ValueError("end must be after start")
@@ -168,7 +163,8 @@ class Creator:
         if page.messages:
             result = await self.store.insert_messages(page.messages)
             created, existing = result.created, result.existing
-            if publish and self._outbox_backlog_due_soon(created, page.now):
+            # A long planning run must not hold messages due soon past their instant.
+            if publish and any(m.due < page.now + PUBLISH_SOON for m in created):
                 await self.outbox.flush()
         # Only once the messages are written: a crash before leaves the old marks.
         await self.store.set_plan_marks(page.marks)
@@ -193,11 +189,6 @@ class Creator:
         if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
             lo, hi = min(lo, old.plan_from), max(hi, old.plan_next_at)
         return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
-
-    @staticmethod
-    def _outbox_backlog_due_soon(created: Sequence[Message], now: datetime) -> bool:
-        # A long planning run must not hold messages due soon past their instant.
-        return any(m.due < now + PUBLISH_SOON for m in created)
 
     async def plan_ahead(self) -> PlanResult:
         """The scheduled job: from now to now + horizon."""

@@ -2,22 +2,14 @@
 SMS and webhook deliveries (tepat/ports/channel.py).
 
 The dispatcher claims (the same atomic ``pending -> sending`` for every channel) and
-hands the non-push messages here. Per message, in order:
-
-1. **decide** against the current state, with the push path's rules
-   (``tepat/domain/sendcheck.py``: user deleted or disabled, the (category, channel)
-   preference, the missed window, quiet hours; a critical message bypasses quiet hours);
-   webhook deliveries skip these (they belong to an app, not a user);
-2. **target**: the inbox is the user's; an e-mail address or phone number is resolved now
-   (a contact changed since the message was created wins) and checked against
-   suppressions: none -> ``skipped``/``no_contact``, suppressed -> ``skipped``/``suppressed``;
-3. **send** through the channel's adapter in chunks of its ``max_batch``, but not the
-   messages whose lease ran out while they waited (:mod:`tepat.services.sending.lease`),
-   asked per chunk and again by an adapter after its own waits (``still_sendable``):
-   those are left ``sending`` for the sweeper;
-4. **record** each chunk's answers through the one recorder push uses too
-   (:mod:`tepat.services.sending.recording`, rules in :mod:`tepat.domain.outcomes`): terminal
-   outcomes first, then retries, so the duplicate window is one adapter call long.
+hands the non-push messages here. Per message: **decide** with the push path's rules
+(``tepat/domain/sendcheck.py``; webhook deliveries skip them: they belong to an app, not
+a user); resolve the **target** now (a contact changed or suppressed since the message
+was created wins); **send** through the channel's adapter in chunks of its
+``max_batch``, but not the messages whose lease ran out while they waited (asked per
+chunk, and by an adapter after its own waits: ``still_sendable``); those are left
+``sending`` for the sweeper; **record** each chunk's answers through the one
+recorder push uses too (:mod:`tepat.services.sending.recording`).
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """Handle one due batch: claim, re-check, send through the push provider, record.
 
-The order matters for "exactly once in effect":
+The order matters for "exactly once in effect": **claim** in the store (pending ->
+sending, atomic: a repeated or concurrent delivery of the batch claims nothing and is
+simply acked); **decide** against the current state (docs/PRINCIPLES.md §1 principle 3);
+**send** in provider-sized chunks and **record** each message's answer as every
+channel's is (:mod:`tepat.services.sending.recording`); **ack** the broker delivery only
+after every claimed message was recorded.
 
-1. **claim** in the store (pending -> sending, atomic): a repeated or
-   concurrent delivery of the same batch claims nothing and is simply acked;
-2. **decide** against the current state (user, preference, quiet hours,
-   devices, still intended by its reminder, too late) - docs/PRINCIPLES.md §1
-   principle 3;
-3. **send** in provider-sized chunks and **record** each message's answer as
-   every channel's is (:mod:`tepat.services.sending.recording`): terminal outcomes
-   (sent, failed) in one write, before anything else;
-4. retries and deferrals go back to ``pending`` with the outbox mark, and the
-   outbox publishes them;
-5. **ack** the broker delivery only after every claimed message was recorded.
-
-The one duplicate window (docs/PRINCIPLES.md §9) is the provider boundary: a
-process that dies after the provider accepted a request and before step 3
-leaves its messages ``sending``, and the sweeper re-drives them after the
-lease (at once at the next start where one process owns the store: the embedded
-broker); a batch claimed but still waiting to be sent (the rate limiter, the
-priority order) keeps its lease (:mod:`tepat.services.sending.lease`); a request
-whose answer was lost after it went out (read timeout, a dropped connection) is
-"maybe sent", and the category's ``maybe_sent`` policy retries it or closes it as
-``failed`` (``outcome_unknown``).
+The one duplicate window (docs/PRINCIPLES.md §9) is the provider boundary: a process
+that dies after the provider accepted a request and before its record leaves its
+messages ``sending``, and the sweeper re-drives them after the lease; a batch claimed
+but still waiting to be sent keeps its lease (:mod:`tepat.services.sending.lease`); a
+request whose answer was lost after it went out is "maybe sent", and the category's
+``maybe_sent`` policy retries it or closes it as ``failed`` (``outcome_unknown``).
 """
 
 from __future__ import annotations
