@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from api.auth import AuthError
 from api.deps import Events, EventsCaller
 from api.problems import problem_responses
-from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text
+from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text, read_fields
 from api.schemas import Request as StrictRequest
 from tepat.domain.events import MAX_USER_IDS, Event, EventState, Outcome
 from tepat.domain.models import MessageStatus
@@ -156,27 +156,21 @@ def status_out(status: EventStatus, event_id: str) -> EventStatusOut:
     skipped: Counter[str] = Counter()
     for counts in channels.values():
         skipped.update(counts.skipped)
-    return EventStatusOut(
+    fields = read_fields(
+        EventStatusOut,
+        e,
         event_id=event_id,
-        type=e.type,
-        category=e.category,
         priority=e.priority.value,
-        state=e.state,
-        recipients=e.recipients,
         unknown_users=e.counts.get(Outcome.UNKNOWN_USER.value, 0),
-        listed=e.listed,
         messages_created=sum(c.created for c in channels.values()),
         sent=sum(c.sent for c in channels.values()),
         failed=sum(c.failed for c in channels.values()),
         pending=sum(c.pending for c in channels.values()),
         skipped=skipped,
         channels=channels,
-        occurred_at=e.occurred_at,
-        send_at=e.send_at,
         local_time=None if e.local_time is None else e.local_time.strftime("%H:%M"),
-        created_at=e.created_at,
-        updated_at=e.updated_at,
     )
+    return EventStatusOut(**fields)
 
 
 def _channel_counts(status: EventStatus, channel: str) -> ChannelCounts:
