@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Self
 
 from pydantic import BaseModel, Field
 
-from api.schemas import Paged, Request, read_fields
-from tepat.domain.contacts import Contact, Suppression, SuppressionReason
+from api.schemas import Paged, Request, View, read_fields
+from tepat.domain.contacts import Suppression, SuppressionReason
 
 MAX_ADDRESS = 320  # RFC 5321's 64 + @ + 255: longer is never an address
 
@@ -28,15 +29,11 @@ class ContactIn(Request):
     )
 
 
-class ContactOut(BaseModel):
+class ContactOut(View):
     channel: str = Field(examples=["email"])
     address: str = Field(description="As stored, normalised", examples=["ana@example.com"])
     verified: bool
     updated_at: datetime
-
-    @classmethod
-    def of(cls, c: Contact) -> ContactOut:
-        return cls(**read_fields(cls, c))
 
 
 class ContactList(Paged):
@@ -53,7 +50,7 @@ class SuppressionIn(Request):
     )
 
 
-class SuppressionOut(BaseModel):
+class SuppressionOut(View):
     channel: str
     address: str
     reason: str
@@ -61,14 +58,8 @@ class SuppressionOut(BaseModel):
     source: str | None = Field(description="Who reported it: admin, a provider's name")
 
     @classmethod
-    def of(cls, s: Suppression) -> SuppressionOut:
-        return cls(
-            channel=s.channel,
-            address=s.address,
-            reason=s.reason.value,
-            added_at=s.added_at,
-            source=s.source,
-        )
+    def of(cls, s: Suppression) -> Self:
+        return cls(**read_fields(cls, s, reason=s.reason.value))
 
 
 class SuppressionAdded(SuppressionOut):

@@ -140,27 +140,23 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     return problem_response(422, _summary(errors), errors=errors)
 
 
-async def _on_domain_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, DomainError)
-    return field_problem(422, exc.field, exc.message)
+# The services' errors a request may meet, and the status each answers.
+_STATUS_OF: dict[type[Exception], int] = {
+    DomainError: 422,
+    FieldConflict: 409,
+    IdempotencyConflict: 409,
+    NotFound: 404,
+    SubscriptionNotFound: 404,
+}
 
 
-async def _on_not_found(request: Request, exc: Exception) -> JSONResponse:
-    return problem_response(404, str(exc))
-
-
-async def _on_subscription_not_found(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, SubscriptionNotFound)
-    return problem_response(404, f"webhook subscription {exc.args[0]!r} not found")
-
-
-async def _on_conflict(request: Request, exc: Exception) -> JSONResponse:
-    return problem_response(409, str(exc))
-
-
-async def _on_field_conflict(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, FieldConflict)
-    return field_problem(409, exc.field, exc.message)
+async def _on_service_error(request: Request, exc: Exception) -> JSONResponse:
+    status = next(s for error, s in _STATUS_OF.items() if isinstance(exc, error))
+    if isinstance(exc, DomainError | FieldConflict):
+        return field_problem(status, exc.field, exc.message)
+    if isinstance(exc, SubscriptionNotFound):
+        return problem_response(status, f"webhook subscription {exc.args[0]!r} not found")
+    return problem_response(status, str(exc))
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -194,11 +190,8 @@ def install_problem_handlers(
     """``store_unavailable``: the store's errors that mean "try again later" (503)."""
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(DomainError, _on_domain_error)
-    app.add_exception_handler(NotFound, _on_not_found)
-    app.add_exception_handler(SubscriptionNotFound, _on_subscription_not_found)
-    app.add_exception_handler(IdempotencyConflict, _on_conflict)
-    app.add_exception_handler(FieldConflict, _on_field_conflict)
+    for known in _STATUS_OF:
+        app.add_exception_handler(known, _on_service_error)
     for error in store_unavailable:
         app.add_exception_handler(error, _on_store_unavailable)
     app.add_exception_handler(Exception, _on_unexpected)

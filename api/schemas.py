@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from tepat.domain.inbox import InboxItem
-from tepat.domain.models import Device, Message, MessageStatus, Reminder, User
+from tepat.domain.models import Message, MessageStatus, Reminder, User
 from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
-from tepat.ports.broker import DeadLetter, QueueStats
+from tepat.ports.broker import DeadLetter
 from tepat.services.accounts import KEEP
 
 MAX_TITLE = 200
@@ -29,6 +29,15 @@ def read_fields(model: type[BaseModel], obj: object, **computed: Any) -> dict[st
     """The fields of response ``model`` read by name from the domain object ``obj``, but
     for those ``computed`` here (a computed value ``model`` has no field for is left out)."""
     return {f: computed[f] if f in computed else getattr(obj, f) for f in model.model_fields}
+
+
+class View(BaseModel):
+    """A response made from a domain object by :func:`read_fields` (``of`` computes the
+    fields that are not the object's attributes as they are)."""
+
+    @classmethod
+    def of(cls, obj: Any) -> Self:
+        return cls(**read_fields(cls, obj))
 
 
 class Request(BaseModel):
@@ -158,7 +167,7 @@ class UserIn(Request):
         return getattr(self, field) if field in self.model_fields_set else KEEP
 
 
-class UserOut(BaseModel):
+class UserOut(View):
     user_id: str
     timezone: str
     locale: str
@@ -169,7 +178,7 @@ class UserOut(BaseModel):
     updated_at: UtcDatetime | None
 
     @classmethod
-    def of(cls, u: User) -> UserOut:
+    def of(cls, u: User) -> Self:
         qh = u.quiet_hours
         quiet = QuietHoursBody(start=format_hhmm(qh.start), end=format_hhmm(qh.end)) if qh else None
         return cls(**read_fields(cls, u, quiet_hours=quiet))
@@ -188,7 +197,7 @@ class DeviceIn(Request):
     platform: Literal["ios", "android", "web"] | None = None
 
 
-class DeviceOut(BaseModel):
+class DeviceOut(View):
     device_id: str
     push_token: str
     platform: str | None
@@ -198,10 +207,6 @@ class DeviceOut(BaseModel):
     )
     created_at: UtcDatetime | None
     updated_at: UtcDatetime | None
-
-    @classmethod
-    def of(cls, d: Device) -> DeviceOut:
-        return cls(**read_fields(cls, d))
 
 
 class Paged(BaseModel):
@@ -233,7 +238,7 @@ class ReminderIn(Request):
     enabled: bool = True
 
 
-class ReminderOut(BaseModel):
+class ReminderOut(View):
     reminder_id: str
     category: str
     label: str
@@ -248,7 +253,7 @@ class ReminderOut(BaseModel):
     updated_at: UtcDatetime | None
 
     @classmethod
-    def of(cls, r: Reminder) -> ReminderOut:
+    def of(cls, r: Reminder) -> Self:
         return cls(**read_fields(cls, r, local_time=format_hhmm(r.local_time), days=list(r.days)))
 
 
@@ -301,7 +306,7 @@ class NotificationIn(Request):
     )
 
 
-class MessageOut(BaseModel):
+class MessageOut(View):
     id: str
     category: str
     reminder_id: str | None
@@ -360,16 +365,12 @@ class PlanOut(BaseModel):
     existing: int = Field(description="Messages that were already planned")
 
 
-class QueueOut(BaseModel):
+class QueueOut(View):
     queue: str
     ready: int
     scheduled: int
     in_flight: int
     dead_letters: int
-
-    @classmethod
-    def of(cls, s: QueueStats) -> QueueOut:
-        return cls(**read_fields(cls, s))
 
 
 class QueueList(BaseModel):
@@ -383,7 +384,7 @@ class FailedMessageOut(MessageOut):
     data: dict[str, Any]
 
 
-class BrokerDeadLetterOut(BaseModel):
+class BrokerDeadLetterOut(View):
     id: str = Field(description="Pass to POST /v1/admin/dead-letters/{id}/replay")
     queue: str
     reason: str
@@ -391,7 +392,7 @@ class BrokerDeadLetterOut(BaseModel):
     body: str = Field(description="The broker message (a batch of message ids), as text")
 
     @classmethod
-    def of(cls, d: DeadLetter) -> BrokerDeadLetterOut:
+    def of(cls, d: DeadLetter) -> Self:
         return cls(**read_fields(cls, d, body=d.body.decode("utf-8", errors="replace")))
 
 
@@ -574,7 +575,7 @@ class InboxItemIn(Request):
     event_type: Annotated[Text, Field(max_length=128)] | None = None
 
 
-class InboxItemOut(BaseModel):
+class InboxItemOut(View):
     id: str = Field(description="The item's id (for `…/inbox/{item_id}/read`)")
     seq: int = Field(description="Position in the inbox; the stream's event id")
     message_id: str
@@ -590,7 +591,7 @@ class InboxItemOut(BaseModel):
     read_at: UtcDatetime | None
 
     @classmethod
-    def of(cls, i: InboxItem) -> InboxItemOut:
+    def of(cls, i: InboxItem) -> Self:
         return cls(**read_fields(cls, i, id=i.item_id, status=i.status.value, data=dict(i.data)))
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -54,12 +55,19 @@ Host = Annotated[str, typer.Option(help="Interface to listen on.")]
 Port = Annotated[int, typer.Option(help="TCP port to listen on.", min=1, max=65535)]
 
 
-def _settings(**overrides: Any) -> Settings:
+@contextmanager
+def _config_errors() -> Iterator[None]:
+    """A bad configuration (read, or found while starting) is its one line, exit status 2."""
     try:
-        settings = load_settings(**overrides)
+        yield
     except ConfigError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
+
+
+def _settings(**overrides: Any) -> Settings:
+    with _config_errors():
+        settings = load_settings(**overrides)
     configure_logging(settings.log_level, settings.log_json, settings.access_log_level)
     return settings
 
@@ -80,11 +88,8 @@ def _alone(settings: Settings, command: str) -> Settings:
 
 
 def _run(coro: Coroutine[Any, Any, Any]) -> Any:
-    try:
+    with _config_errors():
         return asyncio.run(coro)
-    except ConfigError as e:
-        typer.echo(str(e), err=True)
-        raise typer.Exit(2) from None
 
 
 def _parse_instant(value: str, name: str) -> datetime:
@@ -137,11 +142,8 @@ def api_command(
     if workers == 1:
         _run(serve_api(_alone(settings, "api"), host, port))
         return
-    try:
+    with _config_errors():
         serve_api_workers(settings, host, port, workers)
-    except ConfigError as e:
-        typer.echo(str(e), err=True)
-        raise typer.Exit(2) from None
 
 
 MetricsPort = Annotated[
@@ -162,27 +164,26 @@ MetricsHost = Annotated[
 ]
 
 
-def _metrics_overrides(host: str | None, port: int | None) -> dict[str, Any]:
+def _run_alone(command: str, host: str | None, port: int | None) -> None:
+    """``tepat scheduler`` or ``tepat consumers``, its metrics options over the settings."""
+    from tepat import processes
+
     given = {"metrics_host": host, "metrics_port": port}
-    return {k: v for k, v in given.items() if v is not None}
+    settings = _settings(**{k: v for k, v in given.items() if v is not None})
+    run = processes.run_scheduler if command == "scheduler" else processes.run_consumers
+    _run(run(_alone(settings, command)))
 
 
 @app.command("scheduler")
 def scheduler_command(metrics_host: MetricsHost = None, metrics_port: MetricsPort = None) -> None:
     """Creator jobs, the sweeper, the outbox and the metrics gauges alone."""
-    from tepat.processes import run_scheduler
-
-    settings = _settings(**_metrics_overrides(metrics_host, metrics_port))
-    _run(run_scheduler(_alone(settings, "scheduler")))
+    _run_alone("scheduler", metrics_host, metrics_port)
 
 
 @app.command("consumers")
 def consumers_command(metrics_host: MetricsHost = None, metrics_port: MetricsPort = None) -> None:
     """Consumers and the receipt poller alone (run as many as you need)."""
-    from tepat.processes import run_consumers
-
-    settings = _settings(**_metrics_overrides(metrics_host, metrics_port))
-    _run(run_consumers(_alone(settings, "consumers")))
+    _run_alone("consumers", metrics_host, metrics_port)
 
 
 @app.command()

@@ -51,6 +51,12 @@ MIN_ADMIN_KEY = 24
 # One label of a DNS name, or an IPv4/IPv6 literal: what TEPAT_SMTP_HOST may hold.
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _IP_LITERAL = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
+# What each setting the e-mail channel cannot do without is for (said when it is missing).
+_FOR_EMAIL = {
+    "smtp_from": "the sender's address",
+    "public_url": "the https URL recipients reach this API at (for the unsubscribe links)",
+    "unsubscribe_secret": "the key of the unsubscribe links",
+}
 
 
 class CategorySetting(BaseModel):
@@ -330,6 +336,23 @@ class Settings(BaseSettings):
     Secrets written before it was set keep working and are encrypted at their next rotation;
     keep the key: without it the encrypted ones cannot sign."""
 
+    # Text settings where blank means unset: one place strips them (before the checks below).
+    @field_validator(
+        *("jwt_issuer", "jwt_audience", "smtp_host", "smtp_from", "public_url"),
+        *("unsubscribe_mailto", "twilio_account_sid", "twilio_from"),
+        "twilio_messaging_service_sid",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_unset(cls, v: Any) -> Any:
+        return (v.strip() or None) if isinstance(v, str) else v
+
+    # Defined before the other checks of these fields, so those see an empty one as None.
+    @field_validator("jwt_secret", "email_events_secret", "unsubscribe_secret", "smtp_password")
+    @classmethod
+    def _empty_secret_is_unset(cls, v: SecretStr | None) -> SecretStr | None:
+        return v if v is not None and v.get_secret_value() else None
+
     @field_validator("secrets_key")
     @classmethod
     def _secrets_key(cls, v: SecretStr | None) -> SecretStr | None:
@@ -389,9 +412,9 @@ class Settings(BaseSettings):
                 tls.check_client_files(v, key)
         return v
 
-    @field_validator("expo_url")
+    @field_validator("expo_url", "twilio_url")
     @classmethod
-    def _expo_url(cls, v: str) -> str:
+    def _provider_url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
             raise ValueError("expected an http(s) URL")
         return v.rstrip("/")
@@ -421,11 +444,6 @@ class Settings(BaseSettings):
                 f"too short: use at least {MIN_ADMIN_KEY} characters (e.g. openssl rand -hex 32)"
             )
         return v
-
-    @field_validator("jwt_issuer", "jwt_audience")
-    @classmethod
-    def _jwt_claim(cls, v: str | None) -> str | None:
-        return (v or "").strip() or None
 
     @field_validator("app_keys", mode="before")
     @classmethod
@@ -507,7 +525,6 @@ class Settings(BaseSettings):
     @field_validator("smtp_host")
     @classmethod
     def _smtp_host(cls, v: str | None) -> str | None:
-        v = (v or "").strip() or None
         if v is not None and not _is_host(v):
             raise ValueError("expected a host name or IP address, without scheme or port")
         return v
@@ -515,10 +532,9 @@ class Settings(BaseSettings):
     @field_validator("smtp_password")
     @classmethod
     def _smtp_password(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
-        if v is not None and not v.get_secret_value():
-            v = None
-        if (v is None) != (not info.data.get("smtp_username")):
-            raise ValueError("set both TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD, or neither")
+        _both_or_neither(
+            info.data.get("smtp_username") or None, v, "SMTP_USERNAME", "SMTP_PASSWORD"
+        )
         if (
             v is not None
             and info.data.get("smtp_tls") == "none"
@@ -530,17 +546,20 @@ class Settings(BaseSettings):
             )
         return v
 
+    @field_validator("smtp_from", "public_url", "unsubscribe_secret")
+    @classmethod
+    def _needed_for_email(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None and info.data.get("smtp_host"):
+            raise ValueError(f"required with TEPAT_SMTP_HOST: {_FOR_EMAIL[str(info.field_name)]}")
+        return v
+
     @field_validator("smtp_from")
     @classmethod
-    def _smtp_from(cls, v: str | None, info: ValidationInfo) -> str | None:
-        v = (v or "").strip() or None
-        if v is None:
-            if info.data.get("smtp_host"):
-                raise ValueError("required with TEPAT_SMTP_HOST: the sender's address")
-            return None
+    def _smtp_from(cls, v: str | None) -> str | None:
         from tepat.adapters.smtp_message import parse_from
 
-        parse_from(v)
+        if v is not None:
+            parse_from(v)
         return v
 
     @field_validator("smtp_ca_file")
@@ -555,40 +574,20 @@ class Settings(BaseSettings):
 
     @field_validator("public_url")
     @classmethod
-    def _public_url(cls, v: str | None, info: ValidationInfo) -> str | None:
-        v = (v or "").strip().rstrip("/") or None
-        if v is None:
-            if info.data.get("smtp_host"):
-                raise ValueError(
-                    "required with TEPAT_SMTP_HOST: the https URL recipients reach this API at"
-                    " (for the unsubscribe links)"
-                )
-            return None
+    def _public_url(cls, v: str | None) -> str | None:
         from tepat.services.unsubscribe import check_public_url
 
-        check_public_url(v)
-        return v
-
-    @field_validator("unsubscribe_secret")
-    @classmethod
-    def _unsubscribe_secret(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
-        if v is not None and not v.get_secret_value():
-            v = None
-        if v is None:
-            if info.data.get("smtp_host"):
-                raise ValueError("required with TEPAT_SMTP_HOST: the key of the unsubscribe links")
-            return None
-        if len(v.get_secret_value().encode()) < 32:
-            raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
+        v = (v or "").rstrip("/") or None
+        if v is not None:
+            check_public_url(v)
         return v
 
     @field_validator("unsubscribe_mailto")
     @classmethod
     def _unsubscribe_mailto(cls, v: str | None) -> str | None:
-        v = (v or "").strip() or None
-        if v is not None:
-            from tepat.adapters.smtp_message import check_mailto
+        from tepat.adapters.smtp_message import check_mailto
 
+        if v is not None:
             check_mailto(v)
         return v
 
@@ -602,11 +601,9 @@ class Settings(BaseSettings):
             check_topic_arn(arn)
         return ",".join(arns) or None
 
-    @field_validator("jwt_secret", "email_events_secret")
+    @field_validator("jwt_secret", "email_events_secret", "unsubscribe_secret")
     @classmethod
     def _hmac_secret(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and not v.get_secret_value():
-            return None
         if v is not None and len(v.get_secret_value().encode()) < 32:
             raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
         return v
@@ -614,7 +611,6 @@ class Settings(BaseSettings):
     @field_validator("twilio_account_sid")
     @classmethod
     def _twilio_account_sid(cls, v: str | None) -> str | None:
-        v = (v or "").strip() or None
         if v is not None and not re.fullmatch(r"AC[0-9a-fA-F]{32}", v):
             raise ValueError("expected a Twilio account SID: AC followed by 32 hex digits")
         return v
@@ -624,16 +620,13 @@ class Settings(BaseSettings):
     def _twilio_auth_token(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if v is not None and not v.get_secret_value().strip():
             v = None
-        if (v is None) != (info.data.get("twilio_account_sid") is None):
-            raise ValueError(
-                "set both TEPAT_TWILIO_ACCOUNT_SID and TEPAT_TWILIO_AUTH_TOKEN, or neither"
-            )
+        sid = info.data.get("twilio_account_sid")
+        _both_or_neither(sid, v, "TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN")
         return v
 
     @field_validator("twilio_from")
     @classmethod
     def _twilio_from(cls, v: str | None) -> str | None:
-        v = (v or "").strip() or None
         if v is not None and not _is_sms_sender(v):
             raise ValueError(
                 "expected an E.164 number (+14155550100), a short code (digits) or an"
@@ -644,7 +637,6 @@ class Settings(BaseSettings):
     @field_validator("twilio_messaging_service_sid")
     @classmethod
     def _twilio_service(cls, v: str | None, info: ValidationInfo) -> str | None:
-        v = (v or "").strip() or None
         if v is not None and not re.fullmatch(r"MG[0-9a-fA-F]{32}", v):
             raise ValueError("expected a Messaging Service SID: MG followed by 32 hex digits")
         if (
@@ -657,13 +649,6 @@ class Settings(BaseSettings):
                 " number or sender id) or TEPAT_TWILIO_MESSAGING_SERVICE_SID"
             )
         return v
-
-    @field_validator("twilio_url")
-    @classmethod
-    def _twilio_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("expected an http(s) URL")
-        return v.rstrip("/")
 
     def category_policies(self) -> Categories:
         """The configured categories; the defaults when ``TEPAT_CATEGORIES`` is unset."""
@@ -738,6 +723,11 @@ def _is_sms_sender(v: str) -> bool:
     if v.isdigit():
         return 3 <= len(v) <= 8
     return re.fullmatch(r"[A-Za-z0-9 ]{1,11}", v) is not None and any(c.isalpha() for c in v)
+
+
+def _both_or_neither(first: object, second: object, *names: str) -> None:
+    if (first is None) != (second is None):
+        raise ValueError(f"set both {ENV_PREFIX}{names[0]} and {ENV_PREFIX}{names[1]}, or neither")
 
 
 def _is_host(v: str) -> bool:

@@ -26,6 +26,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -153,39 +154,37 @@ async def _store_check(settings: Settings, store: Store, wait: float) -> tuple[C
         early = _sqlite_file_check(url, Path(settings.database_url.removeprefix("sqlite:///")))
         if early is not None:
             return early, False
+    fail = partial(Check, "store", Status.FAIL)
     opened = False
     try:
         await _within(store.open(), wait)
         opened = True
         await _within(store.ping(), wait)
     except Exception as e:
-        failure, hint = (
-            (f"{url} opened but does not answer", "check the database server's health and disk")
-            if opened
-            else (
-                f"cannot open {url}",
-                "start the database or correct TEPAT_DATABASE_URL (host, port, credentials, path)",
-            )
-        )
-        return Check("store", Status.FAIL, f"{failure}: {_why(e)}", hint), opened
+        if opened:
+            return fail(
+                f"{url} opened but does not answer: {_why(e)}",
+                "check the database server's health and disk",
+            ), True
+        return fail(
+            f"cannot open {url}: {_why(e)}",
+            "start the database or correct TEPAT_DATABASE_URL (host, port, credentials, path)",
+        ), False
     return Check("store", Status.OK, f"{url} answers"), True
 
 
 def _sqlite_file_check(url: str, path: Path) -> Check | None:
     """A verdict without opening, when there is no file (opening would create one)."""
+    fail = partial(Check, "store", Status.FAIL)
     if not path.parent.is_dir():
-        return Check(
-            "store",
-            Status.FAIL,
+        return fail(
             f"{url}: directory {path.parent} does not exist",
             "create it, or point TEPAT_DATABASE_URL at a writable path",
         )
     # The directory takes SQLite's journal and the generated admin key; the file, writes.
     why = _cannot_write(path.parent, path)
     if why is not None:
-        return Check(
-            "store",
-            Status.FAIL,
+        return fail(
             f"{url}: {why}",
             "give the service's user write access to that directory and file, or point"
             " TEPAT_DATABASE_URL at a writable path",
@@ -234,10 +233,7 @@ async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
     """Publish one probe with ``probe.delay`` on a private queue and time its arrival."""
     queue = f"tepat.doctor.{uuid.uuid4().hex[:12]}"
     body = f"tepat doctor probe {uuid.uuid4().hex}".encode()
-    hint_off = (
-        'enable the scheduler: schedulerSupport="true" on <broker> in activemq.xml'
-        " (deploy/activemq/conf/activemq.xml), then restart the broker"
-    )
+    fail = partial(Check, "scheduler", Status.FAIL)
     try:
         async with broker.consume([queue], prefetch=1) as deliveries:
             started = time.monotonic()
@@ -247,20 +243,20 @@ async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
             await broker.publish(queue, body, delay_seconds=probe.delay + lead)
             elapsed = await _within(_arrival(broker, deliveries, body, started), probe.give_up)
     except TimeoutError:
-        return Check(
-            "scheduler",
-            Status.FAIL,
+        return fail(
             f"a probe published with a {probe.delay:g} s delay on {queue} did not arrive"
             f" within {probe.give_up:g} s",
             "look at the broker's log: the scheduler store (KahaDB) may be full or broken",
         )
     except Exception as e:
-        return Check(
-            "scheduler", Status.FAIL, f"probe on {queue} failed: {_why(e)}", "check the broker"
-        )
+        return fail(f"probe on {queue} failed: {_why(e)}", "check the broker")
     said = f"a probe with a {probe.delay:g} s delay arrived after {elapsed:.2f} s"
     if elapsed < probe.earliest:
-        return Check("scheduler", Status.FAIL, f"{said}: delays are ignored", hint_off)
+        return fail(
+            f"{said}: delays are ignored",
+            'enable the scheduler: schedulerSupport="true" on <broker> in activemq.xml'
+            " (deploy/activemq/conf/activemq.xml), then restart the broker",
+        )
     if elapsed > probe.latest:
         return Check(
             "scheduler",
@@ -285,24 +281,20 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
     """``dry_request``: a receipts call for an id that does not exist."""
     where = settings.expo_url.rstrip("/")
     token = settings.expo_access_token is not None
+    fail = partial(Check, "expo", Status.FAIL)
     try:
         result = await _within(dry_request, wait)
     except Exception as e:
         result = e
     if isinstance(result, Rejected):
-        return Check(
-            "expo",
-            Status.FAIL,
+        return fail(
             f"{where} refused the request: {result.reason}",
             "set TEPAT_EXPO_ACCESS_TOKEN to a valid token (expo.dev: account settings,"
             " access tokens); it is required once push security is enabled for the project",
         )
     if not isinstance(result, Receipts):
-        reason = getattr(result, "reason", None) or _why(result)
-        return Check(
-            "expo",
-            Status.FAIL,
-            f"cannot reach {where}: {reason}",
+        return fail(
+            f"cannot reach {where}: {getattr(result, 'reason', None) or _why(result)}",
             "correct TEPAT_EXPO_URL, or let this host reach it (firewall, proxy)",
         )
     detail = f"{where} answers" + (" and accepts the access token" if token else "")
@@ -321,58 +313,42 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
 async def twilio_check(settings: Settings, wait: float) -> Check | None:
     """The Twilio credentials, with a fetch of the account (sends nothing); None (no
     line) when Twilio is not configured."""
-    from tepat.adapters.twilio_sms import TwilioSmsChannel
+    from tepat.wiring import build_sms_channel
 
-    sid, token = settings.twilio_account_sid, settings.twilio_auth_token
-    if sid is None or token is None:
+    channel = build_sms_channel(settings, SystemClock())
+    if channel is None:
         return None
     where = settings.twilio_url
-    channel = TwilioSmsChannel(
-        account_sid=sid,
-        auth_token=token.get_secret_value(),
-        clock=SystemClock(),
-        from_number=settings.twilio_from,
-        messaging_service_sid=settings.twilio_messaging_service_sid,
-        base_url=where,
-    )
+    fail = partial(Check, "twilio", Status.FAIL)
     try:
         response = await _within(channel.check_account(), wait)
     except Exception as e:
-        return Check(
-            "twilio",
-            Status.FAIL,
+        return fail(
             f"cannot reach {where}: {_why(e)}",
             "correct TEPAT_TWILIO_URL, or let this host reach it (firewall, proxy)",
         )
     finally:
         await _quietly(channel.close)
     if response.status_code in (401, 403):
-        return Check(
-            "twilio",
-            Status.FAIL,
+        return fail(
             f"{where} refused the account SID and auth token (HTTP {response.status_code})",
             "set TEPAT_TWILIO_ACCOUNT_SID and TEPAT_TWILIO_AUTH_TOKEN from the Twilio"
             " console (Account info); the token is the account's current primary one",
         )
     if response.status_code != 200:
-        return Check(
-            "twilio",
-            Status.FAIL,
+        return fail(
             f"{where} answered HTTP {response.status_code} for the account",
             "check TEPAT_TWILIO_URL (the API's base URL, https://api.twilio.com)",
         )
     detail = f"{where} accepts the account SID and auth token"
+    warn = partial(Check, "twilio", Status.WARN)
     if settings.public_url is None:
-        return Check(
-            "twilio",
-            Status.WARN,
+        return warn(
             f"{detail}; TEPAT_PUBLIC_URL is unset: no status callbacks, SMS stay sent",
             "set TEPAT_PUBLIC_URL to the https URL Twilio reaches this API at",
         )
     if where != TWILIO_API:
-        return Check(
-            "twilio",
-            Status.WARN,
+        return warn(
             f"{detail}; not Twilio itself (a sandbox?): no real SMS are sent",
             f"for real SMS set TEPAT_TWILIO_URL={TWILIO_API}",
         )
@@ -393,13 +369,12 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
     if config is None:
         return None
     where = f"{config.host}:{config.resolved_port} ({config.tls})"
+    fail = partial(Check, "smtp", Status.FAIL)
     channel = SmtpEmailChannel(config, SystemClock())
     try:
         greeting = await _within(channel.probe(), wait)
     except aiosmtplib.SMTPAuthenticationError as e:
-        return Check(
-            "smtp",
-            Status.FAIL,
+        return fail(
             f"{where} refused the login ({e.code} {e.message.splitlines()[0]})",
             "set TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD to the relay's credentials",
         )
@@ -407,24 +382,18 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
         # The client raises the certificate error itself, or wraps it in its own.
         cert = e if isinstance(e, ssl.SSLCertVerificationError) else e.__cause__
         if isinstance(cert, ssl.SSLCertVerificationError):
-            return Check(
-                "smtp",
-                Status.FAIL,
+            return fail(
                 f"{where}: the relay's certificate does not verify ({cert.verify_message})",
                 "set TEPAT_SMTP_CA_FILE to the CA that signed it, or correct TEPAT_SMTP_HOST"
                 " to the name in the certificate",
             )
-        return Check(
-            "smtp",
-            Status.FAIL,
+        return fail(
             f"{where}: {_why(e)}",
             "check TEPAT_SMTP_HOST, TEPAT_SMTP_PORT and TEPAT_SMTP_TLS (starttls on 587,"
             " implicit on 465) against the relay's documentation",
         )
     except Exception as e:
-        return Check(
-            "smtp",
-            Status.FAIL,
+        return fail(
             f"cannot reach {where}: {_why(e)}",
             "correct TEPAT_SMTP_HOST and TEPAT_SMTP_PORT, or let this host reach the relay",
         )
@@ -436,40 +405,30 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
 
 async def tzdata_check(store: Store | None, now: datetime, wait: float) -> Check:
     release = TZDATA_RELEASE
-    year = _release_year(release)
+    ok, warn = partial(Check, "tzdata", Status.OK), partial(Check, "tzdata", Status.WARN)
+    year = int(release[:4]) if release[:4].isdigit() else None
     if year is not None and year < now.year - 1:
-        return Check(
-            "tzdata",
-            Status.WARN,
+        return warn(
             f"tzdata {release} is from {year}: zones change several times a year",
             "upgrade the tzdata package (pip install -U tzdata) and restart the scheduler",
         )
     if store is None:
-        return Check("tzdata", Status.OK, f"tzdata {release} (store not open: not compared)")
+        return ok(f"tzdata {release} (store not open: not compared)")
     try:
         planned = await _within(store.get_meta(TZDATA_META_KEY), wait)
         progress = await _within(store.get_meta(f"{TZDATA_PROGRESS_KEY}:{release}"), wait)
     except Exception as e:
-        return Check("tzdata", Status.WARN, f"tzdata {release}; store meta unreadable: {_why(e)}")
+        return warn(f"tzdata {release}; store meta unreadable: {_why(e)}")
     if planned is None:
-        return Check(
-            "tzdata", Status.OK, f"tzdata {release} (the scheduler records it on its first run)"
-        )
+        return ok(f"tzdata {release} (the scheduler records it on its first run)")
     if planned != release:
         doing = f", re-planning (users done up to {progress!r})" if progress else ""
-        return Check(
-            "tzdata",
-            Status.WARN,
+        return warn(
             f"tzdata {release} here, messages planned with {planned}{doing}",
             "run `tepat scheduler` (or `serve`) with this release: it re-plans every user once;"
             " if this host is the older one, upgrade its tzdata package",
         )
-    return Check("tzdata", Status.OK, f"tzdata {release}, the release messages were planned with")
-
-
-def _release_year(release: str) -> int | None:
-    digits = release[:4]
-    return int(digits) if digits.isdigit() else None
+    return ok(f"tzdata {release}, the release messages were planned with")
 
 
 async def _within(aw: Awaitable[T], wait: float) -> T:

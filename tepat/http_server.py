@@ -22,11 +22,14 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h11
 import structlog
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+if TYPE_CHECKING:
+    from tepat.config import Settings
 
 LOG_EVERY_SECONDS = 10.0
 log = structlog.get_logger("tepat.http")
@@ -125,7 +128,11 @@ def guarded_h11_from_settings(**kwargs: Any) -> H11Protocol:
 def _protocol_from_settings() -> type[H11Protocol]:
     from tepat.config import load_settings
 
-    settings = load_settings()
+    return guarded_h11_for(load_settings())
+
+
+def guarded_h11_for(settings: Settings) -> type[H11Protocol]:
+    """:func:`guarded_h11` with the configured limits, uvicorn's warnings limited too."""
     limit_repeated_warnings()
     return guarded_h11(
         settings.http_header_timeout_seconds,

@@ -364,13 +364,8 @@ async def _refresh_broker(rt: GaugeSource) -> None:
         log.exception("metrics: reading queue depth failed")
         return
     for s in stats:
-        for state, n in (
-            ("ready", s.ready),
-            ("scheduled", s.scheduled),
-            ("in_flight", s.in_flight),
-            ("dead_letters", s.dead_letters),
-        ):
-            QUEUE_DEPTH.labels(queue=s.queue, state=state).set(n)
+        for state in ("ready", "scheduled", "in_flight", "dead_letters"):
+            QUEUE_DEPTH.labels(queue=s.queue, state=state).set(getattr(s, state))
     REFRESHED.labels(source="broker").set(rt.clock.now().timestamp())
 
 

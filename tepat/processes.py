@@ -16,8 +16,8 @@ import asyncio
 import os
 import signal
 import socket
-from collections.abc import Callable, Coroutine, Generator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from typing import Any
 
 import structlog
@@ -34,7 +34,7 @@ from scheduler.jobs import (
     run_webhook_emitter,
 )
 from tepat.config import ConfigError, Settings
-from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_h11, limit_repeated_warnings
+from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_h11_for
 from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 
@@ -47,12 +47,6 @@ def install_stop_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-
-
-async def serve_http(rt: Runtime, stop: asyncio.Event, sock: socket.socket, admin_key: str) -> None:
-    from api.app import create_app
-
-    await _serve_asgi(create_app(rt, admin_key), stop, sock=sock, settings=rt.settings)
 
 
 async def run_parts(
@@ -129,7 +123,9 @@ def _http_part(host: str, port: int, admin_key: str) -> Part:
     sock = _listen(host, port, "--port")
 
     async def http_api(rt: Runtime, stop: asyncio.Event) -> None:
-        await serve_http(rt, stop, sock, admin_key)
+        from api.app import create_app
+
+        await _serve_asgi(create_app(rt, admin_key), stop, sock=sock, settings=rt.settings)
 
     return http_api
 
@@ -148,14 +144,6 @@ async def serve_api(settings: Settings, host: str, port: int) -> None:
     await run_parts(settings, [_http_part(host, port, _admin_key(settings))])
 
 
-class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves signals to us: one SIGTERM drains every part."""
-
-    @contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 async def _serve_asgi(
     app: Any,
     stop: asyncio.Event,
@@ -167,9 +155,12 @@ async def _serve_asgi(
 ) -> None:
     """``settings``: the API's limits on slow and idle clients (see tepat/http_server.py);
     the metrics and sandbox servers, local helpers, run without."""
+    from tepat.sandbox.runner import QuietServer
+
     # log_config=None: uvicorn's loggers go through tepat.logging's one handler.
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, **_http_limits(settings))
-    server = _QuietServer(config)
+    limits = {} if settings is None else {"http": guarded_h11_for(settings), **_limits(settings)}
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, **limits)
+    server = QuietServer(config)  # leaves signals to us: one SIGTERM drains every part
     task = asyncio.create_task(server.serve(sockets=[sock] if sock else None))
     await stop.wait()
     # Open inbox streams never finish by themselves: end them so uvicorn's wait for
@@ -181,58 +172,12 @@ async def _serve_asgi(
     await task
 
 
-def _http_limits(settings: Settings | None) -> dict[str, Any]:
-    if settings is None:
-        return {}
-    limit_repeated_warnings()
-    return {
-        "http": guarded_h11(
-            settings.http_header_timeout_seconds,
-            settings.http_body_timeout_seconds,
-            settings.http_max_connections,
-        ),
-        **_connection_limits(settings),
-    }
-
-
-def _connection_limits(settings: Settings) -> dict[str, Any]:
+def _limits(settings: Settings) -> dict[str, Any]:
     return {
         "timeout_keep_alive": settings.http_keep_alive_seconds,
         # the listen queue: connections the kernel holds until they are accepted
         "backlog": 2048,
     }
-
-
-def _sandbox_part(port: int, receipt_delay: float) -> Part:
-    async def expo_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
-        from tepat.sandbox.expo import ExpoSandbox
-
-        await _serve_asgi(
-            ExpoSandbox(receipt_delay_seconds=receipt_delay).app, stop, "127.0.0.1", port
-        )
-
-    return expo_sandbox
-
-
-def _twilio_sandbox_part(sock: socket.socket, account_sid: str, auth_token: str) -> Part:
-    async def twilio_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
-        from tepat.sandbox.twilio import TwilioSandbox
-
-        # Callbacks a second apart, so the walkthrough shows sent, then delivered.
-        app = TwilioSandbox(
-            account_sid=account_sid, auth_token=auth_token, callback_delay_seconds=1.0
-        ).app
-        await _serve_asgi(app, stop, sock=sock)
-
-    return twilio_sandbox
-
-
-def _twilio_sandbox_socket(port: int) -> socket.socket:
-    """The port after the Expo sandbox's, or any free one if that is taken."""
-    try:
-        return socket.create_server(("127.0.0.1", port))
-    except OSError:
-        return socket.create_server(("127.0.0.1", 0))
 
 
 async def serve_all(
@@ -245,41 +190,33 @@ async def serve_all(
         run_gauge_refresher,
     ]
     if sandbox:
-        updates: dict[str, Any] = {"expo_url": f"http://127.0.0.1:{sandbox_port}"}
-        if "receipt_delay_seconds" not in settings.model_fields_set:
-            updates["receipt_delay_seconds"] = DEMO_RECEIPT_DELAY_SECONDS
-            updates["receipt_poll_interval_seconds"] = 2.0
-        settings = settings.model_copy(update=updates)
-        parts.append(_sandbox_part(sandbox_port, receipt_delay=DEMO_RECEIPT_DELAY_SECONDS / 2))
-        print(
-            f"tepat: Expo sandbox at {settings.expo_url} ({settings.expo_url}/_sandbox/received)",
-            flush=True,
-        )
-        # SMS to a Twilio sandbox beside it, which takes the configured credentials.
-        twilio_sock = _twilio_sandbox_socket(sandbox_port + 1)
-        settings = _with_twilio_sandbox(settings, host, port, twilio_sock.getsockname()[1])
-        assert settings.twilio_account_sid and settings.twilio_auth_token
-        parts.append(
-            _twilio_sandbox_part(
-                twilio_sock,
-                settings.twilio_account_sid,
-                settings.twilio_auth_token.get_secret_value(),
-            )
-        )
-        print(
-            f"tepat: Twilio sandbox at {settings.twilio_url}"
-            f" ({settings.twilio_url}/_sandbox/received)",
-            flush=True,
-        )
+        settings, sandboxes = _with_sandboxes(settings, host, port, sandbox_port)
+        parts += sandboxes
     await run_parts(settings, parts, restore_embedded=True)
 
 
-def _with_twilio_sandbox(settings: Settings, host: str, port: int, twilio_port: int) -> Settings:
-    """Send SMS to the in-process Twilio sandbox (with the configured account, or the
-    sandbox's own when none is), its status callbacks to this API."""
-    from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, SERVICE_FROM
+def _with_sandboxes(
+    settings: Settings, host: str, port: int, sandbox_port: int
+) -> tuple[Settings, list[Part]]:
+    """The Expo sandbox on ``sandbox_port`` and a Twilio sandbox beside it, in this process,
+    and the settings that send to them: SMS with the configured account, or the sandbox's
+    own when none is, its status callbacks to this API."""
+    from tepat.sandbox.expo import ExpoSandbox
+    from tepat.sandbox.twilio import (
+        DEFAULT_ACCOUNT_SID,
+        DEFAULT_AUTH_TOKEN,
+        SERVICE_FROM,
+        TwilioSandbox,
+    )
 
-    updates: dict[str, Any] = {"twilio_url": f"http://127.0.0.1:{twilio_port}"}
+    twilio_sock = _twilio_sandbox_socket(sandbox_port + 1)
+    updates: dict[str, Any] = {
+        "expo_url": f"http://127.0.0.1:{sandbox_port}",
+        "twilio_url": f"http://127.0.0.1:{twilio_sock.getsockname()[1]}",
+    }
+    if "receipt_delay_seconds" not in settings.model_fields_set:
+        updates["receipt_delay_seconds"] = DEMO_RECEIPT_DELAY_SECONDS
+        updates["receipt_poll_interval_seconds"] = 2.0
     if settings.twilio_account_sid is None:
         updates["twilio_account_sid"] = DEFAULT_ACCOUNT_SID
         updates["twilio_auth_token"] = SecretStr(DEFAULT_AUTH_TOKEN)
@@ -288,7 +225,33 @@ def _with_twilio_sandbox(settings: Settings, host: str, port: int, twilio_port: 
     if settings.public_url is None:
         local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         updates["public_url"] = f"http://{local}:{port}"
-    return settings.model_copy(update=updates)
+    settings = settings.model_copy(update=updates)
+    assert settings.twilio_account_sid and settings.twilio_auth_token
+    expo = ExpoSandbox(receipt_delay_seconds=DEMO_RECEIPT_DELAY_SECONDS / 2).app
+    # Callbacks a second apart, so the walkthrough shows sent, then delivered.
+    twilio = TwilioSandbox(
+        account_sid=settings.twilio_account_sid,
+        auth_token=settings.twilio_auth_token.get_secret_value(),
+        callback_delay_seconds=1.0,
+    ).app
+
+    async def expo_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
+        await _serve_asgi(expo, stop, "127.0.0.1", sandbox_port)
+
+    async def twilio_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
+        await _serve_asgi(twilio, stop, sock=twilio_sock)
+
+    for name, url in (("Expo", settings.expo_url), ("Twilio", settings.twilio_url)):
+        print(f"tepat: {name} sandbox at {url} ({url}/_sandbox/received)", flush=True)
+    return settings, [expo_sandbox, twilio_sandbox]
+
+
+def _twilio_sandbox_socket(port: int) -> socket.socket:
+    """The port after the Expo sandbox's, or any free one if that is taken."""
+    try:
+        return socket.create_server(("127.0.0.1", port))
+    except OSError:
+        return socket.create_server(("127.0.0.1", 0))
 
 
 # With the in-process sandbox, receipts are polled after seconds, not Expo's 15 minutes,
@@ -330,7 +293,7 @@ def serve_api_workers(settings: Settings, host: str, port: int, workers: int) ->
         log_config=None,
         # each worker guards itself against slow clients as one `tepat api` does
         http=WORKERS_HTTP_PROTOCOL,
-        **_connection_limits(settings),
+        **_limits(settings),
         # Here uvicorn handles the signal itself, so nothing ends the open inbox streams
         # (which never finish by themselves) before it waits for in-flight requests:
         # after this long it cancels them, and their clients resume with Last-Event-ID.

@@ -53,7 +53,7 @@ def build_email_channel(settings: Settings, clock: Clock) -> Channel | None:
     return SmtpEmailChannel(config, clock) if config else None
 
 
-def build_sms_channel(settings: Settings, clock: Clock) -> Channel | None:
+def build_sms_channel(settings: Settings, clock: Clock) -> TwilioSmsChannel | None:
     """The SMS channel from ``TEPAT_TWILIO_*``; ``None`` when Twilio is not configured."""
     if settings.twilio_account_sid is None or settings.twilio_auth_token is None:
         return None

@@ -9,6 +9,7 @@ what an app key may do: post the types ``TEPAT_APP_EVENT_TYPES`` gives it (403 n
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Annotated, Final
 
@@ -18,7 +19,7 @@ from pydantic import BaseModel, Field
 from api.auth import AuthError
 from api.deps import Events, EventsCaller
 from api.problems import problem_responses
-from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text
+from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text, read_fields
 from api.schemas import Request as StrictRequest
 from tepat.domain.events import MAX_USER_IDS, Event, EventState, Outcome
 from tepat.domain.models import MessageStatus
@@ -152,47 +153,39 @@ def status_out(status: EventStatus, event_id: str) -> EventStatusOut:
         | {k.split(":", 1)[0] for k in e.counts if ":" in k}
     )
     channels = {name: _channel_counts(status, name) for name in names}
-    skipped: dict[str, int] = {}
+    skipped: Counter[str] = Counter()
     for counts in channels.values():
-        for reason, n in counts.skipped.items():
-            skipped[reason] = skipped.get(reason, 0) + n
-    return EventStatusOut(
+        skipped.update(counts.skipped)
+    fields = read_fields(
+        EventStatusOut,
+        e,
         event_id=event_id,
-        type=e.type,
-        category=e.category,
         priority=e.priority.value,
-        state=e.state,
-        recipients=e.recipients,
         unknown_users=e.counts.get(Outcome.UNKNOWN_USER.value, 0),
-        listed=e.listed,
         messages_created=sum(c.created for c in channels.values()),
         sent=sum(c.sent for c in channels.values()),
         failed=sum(c.failed for c in channels.values()),
         pending=sum(c.pending for c in channels.values()),
         skipped=skipped,
         channels=channels,
-        occurred_at=e.occurred_at,
-        send_at=e.send_at,
         local_time=None if e.local_time is None else e.local_time.strftime("%H:%M"),
-        created_at=e.created_at,
-        updated_at=e.updated_at,
     )
+    return EventStatusOut(**fields)
 
 
 def _channel_counts(status: EventStatus, channel: str) -> ChannelCounts:
     """One channel's messages by status, and the recipients its route did not take."""
-    by_status: dict[str, int] = {}
-    failed: dict[str, int] = {}
-    skipped: dict[str, int] = {}
+    by_status: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
     for (ch, s, reason), n in status.messages.items():
         if ch != channel:
             continue
-        by_status[s] = by_status.get(s, 0) + n
+        by_status[s] += n
         if s == MessageStatus.FAILED:
-            failed[reason] = failed.get(reason, 0) + n
+            failed[reason] += n
         elif s in (MessageStatus.SKIPPED, MessageStatus.MISSED, MessageStatus.CANCELLED):
-            key = reason or s
-            skipped[key] = skipped.get(key, 0) + n
+            skipped[reason or s] += n
     prefix = f"{channel}:"
     for key, n in status.event.counts.items():
         # Decided at fan-out, so never a message: a route not taken (and, for events
@@ -200,12 +193,12 @@ def _channel_counts(status: EventStatus, channel: str) -> ChannelCounts:
         if key.startswith(prefix) and n:
             outcome = key.removeprefix(prefix)
             if outcome == Outcome.DELIVERED.value:
-                by_status["delivered"] = by_status.get("delivered", 0) + n
+                by_status["delivered"] += n
             elif outcome == Outcome.RENDER_ERROR.value:
-                by_status["failed"] = by_status.get("failed", 0) + n
-                failed[outcome] = failed.get(outcome, 0) + n
+                by_status["failed"] += n
+                failed[outcome] += n
             else:
-                skipped[outcome] = skipped.get(outcome, 0) + n
+                skipped[outcome] += n
     return ChannelCounts(
         created=sum(by_status.values()),
         sent=by_status.get(MessageStatus.SENT, 0) + by_status.get(MessageStatus.DELIVERED, 0),

@@ -104,30 +104,23 @@ def _claim(request: Request, token: str) -> UnsubscribeClaim | Response:
         return _refused(request, e)
 
 
-def _status(e: DomainError) -> int:
-    if isinstance(e, TokenForged):
-        return 403
-    if isinstance(e, TokenExpired):
-        return 410
-    return 400
+# A token that does not parse (any other DomainError) is 400.
+_REFUSED_STATUS: dict[type[DomainError], int] = {TokenForged: 403, TokenExpired: 410}
 
 
 def _refused(request: Request, e: DomainError) -> Response:
-    status = _status(e)
+    status = _REFUSED_STATUS.get(type(e), 400)
     log.info("unsubscribe_refused", status=status, reason=e.message)
     if _wants_html(request):
-        text = {
-            400: "This unsubscribe link is not valid.",
-            403: "This unsubscribe link is not valid.",
-            410: "This unsubscribe link has expired. Use the link in a more recent message.",
-        }[status]
+        text = "This unsubscribe link is not valid."
+        if status == 410:
+            text = "This unsubscribe link has expired. Use the link in a more recent message."
         return HTMLResponse(_page("Unsubscribe", f"<p>{text}</p>"), status, headers=_HEADERS)
     return field_problem(status, e.field, e.message, headers=_HEADERS)
 
 
 def _wants_html(request: Request) -> bool:
-    accept = request.headers.get("accept", "")
-    return "text/html" in accept
+    return "text/html" in request.headers.get("accept", "")
 
 
 def _what(claim: UnsubscribeClaim) -> str:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from api.deps import RT, Admin
 from api.pagination import Page
 from api.problems import problem_responses
-from api.schemas import Paged, Request, Text, read_fields
+from api.schemas import Paged, Request, Text, View, read_fields
 from tepat.adapters.webhook_target import check_target
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.services.webhooks import WebhookService
@@ -69,7 +69,7 @@ class SecretInfo(BaseModel):
     )
 
 
-class WebhookOut(BaseModel):
+class WebhookOut(View):
     id: str
     url: str
     event_types: list[str]
