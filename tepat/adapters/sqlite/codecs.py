@@ -74,7 +74,7 @@ def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def _unique(items: Sequence[str]) -> list[str]:
+def _unique(items: Sequence[T]) -> list[T]:
     return list(dict.fromkeys(items))
 
 

@@ -180,20 +180,26 @@ class SqliteBase:
     async def _select(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return await self._run(lambda c: c.execute(sql, params).fetchall())
 
+    async def _fetch(
+        self, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
+    ) -> list[T]:
+        return [decode(row) for row in await self._select(sql, params)]
+
+    async def _fetch_one(
+        self, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
+    ) -> T | None:
+        rows = await self._select(sql, params)
+        return decode(rows[0]) if rows else None
+
+    async def _execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """One write statement in a transaction of its own; how many rows it changed."""
+        return await self._write(lambda c: c.execute(sql, params).rowcount)
+
     async def _select_in(
         self, sql: str, ids: Sequence[str], params: Sequence[Any] = ()
     ) -> list[Row]:
         """``sql`` has one ``{ids}`` placeholder list, filled a chunk at a time."""
-        keys = _unique(ids)
-
-        def run(conn: Conn) -> list[Row]:
-            rows: list[Row] = []
-            for chunk in _chunks(keys, ID_CHUNK):
-                query = sql.format(ids=_placeholders(len(chunk)))
-                rows.extend(conn.execute(query, (*chunk, *params)).fetchall())
-            return rows
-
-        return await self._run(run)
+        return await self._run(lambda conn: _in_chunks(conn, sql, ids, params))
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -267,6 +273,18 @@ class SqliteBase:
             await asyncio.get_running_loop().run_in_executor(executor, shutdown)
         finally:
             executor.shutdown(wait=False)
+
+
+def _in_chunks(
+    conn: Conn, sql: str, ids: Sequence[Any], params: Sequence[Any] = (), before: Sequence[Any] = ()
+) -> list[Row]:
+    """``sql`` (one ``{ids}`` placeholder list, bound between ``before`` and ``params``) for
+    each chunk of ``ids`` (each once): the rows of all of them."""
+    rows: list[Row] = []
+    for chunk in _chunks(_unique(ids), ID_CHUNK):
+        query = sql.format(ids=_placeholders(len(chunk)))
+        rows.extend(conn.execute(query, (*before, *chunk, *params)).fetchall())
+    return rows
 
 
 def _on_disk(path: str) -> bool:

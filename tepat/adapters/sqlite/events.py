@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import itemgetter
 
 from tepat.adapters.sqlite.codecs import Row, _dt, _ts, _ts_opt
 from tepat.adapters.sqlite.connection import SqliteBase
@@ -91,32 +92,20 @@ class EventsMixin(SqliteBase):
         return _event(row), created
 
     async def get_event(self, event_id: str) -> Event | None:
-        rows = await self._select(f"{_SELECT} WHERE event_id = ?", (event_id,))
-        return _event(rows[0]) if rows else None
+        return await self._fetch_one(_event, f"{_SELECT} WHERE event_id = ?", (event_id,))
 
     async def events_fanning_out(self, limit: int) -> list[Event]:
         # "!= 'done'" spelled out so the partial index ix_events_open serves it.
-        rows = await self._select(
-            f"{_SELECT} WHERE state != 'done' AND state = ? ORDER BY created_at, event_id LIMIT ?",
-            (EventState.FANNING_OUT.value, max(0, limit)),
-        )
-        return [_event(r) for r in rows]
+        sql = f"{_SELECT} WHERE state != 'done' AND state = ? ORDER BY created_at, event_id LIMIT ?"
+        return await self._fetch(_event, sql, (EventState.FANNING_OUT.value, max(0, limit)))
 
     async def event_recipients(
         self, event_id: str, all_users: bool, after: str, limit: int
     ) -> list[str]:
-        if all_users:
-            rows = await self._select(
-                "SELECT user_id FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?",
-                (after, max(0, limit)),
-            )
-        else:
-            rows = await self._select(
-                "SELECT user_id FROM event_recipients WHERE event_id = ? AND user_id > ? "
-                "ORDER BY user_id LIMIT ?",
-                (event_id, after, max(0, limit)),
-            )
-        return [r[0] for r in rows]
+        table, listed = ("users", "") if all_users else ("event_recipients", "event_id = ? AND ")
+        sql = f"SELECT user_id FROM {table} WHERE {listed}user_id > ? ORDER BY user_id LIMIT ?"
+        params = (after, max(0, limit)) if all_users else (event_id, after, max(0, limit))
+        return await self._fetch(itemgetter(0), sql, params)
 
     async def advance_event(
         self,
@@ -146,8 +135,7 @@ class EventsMixin(SqliteBase):
             )
             return True
 
-        moved: bool = await self._write(run)
-        return moved
+        return await self._write(run)
 
     async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
         low, high = event_key_range(event_id)

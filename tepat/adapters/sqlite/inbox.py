@@ -78,18 +78,12 @@ class InboxMixin(SqliteBase):
             params.append(before_seq)
         if unread_only:
             where.append("read_at IS NULL")
-        rows = await self._select(
-            f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
-            (*params, max(0, limit)),
-        )
-        return [_item(r) for r in rows]
+        sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?"
+        return await self._fetch(_item, sql, (*params, max(0, limit)))
 
     async def inbox_after(self, user_id: str, after_seq: int, limit: int) -> list[InboxItem]:
-        rows = await self._select(
-            f"{_SELECT} WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (user_id, after_seq, max(0, limit)),
-        )
-        return [_item(r) for r in rows]
+        sql = f"{_SELECT} WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        return await self._fetch(_item, sql, (user_id, after_seq, max(0, limit)))
 
     async def mark_inbox_read(self, user_id: str, item_id: str, now: datetime) -> InboxItem | None:
         def run(conn: Conn) -> Row | None:
@@ -115,8 +109,7 @@ class InboxMixin(SqliteBase):
         if up_to_seq is not None:
             sql += " AND seq <= ?"
             params = (*params, up_to_seq)
-        count: int = await self._write(lambda c: c.execute(sql, params).rowcount)
-        return count
+        return await self._execute(sql, params)
 
     async def inbox_unread_count(self, user_id: str) -> int:
         rows = await self._select(

@@ -23,7 +23,7 @@ from tepat.adapters.sqlite.codecs import (
     _ts_opt,
     _unique,
 )
-from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
+from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.repositories.messages import InsertResult, StatusChange
@@ -61,8 +61,6 @@ def _insert_messages_sql(rows: int) -> str:
 
 
 class MessagesWriteMixin(TransitionOne, SqliteBase):
-    """Writes to messages: insert, claim, transitions, cancel."""
-
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
         now = self._clock.now()
         now_text = _ts(now)
@@ -105,30 +103,24 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
     ) -> list[Message]:
-        ids = _unique(message_ids)
         stamp = _ts(now)
         # "~" sorts after every timestamp: no bound.
         bound = "~" if due_before is None else _ts(due_before)
         sources = [s.value for s in CLAIMABLE]
         if not sources:
             return []
-
-        def run(conn: Conn) -> list[Row]:
-            rows: list[Row] = []
-            for chunk in _chunks(ids, ID_CHUNK):
-                sql = (
-                    "UPDATE messages SET status = ?, claimed_at = ?, "
-                    "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
-                    f"WHERE id IN ({_placeholders(len(chunk))}) "
-                    f"AND status IN ({_placeholders(len(sources))}) "
-                    f"AND due_at < ? RETURNING {_MESSAGE_COLUMNS}"
-                )
-                params = (MessageStatus.SENDING.value, stamp, stamp, *chunk, *sources, bound)
-                rows.extend(conn.execute(sql, params).fetchall())
-            return rows
-
-        by_id = {m.id: m for m in map(_message, await self._write(run))}
-        return [by_id[i] for i in ids if i in by_id]
+        sql = (
+            "UPDATE messages SET status = ?, claimed_at = ?, "
+            "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
+            f"WHERE id IN ({{ids}}) AND status IN ({_placeholders(len(sources))}) "
+            f"AND due_at < ? RETURNING {_MESSAGE_COLUMNS}"
+        )
+        before = (MessageStatus.SENDING.value, stamp, stamp)
+        rows = await self._write(
+            lambda c: _in_chunks(c, sql, message_ids, (*sources, bound), before)
+        )
+        by_id = {m.id: m for m in map(_message, rows)}
+        return [by_id[i] for i in _unique(message_ids) if i in by_id]
 
     async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
         return await self._update_where_status(
@@ -144,19 +136,13 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     ) -> int:
         """``SET assignments`` (``values`` for its placeholders) on those of
         ``message_ids`` in ``status``, in one write; how many rows changed."""
-        ids = _unique(message_ids)
-
-        def run(conn: Conn) -> int:
-            n = 0
-            for chunk in _chunks(ids, ID_CHUNK):
-                n += conn.execute(
-                    f"UPDATE messages SET {assignments} "
-                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = ?",
-                    (*values, *chunk, status.value),
-                ).rowcount
-            return n
-
-        return await self._write(run) if ids else 0
+        if not message_ids:
+            return 0
+        sql = f"UPDATE messages SET {assignments} WHERE id IN ({{ids}}) AND status = ? RETURNING 1"
+        changed = await self._write(
+            lambda c: _in_chunks(c, sql, message_ids, (status.value,), values)
+        )
+        return len(changed)
 
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
@@ -198,13 +184,9 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         )
 
     async def republish_all_pending(self) -> int:
-        return await self._write(
-            lambda c: (
-                c.execute(
-                    "UPDATE messages SET publish_pending = 1 "
-                    "WHERE status = 'pending' AND publish_pending = 0"
-                ).rowcount
-            )
+        return await self._execute(
+            "UPDATE messages SET publish_pending = 1 "
+            "WHERE status = 'pending' AND publish_pending = 0"
         )
 
 
