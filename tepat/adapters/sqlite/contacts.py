@@ -10,33 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _ts
+from tepat.adapters.sqlite.codecs import _decoder, _dt, _ts
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
 
-_SUPPRESSION = "SELECT channel, address, reason, added_at, source FROM suppressions"
-_CONTACT = "SELECT user_id, channel, address, verified, updated_at FROM contacts"
+_SUPPRESSION_COLUMNS = "channel, address, reason, added_at, source"
+_suppression = _decoder(Suppression, _SUPPRESSION_COLUMNS, reason=SuppressionReason, added_at=_dt)
+_CONTACT_COLUMNS = "user_id, channel, address, verified, updated_at"
+_contact = _decoder(Contact, _CONTACT_COLUMNS, verified=bool, updated_at=_dt)
 
 
-def _contact(row: Row) -> Contact:
-    return Contact(
-        user_id=row[0],
-        channel=row[1],
-        address=row[2],
-        verified=bool(row[3]),
-        updated_at=_dt(row[4]),
-    )
-
-
-def _suppression(row: Row) -> Suppression:
-    return Suppression(
-        channel=row[0],
-        address=row[1],
-        reason=SuppressionReason(row[2]),
-        added_at=_dt(row[3]),
-        source=row[4],
-    )
+_SUPPRESSION = f"SELECT {_SUPPRESSION_COLUMNS} FROM suppressions"
+_CONTACT = f"SELECT {_CONTACT_COLUMNS} FROM contacts"
 
 
 class ContactsMixin(SqliteBase):

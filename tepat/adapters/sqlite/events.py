@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import itemgetter
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _ts, _ts_opt
+from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts, _ts_opt
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.events import Event, EventState, event_key_range
@@ -26,26 +26,22 @@ def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def _event(row: Row) -> Event:
-    return Event(
-        event_id=row[0],
-        type=row[1],
-        category=row[2],
-        priority=Priority(row[3]),
-        request_hash=row[4],
-        all_users=bool(row[5]),
-        data=json.loads(row[6]),
-        occurred_at=_dt(row[7]),
-        send_at=None if row[8] is None else _dt(row[8]),
-        local_time=None if row[9] is None else parse_hhmm(row[9], "local_time"),
-        listed=int(row[10]),
-        state=EventState(row[11]),
-        cursor=row[12],
-        recipients=int(row[13]),
-        counts=json.loads(row[14]),
-        created_at=_dt(row[15]),
-        updated_at=_dt(row[16]),
-    )
+_event = _decoder(
+    Event,
+    _COLUMNS,
+    priority=Priority,
+    all_users=bool,
+    data=json.loads,
+    occurred_at=_dt,
+    send_at=_dt_opt,
+    local_time=lambda t: None if t is None else parse_hhmm(t, "local_time"),
+    listed=int,
+    state=EventState,
+    recipients=int,
+    counts=json.loads,
+    created_at=_dt,
+    updated_at=_dt,
+)
 
 
 class EventsMixin(SqliteBase):

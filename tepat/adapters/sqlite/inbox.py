@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _dt_opt, _ts
+from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.inbox import InboxItem
@@ -17,22 +17,7 @@ _COLUMNS = (
 _SELECT = f"SELECT {_COLUMNS} FROM inbox"
 
 
-def _item(row: Row) -> InboxItem:
-    return InboxItem(
-        seq=int(row[0]),
-        item_id=row[1],
-        user_id=row[2],
-        message_id=row[3],
-        event_type=row[4],
-        category=row[5],
-        title=row[6],
-        body=row[7],
-        html=row[8],
-        link=row[9],
-        data=json.loads(row[10]),
-        created_at=_dt(row[11]),
-        read_at=_dt_opt(row[12]),
-    )
+_item = _decoder(InboxItem, _COLUMNS, seq=int, data=json.loads, created_at=_dt, read_at=_dt_opt)
 
 
 class InboxMixin(SqliteBase):
