@@ -18,7 +18,7 @@ from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase, only_duplicates
-from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt, read_dt_required
 from tepat.domain.events import Event, EventState, event_key_range
 from tepat.domain.routing import Priority
 from tepat.domain.validation import format_hhmm, parse_hhmm
@@ -49,26 +49,22 @@ def _doc(event: Event, state: EventState, now: datetime) -> dict[str, Any]:
     }
 
 
-def _event(doc: Mapping[str, Any]) -> Event:
-    return Event(
-        event_id=doc["_id"],
-        type=doc["type"],
-        category=doc["category"],
-        priority=Priority(doc["priority"]),
-        request_hash=doc["request_hash"],
-        all_users=bool(doc["all_users"]),
-        data=json.loads(doc["data"]),
-        occurred_at=read_dt_required(doc["occurred_at"]),
-        send_at=read_dt(doc.get("send_at")),
-        local_time=None if doc.get("local_time") is None else parse_hhmm(doc["local_time"], "t"),
-        listed=int(doc["listed"]),
-        state=EventState(doc["state"]),
-        cursor=doc["cursor"],
-        recipients=int(doc["recipients"]),
-        counts={k: int(v) for k, v in (doc.get("counts") or {}).items()},
-        created_at=read_dt(doc.get("created_at")),
-        updated_at=read_dt(doc.get("updated_at")),
-    )
+_event = decoder(
+    Event,
+    "event_id",
+    priority=Priority,
+    all_users=bool,
+    data=json.loads,
+    occurred_at=read_dt_required,
+    send_at=read_dt,
+    local_time=lambda t: None if t is None else parse_hhmm(t, "t"),
+    listed=int,
+    state=EventState,
+    recipients=int,
+    counts=lambda counts: {k: int(v) for k, v in (counts or {}).items()},
+    created_at=read_dt,
+    updated_at=read_dt,
+)
 
 
 class EventsMixin(MongoBase):

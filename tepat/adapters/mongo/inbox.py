@@ -13,7 +13,6 @@ recent items (``tepat/services/inbox.py``), not this adapter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,29 +20,16 @@ from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
-from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.adapters.mongo.codecs import as_dict, bson_dt, decoder, read_dt, read_dt_required
 from tepat.adapters.mongo.webhooks import read_update, webhooks_active
 from tepat.domain.inbox import InboxItem
 
 SEQ_COUNTER = "inbox_seq"
 
 
-def _item(doc: Mapping[str, Any]) -> InboxItem:
-    return InboxItem(
-        seq=int(doc["seq"]),
-        item_id=doc["_id"],
-        user_id=doc["user_id"],
-        message_id=doc["message_id"],
-        event_type=doc.get("event_type"),
-        category=doc["category"],
-        title=doc["title"],
-        body=doc["body"],
-        html=doc.get("html"),
-        link=doc.get("link"),
-        data=dict(doc.get("data") or {}),
-        created_at=read_dt_required(doc["created_at"]),
-        read_at=read_dt(doc.get("read_at")),
-    )
+_item = decoder(
+    InboxItem, "item_id", seq=int, data=as_dict, created_at=read_dt_required, read_at=read_dt
+)
 
 
 class InboxMixin(MongoBase):
