@@ -8,20 +8,18 @@ users, devices and reminders of a request together).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 
 from tepat.adapters.sqlite.codecs import (
     _REMINDER_COLUMNS,
     _USER_COLUMNS,
-    Row,
     _chunks,
     _placeholders,
     _reminder_params,
     _ts_opt,
     _user_params,
 )
-from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
+from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase, _insert_many
 from tepat.adapters.sqlite.schema import Conn
 from tepat.adapters.sqlite.users import (
     _PLAN_COLUMNS,
@@ -33,10 +31,6 @@ from tepat.adapters.sqlite.users import (
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.repositories.bulk_import import RecordsWritten
 from tepat.ports.repositories.users import PlanTarget
-
-# Rows per multi-row INSERT (fewer where SQLite's variable limit says so).
-ROWS_PER_STATEMENT = 500
-VARIABLE_LIMIT = sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER
 
 
 class BulkMixin(SqliteBase):
@@ -158,17 +152,3 @@ def _upsert_reminders(reminders: Sequence[Reminder], now: str) -> Callable[[Conn
         _insert_many(conn, sql, rows)
 
     return run
-
-
-def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> None:
-    """``sql`` (an INSERT whose ``{values}`` stands for its VALUES rows) for ``rows``, a
-    few hundred rows per statement: the same as one statement per row in order (a key
-    twice in one statement meets its own earlier row, as a later statement would), with
-    one trip into SQLite per statement instead of per row. Each trip releases and takes
-    back the GIL, which the event loop's thread holds most of the time under load."""
-    width = len(rows[0])
-    per_statement = max(1, min(ROWS_PER_STATEMENT, conn.getlimit(VARIABLE_LIMIT) // width))
-    one = f"({_placeholders(width)})"
-    for chunk in _chunks(rows, per_statement):
-        values = ",".join([one] * len(chunk))
-        conn.execute(sql.format(values=values), [v for row in chunk for v in row])

@@ -189,42 +189,13 @@ _reminder = _decoder(
 
 # --------------------------------------------------------------------------- messages
 
-_MESSAGE_FIELDS = (
-    "id",
-    "user_id",
-    "category",
-    "label",
-    "title",
-    "body",
-    "scheduled_at",
-    "timezone",
-    "dedup_key",
-    "live_key",
-    "device_id",
-    "reminder_id",
-    "idempotency_key",
-    "request_hash",
-    "local_date",
-    "local_time",
-    "data",
-    "status",
-    "status_reason",
-    "attempts",
-    "ticket_id",
-    "last_error",
-    "plan_version",
-    "claimed_at",
-    "created_at",
-    "updated_at",
-    "nominal_at",
-    "due_at",
-    "slot_key",
-    "publish_pending",
-    "channel",
-    "content",
-    "priority",
+_MESSAGE_COLUMNS = (
+    "id, user_id, category, label, title, body, scheduled_at, timezone, dedup_key, live_key, "
+    "device_id, reminder_id, idempotency_key, request_hash, local_date, local_time, data, "
+    "status, status_reason, attempts, ticket_id, last_error, plan_version, claimed_at, "
+    "created_at, updated_at, nominal_at, due_at, slot_key, publish_pending, channel, content, "
+    "priority"
 )
-_MESSAGE_COLUMNS = ", ".join(_MESSAGE_FIELDS)
 
 
 def _message_params(m: Message, now: str) -> Row:

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from tepat.adapters.sqlite.codecs import _MESSAGE_FIELDS, Row, _chunks, _placeholders, _ts, _unique
+from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts, _unique
 from tepat.adapters.sqlite.schema import Conn, _connect, _migrate
 from tepat.clock import Clock, SystemClock
 
@@ -89,7 +89,6 @@ class SqliteBase:
         # longer queues behind the claims of this second, nor a claim behind reads.
         self._reader: ThreadPoolExecutor | None = None
         self._reader_conn: Conn | None = None  # touched only by the reader thread
-        self._rows_per_insert = INSERT_ROWS_PER_STATEMENT
         self._checkpointer: asyncio.Task[None] | None = None
         # Writes waiting for the worker (see _write); appended on the event loop's
         # thread, taken on the worker's.
@@ -213,8 +212,6 @@ class SqliteBase:
             if _on_disk(self._path):
                 _make_private(self._path)
             self._conn = _connect(self._path)
-            limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-            self._rows_per_insert = min(INSERT_ROWS_PER_STATEMENT, limit // len(_MESSAGE_FIELDS))
             _immediate(partial(_migrate, now=now), self._conn)
             if _on_disk(self._path):
                 self._conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -285,6 +282,23 @@ def _in_chunks(
         query = sql.format(ids=_placeholders(len(chunk)))
         rows.extend(conn.execute(query, (*before, *chunk, *params)).fetchall())
     return rows
+
+
+def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> list[Row]:
+    """``sql`` (an INSERT whose ``{values}`` stands for its VALUES rows) for ``rows``, a
+    few hundred rows per statement: the same as one statement per row in order (a key
+    twice in one statement meets its own earlier row, as a later statement would), with
+    one trip into SQLite per statement instead of per row. Each trip releases and takes
+    back the GIL, which the event loop's thread holds most of the time under load.
+    Returns the rows its RETURNING clause gives, if it has one."""
+    width = len(rows[0])
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    one = f"({_placeholders(width)})"
+    returned: list[Row] = []
+    for chunk in _chunks(rows, max(1, min(INSERT_ROWS_PER_STATEMENT, limit // width))):
+        query = sql.format(values=",".join([one] * len(chunk)))
+        returned.extend(conn.execute(query, [v for row in chunk for v in row]).fetchall())
+    return returned
 
 
 def _on_disk(path: str) -> bool:

@@ -7,13 +7,11 @@ import dataclasses
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from functools import lru_cache, partial
 from typing import Any
 
 from tepat.adapters.message_transition import TransitionOne
 from tepat.adapters.sqlite.codecs import (
     _MESSAGE_COLUMNS,
-    _MESSAGE_FIELDS,
     Row,
     _chunks,
     _message,
@@ -23,7 +21,7 @@ from tepat.adapters.sqlite.codecs import (
     _ts_opt,
     _unique,
 )
-from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks
+from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks, _insert_many
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.repositories.messages import InsertResult, StatusChange
@@ -48,16 +46,12 @@ def _with_stamps(m: Message, now: datetime) -> Message:
     )
 
 
-@lru_cache(maxsize=8)
-def _insert_messages_sql(rows: int) -> str:
-    one = f"({_placeholders(len(_MESSAGE_FIELDS))})"
-    values = ",".join([one] * rows)
-    # No conflict target: DO NOTHING then covers every unique index, the
-    # partial ones included, which is exactly "already exists".
-    return (
-        f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES {values} "
-        "ON CONFLICT DO NOTHING RETURNING id"
-    )
+# No conflict target: DO NOTHING then covers every unique index, the partial ones
+# included, which is exactly "already exists".
+_INSERT = (
+    f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES {{values}} "
+    "ON CONFLICT DO NOTHING RETURNING id"
+)
 
 
 class MessagesWriteMixin(TransitionOne, SqliteBase):
@@ -89,16 +83,8 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def _insert_batch(
         self, batch: Sequence[Message], rows: Sequence[Row], now: datetime
     ) -> list[Message]:
-        inserted = await self._write(partial(self._insert_rows, rows))
+        inserted = await self._write(lambda c: {r[0] for r in _insert_many(c, _INSERT, rows)})
         return [_with_stamps(m, now) for m in _pick_inserted(batch, inserted)]
-
-    def _insert_rows(self, rows: Sequence[Row], conn: Conn) -> set[str]:
-        inserted: set[str] = set()
-        for chunk in _chunks(rows, self._rows_per_insert):
-            flat = [value for row in chunk for value in row]
-            cursor = conn.execute(_insert_messages_sql(len(chunk)), flat)
-            inserted.update(r[0] for r in cursor.fetchall())
-        return inserted
 
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
