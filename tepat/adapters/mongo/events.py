@@ -171,28 +171,13 @@ class EventsMixin(MongoBase):
 
     async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
         low, high = event_key_range(event_id)
-        rows = await (
-            await self._db["messages"].aggregate(
-                [
-                    {"$match": {"dedup_key": {"$gte": low, "$lt": high}}},
-                    {
-                        "$group": {
-                            "_id": {
-                                "channel": "$channel",
-                                "status": "$status",
-                                "reason": "$status_reason",
-                            },
-                            "n": {"$sum": 1},
-                        }
-                    },
-                ]
-            )
-        ).to_list(None)
+        groups = await self._count(
+            "messages",
+            {"dedup_key": {"$gte": low, "$lt": high}},
+            channel="$channel",
+            status="$status",
+            reason="$status_reason",
+        )
         return {
-            (
-                r["_id"].get("channel") or "push",
-                r["_id"]["status"],
-                r["_id"].get("reason") or "",
-            ): int(r["n"])
-            for r in rows
+            (g.get("channel") or "push", g["status"], g.get("reason") or ""): n for g, n in groups
         }

@@ -198,27 +198,10 @@ class MessagesMixin(TransitionOne, MongoBase):
         return [message_from_doc(d) for d in docs]
 
     async def count_messages(self) -> Counts:
-        cursor = await self._db["messages"].aggregate(
-            [
-                {
-                    "$group": {
-                        # A message written before channels existed is a push (codecs.py).
-                        "_id": {
-                            "s": "$status",
-                            "c": "$category",
-                            "ch": {"$ifNull": ["$channel", "push"]},
-                        },
-                        "n": {"$sum": 1},
-                    }
-                }
-            ]
-        )
-        rows = await cursor.to_list(None)
-        return Counts(
-            by_status_category_channel={
-                (r["_id"]["s"], r["_id"]["c"], r["_id"]["ch"]): int(r["n"]) for r in rows
-            }
-        )
+        # A message written before channels existed is a push (codecs.py).
+        channel = {"$ifNull": ["$channel", "push"]}
+        groups = await self._count("messages", {}, s="$status", c="$category", ch=channel)
+        return Counts(by_status_category_channel={(g["s"], g["c"], g["ch"]): n for g, n in groups})
 
     async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
         if limit <= 0:  # limit(0) means *no* limit to MongoDB

@@ -54,11 +54,11 @@ class OpsViewsMixin(MongoBase):
 
     async def failures_since(self, since: datetime) -> dict[str, int]:
         match = {"status": "failed", "updated_at": {"$gte": bson_dt(since)}}
-        return await self._count_by(self._db["messages"], match, "$status_reason")
+        return await self._count_by("messages", match, "$status_reason")
 
     async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
         match = {"active": False, "updated_at": {"$gte": bson_dt(since)}}
-        return await self._count_by(self._db["devices"], match, "$deactivated_reason")
+        return await self._count_by("devices", match, "$deactivated_reason")
 
     async def oldest_due_unsent(self, now: datetime) -> datetime | None:
         due = {"$lte": bson_dt(now)}
@@ -77,14 +77,11 @@ class OpsViewsMixin(MongoBase):
 
     async def live_members(self, since: datetime) -> dict[str, int]:
         match = {"beat_at": {"$gte": bson_dt(since)}}
-        return await self._count_by(self._db["presence"], match, "$group")
+        return await self._count_by("presence", match, "$group")
 
-    async def _count_by(self, collection: Any, match: dict[str, Any], key: str) -> dict[str, int]:
-        cursor = await collection.aggregate(
-            [{"$match": match}, {"$group": {"_id": key, "n": {"$sum": 1}}}]
-        )
+    async def _count_by(self, collection: str, match: dict[str, Any], key: str) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for doc in await cursor.to_list(None):
-            name = "" if doc["_id"] is None else str(doc["_id"])
-            counts[name] = counts.get(name, 0) + int(doc["n"])
+        for group, n in await self._count(collection, match, key=key):
+            name = "" if group.get("key") is None else str(group["key"])
+            counts[name] = counts.get(name, 0) + n
         return counts
