@@ -18,10 +18,10 @@ from tepat.adapters.mongo.codecs import (
     bson_dt,
     device_activation,
     pair_id,
-    reminder_fields,
+    reminder_upsert,
     user_fields,
 )
-from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target
+from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target, user_upsert
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.repositories.bulk_import import RecordsWritten
 from tepat.ports.repositories.users import PlanTarget
@@ -60,25 +60,11 @@ class BulkMixin(UsersMixin):
             except BulkWriteError as exc:
                 rejected = only_duplicates(exc)
         inserted = {inserts[j] for j in range(len(inserts)) if j not in rejected}
-        updates = []
-        for i, u in enumerate(users):
-            if i in inserted:
-                continue
-            fields = user_fields(u, now)
-            plan_version = fields.pop("plan_version")
-            updates.append(
-                UpdateOne(
-                    {"_id": u.user_id},
-                    {
-                        "$set": fields,
-                        # Never down: a re-plan may have taken a newer version meanwhile.
-                        "$max": {"plan_version": plan_version},
-                        "$setOnInsert": {"created_at": bson_dt(u.created_at or now)},
-                        **PLAN_CHANGED,  # as upsert_user: the planning mark drops
-                    },
-                    upsert=True,
-                )
-            )
+        updates = [
+            UpdateOne({"_id": u.user_id}, user_upsert(u, now), upsert=True)
+            for i, u in enumerate(users)
+            if i not in inserted
+        ]
         if updates:
             # Ordered: the same user twice ends as the later item says.
             await coll.bulk_write(updates, ordered=True)
@@ -125,12 +111,7 @@ class BulkMixin(UsersMixin):
         now = self._clock.now()
         ops = [
             UpdateOne(
-                {"_id": pair_id(r.user_id, r.reminder_id)},
-                {
-                    "$set": reminder_fields(r, now),
-                    "$setOnInsert": {"created_at": bson_dt(r.created_at or now)},
-                },
-                upsert=True,
+                {"_id": pair_id(r.user_id, r.reminder_id)}, reminder_upsert(r, now), upsert=True
             )
             for r in reminders
         ]

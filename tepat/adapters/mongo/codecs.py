@@ -141,8 +141,9 @@ def device_activation(d: Device, updated: datetime) -> dict[str, Any]:
     }
 
 
-def reminder_fields(r: Reminder, now: datetime) -> dict[str, Any]:
-    return {
+def reminder_upsert(r: Reminder, now: datetime) -> dict[str, Any]:
+    """The update that creates or replaces ``r`` (a new one at its own ``created_at``)."""
+    fields = {
         "user_id": r.user_id,
         "reminder_id": r.reminder_id,
         "category": r.category,
@@ -156,6 +157,7 @@ def reminder_fields(r: Reminder, now: datetime) -> dict[str, Any]:
         "version": r.version,
         "updated_at": bson_dt(r.updated_at or now),
     }
+    return {"$set": fields, "$setOnInsert": {"created_at": bson_dt(r.created_at or now)}}
 
 
 reminder_from_doc = decoder(

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pymongo import ASCENDING
 
 from tepat.adapters.mongo.base import MongoBase
-from tepat.adapters.mongo.codecs import bson_dt, pair_id, reminder_fields, reminder_from_doc
+from tepat.adapters.mongo.codecs import pair_id, reminder_from_doc, reminder_upsert
 from tepat.adapters.mongo.users import PLAN_CHANGED
 from tepat.domain.models import Reminder
 
@@ -18,13 +18,10 @@ class RemindersMixin(MongoBase):
     # --- reminders ----------------------------------------------------------------
 
     async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
-        now = self._clock.now()
-        update = {
-            "$set": reminder_fields(reminder, now),
-            "$setOnInsert": {"created_at": bson_dt(reminder.created_at or now)},
-        }
         key = pair_id(reminder.user_id, reminder.reminder_id)
-        doc, inserted = await self._upsert("reminders", key, update)
+        doc, inserted = await self._upsert(
+            "reminders", key, reminder_upsert(reminder, self._clock.now())
+        )
         await self._reminders_changed(reminder.user_id)
         return reminder_from_doc(doc), inserted
 

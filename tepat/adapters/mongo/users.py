@@ -37,6 +37,21 @@ PLAN_CHANGED: dict[str, Any] = {
 }
 
 
+def user_upsert(user: User, now: datetime) -> dict[str, Any]:
+    """The update that creates or replaces ``user`` (``upsert_user``, the bulk import)."""
+    fields = user_fields(user, now)
+    # Never down: a re-plan may have taken a newer version since the caller read.
+    # ($max on an absent field sets it, so a new user takes the given version.)
+    plan_version = fields.pop("plan_version")
+    return {
+        "$set": fields,
+        "$max": {"plan_version": plan_version},
+        # Only a new user takes the given created_at: replacing keeps the original.
+        "$setOnInsert": {"created_at": bson_dt(user.created_at or now)},
+        **PLAN_CHANGED,
+    }
+
+
 def _ceil_ms(value: datetime) -> datetime:
     down = bson_dt(value)
     return down if down == value else down + timedelta(milliseconds=1)
@@ -63,20 +78,9 @@ class UsersMixin(MongoBase):
     # --- users --------------------------------------------------------------------
 
     async def upsert_user(self, user: User) -> User:
-        now = self._clock.now()
-        fields = user_fields(user, now)
-        # Never down: a re-plan may have taken a newer version since the caller read.
-        # ($max on an absent field sets it, so a new user takes the given version.)
-        plan_version = fields.pop("plan_version")
         doc = await self._db["users"].find_one_and_update(
             {"_id": user.user_id},
-            {
-                "$set": fields,
-                "$max": {"plan_version": plan_version},
-                # Only a new user takes the given created_at: replacing keeps the original.
-                "$setOnInsert": {"created_at": bson_dt(user.created_at or now)},
-                **PLAN_CHANGED,
-            },
+            user_upsert(user, self._clock.now()),
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tepat.adapters.sqlite.codecs import (
-    _REMINDER_COLUMNS,
-    _USER_COLUMNS,
     _chunks,
     _placeholders,
     _reminder_params,
@@ -20,12 +18,14 @@ from tepat.adapters.sqlite.codecs import (
     _user_params,
 )
 from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase, _insert_many
+from tepat.adapters.sqlite.reminders import UPSERT_REMINDER
 from tepat.adapters.sqlite.schema import Conn
 from tepat.adapters.sqlite.users import (
     _PLAN_COLUMNS,
     ROTATE_TOKEN,
     ROTATED_REASON,
     UPSERT_DEVICE,
+    UPSERT_USER,
     _plan_target,
 )
 from tepat.domain.models import Device, Reminder, User
@@ -90,14 +90,6 @@ class BulkMixin(SqliteBase):
 
 def _upsert_users(users: Sequence[User], now: str) -> Callable[[Conn], list[bool]]:
     rows = [_user_params(u, now) for u in users]
-    upsert = (
-        f"INSERT INTO users ({_USER_COLUMNS}) VALUES {{values}} "
-        "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
-        "locale = excluded.locale, quiet_start = excluded.quiet_start, "
-        "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
-        "plan_version = max(plan_version, excluded.plan_version), "
-        "updated_at = excluded.updated_at"
-    )
     ids = [u.user_id for u in users]
 
     def run(conn: Conn) -> list[bool]:
@@ -111,7 +103,7 @@ def _upsert_users(users: Sequence[User], now: str) -> Callable[[Conn], list[bool
         for user_id in ids:
             created.append(user_id not in existing)
             existing.add(user_id)  # the same id twice: only the first creates it
-        _insert_many(conn, upsert, rows)
+        _insert_many(conn, UPSERT_USER, rows)
         return created
 
     return run
@@ -139,16 +131,8 @@ def _register_devices(devices: Sequence[Device], now: str) -> Callable[[Conn], N
 
 def _upsert_reminders(reminders: Sequence[Reminder], now: str) -> Callable[[Conn], None]:
     rows = [_reminder_params(r, now) for r in reminders]
-    sql = (
-        f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES {{values}} "
-        "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
-        "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
-        "label = excluded.label, days = excluded.days, data = excluded.data, "
-        "enabled = excluded.enabled, version = excluded.version, "
-        "updated_at = excluded.updated_at"
-    )
 
     def run(conn: Conn) -> None:
-        _insert_many(conn, sql, rows)
+        _insert_many(conn, UPSERT_REMINDER, rows)
 
     return run

@@ -16,19 +16,21 @@ from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import Reminder
 
 _SELECT = f"SELECT {_REMINDER_COLUMNS} FROM reminders"
+# Shared with the bulk import ({values}: the VALUES rows), which writes reminders alike.
+UPSERT_REMINDER = (
+    f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES {{values}} "
+    "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
+    "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
+    "label = excluded.label, days = excluded.days, data = excluded.data, "
+    "enabled = excluded.enabled, version = excluded.version, updated_at = excluded.updated_at"
+)
 
 
 class RemindersMixin(SqliteBase):
     async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
         exists = "SELECT 1 FROM reminders WHERE user_id = ? AND reminder_id = ?"
-        upsert = (
-            f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(13)}) "
-            "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
-            "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
-            "label = excluded.label, days = excluded.days, data = excluded.data, "
-            "enabled = excluded.enabled, version = excluded.version, "
-            f"updated_at = excluded.updated_at RETURNING {_REMINDER_COLUMNS}"
-        )
+        values = f"({_placeholders(13)})"
+        upsert = f"{UPSERT_REMINDER.format(values=values)} RETURNING {_REMINDER_COLUMNS}"
         params = _reminder_params(reminder, self._now())
 
         def run(conn: Conn) -> tuple[Row, bool]:

@@ -41,6 +41,16 @@ UPSERT_DEVICE = (
 )
 
 
+# Shared with the bulk import ({values}: the VALUES rows), which writes users alike.
+UPSERT_USER = (
+    f"INSERT INTO users ({_USER_COLUMNS}) VALUES {{values}} "
+    "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
+    "locale = excluded.locale, quiet_start = excluded.quiet_start, "
+    "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
+    # Never down: a re-plan may have taken a newer version since the caller read.
+    "plan_version = max(plan_version, excluded.plan_version), "
+    "updated_at = excluded.updated_at"
+)
 _PLAN_COLUMNS = f"{_USER_COLUMNS}, plan_stamp, plan_from, plan_next_at, plan_fp"
 _SELECT_USERS = f"SELECT {_USER_COLUMNS} FROM users"
 _DEACTIVATE = "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ?"
@@ -57,16 +67,8 @@ def _plan_target(row: Row) -> PlanTarget:
 
 class UsersMixin(SqliteBase):
     async def upsert_user(self, user: User) -> User:
-        sql = (
-            f"INSERT INTO users ({_USER_COLUMNS}) VALUES ({_placeholders(9)}) "
-            "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
-            "locale = excluded.locale, quiet_start = excluded.quiet_start, "
-            "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
-            # Never down: a re-plan may have taken a newer version since the caller read.
-            "plan_version = max(plan_version, excluded.plan_version), "
-            "updated_at = excluded.updated_at "
-            f"RETURNING {_USER_COLUMNS}"
-        )
+        values = f"({_placeholders(9)})"
+        sql = f"{UPSERT_USER.format(values=values)} RETURNING {_USER_COLUMNS}"
         params = _user_params(user, self._now())
         row = await self._write(lambda c: c.execute(sql, params).fetchone())
         return _user(row)
