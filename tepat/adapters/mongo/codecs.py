@@ -28,8 +28,6 @@ from tepat.domain.models import (
 
 T = TypeVar("T")
 
-# --- instants -------------------------------------------------------------------------
-
 
 def bson_dt(value: datetime) -> datetime:
     """UTC, truncated to what a BSON date holds (whole milliseconds)."""
@@ -83,9 +81,6 @@ def decoder(
         return model(**values)
 
     return decode
-
-
-# --- documents <-> domain -------------------------------------------------------------
 
 
 def user_fields(user: User, now: datetime) -> dict[str, Any]:

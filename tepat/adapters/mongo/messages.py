@@ -27,10 +27,6 @@ from tepat.ports.repositories.messages import (
 
 
 class MessagesMixin(TransitionOne, MongoBase):
-    """The ``messages`` collection."""
-
-    # --- messages -----------------------------------------------------------------
-
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
         if not messages:
             return InsertResult(created=[], existing=0)

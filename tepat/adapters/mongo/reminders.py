@@ -13,10 +13,6 @@ from tepat.domain.models import Reminder
 
 
 class RemindersMixin(MongoBase):
-    """The ``reminders`` and ``preferences`` collections."""
-
-    # --- reminders ----------------------------------------------------------------
-
     async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
         key = pair_id(reminder.user_id, reminder.reminder_id)
         doc, inserted = await self._upsert(
@@ -55,7 +51,6 @@ class RemindersMixin(MongoBase):
             out.setdefault(d["user_id"], []).append(reminder_from_doc(d))
         return out
 
-    # --- preferences --------------------------------------------------------------
     # One document per (user, category): category names are free text, and a dotted
     # or $-prefixed name would be misread as a path inside a per-user subdocument.
 

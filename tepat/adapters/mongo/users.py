@@ -73,10 +73,6 @@ def _plan_target(doc: Mapping[str, Any]) -> PlanTarget:
 
 
 class UsersMixin(MongoBase):
-    """The ``users`` and ``devices`` collections."""
-
-    # --- users --------------------------------------------------------------------
-
     async def upsert_user(self, user: User) -> User:
         doc = await self._db["users"].find_one_and_update(
             {"_id": user.user_id},
@@ -121,8 +117,6 @@ class UsersMixin(MongoBase):
             if len(docs) < batch_size:
                 return
             last = docs[-1]["_id"]
-
-    # --- planning marks -----------------------------------------------------------
 
     async def users_to_plan(
         self,
@@ -207,8 +201,6 @@ class UsersMixin(MongoBase):
                 break
             bounds.append(docs[-1]["_id"])
         return bounds
-
-    # --- devices ------------------------------------------------------------------
 
     async def register_device(
         self, device: Device, *, from_other_users: bool = True

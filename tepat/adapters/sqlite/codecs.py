@@ -98,8 +98,6 @@ def _same(value: T) -> T:
     return value
 
 
-# --------------------------------------------------------------------------- users
-
 _USER_COLUMNS = (
     "user_id, timezone, locale, quiet_start, quiet_end, enabled, plan_version, "
     "created_at, updated_at"
@@ -138,8 +136,6 @@ def _user(row: Row) -> User:
     )
 
 
-# --------------------------------------------------------------------------- devices
-
 _DEVICE_COLUMNS = (
     "user_id, device_id, push_token, platform, active, consecutive_failures, "
     "deactivated_reason, created_at, updated_at"
@@ -148,8 +144,6 @@ _DEVICE_COLUMNS = (
 
 _device = _decoder(Device, _DEVICE_COLUMNS, active=bool, created_at=_dt, updated_at=_dt)
 
-
-# --------------------------------------------------------------------------- reminders
 
 _REMINDER_COLUMNS = (
     "user_id, reminder_id, category, local_time, title, body, label, days, data, "
@@ -186,8 +180,6 @@ _reminder = _decoder(
     updated_at=_dt,
 )
 
-
-# --------------------------------------------------------------------------- messages
 
 _MESSAGE_COLUMNS = (
     "id, user_id, category, label, title, body, scheduled_at, timezone, dedup_key, live_key, "
@@ -254,8 +246,6 @@ _message = _decoder(
     content=json.loads,
 )
 
-
-# --------------------------------------------------------------------------- tickets
 
 _TICKET_COLUMNS = (
     "ticket_id, message_id, user_id, device_id, push_token, sent_at, receipt_status, "

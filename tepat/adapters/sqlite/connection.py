@@ -95,8 +95,6 @@ class SqliteBase:
         self._writes: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
         self._writes_lock = threading.Lock()
 
-    # ----------------------------------------------------------------- plumbing
-
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
             raise RuntimeError("SqliteStore used before open() or after close()")
@@ -199,8 +197,6 @@ class SqliteBase:
     ) -> list[Row]:
         """``sql`` has one ``{ids}`` placeholder list, filled a chunk at a time."""
         return await self._run(lambda conn: _in_chunks(conn, sql, ids, params))
-
-    # ----------------------------------------------------------------- lifecycle
 
     async def open(self) -> None:
         if self._executor is not None:
