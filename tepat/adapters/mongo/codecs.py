@@ -64,6 +64,23 @@ def as_dict(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(value or {})
 
 
+def encoder(
+    model: type[Any], id_field: str | None = None, **convert: Callable[[Any], Any]
+) -> Callable[[Any], dict[str, Any]]:
+    """``model`` -> document keyed by its field names (``_id`` for ``id_field``), each
+    value through its converter in ``convert``, if it has one: :func:`decoder` reversed."""
+    keys = [(f.name, "_id" if f.name == id_field else f.name) for f in fields(model)]
+
+    def encode(obj: Any) -> dict[str, Any]:
+        doc = {key: getattr(obj, name) for name, key in keys}
+        for name, fn in convert.items():
+            key = "_id" if name == id_field else name
+            doc[key] = fn(doc[key])
+        return doc
+
+    return encode
+
+
 def decoder(
     model: type[T], id_field: str | None = None, **convert: Callable[[Any], Any]
 ) -> Callable[[Mapping[str, Any]], T]:
@@ -165,47 +182,35 @@ reminder_from_doc = decoder(
 )
 
 
+_message_doc = encoder(
+    Message,
+    "id",
+    scheduled_at=bson_dt,
+    local_date=opt_iso,
+    local_time=opt_iso,
+    data=dict,
+    status=lambda status: status.value,
+    claimed_at=opt_bson_dt,
+    content=dict,
+)
+
+
 def message_doc(m: Message, now: datetime) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "_id": m.id,
-        "user_id": m.user_id,
-        "category": m.category,
-        "label": m.label,
-        "title": m.title,
-        "body": m.body,
-        "scheduled_at": bson_dt(m.scheduled_at),
-        "timezone": m.timezone,
-        "dedup_key": m.dedup_key,
-        "device_id": m.device_id,
-        "reminder_id": m.reminder_id,
-        "idempotency_key": m.idempotency_key,
-        "request_hash": m.request_hash,
-        "local_date": opt_iso(m.local_date),
-        "local_time": opt_iso(m.local_time),
-        "data": dict(m.data),
-        "status": m.status.value,
-        "status_reason": m.status_reason,
-        "attempts": m.attempts,
-        "ticket_id": m.ticket_id,
-        "last_error": m.last_error,
-        "plan_version": m.plan_version,
-        "claimed_at": opt_bson_dt(m.claimed_at),
+    doc = _message_doc(m)
+    doc.update(
         # Stamps the caller left out come from the store's clock.
-        "created_at": bson_dt(m.created_at or now),
-        "updated_at": bson_dt(m.updated_at or now),
-        "nominal_at": bson_dt(m.nominal),
-        "due_at": bson_dt(m.due),
-        "slot_key": m.slot,
+        created_at=bson_dt(m.created_at or now),
+        updated_at=bson_dt(m.updated_at or now),
+        nominal_at=bson_dt(m.nominal),
+        due_at=bson_dt(m.due),
+        slot_key=m.slot,
         # The outbox mark, in the same write as the document (ports/store.py).
-        "publish_pending": m.status is MessageStatus.PENDING,
-        "channel": m.channel,
-    }
-    if m.content:
-        doc["content"] = dict(m.content)
-    if m.priority is not None:
-        doc["priority"] = m.priority
-    if m.live_key is not None:  # absent, not null: see tepat.adapters.mongo.indexes
-        doc["live_key"] = m.live_key
+        publish_pending=m.status is MessageStatus.PENDING,
+    )
+    # Left out when empty; live_key absent, not null: see tepat.adapters.mongo.indexes.
+    for key, empty in (("content", {}), ("priority", None), ("live_key", None)):
+        if doc[key] == empty:
+            del doc[key]
     return doc
 
 
@@ -257,18 +262,5 @@ def legacy_backfill(doc: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def ticket_doc(t: Ticket) -> dict[str, Any]:
-    return {
-        "_id": t.ticket_id,
-        "message_id": t.message_id,
-        "user_id": t.user_id,
-        "device_id": t.device_id,
-        "push_token": t.push_token,
-        "sent_at": bson_dt(t.sent_at),
-        "receipt_status": t.receipt_status,
-        "receipt_error": t.receipt_error,
-        "checked_at": opt_bson_dt(t.checked_at),
-    }
-
-
+ticket_doc = encoder(Ticket, "ticket_id", sent_at=bson_dt, checked_at=opt_bson_dt)
 ticket_from_doc = decoder(Ticket, "ticket_id", sent_at=read_dt_required, checked_at=read_dt)

@@ -20,13 +20,21 @@ from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
-from tepat.adapters.mongo.codecs import as_dict, bson_dt, decoder, read_dt, read_dt_required
+from tepat.adapters.mongo.codecs import (
+    as_dict,
+    bson_dt,
+    decoder,
+    encoder,
+    read_dt,
+    read_dt_required,
+)
 from tepat.adapters.mongo.webhooks import read_update, webhooks_active
 from tepat.domain.inbox import InboxItem
 
 SEQ_COUNTER = "inbox_seq"
 
 
+_item_doc = encoder(InboxItem, "item_id", data=dict, created_at=bson_dt)
 _item = decoder(
     InboxItem, "item_id", seq=int, data=as_dict, created_at=read_dt_required, read_at=read_dt
 )
@@ -49,20 +57,7 @@ class InboxMixin(MongoBase):
         existing = await inbox.find_one(key)
         if existing is not None:
             return _item(existing), False
-        doc = {
-            "_id": item.item_id,
-            **key,
-            "seq": await self._next_inbox_seq(),
-            "event_type": item.event_type,
-            "category": item.category,
-            "title": item.title,
-            "body": item.body,
-            "html": item.html,
-            "link": item.link,
-            "data": dict(item.data),
-            "created_at": bson_dt(item.created_at),
-            "read_at": None,
-        }
+        doc = {**_item_doc(item), "seq": await self._next_inbox_seq(), "read_at": None}
         try:
             await inbox.insert_one(doc)
         except DuplicateKeyError:
