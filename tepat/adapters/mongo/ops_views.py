@@ -20,18 +20,13 @@ from tepat.ports.repositories.ops_views import SendSample
 
 class OpsViewsMixin(MongoBase):
     async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
-        if limit <= 0:  # limit(0) means *no* limit to MongoDB
-            return []
-        tickets = (
-            await self._db["tickets"]
-            .find(
-                {"sent_at": {"$gte": bson_dt(since)}},
-                projection={"message_id": True, "sent_at": True},
-            )
+        tickets = await self._find(
+            "tickets",
+            {"sent_at": {"$gte": bson_dt(since)}},
+            projection={"message_id": True, "sent_at": True},
             # sent_at alone: the index then yields the order and the limit stops the scan
-            .sort([("sent_at", DESCENDING)])
-            .limit(limit)
-            .to_list(None)
+            sort=[("sent_at", DESCENDING)],
+            limit=limit,
         )
         ids = list({t["message_id"] for t in tickets})
         messages = {
@@ -65,11 +60,13 @@ class OpsViewsMixin(MongoBase):
         # Naming both values of the index's leading mark lets pending_due serve the range.
         pending = {"publish_pending": {"$in": [False, True]}, "status": "pending", "due_at": due}
         heads = [
-            await self._db["messages"]
-            .find(match, projection={"due_at": True})
-            .sort([("due_at", ASCENDING)])
-            .limit(1)
-            .to_list(None)
+            await self._find(
+                "messages",
+                match,
+                projection={"due_at": True},
+                sort=[("due_at", ASCENDING)],
+                limit=1,
+            )
             for match in (pending, {"status": "sending", "due_at": due})
         ]
         found = [read_dt_required(docs[0]["due_at"]) for docs in heads if docs]

@@ -183,19 +183,15 @@ class UsersMixin(MongoBase):
     async def user_id_bounds(self, parts: int) -> list[str]:
         if parts <= 1:
             return []
-        users = self._db["users"]
-        step = await users.count_documents({}) // parts
+        step = await self._db["users"].count_documents({}) // parts
         if step == 0:
             return []
         # Walks the ids once, a range at a time (ids only): cheap next to the plan.
         bounds: list[str] = []
         for _ in range(1, parts):
             flt: dict[str, Any] = {"_id": {"$gt": bounds[-1]}} if bounds else {}
-            docs = (
-                await users.find(flt, projection={"_id": True})
-                .sort([("_id", ASCENDING)])
-                .limit(step)
-                .to_list(None)
+            docs = await self._find(
+                "users", flt, projection={"_id": True}, sort=[("_id", ASCENDING)], limit=step
             )
             if len(docs) < step:
                 break

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _dt_opt, _ts, _ts_opt
+from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts, _ts_opt
 from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks
 from tepat.domain.webhooks import StatusChangeEntry, WebhookSecret, WebhookSubscription
 
@@ -51,23 +51,20 @@ def _params(sub: WebhookSubscription) -> tuple[Any, ...]:
     )
 
 
-def _subscription(row: Row) -> WebhookSubscription:
-    return WebhookSubscription(
-        id=row[0],
-        url=row[1],
-        event_types=tuple(json.loads(row[2])),
-        categories=tuple(json.loads(row[3])),
-        secrets=tuple(
-            WebhookSecret(s["secret"], _dt(s["created_at"]), _dt_opt(s["expires_at"]))
-            for s in json.loads(row[4])
-        ),
-        description=row[5],
-        enabled=bool(row[6]),
-        disabled_reason=row[7],
-        version=int(row[8]),
-        created_at=_dt(row[9]),
-        updated_at=_dt(row[10]),
-    )
+_subscription = _decoder(
+    WebhookSubscription,
+    _COLUMNS,
+    event_types=lambda types: tuple(json.loads(types)),
+    categories=lambda categories: tuple(json.loads(categories)),
+    secrets=lambda secrets: tuple(
+        WebhookSecret(s["secret"], _dt(s["created_at"]), _dt_opt(s["expires_at"]))
+        for s in json.loads(secrets)
+    ),
+    enabled=bool,
+    version=int,
+    created_at=_dt,
+    updated_at=_dt,
+)
 
 
 def _entry(row: Row) -> StatusChangeEntry:
