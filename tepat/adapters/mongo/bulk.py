@@ -30,7 +30,7 @@ from tepat.ports.repositories.users import PlanTarget
 class BulkMixin(UsersMixin):
     """:class:`tepat.ports.store.BulkImportRepository` on MongoDB."""
 
-    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
+    async def _upsert_users(self, users: Sequence[User]) -> list[bool]:
         if not users:
             return []
         coll = self._db["users"]
@@ -70,7 +70,7 @@ class BulkMixin(UsersMixin):
             await coll.bulk_write(updates, ordered=True)
         return [i in inserted for i in range(len(users))]
 
-    async def register_devices(self, devices: Sequence[Device]) -> None:
+    async def _register_devices(self, devices: Sequence[Device]) -> None:
         if not devices:
             return
         keys = [pair_id(d.user_id, d.device_id) for d in devices]
@@ -105,7 +105,7 @@ class BulkMixin(UsersMixin):
             for i in sorted(only_duplicates(exc)):
                 await self.register_device(devices[i])
 
-    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
+    async def _upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
         if not reminders:
             return
         now = self._clock.now()
@@ -128,9 +128,9 @@ class BulkMixin(UsersMixin):
         # No transaction across collections here: each batch as its own method writes it,
         # in the order the port asks (users before what hangs off them). No stamps: a
         # read after these writes could already see another writer's change.
-        created = await self.upsert_users(users)
-        await self.register_devices(devices)
-        await self.upsert_reminders(reminders)
+        created = await self._upsert_users(users)
+        await self._register_devices(devices)
+        await self._upsert_reminders(reminders)
         return RecordsWritten(created)
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:

@@ -36,19 +36,6 @@ from tepat.ports.repositories.users import PlanTarget
 class BulkMixin(SqliteBase):
     """:class:`tepat.ports.store.BulkImportRepository` on SQLite."""
 
-    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
-        if not users:
-            return []
-        return await self._write(_upsert_users(users, self._now()))
-
-    async def register_devices(self, devices: Sequence[Device]) -> None:
-        if devices:
-            await self._write(_register_devices(devices, self._now()))
-
-    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
-        if reminders:
-            await self._write(_upsert_reminders(reminders, self._now()))
-
     async def write_records(
         self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
     ) -> RecordsWritten:
