@@ -54,13 +54,8 @@ class MessagesMixin(TransitionOne, MongoBase):
             return []
         docs = await self._find("messages", {"_id": {"$in": list(set(message_ids))}})
         by_id = {d["_id"]: d for d in docs}
-        seen: set[str] = set()
-        out: list[Message] = []
-        for mid in message_ids:  # input order, each once
-            if mid in by_id and mid not in seen:
-                seen.add(mid)
-                out.append(message_from_doc(by_id[mid]))
-        return out
+        # Input order, each once.
+        return [message_from_doc(by_id[i]) for i in dict.fromkeys(message_ids) if i in by_id]
 
     async def find_by_live_key(self, live_key: str) -> Message | None:
         doc = await self._db["messages"].find_one({"live_key": live_key})

@@ -94,6 +94,17 @@ def _decoder(
     return decode
 
 
+def _encoder(columns: str, **convert: Callable[[Any], Any]) -> Callable[[Any], Row]:
+    """Model -> row of ``columns`` named as its fields, each value through its converter
+    in ``convert``, if it has one: :func:`_decoder` reversed."""
+    fns = [(name, convert.get(name)) for name in columns.split(", ")]
+
+    def encode(obj: Any) -> Row:
+        return tuple(getattr(obj, n) if fn is None else fn(getattr(obj, n)) for n, fn in fns)
+
+    return encode
+
+
 def _same(value: T) -> T:
     return value
 
@@ -253,18 +264,5 @@ _TICKET_COLUMNS = (
 )
 
 
-def _ticket_params(t: Ticket) -> Row:
-    return (
-        t.ticket_id,
-        t.message_id,
-        t.user_id,
-        t.device_id,
-        t.push_token,
-        _ts(t.sent_at),
-        t.receipt_status,
-        t.receipt_error,
-        _ts_opt(t.checked_at),
-    )
-
-
+_ticket_params = _encoder(_TICKET_COLUMNS, sent_at=_ts, checked_at=_ts_opt)
 _ticket = _decoder(Ticket, _TICKET_COLUMNS, sent_at=_dt, checked_at=_dt_opt)

@@ -113,19 +113,10 @@ class SqliteBase:
         return await asyncio.get_running_loop().run_in_executor(self._worker(), self._in_worker, fn)
 
     def _in_reader(self, fn: Callable[[Conn], T]) -> T:
-        assert self._reader_conn is not None, "open() connects the reader first"
-        result = fn(self._reader_conn)
-        assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
-        return result
+        return _fetched(fn, self._reader_conn)
 
     def _in_worker(self, fn: Callable[[Conn], T]) -> T:
-        assert self._conn is not None, "open() connects before any other call"
-        result = fn(self._conn)
-        # A cursor must not leave this thread: freed on the event loop's thread it
-        # resets a cached statement the worker may be reusing ("bad parameter or
-        # other API misuse"). Fetch rows or counts here instead.
-        assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
-        return result
+        return _fetched(fn, self._conn)
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` in a write transaction: the writes queued while the worker was busy
@@ -266,6 +257,16 @@ class SqliteBase:
             await asyncio.get_running_loop().run_in_executor(executor, shutdown)
         finally:
             executor.shutdown(wait=False)
+
+
+def _fetched(fn: Callable[[Conn], T], conn: Conn | None) -> T:
+    assert conn is not None, "open() connects before any other call"
+    result = fn(conn)
+    # A cursor must not leave its thread: freed on the event loop's thread it resets a
+    # cached statement the thread may be reusing ("bad parameter or other API misuse").
+    # Fetch rows or counts there instead.
+    assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
+    return result
 
 
 def _in_chunks(

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts
+from tepat.adapters.sqlite.codecs import (
+    Row,
+    _decoder,
+    _dt,
+    _dt_opt,
+    _encoder,
+    _json,
+    _placeholders,
+    _ts,
+)
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.inbox import InboxItem
@@ -15,6 +24,11 @@ _COLUMNS = (
     "data, created_at, read_at"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM inbox"
+_NEW_COLUMNS = _COLUMNS.split(", ", 1)[1]  # the store assigns seq
+# Stored unread, whatever the item says.
+_new_item = _encoder(
+    _NEW_COLUMNS, data=lambda data: _json(dict(data)), created_at=_ts, read_at=lambda _: None
+)
 
 
 _item = _decoder(InboxItem, _COLUMNS, seq=int, data=json.loads, created_at=_dt, read_at=_dt_opt)
@@ -22,26 +36,13 @@ _item = _decoder(InboxItem, _COLUMNS, seq=int, data=json.loads, created_at=_dt, 
 
 class InboxMixin(SqliteBase):
     async def put_inbox_item(self, item: InboxItem) -> tuple[InboxItem, bool]:
-        values = (
-            item.item_id,
-            item.user_id,
-            item.message_id,
-            item.event_type,
-            item.category,
-            item.title,
-            item.body,
-            item.html,
-            item.link,
-            json.dumps(dict(item.data), ensure_ascii=False, separators=(",", ":")),
-            _ts(item.created_at),
-        )
+        values = _new_item(item)
 
         # The unique (user_id, message_id) decides; the insert and the read of whichever
         # row won share one write transaction.
         def run(conn: Conn) -> tuple[Row, bool]:
             inserted = conn.execute(
-                f"INSERT INTO inbox ({_COLUMNS.split(', ', 1)[1]}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) "
+                f"INSERT INTO inbox ({_NEW_COLUMNS}) VALUES ({_placeholders(12)}) "
                 "ON CONFLICT DO NOTHING",
                 values,
             ).rowcount

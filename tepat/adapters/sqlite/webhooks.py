@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
-from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts, _ts_opt
+from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _encoder, _ts, _ts_opt
 from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks
 from tepat.domain.webhooks import StatusChangeEntry, WebhookSecret, WebhookSubscription
 
@@ -35,20 +34,15 @@ def _secrets_json(secrets: Sequence[WebhookSecret]) -> str:
     )
 
 
-def _params(sub: WebhookSubscription) -> tuple[Any, ...]:
-    return (
-        sub.id,
-        sub.url,
-        json.dumps(list(sub.event_types)),
-        json.dumps(list(sub.categories)),
-        _secrets_json(sub.secrets),
-        sub.description,
-        int(sub.enabled),
-        sub.disabled_reason,
-        sub.version,
-        _ts(sub.created_at),
-        _ts(sub.updated_at),
-    )
+_params = _encoder(
+    _COLUMNS,
+    event_types=lambda types: json.dumps(list(types)),
+    categories=lambda categories: json.dumps(list(categories)),
+    secrets=_secrets_json,
+    enabled=int,
+    created_at=_ts,
+    updated_at=_ts,
+)
 
 
 _subscription = _decoder(
