@@ -11,13 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tepat.adapters.sqlite.codecs import (
-    _chunks,
-    _placeholders,
     _reminder_params,
     _ts_opt,
     _user_params,
 )
-from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase, _insert_many
+from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks, _insert_many
 from tepat.adapters.sqlite.reminders import UPSERT_REMINDER
 from tepat.adapters.sqlite.schema import Conn
 from tepat.adapters.sqlite.users import (
@@ -57,14 +55,8 @@ class BulkMixin(SqliteBase):
                 write_reminders(conn)
             # Still inside the transaction: no other writer's change is in these.
             new = [uid for uid, c in zip(ids, created, strict=True) if c]
-            stamps: dict[str, int] = {}
-            for chunk in _chunks(new, ID_CHUNK):
-                sql = (
-                    "SELECT user_id, plan_stamp FROM users "
-                    f"WHERE user_id IN ({_placeholders(len(chunk))})"
-                )
-                stamps.update(conn.execute(sql, chunk).fetchall())
-            return RecordsWritten(created, stamps)
+            sql = "SELECT user_id, plan_stamp FROM users WHERE user_id IN ({ids})"
+            return RecordsWritten(created, dict(_in_chunks(conn, sql, new)))
 
         return await self._write(run)
 
@@ -82,10 +74,8 @@ def _upsert_users(users: Sequence[User], now: str) -> Callable[[Conn], list[bool
     def run(conn: Conn) -> list[bool]:
         # Inside the write transaction, so no other writer creates one in between:
         # "created" is exact even when imports of the same users race.
-        existing: set[str] = set()
-        for chunk in _chunks(list(dict.fromkeys(ids)), ID_CHUNK):
-            sql = f"SELECT user_id FROM users WHERE user_id IN ({_placeholders(len(chunk))})"
-            existing.update(r[0] for r in conn.execute(sql, chunk).fetchall())
+        sql = "SELECT user_id FROM users WHERE user_id IN ({ids})"
+        existing = {row[0] for row in _in_chunks(conn, sql, ids)}
         created: list[bool] = []
         for user_id in ids:
             created.append(user_id not in existing)
