@@ -11,7 +11,7 @@ from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from tepat.adapters.message_cursor import decode_cursor, message_page
-from tepat.adapters.message_transition import TransitionOne
+from tepat.adapters.message_transition import TransitionOne, transition_fields
 from tepat.adapters.mongo.base import DUPLICATE_KEY, MongoBase, keyset_after, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
@@ -217,23 +217,10 @@ def _transition_update(
     sources = allowed_sources(change.to, expect)
     if not sources:
         return None
-    fields: dict[str, Any] = {"status": change.to.value, "updated_at": bson_dt(now)}
-    # Optional fields are only written when given, so a later transition
-    # does not erase what an earlier one recorded.
-    if change.reason is not None:
-        fields["status_reason"] = change.reason
-    if change.ticket_id is not None:
-        fields["ticket_id"] = change.ticket_id
-    if change.last_error is not None:
-        fields["last_error"] = change.last_error
-    if change.scheduled_at is not None:
-        fields["scheduled_at"] = bson_dt(change.scheduled_at)
-    if change.to is MessageStatus.PENDING:
-        # Back to pending: onto the outbox, due when the caller says, in this write.
-        fields["due_at"] = bson_dt(change.due_at or change.scheduled_at or now)
-        fields["publish_pending"] = True
-    else:
-        fields["publish_pending"] = False
+    fields = {
+        name: bson_dt(value) if isinstance(value, datetime) else value
+        for name, value in transition_fields(change, now).items()
+    }
     update: dict[str, Any] = {"$set": fields}
     if change.release_live_key:
         update["$unset"] = {"live_key": ""}

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from tepat.adapters.message_transition import TransitionOne
+from tepat.adapters.message_transition import TransitionOne, transition_fields
 from tepat.adapters.sqlite.codecs import (
     _MESSAGE_COLUMNS,
     Row,
@@ -18,7 +18,6 @@ from tepat.adapters.sqlite.codecs import (
     _message_params,
     _placeholders,
     _ts,
-    _ts_opt,
     _unique,
 )
 from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks, _insert_many
@@ -196,28 +195,11 @@ def _transition_statement(
     sources = allowed_sources(change.to, expect)
     if not sources:
         return None
-    sets = ["status = ?", "updated_at = ?"]
-    params: list[Any] = [change.to.value, _ts(now)]
-    # Optional fields are only written when given, so a later transition does not
-    # erase what an earlier one recorded.
-    for column, value in (
-        ("status_reason", change.reason),
-        ("ticket_id", change.ticket_id),
-        ("last_error", change.last_error),
-        ("scheduled_at", _ts_opt(change.scheduled_at)),
-    ):
-        if value is not None:
-            sets.append(f"{column} = ?")
-            params.append(value)
+    fields = transition_fields(change, now)
+    sets = [f"{column} = ?" for column in fields]
     if change.release_live_key:
         sets.append("live_key = NULL")
-    if change.to is MessageStatus.PENDING:
-        # Back to pending: onto the outbox, due when the caller says, in this write.
-        due = change.due_at or change.scheduled_at or now
-        sets.extend(["due_at = ?", "publish_pending = 1"])
-        params.append(_ts(due))
-    else:
-        sets.append("publish_pending = 0")
+    params = [_ts(v) if isinstance(v, datetime) else v for v in fields.values()]
     expected = [s.value for s in sources]
     sql = (
         f"UPDATE messages SET {', '.join(sets)} "
