@@ -81,6 +81,5 @@ class Channel(Protocol):
 
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome]:
         """One outcome per item, in order. Rate limits are the adapter's own."""
-        ...
 
     async def close(self) -> None: ...

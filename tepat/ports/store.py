@@ -54,17 +54,14 @@ class Store(
 ):
     async def open(self) -> None:
         """Connect, create or migrate the schema and indexes (idempotent)."""
-        ...
 
     async def close(self) -> None: ...
 
     async def ping(self) -> None:
         """Raise if the store cannot be reached."""
-        ...
 
     @property
     def unavailable_errors(self) -> tuple[type[Exception], ...]:
         """The exceptions that mean "the store cannot answer now, try again later"
         (a server down, unreachable or too slow), as opposed to a bug or bad data.
         The API answers them 503 with Retry-After instead of 500."""
-        ...

@@ -37,8 +37,6 @@ class BulkImportRepository(Protocol):
         :meth:`ReminderRepository.upsert_reminder` for each reminder (users before what
         hangs off them), in one transaction where the database allows (see
         :class:`RecordsWritten`)."""
-        ...
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         """:meth:`UserRepository.get_plan_target` for each (unknown users are absent)."""
-        ...
