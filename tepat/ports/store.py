@@ -1,12 +1,9 @@
 """The Store port: every repository of ``tepat/ports/repositories/`` in one object.
 
 The store is the source of truth (docs/PRINCIPLES.md §1). Each adapter
-(``tepat/adapters/sqlite/``, ``tepat/adapters/mongo/``) provides the whole of it, one
-module per repository; services name only the repositories they use. One active
-binding per (user, device id) and per push token, and the messages' unique indexes
-(``tepat/ports/repositories/messages.py``), make writes idempotent.
-
-Every adapter passes one contract suite per repository (``tests/contract/``).
+(``tepat/adapters/sqlite/``, ``tepat/adapters/mongo/``) provides the whole of it and
+passes one contract suite per repository (``tests/contract/``); services name only the
+repositories they use.
 """
 
 from __future__ import annotations
