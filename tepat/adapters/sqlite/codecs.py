@@ -162,22 +162,20 @@ _REMINDER_COLUMNS = (
 )
 
 
+_reminder_row = _encoder(
+    _REMINDER_COLUMNS,
+    local_time=_local_time,
+    days=",".join,
+    data=_json,
+    enabled=int,
+    created_at=_ts_opt,
+    updated_at=_ts_opt,
+)
+
+
 def _reminder_params(r: Reminder, now: str) -> Row:
-    return (
-        r.user_id,
-        r.reminder_id,
-        r.category,
-        _local_time(r.local_time),
-        r.title,
-        r.body,
-        r.label,
-        ",".join(r.days),
-        _json(r.data),
-        int(r.enabled),
-        r.version,
-        _ts_opt(r.created_at) or now,
-        _ts_opt(r.updated_at) or now,
-    )
+    *row, created, updated = _reminder_row(r)
+    return (*row, created or now, updated or now)
 
 
 _reminder = _decoder(
