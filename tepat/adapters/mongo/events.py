@@ -17,11 +17,11 @@ from typing import Any
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from tepat.adapters.event_fields import EVENT_FIELDS
 from tepat.adapters.mongo.base import MongoBase, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt, read_dt_required
 from tepat.domain.events import Event, EventState, event_key_range
-from tepat.domain.routing import Priority
-from tepat.domain.validation import format_hhmm, parse_hhmm
+from tepat.domain.validation import format_hhmm
 
 _RECIPIENT_CHUNK = 5000
 
@@ -52,15 +52,9 @@ def _doc(event: Event, state: EventState, now: datetime) -> dict[str, Any]:
 _event = decoder(
     Event,
     "event_id",
-    priority=Priority,
-    all_users=bool,
-    data=json.loads,
+    **EVENT_FIELDS,
     occurred_at=read_dt_required,
     send_at=read_dt,
-    local_time=lambda t: None if t is None else parse_hhmm(t, "t"),
-    listed=int,
-    state=EventState,
-    recipients=int,
     counts=lambda counts: {k: int(v) for k, v in (counts or {}).items()},
     created_at=read_dt,
     updated_at=read_dt,

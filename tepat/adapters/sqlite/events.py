@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import itemgetter
 
+from tepat.adapters.event_fields import EVENT_FIELDS
 from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts, _ts_opt
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.events import Event, EventState, event_key_range
-from tepat.domain.routing import Priority
-from tepat.domain.validation import format_hhmm, parse_hhmm
+from tepat.domain.validation import format_hhmm
 
 _COLUMNS = (
     "event_id, type, category, priority, request_hash, all_users, data, occurred_at, "
@@ -29,15 +29,9 @@ def _json(value: object) -> str:
 _event = _decoder(
     Event,
     _COLUMNS,
-    priority=Priority,
-    all_users=bool,
-    data=json.loads,
+    **EVENT_FIELDS,
     occurred_at=_dt,
     send_at=_dt_opt,
-    local_time=lambda t: None if t is None else parse_hhmm(t, "local_time"),
-    listed=int,
-    state=EventState,
-    recipients=int,
     counts=json.loads,
     created_at=_dt,
     updated_at=_dt,
