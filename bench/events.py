@@ -83,14 +83,13 @@ async def _run(workdir: Path, users: int) -> Result:
         log(f"events: seeding {users} users with a phone each")
         for start in range(0, users, SEED_BATCH):
             ids = [f"u{n:07d}" for n in range(start, min(users, start + SEED_BATCH))]
-            await rt.store.upsert_users(
-                [User(user_id=u, timezone=ZONES[int(u[1:]) % len(ZONES)]) for u in ids]
-            )
-            await rt.store.register_devices(
+            await rt.store.write_records(
+                [User(user_id=u, timezone=ZONES[int(u[1:]) % len(ZONES)]) for u in ids],
                 [
                     Device(user_id=u, device_id="phone", push_token=f"ExponentPushToken[{u}]")
                     for u in ids
-                ]
+                ],
+                [],
             )
         app = create_app(rt, ADMIN_KEY)
         templates: TemplateService = app.state.templates

@@ -122,12 +122,13 @@ async def seed_recipients(database: Path | str, count: int) -> None:
     try:
         for start in range(0, count, CHUNK):
             ids = range(start, min(start + CHUNK, count))
-            await store.upsert_users([User(user_id=f"d{i:07d}", timezone="UTC") for i in ids])
-            await store.register_devices(
+            await store.write_records(
+                [User(user_id=f"d{i:07d}", timezone="UTC") for i in ids],
                 [
                     Device(user_id=f"d{i:07d}", device_id=f"phone-{i}", push_token=token_for(i))
                     for i in ids
-                ]
+                ],
+                [],
             )
     finally:
         await store.close()

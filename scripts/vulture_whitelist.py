@@ -25,6 +25,7 @@ _.__class__  # set_ssl swaps stomp.py's transport class in place
 _.levelname  # logging's formatters read the record's level name
 
 # Fields only serialized (JSON answers of the API, the dashboard, the sandboxes' stats)
+_.checked_at  # Ticket's: the stores' table-driven codecs write and read it by field name
 _.status_url, _.failed_reasons, _.unknown_users, _.messages_created, _.locale_requested
 _.generated_at, _.tzdata_release, _.failures_window_seconds, _.failures_by_code
 _.deactivated_since, _.messages_by_status, _.answers_by_outcome, _.live_consumers

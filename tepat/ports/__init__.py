@@ -1,1 +1,1 @@
-"""The three ports: Store, Broker, PushProvider. Adapters live in ``tepat.adapters``."""
+"""The ports: the repositories of the store, Broker, Channel, PushProvider."""

@@ -95,15 +95,12 @@ class Broker(Protocol):
 
     async def close(self) -> None:
         """Stop consuming; anything delivered and not acked will be redelivered."""
-        ...
 
     async def ping(self) -> None:
         """Raise if the broker cannot be reached."""
-        ...
 
     async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         """Persist ``body`` on ``queue``, deliverable after ``delay_seconds``."""
-        ...
 
     def consume(
         self, queues: Sequence[str], prefetch: int
@@ -113,7 +110,6 @@ class Broker(Protocol):
         Leaving the context (or the task being cancelled) returns every unacked
         delivery to its queue for redelivery.
         """
-        ...
 
     async def ack(self, delivery: Delivery) -> None: ...
 
@@ -123,7 +119,6 @@ class Broker(Protocol):
         Once the message has been failing for the policy's retry age it goes to
         the queue's DLQ instead, with ``reason`` and the number of nacks.
         """
-        ...
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]: ...
 
@@ -131,4 +126,3 @@ class Broker(Protocol):
 
     async def replay_dead_letter(self, dead_letter_id: str) -> bool:
         """Move one dead letter back to its queue, due now; False if unknown."""
-        ...

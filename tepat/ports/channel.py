@@ -94,6 +94,5 @@ class Channel(Protocol):
     async def send(self, items: Sequence[Outgoing]) -> Sequence[ChannelOutcome | Withheld]:
         """One outcome per item, in order. Rate limits are the adapter's own; an adapter
         that waits asks each item's ``still_sendable`` after the wait (else Withheld)."""
-        ...
 
     async def close(self) -> None: ...

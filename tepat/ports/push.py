@@ -111,7 +111,6 @@ class PushProvider(Protocol):
     def set_rate_share(self, share: float) -> None:
         """This process's part (0 < share <= 1) of the provider's configured rate ceiling,
         when several consumer processes send for one project."""
-        ...
 
     async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult: ...
 

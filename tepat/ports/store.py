@@ -1,12 +1,9 @@
 """The Store port: every repository of ``tepat/ports/repositories/`` in one object.
 
 The store is the source of truth (docs/PRINCIPLES.md §1). Each adapter
-(``tepat/adapters/sqlite/``, ``tepat/adapters/mongo/``) provides the whole of it, one
-module per repository; services name only the repositories they use. One active
-binding per (user, device id) and per push token, and the messages' unique indexes
-(``tepat/ports/repositories/messages.py``), make writes idempotent.
-
-Every adapter passes one contract suite per repository (``tests/contract/``).
+(``tepat/adapters/sqlite/``, ``tepat/adapters/mongo/``) provides the whole of it and
+passes one contract suite per repository (``tests/contract/``); services name only the
+repositories they use.
 """
 
 from __future__ import annotations
@@ -54,17 +51,14 @@ class Store(
 ):
     async def open(self) -> None:
         """Connect, create or migrate the schema and indexes (idempotent)."""
-        ...
 
     async def close(self) -> None: ...
 
     async def ping(self) -> None:
         """Raise if the store cannot be reached."""
-        ...
 
     @property
     def unavailable_errors(self) -> tuple[type[Exception], ...]:
         """The exceptions that mean "the store cannot answer now, try again later"
         (a server down, unreachable or too slow), as opposed to a bug or bad data.
         The API answers them 503 with Retry-After instead of 500."""
-        ...

@@ -22,6 +22,10 @@ def user(user_id: str, tz: str = "UTC", **fields: object) -> User:
     return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
 
 
+async def upsert_users(store: Store, users: list[User]) -> list[bool]:
+    return (await store.write_records(users, [], [])).created
+
+
 # --------------------------------------------------------------------------- users
 
 
@@ -35,18 +39,18 @@ async def test_upsert_users_reports_which_it_created_and_stores_every_field(
         user("old", "Europe/Paris", enabled=False, created_at=later, updated_at=later),
         user("b"),
     ]
-    assert await store.upsert_users(batch) == [True, False, True]
+    assert await upsert_users(store, batch) == [True, False, True]
     assert await store.get_user("a") == batch[0]
     # Replacing keeps created_at and never lowers the plan version.
     assert await store.get_user("old") == dataclasses.replace(
         batch[1], created_at=T0, plan_version=7
     )
-    assert await store.upsert_users(batch) == [False, False, False]
-    assert await store.upsert_users([]) == []
+    assert await upsert_users(store, batch) == [False, False, False]
+    assert await upsert_users(store, []) == []
 
 
 async def test_upsert_users_the_same_id_twice_ends_as_the_later(store: Store) -> None:
-    created = await store.upsert_users([user("a", "UTC"), user("a", "Asia/Tokyo")])
+    created = await upsert_users(store, [user("a", "UTC"), user("a", "Asia/Tokyo")])
     assert created == [True, False]
     stored = await store.get_user("a")
     assert stored is not None and stored.timezone == "Asia/Tokyo"
@@ -54,7 +58,7 @@ async def test_upsert_users_the_same_id_twice_ends_as_the_later(store: Store) ->
 
 async def test_concurrent_imports_of_a_new_user_create_it_once(store: Store) -> None:
     results = await asyncio.gather(
-        *(store.upsert_users([user("a"), user(f"x{n}")]) for n in range(6))
+        *(upsert_users(store, [user("a"), user(f"x{n}")]) for n in range(6))
     )
     assert sum(r[0] for r in results) == 1
     assert all(r[1] for r in results)
@@ -66,12 +70,14 @@ async def test_concurrent_imports_of_a_new_user_create_it_once(store: Store) -> 
 async def test_register_devices_keeps_one_active_binding_per_token(store: Store) -> None:
     await store.register_device(device("alice", "phone", "tok-1"))
     await store.register_device(device("alice", "tablet", "tok-kept"))
-    await store.register_devices(
+    await store.write_records(
+        [],
         [
             device("bob", "phone", "tok-1"),  # alice's token moves to bob
             device("carol", "phone", "tok-3"),  # same device id, another user: separate
             device("alice", "tablet", "tok-kept"),  # unchanged binding stays
-        ]
+        ],
+        [],
     )
     alice = {d.device_id: d for d in await store.list_devices("alice")}
     assert (alice["phone"].active, alice["phone"].deactivated_reason) == (False, "replaced")
@@ -85,8 +91,8 @@ async def test_register_devices_keeps_one_active_binding_per_token(store: Store)
 
 
 async def test_register_devices_in_input_order_for_a_repeated_token(store: Store) -> None:
-    await store.register_devices(
-        [device("a", "d1", "tok"), device("b", "d1", "tok"), device("a", "d2", "t2")]
+    await store.write_records(
+        [], [device("a", "d1", "tok"), device("b", "d1", "tok"), device("a", "d2", "t2")], []
     )
     active = await store.active_devices(["a", "b"])
     assert {u: [(d.device_id, d.push_token) for d in ds] for u, ds in active.items()} == {
@@ -98,7 +104,7 @@ async def test_register_devices_in_input_order_for_a_repeated_token(store: Store
 async def test_register_devices_swapping_tokens_between_two_devices(store: Store) -> None:
     await store.register_device(device("a", "d1", "t1"))
     await store.register_device(device("a", "d2", "t2"))
-    await store.register_devices([device("a", "d1", "t2"), device("a", "d2", "t1")])
+    await store.write_records([], [device("a", "d1", "t2"), device("a", "d2", "t1")], [])
     devices = {d.device_id: (d.push_token, d.active) for d in await store.list_devices("a")}
     assert devices == {"d1": ("t2", True), "d2": ("t1", True)}
 
@@ -106,7 +112,7 @@ async def test_register_devices_swapping_tokens_between_two_devices(store: Store
 async def test_register_devices_reactivates_and_resets_failures(store: Store) -> None:
     await store.register_device(device("a", "d1", "tok"))
     await store.record_device_outcome("tok", ok=False, max_failures=1, reason="gone")
-    await store.register_devices([device("a", "d1", "tok")])
+    await store.write_records([], [device("a", "d1", "tok")], [])
     [d] = await store.list_devices("a")
     assert (d.active, d.consecutive_failures, d.deactivated_reason) == (True, 0, None)
 
@@ -115,7 +121,7 @@ async def test_concurrent_batches_naming_one_token_leave_one_active_binding(
     store: Store,
 ) -> None:
     users = [f"u{n}" for n in range(6)]
-    await asyncio.gather(*(store.register_devices([device(u, "phone", "tok")]) for u in users))
+    await asyncio.gather(*(store.write_records([], [device(u, "phone", "tok")], []) for u in users))
     active = await store.active_devices(users)
     assert sum(len(ds) for ds in active.values()) == 1
 
@@ -131,16 +137,16 @@ async def test_upsert_reminders_stores_each_and_keeps_created_at(store: Store) -
         reminder("r2", "u1", days=("mon",), data={"k": [1]}, label="x", enabled=False),
         reminder("r1", "u2"),
     ]
-    await store.upsert_reminders(batch)
+    await store.write_records([], [], batch)
     assert await store.get_reminder("u1", "r1") == dataclasses.replace(batch[0], created_at=T0)
     assert await store.get_reminder("u1", "r2") == batch[1]
     assert await store.get_reminder("u2", "r1") == batch[2]
-    await store.upsert_reminders([])
+    await store.write_records([], [], [])
 
 
 async def test_upsert_reminders_the_same_one_twice_ends_as_the_later(store: Store) -> None:
     many = [reminder("r1", f"u{n}") for n in range(700)]  # more than one statement's rows
-    await store.upsert_reminders([*many, reminder("r1", "u1", title="Later", version=2)])
+    await store.write_records([], [], [*many, reminder("r1", "u1", title="Later", version=2)])
     stored = await store.get_reminder("u1", "r1")
     assert stored is not None and (stored.title, stored.version) == ("Later", 2)
     assert len(await store.reminders_for_users([f"u{n}" for n in range(700)])) == 700
@@ -157,7 +163,7 @@ async def _marked(store: Store, user_id: str) -> None:
 
 
 async def test_get_plan_targets_reads_each_user_with_stamp_and_mark(store: Store) -> None:
-    await store.upsert_users([user("a"), user("b")])
+    await upsert_users(store, [user("a"), user("b")])
     await _marked(store, "a")
     targets = await store.get_plan_targets(["a", "b", "nobody"])
     assert set(targets) == {"a", "b"}
@@ -168,12 +174,12 @@ async def test_get_plan_targets_reads_each_user_with_stamp_and_mark(store: Store
 
 
 async def test_batch_writes_drop_the_planning_mark_as_single_writes_do(store: Store) -> None:
-    await store.upsert_users([user("a"), user("b"), user("c")])
+    await upsert_users(store, [user("a"), user("b"), user("c")])
     for user_id in ("a", "b", "c"):
         await _marked(store, user_id)
-    await store.upsert_users([user("a", "Asia/Tokyo")])
-    await store.upsert_reminders([reminder("r1", "b")])
-    await store.register_devices([device("c", "phone", "tok")])  # not a planning input
+    await upsert_users(store, [user("a", "Asia/Tokyo")])
+    await store.write_records([], [], [reminder("r1", "b")])
+    await store.write_records([], [device("c", "phone", "tok")], [])  # not a planning input
     targets = await store.get_plan_targets(["a", "b", "c"])
     assert targets["a"].mark is None
     assert targets["b"].mark is None
@@ -210,7 +216,7 @@ async def test_write_records_writes_users_then_devices_then_reminders(store: Sto
     for user_id, stamp in written.stamps.items():
         target = await store.get_plan_target(user_id)
         assert target is not None and target.stamp == stamp
-    await store.upsert_reminders([reminder("r2", "new")])
+    await store.write_records([], [], [reminder("r2", "new")])
     target = await store.get_plan_target("new")
     assert target is not None and target.stamp not in written.stamps.values()
 

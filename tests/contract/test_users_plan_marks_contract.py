@@ -166,8 +166,8 @@ async def test_bulk_import_writes_drop_the_mark_too(store: Store) -> None:
     for uid in ("updated", "reminded", "other"):
         await add_user(store, uid)
         assert await mark(store, uid) == 1
-    await store.upsert_users([User("updated", "Asia/Tokyo", created_at=T0, updated_at=T0)])
-    await store.upsert_reminders([reminder("reminded")])
+    await store.write_records([User("updated", "Asia/Tokyo", created_at=T0, updated_at=T0)], [], [])
+    await store.write_records([], [], [reminder("reminded")])
     assert await to_plan(store) == ["reminded", "updated"]
 
 

@@ -1,13 +1,8 @@
-"""The MongoDB store (PyMongo async API), one module per purpose.
+"""The MongoDB store (PyMongo async API).
 
-- :mod:`.base`: the client/database handles every part shares, ``database_name``;
-- :mod:`.indexes`: collections and their indexes (where every uniqueness guarantee lives),
-  and the migration of documents and indexes written by earlier versions;
-- :mod:`.codecs`: documents <-> domain models, BSON instants;
-- :mod:`.users` (users, devices), :mod:`.reminders` (reminders, preferences),
-  :mod:`.messages`, :mod:`.tickets`: one module per aggregate; :mod:`.outbox`: the
-  messages' outbox mark;
-- :mod:`.store`: :class:`MongoStore`, composed of the above.
+:mod:`.base` (the handles every part shares), :mod:`.indexes` (where every uniqueness
+guarantee lives, and the migration of older documents), :mod:`.codecs` (documents <->
+models), one module per aggregate, and :mod:`.store` composing :class:`MongoStore`.
 """
 
 from tepat.adapters.mongo.base import database_name

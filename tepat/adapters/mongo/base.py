@@ -80,6 +80,15 @@ class MongoBase:
         docs: list[dict[str, Any]] = await cursor.to_list(None)
         return docs
 
+    async def _count(
+        self, collection: str, match: dict[str, Any], **by: Any
+    ) -> list[tuple[dict[str, Any], int]]:
+        """How many documents matching ``match`` share each value of ``by`` (a name for
+        each expression, e.g. ``status="$status"``): (the values by name, how many)."""
+        pipeline = [{"$match": match}, {"$group": {"_id": by, "n": {"$sum": 1}}}]
+        cursor = await self._db[collection].aggregate(pipeline)
+        return [(doc["_id"], int(doc["n"])) for doc in await cursor.to_list(None)]
+
     async def _upsert(
         self, collection: str, key: str, update: dict[str, Any]
     ) -> tuple[dict[str, Any], bool]:

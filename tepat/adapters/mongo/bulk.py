@@ -18,10 +18,10 @@ from tepat.adapters.mongo.codecs import (
     bson_dt,
     device_activation,
     pair_id,
-    reminder_fields,
+    reminder_upsert,
     user_fields,
 )
-from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target
+from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target, user_upsert
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.repositories.bulk_import import RecordsWritten
 from tepat.ports.repositories.users import PlanTarget
@@ -30,7 +30,7 @@ from tepat.ports.repositories.users import PlanTarget
 class BulkMixin(UsersMixin):
     """:class:`tepat.ports.store.BulkImportRepository` on MongoDB."""
 
-    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
+    async def _upsert_users(self, users: Sequence[User]) -> list[bool]:
         if not users:
             return []
         coll = self._db["users"]
@@ -60,31 +60,17 @@ class BulkMixin(UsersMixin):
             except BulkWriteError as exc:
                 rejected = only_duplicates(exc)
         inserted = {inserts[j] for j in range(len(inserts)) if j not in rejected}
-        updates = []
-        for i, u in enumerate(users):
-            if i in inserted:
-                continue
-            fields = user_fields(u, now)
-            plan_version = fields.pop("plan_version")
-            updates.append(
-                UpdateOne(
-                    {"_id": u.user_id},
-                    {
-                        "$set": fields,
-                        # Never down: a re-plan may have taken a newer version meanwhile.
-                        "$max": {"plan_version": plan_version},
-                        "$setOnInsert": {"created_at": bson_dt(u.created_at or now)},
-                        **PLAN_CHANGED,  # as upsert_user: the planning mark drops
-                    },
-                    upsert=True,
-                )
-            )
+        updates = [
+            UpdateOne({"_id": u.user_id}, user_upsert(u, now), upsert=True)
+            for i, u in enumerate(users)
+            if i not in inserted
+        ]
         if updates:
             # Ordered: the same user twice ends as the later item says.
             await coll.bulk_write(updates, ordered=True)
         return [i in inserted for i in range(len(users))]
 
-    async def register_devices(self, devices: Sequence[Device]) -> None:
+    async def _register_devices(self, devices: Sequence[Device]) -> None:
         if not devices:
             return
         keys = [pair_id(d.user_id, d.device_id) for d in devices]
@@ -119,18 +105,13 @@ class BulkMixin(UsersMixin):
             for i in sorted(only_duplicates(exc)):
                 await self.register_device(devices[i])
 
-    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
+    async def _upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
         if not reminders:
             return
         now = self._clock.now()
         ops = [
             UpdateOne(
-                {"_id": pair_id(r.user_id, r.reminder_id)},
-                {
-                    "$set": reminder_fields(r, now),
-                    "$setOnInsert": {"created_at": bson_dt(r.created_at or now)},
-                },
-                upsert=True,
+                {"_id": pair_id(r.user_id, r.reminder_id)}, reminder_upsert(r, now), upsert=True
             )
             for r in reminders
         ]
@@ -147,9 +128,9 @@ class BulkMixin(UsersMixin):
         # No transaction across collections here: each batch as its own method writes it,
         # in the order the port asks (users before what hangs off them). No stamps: a
         # read after these writes could already see another writer's change.
-        created = await self.upsert_users(users)
-        await self.register_devices(devices)
-        await self.upsert_reminders(reminders)
+        created = await self._upsert_users(users)
+        await self._register_devices(devices)
+        await self._upsert_reminders(reminders)
         return RecordsWritten(created)
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:

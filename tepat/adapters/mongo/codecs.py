@@ -10,10 +10,10 @@ and times, which BSON has no type for, are ISO strings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
 from datetime import UTC, date, datetime, time
-from typing import Any
+from typing import Any, TypeVar
 
 from tepat.domain.models import (
     Device,
@@ -26,7 +26,7 @@ from tepat.domain.models import (
     slot_key_for,
 )
 
-# --- instants -------------------------------------------------------------------------
+T = TypeVar("T")
 
 
 def bson_dt(value: datetime) -> datetime:
@@ -60,7 +60,44 @@ def opt_iso(value: date | time | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-# --- documents <-> domain -------------------------------------------------------------
+def as_dict(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    return dict(value or {})
+
+
+def encoder(
+    model: type[Any], id_field: str | None = None, **convert: Callable[[Any], Any]
+) -> Callable[[Any], dict[str, Any]]:
+    """``model`` -> document keyed by its field names (``_id`` for ``id_field``), each
+    value through its converter in ``convert``, if it has one: :func:`decoder` reversed."""
+    keys = [(f.name, "_id" if f.name == id_field else f.name) for f in fields(model)]
+
+    def encode(obj: Any) -> dict[str, Any]:
+        doc = {key: getattr(obj, name) for name, key in keys}
+        for name, fn in convert.items():
+            key = "_id" if name == id_field else name
+            doc[key] = fn(doc[key])
+        return doc
+
+    return encode
+
+
+def decoder(
+    model: type[T], id_field: str | None = None, **convert: Callable[[Any], Any]
+) -> Callable[[Mapping[str, Any]], T]:
+    """Document -> ``model``, for documents keyed by the model's field names (``_id`` for
+    ``id_field``): each value through its converter in ``convert``, if it has one. A field
+    the document lacks (written before the field existed) takes the model's default."""
+    dataclass_fields = fields(model)  # type: ignore[arg-type]
+    keys = [(f.name, "_id" if f.name == id_field else f.name) for f in dataclass_fields]
+
+    def decode(doc: Mapping[str, Any]) -> T:
+        values = {name: doc[key] for name, key in keys if key in doc}
+        for name, fn in convert.items():
+            if name in values:
+                values[name] = fn(values[name])
+        return model(**values)
+
+    return decode
 
 
 def user_fields(user: User, now: datetime) -> dict[str, Any]:
@@ -77,20 +114,17 @@ def user_fields(user: User, now: datetime) -> dict[str, Any]:
     }
 
 
-def user_from_doc(doc: Mapping[str, Any]) -> User:
-    qh = doc.get("quiet_hours")
-    return User(
-        user_id=doc["_id"],
-        timezone=doc["timezone"],
-        locale=doc["locale"],
-        quiet_hours=None
+user_from_doc = decoder(
+    User,
+    "user_id",
+    quiet_hours=lambda qh: (
+        None
         if qh is None
-        else QuietHours(time.fromisoformat(qh["start"]), time.fromisoformat(qh["end"])),
-        enabled=doc["enabled"],
-        plan_version=doc["plan_version"],
-        created_at=read_dt(doc.get("created_at")),
-        updated_at=read_dt(doc.get("updated_at")),
-    )
+        else QuietHours(time.fromisoformat(qh["start"]), time.fromisoformat(qh["end"]))
+    ),
+    created_at=read_dt,
+    updated_at=read_dt,
+)
 
 
 def pair_id(user_id: str, other_id: str) -> str:
@@ -98,18 +132,7 @@ def pair_id(user_id: str, other_id: str) -> str:
     return f"{user_id}|{other_id}"
 
 
-def device_from_doc(doc: Mapping[str, Any]) -> Device:
-    return Device(
-        user_id=doc["user_id"],
-        device_id=doc["device_id"],
-        push_token=doc["push_token"],
-        platform=doc.get("platform"),
-        active=doc["active"],
-        consecutive_failures=doc.get("consecutive_failures", 0),
-        deactivated_reason=doc.get("deactivated_reason"),
-        created_at=read_dt(doc.get("created_at")),
-        updated_at=read_dt(doc.get("updated_at")),
-    )
+device_from_doc = decoder(Device, created_at=read_dt, updated_at=read_dt)
 
 
 def device_activation(d: Device, updated: datetime) -> dict[str, Any]:
@@ -130,8 +153,9 @@ def device_activation(d: Device, updated: datetime) -> dict[str, Any]:
     }
 
 
-def reminder_fields(r: Reminder, now: datetime) -> dict[str, Any]:
-    return {
+def reminder_upsert(r: Reminder, now: datetime) -> dict[str, Any]:
+    """The update that creates or replaces ``r`` (a new one at its own ``created_at``)."""
+    fields = {
         "user_id": r.user_id,
         "reminder_id": r.reminder_id,
         "category": r.category,
@@ -145,108 +169,73 @@ def reminder_fields(r: Reminder, now: datetime) -> dict[str, Any]:
         "version": r.version,
         "updated_at": bson_dt(r.updated_at or now),
     }
+    return {"$set": fields, "$setOnInsert": {"created_at": bson_dt(r.created_at or now)}}
 
 
-def reminder_from_doc(doc: Mapping[str, Any]) -> Reminder:
-    return Reminder(
-        user_id=doc["user_id"],
-        reminder_id=doc["reminder_id"],
-        category=doc["category"],
-        local_time=time.fromisoformat(doc["local_time"]),
-        title=doc["title"],
-        body=doc["body"],
-        label=doc["label"],
-        days=tuple(doc["days"]),
-        data=dict(doc.get("data") or {}),
-        enabled=doc["enabled"],
-        version=doc["version"],
-        created_at=read_dt(doc.get("created_at")),
-        updated_at=read_dt(doc.get("updated_at")),
-    )
+reminder_from_doc = decoder(
+    Reminder,
+    local_time=time.fromisoformat,
+    days=tuple,
+    data=as_dict,
+    created_at=read_dt,
+    updated_at=read_dt,
+)
+
+
+_message_doc = encoder(
+    Message,
+    "id",
+    scheduled_at=bson_dt,
+    local_date=opt_iso,
+    local_time=opt_iso,
+    data=dict,
+    status=lambda status: status.value,
+    claimed_at=opt_bson_dt,
+    content=dict,
+)
 
 
 def message_doc(m: Message, now: datetime) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "_id": m.id,
-        "user_id": m.user_id,
-        "category": m.category,
-        "label": m.label,
-        "title": m.title,
-        "body": m.body,
-        "scheduled_at": bson_dt(m.scheduled_at),
-        "timezone": m.timezone,
-        "dedup_key": m.dedup_key,
-        "device_id": m.device_id,
-        "reminder_id": m.reminder_id,
-        "idempotency_key": m.idempotency_key,
-        "request_hash": m.request_hash,
-        "local_date": opt_iso(m.local_date),
-        "local_time": opt_iso(m.local_time),
-        "data": dict(m.data),
-        "status": m.status.value,
-        "status_reason": m.status_reason,
-        "attempts": m.attempts,
-        "ticket_id": m.ticket_id,
-        "last_error": m.last_error,
-        "plan_version": m.plan_version,
-        "claimed_at": opt_bson_dt(m.claimed_at),
+    doc = _message_doc(m)
+    doc.update(
         # Stamps the caller left out come from the store's clock.
-        "created_at": bson_dt(m.created_at or now),
-        "updated_at": bson_dt(m.updated_at or now),
-        "nominal_at": bson_dt(m.nominal),
-        "due_at": bson_dt(m.due),
-        "slot_key": m.slot,
+        created_at=bson_dt(m.created_at or now),
+        updated_at=bson_dt(m.updated_at or now),
+        nominal_at=bson_dt(m.nominal),
+        due_at=bson_dt(m.due),
+        slot_key=m.slot,
         # The outbox mark, in the same write as the document (ports/store.py).
-        "publish_pending": m.status is MessageStatus.PENDING,
-        "channel": m.channel,
-    }
-    if m.content:
-        doc["content"] = dict(m.content)
-    if m.priority is not None:
-        doc["priority"] = m.priority
-    if m.live_key is not None:  # absent, not null: see tepat.adapters.mongo.indexes
-        doc["live_key"] = m.live_key
+        publish_pending=m.status is MessageStatus.PENDING,
+    )
+    # Left out when empty; live_key absent, not null: see tepat.adapters.mongo.indexes.
+    for key, empty in (("content", {}), ("priority", None), ("live_key", None)):
+        if doc[key] == empty:
+            del doc[key]
     return doc
 
 
+_message = decoder(
+    Message,
+    "id",
+    scheduled_at=read_dt_required,
+    local_date=lambda d: None if d is None else date.fromisoformat(d),
+    local_time=lambda t: None if t is None else time.fromisoformat(t),
+    data=as_dict,
+    status=MessageStatus,
+    claimed_at=read_dt,
+    created_at=read_dt,
+    updated_at=read_dt,
+    nominal_at=read_dt,
+    due_at=read_dt,
+    channel=lambda channel: channel or "push",
+    content=as_dict,
+)
+
+
 def message_from_doc(doc: Mapping[str, Any]) -> Message:
-    ld, lt = doc.get("local_date"), doc.get("local_time")
-    m = Message(
-        id=doc["_id"],
-        user_id=doc["user_id"],
-        category=doc["category"],
-        label=doc["label"],
-        title=doc["title"],
-        body=doc["body"],
-        scheduled_at=read_dt_required(doc["scheduled_at"]),
-        timezone=doc["timezone"],
-        dedup_key=doc["dedup_key"],
-        live_key=doc.get("live_key"),
-        device_id=doc.get("device_id"),
-        reminder_id=doc.get("reminder_id"),
-        idempotency_key=doc.get("idempotency_key"),
-        request_hash=doc.get("request_hash"),
-        local_date=None if ld is None else date.fromisoformat(ld),
-        local_time=None if lt is None else time.fromisoformat(lt),
-        data=dict(doc.get("data") or {}),
-        status=MessageStatus(doc["status"]),
-        status_reason=doc.get("status_reason"),
-        attempts=doc.get("attempts", 0),
-        ticket_id=doc.get("ticket_id"),
-        last_error=doc.get("last_error"),
-        plan_version=doc.get("plan_version", 1),
-        claimed_at=read_dt(doc.get("claimed_at")),
-        created_at=read_dt(doc.get("created_at")),
-        updated_at=read_dt(doc.get("updated_at")),
-        # Absent only on a document written before these fields existed and not yet
-        # backfilled (indexes.migrate): derived as the domain does.
-        nominal_at=read_dt(doc.get("nominal_at")),
-        due_at=read_dt(doc.get("due_at")),
-        slot_key=doc.get("slot_key"),
-        channel=doc.get("channel") or "push",
-        content=dict(doc.get("content") or {}),
-        priority=doc.get("priority"),
-    )
+    m = _message({"live_key": None, **doc})  # absent, not null: see tepat.adapters.mongo.indexes
+    # nominal_at, due_at or slot_key absent only on a document written before these
+    # fields existed and not yet backfilled (indexes.migrate): derived as the domain does.
     if m.nominal_at is None or m.due_at is None or m.slot_key is None:
         m = replace(m, nominal_at=m.nominal, due_at=m.due, slot_key=m.slot)
     return m
@@ -273,29 +262,5 @@ def legacy_backfill(doc: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def ticket_doc(t: Ticket) -> dict[str, Any]:
-    return {
-        "_id": t.ticket_id,
-        "message_id": t.message_id,
-        "user_id": t.user_id,
-        "device_id": t.device_id,
-        "push_token": t.push_token,
-        "sent_at": bson_dt(t.sent_at),
-        "receipt_status": t.receipt_status,
-        "receipt_error": t.receipt_error,
-        "checked_at": opt_bson_dt(t.checked_at),
-    }
-
-
-def ticket_from_doc(doc: Mapping[str, Any]) -> Ticket:
-    return Ticket(
-        ticket_id=doc["_id"],
-        message_id=doc["message_id"],
-        user_id=doc["user_id"],
-        device_id=doc["device_id"],
-        push_token=doc["push_token"],
-        sent_at=read_dt_required(doc["sent_at"]),
-        receipt_status=doc.get("receipt_status"),
-        receipt_error=doc.get("receipt_error"),
-        checked_at=read_dt(doc.get("checked_at")),
-    )
+ticket_doc = encoder(Ticket, "ticket_id", sent_at=bson_dt, checked_at=opt_bson_dt)
+ticket_from_doc = decoder(Ticket, "ticket_id", sent_at=read_dt_required, checked_at=read_dt)

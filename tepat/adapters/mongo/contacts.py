@@ -8,7 +8,7 @@ the index (an insert's DuplicateKeyError), never by a read before it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,30 +16,14 @@ from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase, keyset_after
-from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
+from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt_required
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
 
 _ORDER = [("channel", ASCENDING), ("address", ASCENDING)]
 
 
-def _contact(doc: Mapping[str, Any]) -> Contact:
-    return Contact(
-        user_id=doc["user_id"],
-        channel=doc["channel"],
-        address=doc["address"],
-        verified=bool(doc["verified"]),
-        updated_at=read_dt_required(doc["updated_at"]),
-    )
-
-
-def _suppression(doc: Mapping[str, Any]) -> Suppression:
-    return Suppression(
-        channel=doc["channel"],
-        address=doc["address"],
-        reason=SuppressionReason(doc["reason"]),
-        added_at=read_dt_required(doc["added_at"]),
-        source=doc.get("source"),
-    )
+_contact = decoder(Contact, verified=bool, updated_at=read_dt_required)
+_suppression = decoder(Suppression, reason=SuppressionReason, added_at=read_dt_required)
 
 
 class ContactsMixin(MongoBase):

@@ -17,11 +17,11 @@ from typing import Any
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from tepat.adapters.event_fields import EVENT_FIELDS
 from tepat.adapters.mongo.base import MongoBase, only_duplicates
-from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt, read_dt_required
 from tepat.domain.events import Event, EventState, event_key_range
-from tepat.domain.routing import Priority
-from tepat.domain.validation import format_hhmm, parse_hhmm
+from tepat.domain.validation import format_hhmm
 
 _RECIPIENT_CHUNK = 5000
 
@@ -49,26 +49,16 @@ def _doc(event: Event, state: EventState, now: datetime) -> dict[str, Any]:
     }
 
 
-def _event(doc: Mapping[str, Any]) -> Event:
-    return Event(
-        event_id=doc["_id"],
-        type=doc["type"],
-        category=doc["category"],
-        priority=Priority(doc["priority"]),
-        request_hash=doc["request_hash"],
-        all_users=bool(doc["all_users"]),
-        data=json.loads(doc["data"]),
-        occurred_at=read_dt_required(doc["occurred_at"]),
-        send_at=read_dt(doc.get("send_at")),
-        local_time=None if doc.get("local_time") is None else parse_hhmm(doc["local_time"], "t"),
-        listed=int(doc["listed"]),
-        state=EventState(doc["state"]),
-        cursor=doc["cursor"],
-        recipients=int(doc["recipients"]),
-        counts={k: int(v) for k, v in (doc.get("counts") or {}).items()},
-        created_at=read_dt(doc.get("created_at")),
-        updated_at=read_dt(doc.get("updated_at")),
-    )
+_event = decoder(
+    Event,
+    "event_id",
+    **EVENT_FIELDS,
+    occurred_at=read_dt_required,
+    send_at=read_dt,
+    counts=lambda counts: {k: int(v) for k, v in (counts or {}).items()},
+    created_at=read_dt,
+    updated_at=read_dt,
+)
 
 
 class EventsMixin(MongoBase):
@@ -175,28 +165,13 @@ class EventsMixin(MongoBase):
 
     async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
         low, high = event_key_range(event_id)
-        rows = await (
-            await self._db["messages"].aggregate(
-                [
-                    {"$match": {"dedup_key": {"$gte": low, "$lt": high}}},
-                    {
-                        "$group": {
-                            "_id": {
-                                "channel": "$channel",
-                                "status": "$status",
-                                "reason": "$status_reason",
-                            },
-                            "n": {"$sum": 1},
-                        }
-                    },
-                ]
-            )
-        ).to_list(None)
+        groups = await self._count(
+            "messages",
+            {"dedup_key": {"$gte": low, "$lt": high}},
+            channel="$channel",
+            status="$status",
+            reason="$status_reason",
+        )
         return {
-            (
-                r["_id"].get("channel") or "push",
-                r["_id"]["status"],
-                r["_id"].get("reason") or "",
-            ): int(r["n"])
-            for r in rows
+            (g.get("channel") or "push", g["status"], g.get("reason") or ""): n for g, n in groups
         }

@@ -13,7 +13,6 @@ recent items (``tepat/services/inbox.py``), not this adapter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,29 +20,24 @@ from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
-from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.adapters.mongo.codecs import (
+    as_dict,
+    bson_dt,
+    decoder,
+    encoder,
+    read_dt,
+    read_dt_required,
+)
 from tepat.adapters.mongo.webhooks import read_update, webhooks_active
 from tepat.domain.inbox import InboxItem
 
 SEQ_COUNTER = "inbox_seq"
 
 
-def _item(doc: Mapping[str, Any]) -> InboxItem:
-    return InboxItem(
-        seq=int(doc["seq"]),
-        item_id=doc["_id"],
-        user_id=doc["user_id"],
-        message_id=doc["message_id"],
-        event_type=doc.get("event_type"),
-        category=doc["category"],
-        title=doc["title"],
-        body=doc["body"],
-        html=doc.get("html"),
-        link=doc.get("link"),
-        data=dict(doc.get("data") or {}),
-        created_at=read_dt_required(doc["created_at"]),
-        read_at=read_dt(doc.get("read_at")),
-    )
+_item_doc = encoder(InboxItem, "item_id", data=dict, created_at=bson_dt)
+_item = decoder(
+    InboxItem, "item_id", seq=int, data=as_dict, created_at=read_dt_required, read_at=read_dt
+)
 
 
 class InboxMixin(MongoBase):
@@ -63,20 +57,7 @@ class InboxMixin(MongoBase):
         existing = await inbox.find_one(key)
         if existing is not None:
             return _item(existing), False
-        doc = {
-            "_id": item.item_id,
-            **key,
-            "seq": await self._next_inbox_seq(),
-            "event_type": item.event_type,
-            "category": item.category,
-            "title": item.title,
-            "body": item.body,
-            "html": item.html,
-            "link": item.link,
-            "data": dict(item.data),
-            "created_at": bson_dt(item.created_at),
-            "read_at": None,
-        }
+        doc = {**_item_doc(item), "seq": await self._next_inbox_seq(), "read_at": None}
         try:
             await inbox.insert_one(doc)
         except DuplicateKeyError:

@@ -88,147 +88,96 @@ async def _backfill_messages(messages: Any) -> None:
             raise RuntimeError(f"message backfill failed: {e.details}") from e
 
 
-async def create_indexes(db: Any) -> None:
-    # create_index with an identical spec is a no-op on the server, so open()
-    # is idempotent. Names are explicit so a later spec change fails loudly
-    # (IndexOptionsConflict) instead of piling up near-duplicate indexes.
-    messages = db["messages"]
-    await messages.create_index("dedup_key", unique=True, name="uniq_dedup_key")
-    await messages.create_index(
+_UNIQUE = {"unique": True}
+_PENDING = {"partialFilterExpression": {"status": "pending"}}
+_ACTIVE = {"unique": True, "partialFilterExpression": {"active": True}}
+_JOURNALED = {"partialFilterExpression": {"wh": {"$exists": True}}}
+A, D = ASCENDING, DESCENDING
+
+# (collection, name, keys, options). Names are explicit so a later spec change fails
+# loudly (IndexOptionsConflict) instead of piling up near-duplicate indexes.
+INDEXES: tuple[tuple[str, str, str | list[tuple[str, int]], dict[str, Any]], ...] = (
+    ("messages", "uniq_dedup_key", "dedup_key", _UNIQUE),
+    (
+        "messages",
+        "uniq_live_key",
         "live_key",
-        unique=True,
-        name="uniq_live_key",
-        partialFilterExpression={"live_key": {"$type": "string"}},
-    )
-    await messages.create_index(
-        "slot_key",
-        unique=True,
-        name="uniq_pending_slot_key",
-        partialFilterExpression={"status": "pending"},
-    )
+        {**_UNIQUE, "partialFilterExpression": {"live_key": {"$type": "string"}}},
+    ),
+    ("messages", "uniq_pending_slot_key", "slot_key", {**_UNIQUE, **_PENDING}),
     # The outbox: marked messages by (due_at, _id); small, since the publisher
     # clears the mark within seconds.
-    await messages.create_index(
-        [("due_at", ASCENDING), ("_id", ASCENDING)],
-        name="outbox_due",
-        partialFilterExpression={"publish_pending": True},
-    )
+    (
+        "messages",
+        "outbox_due",
+        [("due_at", A), ("_id", A)],
+        {"partialFilterExpression": {"publish_pending": True}},
+    ),
     # due_pending (the sweeper): published pending messages by due_at. Led by the
     # mark so its key pattern differs from outbox_due's (servers before 5.0 refuse
     # two indexes with one key pattern, whatever their partial filters).
-    await messages.create_index(
-        [("publish_pending", ASCENDING), ("due_at", ASCENDING), ("_id", ASCENDING)],
-        name="pending_due",
-        partialFilterExpression={"status": "pending"},
-    )
+    ("messages", "pending_due", [("publish_pending", A), ("due_at", A), ("_id", A)], _PENDING),
     # count_messages (by status); the sweeper.
-    await messages.create_index(
-        [("status", ASCENDING), ("scheduled_at", ASCENDING), ("_id", ASCENDING)],
-        name="status_scheduled",
-    )
+    ("messages", "status_scheduled", [("status", A), ("scheduled_at", A), ("_id", A)], {}),
     # list_messages (user history, newest first), pending_for_user.
-    await messages.create_index(
-        [("user_id", ASCENDING), ("scheduled_at", ASCENDING), ("_id", ASCENDING)],
-        name="user_scheduled",
-    )
+    ("messages", "user_scheduled", [("user_id", A), ("scheduled_at", A), ("_id", A)], {}),
     # Small partial indexes for the sweeper's and the operator's views.
-    await messages.create_index(
-        [("claimed_at", ASCENDING), ("_id", ASCENDING)],
-        name="sending_claimed",
-        partialFilterExpression={"status": "sending"},
-    )
-    await messages.create_index(
-        [("updated_at", DESCENDING), ("_id", DESCENDING)],
-        name="failed_updated",
-        partialFilterExpression={"status": "failed"},
-    )
-
-    devices = db["devices"]
-    await devices.create_index(
-        [("user_id", ASCENDING), ("device_id", ASCENDING)],
-        unique=True,
-        name="uniq_active_user_device",
-        partialFilterExpression={"active": True},
-    )
-    await devices.create_index(
-        "push_token",
-        unique=True,
-        name="uniq_active_push_token",
-        partialFilterExpression={"active": True},
-    )
-    await devices.create_index([("user_id", ASCENDING), ("active", ASCENDING)], name="user")
-    await devices.create_index("push_token", name="push_token")
+    (
+        "messages",
+        "sending_claimed",
+        [("claimed_at", A), ("_id", A)],
+        {"partialFilterExpression": {"status": "sending"}},
+    ),
+    (
+        "messages",
+        "failed_updated",
+        [("updated_at", D), ("_id", D)],
+        {"partialFilterExpression": {"status": "failed"}},
+    ),
+    ("devices", "uniq_active_user_device", [("user_id", A), ("device_id", A)], _ACTIVE),
+    ("devices", "uniq_active_push_token", "push_token", _ACTIVE),
+    ("devices", "user", [("user_id", A), ("active", A)], {}),
+    ("devices", "push_token", "push_token", {}),
     # The dashboard's "deactivated today" (adapters/mongo/ops_views.py).
-    await devices.create_index(
-        "updated_at", name="deactivated", partialFilterExpression={"active": False}
-    )
-
-    await db["reminders"].create_index("user_id", name="user")
-    await db["preferences"].create_index("user_id", name="user")
-
-    tickets = db["tickets"]
-    await tickets.create_index(
-        [("receipt_status", ASCENDING), ("sent_at", ASCENDING)], name="receipt_sent"
-    )
-    await tickets.create_index("message_id", name="message")
-    await tickets.create_index("sent_at", name="sent")  # the dashboard's recent sends
-
+    ("devices", "deactivated", "updated_at", {"partialFilterExpression": {"active": False}}),
+    ("reminders", "user", "user_id", {}),
+    ("preferences", "user", "user_id", {}),
+    ("tickets", "receipt_sent", [("receipt_status", A), ("sent_at", A)], {}),
+    ("tickets", "message", "message_id", {}),
+    ("tickets", "sent", "sent_at", {}),  # the dashboard's recent sends
     # Live consumer processes per group (adapters/mongo/presence.py).
-    await db["presence"].create_index(
-        [("group", ASCENDING), ("beat_at", ASCENDING)], name="group_beat"
-    )
-
+    ("presence", "group_beat", [("group", A), ("beat_at", A)], {}),
     # Message templates (adapters/mongo/templates.py): one document per version; this
     # unique index keeps two concurrent PUTs from taking the same version.
-    await db["templates"].create_index(
-        [
-            ("event_type", ASCENDING),
-            ("channel", ASCENDING),
-            ("locale", ASCENDING),
-            ("version", DESCENDING),
-        ],
-        unique=True,
-        name="uniq_template_version",
-    )
-
+    (
+        "templates",
+        "uniq_template_version",
+        [("event_type", A), ("channel", A), ("locale", A), ("version", D)],
+        _UNIQUE,
+    ),
     # The in-app inbox (adapters/mongo/inbox.py): one item per (user, message id); a
     # user's items by seq (the list, newest first, and a stream's resume).
-    inbox = db["inbox"]
-    await inbox.create_index(
-        [("user_id", ASCENDING), ("message_id", ASCENDING)], unique=True, name="uniq_user_message"
-    )
-    await inbox.create_index([("user_id", ASCENDING), ("seq", DESCENDING)], name="user_seq")
+    ("inbox", "uniq_user_message", [("user_id", A), ("message_id", A)], _UNIQUE),
+    ("inbox", "user_seq", [("user_id", A), ("seq", D)], {}),
     # Unread items (the unread filter, the count, read-all): read_at is null until read.
-    await inbox.create_index(
-        [("user_id", ASCENDING), ("read_at", ASCENDING), ("seq", DESCENDING)], name="user_read_seq"
-    )
-
+    ("inbox", "user_read_seq", [("user_id", A), ("read_at", A), ("seq", D)], {}),
     # Business events (adapters/mongo/events.py): _id is the event id (one per id); the
     # open ones oldest first for the fan-out loop; listed recipients paged by user id.
-    await db["events"].create_index(
-        [("state", ASCENDING), ("created_at", ASCENDING), ("_id", ASCENDING)], name="state_created"
-    )
-    await db["event_recipients"].create_index(
-        [("event_id", ASCENDING), ("user_id", ASCENDING)], name="event_user"
-    )
-
+    ("events", "state_created", [("state", A), ("created_at", A), ("_id", A)], {}),
+    ("event_recipients", "event_user", [("event_id", A), ("user_id", A)], {}),
     # Contacts, suppressions and provider-event dedup (adapters/mongo/contacts.py): each
     # unique index is the port's key; a contact is also found by user alone (the API's list).
-    await db["contacts"].create_index(
-        [("user_id", ASCENDING), ("channel", ASCENDING)], unique=True, name="uniq_user_channel"
-    )
-    await db["suppressions"].create_index(
-        [("channel", ASCENDING), ("address", ASCENDING)], unique=True, name="uniq_channel_address"
-    )
-    await db["provider_events"].create_index(
-        [("provider", ASCENDING), ("event_id", ASCENDING)], unique=True, name="uniq_provider_event"
-    )
-
+    ("contacts", "uniq_user_channel", [("user_id", A), ("channel", A)], _UNIQUE),
+    ("suppressions", "uniq_channel_address", [("channel", A), ("address", A)], _UNIQUE),
+    ("provider_events", "uniq_provider_event", [("provider", A), ("event_id", A)], _UNIQUE),
     # Status webhooks (adapters/mongo/webhooks.py): the journal rides in the changed
     # document's `wh` array, present only while entries wait; the emitter finds them here.
-    for collection in ("messages", "inbox"):
-        await db[collection].create_index(
-            [("wh.at", ASCENDING)],
-            name="webhook_journal",
-            partialFilterExpression={"wh": {"$exists": True}},
-        )
+    ("messages", "webhook_journal", [("wh.at", A)], _JOURNALED),
+    ("inbox", "webhook_journal", [("wh.at", A)], _JOURNALED),
+)
+
+
+async def create_indexes(db: Any) -> None:
+    # create_index with an identical spec is a no-op on the server, so open() is idempotent.
+    for collection, name, keys, options in INDEXES:
+        await db[collection].create_index(keys, name=name, **options)

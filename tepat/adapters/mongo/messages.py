@@ -11,7 +11,7 @@ from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from tepat.adapters.message_cursor import decode_cursor, message_page
-from tepat.adapters.message_transition import TransitionOne
+from tepat.adapters.message_transition import TransitionOne, transition_fields
 from tepat.adapters.mongo.base import DUPLICATE_KEY, MongoBase, keyset_after, only_duplicates
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
@@ -27,10 +27,6 @@ from tepat.ports.repositories.messages import (
 
 
 class MessagesMixin(TransitionOne, MongoBase):
-    """The ``messages`` collection."""
-
-    # --- messages -----------------------------------------------------------------
-
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
         if not messages:
             return InsertResult(created=[], existing=0)
@@ -58,13 +54,8 @@ class MessagesMixin(TransitionOne, MongoBase):
             return []
         docs = await self._find("messages", {"_id": {"$in": list(set(message_ids))}})
         by_id = {d["_id"]: d for d in docs}
-        seen: set[str] = set()
-        out: list[Message] = []
-        for mid in message_ids:  # input order, each once
-            if mid in by_id and mid not in seen:
-                seen.add(mid)
-                out.append(message_from_doc(by_id[mid]))
-        return out
+        # Input order, each once.
+        return [message_from_doc(by_id[i]) for i in dict.fromkeys(message_ids) if i in by_id]
 
     async def find_by_live_key(self, live_key: str) -> Message | None:
         doc = await self._db["messages"].find_one({"live_key": live_key})
@@ -198,27 +189,10 @@ class MessagesMixin(TransitionOne, MongoBase):
         return [message_from_doc(d) for d in docs]
 
     async def count_messages(self) -> Counts:
-        cursor = await self._db["messages"].aggregate(
-            [
-                {
-                    "$group": {
-                        # A message written before channels existed is a push (codecs.py).
-                        "_id": {
-                            "s": "$status",
-                            "c": "$category",
-                            "ch": {"$ifNull": ["$channel", "push"]},
-                        },
-                        "n": {"$sum": 1},
-                    }
-                }
-            ]
-        )
-        rows = await cursor.to_list(None)
-        return Counts(
-            by_status_category_channel={
-                (r["_id"]["s"], r["_id"]["c"], r["_id"]["ch"]): int(r["n"]) for r in rows
-            }
-        )
+        # A message written before channels existed is a push (codecs.py).
+        channel = {"$ifNull": ["$channel", "push"]}
+        groups = await self._count("messages", {}, s="$status", c="$category", ch=channel)
+        return Counts(by_status_category_channel={(g["s"], g["c"], g["ch"]): n for g, n in groups})
 
     async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
         if limit <= 0:  # limit(0) means *no* limit to MongoDB
@@ -243,23 +217,10 @@ def _transition_update(
     sources = allowed_sources(change.to, expect)
     if not sources:
         return None
-    fields: dict[str, Any] = {"status": change.to.value, "updated_at": bson_dt(now)}
-    # Optional fields are only written when given, so a later transition
-    # does not erase what an earlier one recorded.
-    if change.reason is not None:
-        fields["status_reason"] = change.reason
-    if change.ticket_id is not None:
-        fields["ticket_id"] = change.ticket_id
-    if change.last_error is not None:
-        fields["last_error"] = change.last_error
-    if change.scheduled_at is not None:
-        fields["scheduled_at"] = bson_dt(change.scheduled_at)
-    if change.to is MessageStatus.PENDING:
-        # Back to pending: onto the outbox, due when the caller says, in this write.
-        fields["due_at"] = bson_dt(change.due_at or change.scheduled_at or now)
-        fields["publish_pending"] = True
-    else:
-        fields["publish_pending"] = False
+    fields = {
+        name: bson_dt(value) if isinstance(value, datetime) else value
+        for name, value in transition_fields(change, now).items()
+    }
     update: dict[str, Any] = {"$set": fields}
     if change.release_live_key:
         update["$unset"] = {"live_key": ""}

@@ -20,18 +20,13 @@ from tepat.ports.repositories.ops_views import SendSample
 
 class OpsViewsMixin(MongoBase):
     async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
-        if limit <= 0:  # limit(0) means *no* limit to MongoDB
-            return []
-        tickets = (
-            await self._db["tickets"]
-            .find(
-                {"sent_at": {"$gte": bson_dt(since)}},
-                projection={"message_id": True, "sent_at": True},
-            )
+        tickets = await self._find(
+            "tickets",
+            {"sent_at": {"$gte": bson_dt(since)}},
+            projection={"message_id": True, "sent_at": True},
             # sent_at alone: the index then yields the order and the limit stops the scan
-            .sort([("sent_at", DESCENDING)])
-            .limit(limit)
-            .to_list(None)
+            sort=[("sent_at", DESCENDING)],
+            limit=limit,
         )
         ids = list({t["message_id"] for t in tickets})
         messages = {
@@ -54,22 +49,24 @@ class OpsViewsMixin(MongoBase):
 
     async def failures_since(self, since: datetime) -> dict[str, int]:
         match = {"status": "failed", "updated_at": {"$gte": bson_dt(since)}}
-        return await self._count_by(self._db["messages"], match, "$status_reason")
+        return await self._count_by("messages", match, "$status_reason")
 
     async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
         match = {"active": False, "updated_at": {"$gte": bson_dt(since)}}
-        return await self._count_by(self._db["devices"], match, "$deactivated_reason")
+        return await self._count_by("devices", match, "$deactivated_reason")
 
     async def oldest_due_unsent(self, now: datetime) -> datetime | None:
         due = {"$lte": bson_dt(now)}
         # Naming both values of the index's leading mark lets pending_due serve the range.
         pending = {"publish_pending": {"$in": [False, True]}, "status": "pending", "due_at": due}
         heads = [
-            await self._db["messages"]
-            .find(match, projection={"due_at": True})
-            .sort([("due_at", ASCENDING)])
-            .limit(1)
-            .to_list(None)
+            await self._find(
+                "messages",
+                match,
+                projection={"due_at": True},
+                sort=[("due_at", ASCENDING)],
+                limit=1,
+            )
             for match in (pending, {"status": "sending", "due_at": due})
         ]
         found = [read_dt_required(docs[0]["due_at"]) for docs in heads if docs]
@@ -77,14 +74,11 @@ class OpsViewsMixin(MongoBase):
 
     async def live_members(self, since: datetime) -> dict[str, int]:
         match = {"beat_at": {"$gte": bson_dt(since)}}
-        return await self._count_by(self._db["presence"], match, "$group")
+        return await self._count_by("presence", match, "$group")
 
-    async def _count_by(self, collection: Any, match: dict[str, Any], key: str) -> dict[str, int]:
-        cursor = await collection.aggregate(
-            [{"$match": match}, {"$group": {"_id": key, "n": {"$sum": 1}}}]
-        )
+    async def _count_by(self, collection: str, match: dict[str, Any], key: str) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for doc in await cursor.to_list(None):
-            name = "" if doc["_id"] is None else str(doc["_id"])
-            counts[name] = counts.get(name, 0) + int(doc["n"])
+        for group, n in await self._count(collection, match, key=key):
+            name = "" if group.get("key") is None else str(group["key"])
+            counts[name] = counts.get(name, 0) + n
         return counts

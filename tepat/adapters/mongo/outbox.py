@@ -16,7 +16,7 @@ from typing import Any
 from pymongo import ASCENDING, UpdateOne
 
 from tepat.adapters.mongo.base import MongoBase, keyset_after
-from tepat.adapters.mongo.codecs import bson_dt, message_from_doc, read_dt
+from tepat.adapters.mongo.codecs import bson_dt, message_from_doc, read_dt_required
 from tepat.domain.models import Message, MessageStatus
 
 
@@ -41,36 +41,28 @@ class OutboxMixin(MongoBase):
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime
     ) -> dict[tuple[datetime, str, str, str | None], int]:
-        pipeline: list[dict[str, Any]] = [
+        groups = await self._count(
+            "messages",
             {
-                "$match": {
-                    "publish_pending": True,
-                    "status": MessageStatus.PENDING.value,
-                    "due_at": {"$gte": bson_dt(due_from), "$lt": bson_dt(due_before)},
-                }
+                "publish_pending": True,
+                "status": MessageStatus.PENDING.value,
+                "due_at": {"$gte": bson_dt(due_from), "$lt": bson_dt(due_before)},
             },
-            {
-                "$group": {
-                    "_id": {
-                        "due": "$due_at",
-                        "category": "$category",
-                        "channel": "$channel",
-                        "priority": "$priority",
-                    },
-                    "n": {"$sum": 1},
-                }
-            },
-        ]
-        docs = await (await self._db["messages"].aggregate(pipeline)).to_list(None)
-        counts: dict[tuple[datetime, str, str, str | None], int] = {}
-        for d in docs:
-            key = d["_id"]
-            due = read_dt(key["due"])
-            assert due is not None  # matched on a due_at range
-            # Documents written before channels existed carry neither field: push, normal.
-            channel = key.get("channel") or "push"
-            counts[(due, key["category"], channel, key.get("priority"))] = int(d["n"])
-        return counts
+            due="$due_at",
+            category="$category",
+            channel="$channel",
+            priority="$priority",
+        )
+        # Documents written before channels existed carry neither field: push, normal.
+        return {
+            (
+                read_dt_required(g["due"]),
+                g["category"],
+                g.get("channel") or "push",
+                g.get("priority"),
+            ): n
+            for g, n in groups
+        }
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
         if not published:

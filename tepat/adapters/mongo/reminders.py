@@ -7,24 +7,17 @@ from collections.abc import Mapping, Sequence
 from pymongo import ASCENDING
 
 from tepat.adapters.mongo.base import MongoBase
-from tepat.adapters.mongo.codecs import bson_dt, pair_id, reminder_fields, reminder_from_doc
+from tepat.adapters.mongo.codecs import pair_id, reminder_from_doc, reminder_upsert
 from tepat.adapters.mongo.users import PLAN_CHANGED
 from tepat.domain.models import Reminder
 
 
 class RemindersMixin(MongoBase):
-    """The ``reminders`` and ``preferences`` collections."""
-
-    # --- reminders ----------------------------------------------------------------
-
     async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
-        now = self._clock.now()
-        update = {
-            "$set": reminder_fields(reminder, now),
-            "$setOnInsert": {"created_at": bson_dt(reminder.created_at or now)},
-        }
         key = pair_id(reminder.user_id, reminder.reminder_id)
-        doc, inserted = await self._upsert("reminders", key, update)
+        doc, inserted = await self._upsert(
+            "reminders", key, reminder_upsert(reminder, self._clock.now())
+        )
         await self._reminders_changed(reminder.user_id)
         return reminder_from_doc(doc), inserted
 
@@ -58,7 +51,6 @@ class RemindersMixin(MongoBase):
             out.setdefault(d["user_id"], []).append(reminder_from_doc(d))
         return out
 
-    # --- preferences --------------------------------------------------------------
     # One document per (user, category): category names are free text, and a dotted
     # or $-prefixed name would be misread as a path inside a per-user subdocument.
 

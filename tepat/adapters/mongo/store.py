@@ -49,8 +49,6 @@ class MongoStore(
     mongomock facade in ``tests/support``); it is then not closed by :meth:`close`.
     """
 
-    # --- lifecycle ----------------------------------------------------------------
-
     async def open(self) -> None:
         if self._client is None:
             self._client = connect(self._url)

@@ -15,10 +15,6 @@ from tepat.domain.models import Ticket
 
 
 class TicketsMixin(MongoBase):
-    """The ``tickets`` collection."""
-
-    # --- tickets ------------------------------------------------------------------
-
     async def add_tickets(self, tickets: Sequence[Ticket]) -> None:
         if not tickets:
             return

@@ -37,6 +37,21 @@ PLAN_CHANGED: dict[str, Any] = {
 }
 
 
+def user_upsert(user: User, now: datetime) -> dict[str, Any]:
+    """The update that creates or replaces ``user`` (``upsert_user``, the bulk import)."""
+    fields = user_fields(user, now)
+    # Never down: a re-plan may have taken a newer version since the caller read.
+    # ($max on an absent field sets it, so a new user takes the given version.)
+    plan_version = fields.pop("plan_version")
+    return {
+        "$set": fields,
+        "$max": {"plan_version": plan_version},
+        # Only a new user takes the given created_at: replacing keeps the original.
+        "$setOnInsert": {"created_at": bson_dt(user.created_at or now)},
+        **PLAN_CHANGED,
+    }
+
+
 def _ceil_ms(value: datetime) -> datetime:
     down = bson_dt(value)
     return down if down == value else down + timedelta(milliseconds=1)
@@ -58,25 +73,10 @@ def _plan_target(doc: Mapping[str, Any]) -> PlanTarget:
 
 
 class UsersMixin(MongoBase):
-    """The ``users`` and ``devices`` collections."""
-
-    # --- users --------------------------------------------------------------------
-
     async def upsert_user(self, user: User) -> User:
-        now = self._clock.now()
-        fields = user_fields(user, now)
-        # Never down: a re-plan may have taken a newer version since the caller read.
-        # ($max on an absent field sets it, so a new user takes the given version.)
-        plan_version = fields.pop("plan_version")
         doc = await self._db["users"].find_one_and_update(
             {"_id": user.user_id},
-            {
-                "$set": fields,
-                "$max": {"plan_version": plan_version},
-                # Only a new user takes the given created_at: replacing keeps the original.
-                "$setOnInsert": {"created_at": bson_dt(user.created_at or now)},
-                **PLAN_CHANGED,
-            },
+            user_upsert(user, self._clock.now()),
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
@@ -117,8 +117,6 @@ class UsersMixin(MongoBase):
             if len(docs) < batch_size:
                 return
             last = docs[-1]["_id"]
-
-    # --- planning marks -----------------------------------------------------------
 
     async def users_to_plan(
         self,
@@ -185,26 +183,20 @@ class UsersMixin(MongoBase):
     async def user_id_bounds(self, parts: int) -> list[str]:
         if parts <= 1:
             return []
-        users = self._db["users"]
-        step = await users.count_documents({}) // parts
+        step = await self._db["users"].count_documents({}) // parts
         if step == 0:
             return []
         # Walks the ids once, a range at a time (ids only): cheap next to the plan.
         bounds: list[str] = []
         for _ in range(1, parts):
             flt: dict[str, Any] = {"_id": {"$gt": bounds[-1]}} if bounds else {}
-            docs = (
-                await users.find(flt, projection={"_id": True})
-                .sort([("_id", ASCENDING)])
-                .limit(step)
-                .to_list(None)
+            docs = await self._find(
+                "users", flt, projection={"_id": True}, sort=[("_id", ASCENDING)], limit=step
             )
             if len(docs) < step:
                 break
             bounds.append(docs[-1]["_id"])
         return bounds
-
-    # --- devices ------------------------------------------------------------------
 
     async def register_device(
         self, device: Device, *, from_other_users: bool = True

@@ -27,7 +27,14 @@ from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
-from tepat.adapters.mongo.codecs import bson_dt, read_dt, read_dt_required
+from tepat.adapters.mongo.codecs import (
+    bson_dt,
+    decoder,
+    encoder,
+    opt_bson_dt,
+    read_dt,
+    read_dt_required,
+)
 from tepat.domain.webhooks import (
     STATUS_EVENT_TYPES,
     WEBHOOK_USER,
@@ -84,48 +91,36 @@ def journal_on_insert(doc: dict[str, Any]) -> None:
         ]
 
 
-def _sub_doc(sub: WebhookSubscription) -> dict[str, Any]:
-    return {
-        "_id": sub.id,
-        "url": sub.url,
-        "event_types": list(sub.event_types),
-        "categories": list(sub.categories),
-        "secrets": [
-            {
-                "secret": s.secret,
-                "created_at": bson_dt(s.created_at),
-                "expires_at": None if s.expires_at is None else bson_dt(s.expires_at),
-            }
-            for s in sub.secrets
-        ],
-        "description": sub.description,
-        "enabled": sub.enabled,
-        "disabled_reason": sub.disabled_reason,
-        "version": sub.version,
-        "created_at": bson_dt(sub.created_at),
-        "updated_at": bson_dt(sub.updated_at),
-    }
-
-
-def _subscription(doc: Mapping[str, Any]) -> WebhookSubscription:
-    return WebhookSubscription(
-        id=doc["_id"],
-        url=doc["url"],
-        event_types=tuple(doc["event_types"]),
-        categories=tuple(doc.get("categories") or ()),
-        secrets=tuple(
-            WebhookSecret(
-                s["secret"], read_dt_required(s["created_at"]), read_dt(s.get("expires_at"))
-            )
-            for s in doc["secrets"]
-        ),
-        description=doc.get("description", ""),
-        enabled=bool(doc["enabled"]),
-        disabled_reason=doc.get("disabled_reason"),
-        version=int(doc["version"]),
-        created_at=read_dt_required(doc["created_at"]),
-        updated_at=read_dt_required(doc["updated_at"]),
-    )
+_sub_doc = encoder(
+    WebhookSubscription,
+    "id",
+    event_types=list,
+    categories=list,
+    secrets=lambda secrets: [
+        {
+            "secret": s.secret,
+            "created_at": bson_dt(s.created_at),
+            "expires_at": opt_bson_dt(s.expires_at),
+        }
+        for s in secrets
+    ],
+    created_at=bson_dt,
+    updated_at=bson_dt,
+)
+_subscription = decoder(
+    WebhookSubscription,
+    "id",
+    event_types=tuple,
+    categories=lambda categories: tuple(categories or ()),
+    secrets=lambda secrets: tuple(
+        WebhookSecret(s["secret"], read_dt_required(s["created_at"]), read_dt(s.get("expires_at")))
+        for s in secrets
+    ),
+    enabled=bool,
+    version=int,
+    created_at=read_dt_required,
+    updated_at=read_dt_required,
+)
 
 
 class WebhooksMixin(MongoBase):

@@ -8,52 +8,31 @@ users, devices and reminders of a request together).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 
 from tepat.adapters.sqlite.codecs import (
-    _REMINDER_COLUMNS,
-    _USER_COLUMNS,
-    Row,
-    _chunks,
-    _placeholders,
     _reminder_params,
     _ts_opt,
     _user_params,
 )
-from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
+from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks, _insert_many
+from tepat.adapters.sqlite.reminders import UPSERT_REMINDER
 from tepat.adapters.sqlite.schema import Conn
 from tepat.adapters.sqlite.users import (
     _PLAN_COLUMNS,
     ROTATE_TOKEN,
     ROTATED_REASON,
     UPSERT_DEVICE,
+    UPSERT_USER,
     _plan_target,
 )
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.repositories.bulk_import import RecordsWritten
 from tepat.ports.repositories.users import PlanTarget
 
-# Rows per multi-row INSERT (fewer where SQLite's variable limit says so).
-ROWS_PER_STATEMENT = 500
-VARIABLE_LIMIT = sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER
-
 
 class BulkMixin(SqliteBase):
     """:class:`tepat.ports.store.BulkImportRepository` on SQLite."""
-
-    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
-        if not users:
-            return []
-        return await self._write(_upsert_users(users, self._now()))
-
-    async def register_devices(self, devices: Sequence[Device]) -> None:
-        if devices:
-            await self._write(_register_devices(devices, self._now()))
-
-    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
-        if reminders:
-            await self._write(_upsert_reminders(reminders, self._now()))
 
     async def write_records(
         self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
@@ -76,14 +55,8 @@ class BulkMixin(SqliteBase):
                 write_reminders(conn)
             # Still inside the transaction: no other writer's change is in these.
             new = [uid for uid, c in zip(ids, created, strict=True) if c]
-            stamps: dict[str, int] = {}
-            for chunk in _chunks(new, ID_CHUNK):
-                sql = (
-                    "SELECT user_id, plan_stamp FROM users "
-                    f"WHERE user_id IN ({_placeholders(len(chunk))})"
-                )
-                stamps.update(conn.execute(sql, chunk).fetchall())
-            return RecordsWritten(created, stamps)
+            sql = "SELECT user_id, plan_stamp FROM users WHERE user_id IN ({ids})"
+            return RecordsWritten(created, dict(_in_chunks(conn, sql, new)))
 
         return await self._write(run)
 
@@ -96,28 +69,18 @@ class BulkMixin(SqliteBase):
 
 def _upsert_users(users: Sequence[User], now: str) -> Callable[[Conn], list[bool]]:
     rows = [_user_params(u, now) for u in users]
-    upsert = (
-        f"INSERT INTO users ({_USER_COLUMNS}) VALUES {{values}} "
-        "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
-        "locale = excluded.locale, quiet_start = excluded.quiet_start, "
-        "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
-        "plan_version = max(plan_version, excluded.plan_version), "
-        "updated_at = excluded.updated_at"
-    )
     ids = [u.user_id for u in users]
 
     def run(conn: Conn) -> list[bool]:
         # Inside the write transaction, so no other writer creates one in between:
         # "created" is exact even when imports of the same users race.
-        existing: set[str] = set()
-        for chunk in _chunks(list(dict.fromkeys(ids)), ID_CHUNK):
-            sql = f"SELECT user_id FROM users WHERE user_id IN ({_placeholders(len(chunk))})"
-            existing.update(r[0] for r in conn.execute(sql, chunk).fetchall())
+        sql = "SELECT user_id FROM users WHERE user_id IN ({ids})"
+        existing = {row[0] for row in _in_chunks(conn, sql, ids)}
         created: list[bool] = []
         for user_id in ids:
             created.append(user_id not in existing)
             existing.add(user_id)  # the same id twice: only the first creates it
-        _insert_many(conn, upsert, rows)
+        _insert_many(conn, UPSERT_USER, rows)
         return created
 
     return run
@@ -145,30 +108,8 @@ def _register_devices(devices: Sequence[Device], now: str) -> Callable[[Conn], N
 
 def _upsert_reminders(reminders: Sequence[Reminder], now: str) -> Callable[[Conn], None]:
     rows = [_reminder_params(r, now) for r in reminders]
-    sql = (
-        f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES {{values}} "
-        "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
-        "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
-        "label = excluded.label, days = excluded.days, data = excluded.data, "
-        "enabled = excluded.enabled, version = excluded.version, "
-        "updated_at = excluded.updated_at"
-    )
 
     def run(conn: Conn) -> None:
-        _insert_many(conn, sql, rows)
+        _insert_many(conn, UPSERT_REMINDER, rows)
 
     return run
-
-
-def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> None:
-    """``sql`` (an INSERT whose ``{values}`` stands for its VALUES rows) for ``rows``, a
-    few hundred rows per statement: the same as one statement per row in order (a key
-    twice in one statement meets its own earlier row, as a later statement would), with
-    one trip into SQLite per statement instead of per row. Each trip releases and takes
-    back the GIL, which the event loop's thread holds most of the time under load."""
-    width = len(rows[0])
-    per_statement = max(1, min(ROWS_PER_STATEMENT, conn.getlimit(VARIABLE_LIMIT) // width))
-    one = f"({_placeholders(width)})"
-    for chunk in _chunks(rows, per_statement):
-        values = ",".join([one] * len(chunk))
-        conn.execute(sql.format(values=values), [v for row in chunk for v in row])

@@ -10,7 +10,7 @@ caller leaves ``None`` are stamped from the store's clock.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime, time
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -74,11 +74,40 @@ def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def _unique(items: Sequence[str]) -> list[str]:
+def _unique(items: Sequence[T]) -> list[T]:
     return list(dict.fromkeys(items))
 
 
-# --------------------------------------------------------------------------- users
+def _decoder(
+    model: Callable[..., T], columns: str, **convert: Callable[[Any], Any] | None
+) -> Callable[[Row], T]:
+    """Row -> ``model``, for rows of ``columns`` named as the model's fields: each value
+    through its converter in ``convert``, if it has one (``None`` leaves the column out)."""
+    names = tuple(columns.split(", "))
+    kept = [
+        (i, name, convert.get(name)) for i, name in enumerate(names) if convert.get(name, _same)
+    ]
+
+    def decode(row: Row) -> T:
+        return model(**{name: row[i] if fn is None else fn(row[i]) for i, name, fn in kept})
+
+    return decode
+
+
+def _encoder(columns: str, **convert: Callable[[Any], Any]) -> Callable[[Any], Row]:
+    """Model -> row of ``columns`` named as its fields, each value through its converter
+    in ``convert``, if it has one: :func:`_decoder` reversed."""
+    fns = [(name, convert.get(name)) for name in columns.split(", ")]
+
+    def encode(obj: Any) -> Row:
+        return tuple(getattr(obj, n) if fn is None else fn(getattr(obj, n)) for n, fn in fns)
+
+    return encode
+
+
+def _same(value: T) -> T:
+    return value
+
 
 _USER_COLUMNS = (
     "user_id, timezone, locale, quiet_start, quiet_end, enabled, plan_version, "
@@ -118,30 +147,14 @@ def _user(row: Row) -> User:
     )
 
 
-# --------------------------------------------------------------------------- devices
-
 _DEVICE_COLUMNS = (
     "user_id, device_id, push_token, platform, active, consecutive_failures, "
     "deactivated_reason, created_at, updated_at"
 )
 
 
-def _device(row: Row) -> Device:
-    user_id, device_id, token, platform, active, failures, reason, created, updated = row
-    return Device(
-        user_id=user_id,
-        device_id=device_id,
-        push_token=token,
-        platform=platform,
-        active=bool(active),
-        consecutive_failures=failures,
-        deactivated_reason=reason,
-        created_at=_dt(created),
-        updated_at=_dt(updated),
-    )
+_device = _decoder(Device, _DEVICE_COLUMNS, active=bool, created_at=_dt, updated_at=_dt)
 
-
-# --------------------------------------------------------------------------- reminders
 
 _REMINDER_COLUMNS = (
     "user_id, reminder_id, category, local_time, title, body, label, days, data, "
@@ -149,82 +162,41 @@ _REMINDER_COLUMNS = (
 )
 
 
-def _reminder_params(r: Reminder, now: str) -> Row:
-    return (
-        r.user_id,
-        r.reminder_id,
-        r.category,
-        _local_time(r.local_time),
-        r.title,
-        r.body,
-        r.label,
-        ",".join(r.days),
-        _json(r.data),
-        int(r.enabled),
-        r.version,
-        _ts_opt(r.created_at) or now,
-        _ts_opt(r.updated_at) or now,
-    )
-
-
-def _reminder(row: Row) -> Reminder:
-    (user_id, reminder_id, category, local_time, title, body, label, days, data) = row[:9]
-    enabled, version, created, updated = row[9:]
-    return Reminder(
-        user_id=user_id,
-        reminder_id=reminder_id,
-        category=category,
-        local_time=time.fromisoformat(local_time),
-        title=title,
-        body=body,
-        label=label,
-        days=tuple(days.split(",")) if days else (),
-        data=json.loads(data),
-        enabled=bool(enabled),
-        version=version,
-        created_at=_dt(created),
-        updated_at=_dt(updated),
-    )
-
-
-# --------------------------------------------------------------------------- messages
-
-_MESSAGE_FIELDS = (
-    "id",
-    "user_id",
-    "category",
-    "label",
-    "title",
-    "body",
-    "scheduled_at",
-    "timezone",
-    "dedup_key",
-    "live_key",
-    "device_id",
-    "reminder_id",
-    "idempotency_key",
-    "request_hash",
-    "local_date",
-    "local_time",
-    "data",
-    "status",
-    "status_reason",
-    "attempts",
-    "ticket_id",
-    "last_error",
-    "plan_version",
-    "claimed_at",
-    "created_at",
-    "updated_at",
-    "nominal_at",
-    "due_at",
-    "slot_key",
-    "publish_pending",
-    "channel",
-    "content",
-    "priority",
+_reminder_row = _encoder(
+    _REMINDER_COLUMNS,
+    local_time=_local_time,
+    days=",".join,
+    data=_json,
+    enabled=int,
+    created_at=_ts_opt,
+    updated_at=_ts_opt,
 )
-_MESSAGE_COLUMNS = ", ".join(_MESSAGE_FIELDS)
+
+
+def _reminder_params(r: Reminder, now: str) -> Row:
+    *row, created, updated = _reminder_row(r)
+    return (*row, created or now, updated or now)
+
+
+_reminder = _decoder(
+    Reminder,
+    _REMINDER_COLUMNS,
+    local_time=time.fromisoformat,
+    days=lambda days: tuple(days.split(",")) if days else (),
+    data=json.loads,
+    enabled=bool,
+    created_at=_dt,
+    updated_at=_dt,
+)
+
+
+_MESSAGE_COLUMNS = (
+    "id, user_id, category, label, title, body, scheduled_at, timezone, dedup_key, live_key, "
+    "device_id, reminder_id, idempotency_key, request_hash, local_date, local_time, data, "
+    "status, status_reason, attempts, ticket_id, last_error, plan_version, claimed_at, "
+    "created_at, updated_at, nominal_at, due_at, slot_key, publish_pending, channel, content, "
+    "priority"
+)
 
 
 def _message_params(m: Message, now: str) -> Row:
@@ -266,49 +238,23 @@ def _message_params(m: Message, now: str) -> Row:
     )
 
 
-def _message(row: Row) -> Message:
-    (mid, user_id, category, label, title, body, scheduled_at, tz, dedup_key, live_key) = row[:10]
-    (device_id, reminder_id, idem_key, req_hash, local_date, local_time, data) = row[10:17]
-    (status, reason, attempts, ticket_id, last_error, plan_version) = row[17:23]
-    claimed_at, created_at, updated_at, nominal_at, due_at, slot_key = row[23:29]
-    channel, content, priority = row[30:33]  # row[29] is the outbox mark
-    return Message(
-        id=mid,
-        user_id=user_id,
-        category=category,
-        label=label,
-        title=title,
-        body=body,
-        scheduled_at=_dt(scheduled_at),
-        timezone=tz,
-        dedup_key=dedup_key,
-        live_key=live_key,
-        device_id=device_id,
-        reminder_id=reminder_id,
-        idempotency_key=idem_key,
-        request_hash=req_hash,
-        local_date=None if local_date is None else date.fromisoformat(local_date),
-        local_time=None if local_time is None else time.fromisoformat(local_time),
-        data=json.loads(data),
-        status=MessageStatus(status),
-        status_reason=reason,
-        attempts=attempts,
-        ticket_id=ticket_id,
-        last_error=last_error,
-        plan_version=plan_version,
-        claimed_at=_dt_opt(claimed_at),
-        created_at=_dt(created_at),
-        updated_at=_dt(updated_at),
-        nominal_at=_dt(nominal_at),
-        due_at=_dt(due_at),
-        slot_key=slot_key,
-        channel=channel,
-        content=json.loads(content),
-        priority=priority,
-    )
+_message = _decoder(
+    Message,
+    _MESSAGE_COLUMNS,
+    scheduled_at=_dt,
+    local_date=lambda d: None if d is None else date.fromisoformat(d),
+    local_time=lambda t: None if t is None else time.fromisoformat(t),
+    data=json.loads,
+    status=MessageStatus,
+    claimed_at=_dt_opt,
+    created_at=_dt,
+    updated_at=_dt,
+    nominal_at=_dt,
+    due_at=_dt,
+    publish_pending=None,  # the outbox mark: the store's, not the message's
+    content=json.loads,
+)
 
-
-# --------------------------------------------------------------------------- tickets
 
 _TICKET_COLUMNS = (
     "ticket_id, message_id, user_id, device_id, push_token, sent_at, receipt_status, "
@@ -316,30 +262,5 @@ _TICKET_COLUMNS = (
 )
 
 
-def _ticket_params(t: Ticket) -> Row:
-    return (
-        t.ticket_id,
-        t.message_id,
-        t.user_id,
-        t.device_id,
-        t.push_token,
-        _ts(t.sent_at),
-        t.receipt_status,
-        t.receipt_error,
-        _ts_opt(t.checked_at),
-    )
-
-
-def _ticket(row: Row) -> Ticket:
-    ticket_id, message_id, user_id, device_id, token, sent_at, status, error, checked = row
-    return Ticket(
-        ticket_id=ticket_id,
-        message_id=message_id,
-        user_id=user_id,
-        device_id=device_id,
-        push_token=token,
-        sent_at=_dt(sent_at),
-        receipt_status=status,
-        receipt_error=error,
-        checked_at=_dt_opt(checked),
-    )
+_ticket_params = _encoder(_TICKET_COLUMNS, sent_at=_ts, checked_at=_ts_opt)
+_ticket = _decoder(Ticket, _TICKET_COLUMNS, sent_at=_dt, checked_at=_dt_opt)

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from tepat.adapters.sqlite.codecs import _MESSAGE_FIELDS, Row, _chunks, _placeholders, _ts, _unique
+from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts, _unique
 from tepat.adapters.sqlite.schema import Conn, _connect, _migrate
 from tepat.clock import Clock, SystemClock
 
@@ -89,14 +89,11 @@ class SqliteBase:
         # longer queues behind the claims of this second, nor a claim behind reads.
         self._reader: ThreadPoolExecutor | None = None
         self._reader_conn: Conn | None = None  # touched only by the reader thread
-        self._rows_per_insert = INSERT_ROWS_PER_STATEMENT
         self._checkpointer: asyncio.Task[None] | None = None
         # Writes waiting for the worker (see _write); appended on the event loop's
         # thread, taken on the worker's.
         self._writes: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
         self._writes_lock = threading.Lock()
-
-    # ----------------------------------------------------------------- plumbing
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -116,19 +113,10 @@ class SqliteBase:
         return await asyncio.get_running_loop().run_in_executor(self._worker(), self._in_worker, fn)
 
     def _in_reader(self, fn: Callable[[Conn], T]) -> T:
-        assert self._reader_conn is not None, "open() connects the reader first"
-        result = fn(self._reader_conn)
-        assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
-        return result
+        return _fetched(fn, self._reader_conn)
 
     def _in_worker(self, fn: Callable[[Conn], T]) -> T:
-        assert self._conn is not None, "open() connects before any other call"
-        result = fn(self._conn)
-        # A cursor must not leave this thread: freed on the event loop's thread it
-        # resets a cached statement the worker may be reusing ("bad parameter or
-        # other API misuse"). Fetch rows or counts here instead.
-        assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
-        return result
+        return _fetched(fn, self._conn)
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` in a write transaction: the writes queued while the worker was busy
@@ -180,22 +168,26 @@ class SqliteBase:
     async def _select(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return await self._run(lambda c: c.execute(sql, params).fetchall())
 
+    async def _fetch(
+        self, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
+    ) -> list[T]:
+        return [decode(row) for row in await self._select(sql, params)]
+
+    async def _fetch_one(
+        self, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
+    ) -> T | None:
+        rows = await self._select(sql, params)
+        return decode(rows[0]) if rows else None
+
+    async def _execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """One write statement in a transaction of its own; how many rows it changed."""
+        return await self._write(lambda c: c.execute(sql, params).rowcount)
+
     async def _select_in(
         self, sql: str, ids: Sequence[str], params: Sequence[Any] = ()
     ) -> list[Row]:
         """``sql`` has one ``{ids}`` placeholder list, filled a chunk at a time."""
-        keys = _unique(ids)
-
-        def run(conn: Conn) -> list[Row]:
-            rows: list[Row] = []
-            for chunk in _chunks(keys, ID_CHUNK):
-                query = sql.format(ids=_placeholders(len(chunk)))
-                rows.extend(conn.execute(query, (*chunk, *params)).fetchall())
-            return rows
-
-        return await self._run(run)
-
-    # ----------------------------------------------------------------- lifecycle
+        return await self._run(lambda conn: _in_chunks(conn, sql, ids, params))
 
     async def open(self) -> None:
         if self._executor is not None:
@@ -207,8 +199,6 @@ class SqliteBase:
             if _on_disk(self._path):
                 _make_private(self._path)
             self._conn = _connect(self._path)
-            limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-            self._rows_per_insert = min(INSERT_ROWS_PER_STATEMENT, limit // len(_MESSAGE_FIELDS))
             _immediate(partial(_migrate, now=now), self._conn)
             if _on_disk(self._path):
                 self._conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -267,6 +257,45 @@ class SqliteBase:
             await asyncio.get_running_loop().run_in_executor(executor, shutdown)
         finally:
             executor.shutdown(wait=False)
+
+
+def _fetched(fn: Callable[[Conn], T], conn: Conn | None) -> T:
+    assert conn is not None, "open() connects before any other call"
+    result = fn(conn)
+    # A cursor must not leave its thread: freed on the event loop's thread it resets a
+    # cached statement the thread may be reusing ("bad parameter or other API misuse").
+    # Fetch rows or counts there instead.
+    assert not isinstance(result, sqlite3.Cursor), "return rows or a count, not a cursor"
+    return result
+
+
+def _in_chunks(
+    conn: Conn, sql: str, ids: Sequence[Any], params: Sequence[Any] = (), before: Sequence[Any] = ()
+) -> list[Row]:
+    """``sql`` (one ``{ids}`` placeholder list, bound between ``before`` and ``params``) for
+    each chunk of ``ids`` (each once): the rows of all of them."""
+    rows: list[Row] = []
+    for chunk in _chunks(_unique(ids), ID_CHUNK):
+        query = sql.format(ids=_placeholders(len(chunk)))
+        rows.extend(conn.execute(query, (*before, *chunk, *params)).fetchall())
+    return rows
+
+
+def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> list[Row]:
+    """``sql`` (an INSERT whose ``{values}`` stands for its VALUES rows) for ``rows``, a
+    few hundred rows per statement: the same as one statement per row in order (a key
+    twice in one statement meets its own earlier row, as a later statement would), with
+    one trip into SQLite per statement instead of per row. Each trip releases and takes
+    back the GIL, which the event loop's thread holds most of the time under load.
+    Returns the rows its RETURNING clause gives, if it has one."""
+    width = len(rows[0])
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    one = f"({_placeholders(width)})"
+    returned: list[Row] = []
+    for chunk in _chunks(rows, max(1, min(INSERT_ROWS_PER_STATEMENT, limit // width))):
+        query = sql.format(values=",".join([one] * len(chunk)))
+        returned.extend(conn.execute(query, [v for row in chunk for v in row]).fetchall())
+    return returned
 
 
 def _on_disk(path: str) -> bool:

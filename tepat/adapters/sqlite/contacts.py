@@ -10,32 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _ts
+from tepat.adapters.sqlite.codecs import _decoder, _dt, _ts
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
 
-_SUPPRESSION = "SELECT channel, address, reason, added_at, source FROM suppressions"
+_SUPPRESSION_COLUMNS = "channel, address, reason, added_at, source"
+_suppression = _decoder(Suppression, _SUPPRESSION_COLUMNS, reason=SuppressionReason, added_at=_dt)
+_CONTACT_COLUMNS = "user_id, channel, address, verified, updated_at"
+_contact = _decoder(Contact, _CONTACT_COLUMNS, verified=bool, updated_at=_dt)
 
 
-def _contact(row: Row) -> Contact:
-    return Contact(
-        user_id=row[0],
-        channel=row[1],
-        address=row[2],
-        verified=bool(row[3]),
-        updated_at=_dt(row[4]),
-    )
-
-
-def _suppression(row: Row) -> Suppression:
-    return Suppression(
-        channel=row[0],
-        address=row[1],
-        reason=SuppressionReason(row[2]),
-        added_at=_dt(row[3]),
-        source=row[4],
-    )
+_SUPPRESSION = f"SELECT {_SUPPRESSION_COLUMNS} FROM suppressions"
+_CONTACT = f"SELECT {_CONTACT_COLUMNS} FROM contacts"
 
 
 class ContactsMixin(SqliteBase):
@@ -43,12 +30,8 @@ class ContactsMixin(SqliteBase):
         self, user_id: str, channel: str, address: str | None, verified: bool, now: datetime
     ) -> None:
         if address is None:
-            await self._write(
-                lambda c: (
-                    c.execute(
-                        "DELETE FROM contacts WHERE user_id = ? AND channel = ?", (user_id, channel)
-                    ).rowcount
-                )
+            await self._execute(
+                "DELETE FROM contacts WHERE user_id = ? AND channel = ?", (user_id, channel)
             )
             return
         sql = (
@@ -57,25 +40,17 @@ class ContactsMixin(SqliteBase):
             "address = excluded.address, verified = excluded.verified, "
             "updated_at = excluded.updated_at"
         )
-        params = (user_id, channel, address, int(verified), _ts(now))
-        await self._write(lambda c: c.execute(sql, params).rowcount)
+        await self._execute(sql, (user_id, channel, address, int(verified), _ts(now)))
 
     async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
-        rows = await self._select_in(
-            "SELECT user_id, channel, address, verified, updated_at FROM contacts "
-            "WHERE user_id IN ({ids}) AND channel = ?",
-            user_ids,
-            (channel,),
-        )
+        sql = f"{_CONTACT} WHERE user_id IN ({{ids}}) AND channel = ?"
+        rows = await self._select_in(sql, user_ids, (channel,))
         return {row[0]: _contact(row) for row in rows}
 
     async def list_contacts(self, user_id: str) -> list[Contact]:
-        rows = await self._select(
-            "SELECT user_id, channel, address, verified, updated_at FROM contacts "
-            "WHERE user_id = ? ORDER BY channel",
-            (user_id,),
+        return await self._fetch(
+            _contact, f"{_CONTACT} WHERE user_id = ? ORDER BY channel", (user_id,)
         )
-        return [_contact(r) for r in rows]
 
     async def add_suppression(
         self,
@@ -109,8 +84,7 @@ class ContactsMixin(SqliteBase):
                 )
             return False
 
-        created: bool = await self._write(run)
-        return created
+        return await self._write(run)
 
     async def lift_suppression(
         self, channel: str, address: str, reason: SuppressionReason | None = None
@@ -120,8 +94,7 @@ class ContactsMixin(SqliteBase):
         if reason is not None:
             sql += " AND reason = ?"
             params = (*params, SuppressionReason(reason).value)
-        count: int = await self._write(lambda c: c.execute(sql, params).rowcount)
-        return count > 0
+        return await self._execute(sql, params) > 0
 
     async def suppressions_for(
         self, channel: str, addresses: Sequence[str]
@@ -143,19 +116,15 @@ class ContactsMixin(SqliteBase):
             where.append("(channel, address) > (?, ?)")
             params.extend(after)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._select(
-            f"{_SUPPRESSION}{clause} ORDER BY channel, address LIMIT ?", (*params, max(0, limit))
-        )
-        return [_suppression(r) for r in rows]
+        sql = f"{_SUPPRESSION}{clause} ORDER BY channel, address LIMIT ?"
+        return await self._fetch(_suppression, sql, (*params, max(0, limit)))
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
         sql = (
             "INSERT INTO provider_events (provider, event_id, recorded_at) VALUES (?, ?, ?) "
             "ON CONFLICT DO NOTHING"
         )
-        params = (provider, event_id, _ts(now))
-        count: int = await self._write(lambda c: c.execute(sql, params).rowcount)
-        return count == 1
+        return await self._execute(sql, (provider, event_id, _ts(now))) == 1
 
     async def provider_event_seen(self, provider: str, event_id: str) -> bool:
         rows = await self._select(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import itemgetter
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _ts, _ts_opt
+from tepat.adapters.event_fields import EVENT_FIELDS
+from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts, _ts_opt
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.events import Event, EventState, event_key_range
-from tepat.domain.routing import Priority
-from tepat.domain.validation import format_hhmm, parse_hhmm
+from tepat.domain.validation import format_hhmm
 
 _COLUMNS = (
     "event_id, type, category, priority, request_hash, all_users, data, occurred_at, "
@@ -25,26 +26,16 @@ def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def _event(row: Row) -> Event:
-    return Event(
-        event_id=row[0],
-        type=row[1],
-        category=row[2],
-        priority=Priority(row[3]),
-        request_hash=row[4],
-        all_users=bool(row[5]),
-        data=json.loads(row[6]),
-        occurred_at=_dt(row[7]),
-        send_at=None if row[8] is None else _dt(row[8]),
-        local_time=None if row[9] is None else parse_hhmm(row[9], "local_time"),
-        listed=int(row[10]),
-        state=EventState(row[11]),
-        cursor=row[12],
-        recipients=int(row[13]),
-        counts=json.loads(row[14]),
-        created_at=_dt(row[15]),
-        updated_at=_dt(row[16]),
-    )
+_event = _decoder(
+    Event,
+    _COLUMNS,
+    **EVENT_FIELDS,
+    occurred_at=_dt,
+    send_at=_dt_opt,
+    counts=json.loads,
+    created_at=_dt,
+    updated_at=_dt,
+)
 
 
 class EventsMixin(SqliteBase):
@@ -91,32 +82,20 @@ class EventsMixin(SqliteBase):
         return _event(row), created
 
     async def get_event(self, event_id: str) -> Event | None:
-        rows = await self._select(f"{_SELECT} WHERE event_id = ?", (event_id,))
-        return _event(rows[0]) if rows else None
+        return await self._fetch_one(_event, f"{_SELECT} WHERE event_id = ?", (event_id,))
 
     async def events_fanning_out(self, limit: int) -> list[Event]:
         # "!= 'done'" spelled out so the partial index ix_events_open serves it.
-        rows = await self._select(
-            f"{_SELECT} WHERE state != 'done' AND state = ? ORDER BY created_at, event_id LIMIT ?",
-            (EventState.FANNING_OUT.value, max(0, limit)),
-        )
-        return [_event(r) for r in rows]
+        sql = f"{_SELECT} WHERE state != 'done' AND state = ? ORDER BY created_at, event_id LIMIT ?"
+        return await self._fetch(_event, sql, (EventState.FANNING_OUT.value, max(0, limit)))
 
     async def event_recipients(
         self, event_id: str, all_users: bool, after: str, limit: int
     ) -> list[str]:
-        if all_users:
-            rows = await self._select(
-                "SELECT user_id FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?",
-                (after, max(0, limit)),
-            )
-        else:
-            rows = await self._select(
-                "SELECT user_id FROM event_recipients WHERE event_id = ? AND user_id > ? "
-                "ORDER BY user_id LIMIT ?",
-                (event_id, after, max(0, limit)),
-            )
-        return [r[0] for r in rows]
+        table, listed = ("users", "") if all_users else ("event_recipients", "event_id = ? AND ")
+        sql = f"SELECT user_id FROM {table} WHERE {listed}user_id > ? ORDER BY user_id LIMIT ?"
+        params = (after, max(0, limit)) if all_users else (event_id, after, max(0, limit))
+        return await self._fetch(itemgetter(0), sql, params)
 
     async def advance_event(
         self,
@@ -146,8 +125,7 @@ class EventsMixin(SqliteBase):
             )
             return True
 
-        moved: bool = await self._write(run)
-        return moved
+        return await self._write(run)
 
     async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
         low, high = event_key_range(event_id)

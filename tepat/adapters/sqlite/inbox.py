@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _dt_opt, _ts
+from tepat.adapters.sqlite.codecs import (
+    Row,
+    _decoder,
+    _dt,
+    _dt_opt,
+    _encoder,
+    _json,
+    _placeholders,
+    _ts,
+)
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.inbox import InboxItem
@@ -15,48 +24,25 @@ _COLUMNS = (
     "data, created_at, read_at"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM inbox"
+_NEW_COLUMNS = _COLUMNS.split(", ", 1)[1]  # the store assigns seq
+# Stored unread, whatever the item says.
+_new_item = _encoder(
+    _NEW_COLUMNS, data=lambda data: _json(dict(data)), created_at=_ts, read_at=lambda _: None
+)
 
 
-def _item(row: Row) -> InboxItem:
-    return InboxItem(
-        seq=int(row[0]),
-        item_id=row[1],
-        user_id=row[2],
-        message_id=row[3],
-        event_type=row[4],
-        category=row[5],
-        title=row[6],
-        body=row[7],
-        html=row[8],
-        link=row[9],
-        data=json.loads(row[10]),
-        created_at=_dt(row[11]),
-        read_at=_dt_opt(row[12]),
-    )
+_item = _decoder(InboxItem, _COLUMNS, seq=int, data=json.loads, created_at=_dt, read_at=_dt_opt)
 
 
 class InboxMixin(SqliteBase):
     async def put_inbox_item(self, item: InboxItem) -> tuple[InboxItem, bool]:
-        values = (
-            item.item_id,
-            item.user_id,
-            item.message_id,
-            item.event_type,
-            item.category,
-            item.title,
-            item.body,
-            item.html,
-            item.link,
-            json.dumps(dict(item.data), ensure_ascii=False, separators=(",", ":")),
-            _ts(item.created_at),
-        )
+        values = _new_item(item)
 
         # The unique (user_id, message_id) decides; the insert and the read of whichever
         # row won share one write transaction.
         def run(conn: Conn) -> tuple[Row, bool]:
             inserted = conn.execute(
-                f"INSERT INTO inbox ({_COLUMNS.split(', ', 1)[1]}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) "
+                f"INSERT INTO inbox ({_NEW_COLUMNS}) VALUES ({_placeholders(12)}) "
                 "ON CONFLICT DO NOTHING",
                 values,
             ).rowcount
@@ -78,18 +64,12 @@ class InboxMixin(SqliteBase):
             params.append(before_seq)
         if unread_only:
             where.append("read_at IS NULL")
-        rows = await self._select(
-            f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
-            (*params, max(0, limit)),
-        )
-        return [_item(r) for r in rows]
+        sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?"
+        return await self._fetch(_item, sql, (*params, max(0, limit)))
 
     async def inbox_after(self, user_id: str, after_seq: int, limit: int) -> list[InboxItem]:
-        rows = await self._select(
-            f"{_SELECT} WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (user_id, after_seq, max(0, limit)),
-        )
-        return [_item(r) for r in rows]
+        sql = f"{_SELECT} WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        return await self._fetch(_item, sql, (user_id, after_seq, max(0, limit)))
 
     async def mark_inbox_read(self, user_id: str, item_id: str, now: datetime) -> InboxItem | None:
         def run(conn: Conn) -> Row | None:
@@ -115,8 +95,7 @@ class InboxMixin(SqliteBase):
         if up_to_seq is not None:
             sql += " AND seq <= ?"
             params = (*params, up_to_seq)
-        count: int = await self._write(lambda c: c.execute(sql, params).rowcount)
-        return count
+        return await self._execute(sql, params)
 
     async def inbox_unread_count(self, user_id: str) -> int:
         rows = await self._select(

@@ -20,28 +20,20 @@ from tepat.domain.errors import DomainError
 from tepat.domain.models import Message
 from tepat.ports.repositories.messages import Counts, MessagePage, MessageQuery
 
+_SELECT = f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+
 
 class MessagesReadMixin(SqliteBase):
-    """Reads of messages."""
-
     async def get_message(self, message_id: str) -> Message | None:
-        rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
-        )
-        return _message(rows[0]) if rows else None
+        return await self._fetch_one(_message, f"{_SELECT} WHERE id = ?", (message_id,))
 
     async def get_messages(self, message_ids: Sequence[str]) -> list[Message]:
-        rows = await self._select_in(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN ({{ids}})", message_ids
-        )
+        rows = await self._select_in(f"{_SELECT} WHERE id IN ({{ids}})", message_ids)
         by_id = {m.id: m for m in map(_message, rows)}
         return [by_id[i] for i in _unique(message_ids) if i in by_id]
 
     async def find_by_live_key(self, live_key: str) -> Message | None:
-        rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE live_key = ?", (live_key,)
-        )
-        return _message(rows[0]) if rows else None
+        return await self._fetch_one(_message, f"{_SELECT} WHERE live_key = ?", (live_key,))
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         if query.limit < 1:
@@ -61,29 +53,22 @@ class MessagesReadMixin(SqliteBase):
             at, message_id = decode_cursor(query.cursor)
             where.append("(scheduled_at, id) < (?, ?)")
             params.extend((_ts(at), message_id))
-        sql = (
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(where)} "
-            "ORDER BY scheduled_at DESC, id DESC LIMIT ?"
+        sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY scheduled_at DESC, id DESC LIMIT ?"
+        return message_page(
+            await self._fetch(_message, sql, (*params, query.limit + 1)), query.limit
         )
-        rows = await self._select(sql, (*params, query.limit + 1))
-        return message_page([_message(r) for r in rows], query.limit)
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
-        rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY ix_messages_pending_due_at "
+        sql = (
+            f"{_SELECT} INDEXED BY ix_messages_pending_due_at "
             "WHERE status = 'pending' AND due_at < ? AND publish_pending = 0 "
-            "ORDER BY due_at, id LIMIT ?",
-            (_ts(before), limit),
+            "ORDER BY due_at, id LIMIT ?"
         )
-        return [_message(r) for r in rows]
+        return await self._fetch(_message, sql, (_ts(before), limit))
 
     async def pending_for_user(self, user_id: str) -> list[Message]:
-        rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-            "WHERE user_id = ? AND status = 'pending' ORDER BY nominal_at, id",
-            (user_id,),
-        )
-        return [_message(r) for r in rows]
+        sql = f"{_SELECT} WHERE user_id = ? AND status = 'pending' ORDER BY nominal_at, id"
+        return await self._fetch(_message, sql, (user_id,))
 
     async def unpublished(
         self,
@@ -94,13 +79,12 @@ class MessagesReadMixin(SqliteBase):
         # "~" sorts after every timestamp: no bound; "" before every one.
         bound = "~" if due_before is None else _ts(due_before)
         start = ("", "") if after is None else (_ts(after[0]), after[1])
-        rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY ix_messages_outbox "
+        sql = (
+            f"{_SELECT} INDEXED BY ix_messages_outbox "
             "WHERE publish_pending = 1 AND due_at < ? AND (due_at, id) > (?, ?) "
-            "AND status = 'pending' ORDER BY due_at, id LIMIT ?",
-            (bound, *start, limit),
+            "AND status = 'pending' ORDER BY due_at, id LIMIT ?"
         )
-        return [_message(r) for r in rows]
+        return await self._fetch(_message, sql, (bound, *start, limit))
 
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime
@@ -115,12 +99,10 @@ class MessagesReadMixin(SqliteBase):
         return {(_dt(due), cat, channel, prio): n for due, cat, channel, prio, n in rows}
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
-        rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-            "WHERE status = 'sending' AND claimed_at < ? ORDER BY claimed_at, id LIMIT ?",
-            (_ts(claimed_before), limit),
+        sql = (
+            f"{_SELECT} WHERE status = 'sending' AND claimed_at < ? ORDER BY claimed_at, id LIMIT ?"
         )
-        return [_message(r) for r in rows]
+        return await self._fetch(_message, sql, (_ts(claimed_before), limit))
 
     async def count_messages(self) -> Counts:
         rows = await self._select(
@@ -136,9 +118,5 @@ class MessagesReadMixin(SqliteBase):
             # Keyset on (updated_at, id) of the last message of the previous page.
             where += " AND (updated_at, id) < (SELECT updated_at, id FROM messages WHERE id = ?)"
             params.append(before_id)
-        rows = await self._select(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where} "
-            "ORDER BY updated_at DESC, id DESC LIMIT ?",
-            (*params, limit),
-        )
-        return [_message(r) for r in rows]
+        sql = f"{_SELECT} WHERE {where} ORDER BY updated_at DESC, id DESC LIMIT ?"
+        return await self._fetch(_message, sql, (*params, limit))

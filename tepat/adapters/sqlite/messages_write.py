@@ -7,23 +7,20 @@ import dataclasses
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from functools import lru_cache, partial
 from typing import Any
 
-from tepat.adapters.message_transition import TransitionOne
+from tepat.adapters.message_transition import TransitionOne, transition_fields
 from tepat.adapters.sqlite.codecs import (
     _MESSAGE_COLUMNS,
-    _MESSAGE_FIELDS,
     Row,
     _chunks,
     _message,
     _message_params,
     _placeholders,
     _ts,
-    _ts_opt,
     _unique,
 )
-from tepat.adapters.sqlite.connection import ID_CHUNK, SqliteBase
+from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks, _insert_many
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.repositories.messages import InsertResult, StatusChange
@@ -48,21 +45,15 @@ def _with_stamps(m: Message, now: datetime) -> Message:
     )
 
 
-@lru_cache(maxsize=8)
-def _insert_messages_sql(rows: int) -> str:
-    one = f"({_placeholders(len(_MESSAGE_FIELDS))})"
-    values = ",".join([one] * rows)
-    # No conflict target: DO NOTHING then covers every unique index, the
-    # partial ones included, which is exactly "already exists".
-    return (
-        f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES {values} "
-        "ON CONFLICT DO NOTHING RETURNING id"
-    )
+# No conflict target: DO NOTHING then covers every unique index, the partial ones
+# included, which is exactly "already exists".
+_INSERT = (
+    f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES {{values}} "
+    "ON CONFLICT DO NOTHING RETURNING id"
+)
 
 
 class MessagesWriteMixin(TransitionOne, SqliteBase):
-    """Writes to messages: insert, claim, transitions, cancel."""
-
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
         now = self._clock.now()
         now_text = _ts(now)
@@ -91,44 +82,30 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def _insert_batch(
         self, batch: Sequence[Message], rows: Sequence[Row], now: datetime
     ) -> list[Message]:
-        inserted = await self._write(partial(self._insert_rows, rows))
+        inserted = await self._write(lambda c: {r[0] for r in _insert_many(c, _INSERT, rows)})
         return [_with_stamps(m, now) for m in _pick_inserted(batch, inserted)]
-
-    def _insert_rows(self, rows: Sequence[Row], conn: Conn) -> set[str]:
-        inserted: set[str] = set()
-        for chunk in _chunks(rows, self._rows_per_insert):
-            flat = [value for row in chunk for value in row]
-            cursor = conn.execute(_insert_messages_sql(len(chunk)), flat)
-            inserted.update(r[0] for r in cursor.fetchall())
-        return inserted
 
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
     ) -> list[Message]:
-        ids = _unique(message_ids)
         stamp = _ts(now)
         # "~" sorts after every timestamp: no bound.
         bound = "~" if due_before is None else _ts(due_before)
         sources = [s.value for s in CLAIMABLE]
         if not sources:
             return []
-
-        def run(conn: Conn) -> list[Row]:
-            rows: list[Row] = []
-            for chunk in _chunks(ids, ID_CHUNK):
-                sql = (
-                    "UPDATE messages SET status = ?, claimed_at = ?, "
-                    "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
-                    f"WHERE id IN ({_placeholders(len(chunk))}) "
-                    f"AND status IN ({_placeholders(len(sources))}) "
-                    f"AND due_at < ? RETURNING {_MESSAGE_COLUMNS}"
-                )
-                params = (MessageStatus.SENDING.value, stamp, stamp, *chunk, *sources, bound)
-                rows.extend(conn.execute(sql, params).fetchall())
-            return rows
-
-        by_id = {m.id: m for m in map(_message, await self._write(run))}
-        return [by_id[i] for i in ids if i in by_id]
+        sql = (
+            "UPDATE messages SET status = ?, claimed_at = ?, "
+            "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
+            f"WHERE id IN ({{ids}}) AND status IN ({_placeholders(len(sources))}) "
+            f"AND due_at < ? RETURNING {_MESSAGE_COLUMNS}"
+        )
+        before = (MessageStatus.SENDING.value, stamp, stamp)
+        rows = await self._write(
+            lambda c: _in_chunks(c, sql, message_ids, (*sources, bound), before)
+        )
+        by_id = {m.id: m for m in map(_message, rows)}
+        return [by_id[i] for i in _unique(message_ids) if i in by_id]
 
     async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
         return await self._update_where_status(
@@ -144,19 +121,13 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     ) -> int:
         """``SET assignments`` (``values`` for its placeholders) on those of
         ``message_ids`` in ``status``, in one write; how many rows changed."""
-        ids = _unique(message_ids)
-
-        def run(conn: Conn) -> int:
-            n = 0
-            for chunk in _chunks(ids, ID_CHUNK):
-                n += conn.execute(
-                    f"UPDATE messages SET {assignments} "
-                    f"WHERE id IN ({_placeholders(len(chunk))}) AND status = ?",
-                    (*values, *chunk, status.value),
-                ).rowcount
-            return n
-
-        return await self._write(run) if ids else 0
+        if not message_ids:
+            return 0
+        sql = f"UPDATE messages SET {assignments} WHERE id IN ({{ids}}) AND status = ? RETURNING 1"
+        changed = await self._write(
+            lambda c: _in_chunks(c, sql, message_ids, (status.value,), values)
+        )
+        return len(changed)
 
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
@@ -198,13 +169,9 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         )
 
     async def republish_all_pending(self) -> int:
-        return await self._write(
-            lambda c: (
-                c.execute(
-                    "UPDATE messages SET publish_pending = 1 "
-                    "WHERE status = 'pending' AND publish_pending = 0"
-                ).rowcount
-            )
+        return await self._execute(
+            "UPDATE messages SET publish_pending = 1 "
+            "WHERE status = 'pending' AND publish_pending = 0"
         )
 
 
@@ -228,28 +195,11 @@ def _transition_statement(
     sources = allowed_sources(change.to, expect)
     if not sources:
         return None
-    sets = ["status = ?", "updated_at = ?"]
-    params: list[Any] = [change.to.value, _ts(now)]
-    # Optional fields are only written when given, so a later transition does not
-    # erase what an earlier one recorded.
-    for column, value in (
-        ("status_reason", change.reason),
-        ("ticket_id", change.ticket_id),
-        ("last_error", change.last_error),
-        ("scheduled_at", _ts_opt(change.scheduled_at)),
-    ):
-        if value is not None:
-            sets.append(f"{column} = ?")
-            params.append(value)
+    fields = transition_fields(change, now)
+    sets = [f"{column} = ?" for column in fields]
     if change.release_live_key:
         sets.append("live_key = NULL")
-    if change.to is MessageStatus.PENDING:
-        # Back to pending: onto the outbox, due when the caller says, in this write.
-        due = change.due_at or change.scheduled_at or now
-        sets.extend(["due_at = ?", "publish_pending = 1"])
-        params.append(_ts(due))
-    else:
-        sets.append("publish_pending = 0")
+    params = [_ts(v) if isinstance(v, datetime) else v for v in fields.values()]
     expected = [s.value for s in sources]
     sql = (
         f"UPDATE messages SET {', '.join(sets)} "

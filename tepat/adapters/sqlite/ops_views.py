@@ -26,20 +26,19 @@ class OpsViewsMixin(SqliteBase):
         return [SendSample(r[0], _dt(r[1]), _dt(r[2])) for r in rows]
 
     async def failures_since(self, since: datetime) -> dict[str, int]:
-        rows = await self._select(
-            "SELECT coalesce(status_reason, ''), count(*) FROM messages "
-            "WHERE status = 'failed' AND updated_at >= ? GROUP BY 1",
-            (_ts(since),),
-        )
-        return _counts(rows)
+        return await self._reasons_since("messages", "status_reason", "status = 'failed'", since)
 
     async def devices_deactivated_since(self, since: datetime) -> dict[str, int]:
-        rows = await self._select(
-            "SELECT coalesce(deactivated_reason, ''), count(*) FROM devices "
-            "WHERE active = 0 AND updated_at >= ? GROUP BY 1",
-            (_ts(since),),
+        return await self._reasons_since("devices", "deactivated_reason", "active = 0", since)
+
+    async def _reasons_since(
+        self, table: str, reason: str, where: str, since: datetime
+    ) -> dict[str, int]:
+        sql = (
+            f"SELECT coalesce({reason}, ''), count(*) FROM {table} "
+            f"WHERE {where} AND updated_at >= ? GROUP BY 1"
         )
-        return _counts(rows)
+        return _counts(await self._select(sql, (_ts(since),)))
 
     async def oldest_due_unsent(self, now: datetime) -> datetime | None:
         # One min() per status: each runs on its partial index (an IN over both would not).
@@ -54,10 +53,8 @@ class OpsViewsMixin(SqliteBase):
         return _dt_opt(rows[0][0]) if rows else None
 
     async def live_members(self, since: datetime) -> dict[str, int]:
-        rows = await self._select(
-            "SELECT grp, count(*) FROM presence WHERE beat_at >= ? GROUP BY grp", (_ts(since),)
-        )
-        return _counts(rows)
+        sql = "SELECT grp, count(*) FROM presence WHERE beat_at >= ? GROUP BY grp"
+        return _counts(await self._select(sql, (_ts(since),)))
 
 
 def _counts(rows: list[Row]) -> dict[str, int]:

@@ -35,10 +35,4 @@ class PresenceMixin(SqliteBase):
         return await self._write(run)
 
     async def leave(self, group: str, member: str) -> None:
-        await self._write(
-            lambda c: (
-                c.execute(
-                    "DELETE FROM presence WHERE grp = ? AND member = ?", (group, member)
-                ).rowcount
-            )
-        )
+        await self._execute("DELETE FROM presence WHERE grp = ? AND member = ?", (group, member))

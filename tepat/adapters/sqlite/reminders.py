@@ -15,22 +15,22 @@ from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.models import Reminder
 
+_SELECT = f"SELECT {_REMINDER_COLUMNS} FROM reminders"
+# Shared with the bulk import ({values}: the VALUES rows), which writes reminders alike.
+UPSERT_REMINDER = (
+    f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES {{values}} "
+    "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
+    "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
+    "label = excluded.label, days = excluded.days, data = excluded.data, "
+    "enabled = excluded.enabled, version = excluded.version, updated_at = excluded.updated_at"
+)
+
 
 class RemindersMixin(SqliteBase):
-    """Reminders and per-category preferences."""
-
-    # ----------------------------------------------------------------- reminders
-
     async def upsert_reminder(self, reminder: Reminder) -> tuple[Reminder, bool]:
         exists = "SELECT 1 FROM reminders WHERE user_id = ? AND reminder_id = ?"
-        upsert = (
-            f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES ({_placeholders(13)}) "
-            "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
-            "local_time = excluded.local_time, title = excluded.title, body = excluded.body, "
-            "label = excluded.label, days = excluded.days, data = excluded.data, "
-            "enabled = excluded.enabled, version = excluded.version, "
-            f"updated_at = excluded.updated_at RETURNING {_REMINDER_COLUMNS}"
-        )
+        values = f"({_placeholders(13)})"
+        upsert = f"{UPSERT_REMINDER.format(values=values)} RETURNING {_REMINDER_COLUMNS}"
         params = _reminder_params(reminder, self._now())
 
         def run(conn: Conn) -> tuple[Row, bool]:
@@ -42,35 +42,26 @@ class RemindersMixin(SqliteBase):
         return _reminder(row), inserted
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
-        rows = await self._select(
-            f"SELECT {_REMINDER_COLUMNS} FROM reminders WHERE user_id = ? AND reminder_id = ?",
-            (user_id, reminder_id),
-        )
-        return _reminder(rows[0]) if rows else None
+        sql = f"{_SELECT} WHERE user_id = ? AND reminder_id = ?"
+        return await self._fetch_one(_reminder, sql, (user_id, reminder_id))
 
     async def delete_reminder(self, user_id: str, reminder_id: str) -> bool:
         sql = "DELETE FROM reminders WHERE user_id = ? AND reminder_id = ?"
-        return await self._write(lambda c: c.execute(sql, (user_id, reminder_id)).rowcount) > 0
+        return await self._execute(sql, (user_id, reminder_id)) > 0
 
     async def list_reminders(self, user_id: str) -> list[Reminder]:
-        rows = await self._select(
-            f"SELECT {_REMINDER_COLUMNS} FROM reminders WHERE user_id = ? ORDER BY reminder_id",
-            (user_id,),
-        )
-        return [_reminder(r) for r in rows]
+        sql = f"{_SELECT} WHERE user_id = ? ORDER BY reminder_id"
+        return await self._fetch(_reminder, sql, (user_id,))
 
     async def reminders_for_users(self, user_ids: Sequence[str]) -> dict[str, list[Reminder]]:
         rows = await self._select_in(
-            f"SELECT {_REMINDER_COLUMNS} FROM reminders WHERE user_id IN ({{ids}}) "
-            "ORDER BY user_id, reminder_id",
+            f"{_SELECT} WHERE user_id IN ({{ids}}) ORDER BY user_id, reminder_id",
             user_ids,
         )
         found: dict[str, list[Reminder]] = {}
         for reminder in map(_reminder, rows):
             found.setdefault(reminder.user_id, []).append(reminder)
         return found
-
-    # ----------------------------------------------------------------- preferences
 
     async def set_preferences(
         self, user_id: str, categories: Mapping[str, bool]
@@ -91,10 +82,7 @@ class RemindersMixin(SqliteBase):
         return {cat: bool(on) for cat, on in await self._write(run)}
 
     async def get_preferences(self, user_id: str) -> dict[str, bool]:
-        rows = await self._select(
-            "SELECT category, enabled FROM preferences WHERE user_id = ?", (user_id,)
-        )
-        return {cat: bool(on) for cat, on in rows}
+        return (await self.preferences_for_users([user_id])).get(user_id, {})
 
     async def preferences_for_users(self, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
         rows = await self._select_in(

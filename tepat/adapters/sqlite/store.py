@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from tepat.adapters.sqlite.bulk import BulkMixin
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.contacts import ContactsMixin
@@ -46,9 +48,8 @@ class SqliteStore(
         return ()
 
     async def get_meta(self, key: str) -> str | None:
-        rows = await self._select("SELECT value FROM meta WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
+        return await self._fetch_one(itemgetter(0), "SELECT value FROM meta WHERE key = ?", (key,))
 
     async def set_meta(self, key: str, value: str) -> None:
         sql = "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
-        await self._write(lambda c: c.execute(sql, (key, value)).rowcount)
+        await self._execute(sql, (key, value))

@@ -54,22 +54,19 @@ class TemplatesMixin(SqliteBase):
     async def get_template(self, key: TemplateKey, version: int | None = None) -> Template | None:
         k = (key.event_type, key.channel.value, key.locale)
         if version is None:
-            rows = await self._select(_LATEST, k)
-        else:
-            rows = await self._select(
-                f"SELECT {_COLUMNS} FROM templates WHERE event_type = ? AND channel = ? "
-                "AND locale = ? AND version = ?",
-                (*k, version),
-            )
-        return _template(rows[0]) if rows else None
+            return await self._fetch_one(_template, _LATEST, k)
+        sql = (
+            f"SELECT {_COLUMNS} FROM templates WHERE event_type = ? AND channel = ? "
+            "AND locale = ? AND version = ?"
+        )
+        return await self._fetch_one(_template, sql, (*k, version))
 
     async def latest_templates(self, event_type: str | None = None) -> list[Template]:
         where, params = ("WHERE event_type = ?", (event_type,)) if event_type else ("", ())
-        rows = await self._select(
+        sql = (
             f"SELECT {_COLUMNS} FROM templates t {where} "
             f"{'AND' if where else 'WHERE'} version = (SELECT max(version) FROM templates u "
             "WHERE u.event_type = t.event_type AND u.channel = t.channel AND u.locale = t.locale) "
-            "ORDER BY event_type, channel, locale",
-            params,
+            "ORDER BY event_type, channel, locale"
         )
-        return [_template(r) for r in rows]
+        return await self._fetch(_template, sql, params)

@@ -15,10 +15,10 @@ from tepat.adapters.sqlite.codecs import (
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.domain.models import Ticket
 
+_SELECT = f"SELECT {_TICKET_COLUMNS} FROM tickets"
+
 
 class TicketsMixin(SqliteBase):
-    """Push tickets and their receipts."""
-
     async def add_tickets(self, tickets: Sequence[Ticket]) -> None:
         sql = (
             f"INSERT INTO tickets ({_TICKET_COLUMNS}) VALUES ({_placeholders(9)}) "
@@ -32,13 +32,11 @@ class TicketsMixin(SqliteBase):
         self, sent_before: datetime, limit: int, after: tuple[datetime, str] | None = None
     ) -> list[Ticket]:
         start = ("", "") if after is None else (_ts(after[0]), after[1])
-        rows = await self._select(
-            f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE receipt_status IS NULL "
-            "AND sent_at < ? AND (sent_at, ticket_id) > (?, ?) "
-            "ORDER BY sent_at, ticket_id LIMIT ?",
-            (_ts(sent_before), *start, limit),
+        sql = (
+            f"{_SELECT} WHERE receipt_status IS NULL AND sent_at < ? "
+            "AND (sent_at, ticket_id) > (?, ?) ORDER BY sent_at, ticket_id LIMIT ?"
         )
-        return [_ticket(r) for r in rows]
+        return await self._fetch(_ticket, sql, (_ts(sent_before), *start, limit))
 
     async def record_receipt(
         self, ticket_id: str, status: str, error: str | None, now: datetime
@@ -47,13 +45,8 @@ class TicketsMixin(SqliteBase):
             "UPDATE tickets SET receipt_status = ?, receipt_error = ?, checked_at = ? "
             "WHERE ticket_id = ? AND receipt_status IS NULL"
         )
-        params = (status, error, _ts(now), ticket_id)
-        return await self._write(lambda c: c.execute(sql, params).rowcount) > 0
+        return await self._execute(sql, (status, error, _ts(now), ticket_id)) > 0
 
     async def tickets_for_message(self, message_id: str) -> list[Ticket]:
-        rows = await self._select(
-            f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE message_id = ? "
-            "ORDER BY sent_at, ticket_id",
-            (message_id,),
-        )
-        return [_ticket(r) for r in rows]
+        sql = f"{_SELECT} WHERE message_id = ? ORDER BY sent_at, ticket_id"
+        return await self._fetch(_ticket, sql, (message_id,))

@@ -41,7 +41,19 @@ UPSERT_DEVICE = (
 )
 
 
+# Shared with the bulk import ({values}: the VALUES rows), which writes users alike.
+UPSERT_USER = (
+    f"INSERT INTO users ({_USER_COLUMNS}) VALUES {{values}} "
+    "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
+    "locale = excluded.locale, quiet_start = excluded.quiet_start, "
+    "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
+    # Never down: a re-plan may have taken a newer version since the caller read.
+    "plan_version = max(plan_version, excluded.plan_version), "
+    "updated_at = excluded.updated_at"
+)
 _PLAN_COLUMNS = f"{_USER_COLUMNS}, plan_stamp, plan_from, plan_next_at, plan_fp"
+_SELECT_USERS = f"SELECT {_USER_COLUMNS} FROM users"
+_DEACTIVATE = "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ?"
 
 
 def _plan_target(row: Row) -> PlanTarget:
@@ -54,39 +66,22 @@ def _plan_target(row: Row) -> PlanTarget:
 
 
 class UsersMixin(SqliteBase):
-    """Users and their device bindings."""
-
-    # ----------------------------------------------------------------- users
-
     async def upsert_user(self, user: User) -> User:
-        sql = (
-            f"INSERT INTO users ({_USER_COLUMNS}) VALUES ({_placeholders(9)}) "
-            "ON CONFLICT(user_id) DO UPDATE SET timezone = excluded.timezone, "
-            "locale = excluded.locale, quiet_start = excluded.quiet_start, "
-            "quiet_end = excluded.quiet_end, enabled = excluded.enabled, "
-            # Never down: a re-plan may have taken a newer version since the caller read.
-            "plan_version = max(plan_version, excluded.plan_version), "
-            "updated_at = excluded.updated_at "
-            f"RETURNING {_USER_COLUMNS}"
-        )
+        values = f"({_placeholders(9)})"
+        sql = f"{UPSERT_USER.format(values=values)} RETURNING {_USER_COLUMNS}"
         params = _user_params(user, self._now())
         row = await self._write(lambda c: c.execute(sql, params).fetchone())
         return _user(row)
 
     async def get_user(self, user_id: str) -> User | None:
-        rows = await self._select(
-            f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = ?", (user_id,)
-        )
-        return _user(rows[0]) if rows else None
+        return await self._fetch_one(_user, f"{_SELECT_USERS} WHERE user_id = ?", (user_id,))
 
     async def get_users(self, user_ids: Sequence[str]) -> dict[str, User]:
-        rows = await self._select_in(
-            f"SELECT {_USER_COLUMNS} FROM users WHERE user_id IN ({{ids}})", user_ids
-        )
+        rows = await self._select_in(f"{_SELECT_USERS} WHERE user_id IN ({{ids}})", user_ids)
         return {u.user_id: u for u in map(_user, rows)}
 
     async def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
-        sql = f"SELECT {_USER_COLUMNS} FROM users WHERE user_id > ? ORDER BY user_id LIMIT ?"
+        sql = f"{_SELECT_USERS} WHERE user_id > ? ORDER BY user_id LIMIT ?"
         after = ""
         while True:
             rows = await self._select(sql, (after, batch_size))
@@ -94,8 +89,6 @@ class UsersMixin(SqliteBase):
                 return
             yield [_user(r) for r in rows]
             after = rows[-1][0]
-
-    # ----------------------------------------------------------------- planning marks
 
     async def users_to_plan(
         self,
@@ -126,8 +119,7 @@ class UsersMixin(SqliteBase):
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
         sql = f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id = ?"
-        rows = await self._select(sql, (user_id,))
-        return _plan_target(rows[0]) if rows else None
+        return await self._fetch_one(_plan_target, sql, (user_id,))
 
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         if not marks:
@@ -157,8 +149,6 @@ class UsersMixin(SqliteBase):
                 bounds.append(rows[0][0])
         return bounds
 
-    # ----------------------------------------------------------------- devices
-
     async def register_device(
         self, device: Device, *, from_other_users: bool = True
     ) -> tuple[Device, bool]:
@@ -187,27 +177,16 @@ class UsersMixin(SqliteBase):
         return _device(row), activated
 
     async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
-        sql = (
-            "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ? "
-            "WHERE user_id = ? AND device_id = ? AND active = 1"
-        )
-        params = (reason, self._now(), user_id, device_id)
-        return await self._write(lambda c: c.execute(sql, params).rowcount) > 0
+        sql = f"{_DEACTIVATE} WHERE user_id = ? AND device_id = ? AND active = 1"
+        return await self._execute(sql, (reason, self._now(), user_id, device_id)) > 0
 
     async def deactivate_token(self, push_token: str, reason: str) -> int:
-        sql = (
-            "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ? "
-            "WHERE push_token = ? AND active = 1"
-        )
-        params = (reason, self._now(), push_token)
-        return await self._write(lambda c: c.execute(sql, params).rowcount)
+        sql = f"{_DEACTIVATE} WHERE push_token = ? AND active = 1"
+        return await self._execute(sql, (reason, self._now(), push_token))
 
     async def list_devices(self, user_id: str) -> list[Device]:
-        rows = await self._select(
-            f"SELECT {_DEVICE_COLUMNS} FROM devices WHERE user_id = ? ORDER BY device_id",
-            (user_id,),
-        )
-        return [_device(r) for r in rows]
+        sql = f"SELECT {_DEVICE_COLUMNS} FROM devices WHERE user_id = ? ORDER BY device_id"
+        return await self._fetch(_device, sql, (user_id,))
 
     async def active_devices(self, user_ids: Sequence[str]) -> dict[str, list[Device]]:
         rows = await self._select_in(
@@ -230,7 +209,7 @@ class UsersMixin(SqliteBase):
                 "UPDATE devices SET consecutive_failures = 0, updated_at = ? "
                 "WHERE push_token = ? AND active = 1 AND consecutive_failures <> 0"
             )
-            await self._write(lambda c: c.execute(sql, (now, push_token)).rowcount)
+            await self._execute(sql, (now, push_token))
             return DeviceFailure(deactivated=False, consecutive_failures=0)
         # Right-hand sides see the row before the update, so each CASE tests the new count.
         sql = (

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
-from tepat.adapters.sqlite.codecs import Row, _dt, _dt_opt, _ts, _ts_opt
-from tepat.adapters.sqlite.connection import SqliteBase
-from tepat.adapters.sqlite.schema import Conn
+from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _encoder, _ts, _ts_opt
+from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks
 from tepat.domain.webhooks import StatusChangeEntry, WebhookSecret, WebhookSubscription
 
 _COLUMNS = (
     "id, url, event_types, categories, secrets, description, enabled, disabled_reason, "
     "version, created_at, updated_at"
 )
+_SELECT = f"SELECT {_COLUMNS} FROM webhook_subscriptions"
 
 
 def _secrets_json(secrets: Sequence[WebhookSecret]) -> str:
@@ -35,38 +34,37 @@ def _secrets_json(secrets: Sequence[WebhookSecret]) -> str:
     )
 
 
-def _params(sub: WebhookSubscription) -> tuple[Any, ...]:
-    return (
-        sub.id,
-        sub.url,
-        json.dumps(list(sub.event_types)),
-        json.dumps(list(sub.categories)),
-        _secrets_json(sub.secrets),
-        sub.description,
-        int(sub.enabled),
-        sub.disabled_reason,
-        sub.version,
-        _ts(sub.created_at),
-        _ts(sub.updated_at),
-    )
+_params = _encoder(
+    _COLUMNS,
+    event_types=lambda types: json.dumps(list(types)),
+    categories=lambda categories: json.dumps(list(categories)),
+    secrets=_secrets_json,
+    enabled=int,
+    created_at=_ts,
+    updated_at=_ts,
+)
 
 
-def _subscription(row: Row) -> WebhookSubscription:
-    return WebhookSubscription(
-        id=row[0],
-        url=row[1],
-        event_types=tuple(json.loads(row[2])),
-        categories=tuple(json.loads(row[3])),
-        secrets=tuple(
-            WebhookSecret(s["secret"], _dt(s["created_at"]), _dt_opt(s["expires_at"]))
-            for s in json.loads(row[4])
-        ),
-        description=row[5],
-        enabled=bool(row[6]),
-        disabled_reason=row[7],
-        version=int(row[8]),
-        created_at=_dt(row[9]),
-        updated_at=_dt(row[10]),
+_subscription = _decoder(
+    WebhookSubscription,
+    _COLUMNS,
+    event_types=lambda types: tuple(json.loads(types)),
+    categories=lambda categories: tuple(json.loads(categories)),
+    secrets=lambda secrets: tuple(
+        WebhookSecret(s["secret"], _dt(s["created_at"]), _dt_opt(s["expires_at"]))
+        for s in json.loads(secrets)
+    ),
+    enabled=bool,
+    version=int,
+    created_at=_dt,
+    updated_at=_dt,
+)
+
+
+def _entry(row: Row) -> StatusChangeEntry:
+    seq, message_id, status, user_id, category, at, reason, channel = row
+    return StatusChangeEntry(
+        str(seq), message_id, status, user_id, category, _dt(at), reason, channel
     )
 
 
@@ -76,21 +74,14 @@ class WebhooksMixin(SqliteBase):
             f"INSERT INTO webhook_subscriptions ({_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
         )
-        params = _params(sub)
-        inserted: int = await self._write(lambda c: c.execute(sql, params).rowcount)
-        return inserted == 1
+        return await self._execute(sql, _params(sub)) == 1
 
     async def get_webhook_subscription(self, subscription_id: str) -> WebhookSubscription | None:
-        rows = await self._select(
-            f"SELECT {_COLUMNS} FROM webhook_subscriptions WHERE id = ?", (subscription_id,)
-        )
-        return _subscription(rows[0]) if rows else None
+        sql = f"{_SELECT} WHERE id = ?"
+        return await self._fetch_one(_subscription, sql, (subscription_id,))
 
     async def list_webhook_subscriptions(self) -> list[WebhookSubscription]:
-        rows = await self._select(
-            f"SELECT {_COLUMNS} FROM webhook_subscriptions ORDER BY created_at, id"
-        )
-        return [_subscription(r) for r in rows]
+        return await self._fetch(_subscription, f"{_SELECT} ORDER BY created_at, id")
 
     async def update_webhook_subscription(
         self, sub: WebhookSubscription, expect_version: int
@@ -101,47 +92,20 @@ class WebhooksMixin(SqliteBase):
             "secrets = ?, description = ?, enabled = ?, disabled_reason = ?, version = ?, "
             "updated_at = ? WHERE id = ? AND version = ?"
         )
-        params = (*p[1:9], p[10], sub.id, expect_version)
-        changed: int = await self._write(lambda c: c.execute(sql, params).rowcount)
-        return changed == 1
+        return await self._execute(sql, (*p[1:9], p[10], sub.id, expect_version)) == 1
 
     async def delete_webhook_subscription(self, subscription_id: str) -> bool:
         sql = "DELETE FROM webhook_subscriptions WHERE id = ?"
-        changed: int = await self._write(lambda c: c.execute(sql, (subscription_id,)).rowcount)
-        return changed == 1
+        return await self._execute(sql, (subscription_id,)) == 1
 
     async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
-        rows = await self._select(
-            "SELECT seq, message_id, status, reason, user_id, category, channel, at "
-            "FROM webhook_journal ORDER BY seq LIMIT ?",
-            (max(0, limit),),
+        sql = (
+            "SELECT seq, message_id, status, user_id, category, at, reason, channel "
+            "FROM webhook_journal ORDER BY seq LIMIT ?"
         )
-        return [
-            StatusChangeEntry(
-                key=str(r[0]),
-                message_id=r[1],
-                status=r[2],
-                reason=r[3],
-                user_id=r[4],
-                category=r[5],
-                channel=r[6],
-                at=_dt(r[7]),
-            )
-            for r in rows
-        ]
+        return await self._fetch(_entry, sql, (max(0, limit),))
 
     async def drop_webhook_journal(self, entries: Sequence[StatusChangeEntry]) -> int:
         seqs = [int(e.key) for e in entries]
-        if not seqs:
-            return 0
-
-        def run(conn: Conn) -> int:
-            dropped = 0
-            for i in range(0, len(seqs), 500):
-                chunk = seqs[i : i + 500]
-                marks = ", ".join("?" * len(chunk))
-                sql = f"DELETE FROM webhook_journal WHERE seq IN ({marks})"
-                dropped += conn.execute(sql, chunk).rowcount
-            return dropped
-
-        return await self._write(run)
+        sql = "DELETE FROM webhook_journal WHERE seq IN ({ids}) RETURNING seq"
+        return len(await self._write(lambda c: _in_chunks(c, sql, seqs))) if seqs else 0

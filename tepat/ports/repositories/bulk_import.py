@@ -12,9 +12,10 @@ from tepat.ports.repositories.users import PlanTarget
 
 @dataclass(frozen=True, slots=True)
 class RecordsWritten:
-    """What :meth:`BulkImportRepository.write_records` did: ``created`` as
-    :meth:`BulkImportRepository.upsert_users` answers it, and for users it created, their change
-    stamp as the write left them, where the store reads it in the same transaction
+    """What :meth:`BulkImportRepository.write_records` did: ``created``, in input order,
+    whether the write created each user (exactly one of several concurrent imports of a new
+    user sees ``True``; the same id twice: only the first), and for users it created, their
+    change stamp as the write left them, where the store reads it in the same transaction
     (SQLite; empty where it cannot). A later :class:`PlanTarget` with that stamp means
     nothing planning reads changed since: the user has exactly the reminders written."""
 
@@ -27,29 +28,15 @@ class BulkImportRepository(Protocol):
     transaction where the database allows, with the same per-record rules as the
     single writes above."""
 
-    async def upsert_users(self, users: Sequence[User]) -> list[bool]:
-        """:meth:`UserRepository.upsert_user` for each; returns, in input order, whether this
-        call created the user (exactly one of several concurrent imports of a new user
-        sees ``True``)."""
-        ...
-
-    async def register_devices(self, devices: Sequence[Device]) -> None:
-        """:meth:`DeviceRepository.register_device` for each, in input order (a token named
-        twice ends bound to the later device)."""
-        ...
-
-    async def upsert_reminders(self, reminders: Sequence[Reminder]) -> None:
-        """:meth:`ReminderRepository.upsert_reminder` for each."""
-        ...
-
     async def write_records(
         self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
     ) -> RecordsWritten:
-        """:meth:`upsert_users`, then :meth:`register_devices`, then
-        :meth:`upsert_reminders` (users before what hangs off them), in one transaction
-        where the database allows (see :class:`RecordsWritten`)."""
-        ...
+        """:meth:`UserRepository.upsert_user` for each user, then
+        :meth:`DeviceRepository.register_device` for each device in input order (a token
+        named twice ends bound to the later device), then
+        :meth:`ReminderRepository.upsert_reminder` for each reminder (users before what
+        hangs off them), in one transaction where the database allows (see
+        :class:`RecordsWritten`)."""
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         """:meth:`UserRepository.get_plan_target` for each (unknown users are absent)."""
-        ...

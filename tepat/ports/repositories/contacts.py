@@ -22,15 +22,12 @@ class ContactRepository(Protocol):
     ) -> None:
         """Set the user's contact point on ``channel`` (``"email"`` or ``"sms"``),
         replacing any; ``address`` None removes it (removing none is no error)."""
-        ...
 
     async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
         """Each listed user's contact on ``channel`` (users without one are absent)."""
-        ...
 
     async def list_contacts(self, user_id: str) -> list[Contact]:
         """Every contact point of one user, by channel."""
-        ...
 
     async def add_suppression(
         self,
@@ -45,7 +42,6 @@ class ContactRepository(Protocol):
         stronger reason replaces a weaker one (``tepat.domain.contacts.overrides``:
         complaint > hard_bounce > the rest), with its ``source``. Concurrent adds of one
         address make one suppression and exactly one of them gets True."""
-        ...
 
     async def lift_suppression(
         self, channel: str, address: str, reason: SuppressionReason | None = None
@@ -53,17 +49,14 @@ class ContactRepository(Protocol):
         """Remove the suppression; True if there was one. With ``reason``, only a
         suppression for that reason is lifted (a START reply lifts a STOP, not a hard
         bounce)."""
-        ...
 
     async def suppressions_for(
         self, channel: str, addresses: Sequence[str]
     ) -> dict[str, Suppression]:
         """The suppressions among ``addresses`` on ``channel``, by address."""
-        ...
 
     async def list_suppressions(
         self, channel: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[Suppression]:
         """Suppressions (of one channel when given) by (channel, address), those after
         the key ``after`` = (channel, address) only: a keyset page of at most ``limit``."""
-        ...

@@ -32,21 +32,17 @@ class DeviceRepository(Protocol):
         write activated it (new, or inactive before); of concurrent registrations of one
         new device exactly one reports it (a quota undoes only its own activation).
         """
-        ...
 
     async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
         """True if an active device was deactivated."""
-        ...
 
     async def deactivate_token(self, push_token: str, reason: str) -> int:
         """Deactivate every active binding of a token; returns how many."""
-        ...
 
     async def list_devices(self, user_id: str) -> list[Device]: ...
 
     async def active_devices(self, user_ids: Sequence[str]) -> dict[str, list[Device]]:
         """Active devices per user (users without one are absent)."""
-        ...
 
     async def record_device_outcome(
         self, push_token: str, ok: bool, max_failures: int, reason: str
@@ -54,4 +50,3 @@ class DeviceRepository(Protocol):
         """Success resets the consecutive-failure counter; a failure increments it
         and deactivates the token's active binding at ``max_failures``.
         """
-        ...

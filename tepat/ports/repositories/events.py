@@ -19,20 +19,17 @@ class EventRepository(Protocol):
         nothing and return the stored event with ``False``, except that a stored event
         still ``accepting`` with the same ``request_hash`` gets its recipients completed
         (a retried request finishes what a crash cut short). Concurrent calls create one."""
-        ...
 
     async def get_event(self, event_id: str) -> Event | None: ...
 
     async def events_fanning_out(self, limit: int) -> list[Event]:
         """Events whose fan-out is not done, oldest first."""
-        ...
 
     async def event_recipients(
         self, event_id: str, all_users: bool, after: str, limit: int
     ) -> list[str]:
         """The next ``limit`` recipient ids above ``after``, in order: every user's when
         ``all_users``, else the event's listed ids (known users or not)."""
-        ...
 
     async def advance_event(
         self,
@@ -47,9 +44,7 @@ class EventRepository(Protocol):
         """Compare-and-set: only if the event is fanning out with cursor ``after``, move
         the cursor to ``to``, add ``recipients`` and ``counts`` and set ``done``. A page
         done twice (a crash, two loops) is counted once. Returns whether it moved."""
-        ...
 
     async def event_message_counts(self, event_id: str) -> dict[tuple[str, str, str], int]:
         """The event's messages (keys under ``event_key_range``) by (channel, status,
         reason or "")."""
-        ...

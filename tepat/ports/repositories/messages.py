@@ -72,7 +72,6 @@ class MessageRepository(Protocol):
         """Insert in bulk; a message that violates any unique index is counted as
         existing, not raised. Safe to run concurrently from several processes.
         """
-        ...
 
     async def get_message(self, message_id: str) -> Message | None: ...
 
@@ -89,14 +88,12 @@ class MessageRepository(Protocol):
         ``due_at`` is before it (a consumer claims a batch whose second has passed
         without reading it first).
         """
-        ...
 
     async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
         """Restart the lease of those of ``message_ids`` still ``sending``
         (``claimed_at=now``, nothing else changes): a batch that waits long before its
         send (a throttled rate) is not taken for a dead consumer's. One write for the
         whole batch; returns how many were renewed."""
-        ...
 
     async def transition(
         self,
@@ -122,27 +119,22 @@ class MessageRepository(Protocol):
         (``due_at``, else ``scheduled_at``, else ``now``) and the outbox mark.
         Returns whether the update happened.
         """
-        ...
 
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
         """:meth:`transition` for many messages in one round trip (a consumer records
         a whole provider request at once). Returns how many were applied."""
-        ...
 
     async def pending_for_user(self, user_id: str) -> list[Message]:
         """Every pending message of one user (a re-plan compares them with the new plan)."""
-        ...
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Newest ``scheduled_at`` first, then id; cursor-paginated."""
-        ...
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
         """Published pending messages due (``due_at``) before ``before``, oldest first:
         the broker should have delivered them (sweeper)."""
-        ...
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]: ...
 
@@ -150,4 +142,3 @@ class MessageRepository(Protocol):
 
     async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
         """Failed messages, most recently updated first."""
-        ...

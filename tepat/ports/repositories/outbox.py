@@ -23,7 +23,6 @@ class OutboxRepository(Protocol):
         """Pending messages carrying the outbox mark (due before ``due_before`` when
         given), by (``due_at``, id); ``after`` a (``due_at``, id) pair: only those
         after it (pages over messages a pass leaves marked)."""
-        ...
 
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime
@@ -32,18 +31,14 @@ class OutboxRepository(Protocol):
         (``due_at``, category, channel, priority) in [``due_from``, ``due_before``):
         what names their queue (``tepat.domain.queues.queue_for``); the publisher reads
         only the seconds that fill a whole batch."""
-        ...
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
         """Clear the outbox mark of each (id, due_at) whose ``due_at`` is unchanged
         (a message put back to pending meanwhile keeps its mark). Returns how many."""
-        ...
 
     async def republish(self, message_ids: Sequence[str], due_at: datetime) -> int:
         """Pending messages back onto the outbox, due at ``due_at`` (sweeper re-drive)."""
-        ...
 
     async def republish_all_pending(self) -> int:
         """Put every pending message back onto the outbox, keeping its ``due_at``
         (the embedded broker keeps nothing across restarts)."""
-        ...

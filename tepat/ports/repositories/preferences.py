@@ -11,7 +11,6 @@ class PreferenceRepository(Protocol):
         self, user_id: str, categories: Mapping[str, bool]
     ) -> dict[str, bool]:
         """Merge ``categories`` into the user's preferences; returns all of them."""
-        ...
 
     async def get_preferences(self, user_id: str) -> dict[str, bool]: ...
 

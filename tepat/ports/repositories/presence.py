@@ -15,6 +15,5 @@ class PresenceRepository(Protocol):
     async def heartbeat(self, group: str, member: str, now: datetime, ttl: timedelta) -> int:
         """Record ``member`` of ``group`` alive at ``now``; return how many members
         (itself included) beat within ``ttl``. Members silent for long are forgotten."""
-        ...
 
     async def leave(self, group: str, member: str) -> None: ...

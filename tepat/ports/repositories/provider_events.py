@@ -15,9 +15,7 @@ class ProviderEventRepository(Protocol):
         after (a unique key, not a read before the write): two processes handed the
         same callback at once learn which one recorded it. Recorded only once the
         event was acted on (``tepat.services.provider_events``)."""
-        ...
 
     async def provider_event_seen(self, provider: str, event_id: str) -> bool:
         """Whether (``provider``, ``event_id``) was recorded: a callback already acted
         on and recorded is not acted on again."""
-        ...

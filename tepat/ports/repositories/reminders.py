@@ -13,7 +13,6 @@ class ReminderRepository(Protocol):
         """Create or replace (a replace keeps the stored ``created_at``); returns the
         stored reminder and whether this write inserted it. The write itself decides, so
         of concurrent upserts of one new reminder exactly one reports the insert."""
-        ...
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None: ...
 

@@ -20,13 +20,10 @@ class TemplateRepository(Protocol):
         the latest version has ``content_hash``, create nothing and return it with
         ``False`` (a retried PUT). Concurrent calls get distinct versions; identical
         concurrent calls create one."""
-        ...
 
     async def get_template(self, key: TemplateKey, version: int | None = None) -> Template | None:
         """That version, or the latest when ``version`` is None."""
-        ...
 
     async def latest_templates(self, event_type: str | None = None) -> list[Template]:
         """The latest version of every key (of one event type when given), by
         (event type, channel, locale)."""
-        ...

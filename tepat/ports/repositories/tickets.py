@@ -18,12 +18,10 @@ class TicketRepository(Protocol):
         """Tickets without a receipt sent before ``sent_before``, by (sent_at, ticket_id),
         starting after the key ``after``: the poller pages through every one, so a
         backlog of tickets whose receipts are not ready never hides newer ones."""
-        ...
 
     async def record_receipt(
         self, ticket_id: str, status: str, error: str | None, now: datetime
     ) -> bool:
         """Set a ticket's receipt once; returns False if it already had one."""
-        ...
 
     async def tickets_for_message(self, message_id: str) -> list[Ticket]: ...

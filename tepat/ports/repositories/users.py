@@ -38,7 +38,6 @@ class UserRepository(Protocol):
     async def upsert_user(self, user: User) -> User:
         """Create or replace; keeps ``created_at``; ``plan_version`` never goes down
         (the stored one is kept when it is higher: see :meth:`next_plan_version`)."""
-        ...
 
     async def get_user(self, user_id: str) -> User | None: ...
 
@@ -47,11 +46,9 @@ class UserRepository(Protocol):
     async def next_plan_version(self, user_id: str) -> int:
         """Atomically increment the user's ``plan_version`` and return the new value
         (0 if the user does not exist). Two re-plans never get the same version."""
-        ...
 
     def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
         """All users in ``user_id`` order, a page at a time (keyset, flat memory)."""
-        ...
 
     # Planning marks (tepat/services/planning/creator.py, docs/ARCHITECTURE.md "Plan runs").
     # Every user carries a change stamp: any write that can change what planning
@@ -72,19 +69,15 @@ class UserRepository(Protocol):
         and whose standing mark does not cover ``[start, end)`` under ``fingerprint``
         (none, another fingerprint, ``plan_from > start`` or ``plan_next_at < end``),
         in ``user_id`` order, a page at a time (keyset, flat memory)."""
-        ...
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
         """One user with their change stamp and standing mark (None if absent)."""
-        ...
 
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         """Write each mark only if its user's change stamp still equals ``mark.stamp``
         (compare-and-set: a mark computed from a read older than a change never
         sticks). Returns how many were written."""
-        ...
 
     async def user_id_bounds(self, parts: int) -> list[str]:
         """Up to ``parts - 1`` user ids splitting all users, in order, into ``parts``
         ranges of about equal size (``(after, until]`` for :meth:`users_to_plan`)."""
-        ...

@@ -21,7 +21,6 @@ class WebhookRepository(Protocol):
 
     async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
         """Store a new subscription; False (nothing changed) if its id exists."""
-        ...
 
     async def get_webhook_subscription(
         self, subscription_id: str
@@ -29,7 +28,6 @@ class WebhookRepository(Protocol):
 
     async def list_webhook_subscriptions(self) -> list[WebhookSubscription]:
         """Every subscription, enabled or not, by creation time then id."""
-        ...
 
     async def update_webhook_subscription(
         self, sub: WebhookSubscription, expect_version: int
@@ -37,14 +35,11 @@ class WebhookRepository(Protocol):
         """Compare-and-set: replace the stored subscription (url, event types, categories,
         secrets, enabled, reason, version: all of ``sub``) only if its version is still
         ``expect_version``. Returns whether it did."""
-        ...
 
     async def delete_webhook_subscription(self, subscription_id: str) -> bool: ...
 
     async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
         """Up to ``limit`` journal entries, oldest first where the store knows the order."""
-        ...
 
     async def drop_webhook_journal(self, entries: Sequence[StatusChangeEntry]) -> int:
         """Remove these entries (by ``key``) once turned into deliveries; returns how many."""
-        ...
