@@ -20,7 +20,7 @@ import asyncio
 import heapq
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +39,7 @@ class _Message:
     # set by the first nack: the retry age counts from here, never from a consumer crash
     first_failure: datetime | None = None
     redelivered: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -92,12 +93,18 @@ class EmbeddedBroker:
 
     # -- producing ---------------------------------------------------------
 
-    async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
+    async def publish(
+        self,
+        queue: str,
+        body: bytes,
+        delay_seconds: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self._check_open()
         # A negative delay means "already due"; clamping keeps such messages in
         # publish order, as they would be on a broker that ignores delays <= 0.
         due = self._clock.now() + timedelta(seconds=max(0.0, delay_seconds))
-        self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due))
+        self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due, headers=dict(headers or {})))
 
     # -- consuming ---------------------------------------------------------
 
@@ -223,7 +230,7 @@ class EmbeddedBroker:
             body=message.body,
             delivery_id=delivery_id,
             redelivered=message.redelivered,
-            headers={"message-id": message.id},
+            headers={**message.headers, "message-id": message.id},
         )
 
     def _release(self, consumer: _Consumer) -> None:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, time
 from typing import Any
 
+from tepat import tracing
 from tepat.domain.models import (
     Device,
     Message,
@@ -204,6 +205,8 @@ def message_doc(m: Message, now: datetime) -> dict[str, Any]:
         doc["content"] = dict(m.content)
     if m.priority is not None:
         doc["priority"] = m.priority
+    if trace_parent := m.trace_parent or tracing.current_traceparent():
+        doc["trace_parent"] = trace_parent
     if m.live_key is not None:  # absent, not null: see tepat.adapters.mongo.indexes
         doc["live_key"] = m.live_key
     return doc
@@ -246,6 +249,7 @@ def message_from_doc(doc: Mapping[str, Any]) -> Message:
         channel=doc.get("channel") or "push",
         content=dict(doc.get("content") or {}),
         priority=doc.get("priority"),
+        trace_parent=doc.get("trace_parent"),
     )
     if m.nominal_at is None or m.due_at is None or m.slot_key is None:
         m = replace(m, nominal_at=m.nominal, due_at=m.due, slot_key=m.slot)

@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime, time
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from tepat import tracing
 from tepat.domain.models import Device, Message, MessageStatus, QuietHours, Reminder, Ticket, User
 
 T = TypeVar("T")
@@ -223,6 +224,7 @@ _MESSAGE_FIELDS = (
     "channel",
     "content",
     "priority",
+    "trace_parent",
 )
 _MESSAGE_COLUMNS = ", ".join(_MESSAGE_FIELDS)
 
@@ -263,6 +265,7 @@ def _message_params(m: Message, now: str) -> Row:
         m.channel,
         _json(m.content),
         m.priority,
+        m.trace_parent or tracing.current_traceparent(),
     )
 
 
@@ -271,7 +274,7 @@ def _message(row: Row) -> Message:
     (device_id, reminder_id, idem_key, req_hash, local_date, local_time, data) = row[10:17]
     (status, reason, attempts, ticket_id, last_error, plan_version) = row[17:23]
     claimed_at, created_at, updated_at, nominal_at, due_at, slot_key = row[23:29]
-    channel, content, priority = row[30:33]  # row[29] is the outbox mark
+    channel, content, priority, trace_parent = row[30:34]  # row[29] is the outbox mark
     return Message(
         id=mid,
         user_id=user_id,
@@ -305,6 +308,7 @@ def _message(row: Row) -> Message:
         channel=channel,
         content=json.loads(content),
         priority=priority,
+        trace_parent=trace_parent,
     )
 
 

@@ -47,7 +47,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import structlog
@@ -72,6 +72,7 @@ from tepat.adapters.stomp.tls import TlsFiles
 from tepat.adapters.stomp.url import check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
 from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
+from tepat.tracing import HEADER as TRACEPARENT
 
 log = structlog.get_logger("tepat.broker.stomp")
 
@@ -147,8 +148,14 @@ class StompBroker:
 
     # -- producing ---------------------------------------------------------
 
-    async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
-        headers = {"persistent": "true"}
+    async def publish(
+        self,
+        queue: str,
+        body: bytes,
+        delay_seconds: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        headers = {**(headers or {}), "persistent": "true"}
         delay_ms = round((delay_seconds - self.lead_seconds) * 1000)
         if delay_ms > 0:
             headers["AMQ_SCHEDULED_DELAY"] = str(delay_ms)
@@ -265,6 +272,8 @@ class StompBroker:
             H_QUEUE: delivery.queue,
             H_FIRST_ID: delivery.headers.get(H_FIRST_ID) or delivery.headers.get("message-id", ""),
         }
+        if TRACEPARENT in delivery.headers:  # the copy stays in its batch's trace
+            headers[TRACEPARENT] = delivery.headers[TRACEPARENT]
         if self._redelivery.dead(first_failure, now):
             destination = f"/queue/{DLQ_PREFIX}{delivery.queue}"
         else:
