@@ -247,6 +247,23 @@ async def redelivery_after(
     return delivery
 
 
+async def test_headers_come_with_the_delivery_and_its_redelivery(
+    broker: Broker, broker_harness: BrokerHarness
+) -> None:
+    # The W3C traceparent rides here (tepat/tracing.py): a nacked batch's copy keeps it.
+    queue = broker_harness.unique_queue("headers")
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    await broker.publish(queue, b"traced", headers={"traceparent": traceparent})
+
+    async with broker.consume([queue], prefetch=10) as deliveries:
+        delivery = await next_delivery(deliveries)
+        assert delivery.headers["traceparent"] == traceparent
+        await broker.nack(delivery, "transient")
+        again = await redelivery_after(deliveries, broker_harness, nacks=1)
+        assert (again.body, again.headers["traceparent"]) == (b"traced", traceparent)
+        await broker.ack(again)
+
+
 def age_slack(harness: BrokerHarness) -> timedelta:
     """How far the test's measure of a message's age may be from the broker's.
 
