@@ -23,7 +23,7 @@ A message's trace crosses three boundaries, each carrying the W3C ``traceparent`
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
     SpanExporter,
 )
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
 
 HEADER = "traceparent"
 
@@ -93,16 +93,32 @@ def stop() -> None:
     _provider = _tracer = None
 
 
-def instrument_app(app: Any) -> None:
+# Where a request's URL lands in a server span's attributes (old and new conventions).
+_URL_ATTRIBUTES = ("http.url", "http.target", "url.full", "url.query", "url.path")
+
+
+def instrument_app(app: Any, redact: Callable[[str], str]) -> None:
     """A server span per request to the FastAPI ``app`` (when tracing is on): the span
-    a message made by the request is stamped with."""
+    a message made by the request is stamped with. ``redact`` cleans its URL as the
+    access log's is (a stream's ``?access_token=``, an unsubscribe link's token)."""
     if _provider is None:
         return
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-    # Probes and scrapes would be traces of their own every few seconds.
+    def clean_url(span: Span, _: dict[str, Any]) -> None:
+        attributes = getattr(span, "attributes", None) or {}
+        for name in _URL_ATTRIBUTES:
+            if isinstance(value := attributes.get(name), str):
+                span.set_attribute(name, redact(value))
+
     FastAPIInstrumentor.instrument_app(
-        app, tracer_provider=_provider, excluded_urls="healthz,readyz,metrics"
+        app,
+        server_request_hook=clean_url,
+        tracer_provider=_provider,
+        # Probes and scrapes would be traces of their own every few seconds.
+        excluded_urls="healthz,readyz,metrics",
+        # one span per request, not one more per ASGI message
+        exclude_spans=["receive", "send"],
     )
 
 

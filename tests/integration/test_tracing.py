@@ -98,3 +98,16 @@ async def test_off_by_default_no_trace_is_stored_or_logged(tmp_path: Path) -> No
         stored = await p.rt.store.get_message(message_id)
     assert stored is not None and stored.trace_parent is None
     assert not any("trace_id" in e for e in logs)
+
+
+async def test_a_request_span_keeps_no_credential_of_its_url(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    async with pipeline(tmp_path, start=START, admin_api_key=SecretStr(ADMIN_KEY)) as p:
+        transport = httpx.ASGITransport(app=create_app(p.rt, ADMIN_KEY))
+        async with httpx.AsyncClient(transport=transport, base_url="http://tepat.test") as client:
+            await client.get("/v1/users/ana/messages?access_token=s3cret&limit=1")
+            await client.get("/u/unsubscribe-token-s3cret")
+    attributes = [str(s.attributes) for s in spans.get_finished_spans()]
+    assert len(attributes) == 2 and "REDACTED" in attributes[0]
+    assert not [a for a in attributes if "s3cret" in a]

@@ -55,6 +55,13 @@ class ReceiptPoller:
         if not tickets:
             return _Page(0, None)
         last = (tickets[-1].sent_at, tickets[-1].ticket_id)
+        # A span only for a page of tickets: an idle poll is no trace.
+        with tracing.span("receipt poll", tickets=len(tickets)):
+            return await self._poll_tickets(tickets, now, last)
+
+    async def _poll_tickets(
+        self, tickets: list[Ticket], now: datetime, last: tuple[datetime, str]
+    ) -> _Page:
         result = await self.push.receipts([t.ticket_id for t in tickets])
         if not isinstance(result, Receipts):
             log.warning("receipts unavailable", reason=result.reason)
@@ -86,13 +93,12 @@ class ReceiptPoller:
         """
         total = 0
         after: tuple[datetime, str] | None = None
-        with tracing.span("receipt poll"):
-            while True:
-                page = await self._poll_page(after)
-                total += page.recorded
-                if page.last is None:
-                    return total
-                after = page.last
+        while True:
+            page = await self._poll_page(after)
+            total += page.recorded
+            if page.last is None:
+                return total
+            after = page.last
 
     async def _apply(
         self, ticket: Ticket, receipt: ReceiptOk | ReceiptError, trace_parent: str | None
