@@ -25,18 +25,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
+
+if TYPE_CHECKING:
+    # The SDK is imported when tracing starts: off, a process does not pay for it.
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 HEADER = "traceparent"
 
@@ -59,6 +56,8 @@ def configure_from_environment() -> None:
 
 def _exporter(name: str) -> SpanExporter:
     if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
         return ConsoleSpanExporter()
     if name == "otlp":
         protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
@@ -75,6 +74,10 @@ def _exporter(name: str) -> SpanExporter:
 def start(exporters: Sequence[SpanExporter], batch: bool = True) -> None:
     """Trace from now on, to ``exporters`` (a test passes an in-memory one, ``batch=False``
     so each span is there once it ends)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
     global _provider, _tracer
     stop()
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tepat")})
