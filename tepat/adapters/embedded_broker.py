@@ -20,11 +20,12 @@ import asyncio
 import heapq
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from tepat import tracing
 from tepat.clock import Clock
 from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
 
@@ -39,7 +40,7 @@ class _Message:
     # set by the first nack: the retry age counts from here, never from a consumer crash
     first_failure: datetime | None = None
     redelivered: bool = False
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -93,18 +94,13 @@ class EmbeddedBroker:
 
     # -- producing ---------------------------------------------------------
 
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        delay_seconds: float = 0.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
+    async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         self._check_open()
         # A negative delay means "already due"; clamping keeps such messages in
         # publish order, as they would be on a broker that ignores delays <= 0.
         due = self._clock.now() + timedelta(seconds=max(0.0, delay_seconds))
-        self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due, headers=dict(headers or {})))
+        # The span publishing it (the outbox's) goes on in the consumer that takes it.
+        self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due, headers=tracing.headers()))
 
     # -- consuming ---------------------------------------------------------
 

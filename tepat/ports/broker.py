@@ -10,7 +10,7 @@ Shaped after dramatiq's broker interface: a small surface, real adapters
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -101,15 +101,8 @@ class Broker(Protocol):
         """Raise if the broker cannot be reached."""
         ...
 
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        delay_seconds: float = 0.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        """Persist ``body`` on ``queue``, deliverable after ``delay_seconds``; ``headers``
-        (the W3C ``traceparent``) come with each of its deliveries."""
+    async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
+        """Persist ``body`` on ``queue``, deliverable after ``delay_seconds``."""
         ...
 
     def consume(

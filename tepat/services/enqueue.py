@@ -59,9 +59,7 @@ class Enqueuer:
                 with tracing.span(
                     "outbox publish", parent, links, queue=batch.queue, messages=len(batch.ids)
                 ):
-                    await self._broker.publish(
-                        batch.queue, batch.encode(), delay, tracing.headers()
-                    )
+                    await self._broker.publish(batch.queue, batch.encode(), delay)
 
         await asyncio.gather(*(one(b) for b in batches))
         return len(batches)

@@ -325,11 +325,9 @@ def record_publishes(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[tuple
     published: list[tuple[str, bytes]] = []
     real = rt.broker.publish
 
-    async def counting(
-        queue: str, body: bytes, delay_seconds: float = 0.0, headers: Any = None
-    ) -> None:
+    async def counting(queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         published.append((queue, body))
-        await real(queue, body, delay_seconds, headers)
+        await real(queue, body, delay_seconds)
 
     monkeypatch.setattr(rt.broker, "publish", counting)
     return published

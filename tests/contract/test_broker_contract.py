@@ -16,7 +16,9 @@ from contextlib import AsyncExitStack, suppress
 from datetime import timedelta
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tepat import tracing
 from tepat.ports.broker import Broker, DeadLetter, Delivery, QueueStats
 from tests.support.broker_factories import BrokerHarness
 from tests.support.busy_loop import busy_event_loop
@@ -247,13 +249,19 @@ async def redelivery_after(
     return delivery
 
 
-async def test_headers_come_with_the_delivery_and_its_redelivery(
+async def test_the_publishing_span_comes_with_the_delivery_and_its_redelivery(
     broker: Broker, broker_harness: BrokerHarness
 ) -> None:
-    # The W3C traceparent rides here (tepat/tracing.py): a nacked batch's copy keeps it.
+    # The W3C traceparent in the headers (tepat/tracing.py): a nacked batch's copy keeps it.
     queue = broker_harness.unique_queue("headers")
-    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    await broker.publish(queue, b"traced", headers={"traceparent": traceparent})
+    tracing.start([InMemorySpanExporter()], batch=False)
+    try:
+        with tracing.span("outbox publish"):
+            traceparent = tracing.current_traceparent()
+            await broker.publish(queue, b"traced")
+    finally:
+        tracing.stop()
+    assert traceparent is not None
 
     async with broker.consume([queue], prefetch=10) as deliveries:
         delivery = await next_delivery(deliveries)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -148,13 +147,7 @@ def test_doctor_bad_configuration_names_the_variable(tmp_path: Path) -> None:
 class _IgnoresDelays(EmbeddedBroker):
     """A broker like ActiveMQ without schedulerSupport: the delay header is dropped."""
 
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        delay_seconds: float = 0.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
+    async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         await super().publish(queue, body, 0.0)
 
 

@@ -47,11 +47,12 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import structlog
 
+from tepat import tracing
 from tepat.adapters.stomp.admin import StompAdmin
 from tepat.adapters.stomp.consumer import Consumer
 from tepat.adapters.stomp.errors import BrokerUnavailable
@@ -72,7 +73,6 @@ from tepat.adapters.stomp.tls import TlsFiles
 from tepat.adapters.stomp.url import check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
 from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
-from tepat.tracing import HEADER as TRACEPARENT
 
 log = structlog.get_logger("tepat.broker.stomp")
 
@@ -148,14 +148,9 @@ class StompBroker:
 
     # -- producing ---------------------------------------------------------
 
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        delay_seconds: float = 0.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        headers = {**(headers or {}), "persistent": "true"}
+    async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
+        # The span publishing it (the outbox's) goes on in the consumer that takes it.
+        headers = {**tracing.headers(), "persistent": "true"}
         delay_ms = round((delay_seconds - self.lead_seconds) * 1000)
         if delay_ms > 0:
             headers["AMQ_SCHEDULED_DELAY"] = str(delay_ms)
@@ -272,8 +267,8 @@ class StompBroker:
             H_QUEUE: delivery.queue,
             H_FIRST_ID: delivery.headers.get(H_FIRST_ID) or delivery.headers.get("message-id", ""),
         }
-        if TRACEPARENT in delivery.headers:  # the copy stays in its batch's trace
-            headers[TRACEPARENT] = delivery.headers[TRACEPARENT]
+        if tracing.HEADER in delivery.headers:  # the copy stays in its batch's trace
+            headers[tracing.HEADER] = delivery.headers[tracing.HEADER]
         if self._redelivery.dead(first_failure, now):
             destination = f"/queue/{DLQ_PREFIX}{delivery.queue}"
         else:
