@@ -10,7 +10,6 @@ Skipped unless ``TEPAT_TEST_STOMP_URL`` names a broker (as tests/ops/test_split_
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -22,19 +21,20 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.ops.support import categories_on_queues, child_env, free_port, tepat, wait_http
+from tests.ops.support import (
+    categories_on_queues,
+    child_env,
+    free_port,
+    stomp_url,
+    tepat,
+    wait_http,
+)
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.activemq
 KEY = "ops-trace-admin-key-0123456789abcdef"
 TOKEN = "ExponentPushToken[ops-trace]"
-
-
-def _stomp_url() -> str:
-    url = os.environ.get("TEPAT_TEST_STOMP_URL", "")
-    if not url:
-        pytest.skip("TEPAT_TEST_STOMP_URL is not set (scripts/test.sh starts ActiveMQ)")
-    return url
+ONE_OFF = {"idempotency_key": "welcome", "category": "custom", "title": "Hi", "body": "!"}
 
 
 class _Received:
@@ -93,7 +93,7 @@ def otlp_receiver() -> Iterator[tuple[str, _Received]]:
 async def test_one_message_is_one_trace_across_the_api_scheduler_and_consumer(
     tmp_path: Path,
 ) -> None:
-    broker = _stomp_url()
+    broker = stomp_url()
     prefix = f"trace{uuid.uuid4().hex[:8]}"
     sandbox_port, api_port = free_port(), free_port()
     scheduler_metrics, consumer_metrics = free_port(), free_port()
@@ -139,15 +139,7 @@ async def test_one_message_is_one_trace_across_the_api_scheduler_and_consumer(
             assert (await client.put("/v1/users/ana", json={"timezone": "UTC"})).is_success
             r = await client.put("/v1/users/ana/devices/phone", json={"push_token": TOKEN})
             assert r.is_success, r.text
-            r = await client.post(
-                "/v1/users/ana/notifications",
-                json={
-                    "idempotency_key": "welcome",
-                    "category": "custom",
-                    "title": "Hi",
-                    "body": "!",
-                },
-            )
+            r = await client.post("/v1/users/ana/notifications", json=ONE_OFF)
             assert r.status_code == 201, r.text
             message_id = r.json()["id"]
 
