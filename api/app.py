@@ -43,6 +43,8 @@ from api.routes import (
 )
 from api.schemas import BulkUserIn
 from api.throttle import FailureThrottle
+from tepat import tracing
+from tepat.logging import redact
 from tepat.runtime import Runtime, event_service, template_service
 from tepat.services.email_events import EmailEvents
 from tepat.wiring import build_unsubscribe_links
@@ -112,6 +114,7 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     )
     # Outermost: a refused request's lines carry its id too.
     app.add_middleware(RequestIdMiddleware)
+    tracing.instrument_app(app, redact)  # tracing on: the request's span, its messages' trace
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -17,6 +17,8 @@ from tepat.domain.queues import queue_priority
 from tepat.loops import wait_or_stop
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
+from tepat.tracing import HEADER as TRACEPARENT
+from tepat.tracing import span
 
 log = structlog.get_logger("tepat.consumer")
 
@@ -32,26 +34,28 @@ async def handle_delivery(
     ``batch``: the delivery's body, already decoded (the consumer decodes it once, to
     order it); ``before_send``: awaited before its requests go out (the priority turn).
     """
-    if batch is None:
+    # The batch span of the outbox (its first message's trace) goes on here.
+    with span("deliver", delivery.headers.get(TRACEPARENT), queue=delivery.queue):
+        if batch is None:
+            try:
+                batch = decode_batch(delivery.queue, delivery.body)
+            except BadBatch as e:
+                log.error("unreadable broker message", queue=delivery.queue, error=str(e))
+                await rt.broker.nack(delivery, str(e))
+                return
         try:
-            batch = decode_batch(delivery.queue, delivery.body)
-        except BadBatch as e:
-            log.error("unreadable broker message", queue=delivery.queue, error=str(e))
-            await rt.broker.nack(delivery, str(e))
+            await rt.dispatcher.handle(batch, before_send=before_send)
+        except rt.store.unavailable_errors as e:
+            # An outage, not a bug: one line per batch, no traceback. The broker redelivers
+            # it with its backoff; the lease re-drives what it had claimed.
+            log.warning("store unavailable; batch handed back", queue=delivery.queue, error=str(e))
+            await rt.broker.nack(delivery, f"store unavailable: {type(e).__name__}")
             return
-    try:
-        await rt.dispatcher.handle(batch, before_send=before_send)
-    except rt.store.unavailable_errors as e:
-        # An outage, not a bug: one line per batch, no traceback. The broker redelivers
-        # it with its backoff; the lease re-drives what it had claimed.
-        log.warning("store unavailable; batch handed back", queue=delivery.queue, error=str(e))
-        await rt.broker.nack(delivery, f"store unavailable: {type(e).__name__}")
-        return
-    except Exception as e:  # the store or provider client failed unexpectedly
-        log.exception("batch failed; handing it back", queue=delivery.queue)
-        await rt.broker.nack(delivery, f"{type(e).__name__}: {e}")
-        return
-    await rt.broker.ack(delivery)
+        except Exception as e:  # the store or provider client failed unexpectedly
+            log.exception("batch failed; handing it back", queue=delivery.queue)
+            await rt.broker.nack(delivery, f"{type(e).__name__}: {e}")
+            return
+        await rt.broker.ack(delivery)
 
 
 GATHER_WINDOW_SECONDS = 0.005

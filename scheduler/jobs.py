@@ -8,6 +8,7 @@ import structlog
 
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.runtime import Runtime, event_service
+from tepat.tracing import span
 
 log = structlog.get_logger("tepat.scheduler")
 
@@ -23,7 +24,8 @@ async def run_creator(rt: Runtime, stop: asyncio.Event) -> None:
         )
 
     async def plan() -> None:
-        result = await rt.creator.plan_ahead()
+        with span("plan run"):  # the trace of every message it makes
+            result = await rt.creator.plan_ahead()
         log.info("planned", created=result.created, existing=result.existing)
 
     await rt.every(stop, rt.settings.plan_interval_seconds, plan, log, "planning failed")

@@ -17,7 +17,7 @@ _.on_message, _.on_heartbeat_timeout  # stomp.py's listener callbacks
 _.capture_signals, _.should_exit  # uvicorn.Server: overridden hook, the flag its loop polls
 _.handle_EHLO, _.handle_RCPT, _.handle_DATA, _.host_name  # aiosmtpd's handler protocol
 _.mechanism  # aiosmtpd passes it to an authenticator by this name
-_.do_GET, _.log_message  # http.server.BaseHTTPRequestHandler
+_.do_GET, _.do_POST, _.log_message  # http.server.BaseHTTPRequestHandler
 _.get_database  # pymongo's client API, mirrored by the async mongomock wrapper
 _.pytestmark  # pytest marks every test of the module with it
 _.strategy  # hypothesis's data.draw(strategy), mirrored by the replay stub

@@ -10,6 +10,10 @@ HTTP access lines (``uvicorn.access``) have their own level
 scrape paths are logged at ``DEBUG``, so liveness/readiness probes and
 Prometheus scrapes never flood the log while every API request stays visible.
 
+With tracing on (``OTEL_TRACES_EXPORTER``, :mod:`tepat.tracing`), which this also
+starts, every line written inside a span carries its ``trace_id``; a line about one
+message carries that message's (:mod:`tepat.services.sending.message_log`).
+
 No line carries a credential found in a URL: query parameters whose name (however it
 is spelled: ``access%5Ftoken`` is ``access_token``) says token, key, secret, signature or
 password, and the token of a one-click unsubscribe path (``/u/<token>``), are written
@@ -29,6 +33,8 @@ from urllib.parse import unquote_plus
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from tepat import tracing
+
 ACCESS_LOGGER = "uvicorn.access"
 # Paths hit by orchestrators and Prometheus every few seconds.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -39,7 +45,9 @@ CHATTY_LOGGERS = ("httpx", "httpcore")
 def configure_logging(
     level: str = "INFO", json: bool | None = None, access_level: str = "INFO"
 ) -> None:
-    """Route every logger through one handler on stderr; idempotent."""
+    """Route every logger through one handler on stderr, and start tracing if the
+    environment asks for it; idempotent."""
+    tracing.configure_from_environment()
     as_json = (not sys.stderr.isatty()) if json is None else json
     threshold = logging.getLevelName(level)
     shared: list[Processor] = [
@@ -47,6 +55,7 @@ def configure_logging(
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        add_trace_id,
     ]
     structlog.configure(
         processors=[
@@ -161,6 +170,16 @@ def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDic
 
 def _redact_all(values: tuple[Any, ...] | list[Any]) -> list[Any]:
     return [redact(v) if isinstance(v, str) else v for v in values]
+
+
+def add_trace_id(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """The ``trace_id`` of the span in progress, unless the line names its own (a
+    message's, whose trace may not be the batch's it was logged in)."""
+    if "trace_id" not in event_dict:
+        trace_id = tracing.trace_id_of(tracing.current_traceparent())
+        if trace_id is not None:
+            event_dict["trace_id"] = trace_id
+    return event_dict
 
 
 def _access_fields(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:

@@ -62,6 +62,8 @@ def configuration_markdown() -> str:
             "with one line naming the variable. This page is generated from the settings",
             "model (`tepat/config.py`, `Settings`, each field's docstring) when the site is",
             "built, so it lists every setting there is, with the default the code has.",
+            "Tracing is configured by OpenTelemetry's standard `OTEL_*` variables instead",
+            "([Operations](../guides/operations.md#by-its-trace)).",
             "",
             *sections,
         ]

@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from tepat import tracing
 from tepat.clock import Clock
 from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
 
@@ -39,6 +40,7 @@ class _Message:
     # set by the first nack: the retry age counts from here, never from a consumer crash
     first_failure: datetime | None = None
     redelivered: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -97,7 +99,8 @@ class EmbeddedBroker:
         # A negative delay means "already due"; clamping keeps such messages in
         # publish order, as they would be on a broker that ignores delays <= 0.
         due = self._clock.now() + timedelta(seconds=max(0.0, delay_seconds))
-        self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due))
+        # The span publishing it (the outbox's) goes on in the consumer that takes it.
+        self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due, headers=tracing.headers()))
 
     # -- consuming ---------------------------------------------------------
 
@@ -223,7 +226,7 @@ class EmbeddedBroker:
             body=message.body,
             delivery_id=delivery_id,
             redelivered=message.redelivered,
-            headers={"message-id": message.id},
+            headers={**message.headers, "message-id": message.id},
         )
 
     def _release(self, consumer: _Consumer) -> None:

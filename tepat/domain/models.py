@@ -219,6 +219,9 @@ class Message:
     content: dict[str, Any] = field(default_factory=dict)
     # An event's priority ("critical": the channel's critical queue, never behind bulk).
     priority: str | None = None
+    # The W3C traceparent of what made it (an API request, a plan run), stamped by the
+    # store when tracing is on (tepat/tracing.py): its send and receipt join that trace.
+    trace_parent: str | None = None
 
     @property
     def nominal(self) -> datetime:

@@ -76,7 +76,7 @@ class Outbox:
                 return total
             builder = BatchBuilder(self.categories)
             batches = builder.add(page) + builder.drain()
-            await self.enqueuer.publish(batches)
+            await self.enqueuer.publish(batches, {m.id: m.trace_parent for m in page})
             await self.store.mark_published([(m.id, m.due) for m in page])
             total += len(page)
             if len(page) < PAGE_SIZE:
@@ -105,6 +105,7 @@ class Outbox:
         # the read due_at of each message, to clear its mark only for that due_at (a
         # message moved meanwhile keeps its mark)
         read: dict[str, datetime] = {}
+        traces: dict[str, str | None] = {}
         total = 0
         after = (start, "")  # every id sorts after "": due at start or later
         while True:
@@ -112,9 +113,10 @@ class Outbox:
             if page:
                 after = (page[-1].due, page[-1].id)
             read.update((m.id, m.due) for m in page)
+            traces.update((m.id, m.trace_parent) for m in page)
             full = builder.add(page)
             if full:
-                await self.enqueuer.publish(full)
+                await self.enqueuer.publish(full, traces)
                 ids = [i for b in full for i in b.ids]
                 await self.store.mark_published([(i, read[i]) for i in ids])
                 total += len(ids)

@@ -16,7 +16,9 @@ from contextlib import AsyncExitStack, suppress
 from datetime import timedelta
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tepat import tracing
 from tepat.ports.broker import Broker, DeadLetter, Delivery, QueueStats
 from tests.support.broker_factories import BrokerHarness
 from tests.support.busy_loop import busy_event_loop
@@ -245,6 +247,29 @@ async def redelivery_after(
     delivery = await next_delivery(deliveries, within=high + ARRIVAL_TIMEOUT)
     assert harness.clock.now() - nacked_at >= timedelta(seconds=low) - SCHEDULER_SLACK
     return delivery
+
+
+async def test_the_publishing_span_comes_with_the_delivery_and_its_redelivery(
+    broker: Broker, broker_harness: BrokerHarness
+) -> None:
+    # The W3C traceparent in the headers (tepat/tracing.py): a nacked batch's copy keeps it.
+    queue = broker_harness.unique_queue("headers")
+    tracing.start([InMemorySpanExporter()], batch=False)
+    try:
+        with tracing.span("outbox publish"):
+            traceparent = tracing.current_traceparent()
+            await broker.publish(queue, b"traced")
+    finally:
+        tracing.stop()
+    assert traceparent is not None
+
+    async with broker.consume([queue], prefetch=10) as deliveries:
+        delivery = await next_delivery(deliveries)
+        assert delivery.headers["traceparent"] == traceparent
+        await broker.nack(delivery, "transient")
+        again = await redelivery_after(deliveries, broker_harness, nacks=1)
+        assert (again.body, again.headers["traceparent"]) == (b"traced", traceparent)
+        await broker.ack(again)
 
 
 def age_slack(harness: BrokerHarness) -> timedelta:

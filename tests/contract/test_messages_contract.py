@@ -10,6 +10,9 @@ import asyncio
 import dataclasses
 from datetime import date, time, timedelta
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tepat import tracing
 from tepat.domain.models import Message, MessageStatus, User, slot_key_for
 from tepat.ports.repositories.messages import MessageQuery, StatusChange
 from tepat.ports.store import Store
@@ -48,6 +51,7 @@ async def test_message_round_trips_every_field(store: Store) -> None:
         nominal_at=at(-30),
         due_at=at(3),
         slot_key="s|a slot of its own",
+        trace_parent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
     )
     result = await store.insert_messages([m])
     assert result.created == [m]
@@ -61,6 +65,23 @@ async def test_minimal_message_round_trips(store: Store) -> None:
     assert await store.get_message(m.id) == m
     assert await store.get_message("missing") is None
     assert await store.find_by_live_key("live|bare") is None
+
+
+async def test_a_message_written_with_tracing_on_keeps_the_context_it_was_made_in(
+    store: Store,
+) -> None:
+    traced, outside = msg("traced"), msg("outside", user_id="u2")
+    tracing.start([InMemorySpanExporter()], batch=False)
+    try:
+        with tracing.span("a request"):
+            made_in = tracing.current_traceparent()
+            await store.insert_messages([traced])
+        await store.insert_messages([outside])  # no span: nothing to keep
+    finally:
+        tracing.stop()
+    stored = [await store.get_message(m.id) for m in (traced, outside)]
+    assert made_in is not None
+    assert [m.trace_parent if m else "missing" for m in stored] == [made_in, None]
 
 
 async def test_a_message_without_nominal_due_or_slot_is_stored_with_derived_ones(

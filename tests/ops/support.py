@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tepat.domain.categories import DEFAULT_CATEGORIES
@@ -30,6 +31,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stomp_url() -> str:
+    """The shared ActiveMQ these processes talk through; skips the test without one."""
+    url = os.environ.get("TEPAT_TEST_STOMP_URL", "")
+    if not url:
+        pytest.skip("TEPAT_TEST_STOMP_URL is not set (scripts/test.sh starts ActiveMQ)")
+    return url
 
 
 def child_env(overrides: dict[str, str]) -> dict[str, str]:

@@ -12,7 +12,6 @@ per run, so a shared broker is fine.
 
 from __future__ import annotations
 
-import os
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.ops.support import (
     free_port,
     json_lines,
     scrape,
+    stomp_url,
     tepat,
     wait_http,
 )
@@ -39,15 +39,8 @@ OK_TOKEN = "ExponentPushToken[ops-split-ok]"
 DEAD_TOKEN = "ExponentPushToken[ops-split-dead]"
 
 
-def _stomp_url() -> str:
-    url = os.environ.get("TEPAT_TEST_STOMP_URL", "")
-    if not url:
-        pytest.skip("TEPAT_TEST_STOMP_URL is not set (scripts/test.sh starts ActiveMQ)")
-    return url
-
-
 async def test_consumer_process_counts_its_sends_on_its_metrics_port(tmp_path: Path) -> None:
-    broker = _stomp_url()
+    broker = stomp_url()
     prefix = f"ops{uuid.uuid4().hex[:8]}"
     sandbox_port, api_port = free_port(), free_port()
     scheduler_metrics, consumer_metrics = free_port(), free_port()

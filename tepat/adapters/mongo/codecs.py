@@ -15,6 +15,7 @@ from dataclasses import fields, replace
 from datetime import UTC, date, datetime, time
 from typing import Any, TypeVar
 
+from tepat import tracing
 from tepat.domain.models import (
     Device,
     Message,
@@ -207,8 +208,15 @@ def message_doc(m: Message, now: datetime) -> dict[str, Any]:
         # The outbox mark, in the same write as the document (ports/store.py).
         publish_pending=m.status is MessageStatus.PENDING,
     )
+    # The trace of the request or plan run that made it, if tracing is on.
+    doc["trace_parent"] = m.trace_parent or tracing.current_traceparent()
     # Left out when empty; live_key absent, not null: see tepat.adapters.mongo.indexes.
-    for key, empty in (("content", {}), ("priority", None), ("live_key", None)):
+    for key, empty in (
+        ("content", {}),
+        ("priority", None),
+        ("live_key", None),
+        ("trace_parent", None),
+    ):
         if doc[key] == empty:
             del doc[key]
     return doc

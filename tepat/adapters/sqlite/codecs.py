@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime, time
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from tepat import tracing
 from tepat.domain.models import Device, Message, MessageStatus, QuietHours, Reminder, Ticket, User
 
 T = TypeVar("T")
@@ -195,7 +196,7 @@ _MESSAGE_COLUMNS = (
     "device_id, reminder_id, idempotency_key, request_hash, local_date, local_time, data, "
     "status, status_reason, attempts, ticket_id, last_error, plan_version, claimed_at, "
     "created_at, updated_at, nominal_at, due_at, slot_key, publish_pending, channel, content, "
-    "priority"
+    "priority, trace_parent"
 )
 
 
@@ -235,6 +236,7 @@ def _message_params(m: Message, now: str) -> Row:
         m.channel,
         _json(m.content),
         m.priority,
+        m.trace_parent or tracing.current_traceparent(),
     )
 
 

@@ -404,6 +404,12 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    (
+        13,
+        # The W3C traceparent of the request or plan run that made the message
+        # (tepat/tracing.py): its send and receipt continue that trace.
+        ("ALTER TABLE messages ADD COLUMN trace_parent TEXT",),
+    ),
 )
 
 

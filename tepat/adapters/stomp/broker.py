@@ -51,6 +51,7 @@ from typing import Any
 
 import structlog
 
+from tepat import tracing
 from tepat.adapters.stomp.admin import StompAdmin
 from tepat.adapters.stomp.consumer import Consumer
 from tepat.adapters.stomp.errors import BrokerUnavailable
@@ -146,7 +147,8 @@ class StompBroker:
     # -- producing ---------------------------------------------------------
 
     async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
-        headers = {"persistent": "true"}
+        # The span publishing it (the outbox's) goes on in the consumer that takes it.
+        headers = {**tracing.headers(), "persistent": "true"}
         delay_ms = round((delay_seconds - self.lead_seconds) * 1000)
         if delay_ms > 0:
             headers["AMQ_SCHEDULED_DELAY"] = str(delay_ms)
@@ -277,6 +279,8 @@ class StompBroker:
             H_QUEUE: delivery.queue,
             H_FIRST_ID: delivery.headers.get(H_FIRST_ID) or delivery.headers.get("message-id", ""),
         }
+        if tracing.HEADER in delivery.headers:  # the copy stays in its batch's trace
+            headers[tracing.HEADER] = delivery.headers[tracing.HEADER]
         if self._redelivery.dead(first_failure, now):
             destination = f"/queue/{DLQ_PREFIX}{delivery.queue}"
         else:

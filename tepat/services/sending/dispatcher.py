@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from tepat import metrics
+from tepat import metrics, tracing
 from tepat.clock import Clock
 from tepat.domain.batches import Batch
 from tepat.domain.categories import Categories, QuietPolicy
@@ -155,10 +155,7 @@ class Dispatcher:
             # Its whole second has passed (a backlog): every item still meant for it
             # is due, so one claim, bounded like the candidates below, replaces the
             # read. A message moved since (retried, deferred) stays for its new batch.
-            claimed = await self._store.claim(batch.ids, now, due_before=batch.due + BATCH_SPAN)
-            if claimed:
-                with self.claims.held(claimed):
-                    await self.process_claimed(claimed, None, turn)
+            await self._claim_and_send(batch.ids, now, None, turn, batch.due + BATCH_SPAN)
             return
         early = batch.due > now
         # A message moved since this batch was published (retried, deferred) waits
@@ -182,11 +179,22 @@ class Dispatcher:
             now = self._clock.now()
             due = [m for m in waiting if m.due <= now]
             waiting = waiting[len(due) :]
-            claimed = await self._store.claim([m.id for m in due], now)
-            if claimed:
-                with self.claims.held(claimed):
-                    await self.process_claimed(claimed, recipients, turn)
+            await self._claim_and_send([m.id for m in due], now, recipients, turn)
             recipients = None  # read ahead for the first instant only: later ones read afresh
+
+    async def _claim_and_send(
+        self,
+        ids: Sequence[str],
+        now: datetime,
+        recipients: _Recipients | None,
+        turn: _Once,
+        due_before: datetime | None = None,
+    ) -> None:
+        with tracing.span("claim", messages=len(ids)):
+            claimed = await self._store.claim(ids, now, due_before=due_before)
+        if claimed:
+            with self.claims.held(claimed), tracing.span("send", messages=len(claimed)):
+                await self.process_claimed(claimed, recipients, turn)
 
     async def _recipients(self, user_ids: list[str]) -> _Recipients:
         """Users, preferences, active devices and reminders of ``user_ids``: the four

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import structlog
 
+from tepat import tracing
 from tepat.clock import Clock
 from tepat.domain.models import MessageStatus, Ticket
 from tepat.domain.queues import PUSH
@@ -54,19 +55,34 @@ class ReceiptPoller:
         if not tickets:
             return _Page(0, None)
         last = (tickets[-1].sent_at, tickets[-1].ticket_id)
+        # A span only for a page of tickets: an idle poll is no trace.
+        with tracing.span("receipt poll", tickets=len(tickets)):
+            return await self._poll_tickets(tickets, now, last)
+
+    async def _poll_tickets(
+        self, tickets: list[Ticket], now: datetime, last: tuple[datetime, str]
+    ) -> _Page:
         result = await self.push.receipts([t.ticket_id for t in tickets])
         if not isinstance(result, Receipts):
             log.warning("receipts unavailable", reason=result.reason)
             return _Page(0, None)
         recorded = 0
+        traces = await self._traces(tickets)
         for ticket in tickets:
             receipt = result.by_ticket.get(ticket.ticket_id)
             if receipt is None:
                 if now - ticket.sent_at > RECEIPT_RETENTION:
                     await self.store.record_receipt(ticket.ticket_id, "expired", None, now)
                 continue
-            recorded += await self._apply(ticket, receipt)
+            recorded += await self._apply(ticket, receipt, traces.get(ticket.message_id))
         return _Page(recorded, last)
+
+    async def _traces(self, tickets: list[Ticket]) -> dict[str, str | None]:
+        """The trace of each ticket's message, read only when tracing is on."""
+        if not tracing.enabled():
+            return {}
+        messages = await self.store.get_messages(sorted({t.message_id for t in tickets}))
+        return {m.id: m.trace_parent for m in messages}
 
     async def poll_all(self) -> int:
         """One round of the poller loop: every ticket awaiting a receipt, page by page.
@@ -84,7 +100,9 @@ class ReceiptPoller:
                 return total
             after = page.last
 
-    async def _apply(self, ticket: Ticket, receipt: ReceiptOk | ReceiptError) -> int:
+    async def _apply(
+        self, ticket: Ticket, receipt: ReceiptOk | ReceiptError, trace_parent: str | None
+    ) -> int:
         now = self.clock.now()
         if isinstance(receipt, ReceiptOk):
             if not await self.store.record_receipt(ticket.ticket_id, "ok", None, now):
@@ -92,7 +110,7 @@ class ReceiptPoller:
             moved = await self.store.transition(
                 ticket.message_id, MessageStatus.DELIVERED, now, expect=[MessageStatus.SENT]
             )
-            _log_receipt(ticket, "ok", MessageStatus.DELIVERED if moved else None)
+            _log_receipt(ticket, trace_parent, "ok", MessageStatus.DELIVERED if moved else None)
             await device_succeeded(self.store, ticket.push_token, self.device_max_failures)
             return 1
         if not await self.store.record_receipt(ticket.ticket_id, "error", receipt.code, now):
@@ -110,15 +128,19 @@ class ReceiptPoller:
                 last_error=f"{receipt.code}: {receipt.message}",
             )
         )
-        _log_receipt(ticket, receipt.code, MessageStatus.FAILED if moved else None)
+        _log_receipt(ticket, trace_parent, receipt.code, MessageStatus.FAILED if moved else None)
         return 1
 
 
-def _log_receipt(ticket: Ticket, receipt: str, outcome: MessageStatus | None) -> None:
+def _log_receipt(
+    ticket: Ticket, trace_parent: str | None, receipt: str, outcome: MessageStatus | None
+) -> None:
     """``receipt`` is ``ok`` or the provider's error code; ``outcome`` the status it moved
     the message to, absent when it moved none (another device's ticket still counts, or
     the message had already moved on)."""
     fields = {"device_id": ticket.device_id, "ticket_id": ticket.ticket_id, "receipt": receipt}
     if outcome is not None:
         fields["outcome"] = outcome.value
-    log_message(log, "receipt recorded", ticket.message_id, ticket.user_id, PUSH, **fields)
+    log_message(
+        log, "receipt recorded", ticket.message_id, ticket.user_id, PUSH, trace_parent, **fields
+    )

@@ -190,6 +190,7 @@ def log_sends(
             m.id,
             m.user_id,
             channel,
+            m.trace_parent,
             category=m.category,
             attempt=m.attempts,
             lateness_ms=round((now - m.scheduled_at).total_seconds() * 1000),
