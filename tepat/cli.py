@@ -68,7 +68,8 @@ def _config_errors() -> Iterator[None]:
 def _settings(**overrides: Any) -> Settings:
     with _config_errors():
         settings = load_settings(**overrides)
-    configure_logging(settings.log_level, settings.log_json, settings.access_log_level)
+        # It also starts tracing, whose OTEL_* variables may be as bad.
+        configure_logging(settings.log_level, settings.log_json, settings.access_log_level)
     return settings
 
 

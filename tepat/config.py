@@ -33,6 +33,9 @@ from tepat.domain.categories import (
     QuietPolicy,
     default_maybe_sent,
 )
+
+# ConfigError lives with the domain's errors (tracing raises it too); named here as well.
+from tepat.domain.errors import ConfigError as ConfigError
 from tepat.domain.errors import DomainError
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import (
@@ -692,10 +695,6 @@ def _category_policies(categories: dict[str, CategorySetting] | None) -> Categor
             maybe_sent=c.maybe_sent or base.maybe_sent,
         )
     return Categories(policies.values())
-
-
-class ConfigError(SystemExit):
-    """Raised by :func:`load_settings`; its message is the one line to print."""
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
 
+from tepat.domain.errors import ConfigError
+
 if TYPE_CHECKING:
     # The SDK is imported when tracing starts: off, a process does not pay for it.
     from opentelemetry.sdk.trace import TracerProvider
@@ -64,11 +66,17 @@ def _exporter(name: str) -> SpanExporter:
             "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
         )
         if protocol != "http/protobuf":
-            raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: Tepat exports http/protobuf")
+            raise ConfigError(
+                f"tepat: bad configuration: OTEL_EXPORTER_OTLP_PROTOCOL: {protocol!r}:"
+                " Tepat exports http/protobuf"
+            )
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter()
-    raise ValueError(f"OTEL_TRACES_EXPORTER={name}: Tepat knows otlp, console and none")
+    raise ConfigError(
+        f"tepat: bad configuration: OTEL_TRACES_EXPORTER: {name!r}: Tepat knows otlp, console"
+        " and none"
+    )
 
 
 def start(exporters: Sequence[SpanExporter], batch: bool = True) -> None:

@@ -12,6 +12,12 @@ class DomainError(ValueError):
         self.message = message
 
 
+class ConfigError(SystemExit):
+    """A bad configuration value; its message is the one line to print (exit status 2 from
+    the CLI). Here, at the bottom of the layers, so that whatever reads configuration
+    (the settings, the tracing variables) can raise it."""
+
+
 class PushTokenInUse(Exception):
     """The push token is active on another user's device, and this caller may not move it
     (only the backend may: a phone that changed hands)."""

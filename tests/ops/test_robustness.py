@@ -52,3 +52,23 @@ def test_a_split_process_on_the_embedded_broker_is_refused_with_one_line(
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("tepat: bad configuration: TEPAT_BROKER_URL: ")
     assert f"`tepat {command}` alone needs a shared broker" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER: 'zipkin'"),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc'",
+        ),
+    ],
+)
+def test_a_bad_tracing_variable_stops_the_process_with_one_line(
+    env: dict[str, str], named: str, tmp_path: Path
+) -> None:
+    done = _tepat(["serve", "--port", str(free_port())], tmp_path, **env)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"tepat: bad configuration: {named}: "), lines[0]
