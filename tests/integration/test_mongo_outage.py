@@ -12,19 +12,28 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
 from pydantic import SecretStr
+from pymongo import AsyncMongoClient, monitoring
 
 from api.app import create_app
 from consumers.worker import handle_delivery
-from tepat.adapters.mongo.client import UNAVAILABLE_ERRORS, connect, timeout_options
+from tepat.adapters.mongo import MongoStore
+from tepat.adapters.mongo.client import (
+    DEFAULT_TIMEOUTS_MS,
+    UNAVAILABLE_ERRORS,
+    connect,
+    timeout_options,
+)
 from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.batches import Batch
 from tepat.ports.broker import Delivery
+from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime, open_runtime
 from tests.api.conftest import ADMIN_KEY, START
 from tests.support.fake_push import FakePush
@@ -139,3 +148,48 @@ async def test_with_tepats_defaults_a_server_that_is_down_answers_within_seconds
             await asyncio.wait_for(client["tepat"].command("ping"), 15)
     finally:
         await client.close()
+
+
+class Commands(monitoring.CommandListener):
+    """The commands a client sent, by name (PyMongo's command monitoring)."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.sent.append(dict(event.command))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [c for c in self.sent if name in c]
+
+
+async def test_scanning_queries_carry_a_server_time_limit_under_the_socket_timeout() -> None:
+    """A page or a count the server could not finish in time is stopped by the server
+    (ExecutionTimeout, answered as "unavailable"), not left running after the client
+    gave up at its socket timeout, deepening an overload."""
+    commands = Commands()
+    async with server_database("tepat_maxtime") as url:
+        client: Any = AsyncMongoClient(
+            url, tz_aware=True, event_listeners=[commands], **timeout_options(url)
+        )
+        store = MongoStore(url, client=client)
+        try:
+            await store.open()
+            commands.sent.clear()
+            await store.list_messages(MessageQuery(user_id="u1", limit=10))
+            await store.count_messages()
+            await store.oldest_due_unsent(START)
+        finally:
+            await store.close()
+            await client.close()
+    scans = commands.named("find") + commands.named("aggregate")
+    assert scans, commands.sent
+    socket_ms = DEFAULT_TIMEOUTS_MS["socketTimeoutMS"]
+    for command in scans:
+        assert 0 < command.get("maxTimeMS", 0) < socket_ms, command

@@ -241,7 +241,10 @@ class AsyncMockCollection:
         await asyncio.sleep(0)
         return int(self._c.count_documents(filter))
 
-    async def aggregate(self, pipeline: Sequence[Mapping[str, Any]]) -> AsyncMockCommandCursor:
+    async def aggregate(
+        self, pipeline: Sequence[Mapping[str, Any]], maxTimeMS: int | None = None
+    ) -> AsyncMockCommandCursor:
+        # maxTimeMS: mongomock has no time limit to apply, the server does.
         await asyncio.sleep(0)
         return AsyncMockCommandCursor(list(self._c.aggregate(list(pipeline))))
 

@@ -13,6 +13,11 @@ from tepat.clock import Clock, SystemClock
 
 DEFAULT_DATABASE = "tepat"
 DUPLICATE_KEY = 11000
+# The server's own limit on a query that scans (a page, a count): under the client's
+# socket timeout (tepat.adapters.mongo.client), so an overloaded server stops the work
+# and answers ExecutionTimeout (a 503 or a handed-back batch) rather than going on with
+# a query whose client has already given up, which only deepens the overload.
+QUERY_MAX_TIME_MS = 20_000
 
 
 def database_name(url: str) -> str:
@@ -72,7 +77,7 @@ class MongoBase:
         most ``limit`` (none when ``limit`` <= 0: ``limit(0)`` would mean *no* limit)."""
         if limit is not None and limit <= 0:
             return []
-        cursor = self._db[collection].find(*args, **kwargs)
+        cursor = self._db[collection].find(*args, max_time_ms=QUERY_MAX_TIME_MS, **kwargs)
         if sort is not None:
             cursor = cursor.sort(list(sort))
         if limit is not None:
@@ -86,7 +91,7 @@ class MongoBase:
         """How many documents matching ``match`` share each value of ``by`` (a name for
         each expression, e.g. ``status="$status"``): (the values by name, how many)."""
         pipeline = [{"$match": match}, {"$group": {"_id": by, "n": {"$sum": 1}}}]
-        cursor = await self._db[collection].aggregate(pipeline)
+        cursor = await self._db[collection].aggregate(pipeline, maxTimeMS=QUERY_MAX_TIME_MS)
         return [(doc["_id"], int(doc["n"])) for doc in await cursor.to_list(None)]
 
     async def _upsert(

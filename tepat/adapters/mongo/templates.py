@@ -14,7 +14,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import DuplicateKeyError
 
-from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.base import QUERY_MAX_TIME_MS, MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
 from tepat.domain.routing import Channel
 from tepat.domain.templates import Template, TemplateKey, template_id
@@ -92,6 +92,7 @@ class TemplatesMixin(MongoBase):
                 },
                 {"$replaceRoot": {"newRoot": "$doc"}},
                 {"$sort": {"event_type": ASCENDING, "channel": ASCENDING, "locale": ASCENDING}},
-            ]
+            ],
+            maxTimeMS=QUERY_MAX_TIME_MS,
         )
         return [_template(d) for d in await cursor.to_list(None)]
