@@ -145,13 +145,18 @@ async def put_user(
     now = rt.clock.now()
     old = await rt.store.get_user(user_id)
     user = merged_user(old, user_id, timezone, locale, quiet_hours, enabled, now)
-    await rt.store.upsert_user(user)
-    if old is None or plan_changed(old, user):
+    stored = await rt.store.upsert_user(user)
+    # A user new to this request has nothing planned, unless a concurrent request
+    # created it first and a reminder was planned under that one's zone: then it has
+    # reminders (a reminder's own re-plan, written after this read, reads this zone).
+    # The plan run marks a user with no reminders; the PUT need not.
+    if plan_changed(old, user) if old is not None else bool(await rt.store.list_reminders(user_id)):
         # The re-plan takes a new plan version from the store (atomically), so a
         # retried or overlapping PUT never reuses the keys of another's plan.
         await rt.creator.replan_user(user_id)
-    stored = await rt.store.get_user(user_id)
-    assert stored is not None
+        again = await rt.store.get_user(user_id)  # with the version the re-plan took
+        assert again is not None
+        stored = again
     return stored, old is None
 
 

@@ -189,6 +189,39 @@ async def test_a_change_between_a_runs_read_and_its_mark_is_planned_by_the_next_
     await assert_exact(rt, clock)
 
 
+async def test_a_create_that_lost_the_race_to_another_re_plans_what_was_planned_meanwhile(
+    rt: Runtime, clock: FakeClock
+) -> None:
+    """Two requests create one user at once; the other's reminders are planned in its
+    zone before this one's upsert writes another zone. This request read no user (a
+    create: 201), yet it must re-plan, or the messages keep the old zone."""
+    await seed(rt)
+    await rt.creator.plan_ahead()
+    store = rt.store
+    real = store.get_user
+    reads = 0
+
+    async def read_before_the_other_insert(user_id: str) -> User | None:
+        nonlocal reads
+        reads += 1
+        return None if reads == 1 else await real(user_id)
+
+    store.get_user = read_before_the_other_insert  # type: ignore[method-assign]
+    try:
+        user, created = await accounts.put_user(rt, "ana", timezone="Asia/Tokyo")
+    finally:
+        store.get_user = real  # type: ignore[method-assign]
+    assert created and user.timezone == "Asia/Tokyo"
+    await assert_exact(rt, clock)
+
+
+async def test_a_new_user_with_nothing_to_plan_takes_no_plan_version(rt: Runtime) -> None:
+    """The common sign-up: one upsert, no re-plan (the plan run marks the user)."""
+    user, created = await accounts.put_user(rt, "dewi", timezone="UTC")
+    assert created and user.plan_version == 1  # the default: none taken
+    assert (await rt.store.get_user("dewi")) == user
+
+
 async def test_a_replan_racing_a_run_never_leaves_a_mark_that_skips_its_change(
     rt: Runtime, clock: FakeClock
 ) -> None:
