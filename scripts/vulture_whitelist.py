@@ -19,6 +19,8 @@ _.handle_EHLO, _.handle_RCPT, _.handle_DATA, _.host_name  # aiosmtpd's handler p
 _.mechanism  # aiosmtpd passes it to an authenticator by this name
 _.do_GET, _.do_POST, _.log_message  # http.server.BaseHTTPRequestHandler
 _.get_database  # pymongo's client API, mirrored by the async mongomock wrapper
+_.succeeded  # pymongo.monitoring.CommandListener's callbacks (a test's listener)
+_.maxTimeMS  # pymongo's aggregate option, mirrored (and ignored) by the mongomock wrapper
 _.pytestmark  # pytest marks every test of the module with it
 _.strategy  # hypothesis's data.draw(strategy), mirrored by the replay stub
 _.__class__  # set_ssl swaps stomp.py's transport class in place
