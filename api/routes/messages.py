@@ -56,7 +56,9 @@ async def post_notification(
         body.send_at,
     )
     # on this request's access line (api/request_id.py): the line that created it names it
-    structlog.contextvars.bind_contextvars(message_id=message.id, user_id=user_id)
+    structlog.contextvars.bind_contextvars(
+        message_id=message.id, user_id=user_id, channel=message.channel
+    )
     answer_created(response, created)
     return NotificationOut.of(message)
 

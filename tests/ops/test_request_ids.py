@@ -57,5 +57,6 @@ async def test_the_access_line_carries_the_request_id_and_the_message_it_created
         await eventually(logged, what="the one-off's access line")
         [line] = [e for e in access_lines() if e.get("request_id") == "trace-me-42"]
         assert line["message_id"] == message_id and line["user_id"] == "ana", line
+        assert line["channel"] == "push", line
         assert line["method"] == "POST" and line["status"] == 201, line
         assert any(e.get("request_id") == generated for e in access_lines())
