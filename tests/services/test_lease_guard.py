@@ -28,6 +28,7 @@ from tepat.services.sending.push_batcher import PushBatcher
 from tests.api.conftest import START, make_settings
 from tests.support.fake_push import FakePush
 from tests.support.messages import make_message
+from tests.support.waiting import eventually
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=60)
@@ -203,14 +204,6 @@ async def test_an_inbox_message_whose_lease_ran_out_waiting_is_left_to_the_sweep
         assert await rt.inbox.unread_count("ana") == 1
 
 
-async def wait_for_sleeper(clock: FakeClock) -> None:
-    for _ in range(10_000):
-        if clock.sleepers:
-            return
-        await asyncio.sleep(0.001)  # the request of the first item is on the wire
-    raise AssertionError("nothing came to wait on the clock")
-
-
 async def test_an_sms_whose_lease_ran_out_in_the_adapters_rate_limiter_is_not_sent() -> None:
     """The gate before a chunk is not enough for an adapter that paces item by item: at
     a low rate (or behind a Retry-After pause) the chunk's last items wait long after it.
@@ -239,7 +232,9 @@ async def test_an_sms_whose_lease_ran_out_in_the_adapters_rate_limiter_is_not_se
 
             with claims.held([msg("sms-1"), msg("sms-2")]):
                 sending = asyncio.create_task(channel.send([item(1), item(2)]))
-                await wait_for_sleeper(clock)  # the second item waits for its token
+                await eventually(
+                    lambda: clock.sleepers > 0, what="the second SMS waiting for its token"
+                )
                 clock.advance(timedelta(seconds=46))  # its renewals failed meanwhile
                 outcomes = await sending
         finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from consumers.rate_share import BEAT_SECONDS, run_rate_share
 from tepat import metrics
 from tepat.clock import FakeClock
 from tepat.config import Settings
-from tepat.runtime import open_runtime
+from tepat.runtime import Runtime, open_runtime
 from tests.support.fake_push import FakePush
 from tests.support.waiting import eventually
 
@@ -27,14 +29,23 @@ class SharePush(FakePush):
         self.share = share
 
 
-async def test_two_consumers_take_half_each_and_the_survivor_takes_all(tmp_path: Path) -> None:
-    clock = FakeClock(datetime(2027, 3, 1, 9, 0, tzinfo=UTC))
+@asynccontextmanager
+async def two_consumers(
+    tmp_path: Path, clock: FakeClock, a_push: SharePush, b_push: SharePush
+) -> AsyncIterator[tuple[Runtime, Runtime]]:
+    """Two consumer processes' runtimes on one store."""
     settings = Settings(database_url=f"sqlite:///{tmp_path}/t.db", broker_url="embedded://")
-    a_push, b_push = SharePush(), SharePush()
     async with (
         open_runtime(settings, clock=clock, push=a_push) as a,
         open_runtime(settings, clock=clock, push=b_push) as b,
     ):
+        yield a, b
+
+
+async def test_two_consumers_take_half_each_and_the_survivor_takes_all(tmp_path: Path) -> None:
+    clock = FakeClock(datetime(2027, 3, 1, 9, 0, tzinfo=UTC))
+    a_push, b_push = SharePush(), SharePush()
+    async with two_consumers(tmp_path, clock, a_push, b_push) as (a, b):
         a_stop, b_stop = asyncio.Event(), asyncio.Event()
         a_task = asyncio.create_task(run_rate_share(a, a_stop))
         b_task = asyncio.create_task(run_rate_share(b, b_stop))
@@ -68,12 +79,8 @@ async def test_a_store_outage_keeps_the_share_and_logs_a_warning_a_beat(
     """A failed beat must not double anyone's rate (the share stays), and an outage is
     one warning line a beat, not a traceback (issue 20: a store outage's log)."""
     clock = FakeClock(datetime(2027, 3, 1, 9, 0, tzinfo=UTC))
-    settings = Settings(database_url=f"sqlite:///{tmp_path}/t.db", broker_url="embedded://")
     a_push, b_push = SharePush(), SharePush()
-    async with (
-        open_runtime(settings, clock=clock, push=a_push) as a,
-        open_runtime(settings, clock=clock, push=b_push) as b,
-    ):
+    async with two_consumers(tmp_path, clock, a_push, b_push) as (a, b):
         # SQLite has no server to lose: as a Mongo store does, it names its outage's error.
         monkeypatch.setattr(type(a.store), "unavailable_errors", (ConnectionError,))
         stop = asyncio.Event()
