@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -55,7 +55,6 @@ from tepat.adapters.expo_push import (
 )
 from tepat.clock import Clock
 from tepat.sandbox.expo_wire import (
-    TICKET_ERROR_CODES,
     BadRequest,
     TokenScript,
     error_item,
@@ -69,13 +68,6 @@ from tepat.sandbox.faults import AfterAccept, FailNext
 from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
 
 __all__ = ["AfterAccept", "ExpoSandbox", "TokenScript"]
-
-
-def _server_error(status: int) -> Response:
-    """Expo's words for an answer lost as a 5xx (:attr:`AfterAccept.ERROR`)."""
-    return request_errors(
-        "INTERNAL_SERVER_ERROR", f"Scripted failure {status} after accepting the request", status
-    )
 
 
 @dataclass(slots=True)
@@ -103,10 +95,10 @@ class _State(SandboxState):
 
 
 class ExpoSandbox(FakeProvider[_State]):
-    """The state of one fake Expo project, and the ASGI app that serves it (:attr:`app`).
+    """One fake Expo project (see the module's docstring)."""
 
-    Safe to drive from a test thread while a server thread serves requests.
-    """
+    _scripts_key = "tokens"
+    _script_type = TokenScript
 
     def __init__(
         self,
@@ -145,13 +137,8 @@ class ExpoSandbox(FakeProvider[_State]):
 
         Both ``None`` removes the script: the token succeeds again.
         """
-        for code in (ticket_error, receipt_error):
-            if code is not None and code not in TICKET_ERROR_CODES:
-                raise ValueError(
-                    f"unknown Expo error {code!r} (one of {sorted(TICKET_ERROR_CODES)})"
-                )
-        scripted = ticket_error is not None or receipt_error is not None
-        self._set_script(token, TokenScript(ticket_error, receipt_error) if scripted else None)
+        outcome = {"ticket_error": ticket_error, "receipt_error": receipt_error}
+        self._set_script(token, self._script_from(outcome))
 
     def fail_next(
         self,
@@ -181,24 +168,11 @@ class ExpoSandbox(FakeProvider[_State]):
         """Expo's keys of a ``POST /_sandbox/script`` body, every one optional::
 
         {"tokens": {"ExponentPushToken[a]": {"ticket_error": "DeviceNotRegistered"},
-                    "ExponentPushToken[b]": {"receipt_error": "DeviceNotRegistered"},
-                    "ExponentPushToken[c]": null},          # null: remove the script
+                    "ExponentPushToken[b]": {"receipt_error": "DeviceNotRegistered"}},
          "next_429": 2, "next_500": 1, "retry_after": 3,
          "fail_next": {"count": 1, "status": 400, "code": "PUSH_TOO_MANY_EXPERIENCE_IDS"},
          "receipt_delay_seconds": 900}
         """
-        tokens = spec.get("tokens") or {}
-        if not isinstance(tokens, dict):
-            raise ValueError('"tokens" must map tokens to {"ticket_error", "receipt_error"}')
-        for token, outcome in tokens.items():
-            outcome = outcome or {}
-            if not isinstance(outcome, dict):
-                raise ValueError(f"script for {token!r} must be an object or null")
-            self.script_token(
-                token,
-                ticket_error=outcome.get("ticket_error"),
-                receipt_error=outcome.get("receipt_error"),
-            )
         retry_after = spec.get("retry_after", 1.0)
         if retry_after is not None:
             retry_after = float(retry_after)
@@ -217,13 +191,18 @@ class ExpoSandbox(FakeProvider[_State]):
         if "receipt_delay_seconds" in spec:
             self.set_receipt_delay(float(spec["receipt_delay_seconds"]))
 
+    def _script_from(self, outcome: dict[str, Any]) -> TokenScript | None:
+        script = TokenScript(outcome.get("ticket_error"), outcome.get("receipt_error"))
+        return None if script == TokenScript() else script
+
     def _describe_own(self) -> dict[str, Any]:
-        return {
-            "tokens": {t: asdict(s) for t, s in self._state.scripts.items()},
-            "receipt_delay_seconds": self.receipt_delay.total_seconds(),
-        }
+        return {"receipt_delay_seconds": self.receipt_delay.total_seconds()}
 
     # ---- Expo's words ----
+
+    def _server_error(self, status: int) -> Response:
+        message = f"Scripted failure {status} after accepting the request"
+        return request_errors("INTERNAL_SERVER_ERROR", message, status)
 
     def _refusal(self, failure: FailNext) -> Response:
         stats = self._state.stats
@@ -297,7 +276,7 @@ class ExpoSandbox(FakeProvider[_State]):
             self._state.stats.send_requests += 1
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
         answer = JSONResponse({"data": tickets[0] if single else tickets})
-        return await self.lose_or_answer(answer, request, _server_error, accepted)
+        return await self.lose_or_answer(answer, request, accepted)
 
     def _issue_tickets(
         self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None

@@ -16,44 +16,26 @@ from starlette.responses import JSONResponse
 from tepat.adapters.expo_push import MAX_PAYLOAD_BYTES, payload_size
 from tepat.domain.validation import is_expo_push_token
 
-#: Error codes Expo puts in ``details.error`` of tickets and receipts.
-TICKET_ERROR_CODES = frozenset(
-    {
-        "DeviceNotRegistered",
-        "MessageTooBig",
-        "MessageRateExceeded",
-        "MismatchSenderId",
-        "InvalidCredentials",
-        "ProviderError",
-        "ExpoError",
-        "DeveloperError",
-    }
-)
-
-
-def _error_message(code: str, token: str) -> str:
-    messages = {
-        "DeviceNotRegistered": f'"{token}" is not a registered push notification recipient',
-        "MessageTooBig": "Message too big: the total notification payload exceeds 4096 bytes",
-        "MessageRateExceeded": f'Too many messages are being sent to "{token}"; slow down',
-        "MismatchSenderId": "The FCM sender id does not match the one the token was issued for",
-        "InvalidCredentials": "The push notification credentials for this project are invalid",
-        "ProviderError": "The push notification provider returned an error",
-        "ExpoError": "The Expo push notification service could not process this message",
-        "DeveloperError": "The message is invalid",
-    }
-    return messages.get(code, f"Push notification error {code}")
+# Error codes Expo puts in ``details.error`` of tickets and receipts, worded as Expo does.
+_TICKET_ERRORS = {
+    "DeviceNotRegistered": '"{token}" is not a registered push notification recipient',
+    "MessageTooBig": "Message too big: the total notification payload exceeds 4096 bytes",
+    "MessageRateExceeded": 'Too many messages are being sent to "{token}"; slow down',
+    "MismatchSenderId": "The FCM sender id does not match the one the token was issued for",
+    "InvalidCredentials": "The push notification credentials for this project are invalid",
+    "ProviderError": "The push notification provider returned an error",
+    "ExpoError": "The Expo push notification service could not process this message",
+    "DeveloperError": "The message is invalid",
+}
+TICKET_ERROR_CODES = frozenset(_TICKET_ERRORS)
 
 
 def error_item(code: str, token: str, message: str | None = None) -> dict[str, Any]:
     details: dict[str, Any] = {"error": code}
     if code == "DeviceNotRegistered":
         details["expoPushToken"] = token
-    return {
-        "status": "error",
-        "message": message or _error_message(code, token),
-        "details": details,
-    }
+    message = message or _TICKET_ERRORS[code].format(token=token)
+    return {"status": "error", "message": message, "details": details}
 
 
 def request_errors(code: str, message: str, status: int, **headers: str) -> JSONResponse:
@@ -66,6 +48,13 @@ class TokenScript:
 
     ticket_error: str | None = None
     receipt_error: str | None = None
+
+    def __post_init__(self) -> None:
+        for code in (self.ticket_error, self.receipt_error):
+            if code is not None and code not in TICKET_ERROR_CODES:
+                raise ValueError(
+                    f"unknown Expo error {code!r} (one of {sorted(TICKET_ERROR_CODES)})"
+                )
 
 
 def refused_ticket(token: str, payload_bytes: int, script: TokenScript) -> dict[str, Any] | None:
@@ -139,15 +128,10 @@ def received_entry(
     encoding: str | None,
 ) -> dict[str, Any]:
     details = ticket.get("details") or {}
+    copied = ("title", "subtitle", "body", "data", "sound", "priority", "ttl")
     return {
         "to": token,
-        "title": message.get("title"),
-        "subtitle": message.get("subtitle"),
-        "body": message.get("body"),
-        "data": message.get("data"),
-        "sound": message.get("sound"),
-        "priority": message.get("priority"),
-        "ttl": message.get("ttl"),
+        **{key: message.get(key) for key in copied},
         "channel_id": message.get("channelId"),
         "category_id": message.get("categoryId"),
         "ticket_id": ticket.get("id"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 from starlette.applications import Starlette
@@ -49,10 +49,13 @@ class FakeProvider(Generic[State]):
     """The state of one fake provider account, and the ASGI app that serves it
     (:attr:`app`); safe to drive from a test thread while a server thread serves requests.
 
-    A sandbox brings its provider's routes, its script format (:meth:`_apply_own_script`),
-    its words for a refusal (:meth:`_refusal`, :meth:`_unauthorized`, :meth:`_bad_script`)
-    and the part of :meth:`describe` that is its own.
+    A sandbox brings its provider's routes, its per-recipient script (:attr:`_script_type`,
+    kept under :attr:`_scripts_key`), its other script keys, its words for a refusal and
+    the part of :meth:`describe` that is its own: the methods below that raise.
     """
+
+    _scripts_key: str  # "tokens", "numbers": what the recipients are called
+    _script_type: type  # a frozen dataclass: what happens to what is sent to one recipient
 
     def __init__(
         self,
@@ -84,8 +87,16 @@ class FakeProvider(Generic[State]):
     def _apply_own_script(self, spec: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def _script_from(self, outcome: dict[str, Any]) -> Any | None:
+        """One recipient's ``POST /_sandbox/script`` entry (``None``: the usual)."""
+        raise NotImplementedError
+
     def _refusal(self, failure: FailNext) -> Response:
         """The answer to a request :meth:`fail_next` refuses (counted, under the lock)."""
+        raise NotImplementedError
+
+    def _server_error(self, status: int) -> Response:
+        """The provider's words for an answer lost as a 5xx (:attr:`AfterAccept.ERROR`)."""
         raise NotImplementedError
 
     def _unauthorized(self) -> Response:
@@ -102,8 +113,13 @@ class FakeProvider(Generic[State]):
     def describe(self) -> dict[str, Any]:
         """The scripted behaviour in force (what ``GET /_sandbox/script`` shows)."""
         with self._lock:
-            own = self._describe_own()
-            return {**own, **self._state.faults.describe(), "rate_limit": self.rate_limit}
+            scripts = {r: asdict(s) for r, s in self._state.scripts.items()}
+            return {
+                self._scripts_key: scripts,
+                **self._describe_own(),
+                **self._state.faults.describe(),
+                "rate_limit": self.rate_limit,
+            }
 
     def clear_scripts(self) -> None:
         with self._lock:
@@ -171,6 +187,7 @@ class FakeProvider(Generic[State]):
         Every sandbox takes these keys alike (and its own, see its ``_apply_own_script``)::
 
             {"clear": true,                                   # drop all scripts first
+             "tokens" | "numbers": {"<recipient>": {...}, "<another>": null},  # null: usual
              "after_accept": {"count": 1, "fault": "stall" | "drop" | "error", "status": 502},
              "release_stalled": true, "rate_limit": 10}
         """
@@ -178,6 +195,15 @@ class FakeProvider(Generic[State]):
             raise ValueError("the script must be a JSON object")
         if spec.get("clear"):
             self.clear_scripts()
+        key = self._scripts_key
+        scripts = spec.get(key) or {}
+        if not isinstance(scripts, dict):
+            names = ", ".join(f'"{f.name}"' for f in fields(self._script_type))
+            raise ValueError(f'"{key}" must map {key} to {{{names}}}')
+        for recipient, outcome in scripts.items():
+            if outcome is not None and not isinstance(outcome, dict):
+                raise ValueError(f"script for {recipient!r} must be an object or null")
+            self._set_script(recipient, None if outcome is None else self._script_from(outcome))
         self._apply_own_script(spec)
         if after := spec.get("after_accept"):
             if not isinstance(after, dict):
@@ -222,14 +248,12 @@ class FakeProvider(Generic[State]):
         self,
         answer: Response,
         request: Request,
-        server_error: Callable[[int], Response],
         accepted: Sequence[dict[str, Any]] = (),
     ) -> Response:
         """``answer`` to an accepted send, unless a scripted fault loses it
-        (:meth:`fail_after_accept`); ``server_error`` words the provider's 5xx.
-        ``accepted``: the request's entries in :meth:`received`; a lost answer marks
-        them ``answer_lost`` (``stall``, ``drop`` or ``error``), so whoever counts
-        copies can tell a copy the sender never heard of."""
+        (:meth:`fail_after_accept`). A lost answer marks the request's entries in
+        :meth:`received` (``accepted``) ``answer_lost`` (``stall``, ``drop`` or ``error``),
+        so whoever counts copies can tell a copy the sender never heard of."""
         with self._lock:
             fault = self._state.faults.next_lost_answer()
             if fault is not None:
@@ -238,7 +262,7 @@ class FakeProvider(Generic[State]):
                     entry["answer_lost"] = fault.fault.value
         if fault is None:
             return answer
-        return await fault.lose(answer, request, self._stalls, server_error)
+        return await fault.lose(answer, request, self._stalls, self._server_error)
 
     def _control_routes(self) -> list[Route]:
         async def received(request: Request) -> Response:

@@ -40,7 +40,7 @@ import hmac
 import itertools
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -82,13 +82,6 @@ class CallbackOrder(enum.StrEnum):
     DUPLICATED = "duplicated"  # every callback posted twice
 
 
-def _server_error(status: int) -> Response:
-    """Twilio's 20500 with the scripted 5xx status."""
-    response = error_response(20500)
-    response.status_code = status
-    return response
-
-
 @dataclass(order=True, slots=True)
 class _Callback:
     due: datetime
@@ -115,10 +108,10 @@ class _State(SandboxState):
 
 
 class TwilioSandbox(FakeProvider[_State]):
-    """The state of one fake Twilio account, and the ASGI app that serves it (:attr:`app`).
+    """One fake Twilio account (see the module's docstring)."""
 
-    Safe to drive from a test thread while a server thread serves requests.
-    """
+    _scripts_key = "numbers"
+    _script_type = NumberScript
 
     def __init__(
         self,
@@ -191,10 +184,12 @@ class TwilioSandbox(FakeProvider[_State]):
         with self._lock:
             return len(self._state.pending)
 
+    def _script_from(self, outcome: dict[str, Any]) -> NumberScript:
+        return NumberScript(**outcome)
+
     def _describe_own(self) -> dict[str, Any]:
         return {
             "account_sid": self.account_sid,
-            "numbers": {n: asdict(s) for n, s in self._state.scripts.items()},
             "unsubscribed": sorted(self._state.unsubscribed),
             "callback_delay_seconds": self.callback_delay.total_seconds(),
             "callback_order": str(self.callback_order),
@@ -204,19 +199,11 @@ class TwilioSandbox(FakeProvider[_State]):
         """Twilio's keys of a ``POST /_sandbox/script`` body, every one optional::
 
         {"numbers": {"+14155550100": {"api_error": 21211},
-                     "+14155550101": {"status": "undelivered", "error_code": 30003},
-                     "+14155550102": null},                 # null: delivered again
+                     "+14155550101": {"status": "undelivered", "error_code": 30003}},
          "unsubscribed": ["+14155550103"], "subscribed": ["+14155550103"],
          "next_429": 2, "next_500": 1,
          "callback_delay_seconds": 2, "callback_order": "reversed"}
         """
-        numbers = spec.get("numbers") or {}
-        if not isinstance(numbers, dict):
-            raise ValueError('"numbers" must map numbers to {"api_error", "status", "error_code"}')
-        for number, outcome in numbers.items():
-            if outcome is not None and not isinstance(outcome, dict):
-                raise ValueError(f"script for {number!r} must be an object or null")
-            self.script_number(number, NumberScript(**outcome) if outcome is not None else None)
         for number in spec.get("unsubscribed") or []:
             self.unsubscribe(str(number))
         for number in spec.get("subscribed") or []:
@@ -295,7 +282,12 @@ class TwilioSandbox(FakeProvider[_State]):
             self._state.stats.too_many_requests += 1
             return error_response(20429)
         self._state.stats.server_errors += 1
-        return _server_error(failure.status)
+        return self._server_error(failure.status)
+
+    def _server_error(self, status: int) -> Response:
+        response = error_response(20500)
+        response.status_code = status
+        return response
 
     def _unauthorized(self) -> Response:
         return error_response(20003, headers={"WWW-Authenticate": 'Basic realm="Twilio API"'})
@@ -378,7 +370,7 @@ class TwilioSandbox(FakeProvider[_State]):
         }
         self._accept(message, now)
         answer = JSONResponse(message_resource(self.account_sid, message, now), status_code=201)
-        return await self.lose_or_answer(answer, request, _server_error)
+        return await self.lose_or_answer(answer, request)
 
     def _accept(self, message: dict[str, Any], now: datetime) -> None:
         """Take ``message`` (its entry in :meth:`received`) and queue its callbacks."""
