@@ -52,7 +52,7 @@ from tepat.config import Settings
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.runtime import open_runtime
 from tepat.sandbox.runner import bind_free_port
-from tepat.sandbox.server import running_twilio_sandbox
+from tepat.sandbox.server import running_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
 
 GOAL_DRAIN_RATIO = 1.10
@@ -164,7 +164,7 @@ def _smtp_relay(rate: float) -> Iterator[Provider]:
 @contextmanager
 def _twilio(rate: float) -> Iterator[Provider]:
     sandbox = TwilioSandbox(rate_limit=rate)
-    with running_twilio_sandbox(sandbox) as server:
+    with running_sandbox(sandbox) as server:
         settings = {
             "twilio_account_sid": DEFAULT_ACCOUNT_SID,
             "twilio_auth_token": SecretStr(DEFAULT_AUTH_TOKEN),

@@ -90,24 +90,16 @@ class ServingApp:
     server: QuietServer
     task: asyncio.Task[None]
 
-    async def stop(self) -> None:
-        """Stop accepting and let the requests in flight finish (idempotent)."""
-        self.server.should_exit = True
-        await asyncio.wait_for(asyncio.shield(self.task), STARTUP_TIMEOUT)
-
 
 @asynccontextmanager
 async def serving_app(
-    app: Any,
-    config: uvicorn.Config | None = None,
-    sock: socket.socket | None = None,
-    startup_timeout: float = STARTUP_TIMEOUT,
+    app: Any, sock: socket.socket | None = None, startup_timeout: float = STARTUP_TIMEOUT
 ) -> AsyncIterator[ServingApp]:
-    """Serve ``app`` on the running loop (``config`` for uvicorn's, ``sock`` for a port
-    the caller bound already) until the block ends."""
+    """Serve ``app`` on the running loop (``sock``: a port the caller bound already)
+    until the block ends; then stop accepting and let the requests in flight finish."""
     sock = sock or bind_free_port()
     listening = asyncio.Event()
-    server = QuietServer(config or quiet_config(app), on_ready=listening.set)
+    server = QuietServer(quiet_config(app), on_ready=listening.set)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     ready = asyncio.create_task(listening.wait())
     try:
@@ -116,9 +108,9 @@ async def serving_app(
             task.result()  # it failed to start: its own error says why
         if not server.started:
             raise RuntimeError(f"the server did not start on {base_url(sock)}")
-        serving = ServingApp(base_url(sock), server, task)
-        yield serving
-        await serving.stop()
+        yield ServingApp(base_url(sock), server, task)
+        server.should_exit = True
+        await asyncio.wait_for(asyncio.shield(task), STARTUP_TIMEOUT)
     finally:
         ready.cancel()
         server.should_exit = True

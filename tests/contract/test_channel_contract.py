@@ -32,7 +32,7 @@ from tepat.domain.models import Message, User
 from tepat.domain.webhooks import EVENT_TYPES, Delivery, parse_target_policy
 from tepat.ports.channel import Accepted, Channel, Delivered, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
-from tepat.sandbox.server import running_twilio_sandbox
+from tepat.sandbox.server import running_sandbox
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
@@ -169,7 +169,7 @@ async def sms(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Subject]:
 
     sandbox = TwilioSandbox(clock=clock)
     sandbox.script_number(DEAD_NUMBER, NumberScript(api_error=21211))
-    with running_twilio_sandbox(sandbox) as server, running_receiver() as receiver:
+    with running_sandbox(sandbox) as server, running_receiver() as receiver:
         nowhere = f"http://127.0.0.1:{free_port()}"
         async with closing(sms_channel(server.base_url, receiver.base_url, clock)) as channel:
             yield Subject(

@@ -36,7 +36,7 @@ from api.app import create_app
 from tepat.clock import FakeClock
 from tepat.domain.models import Message, MessageStatus
 from tepat.runtime import Runtime
-from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
+from tepat.sandbox.server import RunningTwilioSandbox, running_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
 from tepat.services.events import EventService
 from tests.api.conftest import ADMIN, ADMIN_KEY, START, STORES, problem, runtime_on
@@ -82,7 +82,7 @@ def smtp() -> Iterator[SmtpServer]:
 @pytest.fixture
 def twilio() -> Iterator[RunningTwilioSandbox]:
     sandbox = TwilioSandbox(clock=FakeClock(START), callback_delay_seconds=60)
-    with running_twilio_sandbox(sandbox) as running:
+    with running_sandbox(sandbox) as running:
         yield running
 
 

@@ -22,7 +22,7 @@ from tepat.domain.contacts import SuppressionReason
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.runtime import Runtime, open_runtime
 from tepat.sandbox.runner import base_url, bind_free_port, serving_app
-from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
+from tepat.sandbox.server import RunningTwilioSandbox, running_sandbox
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
@@ -77,7 +77,7 @@ class Pipeline:
 
 @pytest.fixture
 def twilio() -> Iterator[RunningTwilioSandbox]:
-    with running_twilio_sandbox(TwilioSandbox()) as running:
+    with running_sandbox(TwilioSandbox()) as running:
         yield running
 
 

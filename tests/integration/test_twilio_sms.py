@@ -25,7 +25,7 @@ from tepat.domain.models import Message
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.faults import AfterAccept
-from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
+from tepat.sandbox.server import RunningTwilioSandbox, running_sandbox
 from tepat.sandbox.twilio import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,
@@ -98,7 +98,7 @@ def sandbox(clock: FakeClock) -> TwilioSandbox:
 
 @pytest.fixture
 def server(sandbox: TwilioSandbox) -> Iterator[RunningTwilioSandbox]:
-    with running_twilio_sandbox(sandbox) as running:
+    with running_sandbox(sandbox) as running:
         yield running
 
 

@@ -11,13 +11,13 @@ from pydantic import SecretStr
 
 from tepat.config import Settings
 from tepat.doctor import Status, twilio_check
-from tepat.sandbox.server import RunningTwilioSandbox, running_twilio_sandbox
-from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN
+from tepat.sandbox.server import RunningTwilioSandbox, running_sandbox
+from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
 
 
 @pytest.fixture
 def server() -> Iterator[RunningTwilioSandbox]:
-    with running_twilio_sandbox() as running:
+    with running_sandbox(TwilioSandbox()) as running:
         yield running
 
 

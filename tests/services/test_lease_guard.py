@@ -21,7 +21,7 @@ from tepat.domain.models import Message, MessageStatus, User
 from tepat.ports.channel import Accepted, Outgoing, Withheld
 from tepat.ports.push import PushRequest, SendResult, TicketOk, Tickets
 from tepat.runtime import open_runtime
-from tepat.sandbox.server import running_twilio_sandbox
+from tepat.sandbox.server import running_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
 from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed, may_still_send
 from tepat.services.sending.push_batcher import PushBatcher
@@ -211,7 +211,7 @@ async def test_an_sms_whose_lease_ran_out_in_the_adapters_rate_limiter_is_not_se
     clock = FakeClock(T0)
     claims = ClaimsInHand(StuckStore(fail=True), clock, LEASE)
     sandbox = TwilioSandbox(clock=clock)
-    with running_twilio_sandbox(sandbox) as server:
+    with running_sandbox(sandbox) as server:
         channel = TwilioSmsChannel(
             account_sid=DEFAULT_ACCOUNT_SID,
             auth_token=DEFAULT_AUTH_TOKEN,
