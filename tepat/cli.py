@@ -265,16 +265,16 @@ def sandbox_expo(
     ] = None,
 ) -> None:
     """A local server that behaves like Expo's push API."""
-    from tepat.sandbox.server import serve_sandbox
+    from tepat.sandbox.expo import ExpoSandbox
+    from tepat.sandbox.runner import serve_app
 
     configure_logging()
-    serve_sandbox(
-        host=host,
-        port=port,
+    sandbox = ExpoSandbox(
         receipt_delay_seconds=receipt_delay,
         access_token=access_token,
-        rate_limit=rate_limit,
+        rate_limit=rate_limit or None,
     )
+    serve_app(sandbox.app, host, port)
 
 
 @sandbox_app.command("twilio")
@@ -289,12 +289,18 @@ def sandbox_twilio(
     ] = 1.0,
 ) -> None:
     """A local server that behaves like Twilio's Messages API (SMS), with signed callbacks."""
-    from tepat.sandbox.server import serve_twilio_sandbox
+    from tepat.sandbox.runner import serve_app
+    from tepat.sandbox.twilio import TwilioSandbox
 
     configure_logging()
-    serve_twilio_sandbox(
-        host=host, port=port, rate_limit=rate_limit, callback_delay_seconds=callback_delay
+    sandbox = TwilioSandbox(rate_limit=rate_limit or None, callback_delay_seconds=callback_delay)
+    print(
+        f"tepat: Twilio sandbox at http://{host}:{port}"
+        f" (TEPAT_TWILIO_ACCOUNT_SID={sandbox.account_sid}"
+        f" TEPAT_TWILIO_AUTH_TOKEN={sandbox.auth_token})",
+        flush=True,
     )
+    serve_app(sandbox.app, host, port)
 
 
 @dlq_app.command("list")

@@ -1,7 +1,7 @@
 """Stand-ins for the outside services Tepat talks to, for tests and demos (see ``expo``)."""
 
 from tepat.sandbox.expo import AfterAccept, ExpoSandbox, TokenScript
-from tepat.sandbox.server import RunningSandbox, running_sandbox, serve_sandbox
+from tepat.sandbox.server import RunningSandbox, running_sandbox
 
 __all__ = [
     "AfterAccept",
@@ -9,5 +9,4 @@ __all__ = [
     "RunningSandbox",
     "TokenScript",
     "running_sandbox",
-    "serve_sandbox",
 ]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -36,22 +35,6 @@ class LostAnswer:
     fault: AfterAccept
     remaining: int
     status: int  # for AfterAccept.ERROR
-
-    async def lose(
-        self,
-        answer: Response,
-        request: Request,
-        stalls: Stalls,
-        server_error: Callable[[int], Response],
-    ) -> Response:
-        """What the client gets instead of ``answer`` (or ``answer``, late, if released);
-        ``server_error`` words the 5xx of :attr:`AfterAccept.ERROR` as the provider does."""
-        if self.fault is AfterAccept.ERROR:
-            return server_error(self.status)
-        if self.fault is AfterAccept.DROP:
-            return DroppedResponse()
-        await stalls.hold(request)
-        return answer
 
 
 @dataclass(slots=True)

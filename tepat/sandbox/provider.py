@@ -5,6 +5,7 @@ controls it serves under ``/_sandbox/`` (the same methods a test calls in-proces
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, TypeVar
@@ -16,7 +17,7 @@ from starlette.routing import Route
 
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock, SystemClock
-from tepat.sandbox.faults import AfterAccept, FailNext, FaultQueue, Stalls
+from tepat.sandbox.faults import AfterAccept, DroppedResponse, FailNext, FaultQueue, Stalls
 
 
 @dataclass(slots=True)
@@ -45,13 +46,13 @@ class SandboxState:
 State = TypeVar("State", bound=SandboxState)
 
 
-class FakeProvider(Generic[State]):
+class FakeProvider(ABC, Generic[State]):
     """The state of one fake provider account, and the ASGI app that serves it
     (:attr:`app`); safe to drive from a test thread while a server thread serves requests.
 
     A sandbox brings its provider's routes, its per-recipient script (:attr:`_script_type`,
     kept under :attr:`_scripts_key`), its other script keys, its words for a refusal and
-    the part of :meth:`describe` that is its own: the methods below that raise.
+    the part of :meth:`describe` that is its own: the abstract methods below.
     """
 
     _scripts_key: str  # "tokens", "numbers": what the recipients are called
@@ -81,32 +82,22 @@ class FakeProvider(Generic[State]):
 
     # ---- what each sandbox words its own way ----
 
-    def _describe_own(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _apply_own_script(self, spec: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def _script_from(self, outcome: dict[str, Any]) -> Any | None:
-        """One recipient's ``POST /_sandbox/script`` entry (``None``: the usual)."""
-        raise NotImplementedError
-
-    def _refusal(self, failure: FailNext) -> Response:
-        """The answer to a request :meth:`fail_next` refuses (counted, under the lock)."""
-        raise NotImplementedError
-
-    def _server_error(self, status: int) -> Response:
-        """The provider's words for an answer lost as a 5xx (:attr:`AfterAccept.ERROR`)."""
-        raise NotImplementedError
-
-    def _unauthorized(self) -> Response:
-        raise NotImplementedError
-
-    def _authorized(self, request: Request) -> bool:
-        raise NotImplementedError
-
-    def _bad_script(self, message: str) -> Response:
-        raise NotImplementedError
+    @abstractmethod
+    def _describe_own(self) -> dict[str, Any]: ...
+    @abstractmethod
+    def _apply_own_script(self, spec: dict[str, Any]) -> None: ...
+    @abstractmethod  # one recipient's entry in a script (None: the usual)
+    def _script_from(self, outcome: dict[str, Any]) -> Any | None: ...
+    @abstractmethod  # a request fail_next refuses (counted here, under the lock)
+    def _refusal(self, failure: FailNext) -> Response: ...
+    @abstractmethod  # an answer lost as a 5xx (AfterAccept.ERROR)
+    def _server_error(self, status: int) -> Response: ...
+    @abstractmethod
+    def _unauthorized(self) -> Response: ...
+    @abstractmethod
+    def _authorized(self, request: Request) -> bool: ...
+    @abstractmethod
+    def _bad_script(self, message: str) -> Response: ...
 
     # ---- controls (also reachable over HTTP at /_sandbox/...) ----
 
@@ -262,7 +253,12 @@ class FakeProvider(Generic[State]):
                     entry["answer_lost"] = fault.fault.value
         if fault is None:
             return answer
-        return await fault.lose(answer, request, self._stalls, self._server_error)
+        if fault.fault is AfterAccept.ERROR:
+            return self._server_error(fault.status)
+        if fault.fault is AfterAccept.DROP:
+            return DroppedResponse()
+        await self._stalls.hold(request)  # then the answer, late, if released in time
+        return answer
 
     def _control_routes(self) -> list[Route]:
         async def received(request: Request) -> Response:
