@@ -33,7 +33,6 @@ state under its lock are the sandbox kit's (:mod:`tepat.sandbox.faults`,
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -205,20 +204,11 @@ class ExpoSandbox(FakeProvider[_State]):
         return request_errors("INTERNAL_SERVER_ERROR", message, status)
 
     def _refusal(self, failure: FailNext) -> Response:
-        stats = self._state.stats
-        if failure.status == 429:
-            stats.too_many_requests += 1
-        elif failure.status >= 500:
-            stats.server_errors += 1
-        else:
-            stats.bad_requests += 1
-        headers = {}
-        if failure.retry_after is not None:
-            headers["Retry-After"] = str(math.ceil(failure.retry_after))
+        if failure.status != 429 and failure.status < 500:
+            self._state.stats.bad_requests += 1
         code = str(failure.code)
-        return request_errors(
-            code, f"Scripted failure {failure.status} {code}", failure.status, **headers
-        )
+        message = f"Scripted failure {failure.status} {code}"
+        return request_errors(code, message, failure.status, failure.retry_after)
 
     def _gate(self, request: Request, refusals: bool = True) -> Response | None:
         if request.headers.get("content-encoding", "").lower() == "gzip":
@@ -264,12 +254,8 @@ class ExpoSandbox(FakeProvider[_State]):
                 f"at most {MAX_BATCH} are allowed",
             )
         if wait := self._over_rate(count):
-            return request_errors(
-                "TOO_MANY_REQUESTS",
-                f"You are exceeding the limit of {self.rate_limit:g} notifications per second",
-                429,
-                **{"Retry-After": str(math.ceil(wait))},
-            )
+            message = f"You are exceeding the limit of {self.rate_limit:g} notifications per second"
+            return request_errors("TOO_MANY_REQUESTS", message, 429, wait)
         encoding = request.headers.get("content-encoding")
         tickets, accepted = self._issue_tickets(messages, encoding)
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,7 +39,10 @@ def error_item(code: str, token: str, message: str | None = None) -> dict[str, A
     return {"status": "error", "message": message, "details": details}
 
 
-def request_errors(code: str, message: str, status: int, **headers: str) -> JSONResponse:
+def request_errors(
+    code: str, message: str, status: int, retry_after: float | None = None
+) -> JSONResponse:
+    headers = {} if retry_after is None else {"Retry-After": str(math.ceil(retry_after))}
     return JSONResponse({"errors": [{"code": code, "message": message}]}, status, headers=headers)
 
 

@@ -88,7 +88,7 @@ class FakeProvider(ABC, Generic[State]):
     def _apply_own_script(self, spec: dict[str, Any]) -> None: ...
     @abstractmethod  # one recipient's entry in a script (None: the usual)
     def _script_from(self, outcome: dict[str, Any]) -> Any | None: ...
-    @abstractmethod  # a request fail_next refuses (counted here, under the lock)
+    @abstractmethod  # a request fail_next refuses (under the lock)
     def _refusal(self, failure: FailNext) -> Response: ...
     @abstractmethod  # an answer lost as a 5xx (AfterAccept.ERROR)
     def _server_error(self, status: int) -> Response: ...
@@ -219,6 +219,10 @@ class FakeProvider(ABC, Generic[State]):
             self._state.stats.requests += 1
             failure = self._state.faults.next_refusal() if refusals else None
             if failure is not None:
+                if failure.status == 429:
+                    self._state.stats.too_many_requests += 1
+                elif failure.status >= 500:
+                    self._state.stats.server_errors += 1
                 return self._refusal(failure)
             if not self._authorized(request):
                 self._state.stats.unauthorized += 1

@@ -34,10 +34,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import enum
 import hmac
-import itertools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -82,12 +80,11 @@ class CallbackOrder(enum.StrEnum):
     DUPLICATED = "duplicated"  # every callback posted twice
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _Callback:
     due: datetime
-    seq: int
-    url: str = field(compare=False)
-    params: list[tuple[str, str]] = field(compare=False)
+    url: str
+    params: list[tuple[str, str]]
 
 
 @dataclass(slots=True)
@@ -131,10 +128,8 @@ class TwilioSandbox(FakeProvider[_State]):
         self.callback_delay = timedelta(seconds=callback_delay_seconds)
         self.callback_order = CallbackOrder(callback_order)
         self.callback_timeout_seconds = callback_timeout_seconds
-        self._seq = itertools.count()
         # The callback poster runs on the serving loop, started by the first request.
         self._poster: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
         routes = [
             Route(MESSAGES_PATH, self._create_message, methods=["POST"]),
             Route(ACCOUNT_PATH, self._fetch_account, methods=["GET"]),
@@ -279,9 +274,7 @@ class TwilioSandbox(FakeProvider[_State]):
 
     def _refusal(self, failure: FailNext) -> Response:
         if failure.status == 429:
-            self._state.stats.too_many_requests += 1
             return error_response(20429)
-        self._state.stats.server_errors += 1
         return self._server_error(failure.status)
 
     def _server_error(self, status: int) -> Response:
@@ -380,8 +373,9 @@ class TwilioSandbox(FakeProvider[_State]):
             self._state.received.append(message)
             if callback:
                 self._schedule(message, callback, now)
-        if callback:
-            self._ensure_poster()
+        loop, poster = asyncio.get_running_loop(), self._poster
+        if callback and (poster is None or poster.done() or poster.get_loop() is not loop):
+            self._poster = loop.create_task(self._post_callbacks(), name="twilio-callbacks")
 
     def _schedule(self, message: dict[str, Any], url: str, now: datetime) -> None:
         """Queue ``message``'s callbacks (the caller holds the lock)."""
@@ -402,20 +396,11 @@ class TwilioSandbox(FakeProvider[_State]):
             steps = [p for step in steps for p in (step, step)]
         for i, params in enumerate(steps):
             due = now + self.callback_delay * (i + 1)
-            self._state.pending.append(_Callback(due, next(self._seq), url, params))
-        self._state.pending.sort()
-
-    def _ensure_poster(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._poster is None or self._poster.done() or self._poster.get_loop() is not loop:
-            self._wake = asyncio.Event()
-            self._poster = loop.create_task(self._post_callbacks(), name="twilio-callbacks")
-        elif self._wake is not None:
-            self._wake.set()
+            self._state.pending.append(_Callback(due, url, params))
+        self._state.pending.sort(key=lambda c: c.due)  # stable: in order of scheduling
 
     async def _post_callbacks(self) -> None:
         """Post callbacks as they fall due on the clock, one at a time, in due order."""
-        assert self._wake is not None
         while True:
             now = self.clock.now()
             with self._lock:
@@ -436,10 +421,8 @@ class TwilioSandbox(FakeProvider[_State]):
                             "error": error,
                         }
                     )
-            self._wake.clear()
             # Polled: the clock may be a test's FakeClock advanced from another thread.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=0.02)
+            await asyncio.sleep(0.02)
 
     async def _post_signed(self, url: str, params: list[tuple[str, str]]) -> tuple[int, str | None]:
         headers = {"X-Twilio-Signature": twilio_signature(self.auth_token, url, params)}
