@@ -21,7 +21,6 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import h11
@@ -38,24 +37,30 @@ log = structlog.get_logger("tepat.http")
 class _Refusals:
     """Counts slow or surplus connections closed, and says so now and then."""
 
-    def __init__(self, every: float = LOG_EVERY_SECONDS) -> None:
-        self._every = every
+    def __init__(self) -> None:
         self._counts: dict[str, int] = {}
         self._last = float("-inf")
 
     def note(self, why: str) -> None:
         self._counts[why] = self._counts.get(why, 0) + 1
         now = time.monotonic()
-        if now - self._last >= self._every:
+        if now - self._last >= LOG_EVERY_SECONDS:
             self._last = now
             log.warning("closed slow or surplus HTTP connections", **self._counts)
             self._counts = {}
 
 
-def guarded_h11(
-    header_seconds: float, body_seconds: float, max_connections: int
-) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with the limits above (pass it as ``uvicorn.Config(http=...)``)."""
+def guarded_h11_for(settings: Settings) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the configured limits above (pass it as
+    ``uvicorn.Config(http=...)``), and uvicorn's and asyncio's per-connection warnings
+    limited to one line per message per while."""
+    for name in ("uvicorn.error", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, OncePerWhile) for f in logger.filters):
+            logger.addFilter(OncePerWhile())
+    header_seconds = settings.http_header_timeout_seconds
+    body_seconds = settings.http_body_timeout_seconds
+    max_connections = settings.http_max_connections
     refusals = _Refusals()
 
     class GuardedH11Protocol(H11Protocol):
@@ -114,12 +119,12 @@ def guarded_h11(
 
 # What `tepat api --workers N` passes uvicorn as ``http``: uvicorn starts each worker in
 # a spawned process and sends it the config pickled, which a class made inside
-# guarded_h11 cannot be; a name is looked up in the worker instead.
+# guarded_h11_for cannot be; a name is looked up in the worker instead.
 WORKERS_HTTP_PROTOCOL = "tepat.http_server:guarded_h11_from_settings"
 
 
 def guarded_h11_from_settings(**kwargs: Any) -> H11Protocol:
-    """A connection of :func:`guarded_h11`'s protocol, its limits from this process's
+    """A connection of :func:`guarded_h11_for`'s protocol, its limits from this process's
     settings (a worker reads the same environment as the command that started it)."""
     return _protocol_from_settings()(**kwargs)
 
@@ -131,26 +136,12 @@ def _protocol_from_settings() -> type[H11Protocol]:
     return guarded_h11_for(load_settings())
 
 
-def guarded_h11_for(settings: Settings) -> type[H11Protocol]:
-    """:func:`guarded_h11` with the configured limits, uvicorn's warnings limited too."""
-    limit_repeated_warnings()
-    return guarded_h11(
-        settings.http_header_timeout_seconds,
-        settings.http_body_timeout_seconds,
-        settings.http_max_connections,
-    )
-
-
 class OncePerWhile(logging.Filter):
-    """Lets a record through once per message per ``every`` seconds (with how many were
+    """Lets a record through once per message per :data:`LOG_EVERY_SECONDS` (with how many were
     held back since): one line instead of one per connection when many misbehave."""
 
-    def __init__(
-        self, every: float = LOG_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._every = every
-        self._clock = clock
         self._seen: dict[Any, tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -158,22 +149,15 @@ class OncePerWhile(logging.Filter):
             key: Any = (record.name, record.msg)
         else:
             key = (record.name, record.msg, record.levelno)
-        now = self._clock()
+        now = time.monotonic()
         last, held = self._seen.get(key, (float("-inf"), 0))
-        if now - last < self._every:
+        if now - last < LOG_EVERY_SECONDS:
             self._seen[key] = (last, held + 1)
             return False
         self._seen[key] = (now, 0)
         if len(self._seen) > 1000:  # messages are templates; this only bounds the odd case
             self._seen = {key: (now, 0)}
         if held:
-            record.msg = f"{record.msg} (and {held} more like it in the last {self._every:g} s)"
+            since = f"in the last {LOG_EVERY_SECONDS:g} s"
+            record.msg = f"{record.msg} (and {held} more like it {since})"
         return True
-
-
-def limit_repeated_warnings() -> None:
-    """uvicorn's and asyncio's per-connection warnings, once per message per while."""
-    for name in ("uvicorn.error", "asyncio"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, OncePerWhile) for f in logger.filters):
-            logger.addFilter(OncePerWhile())

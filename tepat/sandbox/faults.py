@@ -23,8 +23,6 @@ from starlette.responses import Response
 
 
 class AfterAccept(enum.StrEnum):
-    """How an accepted send request's answer is lost."""
-
     STALL = "stall"  # no answer until the client gives up (its read timeout) or a release
     DROP = "drop"  # the connection closes in the middle of the response
     ERROR = "error"  # a 5xx instead of the tickets
@@ -81,7 +79,6 @@ class FaultQueue:
         self.lost_answers.clear()
 
     def describe(self) -> dict[str, list[dict[str, Any]]]:
-        """What ``GET /_sandbox/script`` shows of them."""
         return {
             "fail_next": [asdict(f) for f in self.refusals],
             "after_accept": [asdict(f) for f in self.lost_answers],
@@ -92,7 +89,6 @@ _Fault = TypeVar("_Fault", FailNext, LostAnswer)
 
 
 def _take_next(pending: list[_Fault]) -> _Fault | None:
-    """Use up one request of the first scripted fault."""
     if not pending:
         return None
     fault = pending[0]

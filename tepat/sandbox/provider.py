@@ -102,7 +102,6 @@ class FakeProvider(ABC, Generic[State]):
     # ---- controls (also reachable over HTTP at /_sandbox/...) ----
 
     def describe(self) -> dict[str, Any]:
-        """The scripted behaviour in force (what ``GET /_sandbox/script`` shows)."""
         with self._lock:
             scripts = {r: asdict(s) for r, s in self._state.scripts.items()}
             return {
@@ -144,7 +143,6 @@ class FakeProvider(ABC, Generic[State]):
         self._stalls.release_all()
 
     def stalled(self) -> int:
-        """How many answers are being held back right now."""
         return len(self._stalls)
 
     def set_rate_limit(self, rate: float | None) -> None:
@@ -153,7 +151,6 @@ class FakeProvider(ABC, Generic[State]):
         self.rate_limit = rate
 
     def received(self) -> list[dict[str, Any]]:
-        """Everything accepted, oldest first."""
         with self._lock:
             return [dict(r) for r in self._state.received]
 
@@ -279,8 +276,6 @@ class FakeProvider(ABC, Generic[State]):
             return Response(status_code=204)
 
         async def script(request: Request) -> Response:
-            """``POST`` a JSON script (:meth:`apply_script`); ``GET`` shows the scripts in
-            force."""
             if request.method == "POST":
                 try:
                     self.apply_script(await request.json())

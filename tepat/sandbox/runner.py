@@ -120,6 +120,5 @@ async def serving_app(
 
 
 def serve_app(app: Any, host: str, port: int) -> None:
-    """Serve ``app`` in the foreground until interrupted."""
     # log_config=None: uvicorn logs through the caller's handler (tepat.logging: JSON lines).
     uvicorn.run(app, host=host, port=port, log_config=None)

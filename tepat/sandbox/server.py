@@ -27,7 +27,6 @@ RunningTwilioSandbox = Running[TwilioSandbox]
 
 @contextmanager
 def running_sandbox(sandbox: Provider) -> Iterator[Running[Provider]]:
-    """Serve ``sandbox`` over HTTP on a free port, in a daemon thread."""
     with running_app(sandbox.app, type(sandbox).__name__) as url:
         try:
             yield Running(sandbox, url)

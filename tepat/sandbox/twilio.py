@@ -141,7 +141,6 @@ class TwilioSandbox(FakeProvider[_State]):
     # ---- controls (also reachable over HTTP at /_sandbox/...) ----
 
     def script_number(self, number: str, script: NumberScript | None) -> None:
-        """What happens to messages to ``number`` from now on (``None``: delivered)."""
         self._set_script(number, script)
 
     def fail_next(self, count: int, status: int = 429) -> None:
@@ -366,7 +365,6 @@ class TwilioSandbox(FakeProvider[_State]):
         return await self.lose_or_answer(answer, request)
 
     def _accept(self, message: dict[str, Any], now: datetime) -> None:
-        """Take ``message`` (its entry in :meth:`received`) and queue its callbacks."""
         callback = message["status_callback"]
         with self._lock:
             self._state.stats.accepted += 1
