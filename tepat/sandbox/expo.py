@@ -63,10 +63,8 @@ from tepat.sandbox.expo_wire import (
     refused_ticket,
     request_errors,
 )
-from tepat.sandbox.faults import AfterAccept, FailNext
+from tepat.sandbox.faults import FailNext
 from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
-
-__all__ = ["AfterAccept", "ExpoSandbox", "TokenScript"]
 
 
 @dataclass(slots=True)

@@ -21,7 +21,8 @@ from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.clock import FakeClock
 from tepat.ports.push import PushProvider, PushRequest, Receipts, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
-from tepat.sandbox import ExpoSandbox, running_sandbox
+from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.server import running_sandbox
 from tests.support.smtp_server import free_port
 
 RECEIPT_DELAY = 900.0

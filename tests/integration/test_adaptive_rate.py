@@ -16,7 +16,8 @@ from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import FakeClock
 from tepat.ports.push import PushRequest, Tickets
 from tepat.ports.try_again import TryAgain
-from tepat.sandbox import ExpoSandbox, running_sandbox
+from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.server import running_sandbox
 
 T = TypeVar("T")
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)

@@ -23,7 +23,9 @@ from tepat.ports.push import (
     Tickets,
 )
 from tepat.ports.try_again import TryAgain
-from tepat.sandbox import AfterAccept, ExpoSandbox, RunningSandbox, running_sandbox
+from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.faults import AfterAccept
+from tepat.sandbox.server import RunningSandbox, running_sandbox
 from tests.support import expo_fixtures
 from tests.support.waiting import eventually
 

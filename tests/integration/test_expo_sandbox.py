@@ -13,7 +13,10 @@ import httpx
 import pytest
 
 from tepat.clock import FakeClock
-from tepat.sandbox import AfterAccept, ExpoSandbox, RunningSandbox, TokenScript, running_sandbox
+from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.expo_wire import TokenScript
+from tepat.sandbox.faults import AfterAccept
+from tepat.sandbox.server import RunningSandbox, running_sandbox
 from tests.support import expo_fixtures
 
 SEND = "/--/api/v2/push/send"

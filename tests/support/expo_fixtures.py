@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from tepat.clock import FakeClock
-from tepat.sandbox import ExpoSandbox, RunningSandbox, running_sandbox
+from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.server import RunningSandbox, running_sandbox
 
 
 @pytest.fixture
