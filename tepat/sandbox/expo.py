@@ -20,15 +20,9 @@ What it mimics (docs.expo.dev/push-notifications/sending-notifications, docs/PRI
 * With a rate limit (notifications/s, token bucket on the clock), requests beyond it get HTTP 429
   ``TOO_MANY_REQUESTS`` with a ``Retry-After`` header.
 
-What it adds for tests: per-token scripted ticket/receipt errors, "the next N requests fail
-with 429/500" (before anything is accepted), "the next N send requests are accepted and then
-the answer is lost" (:meth:`ExpoSandbox.fail_after_accept`: the response stalls until the client
-gives up, the connection drops mid-response, or a 5xx comes back), a log of every notification
-received, and counters. The same controls exist as methods on :class:`ExpoSandbox`
-(in-process) and as HTTP endpoints under ``/_sandbox/`` (:meth:`ExpoSandbox.apply_script`).
-The wire format lives in :mod:`tepat.sandbox.expo_wire`; the faults, the controls and the
-state under its lock are the sandbox kit's (:mod:`tepat.sandbox.faults`,
-:mod:`tepat.sandbox.provider`).
+What it adds for tests: per-token scripted ticket and receipt errors, on top of the sandbox
+kit's faults, log, counters and ``/_sandbox/`` controls (:mod:`tepat.sandbox.provider`,
+:mod:`tepat.sandbox.faults`). The wire format lives in :mod:`tepat.sandbox.expo_wire`.
 """
 
 from __future__ import annotations

@@ -22,11 +22,10 @@ What it mimics (twilio.com/docs/messaging/api/message-resource, /docs/api/errors
   with an ``ErrorCode`` (scripted per number). Twilio makes one attempt per callback; so
   does the sandbox, and it logs the receiver's answer.
 
-What it adds for tests: per-number scripts, "the next N requests fail with 429/500", "the
-next N are accepted and then the answer is lost" (stall, drop, 5xx), callbacks delayed on
-the clock, reversed or duplicated, a signed inbound message (``STOP``) posted to a URL, a
-log of every message received and of every callback posted, counters. The same controls
-are methods here and HTTP endpoints under ``/_sandbox/`` (:meth:`TwilioSandbox.apply_script`).
+What it adds for tests, on top of the sandbox kit's faults, log, counters and ``/_sandbox/``
+controls (:mod:`tepat.sandbox.provider`): per-number scripts, callbacks delayed on the clock,
+reversed or duplicated, a signed inbound message (``STOP``) posted to a URL, and a log of
+every callback posted.
 """
 
 from __future__ import annotations
