@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs_pages
-from api.auth import PROVIDER_PREFIX, Authenticator, AuthError, AuthMiddleware
+from api.auth import PROVIDER_PREFIX, Authenticator, AuthMiddleware
 from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
 from api.request_id import RequestIdMiddleware
 from api.routes import (
@@ -98,7 +97,6 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         app.include_router(module.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app, rt.store.unavailable_errors)
-    app.add_exception_handler(AuthError, _on_auth_error)
     # The last added runs first: credentials are checked before any body is read.
     app.add_middleware(
         BodyLimitMiddleware,
@@ -117,11 +115,6 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     tracing.instrument_app(app, redact)  # tracing on: the request's span, its messages' trace
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
-
-
-async def _on_auth_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, AuthError)
-    return exc.response()
 
 
 class BodyLimitMiddleware:

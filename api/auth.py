@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.problems import FieldError, problem_response
+from api.problems import FieldError, ProblemError, problem_response
 from api.throttle import FailureThrottle, client_ip
 from tepat.clock import Clock
 from tepat.config import Settings
@@ -70,22 +70,19 @@ class Principal:
         return self.admin or self.user_id == user_id
 
 
-class AuthError(Exception):
+class AuthError(ProblemError):
     """401 or 403; ``field`` names the request field these credentials may not set."""
 
     def __init__(
         self, status: int, detail: str, challenge: str = _CHALLENGE, *, field: str | None = None
     ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.challenge = challenge
-        self.field = field
+        headers = {"WWW-Authenticate": challenge} if status == 401 else {}
+        super().__init__(status, detail, field=field, headers=headers)
 
     def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": self.challenge} if self.status == 401 else {}
+        # The detail is the refusal alone (no "<field>: " before it).
         errors = [FieldError(field=self.field, message=self.detail)] if self.field else []
-        return problem_response(self.status, self.detail, headers=headers, errors=errors)
+        return problem_response(self.status, self.detail, headers=self.headers, errors=errors)
 
 
 class TooManyFailures(AuthError):
@@ -93,10 +90,7 @@ class TooManyFailures(AuthError):
 
     def __init__(self, wait: int) -> None:
         super().__init__(429, "too many wrong keys from this address; try again later")
-        self.wait = wait
-
-    def response(self) -> JSONResponse:
-        return problem_response(429, self.detail, headers={"Retry-After": str(self.wait)})
+        self.headers["Retry-After"] = str(wait)
 
 
 @dataclass(frozen=True, slots=True)

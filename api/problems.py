@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from tepat.domain.errors import DomainError
+from tepat.domain.templates import TemplateError
 from tepat.services.accounts import FieldConflict, IdempotencyConflict, NotFound
 from tepat.services.webhooks import SubscriptionNotFound
 
@@ -80,6 +81,35 @@ def field_problem(status: int, field: str, message: str, **more: Any) -> JSONRes
     return problem_response(status, f"{field}: {message}", errors=errors, **more)
 
 
+class ProblemError(Exception):
+    """A refusal raised anywhere in a request; the app-wide handler answers its
+    :meth:`response` (a problem naming ``field``, when given)."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        field: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.field = field
+        self.headers = dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        if self.field is None:
+            return problem_response(self.status, self.detail, headers=self.headers)
+        return field_problem(self.status, self.field, self.detail, headers=self.headers)
+
+
+async def _on_problem_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return exc.response()
+
+
 def _phrase(status: int) -> str:
     try:
         return http.HTTPStatus(status).phrase
@@ -95,20 +125,23 @@ def field_name(loc: Sequence[int | str]) -> str:
     return ".".join(str(p) for p in parts) or "body"
 
 
+def error_message(err: Mapping[str, Any]) -> str:
+    # pydantic prefixes messages raised by validators with "Value error, ".
+    return str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+
+
 def validation_errors(exc: RequestValidationError) -> list[FieldError]:
     out = []
     for err in exc.errors():
         if err.get("type") == "json_invalid":
             out.append(FieldError(field="body", message="request body is not valid JSON"))
             continue
-        message = str(err.get("msg", "invalid value"))
-        # pydantic prefixes messages raised by validators with "Value error, ".
-        message = message.removeprefix("Value error, ")
-        out.append(FieldError(field=field_name(err.get("loc", ())), message=message))
+        out.append(FieldError(field=field_name(err.get("loc", ())), message=error_message(err)))
     return out
 
 
-def _summary(errors: Sequence[FieldError]) -> str:
+def summary(errors: Sequence[FieldError]) -> str:
+    """The detail of an input error: its first field and message, and how many more."""
     first = errors[0]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{first.field}: {first.message}{more}"
@@ -137,7 +170,7 @@ def _allowed_methods(request: Request) -> list[str]:
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = validation_errors(exc) or [FieldError(field="body", message="invalid request")]
-    return problem_response(422, _summary(errors), errors=errors)
+    return problem_response(422, summary(errors), errors=errors)
 
 
 # The services' errors a request may meet, and the status each answers.
@@ -152,6 +185,11 @@ _STATUS_OF: dict[type[Exception], int] = {
 
 async def _on_service_error(request: Request, exc: Exception) -> JSONResponse:
     status = next(s for error, s in _STATUS_OF.items() if isinstance(exc, error))
+    if isinstance(exc, TemplateError):  # plus why: compile_error, too_large, render_error…
+        extra = {"reason": exc.reason.value}
+        if exc.variable is not None:
+            extra["variable"] = exc.variable
+        return field_problem(status, exc.field, exc.message, extra=extra)
     if isinstance(exc, DomainError | FieldConflict):
         return field_problem(status, exc.field, exc.message)
     if isinstance(exc, SubscriptionNotFound):
@@ -190,6 +228,7 @@ def install_problem_handlers(
     """``store_unavailable``: the store's errors that mean "try again later" (503)."""
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(ProblemError, _on_problem_error)
     for known in _STATUS_OF:
         app.add_exception_handler(known, _on_service_error)
     for error in store_unavailable:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
+from api.problems import Problem
 from tepat.domain.inbox import InboxItem
 from tepat.domain.models import Message, MessageStatus, Reminder, User
 from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
@@ -446,24 +447,15 @@ class BulkUserIn(UserIn):
     reminders: list[BulkReminderIn] = Field(default_factory=list, max_length=100)
 
 
-class BulkItemProblem(BaseModel):
-    """The problem+json document the single endpoint would have answered for this item."""
-
-    type: str = "about:blank"
-    title: str = Field(examples=["Unprocessable Entity"])
-    status: int = Field(examples=[422])
-    detail: str | None = None
-    errors: list[dict[str, str]] = Field(
-        description="Each offending field, named from the request's root",
-        examples=[[{"field": "items[3].reminders[0].local_time", "message": "expected …"}]],
-    )
-
-
 class BulkItemOut(BaseModel):
     index: int = Field(description="The item's position in the request (0-based)")
     user_id: str | None
     status: Literal["created", "updated", "unchanged", "error"]
-    problem: BulkItemProblem | None = None
+    problem: Problem | None = Field(
+        default=None,
+        description="What the single endpoint would have answered, each field named from the"
+        " request's root (items[3].reminders[0].local_time)",
+    )
 
 
 class BulkImportOut(BaseModel):

@@ -10,11 +10,10 @@ from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Path, Query, Response
-from fastapi.responses import JSONResponse
 
 from api.deps import Admin, Templates, answer_created
 from api.pagination import Page
-from api.problems import field_problem, problem_responses
+from api.problems import problem_responses
 from api.schemas import (
     TemplateIn,
     TemplateList,
@@ -23,7 +22,7 @@ from api.schemas import (
     TemplatePreviewOut,
 )
 from tepat.domain.routing import check_event_type_name
-from tepat.domain.templates import Template, TemplateError
+from tepat.domain.templates import Template
 from tepat.services.templates import TemplateService
 
 router = APIRouter(
@@ -43,15 +42,6 @@ LocalePath = Annotated[
 ]
 
 
-def _template_problem(e: TemplateError) -> JSONResponse:
-    """The usual 422 naming the field, plus ``reason`` (``compile_error``, ``too_large``,
-    ``invalid``, ``render_error``) and, for a missing variable, ``variable``."""
-    extra = {"reason": e.reason.value}
-    if e.variable is not None:
-        extra["variable"] = e.variable
-    return field_problem(422, e.field, e.message, extra=extra)
-
-
 def _out(service: TemplateService, t: Template) -> TemplateOut:
     return TemplateOut(
         id=t.id,
@@ -67,7 +57,6 @@ def _out(service: TemplateService, t: Template) -> TemplateOut:
 
 @router.put(
     "/{event_type}/{channel}/{locale}",
-    response_model=TemplateOut,
     status_code=201,
     responses={
         200: {"model": TemplateOut, "description": "Identical to the latest version: nothing new"},
@@ -83,15 +72,12 @@ async def put_template(
     service: Templates,
     response: Response,
     _: Admin,
-) -> TemplateOut | JSONResponse:
+) -> TemplateOut:
     """201 with the new version; 200 with the latest when it already has these sources
     (a retried PUT creates nothing). A source that does not compile, or is too large, is
     a 422 naming the part."""
     key = service.key(event_type, channel, locale)
-    try:
-        template, created = await service.put(key, body.parts())
-    except TemplateError as e:
-        return _template_problem(e)
+    template, created = await service.put(key, body.parts())
     answer_created(response, created)
     response.headers["Location"] = (
         f"/v1/templates/{quote(key.event_type)}/{key.channel.value}/{key.locale}"
@@ -139,27 +125,21 @@ def _list_key(t: Template) -> str:
 
 @router.post(
     "/preview",
-    response_model=TemplatePreviewOut,
     responses=problem_responses(400, 404, 413, 422),
     summary="Render a stored or inline template with sample data",
 )
-async def preview(
-    body: TemplatePreviewIn, service: Templates, _: Admin
-) -> TemplatePreviewOut | JSONResponse:
+async def preview(body: TemplatePreviewIn, service: Templates, _: Admin) -> TemplatePreviewOut:
     """A stored template is looked up as for a user of `locale` (`pt-BR` → `pt` → the
     default locale) unless `version` names one; `locale` in the answer is the one used.
     A variable missing from `data` is a 422 naming it (`data.<name>`)."""
-    try:
-        if body.template is not None:
-            result = await service.preview_inline(
-                body.type, body.channel, body.locale, body.template.parts(), body.data
-            )
-        else:
-            result = await service.preview_stored(
-                body.type, body.channel, body.locale, body.data, body.version
-            )
-    except TemplateError as e:
-        return _template_problem(e)
+    if body.template is not None:
+        result = await service.preview_inline(
+            body.type, body.channel, body.locale, body.template.parts(), body.data
+        )
+    else:
+        result = await service.preview_stored(
+            body.type, body.channel, body.locale, body.data, body.version
+        )
     stored = result.template
     return TemplatePreviewOut(
         type=body.type,
