@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs_pages
 from api.auth import PROVIDER_PREFIX, Authenticator, AuthMiddleware
-from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
+from api.problems import document_problems, install_problem_handlers, problem_response
 from api.request_id import RequestIdMiddleware
 from api.routes import (
     admin,
@@ -67,7 +67,7 @@ offending field in `errors[].field`.
 
 def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     """The HTTP API over an open runtime; ``admin_key`` from :func:`resolve_admin_key`."""
-    authenticator = Authenticator.from_settings(rt.settings, admin_key, rt.clock)
+    authenticator = Authenticator(rt.settings, admin_key, rt.clock)
     # /docs and /redoc run CDN scripts on the dashboard's origin (pinned, with integrity:
     # api/docs_pages.py): off unless TEPAT_API_DOCS asks for them.
     app = FastAPI(
@@ -172,15 +172,8 @@ class BodyLimitMiddleware:
         await problem_response(413, detail)(scope, receive, send)
 
 
-_TOO_MANY_FAILURES = {
-    "description": "Too many wrong API keys from this address (`Retry-After` says how long)",
-    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
-    "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-}
-
-
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, with error responses typed ``application/problem+json``."""
+    """FastAPI's document, with the errors every route may answer, as problem+json."""
     if app.openapi_schema:
         return app.openapi_schema
     doc = get_openapi(
@@ -190,15 +183,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         routes=app.routes,
         separate_input_output_schemas=app.separate_input_output_schemas,
     )
-    for path, operations in doc.get("paths", {}).items():
-        for operation in operations.values():
-            if path.startswith("/v1/") and not path.startswith(PROVIDER_PREFIX):
-                # Any X-API-Key request from an address that sent too many wrong keys.
-                operation.setdefault("responses", {})["429"] = _TOO_MANY_FAILURES
-            for status, response in operation.get("responses", {}).items():
-                content = response.get("content", {})
-                if status[:1] in "45" and "application/json" in content:
-                    content[PROBLEM_JSON] = content.pop("application/json")
+    document_problems(doc, "/v1/", PROVIDER_PREFIX)
     # The bulk import reads its body itself (JSON array or NDJSON); publish its item model.
     item = BulkUserIn.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})

@@ -140,7 +140,7 @@ def user_router(resource: str, tag: str) -> APIRouter:
     return APIRouter(
         prefix=f"/v1/users/{{user_id}}{resource}",
         tags=[tag],
-        responses=problem_responses(401, 403, 404, 422),
+        responses=problem_responses(404),
     )
 
 

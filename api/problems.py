@@ -236,17 +236,59 @@ def install_problem_handlers(
     app.add_exception_handler(Exception, _on_unexpected)
 
 
+_DESCRIPTIONS = {
+    400: "Malformed request body (not UTF-8 JSON)",
+    401: "No or invalid credentials",
+    403: "These credentials may not reach this resource",
+    404: "No such user or resource",
+    409: "Idempotency key reused with a different request, or a state that refuses it"
+    " (a quota reached, a push token held by another user); `errors` names the field",
+    413: "Request body too large",
+    422: "Invalid input; `errors` names each offending field",
+    503: "Not ready",
+}
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses=`` entries for the given error statuses (see ``app._openapi``)."""
-    descriptions = {
-        400: "Malformed request body (not UTF-8 JSON)",
-        401: "No or invalid credentials",
-        403: "These credentials may not reach this resource",
-        404: "No such user or resource",
-        409: "Idempotency key reused with a different request, or a state that refuses it"
-        " (a quota reached, a push token held by another user); `errors` names the field",
-        413: "Request body too large",
-        422: "Invalid input; `errors` names each offending field",
-        503: "Not ready",
+    """OpenAPI ``responses=`` entries for a route's own error statuses; those every route
+    of its shape may answer, :func:`document_problems` adds."""
+    return {
+        s: {"model": Problem, "description": _DESCRIPTIONS.get(s, _phrase(s))} for s in statuses
     }
-    return {s: {"model": Problem, "description": descriptions.get(s, _phrase(s))} for s in statuses}
+
+
+_TOO_MANY_FAILURES = {
+    "description": "Too many wrong API keys from this address (`Retry-After` says how long)",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+}
+
+
+def document_problems(doc: dict[str, Any], api_prefix: str, unchecked_prefix: str) -> None:
+    """Adds to OpenAPI ``doc`` the errors an operation under ``api_prefix`` (but not
+    ``unchecked_prefix``, which takes no credentials) may answer by its shape: the
+    credentials check (401, 403, and 429 for an address that sent too many wrong keys),
+    a body (400, 413, 422), parameters (422); and types every error response
+    ``application/problem+json``."""
+    for path, operations in doc.get("paths", {}).items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            if path.startswith(api_prefix) and not path.startswith(unchecked_prefix):
+                statuses = {401, 403}
+                if "requestBody" in operation:
+                    statuses |= {400, 413, 422}
+                if operation.get("parameters"):
+                    statuses.add(422)
+                problem = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+                for status in statuses:  # 422 in place of FastAPI's own
+                    responses[str(status)] = {
+                        "description": _DESCRIPTIONS[status],
+                        "content": problem,
+                    }
+                responses["429"] = {**_TOO_MANY_FAILURES, "content": problem}
+            for status, response in responses.items():
+                content = response.get("content", {})
+                if status[:1] in "45" and "application/json" in content:
+                    content[PROBLEM_JSON] = content.pop("application/json")
+    # FastAPI's own 422 body, which no operation answers now.
+    for unused in ("HTTPValidationError", "ValidationError"):
+        doc.get("components", {}).get("schemas", {}).pop(unused, None)

@@ -22,7 +22,7 @@ from api.schemas import (
 from tepat.domain.errors import DomainError
 from tepat.services.accounts import NotFound
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problem_responses(401, 403))
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 MAX_PLAN_WINDOW = timedelta(days=31)
 # Planning reads each user's local dates a day either side of the window, in zones up to
@@ -34,7 +34,6 @@ PLANNABLE_UNTIL = datetime(9999, 12, 29, tzinfo=UTC)
 
 @router.post(
     "/plan",
-    responses=problem_responses(400, 413, 422),
     summary="Plan reminders due in [start, end)",
 )
 async def plan(body: PlanIn, rt: RT, _: Admin) -> PlanOut:
@@ -62,7 +61,6 @@ async def queues(rt: RT, _: Admin) -> QueueList:
 
 @router.get(
     "/dead-letters",
-    responses=problem_responses(422),
     summary="Failed messages and broker dead letters",
 )
 async def dead_letters(
@@ -82,7 +80,7 @@ async def dead_letters(
 
 @router.post(
     "/dead-letters/{dead_letter_id}/replay",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="Put a broker dead letter back on its queue, due now",
 )
 async def replay(

@@ -45,7 +45,7 @@ MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 NDJSON_TYPES: Final = frozenset({"application/x-ndjson", "application/jsonl"})
 JSON_TYPES: Final = frozenset({"application/json", ""})
 
-router = APIRouter(prefix="/v1/bulk", tags=["bulk"], responses=problem_responses(401, 403))
+router = APIRouter(prefix="/v1/bulk", tags=["bulk"])
 
 _BODY_DOC = {
     "required": True,
@@ -68,7 +68,7 @@ _BODY_DOC = {
 @router.post(
     "/users",
     response_model=BulkImportOut,
-    responses=problem_responses(400, 413, 415, 422),
+    responses=problem_responses(415),
     summary="Import users with their devices and reminders",
     openapi_extra={"requestBody": _BODY_DOC},
 )

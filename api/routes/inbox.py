@@ -64,9 +64,7 @@ async def read_item(user_id: UserId, item_id: ItemId, service: Inbox) -> InboxIt
     return InboxItemOut.of(await service.read(user_id, item_id))
 
 
-@router.post(
-    "/read-all", responses=problem_responses(400, 413), summary="Mark every unread item read"
-)
+@router.post("/read-all", summary="Mark every unread item read")
 async def read_all(
     user_id: UserId, service: Inbox, body: Annotated[ReadAllIn | None, Body()] = None
 ) -> ReadAllOut:
@@ -81,8 +79,7 @@ async def read_all(
     response_model=InboxItemOut,
     status_code=201,
     responses={
-        200: {"model": InboxItemOut, "description": "Already stored with this idempotency_key"},
-        **problem_responses(400, 413),
+        200: {"model": InboxItemOut, "description": "Already stored with this idempotency_key"}
     },
     summary="Put an item in the user's inbox (admin; superseded by POST /v1/events)",
 )
@@ -108,7 +105,7 @@ async def put_item(
             "description": "Server-Sent Events: `event: inbox`, `id:` the seq, `data:` an "
             "InboxItemOut as JSON; `: keepalive` comments between",
         },
-        **problem_responses(429, 503),
+        **problem_responses(503),
     },
     summary="Live stream of new inbox items (Server-Sent Events)",
 )

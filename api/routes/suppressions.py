@@ -6,17 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from api.contact_schemas import SuppressionAdded, SuppressionIn, SuppressionOut, SuppressionPageOut
 from api.deps import RT, Admin, answer_created
 from api.pagination import Cursor
 from api.problems import problem_responses
+from api.schemas import SuppressionAdded, SuppressionIn, SuppressionOut, SuppressionPageOut
 from tepat.services import contacts
 
-router = APIRouter(
-    prefix="/v1/suppressions",
-    tags=["suppressions"],
-    responses=problem_responses(401, 403, 422),
-)
+router = APIRouter(prefix="/v1/suppressions", tags=["suppressions"])
 
 
 @router.get("", summary="List suppressions")
@@ -40,10 +36,7 @@ async def list_suppressions(
     "",
     response_model=SuppressionAdded,
     status_code=201,
-    responses={
-        **problem_responses(400, 413),
-        200: {"description": "Already suppressed", "model": SuppressionAdded},
-    },
+    responses={200: {"description": "Already suppressed", "model": SuppressionAdded}},
     summary="Suppress an address",
 )
 async def add_suppression(

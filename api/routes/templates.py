@@ -25,9 +25,7 @@ from tepat.domain.routing import check_event_type_name
 from tepat.domain.templates import Template
 from tepat.services.templates import TemplateService
 
-router = APIRouter(
-    prefix="/v1/templates", tags=["templates"], responses=problem_responses(401, 403)
-)
+router = APIRouter(prefix="/v1/templates", tags=["templates"])
 
 # Checked by the domain (which names the field and says what is wrong); only bounded here.
 TypePath = Annotated[
@@ -59,8 +57,7 @@ def _out(service: TemplateService, t: Template) -> TemplateOut:
     "/{event_type}/{channel}/{locale}",
     status_code=201,
     responses={
-        200: {"model": TemplateOut, "description": "Identical to the latest version: nothing new"},
-        **problem_responses(400, 413, 422),
+        200: {"model": TemplateOut, "description": "Identical to the latest version: nothing new"}
     },
     summary="Save a new version of a template",
 )
@@ -88,7 +85,7 @@ async def put_template(
 
 @router.get(
     "/{event_type}/{channel}/{locale}",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="A template's latest version, or a given one",
 )
 async def get_template(
@@ -104,7 +101,7 @@ async def get_template(
     return _out(service, await service.get(key, version))
 
 
-@router.get("", responses=problem_responses(422), summary="The latest version of every template")
+@router.get("", summary="The latest version of every template")
 async def list_templates(
     service: Templates,
     _: Admin,
@@ -125,7 +122,7 @@ def _list_key(t: Template) -> str:
 
 @router.post(
     "/preview",
-    responses=problem_responses(400, 404, 413, 422),
+    responses=problem_responses(404),
     summary="Render a stored or inline template with sample data",
 )
 async def preview(body: TemplatePreviewIn, service: Templates, _: Admin) -> TemplatePreviewOut:

@@ -23,7 +23,7 @@ from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscripti
 from tepat.services.webhooks import WebhookService
 from tepat.wiring import webhook_repository, webhook_target_policy
 
-router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], responses=problem_responses(401, 403))
+router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
 SubscriptionId = Annotated[
     str,
@@ -120,7 +120,6 @@ Webhooks = Annotated[WebhookService, Depends(_service)]
     "",
     response_model=WebhookWithSecret,
     status_code=201,
-    responses=problem_responses(400, 413, 422),
     summary="Subscribe a URL to message status events",
 )
 async def create_webhook(
@@ -133,7 +132,7 @@ async def create_webhook(
     return WebhookWithSecret.of(sub)
 
 
-@router.get("", responses=problem_responses(422), summary="Every webhook subscription")
+@router.get("", summary="Every webhook subscription")
 async def list_webhooks(_: Admin, service: Webhooks, page: Page) -> WebhookList:
     """Oldest first."""
     found, next_cursor = page.cut(await service.list_all(), key=_list_key)
@@ -146,7 +145,7 @@ def _list_key(s: WebhookSubscription) -> str:
 
 
 @router.get(
-    "/{subscription_id}", responses=problem_responses(404, 422), summary="One webhook subscription"
+    "/{subscription_id}", responses=problem_responses(404), summary="One webhook subscription"
 )
 async def get_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> WebhookOut:
     return WebhookOut.of(await service.get(subscription_id))
@@ -156,7 +155,7 @@ async def get_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhoo
     "/{subscription_id}",
     status_code=204,
     response_class=Response,
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="Unsubscribe: nothing more is sent to it, pending deliveries included",
 )
 async def delete_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> None:
@@ -165,7 +164,7 @@ async def delete_webhook(subscription_id: SubscriptionId, _: Admin, service: Web
 
 @router.post(
     "/{subscription_id}/rotate-secret",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="A new signing secret; the previous one keeps signing for 24 hours",
 )
 async def rotate_webhook_secret(
@@ -178,7 +177,7 @@ async def rotate_webhook_secret(
 
 @router.post(
     "/{subscription_id}/enable",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="Send to it again after a 410 Gone disabled it",
 )
 async def enable_webhook(
