@@ -47,10 +47,6 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
-
-
 _ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 
 
@@ -85,7 +81,7 @@ def _encodable(value: str) -> str:
 # Request text: any Unicode that UTF-8 can carry.
 Text = Annotated[str, AfterValidator(_encodable)]
 # Responses: always UTC, serialized with a "Z".
-UtcDatetime = Annotated[datetime, AfterValidator(_to_utc)]
+UtcDatetime = Annotated[datetime, AfterValidator(_instant_in_utc)]
 # Requests: an ISO 8601 string with an offset ("2027-03-01T08:00:00+07:00" or "…Z"),
 # handed on as the same instant in UTC.
 OffsetDatetime = Annotated[

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from api.auth import AuthError, TooManyFailures
@@ -193,7 +193,7 @@ async def asset(name: str) -> Response:
 @router.get("/data")
 async def data(request: Request, _: Annotated[Access, Depends(access)]) -> JSONResponse:
     snapshot = await _dashboard(request).snapshot()
-    body = _jsonable(dataclasses.asdict(snapshot))
+    body = jsonable_encoder(snapshot)
     body["devices_deactivated_total"] = snapshot.devices_deactivated_total
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
@@ -243,13 +243,3 @@ def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:
 
 def _template(name: str) -> str:
     return (STATIC / name).read_text(encoding="utf-8")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import Body, Header, Query, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from api.deps import Admin, Inbox, UserId, answer_created, id_path, user_router
-from api.problems import problem_response, problem_responses
+from api.problems import ProblemError, problem_responses
 from api.schemas import (
     InboxItemIn,
     InboxItemOut,
@@ -132,7 +132,7 @@ async def stream(
             "It ends up in access logs: prefer the header, or use short-lived tokens.",
         ),
     ] = None,
-) -> StreamingResponse | JSONResponse:
+) -> StreamingResponse:
     """Items stored after `Last-Event-ID` (header first, then `last_event_id`; none:
     only new items), each once, then live. Heartbeat comments keep proxies from closing
     an idle stream. The stream ends when the server shuts down; reconnect to resume.
@@ -150,9 +150,8 @@ async def stream(
     try:
         release = service.reserve_stream(user_id)
     except TooManyStreams as e:
-        return problem_response(
-            429 if e.per_user else 503, e.message, headers={"Retry-After": str(e.retry_after)}
-        )
+        status, wait = 429 if e.per_user else 503, str(e.retry_after)
+        raise ProblemError(status, e.message, headers={"Retry-After": wait}) from None
     return _Stream(
         release,
         _events(items, after),
