@@ -20,7 +20,7 @@ from tepat.services.inbox import InboxService
 from tepat.services.templates import TemplateService
 
 
-def _app_state(name: str) -> Any:
+def app_state(name: str) -> Any:
     """A dependency reading what :func:`api.app.create_app` put in ``app.state.<name>``."""
 
     async def read(request: Request) -> Any:
@@ -29,10 +29,10 @@ def _app_state(name: str) -> Any:
     return Depends(read)
 
 
-RT = Annotated[Runtime, _app_state("runtime")]
-Templates = Annotated[TemplateService, _app_state("templates")]
-Inbox = Annotated[InboxService, _app_state("inbox")]
-Events = Annotated[EventService, _app_state("events")]
+RT = Annotated[Runtime, app_state("runtime")]
+Templates = Annotated[TemplateService, app_state("templates")]
+Inbox = Annotated[InboxService, app_state("inbox")]
+Events = Annotated[EventService, app_state("events")]
 
 
 def id_path(description: str, example: str) -> Any:
