@@ -155,15 +155,10 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
+        pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
 
         async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            return pending.pop() if pending else await receive()
 
         await self.app(scope, replay, send)
 

@@ -121,7 +121,8 @@ def _key_access(may: Callable[[Principal], bool], refusal: str) -> Any:
     return Depends(access)
 
 
-Admin = Annotated[Principal, _key_access(lambda p: p.admin, ADMIN_ONLY)]
+_admin = _key_access(lambda p: p.admin, ADMIN_ONLY)
+Admin = Annotated[Principal, _admin]
 # The admin key or an app key (TEPAT_APP_KEYS): the events API.
 EventsCaller = Annotated[
     Principal,
@@ -142,6 +143,11 @@ def user_router(resource: str, tag: str) -> APIRouter:
         tags=[tag],
         responses=problem_responses(404),
     )
+
+
+def admin_router(resource: str, tag: str) -> APIRouter:
+    """The routes of ``/v1/<resource>``, for the admin API key only."""
+    return APIRouter(prefix=f"/v1/{resource}", tags=[tag], dependencies=[_admin])
 
 
 def answer_created(response: Response, created: bool) -> None:

@@ -13,10 +13,10 @@ import json
 from collections import Counter
 from typing import Any, Final
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import TypeAdapter, ValidationError
 
-from api.deps import RT, Admin
+from api.deps import RT, admin_router
 from api.problems import (
     FieldError,
     Problem,
@@ -45,7 +45,7 @@ MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 NDJSON_TYPES: Final = frozenset({"application/x-ndjson", "application/jsonl"})
 JSON_TYPES: Final = frozenset({"application/json", ""})
 
-router = APIRouter(prefix="/v1/bulk", tags=["bulk"])
+router = admin_router("bulk", tag="bulk")
 
 _BODY_DOC = {
     "required": True,
@@ -72,7 +72,7 @@ _BODY_DOC = {
     summary="Import users with their devices and reminders",
     openapi_extra={"requestBody": _BODY_DOC},
 )
-async def import_users(request: Request, rt: RT, _admin: Admin) -> Any:
+async def import_users(request: Request, rt: RT) -> Any:
     """Create or update each user, its devices and its reminders, as the single `PUT`s
     would (fields left out keep their value; devices and reminders not named are kept).
     Repeating an import changes nothing and plans nothing twice. Store writes are

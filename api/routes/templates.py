@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import Path, Query, Response
 
-from api.deps import Admin, Templates, answer_created
+from api.deps import Templates, admin_router, answer_created
 from api.pagination import Page
 from api.problems import problem_responses
 from api.schemas import (
@@ -25,7 +25,7 @@ from tepat.domain.routing import check_event_type_name
 from tepat.domain.templates import Template
 from tepat.services.templates import TemplateService
 
-router = APIRouter(prefix="/v1/templates", tags=["templates"])
+router = admin_router("templates", tag="templates")
 
 # Checked by the domain (which names the field and says what is wrong); only bounded here.
 TypePath = Annotated[
@@ -68,7 +68,6 @@ async def put_template(
     body: TemplateIn,
     service: Templates,
     response: Response,
-    _: Admin,
 ) -> TemplateOut:
     """201 with the new version; 200 with the latest when it already has these sources
     (a retried PUT creates nothing). A source that does not compile, or is too large, is
@@ -93,7 +92,6 @@ async def get_template(
     channel: ChannelPath,
     locale: LocalePath,
     service: Templates,
-    _: Admin,
     version: Annotated[int | None, Query(ge=1, le=2**62, description="This version")] = None,
 ) -> TemplateOut:
     """Exactly this locale (no fallback: see the preview for what a user would get)."""
@@ -104,7 +102,6 @@ async def get_template(
 @router.get("", summary="The latest version of every template")
 async def list_templates(
     service: Templates,
-    _: Admin,
     page: Page,
     type: Annotated[str | None, Query(max_length=128, description="Only this event type")] = None,
 ) -> TemplateList:
@@ -125,7 +122,7 @@ def _list_key(t: Template) -> str:
     responses=problem_responses(404),
     summary="Render a stored or inline template with sample data",
 )
-async def preview(body: TemplatePreviewIn, service: Templates, _: Admin) -> TemplatePreviewOut:
+async def preview(body: TemplatePreviewIn, service: Templates) -> TemplatePreviewOut:
     """A stored template is looked up as for a user of `locale` (`pt-BR` → `pt` → the
     default locale) unless `version` names one; `locale` in the answer is the one used.
     A variable missing from `data` is a 422 naming it (`data.<name>`)."""

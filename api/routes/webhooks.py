@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated, Self
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import Depends, Path, Response
 from pydantic import BaseModel, Field
 
-from api.deps import RT, Admin
+from api.deps import RT, admin_router
 from api.pagination import Page
 from api.problems import problem_responses
 from api.schemas import Paged, Request, Text, View, read_fields
@@ -23,7 +23,7 @@ from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscripti
 from tepat.services.webhooks import WebhookService
 from tepat.wiring import webhook_repository, webhook_target_policy
 
-router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
+router = admin_router("webhooks", tag="webhooks")
 
 SubscriptionId = Annotated[
     str,
@@ -123,7 +123,7 @@ Webhooks = Annotated[WebhookService, Depends(_service)]
     summary="Subscribe a URL to message status events",
 )
 async def create_webhook(
-    body: WebhookIn, _: Admin, service: Webhooks, response: Response
+    body: WebhookIn, service: Webhooks, response: Response
 ) -> WebhookWithSecret:
     """The answer carries the signing secret, this once. Deliveries start with the next
     status change."""
@@ -133,7 +133,7 @@ async def create_webhook(
 
 
 @router.get("", summary="Every webhook subscription")
-async def list_webhooks(_: Admin, service: Webhooks, page: Page) -> WebhookList:
+async def list_webhooks(service: Webhooks, page: Page) -> WebhookList:
     """Oldest first."""
     found, next_cursor = page.cut(await service.list_all(), key=_list_key)
     return WebhookList(items=[WebhookOut.of(s) for s in found], next_cursor=next_cursor)
@@ -147,7 +147,7 @@ def _list_key(s: WebhookSubscription) -> str:
 @router.get(
     "/{subscription_id}", responses=problem_responses(404), summary="One webhook subscription"
 )
-async def get_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> WebhookOut:
+async def get_webhook(subscription_id: SubscriptionId, service: Webhooks) -> WebhookOut:
     return WebhookOut.of(await service.get(subscription_id))
 
 
@@ -158,7 +158,7 @@ async def get_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhoo
     responses=problem_responses(404),
     summary="Unsubscribe: nothing more is sent to it, pending deliveries included",
 )
-async def delete_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> None:
+async def delete_webhook(subscription_id: SubscriptionId, service: Webhooks) -> None:
     await service.delete(subscription_id)
 
 
@@ -168,7 +168,7 @@ async def delete_webhook(subscription_id: SubscriptionId, _: Admin, service: Web
     summary="A new signing secret; the previous one keeps signing for 24 hours",
 )
 async def rotate_webhook_secret(
-    subscription_id: SubscriptionId, _: Admin, service: Webhooks
+    subscription_id: SubscriptionId, service: Webhooks
 ) -> WebhookWithSecret:
     """Every delivery carries one signature per valid secret, so a receiver that still
     knows only the previous secret keeps verifying until it switches (within 24 hours)."""
@@ -180,7 +180,5 @@ async def rotate_webhook_secret(
     responses=problem_responses(404),
     summary="Send to it again after a 410 Gone disabled it",
 )
-async def enable_webhook(
-    subscription_id: SubscriptionId, _: Admin, service: Webhooks
-) -> WebhookOut:
+async def enable_webhook(subscription_id: SubscriptionId, service: Webhooks) -> WebhookOut:
     return WebhookOut.of(await service.enable(subscription_id))
