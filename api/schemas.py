@@ -9,7 +9,7 @@ shapes and sizes, and the patterns they publish document the same rules.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
@@ -17,7 +17,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, 
 from api.problems import Problem
 from tepat.domain.contacts import Suppression, SuppressionReason
 from tepat.domain.inbox import InboxItem
-from tepat.domain.models import Message, MessageStatus, Reminder, User
+from tepat.domain.models import MessageStatus, User
 from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
 from tepat.ports.broker import DeadLetter
 from tepat.services.accounts import KEEP
@@ -78,6 +78,12 @@ def _encodable(value: str) -> str:
     return value
 
 
+def _hhmm(value: object) -> object:
+    return format_hhmm(value) if isinstance(value, time) else value
+
+
+# Responses: a domain wall-clock time as "HH:MM".
+LocalTime = Annotated[str, BeforeValidator(_hhmm)]
 # Request text: any Unicode that UTF-8 can carry.
 Text = Annotated[str, AfterValidator(_encodable)]
 # Responses: always UTC, serialized with a "Z".
@@ -240,7 +246,7 @@ class ReminderOut(View):
     reminder_id: str
     category: str
     label: str
-    local_time: str = Field(examples=["08:30"])
+    local_time: LocalTime = Field(examples=["08:30"])
     days: list[str]
     title: str
     body: str
@@ -249,10 +255,6 @@ class ReminderOut(View):
     version: int
     created_at: UtcDatetime | None
     updated_at: UtcDatetime | None
-
-    @classmethod
-    def of(cls, r: Reminder) -> Self:
-        return cls(**read_fields(cls, r, local_time=format_hhmm(r.local_time), days=list(r.days)))
 
 
 class ReminderList(Paged):
@@ -310,7 +312,7 @@ class MessageOut(View):
     reminder_id: str | None
     label: str
     local_date: date | None = Field(description="The user's local date it is meant for")
-    local_time: str | None = Field(description='Local "HH:MM" it is meant for')
+    local_time: LocalTime | None = Field(description='Local "HH:MM" it is meant for')
     timezone: str
     scheduled_at: UtcDatetime = Field(description="When it is (or was) due, UTC")
     channel: str = Field(
@@ -330,12 +332,6 @@ class MessageOut(View):
     )
     created_at: UtcDatetime | None
     updated_at: UtcDatetime | None
-
-    @classmethod
-    def of(cls, m: Message) -> Self:
-        """This message's view (a subclass's own fields included)."""
-        local_time = format_hhmm(m.local_time) if m.local_time else None
-        return cls(**read_fields(cls, m, local_time=local_time))
 
 
 class NotificationOut(MessageOut):
@@ -581,7 +577,7 @@ class InboxItemOut(View):
 
     @classmethod
     def of(cls, i: InboxItem) -> Self:
-        return cls(**read_fields(cls, i, id=i.item_id, status=i.status.value, data=dict(i.data)))
+        return cls(**read_fields(cls, i, id=i.item_id))
 
 
 class InboxPageOut(BaseModel):
@@ -657,17 +653,13 @@ class SuppressionOut(View):
     added_at: datetime
     source: str | None = Field(description="Who reported it: admin, a provider's name")
 
-    @classmethod
-    def of(cls, s: Suppression) -> Self:
-        return cls(**read_fields(cls, s, reason=s.reason.value))
-
 
 class SuppressionAdded(SuppressionOut):
     created: bool = Field(description="False when the address was already suppressed")
 
     @classmethod
     def added(cls, s: Suppression, created: bool) -> SuppressionAdded:
-        return cls(**SuppressionOut.of(s).model_dump(), created=created)
+        return cls(**read_fields(cls, s, created=created))
 
 
 class SuppressionPageOut(BaseModel):

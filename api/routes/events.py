@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from api.auth import AuthError
 from api.deps import Events, EventsCaller
 from api.problems import problem_responses
-from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text, read_fields
+from api.schemas import HHMM, Data, Identifier, LocalTime, OffsetDatetime, Text, read_fields
 from api.schemas import Request as StrictRequest
 from tepat.domain.events import MAX_USER_IDS, EventState, Outcome
 from tepat.domain.models import MessageStatus
@@ -98,7 +98,7 @@ class EventStatusOut(BaseModel):
     channels: dict[str, ChannelCounts]
     occurred_at: datetime
     send_at: datetime | None
-    local_time: str | None
+    local_time: LocalTime | None
     created_at: datetime | None
     updated_at: datetime | None
 
@@ -152,7 +152,6 @@ def status_out(status: EventStatus, event_id: str) -> EventStatusOut:
         EventStatusOut,
         e,
         event_id=event_id,
-        priority=e.priority.value,
         unknown_users=e.counts.get(Outcome.UNKNOWN_USER.value, 0),
         messages_created=sum(c.created for c in channels.values()),
         sent=sum(c.sent for c in channels.values()),
@@ -160,7 +159,6 @@ def status_out(status: EventStatus, event_id: str) -> EventStatusOut:
         pending=sum(c.pending for c in channels.values()),
         skipped=skipped,
         channels=channels,
-        local_time=None if e.local_time is None else e.local_time.strftime("%H:%M"),
     )
     return EventStatusOut(**fields)
 

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Annotated, Self
 
 from fastapi import Depends, Path, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RT, admin_router
 from api.pagination import Page
@@ -63,6 +63,8 @@ class WebhookIn(Request):
 
 
 class SecretInfo(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # read from the domain's secrets
+
     created_at: datetime
     expires_at: datetime | None = Field(
         description="Set once rotated out: it signs beside the new one until then"
@@ -85,11 +87,8 @@ class WebhookOut(View):
 
     @classmethod
     def of(cls, sub: WebhookSubscription) -> Self:
-        secrets = [
-            SecretInfo(created_at=s.created_at, expires_at=s.expires_at) for s in sub.secrets
-        ]
         # The newest secret is the current one; only WebhookWithSecret shows it.
-        return cls(**read_fields(cls, sub, secrets=secrets, secret=sub.secrets[-1].secret))
+        return cls(**read_fields(cls, sub, secret=sub.secrets[-1].secret))
 
 
 class WebhookWithSecret(WebhookOut):
