@@ -136,8 +136,7 @@ EventsCaller = Annotated[
 
 
 def user_router(resource: str, tag: str) -> APIRouter:
-    """The routes of ``/v1/users/{user_id}<resource>``: each may answer 401, 403 (another
-    user's path), 404 (no such user) and 422."""
+    """The routes of ``/v1/users/{user_id}<resource>``: 404 when there is no such user."""
     return APIRouter(
         prefix=f"/v1/users/{{user_id}}{resource}",
         tags=[tag],

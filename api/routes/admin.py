@@ -23,6 +23,7 @@ from tepat.domain.errors import DomainError
 from tepat.services.accounts import NotFound
 
 router = admin_router("admin", tag="admin")
+DeadLetterId = Annotated[str, Path(min_length=1, max_length=256)]
 
 MAX_PLAN_WINDOW = timedelta(days=31)
 # Planning reads each user's local dates a day either side of the window, in zones up to
@@ -82,9 +83,7 @@ async def dead_letters(
     responses=problem_responses(404),
     summary="Put a broker dead letter back on its queue, due now",
 )
-async def replay(
-    dead_letter_id: Annotated[str, Path(min_length=1, max_length=256)], rt: RT
-) -> ReplayOut:
+async def replay(dead_letter_id: DeadLetterId, rt: RT) -> ReplayOut:
     """Safe to replay: consumers claim each message atomically, so nothing is sent twice."""
     if not await rt.broker.replay_dead_letter(dead_letter_id):
         raise NotFound("dead letter", dead_letter_id)

@@ -23,7 +23,6 @@ from typing import Annotated
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
-from fastapi import Path as PathParam
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
@@ -36,7 +35,9 @@ from api.dashboard_session import (
     set_cookie,
 )
 from api.deps import RT, app_state
-from api.schemas import MessageOut
+from api.routes import admin
+from api.routes.admin import DeadLetterId
+from api.schemas import MessageOut, ReplayOut
 from api.throttle import FailureThrottle, client_ip
 from tepat.domain.models import Message
 from tepat.domain.validation import IDENTIFIER_PATTERN
@@ -202,16 +203,14 @@ async def find_messages(
 
 @router.post("/dead-letters/{dead_letter_id}/replay")
 async def replay(
-    dead_letter_id: Annotated[str, PathParam(min_length=1, max_length=256)],
+    dead_letter_id: DeadLetterId,
     rt: RT,
     dashboard: DashboardDep,
     _: Annotated[None, Depends(changing_access)],
-) -> JSONResponse:
-    """As ``POST /v1/admin/dead-letters/{id}/replay``: the claim makes a replay safe."""
-    if not await rt.broker.replay_dead_letter(dead_letter_id):
-        raise NotFound("dead letter", dead_letter_id)
+) -> ReplayOut:
+    replayed = await admin.replay(dead_letter_id, rt)
     dashboard.invalidate()
-    return JSONResponse({"id": dead_letter_id, "replayed": True})
+    return replayed
 
 
 def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:
