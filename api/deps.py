@@ -1,7 +1,7 @@
 """Shared route pieces: the runtime and services a route reaches, who may call it (the
 route dependencies re-check :class:`api.auth.AuthMiddleware`'s rule against the parsed
-path, and declare the schemes for OpenAPI), the user-scoped router, and the status of a
-create-or-existing call."""
+path, and declare the schemes for OpenAPI), the user-scoped and admin-only routers, and the
+status of a create-or-existing call."""
 
 from __future__ import annotations
 
