@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs_pages
-from api.auth import PROVIDER_PREFIX, Authenticator, AuthError, AuthMiddleware
-from api.problems import PROBLEM_JSON, install_problem_handlers, problem_response
+from api.auth import PROVIDER_PREFIX, Authenticator, AuthMiddleware
+from api.problems import document_problems, install_problem_handlers, problem_response
 from api.request_id import RequestIdMiddleware
 from api.routes import (
     admin,
@@ -68,7 +67,7 @@ offending field in `errors[].field`.
 
 def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     """The HTTP API over an open runtime; ``admin_key`` from :func:`resolve_admin_key`."""
-    authenticator = Authenticator.from_settings(rt.settings, admin_key, rt.clock)
+    authenticator = Authenticator(rt.settings, admin_key, rt.clock)
     # /docs and /redoc run CDN scripts on the dashboard's origin (pinned, with integrity:
     # api/docs_pages.py): off unless TEPAT_API_DOCS asks for them.
     app = FastAPI(
@@ -98,7 +97,6 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
         app.include_router(module.router)
     dashboard.install(app, rt, admin_key)  # /dashboard: session cookie or X-API-Key
     install_problem_handlers(app, rt.store.unavailable_errors)
-    app.add_exception_handler(AuthError, _on_auth_error)
     # The last added runs first: credentials are checked before any body is read.
     app.add_middleware(
         BodyLimitMiddleware,
@@ -117,11 +115,6 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     tracing.instrument_app(app, redact)  # tracing on: the request's span, its messages' trace
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
-
-
-async def _on_auth_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, AuthError)
-    return exc.response()
 
 
 class BodyLimitMiddleware:
@@ -162,15 +155,10 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
+        pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
 
         async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            return pending.pop() if pending else await receive()
 
         await self.app(scope, replay, send)
 
@@ -179,15 +167,8 @@ class BodyLimitMiddleware:
         await problem_response(413, detail)(scope, receive, send)
 
 
-_TOO_MANY_FAILURES = {
-    "description": "Too many wrong API keys from this address (`Retry-After` says how long)",
-    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
-    "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-}
-
-
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, with error responses typed ``application/problem+json``."""
+    """FastAPI's document, with the errors every route may answer, as problem+json."""
     if app.openapi_schema:
         return app.openapi_schema
     doc = get_openapi(
@@ -197,15 +178,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         routes=app.routes,
         separate_input_output_schemas=app.separate_input_output_schemas,
     )
-    for path, operations in doc.get("paths", {}).items():
-        for operation in operations.values():
-            if path.startswith("/v1/") and not path.startswith(PROVIDER_PREFIX):
-                # Any X-API-Key request from an address that sent too many wrong keys.
-                operation.setdefault("responses", {})["429"] = _TOO_MANY_FAILURES
-            for status, response in operation.get("responses", {}).items():
-                content = response.get("content", {})
-                if status[:1] in "45" and "application/json" in content:
-                    content[PROBLEM_JSON] = content.pop("application/json")
+    document_problems(doc, "/v1/", PROVIDER_PREFIX)
     # The bulk import reads its body itself (JSON array or NDJSON); publish its item model.
     item = BulkUserIn.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 from urllib.parse import parse_qs
@@ -36,7 +35,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.problems import FieldError, problem_response
+from api.problems import FieldError, ProblemError, problem_response
 from api.throttle import FailureThrottle, client_ip
 from tepat.clock import Clock
 from tepat.config import Settings
@@ -70,22 +69,19 @@ class Principal:
         return self.admin or self.user_id == user_id
 
 
-class AuthError(Exception):
+class AuthError(ProblemError):
     """401 or 403; ``field`` names the request field these credentials may not set."""
 
     def __init__(
         self, status: int, detail: str, challenge: str = _CHALLENGE, *, field: str | None = None
     ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.challenge = challenge
-        self.field = field
+        headers = {"WWW-Authenticate": challenge} if status == 401 else {}
+        super().__init__(status, detail, field=field, headers=headers)
 
     def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": self.challenge} if self.status == 401 else {}
+        # The detail is the refusal alone (no "<field>: " before it).
         errors = [FieldError(field=self.field, message=self.detail)] if self.field else []
-        return problem_response(self.status, self.detail, headers=headers, errors=errors)
+        return problem_response(self.status, self.detail, headers=self.headers, errors=errors)
 
 
 class TooManyFailures(AuthError):
@@ -93,56 +89,26 @@ class TooManyFailures(AuthError):
 
     def __init__(self, wait: int) -> None:
         super().__init__(429, "too many wrong keys from this address; try again later")
-        self.wait = wait
-
-    def response(self) -> JSONResponse:
-        return problem_response(429, self.detail, headers={"Retry-After": str(self.wait)})
-
-
-@dataclass(frozen=True, slots=True)
-class TokenRules:
-    """What an end-user JWT must hold beyond a valid signature, ``sub`` and ``exp``."""
-
-    max_lifetime_seconds: float = 86400
-    issuer: str | None = None
-    audience: str | None = None
+        self.headers["Retry-After"] = str(wait)
 
 
 class Authenticator:
-    def __init__(
-        self,
-        admin_key: str,
-        jwt_secret: str | None,
-        clock: Clock,
-        app_keys: Mapping[str, str] | None = None,
-        *,
-        app_event_types: Mapping[str, Sequence[str]] | None = None,
-        token_rules: TokenRules | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, admin_key: str, clock: Clock) -> None:
         if not admin_key:
             raise ValueError("the admin API key must not be empty")
         self._admin_key = admin_key.encode()
-        self._app_keys = [(app, key.encode()) for app, key in (app_keys or {}).items()]
+        self._app_keys = [
+            (app, key.get_secret_value().encode()) for app, key in settings.app_keys.items()
+        ]
         self._app_event_types = {
-            app: frozenset(types) for app, types in (app_event_types or {}).items()
+            app: frozenset(types) for app, types in (settings.app_event_types or {}).items()
         }
-        self._jwt_secret = jwt_secret or None
-        self._rules = token_rules or TokenRules()
-        self._clock = clock
-
-    @classmethod
-    def from_settings(cls, settings: Settings, admin_key: str, clock: Clock) -> Authenticator:
         secret = settings.jwt_secret
-        return cls(
-            admin_key,
-            secret.get_secret_value() if secret else None,
-            clock,
-            app_keys={app: key.get_secret_value() for app, key in settings.app_keys.items()},
-            app_event_types=settings.app_event_types,
-            token_rules=TokenRules(
-                settings.jwt_max_lifetime_seconds, settings.jwt_issuer, settings.jwt_audience
-            ),
-        )
+        self._jwt_secret = (secret.get_secret_value() if secret else None) or None
+        # What an end-user JWT must hold beyond a valid signature, ``sub`` and ``exp``.
+        self._max_lifetime = settings.jwt_max_lifetime_seconds
+        self._issuer, self._audience = settings.jwt_issuer, settings.jwt_audience
+        self._clock = clock
 
     def authenticate(self, headers: Headers) -> Principal:
         api_key = headers.get("x-api-key")
@@ -173,15 +139,15 @@ class Authenticator:
             raise AuthError(
                 401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)"
             )
-        rules = self._rules
-        required = ["exp", "sub"] + ["iss"] * bool(rules.issuer) + ["aud"] * bool(rules.audience)
+        issuer, audience = self._issuer, self._audience
+        required = ["exp", "sub"] + ["iss"] * bool(issuer) + ["aud"] * bool(audience)
         try:
             claims = jwt.decode(
                 token,
                 self._jwt_secret,
                 algorithms=["HS256"],
-                issuer=rules.issuer,
-                audience=rules.audience,
+                issuer=issuer,
+                audience=audience,
                 # exp and nbf are checked below against the runtime's clock, like
                 # every other instant in Tepat (and fake time in tests).
                 options={"require": required, "verify_exp": False, "verify_nbf": False},
@@ -196,7 +162,7 @@ class Authenticator:
             )
         if now > exp + JWT_LEEWAY_SECONDS:
             raise AuthError(401, "token expired", _invalid_token("token expired"))
-        if exp - now > rules.max_lifetime_seconds + JWT_LEEWAY_SECONDS:
+        if exp - now > self._max_lifetime + JWT_LEEWAY_SECONDS:
             raise AuthError(
                 401,
                 "token lives too long: exp is over TEPAT_JWT_MAX_LIFETIME_SECONDS ahead",

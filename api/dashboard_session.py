@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -104,22 +105,13 @@ def _equal(given: str, expected: str) -> bool:
 
 
 def set_cookie(request: Request, response: Response, value: str) -> None:
-    response.set_cookie(
-        COOKIE,
-        value,
-        max_age=SESSION_SECONDS,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    response.set_cookie(COOKIE, value, max_age=SESSION_SECONDS, **_cookie_attributes(request))
 
 
 def clear_cookie(request: Request, response: Response) -> None:
-    response.delete_cookie(
-        COOKIE,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    response.delete_cookie(COOKIE, **_cookie_attributes(request))
+
+
+def _cookie_attributes(request: Request) -> dict[str, Any]:
+    secure = request.url.scheme == "https"
+    return {"path": COOKIE_PATH, "httponly": True, "samesite": "strict", "secure": secure}

@@ -1,7 +1,7 @@
 """Shared route pieces: the runtime and services a route reaches, who may call it (the
 route dependencies re-check :class:`api.auth.AuthMiddleware`'s rule against the parsed
-path, and declare the schemes for OpenAPI), the user-scoped router, and the status of a
-create-or-existing call."""
+path, and declare the schemes for OpenAPI), the user-scoped and admin-only routers, and the
+status of a create-or-existing call."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tepat.services.inbox import InboxService
 from tepat.services.templates import TemplateService
 
 
-def _app_state(name: str) -> Any:
+def app_state(name: str) -> Any:
     """A dependency reading what :func:`api.app.create_app` put in ``app.state.<name>``."""
 
     async def read(request: Request) -> Any:
@@ -29,10 +29,10 @@ def _app_state(name: str) -> Any:
     return Depends(read)
 
 
-RT = Annotated[Runtime, _app_state("runtime")]
-Templates = Annotated[TemplateService, _app_state("templates")]
-Inbox = Annotated[InboxService, _app_state("inbox")]
-Events = Annotated[EventService, _app_state("events")]
+RT = Annotated[Runtime, app_state("runtime")]
+Templates = Annotated[TemplateService, app_state("templates")]
+Inbox = Annotated[InboxService, app_state("inbox")]
+Events = Annotated[EventService, app_state("events")]
 
 
 def id_path(description: str, example: str) -> Any:
@@ -121,7 +121,8 @@ def _key_access(may: Callable[[Principal], bool], refusal: str) -> Any:
     return Depends(access)
 
 
-Admin = Annotated[Principal, _key_access(lambda p: p.admin, ADMIN_ONLY)]
+_admin = _key_access(lambda p: p.admin, ADMIN_ONLY)
+Admin = Annotated[Principal, _admin]
 # The admin key or an app key (TEPAT_APP_KEYS): the events API.
 EventsCaller = Annotated[
     Principal,
@@ -135,13 +136,17 @@ EventsCaller = Annotated[
 
 
 def user_router(resource: str, tag: str) -> APIRouter:
-    """The routes of ``/v1/users/{user_id}<resource>``: each may answer 401, 403 (another
-    user's path), 404 (no such user) and 422."""
+    """The routes of ``/v1/users/{user_id}<resource>``: 404 when there is no such user."""
     return APIRouter(
         prefix=f"/v1/users/{{user_id}}{resource}",
         tags=[tag],
-        responses=problem_responses(401, 403, 404, 422),
+        responses=problem_responses(404),
     )
+
+
+def admin_router(resource: str, tag: str) -> APIRouter:
+    """The routes of ``/v1/<resource>``, for the admin API key only."""
+    return APIRouter(prefix=f"/v1/{resource}", tags=[tag], dependencies=[_admin])
 
 
 def answer_created(response: Response, created: bool) -> None:

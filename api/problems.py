@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from tepat.domain.errors import DomainError
+from tepat.domain.templates import TemplateError
 from tepat.services.accounts import FieldConflict, IdempotencyConflict, NotFound
 from tepat.services.webhooks import SubscriptionNotFound
 
@@ -80,6 +81,35 @@ def field_problem(status: int, field: str, message: str, **more: Any) -> JSONRes
     return problem_response(status, f"{field}: {message}", errors=errors, **more)
 
 
+class ProblemError(Exception):
+    """A refusal raised anywhere in a request; the app-wide handler answers its
+    :meth:`response` (a problem naming ``field``, when given)."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        field: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.field = field
+        self.headers = dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        if self.field is None:
+            return problem_response(self.status, self.detail, headers=self.headers)
+        return field_problem(self.status, self.field, self.detail, headers=self.headers)
+
+
+async def _on_problem_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return exc.response()
+
+
 def _phrase(status: int) -> str:
     try:
         return http.HTTPStatus(status).phrase
@@ -95,20 +125,23 @@ def field_name(loc: Sequence[int | str]) -> str:
     return ".".join(str(p) for p in parts) or "body"
 
 
+def error_message(err: Mapping[str, Any]) -> str:
+    # pydantic prefixes messages raised by validators with "Value error, ".
+    return str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+
+
 def validation_errors(exc: RequestValidationError) -> list[FieldError]:
     out = []
     for err in exc.errors():
         if err.get("type") == "json_invalid":
             out.append(FieldError(field="body", message="request body is not valid JSON"))
             continue
-        message = str(err.get("msg", "invalid value"))
-        # pydantic prefixes messages raised by validators with "Value error, ".
-        message = message.removeprefix("Value error, ")
-        out.append(FieldError(field=field_name(err.get("loc", ())), message=message))
+        out.append(FieldError(field=field_name(err.get("loc", ())), message=error_message(err)))
     return out
 
 
-def _summary(errors: Sequence[FieldError]) -> str:
+def summary(errors: Sequence[FieldError]) -> str:
+    """The detail of an input error: its first field and message, and how many more."""
     first = errors[0]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{first.field}: {first.message}{more}"
@@ -137,7 +170,7 @@ def _allowed_methods(request: Request) -> list[str]:
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = validation_errors(exc) or [FieldError(field="body", message="invalid request")]
-    return problem_response(422, _summary(errors), errors=errors)
+    return problem_response(422, summary(errors), errors=errors)
 
 
 # The services' errors a request may meet, and the status each answers.
@@ -152,6 +185,11 @@ _STATUS_OF: dict[type[Exception], int] = {
 
 async def _on_service_error(request: Request, exc: Exception) -> JSONResponse:
     status = next(s for error, s in _STATUS_OF.items() if isinstance(exc, error))
+    if isinstance(exc, TemplateError):  # plus why: compile_error, too_large, render_error…
+        extra = {"reason": exc.reason.value}
+        if exc.variable is not None:
+            extra["variable"] = exc.variable
+        return field_problem(status, exc.field, exc.message, extra=extra)
     if isinstance(exc, DomainError | FieldConflict):
         return field_problem(status, exc.field, exc.message)
     if isinstance(exc, SubscriptionNotFound):
@@ -190,6 +228,7 @@ def install_problem_handlers(
     """``store_unavailable``: the store's errors that mean "try again later" (503)."""
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(ProblemError, _on_problem_error)
     for known in _STATUS_OF:
         app.add_exception_handler(known, _on_service_error)
     for error in store_unavailable:
@@ -197,17 +236,59 @@ def install_problem_handlers(
     app.add_exception_handler(Exception, _on_unexpected)
 
 
+_DESCRIPTIONS = {
+    400: "Malformed request body (not UTF-8 JSON)",
+    401: "No or invalid credentials",
+    403: "These credentials may not reach this resource",
+    404: "No such user or resource",
+    409: "Idempotency key reused with a different request, or a state that refuses it"
+    " (a quota reached, a push token held by another user); `errors` names the field",
+    413: "Request body too large",
+    422: "Invalid input; `errors` names each offending field",
+    503: "Not ready",
+}
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses=`` entries for the given error statuses (see ``app._openapi``)."""
-    descriptions = {
-        400: "Malformed request body (not UTF-8 JSON)",
-        401: "No or invalid credentials",
-        403: "These credentials may not reach this resource",
-        404: "No such user or resource",
-        409: "Idempotency key reused with a different request, or a state that refuses it"
-        " (a quota reached, a push token held by another user); `errors` names the field",
-        413: "Request body too large",
-        422: "Invalid input; `errors` names each offending field",
-        503: "Not ready",
+    """OpenAPI ``responses=`` entries for a route's own error statuses; those every route
+    of its shape may answer, :func:`document_problems` adds."""
+    return {
+        s: {"model": Problem, "description": _DESCRIPTIONS.get(s, _phrase(s))} for s in statuses
     }
-    return {s: {"model": Problem, "description": descriptions.get(s, _phrase(s))} for s in statuses}
+
+
+_TOO_MANY_FAILURES = {
+    "description": "Too many wrong API keys from this address (`Retry-After` says how long)",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+}
+
+
+def document_problems(doc: dict[str, Any], api_prefix: str, unchecked_prefix: str) -> None:
+    """Adds to OpenAPI ``doc`` the errors an operation under ``api_prefix`` (but not
+    ``unchecked_prefix``, which takes no credentials) may answer by its shape: the
+    credentials check (401, 403, and 429 for an address that sent too many wrong keys),
+    a body (400, 413, 422), parameters (422); and types every error response
+    ``application/problem+json``."""
+    for path, operations in doc.get("paths", {}).items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            if path.startswith(api_prefix) and not path.startswith(unchecked_prefix):
+                statuses = {401, 403}
+                if "requestBody" in operation:
+                    statuses |= {400, 413, 422}
+                if operation.get("parameters"):
+                    statuses.add(422)
+                problem = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+                for status in statuses:  # 422 in place of FastAPI's own
+                    responses[str(status)] = {
+                        "description": _DESCRIPTIONS[status],
+                        "content": problem,
+                    }
+                responses["429"] = {**_TOO_MANY_FAILURES, "content": problem}
+            for status, response in responses.items():
+                content = response.get("content", {})
+                if status[:1] in "45" and "application/json" in content:
+                    content[PROBLEM_JSON] = content.pop("application/json")
+    # FastAPI's own 422 body, which no operation answers now.
+    for unused in ("HTTPValidationError", "ValidationError"):
+        doc.get("components", {}).get("schemas", {}).pop(unused, None)

@@ -9,13 +9,15 @@ shapes and sizes, and the patterns they publish document the same rules.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
+from api.problems import Problem
+from tepat.domain.contacts import Suppression, SuppressionReason
 from tepat.domain.inbox import InboxItem
-from tepat.domain.models import Message, MessageStatus, Reminder, User
+from tepat.domain.models import MessageStatus, User
 from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
 from tepat.ports.broker import DeadLetter
 from tepat.services.accounts import KEEP
@@ -43,10 +45,6 @@ class View(BaseModel):
 class Request(BaseModel):
     # Strict: JSON types as documented (no "1" for 1, no 0 for false).
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
 
 
 _ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
@@ -80,10 +78,16 @@ def _encodable(value: str) -> str:
     return value
 
 
+def _hhmm(value: object) -> object:
+    return format_hhmm(value) if isinstance(value, time) else value
+
+
+# Responses: a domain wall-clock time as "HH:MM".
+LocalTime = Annotated[str, BeforeValidator(_hhmm)]
 # Request text: any Unicode that UTF-8 can carry.
 Text = Annotated[str, AfterValidator(_encodable)]
 # Responses: always UTC, serialized with a "Z".
-UtcDatetime = Annotated[datetime, AfterValidator(_to_utc)]
+UtcDatetime = Annotated[datetime, AfterValidator(_instant_in_utc)]
 # Requests: an ISO 8601 string with an offset ("2027-03-01T08:00:00+07:00" or "…Z"),
 # handed on as the same instant in UTC.
 OffsetDatetime = Annotated[
@@ -242,7 +246,7 @@ class ReminderOut(View):
     reminder_id: str
     category: str
     label: str
-    local_time: str = Field(examples=["08:30"])
+    local_time: LocalTime = Field(examples=["08:30"])
     days: list[str]
     title: str
     body: str
@@ -251,10 +255,6 @@ class ReminderOut(View):
     version: int
     created_at: UtcDatetime | None
     updated_at: UtcDatetime | None
-
-    @classmethod
-    def of(cls, r: Reminder) -> Self:
-        return cls(**read_fields(cls, r, local_time=format_hhmm(r.local_time), days=list(r.days)))
 
 
 class ReminderList(Paged):
@@ -312,7 +312,7 @@ class MessageOut(View):
     reminder_id: str | None
     label: str
     local_date: date | None = Field(description="The user's local date it is meant for")
-    local_time: str | None = Field(description='Local "HH:MM" it is meant for')
+    local_time: LocalTime | None = Field(description='Local "HH:MM" it is meant for')
     timezone: str
     scheduled_at: UtcDatetime = Field(description="When it is (or was) due, UTC")
     channel: str = Field(
@@ -332,12 +332,6 @@ class MessageOut(View):
     )
     created_at: UtcDatetime | None
     updated_at: UtcDatetime | None
-
-    @classmethod
-    def of(cls, m: Message) -> Self:
-        """This message's view (a subclass's own fields included)."""
-        local_time = format_hhmm(m.local_time) if m.local_time else None
-        return cls(**read_fields(cls, m, local_time=local_time))
 
 
 class NotificationOut(MessageOut):
@@ -446,24 +440,15 @@ class BulkUserIn(UserIn):
     reminders: list[BulkReminderIn] = Field(default_factory=list, max_length=100)
 
 
-class BulkItemProblem(BaseModel):
-    """The problem+json document the single endpoint would have answered for this item."""
-
-    type: str = "about:blank"
-    title: str = Field(examples=["Unprocessable Entity"])
-    status: int = Field(examples=[422])
-    detail: str | None = None
-    errors: list[dict[str, str]] = Field(
-        description="Each offending field, named from the request's root",
-        examples=[[{"field": "items[3].reminders[0].local_time", "message": "expected …"}]],
-    )
-
-
 class BulkItemOut(BaseModel):
     index: int = Field(description="The item's position in the request (0-based)")
     user_id: str | None
     status: Literal["created", "updated", "unchanged", "error"]
-    problem: BulkItemProblem | None = None
+    problem: Problem | None = Field(
+        default=None,
+        description="What the single endpoint would have answered, each field named from the"
+        " request's root (items[3].reminders[0].local_time)",
+    )
 
 
 class BulkImportOut(BaseModel):
@@ -592,7 +577,7 @@ class InboxItemOut(View):
 
     @classmethod
     def of(cls, i: InboxItem) -> Self:
-        return cls(**read_fields(cls, i, id=i.item_id, status=i.status.value, data=dict(i.data)))
+        return cls(**read_fields(cls, i, id=i.item_id))
 
 
 class InboxPageOut(BaseModel):
@@ -617,3 +602,66 @@ class ReadAllIn(Request):
 class ReadAllOut(BaseModel):
     marked: int = Field(description="How many items this call marked read")
     unread_count: int
+
+
+# ---------------------------------------------------------------- contacts, suppressions
+
+MAX_ADDRESS = 320  # RFC 5321's 64 + @ + 255: longer is never an address
+
+
+class ContactIn(Request):
+    address: str = Field(
+        min_length=1,
+        max_length=MAX_ADDRESS,
+        description=(
+            "An e-mail address (the domain is lower-cased) or a phone number in"
+            " international form (stored as E.164)"
+        ),
+        examples=["ana@example.com", "+62 812 3456 7890"],
+    )
+    verified: bool = Field(
+        default=False,
+        description="Whether your app verified it (a code sent and typed back)",
+    )
+
+
+class ContactOut(View):
+    channel: str = Field(examples=["email"])
+    address: str = Field(description="As stored, normalised", examples=["ana@example.com"])
+    verified: bool
+    updated_at: datetime
+
+
+class ContactList(Paged):
+    contacts: list[ContactOut]
+
+
+class SuppressionIn(Request):
+    channel: str = Field(max_length=16, examples=["email"])
+    address: str = Field(min_length=1, max_length=MAX_ADDRESS, examples=["ana@example.com"])
+    reason: str = Field(
+        default=SuppressionReason.MANUAL.value,
+        max_length=32,
+        description=f"One of {', '.join(r.value for r in SuppressionReason)}",
+    )
+
+
+class SuppressionOut(View):
+    channel: str
+    address: str
+    reason: str
+    added_at: datetime
+    source: str | None = Field(description="Who reported it: admin, a provider's name")
+
+
+class SuppressionAdded(SuppressionOut):
+    created: bool = Field(description="False when the address was already suppressed")
+
+    @classmethod
+    def added(cls, s: Suppression, created: bool) -> SuppressionAdded:
+        return cls(**read_fields(cls, s, created=created))
+
+
+class SuppressionPageOut(BaseModel):
+    items: list[SuppressionOut]
+    next_cursor: str | None

@@ -26,6 +26,9 @@ _.strategy  # hypothesis's data.draw(strategy), mirrored by the replay stub
 _.__class__  # set_ssl swaps stomp.py's transport class in place
 _.levelname  # logging's formatters read the record's level name
 
+# Set on app.state, read by name through api/deps.py:app_state
+_.dashboard_sessions
+
 # Fields only serialized (JSON answers of the API, the dashboard, the sandboxes' stats)
 _.checked_at  # Ticket's: the stores' table-driven codecs write and read it by field name
 _.status_url, _.failed_reasons, _.unknown_users, _.messages_created, _.locale_requested

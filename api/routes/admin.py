@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import Path, Query
 
-from api.deps import RT, Admin
+from api.deps import RT, admin_router
 from api.problems import problem_responses
 from api.schemas import (
     BrokerDeadLetterOut,
@@ -22,7 +22,8 @@ from api.schemas import (
 from tepat.domain.errors import DomainError
 from tepat.services.accounts import NotFound
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problem_responses(401, 403))
+router = admin_router("admin", tag="admin")
+DeadLetterId = Annotated[str, Path(min_length=1, max_length=256)]
 
 MAX_PLAN_WINDOW = timedelta(days=31)
 # Planning reads each user's local dates a day either side of the window, in zones up to
@@ -34,10 +35,9 @@ PLANNABLE_UNTIL = datetime(9999, 12, 29, tzinfo=UTC)
 
 @router.post(
     "/plan",
-    responses=problem_responses(400, 413, 422),
     summary="Plan reminders due in [start, end)",
 )
-async def plan(body: PlanIn, rt: RT, _: Admin) -> PlanOut:
+async def plan(body: PlanIn, rt: RT) -> PlanOut:
     """The same work as `tepat plan`: idempotent, so planning a window twice creates nothing."""
     for field, instant in (("start", body.start), ("end", body.end)):
         if not PLANNABLE_FROM <= instant <= PLANNABLE_UNTIL:
@@ -55,19 +55,17 @@ async def plan(body: PlanIn, rt: RT, _: Admin) -> PlanOut:
 
 
 @router.get("/queues", summary="Broker queue depths")
-async def queues(rt: RT, _: Admin) -> QueueList:
+async def queues(rt: RT) -> QueueList:
     stats = await rt.broker.stats(rt.queues)
     return QueueList(queues=[QueueOut.of(s) for s in stats])
 
 
 @router.get(
     "/dead-letters",
-    responses=problem_responses(422),
     summary="Failed messages and broker dead letters",
 )
 async def dead_letters(
     rt: RT,
-    _: Admin,
     limit: Annotated[
         int, Query(ge=1, le=500, description="At most this many failed messages")
     ] = 100,
@@ -82,12 +80,10 @@ async def dead_letters(
 
 @router.post(
     "/dead-letters/{dead_letter_id}/replay",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="Put a broker dead letter back on its queue, due now",
 )
-async def replay(
-    dead_letter_id: Annotated[str, Path(min_length=1, max_length=256)], rt: RT, _: Admin
-) -> ReplayOut:
+async def replay(dead_letter_id: DeadLetterId, rt: RT) -> ReplayOut:
     """Safe to replay: consumers claim each message atomically, so nothing is sent twice."""
     if not await rt.broker.replay_dead_letter(dead_letter_id):
         raise NotFound("dead letter", dead_letter_id)

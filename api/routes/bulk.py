@@ -13,12 +13,19 @@ import json
 from collections import Counter
 from typing import Any, Final
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import TypeAdapter, ValidationError
 
-from api.deps import RT, Admin
-from api.problems import field_problem, problem_responses
-from api.schemas import BulkImportOut, BulkItemOut, BulkItemProblem, BulkUserIn, QuietHoursBody
+from api.deps import RT, admin_router
+from api.problems import (
+    FieldError,
+    Problem,
+    ProblemError,
+    error_message,
+    problem_responses,
+    summary,
+)
+from api.schemas import BulkImportOut, BulkItemOut, BulkUserIn, QuietHoursBody
 from tepat.services import bulk_import
 from tepat.services.bulk_import import (
     MAX_ITEMS,
@@ -38,7 +45,7 @@ MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 NDJSON_TYPES: Final = frozenset({"application/x-ndjson", "application/jsonl"})
 JSON_TYPES: Final = frozenset({"application/json", ""})
 
-router = APIRouter(prefix="/v1/bulk", tags=["bulk"], responses=problem_responses(401, 403))
+router = admin_router("bulk", tag="bulk")
 
 _BODY_DOC = {
     "required": True,
@@ -58,30 +65,19 @@ _BODY_DOC = {
 }
 
 
-class BodyProblem(Exception):
-    def __init__(self, status: int, field: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.field = field
-        self.message = message
-
-
 @router.post(
     "/users",
     response_model=BulkImportOut,
-    responses=problem_responses(400, 413, 415, 422),
+    responses=problem_responses(415),
     summary="Import users with their devices and reminders",
     openapi_extra={"requestBody": _BODY_DOC},
 )
-async def import_users(request: Request, rt: RT, _admin: Admin) -> Any:
+async def import_users(request: Request, rt: RT) -> Any:
     """Create or update each user, its devices and its reminders, as the single `PUT`s
     would (fields left out keep their value; devices and reminders not named are kept).
     Repeating an import changes nothing and plans nothing twice. Store writes are
     batched per request and the users it creates are planned in one pass."""
-    try:
-        raw = _read_items(request.headers.get("content-type", ""), await request.body())
-    except BodyProblem as e:
-        return field_problem(e.status, e.field, e.message)
+    raw = _read_items(request.headers.get("content-type", ""), await request.body())
     items = [_parse_item(i, obj) for i, obj in enumerate(raw)]
     results = await bulk_import.import_users(rt, items)
     counts = Counter(r.status for r in results)
@@ -100,8 +96,8 @@ def _read_items(content_type: str, body: bytes) -> list[Any]:
     JSON stays an :class:`InvalidItem` of its own."""
     media = content_type.split(";", 1)[0].strip().lower()
     if media not in NDJSON_TYPES and media not in JSON_TYPES:
-        raise BodyProblem(
-            415, "content-type", "send application/json (an array) or application/x-ndjson"
+        raise ProblemError(
+            415, "send application/json (an array) or application/x-ndjson", "content-type"
         )
     if media not in NDJSON_TYPES:
         try:
@@ -117,7 +113,7 @@ def _read_items(content_type: str, body: bytes) -> list[Any]:
     try:
         text = body.decode()
     except UnicodeDecodeError:
-        raise BodyProblem(400, "body", "request body is not UTF-8") from None
+        raise ProblemError(400, "request body is not UTF-8", "body") from None
     if media in NDJSON_TYPES:
         # Only "\n" ends a line: str.splitlines would also split inside a JSON string
         # holding a raw U+2028 or U+0085, which JSON allows unescaped.
@@ -135,15 +131,15 @@ def _read_items(content_type: str, body: bytes) -> list[Any]:
             except (ValueError, RecursionError):  # nested too deep is not JSON we read
                 items.append(_BAD_LINE)
         if items and all(i is _BAD_LINE for i in items):
-            raise BodyProblem(400, "body", "request body is not NDJSON (no line is JSON)")
+            raise ProblemError(400, "request body is not NDJSON (no line is JSON)", "body")
         return items
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
-        raise BodyProblem(400, "body", "request body is not valid JSON") from None
+        raise ProblemError(400, "request body is not valid JSON", "body") from None
     if not isinstance(value, list):
-        raise BodyProblem(
-            422, "body", "expected a JSON array of users (or NDJSON, one user per line)"
+        raise ProblemError(
+            422, "expected a JSON array of users (or NDJSON, one user per line)", "body"
         )
     _check_count(len(value))
     return value
@@ -151,7 +147,7 @@ def _read_items(content_type: str, body: bytes) -> list[Any]:
 
 def _check_count(n: int) -> None:
     if n > MAX_ITEMS:
-        raise BodyProblem(422, "items", f"at most {MAX_ITEMS} items per request, got {n}")
+        raise ProblemError(422, f"at most {MAX_ITEMS} items per request, got {n}", "items")
 
 
 _BAD_LINE: Final = object()
@@ -167,10 +163,7 @@ def _parse_item(index: int, obj: Any) -> UserItem | InvalidItem:
         body = obj if isinstance(obj, BulkUserIn) else BulkUserIn.model_validate(obj)
     except ValidationError as e:
         problems = [
-            FieldProblem(
-                item_field(index, err.get("loc", ())),
-                str(err.get("msg", "invalid value")).removeprefix("Value error, "),
-            )
+            FieldProblem(item_field(index, err.get("loc", ())), error_message(err))
             for err in e.errors()
         ]
         return InvalidItem(user_id, problems)
@@ -189,12 +182,8 @@ def _parse_item(index: int, obj: Any) -> UserItem | InvalidItem:
 def _item_out(r: ItemResult) -> BulkItemOut:
     if not r.errors:
         return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status)
-    first = r.errors[0]
-    more = f" (and {len(r.errors) - 1} more)" if len(r.errors) > 1 else ""
-    problem = BulkItemProblem(
-        title="Unprocessable Entity",
-        status=422,
-        detail=f"{first.field}: {first.message}{more}",
-        errors=[{"field": p.field, "message": p.message} for p in r.errors],
+    errors = [FieldError(field=p.field, message=p.message) for p in r.errors]
+    problem = Problem(
+        title="Unprocessable Entity", status=422, detail=summary(errors), errors=errors
     )
     return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status, problem=problem)

@@ -7,10 +7,9 @@ from typing import Annotated
 from fastapi import Path, Response
 
 from api.auth import AuthError
-from api.contact_schemas import ContactIn, ContactList, ContactOut
 from api.deps import RT, Caller, UserId, user_router
 from api.pagination import Page
-from api.problems import problem_responses
+from api.schemas import ContactIn, ContactList, ContactOut
 from tepat.services import contacts
 
 router = user_router("/contacts", tag="contacts")
@@ -22,7 +21,6 @@ ChannelPath = Annotated[
 
 @router.put(
     "/{channel}",
-    responses=problem_responses(400, 413),
     summary="Set the user's e-mail address or phone number",
 )
 async def put_contact(

@@ -17,15 +17,13 @@ things served without credentials.
 
 from __future__ import annotations
 
-import dataclasses
 import html
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
-from fastapi import Path as PathParam
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from api.auth import AuthError, TooManyFailures
@@ -36,8 +34,10 @@ from api.dashboard_session import (
     clear_cookie,
     set_cookie,
 )
-from api.deps import RT
-from api.schemas import MessageOut
+from api.deps import RT, app_state
+from api.routes import admin
+from api.routes.admin import DeadLetterId
+from api.schemas import MessageOut, ReplayOut
 from api.throttle import FailureThrottle, client_ip
 from tepat.domain.models import Message
 from tepat.domain.validation import IDENTIFIER_PATTERN
@@ -76,60 +76,42 @@ def install(app: FastAPI, rt: Runtime, admin_key: str) -> None:
     app.include_router(router)
 
 
-def _sessions(request: Request) -> Sessions:
-    sessions: Sessions = request.app.state.dashboard_sessions
-    return sessions
+SessionsDep = Annotated[Sessions, app_state("dashboard_sessions")]
+DashboardDep = Annotated[Dashboard, app_state("dashboard")]
+Throttle = Annotated[FailureThrottle, app_state("auth_throttle")]
 
 
-def _dashboard(request: Request) -> Dashboard:
-    dashboard: Dashboard = request.app.state.dashboard
-    return dashboard
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Access:
-    """How the caller proved it holds the admin key: the header, or a session."""
-
-    session: Session | None
-
-
-def _throttle(request: Request) -> FailureThrottle:
-    throttle: FailureThrottle = request.app.state.auth_throttle
-    return throttle
-
-
-async def access(request: Request) -> Access:
-    sessions = _sessions(request)
+async def access(request: Request, sessions: SessionsDep, throttle: Throttle) -> Session | None:
+    """The caller's session; None when it sent the admin key in ``X-API-Key``."""
     key = request.headers.get("x-api-key")
     if key is not None:
-        throttle, ip = _throttle(request), client_ip(request.scope.get("client"))
+        ip = client_ip(request.scope.get("client"))
         if (wait := throttle.retry_after(ip)) is not None:
             raise TooManyFailures(wait)
         if not sessions.key_ok(key):
             throttle.failed(ip)
             raise AuthError(401, "invalid API key", _CHALLENGE)
-        return Access(session=None)
+        return None
     session = await sessions.read(request)
     if session is None:
         raise AuthError(401, "log in at /dashboard/login, or send X-API-Key", _CHALLENGE)
-    return Access(session=session)
+    return session
 
 
-def changing_access(request: Request, who: Annotated[Access, Depends(access)]) -> Access:
+Access = Annotated[Session | None, Depends(access)]
+
+
+def changing_access(request: Request, sessions: SessionsDep, session: Access) -> None:
     """:func:`access`, plus the CSRF token when the credential is the cookie."""
-    if who.session is not None and not _sessions(request).csrf_ok(
-        who.session, request.headers.get(CSRF_HEADER)
-    ):
+    if session is not None and not sessions.csrf_ok(session, request.headers.get(CSRF_HEADER)):
         raise AuthError(403, "missing or wrong X-CSRF-Token: reload the dashboard")
-    return who
 
 
 # --- pages
 
 
 @router.get("")
-async def page(request: Request) -> Response:
-    sessions = _sessions(request)
+async def page(request: Request, sessions: SessionsDep) -> Response:
     session = await sessions.read(request)
     if session is None:
         return RedirectResponse("/dashboard/login", status_code=303)
@@ -138,22 +120,21 @@ async def page(request: Request) -> Response:
 
 
 @router.get("/login")
-async def login_form(request: Request) -> Response:
-    if await _sessions(request).read(request) is not None:
+async def login_form(request: Request, sessions: SessionsDep) -> Response:
+    if await sessions.read(request) is not None:
         return RedirectResponse("/dashboard", status_code=303)
     return _login_page()
 
 
 @router.post("/login")
-async def login(request: Request) -> Response:
-    throttle, ip = _throttle(request), client_ip(request.scope.get("client"))
+async def login(request: Request, sessions: SessionsDep, throttle: Throttle) -> Response:
+    ip = client_ip(request.scope.get("client"))
     if (wait := throttle.retry_after(ip)) is not None:
         page = _login_page("Too many wrong keys: try again in a minute.", status=429)
         page.headers["Retry-After"] = str(wait)
         return page
     form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
     key = (form.get("key") or [""])[0].strip()
-    sessions = _sessions(request)
     if not sessions.key_ok(key):
         throttle.failed(ip)
         return _login_page("That is not the admin key.", status=401)
@@ -164,9 +145,8 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/logout")
-async def logout(request: Request) -> Response:
+async def logout(request: Request, sessions: SessionsDep) -> Response:
     # A plain form post: the token travels in the form rather than a header.
-    sessions = _sessions(request)
     session = await sessions.read(request)
     form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
     if session is not None and not sessions.csrf_ok(session, (form.get("csrf") or [""])[0]):
@@ -191,9 +171,9 @@ async def asset(name: str) -> Response:
 
 
 @router.get("/data")
-async def data(request: Request, _: Annotated[Access, Depends(access)]) -> JSONResponse:
-    snapshot = await _dashboard(request).snapshot()
-    body = _jsonable(dataclasses.asdict(snapshot))
+async def data(dashboard: DashboardDep, _: Access) -> JSONResponse:
+    snapshot = await dashboard.snapshot()
+    body = jsonable_encoder(snapshot)
     body["devices_deactivated_total"] = snapshot.devices_deactivated_total
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
@@ -201,7 +181,7 @@ async def data(request: Request, _: Annotated[Access, Depends(access)]) -> JSONR
 @router.get("/messages")
 async def find_messages(
     rt: RT,
-    _: Annotated[Access, Depends(access)],
+    _: Access,
     id: _Identifier = None,
     user: _Identifier = None,
 ) -> JSONResponse:
@@ -223,16 +203,14 @@ async def find_messages(
 
 @router.post("/dead-letters/{dead_letter_id}/replay")
 async def replay(
-    request: Request,
-    dead_letter_id: Annotated[str, PathParam(min_length=1, max_length=256)],
+    dead_letter_id: DeadLetterId,
     rt: RT,
-    _: Annotated[Access, Depends(changing_access)],
-) -> JSONResponse:
-    """As ``POST /v1/admin/dead-letters/{id}/replay``: the claim makes a replay safe."""
-    if not await rt.broker.replay_dead_letter(dead_letter_id):
-        raise NotFound("dead letter", dead_letter_id)
-    _dashboard(request).invalidate()
-    return JSONResponse({"id": dead_letter_id, "replayed": True})
+    dashboard: DashboardDep,
+    _: Annotated[None, Depends(changing_access)],
+) -> ReplayOut:
+    replayed = await admin.replay(dead_letter_id, rt)
+    dashboard.invalidate()
+    return replayed
 
 
 def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:
@@ -243,13 +221,3 @@ def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:
 
 def _template(name: str) -> str:
     return (STATIC / name).read_text(encoding="utf-8")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value

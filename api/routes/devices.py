@@ -15,7 +15,7 @@ router = user_router("/devices", tag="devices")
 
 @router.put(
     "/{device_id}",
-    responses=problem_responses(400, 409, 413),
+    responses=problem_responses(409),
     summary="Register a device or rotate its token",
 )
 async def put_device(

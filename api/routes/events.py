@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field
 from api.auth import AuthError
 from api.deps import Events, EventsCaller
 from api.problems import problem_responses
-from api.schemas import HHMM, Data, Identifier, OffsetDatetime, Text, read_fields
+from api.schemas import HHMM, Data, Identifier, LocalTime, OffsetDatetime, Text, read_fields
 from api.schemas import Request as StrictRequest
-from tepat.domain.events import MAX_USER_IDS, Event, EventState, Outcome
+from tepat.domain.events import MAX_USER_IDS, EventState, Outcome
 from tepat.domain.models import MessageStatus
 from tepat.domain.validation import IDENTIFIER_PATTERN
 from tepat.services.events import EventRequest, EventStatus
@@ -30,7 +30,7 @@ PATH: Final = "/v1/events"
 # MAX_USER_IDS ids of up to 128 characters, quoted and separated, with room for data.
 MAX_BODY_BYTES: Final = MAX_USER_IDS * 131 + 64 * 1024
 
-router = APIRouter(prefix=PATH, tags=["events"], responses=problem_responses(401, 403))
+router = APIRouter(prefix=PATH, tags=["events"])
 
 
 class EventIn(StrictRequest):
@@ -98,25 +98,15 @@ class EventStatusOut(BaseModel):
     channels: dict[str, ChannelCounts]
     occurred_at: datetime
     send_at: datetime | None
-    local_time: str | None
+    local_time: LocalTime | None
     created_at: datetime | None
     updated_at: datetime | None
-
-
-def _handle(event: Event, event_id: str) -> EventHandle:
-    """``event_id`` as the caller named it (an app key's is stored under its app)."""
-    return EventHandle(
-        event_id=event_id,
-        type=event.type,
-        state=event.state,
-        status_url=f"{PATH}/{event_id}",
-    )
 
 
 @router.post(
     "",
     status_code=202,
-    responses=problem_responses(400, 409, 413, 422),
+    responses=problem_responses(409),
     summary="Accept a business event; fan it out to its recipients in the background",
 )
 async def post_event(body: EventIn, caller: EventsCaller, service: Events) -> EventHandle:
@@ -128,7 +118,9 @@ async def post_event(body: EventIn, caller: EventsCaller, service: Events) -> Ev
             403, f"the app key {caller.app!r} may not post {body.type!r} events", field="type"
         )
     event, _created = await service.accept(EventRequest(**body.model_dump(), app=caller.app))
-    return _handle(event, body.event_id)
+    # The event id as the caller named it (an app key's is stored under its app).
+    url = f"{PATH}/{body.event_id}"
+    return EventHandle(event_id=body.event_id, type=event.type, state=event.state, status_url=url)
 
 
 EventIdPath = Annotated[
@@ -138,7 +130,7 @@ EventIdPath = Annotated[
 
 @router.get(
     "/{event_id}",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="Follow an event's fan-out and outcomes",
 )
 async def get_event(event_id: EventIdPath, caller: EventsCaller, service: Events) -> EventStatusOut:
@@ -160,7 +152,6 @@ def status_out(status: EventStatus, event_id: str) -> EventStatusOut:
         EventStatusOut,
         e,
         event_id=event_id,
-        priority=e.priority.value,
         unknown_users=e.counts.get(Outcome.UNKNOWN_USER.value, 0),
         messages_created=sum(c.created for c in channels.values()),
         sent=sum(c.sent for c in channels.values()),
@@ -168,7 +159,6 @@ def status_out(status: EventStatus, event_id: str) -> EventStatusOut:
         pending=sum(c.pending for c in channels.values()),
         skipped=skipped,
         channels=channels,
-        local_time=None if e.local_time is None else e.local_time.strftime("%H:%M"),
     )
     return EventStatusOut(**fields)
 

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import Body, Header, Query, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from api.deps import Admin, Inbox, UserId, answer_created, id_path, user_router
-from api.problems import problem_response, problem_responses
+from api.problems import ProblemError, problem_responses
 from api.schemas import (
     InboxItemIn,
     InboxItemOut,
@@ -64,9 +64,7 @@ async def read_item(user_id: UserId, item_id: ItemId, service: Inbox) -> InboxIt
     return InboxItemOut.of(await service.read(user_id, item_id))
 
 
-@router.post(
-    "/read-all", responses=problem_responses(400, 413), summary="Mark every unread item read"
-)
+@router.post("/read-all", summary="Mark every unread item read")
 async def read_all(
     user_id: UserId, service: Inbox, body: Annotated[ReadAllIn | None, Body()] = None
 ) -> ReadAllOut:
@@ -81,8 +79,7 @@ async def read_all(
     response_model=InboxItemOut,
     status_code=201,
     responses={
-        200: {"model": InboxItemOut, "description": "Already stored with this idempotency_key"},
-        **problem_responses(400, 413),
+        200: {"model": InboxItemOut, "description": "Already stored with this idempotency_key"}
     },
     summary="Put an item in the user's inbox (admin; superseded by POST /v1/events)",
 )
@@ -108,7 +105,7 @@ async def put_item(
             "description": "Server-Sent Events: `event: inbox`, `id:` the seq, `data:` an "
             "InboxItemOut as JSON; `: keepalive` comments between",
         },
-        **problem_responses(429, 503),
+        **problem_responses(503),
     },
     summary="Live stream of new inbox items (Server-Sent Events)",
 )
@@ -135,7 +132,7 @@ async def stream(
             "It ends up in access logs: prefer the header, or use short-lived tokens.",
         ),
     ] = None,
-) -> StreamingResponse | JSONResponse:
+) -> StreamingResponse:
     """Items stored after `Last-Event-ID` (header first, then `last_event_id`; none:
     only new items), each once, then live. Heartbeat comments keep proxies from closing
     an idle stream. The stream ends when the server shuts down; reconnect to resume.
@@ -153,9 +150,8 @@ async def stream(
     try:
         release = service.reserve_stream(user_id)
     except TooManyStreams as e:
-        return problem_response(
-            429 if e.per_user else 503, e.message, headers={"Retry-After": str(e.retry_after)}
-        )
+        status, wait = 429 if e.per_user else 503, str(e.retry_after)
+        raise ProblemError(status, e.message, headers={"Retry-After": wait}) from None
     return _Stream(
         release,
         _events(items, after),

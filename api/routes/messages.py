@@ -27,7 +27,7 @@ router = user_router("", tag="messages")
     status_code=201,
     responses={
         200: {"model": NotificationOut, "description": "Already created with this idempotency_key"},
-        **problem_responses(400, 409, 413),
+        **problem_responses(409),
     },
     summary="Send a one-off notification, now or at send_at",
 )

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from api.deps import RT, UserId, user_router
-from api.problems import problem_responses
 from api.schemas import PreferencesIn, PreferencesOut
 from tepat.services import accounts
 
 router = user_router("/preferences", tag="preferences")
 
 
-@router.put("", responses=problem_responses(400, 413), summary="Set preferences")
+@router.put("", summary="Set preferences")
 async def put_preferences(user_id: UserId, body: PreferencesIn, rt: RT) -> PreferencesOut:
     """Merges: categories not named keep their setting. Checked at send time, so an
     opt-out also stops messages already planned."""

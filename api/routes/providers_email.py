@@ -32,10 +32,9 @@ from typing import Any
 import httpx
 import structlog
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from api.problems import field_problem, problem_response, problem_responses
+from api.problems import ProblemError, problem_responses
 from tepat.adapters.sns_verify import CertificateUnavailable, SnsVerifier
 from tepat.config import Settings
 from tepat.domain import sns
@@ -83,11 +82,10 @@ def build_endpoint(settings: Settings, events: EmailEvents) -> EmailEventsEndpoi
 
 @router.post(
     PATH,
-    response_model=EventAnswer,
     responses=problem_responses(400, 403, 413, 422, 503),
     summary="E-mail status events (SES over SNS, or a signed relay)",
 )
-async def email_events(request: Request) -> Response:
+async def email_events(request: Request) -> EventAnswer:
     """Bounce (permanent: the message ``failed``, the address suppressed), Complaint
     (the address suppressed), Delivery (the message ``delivered``); each once, forward
     only. See the module docstring for the two signatures."""
@@ -95,35 +93,30 @@ async def email_events(request: Request) -> Response:
     body = await request.body()
     signature = request.headers.get(SIGNATURE_HEADER)
     if signature is not None:
-        return await _from_relay(endpoint, body, signature)
-    return await _from_sns(endpoint, body)
+        return EventAnswer(result=await _from_relay(endpoint, body, signature))
+    return EventAnswer(result=await _from_sns(endpoint, body))
 
 
-async def _from_relay(endpoint: EmailEventsEndpoint, body: bytes, signature: str) -> Response:
+async def _from_relay(endpoint: EmailEventsEndpoint, body: bytes, signature: str) -> str:
     if endpoint.secret is None:
-        return _forbidden(SIGNATURE_HEADER, "signed relay events are not enabled here")
+        raise ProblemError(403, "signed relay events are not enabled here", SIGNATURE_HEADER)
     expected = hmac.new(endpoint.secret, body, hashlib.sha256).hexdigest()
     given = signature.strip().removeprefix("sha256=")
     if not hmac.compare_digest(given.encode(), expected.encode()):
-        return _forbidden(SIGNATURE_HEADER, "the signature does not match the body")
-    doc = _json(body)
-    if doc is None:
-        return _bad_json()
+        raise ProblemError(403, "the signature does not match the body", SIGNATURE_HEADER)
+    doc = _body_json(body)
     event = parse_ses_event(doc)
     event_id = doc.get("eventId") if isinstance(doc, dict) else None
     if not isinstance(event_id, str) or not event_id or len(event_id) > 256:
         event_id = event.dedup_id()
     if event_id is None:
         log.info("email_event_without_id", provider=PROVIDER_RELAY, type=event.type_name)
-        return _answer("ignored")
-    applied = await endpoint.events.apply(PROVIDER_RELAY, event_id, event)
-    return _answer(applied.outcome)
+        return "ignored"
+    return (await endpoint.events.apply(PROVIDER_RELAY, event_id, event)).outcome
 
 
-async def _from_sns(endpoint: EmailEventsEndpoint, body: bytes) -> Response:
-    doc = _json(body)
-    if doc is None:
-        return _bad_json()
+async def _from_sns(endpoint: EmailEventsEndpoint, body: bytes) -> str:
+    doc = _body_json(body)
     try:
         message = sns.parse_message(doc)
         if not endpoint.topics:
@@ -134,30 +127,30 @@ async def _from_sns(endpoint: EmailEventsEndpoint, body: bytes) -> Response:
         await endpoint.verifier.verify(message)
     except sns.SnsRefused as e:
         log.warning("sns_message_refused", field=e.field, reason=e.message)
-        return _forbidden(e.field, e.message)
+        raise ProblemError(403, e.message, e.field) from None
     except CertificateUnavailable:
-        return problem_response(503, "SNS's signing certificate cannot be fetched now")
+        raise ProblemError(503, "SNS's signing certificate cannot be fetched now") from None
     if message.type == sns.SUBSCRIPTION_CONFIRMATION:
         try:
             await endpoint.verifier.confirm(message)
         except sns.SnsRefused as e:
-            return _forbidden(e.field, e.message)
+            raise ProblemError(403, e.message, e.field) from None
         except (httpx.HTTPError, ValueError, OSError) as e:
             log.warning("sns_confirmation_failed", topic=message.topic_arn, error=str(e))
-            return problem_response(503, "the subscription could not be confirmed now")
+            raise ProblemError(503, "the subscription could not be confirmed now") from None
         log.info("sns_subscription_confirmed", topic=message.topic_arn)
-        return _answer("confirmed")
+        return "confirmed"
     if message.type != sns.NOTIFICATION:
         log.info("sns_message", type=message.type, topic=message.topic_arn)
-        return _answer("ignored")
+        return "ignored"
     inner = _json(message.message.encode())
     if inner is None:
         # Signed by SNS on our topic, but not an SES event: nothing to do, and nothing
         # SNS could fix by sending it again.
         log.warning("sns_notification_not_json", message_id=message.message_id)
-        return _answer("ignored")
-    applied = await endpoint.events.apply(PROVIDER_SES, message.message_id, parse_ses_event(inner))
-    return _answer(applied.outcome)
+        return "ignored"
+    inner_event = parse_ses_event(inner)
+    return (await endpoint.events.apply(PROVIDER_SES, message.message_id, inner_event)).outcome
 
 
 def _json(body: bytes) -> Any | None:
@@ -167,13 +160,8 @@ def _json(body: bytes) -> Any | None:
         return None
 
 
-def _answer(result: str) -> Response:
-    return JSONResponse(EventAnswer(result=result).model_dump())
-
-
-def _bad_json() -> Response:
-    return field_problem(400, "body", "not a JSON document")
-
-
-def _forbidden(field_name: str, message: str) -> Response:
-    return field_problem(403, field_name, message)
+def _body_json(body: bytes) -> Any:
+    doc = _json(body)
+    if doc is None:
+        raise ProblemError(400, "not a JSON document", "body")
+    return doc

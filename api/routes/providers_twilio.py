@@ -24,7 +24,7 @@ import structlog
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import RT
-from api.problems import FieldError, problem_response
+from api.problems import FieldError, ProblemError, problem_response
 from tepat.adapters.twilio_signature import valid_twilio_signature
 from tepat.domain.errors import DomainError
 from tepat.runtime import Runtime
@@ -50,11 +50,11 @@ def called_url(request: Request, rt: Runtime) -> str:
     return public.rstrip("/") + request.url.path + (f"?{query}" if query else "")
 
 
-async def _signed_form(request: Request, rt: Runtime) -> dict[str, str] | Response:
-    """The posted form when the signature holds, else the 403 to answer."""
+async def _signed_form(request: Request, rt: Runtime) -> dict[str, str]:
+    """The posted form, when the signature holds (403 otherwise)."""
     token = rt.settings.twilio_auth_token
     if token is None:
-        return problem_response(403, "Twilio is not configured here (TEPAT_TWILIO_AUTH_TOKEN)")
+        raise ProblemError(403, "Twilio is not configured here (TEPAT_TWILIO_AUTH_TOKEN)")
     raw = (await request.body()).decode("utf-8", "replace")
     pairs = parse_qsl(raw, keep_blank_values=True)
     url = called_url(request, rt)
@@ -66,7 +66,7 @@ async def _signed_form(request: Request, rt: Runtime) -> dict[str, str] | Respon
             signed=signature is not None,
             url=url,
         )
-        return problem_response(
+        raise ProblemError(
             403,
             "X-Twilio-Signature is missing or does not match this URL and form"
             + ("" if rt.settings.public_url else " (behind a proxy? set TEPAT_PUBLIC_URL)"),
@@ -88,8 +88,6 @@ async def twilio_status(
     """Moves the SMS forward: ``delivered``, or ``failed`` with ``twilio_<ErrorCode>``.
     Forward-only and deduplicated: a repeated or older callback changes nothing."""
     form = await _signed_form(request, rt)
-    if isinstance(form, Response):
-        return form
     try:
         callback = StatusCallback.from_params(m, form)
     except DomainError as e:
@@ -110,8 +108,6 @@ async def twilio_inbound(request: Request, rt: RT) -> Response:
     """STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT suppress the sender's number for
     SMS; START, YES, UNSTOP lift that. Anything else is ignored. Answers empty TwiML."""
     form = await _signed_form(request, rt)
-    if isinstance(form, Response):
-        return form
     reply = await apply_inbound(rt.store, rt.clock, form)
     return Response(
         EMPTY_TWIML,

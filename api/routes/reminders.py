@@ -17,7 +17,7 @@ router = user_router("/reminders", tag="reminders")
     "/{reminder_id}",
     responses={
         201: {"model": ReminderOut, "description": "Created"},
-        **problem_responses(400, 409, 413),
+        **problem_responses(409),
     },
     summary="Create or replace a reminder",
 )

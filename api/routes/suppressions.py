@@ -4,25 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import Path, Query, Response
 
-from api.contact_schemas import SuppressionAdded, SuppressionIn, SuppressionOut, SuppressionPageOut
-from api.deps import RT, Admin, answer_created
+from api.deps import RT, admin_router, answer_created
 from api.pagination import Cursor
 from api.problems import problem_responses
+from api.schemas import SuppressionAdded, SuppressionIn, SuppressionOut, SuppressionPageOut
 from tepat.services import contacts
 
-router = APIRouter(
-    prefix="/v1/suppressions",
-    tags=["suppressions"],
-    responses=problem_responses(401, 403, 422),
-)
+router = admin_router("suppressions", tag="suppressions")
 
 
 @router.get("", summary="List suppressions")
 async def list_suppressions(
     rt: RT,
-    _: Admin,
     channel: Annotated[
         str | None, Query(max_length=16, description="Only this channel: `email` or `sms`")
     ] = None,
@@ -40,15 +35,10 @@ async def list_suppressions(
     "",
     response_model=SuppressionAdded,
     status_code=201,
-    responses={
-        **problem_responses(400, 413),
-        200: {"description": "Already suppressed", "model": SuppressionAdded},
-    },
+    responses={200: {"description": "Already suppressed", "model": SuppressionAdded}},
     summary="Suppress an address",
 )
-async def add_suppression(
-    body: SuppressionIn, rt: RT, _: Admin, response: Response
-) -> SuppressionAdded:
+async def add_suppression(body: SuppressionIn, rt: RT, response: Response) -> SuppressionAdded:
     """201 when new; 200 when it was already suppressed (it keeps its first reason
     unless this one is stronger: complaint over hard_bounce over the rest)."""
     stored, created = await contacts.add_suppression(rt, body.channel, body.address, body.reason)
@@ -65,7 +55,6 @@ async def add_suppression(
 )
 async def lift_suppression(
     rt: RT,
-    _: Admin,
     channel: Annotated[str, Path(max_length=16, examples=["sms"])],
     address: Annotated[str, Path(max_length=320, examples=["+6281234567890"])],
 ) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Path, Query, Response
-from fastapi.responses import JSONResponse
+from fastapi import Path, Query, Response
 
-from api.deps import Admin, Templates, answer_created
+from api.deps import Templates, admin_router, answer_created
 from api.pagination import Page
-from api.problems import field_problem, problem_responses
+from api.problems import problem_responses
 from api.schemas import (
     TemplateIn,
     TemplateList,
@@ -23,12 +22,10 @@ from api.schemas import (
     TemplatePreviewOut,
 )
 from tepat.domain.routing import check_event_type_name
-from tepat.domain.templates import Template, TemplateError
+from tepat.domain.templates import Template
 from tepat.services.templates import TemplateService
 
-router = APIRouter(
-    prefix="/v1/templates", tags=["templates"], responses=problem_responses(401, 403)
-)
+router = admin_router("templates", tag="templates")
 
 # Checked by the domain (which names the field and says what is wrong); only bounded here.
 TypePath = Annotated[
@@ -41,15 +38,6 @@ ChannelPath = Annotated[
 LocalePath = Annotated[
     str, Path(min_length=1, max_length=35, description="Locale tag", examples=["pt-BR"])
 ]
-
-
-def _template_problem(e: TemplateError) -> JSONResponse:
-    """The usual 422 naming the field, plus ``reason`` (``compile_error``, ``too_large``,
-    ``invalid``, ``render_error``) and, for a missing variable, ``variable``."""
-    extra = {"reason": e.reason.value}
-    if e.variable is not None:
-        extra["variable"] = e.variable
-    return field_problem(422, e.field, e.message, extra=extra)
 
 
 def _out(service: TemplateService, t: Template) -> TemplateOut:
@@ -67,11 +55,9 @@ def _out(service: TemplateService, t: Template) -> TemplateOut:
 
 @router.put(
     "/{event_type}/{channel}/{locale}",
-    response_model=TemplateOut,
     status_code=201,
     responses={
-        200: {"model": TemplateOut, "description": "Identical to the latest version: nothing new"},
-        **problem_responses(400, 413, 422),
+        200: {"model": TemplateOut, "description": "Identical to the latest version: nothing new"}
     },
     summary="Save a new version of a template",
 )
@@ -82,16 +68,12 @@ async def put_template(
     body: TemplateIn,
     service: Templates,
     response: Response,
-    _: Admin,
-) -> TemplateOut | JSONResponse:
+) -> TemplateOut:
     """201 with the new version; 200 with the latest when it already has these sources
     (a retried PUT creates nothing). A source that does not compile, or is too large, is
     a 422 naming the part."""
     key = service.key(event_type, channel, locale)
-    try:
-        template, created = await service.put(key, body.parts())
-    except TemplateError as e:
-        return _template_problem(e)
+    template, created = await service.put(key, body.parts())
     answer_created(response, created)
     response.headers["Location"] = (
         f"/v1/templates/{quote(key.event_type)}/{key.channel.value}/{key.locale}"
@@ -102,7 +84,7 @@ async def put_template(
 
 @router.get(
     "/{event_type}/{channel}/{locale}",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="A template's latest version, or a given one",
 )
 async def get_template(
@@ -110,7 +92,6 @@ async def get_template(
     channel: ChannelPath,
     locale: LocalePath,
     service: Templates,
-    _: Admin,
     version: Annotated[int | None, Query(ge=1, le=2**62, description="This version")] = None,
 ) -> TemplateOut:
     """Exactly this locale (no fallback: see the preview for what a user would get)."""
@@ -118,10 +99,9 @@ async def get_template(
     return _out(service, await service.get(key, version))
 
 
-@router.get("", responses=problem_responses(422), summary="The latest version of every template")
+@router.get("", summary="The latest version of every template")
 async def list_templates(
     service: Templates,
-    _: Admin,
     page: Page,
     type: Annotated[str | None, Query(max_length=128, description="Only this event type")] = None,
 ) -> TemplateList:
@@ -139,27 +119,21 @@ def _list_key(t: Template) -> str:
 
 @router.post(
     "/preview",
-    response_model=TemplatePreviewOut,
-    responses=problem_responses(400, 404, 413, 422),
+    responses=problem_responses(404),
     summary="Render a stored or inline template with sample data",
 )
-async def preview(
-    body: TemplatePreviewIn, service: Templates, _: Admin
-) -> TemplatePreviewOut | JSONResponse:
+async def preview(body: TemplatePreviewIn, service: Templates) -> TemplatePreviewOut:
     """A stored template is looked up as for a user of `locale` (`pt-BR` → `pt` → the
     default locale) unless `version` names one; `locale` in the answer is the one used.
     A variable missing from `data` is a 422 naming it (`data.<name>`)."""
-    try:
-        if body.template is not None:
-            result = await service.preview_inline(
-                body.type, body.channel, body.locale, body.template.parts(), body.data
-            )
-        else:
-            result = await service.preview_stored(
-                body.type, body.channel, body.locale, body.data, body.version
-            )
-    except TemplateError as e:
-        return _template_problem(e)
+    if body.template is not None:
+        result = await service.preview_inline(
+            body.type, body.channel, body.locale, body.template.parts(), body.data
+        )
+    else:
+        result = await service.preview_stored(
+            body.type, body.channel, body.locale, body.data, body.version
+        )
     stored = result.template
     return TemplatePreviewOut(
         type=body.type,

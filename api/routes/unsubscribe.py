@@ -124,13 +124,10 @@ def _wants_html(request: Request) -> bool:
 
 
 def _what(claim: UnsubscribeClaim) -> str:
-    return f"<strong>{html.escape(claim.category)}</strong> {html.escape(_channel(claim))}"
-
-
-def _channel(claim: UnsubscribeClaim) -> str:
-    return {"email": "e-mails", "sms": "text messages", "push": "notifications"}.get(
+    kind = {"email": "e-mails", "sms": "text messages", "push": "notifications"}.get(
         claim.channel, f"{claim.channel} messages"
     )
+    return f"<strong>{html.escape(claim.category)}</strong> {html.escape(kind)}"
 
 
 def _page_confirm(claim: UnsubscribeClaim) -> str:

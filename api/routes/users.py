@@ -10,15 +10,12 @@ from api.schemas import QuietHoursBody, UserIn, UserOut
 from tepat.domain.validation import parse_quiet_hours
 from tepat.services import accounts
 
-router = APIRouter(prefix="/v1/users", tags=["users"], responses=problem_responses(401, 403))
+router = APIRouter(prefix="/v1/users", tags=["users"])
 
 
 @router.put(
     "/{user_id}",
-    responses={
-        201: {"model": UserOut, "description": "Created"},
-        **problem_responses(400, 413, 422),
-    },
+    responses={201: {"model": UserOut, "description": "Created"}},
     summary="Create or update a user",
 )
 async def put_user(user_id: UserId, body: UserIn, rt: RT, response: Response) -> UserOut:
@@ -37,6 +34,6 @@ async def put_user(user_id: UserId, body: UserIn, rt: RT, response: Response) ->
     return UserOut.of(user)
 
 
-@router.get("/{user_id}", responses=problem_responses(404, 422), summary="Get a user")
+@router.get("/{user_id}", responses=problem_responses(404), summary="Get a user")
 async def get_user(user_id: UserId, rt: RT) -> UserOut:
     return UserOut.of(await accounts.get_user(rt, user_id))

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated, Self
 
-from fastapi import APIRouter, Depends, Path, Response
-from pydantic import BaseModel, Field
+from fastapi import Depends, Path, Response
+from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import RT, Admin
+from api.deps import RT, admin_router
 from api.pagination import Page
 from api.problems import problem_responses
 from api.schemas import Paged, Request, Text, View, read_fields
@@ -23,7 +23,7 @@ from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscripti
 from tepat.services.webhooks import WebhookService
 from tepat.wiring import webhook_repository, webhook_target_policy
 
-router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], responses=problem_responses(401, 403))
+router = admin_router("webhooks", tag="webhooks")
 
 SubscriptionId = Annotated[
     str,
@@ -63,6 +63,8 @@ class WebhookIn(Request):
 
 
 class SecretInfo(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # read from the domain's secrets
+
     created_at: datetime
     expires_at: datetime | None = Field(
         description="Set once rotated out: it signs beside the new one until then"
@@ -85,11 +87,8 @@ class WebhookOut(View):
 
     @classmethod
     def of(cls, sub: WebhookSubscription) -> Self:
-        secrets = [
-            SecretInfo(created_at=s.created_at, expires_at=s.expires_at) for s in sub.secrets
-        ]
         # The newest secret is the current one; only WebhookWithSecret shows it.
-        return cls(**read_fields(cls, sub, secrets=secrets, secret=sub.secrets[-1].secret))
+        return cls(**read_fields(cls, sub, secret=sub.secrets[-1].secret))
 
 
 class WebhookWithSecret(WebhookOut):
@@ -120,11 +119,10 @@ Webhooks = Annotated[WebhookService, Depends(_service)]
     "",
     response_model=WebhookWithSecret,
     status_code=201,
-    responses=problem_responses(400, 413, 422),
     summary="Subscribe a URL to message status events",
 )
 async def create_webhook(
-    body: WebhookIn, _: Admin, service: Webhooks, response: Response
+    body: WebhookIn, service: Webhooks, response: Response
 ) -> WebhookWithSecret:
     """The answer carries the signing secret, this once. Deliveries start with the next
     status change."""
@@ -133,8 +131,8 @@ async def create_webhook(
     return WebhookWithSecret.of(sub)
 
 
-@router.get("", responses=problem_responses(422), summary="Every webhook subscription")
-async def list_webhooks(_: Admin, service: Webhooks, page: Page) -> WebhookList:
+@router.get("", summary="Every webhook subscription")
+async def list_webhooks(service: Webhooks, page: Page) -> WebhookList:
     """Oldest first."""
     found, next_cursor = page.cut(await service.list_all(), key=_list_key)
     return WebhookList(items=[WebhookOut.of(s) for s in found], next_cursor=next_cursor)
@@ -146,9 +144,9 @@ def _list_key(s: WebhookSubscription) -> str:
 
 
 @router.get(
-    "/{subscription_id}", responses=problem_responses(404, 422), summary="One webhook subscription"
+    "/{subscription_id}", responses=problem_responses(404), summary="One webhook subscription"
 )
-async def get_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> WebhookOut:
+async def get_webhook(subscription_id: SubscriptionId, service: Webhooks) -> WebhookOut:
     return WebhookOut.of(await service.get(subscription_id))
 
 
@@ -156,20 +154,20 @@ async def get_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhoo
     "/{subscription_id}",
     status_code=204,
     response_class=Response,
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="Unsubscribe: nothing more is sent to it, pending deliveries included",
 )
-async def delete_webhook(subscription_id: SubscriptionId, _: Admin, service: Webhooks) -> None:
+async def delete_webhook(subscription_id: SubscriptionId, service: Webhooks) -> None:
     await service.delete(subscription_id)
 
 
 @router.post(
     "/{subscription_id}/rotate-secret",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="A new signing secret; the previous one keeps signing for 24 hours",
 )
 async def rotate_webhook_secret(
-    subscription_id: SubscriptionId, _: Admin, service: Webhooks
+    subscription_id: SubscriptionId, service: Webhooks
 ) -> WebhookWithSecret:
     """Every delivery carries one signature per valid secret, so a receiver that still
     knows only the previous secret keeps verifying until it switches (within 24 hours)."""
@@ -178,10 +176,8 @@ async def rotate_webhook_secret(
 
 @router.post(
     "/{subscription_id}/enable",
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404),
     summary="Send to it again after a 410 Gone disabled it",
 )
-async def enable_webhook(
-    subscription_id: SubscriptionId, _: Admin, service: Webhooks
-) -> WebhookOut:
+async def enable_webhook(subscription_id: SubscriptionId, service: Webhooks) -> WebhookOut:
     return WebhookOut.of(await service.enable(subscription_id))
