@@ -62,13 +62,18 @@ def plan_reminder(
     end: datetime,
     now: datetime,
 ) -> Iterator[Message]:
-    """Messages for each local date whose nominal instant lies in ``[start, end)``."""
+    """Messages for each local date whose nominal instant lies in ``[start, end)``; the
+    instant is tested before a message is built (a window's edge dates mostly fall
+    outside it: building their messages was most of planning's cost)."""
     if not (user.enabled and reminder.enabled):
         return
     zone = load_zone(user.timezone)
     for day in local_dates_covering(start, end, zone):
-        m = plan_reminder_on(user, reminder, policy, day, now)
-        if m is not None and start <= m.nominal < end:
+        if not reminder.fires_on(day):
+            continue
+        if start <= local_to_utc(day, reminder.local_time, zone) < end and (
+            m := plan_reminder_on(user, reminder, policy, day, now)
+        ):
             yield m
 
 
@@ -131,15 +136,11 @@ def same_intent(a: Message, b: Message) -> bool:
     """Whether two messages for one (user, reminder, local date) would notify alike:
     same nominal instant, category, label and content. A re-plan keeps a message
     that is still what the reminder intends, and replaces one that is not."""
-    return (a.nominal, a.category, a.label, a.title, a.body, a.data, a.timezone) == (
-        b.nominal,
-        b.category,
-        b.label,
-        b.title,
-        b.body,
-        b.data,
-        b.timezone,
-    )
+
+    def intent(m: Message) -> tuple[object, ...]:
+        return (m.nominal, m.category, m.label, m.title, m.body, m.data, m.timezone)
+
+    return intent(a) == intent(b)
 
 
 def still_placed(expected: Message, pending: Message, now: datetime) -> bool:
@@ -160,12 +161,21 @@ def plan_users(
     now: datetime,
 ) -> Iterator[Message]:
     for user, reminders in users:
-        for reminder in reminders:
-            if reminder.category not in categories:
-                continue  # a category removed from configuration: nothing to plan
-            yield from plan_reminder(
-                user, reminder, categories.get(reminder.category), start, end, now
-            )
+        yield from plan_user(user, reminders, categories, start, end, now)
+
+
+def plan_user(
+    user: User,
+    reminders: Iterable[Reminder],
+    categories: Categories,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> Iterator[Message]:
+    for reminder in reminders:
+        if reminder.category in categories:  # else removed from configuration: nothing to plan
+            policy = categories.get(reminder.category)
+            yield from plan_reminder(user, reminder, policy, start, end, now)
 
 
 def request_fingerprint(payload: dict[str, Any]) -> str:
@@ -286,31 +296,3 @@ def next_nominal_from(
                 best = min(best, nominal)
                 break  # a later date's instant is later still
     return best
-
-
-def plan_user(
-    user: User,
-    reminders: Iterable[Reminder],
-    categories: Categories,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-) -> Iterator[Message]:
-    """:func:`plan_users` for one user, the nominal instant tested before a message is
-    built (a window's edge dates mostly fall outside it: building their messages
-    was most of planning's cost)."""
-    if not user.enabled:
-        return
-    zone = load_zone(user.timezone)
-    days = local_dates_covering(start, end, zone)
-    for reminder in reminders:
-        if not reminder.enabled or reminder.category not in categories:
-            continue
-        policy = categories.get(reminder.category)
-        for day in days:
-            if not reminder.fires_on(day):
-                continue
-            if start <= local_to_utc(day, reminder.local_time, zone) < end:
-                m = plan_reminder_on(user, reminder, policy, day, now)
-                if m is not None:
-                    yield m
