@@ -29,8 +29,8 @@ from enum import StrEnum
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
+from tepat.adapters.stomp.url import redact
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.zones import TZDATA_RELEASE
@@ -78,15 +78,6 @@ class Probe:
     earliest: float = 0.8  # ActiveMQ fires at 500 ms granularity, never before the delay
     latest: float = 5.0  # the first job after a broker start takes ~2.3 s for a 2 s delay
     give_up: float = 10.0
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for printing."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
 
 
 async def diagnose(

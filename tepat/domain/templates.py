@@ -31,6 +31,7 @@ from jinja2 import TemplateSyntaxError, meta, nodes
 from jinja2.exceptions import UndefinedError
 
 from tepat.domain.errors import DomainError
+from tepat.domain.inbox import check_link
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import Channel, check_event_type_name, parse_channel
 from tepat.domain.sms import check_segments
@@ -68,9 +69,6 @@ SMS_BODY_CHARS: Final = 1600  # Twilio's longest body
 #: SMS adapter when sending, may be lower).
 SMS_MAX_SEGMENTS: Final = 10
 _DATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-# A rendered inbox link: an absolute URL or app deep link, or a path; never script.
-_LINK = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*:)")
-_UNSAFE_SCHEMES = frozenset({"javascript", "vbscript", "data", "file"})
 _UNDEFINED_NAME = re.compile(r"^'([^']+)' is undefined$")
 
 
@@ -493,11 +491,12 @@ def _check_rendered(r: Rendered, prefix: str) -> None:
             )
         return
     if r.link is not None:
-        link = r.link.strip()
-        scheme = link.split(":", 1)[0].lower() if ":" in link else ""
-        if not _LINK.match(link) or scheme in _UNSAFE_SCHEMES:
+        try:
+            check_link(r.link)
+        except DomainError:
             raise TemplateError(
                 f"{prefix}link",
-                f"rendered link must be a URL or a path starting with '/', got {link[:100]!r}",
+                "rendered link must be a URL or a path starting with '/',"
+                f" got {r.link.strip()[:100]!r}",
                 TemplateFailure.RENDER_ERROR,
-            )
+            ) from None
