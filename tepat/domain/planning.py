@@ -205,29 +205,46 @@ def plan_oneoff(
     device_id: str | None = None,
 ) -> Message:
     nominal = _whole_ms_up(send_at) if send_at is not None and send_at > now else now
-    placement = place(nominal, user, policy)
-    zone = load_zone(user.timezone)
-    local = utc_to_local(nominal, zone)
-    live_key = oneoff_live_key(user.user_id, idempotency_key)
-    # A one-off's slot is its intent (its live key): distinct requests never collide.
-    return Message(
-        id=message_id_for(live_key),
-        user_id=user.user_id,
-        category=policy.name,
+    return intent_message(
+        user,
+        policy,
+        oneoff_live_key(user.user_id, idempotency_key),
+        nominal,
+        place(nominal, user, policy),
+        now,
         label="",
         title=title,
         body=body,
         data=data,
-        scheduled_at=placement.scheduled_at,
-        nominal_at=nominal,
-        due_at=placement.scheduled_at,
-        slot_key=live_key,
-        timezone=user.timezone,
-        dedup_key=live_key,
-        live_key=live_key,
         device_id=device_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+    )
+
+
+def intent_message(
+    user: User,
+    policy: CategoryPolicy,
+    key: str,
+    nominal: datetime,
+    placement: Placement,
+    now: datetime,
+    **fields: Any,
+) -> Message:
+    """The message of one intent that is not a reminder's (a one-off, an event's): ``key``
+    names it as its id, dedup, live and slot key, so distinct intents never collide."""
+    local = utc_to_local(nominal, load_zone(user.timezone))
+    return Message(
+        id=message_id_for(key),
+        user_id=user.user_id,
+        category=policy.name,
+        scheduled_at=placement.scheduled_at,
+        nominal_at=nominal,
+        due_at=placement.scheduled_at,
+        slot_key=key,
+        timezone=user.timezone,
+        dedup_key=key,
+        live_key=key,
         local_date=local.date(),
         local_time=local.time().replace(second=0, microsecond=0),
         status=placement.status,
@@ -235,6 +252,7 @@ def plan_oneoff(
         plan_version=user.plan_version,
         created_at=now,
         updated_at=now,
+        **fields,
     )
 
 
