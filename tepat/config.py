@@ -683,17 +683,12 @@ def _category_policies(categories: dict[str, CategorySetting] | None) -> Categor
     policies = {p.name: p for p in DEFAULT_CATEGORIES}
     for name, c in (categories or {}).items():
         base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
-        given = c.model_fields_set
-        policies[name] = replace(
-            base,
-            quiet_hours=c.quiet_hours if "quiet_hours" in given else base.quiet_hours,
-            missed_window=timedelta(minutes=c.missed_window_minutes)
-            if "missed_window_minutes" in given
-            else base.missed_window,
-            queue=c.queue if "queue" in given else base.queue,
-            priority=c.priority if "priority" in given else base.priority,
-            maybe_sent=c.maybe_sent or base.maybe_sent,
+        given = c.model_dump(
+            exclude_unset=True, exclude_none=True, exclude={"missed_window_minutes"}
         )
+        if "missed_window_minutes" in c.model_fields_set:
+            given["missed_window"] = timedelta(minutes=c.missed_window_minutes)
+        policies[name] = replace(base, **given)
     return Categories(policies.values())
 
 
@@ -703,16 +698,14 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as e:
         err = e.errors()[0]
-        if not err["loc"]:  # a check across settings names its variable itself
-            message = str(err["msg"]).removeprefix("Value error, ")
-            raise ConfigError(f"tepat: bad configuration: {message}") from None
-        name = ENV_PREFIX + "_".join(str(p) for p in err["loc"][:1]).upper()
-        # Inside a structured variable, say where: TEPAT_CATEGORIES: safety.maybe_sent: ...
-        inner = ".".join(str(p) for p in err["loc"][1:])
-        where = f"{name}: {inner}" if inner else name
         # pydantic's "Value error, " prefix says nothing to an operator
         message = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"tepat: bad configuration: {where}: {message}") from None
+        loc = [str(p) for p in err["loc"]]
+        # Inside a structured variable, say where: TEPAT_CATEGORIES: safety.maybe_sent: ...
+        # A check across settings has no location: its message names its variable itself.
+        where = [ENV_PREFIX + loc[0].upper(), ".".join(loc[1:])] if loc else []
+        parts = [p for p in (*where, message) if p]
+        raise ConfigError("tepat: bad configuration: " + ": ".join(parts)) from None
 
 
 def _is_sms_sender(v: str) -> bool:

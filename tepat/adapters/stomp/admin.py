@@ -75,24 +75,23 @@ class StompAdmin:
         return self.broker.request_timeout
 
     @asynccontextmanager
-    async def _connection(self, on_frame: Callable[[Any], None]) -> AsyncIterator[Link]:
+    async def _connection(self) -> AsyncIterator[tuple[Link, Inbox]]:
+        """A connection of its own, subscribed to its reply queue (maps arrive as XML)."""
         if self.broker.closed:
             raise BrokerClosed("the STOMP broker adapter is closed")
-        link = await self.broker.open_link("admin", lambda _link, frame: on_frame(frame))
+        inbox = Inbox()
+        link = await self.broker.open_link("admin", lambda _link, frame: inbox.put(frame))
         try:
-            yield link
+            await link.request(
+                "subscribe",
+                inbox.reply_to,
+                id="inbox",
+                ack="auto",
+                headers={"transformation": "jms-map-xml"},
+            )
+            yield link, inbox
         finally:
             await link.close()
-
-    async def _open_inbox(self, link: Link, inbox: Inbox) -> None:
-        """Subscribe the admin connection to its reply queue (maps arrive as XML)."""
-        await link.request(
-            "subscribe",
-            inbox.reply_to,
-            id="inbox",
-            ack="auto",
-            headers={"transformation": "jms-map-xml"},
-        )
 
     async def _statistics(
         self, link: Link, inbox: Inbox, names: Sequence[str]
@@ -140,9 +139,7 @@ class StompAdmin:
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]:
         names = [check_name(q) for q in queues]
-        inbox = Inbox()
-        async with self._connection(inbox.put) as link:
-            await self._open_inbox(link, inbox)
+        async with self._connection() as (link, inbox):
             maps = await self._statistics(
                 link, inbox, [n for q in names for n in (q, DLQ_PREFIX + q)]
             )
@@ -188,10 +185,8 @@ class StompAdmin:
         names = [check_name(q) for q in queues]
         if not names:
             return []
-        inbox = Inbox()
         dead: list[tuple[str, Any]] = []
-        async with self._connection(inbox.put) as link:
-            await self._open_inbox(link, inbox)
+        async with self._connection() as (link, inbox):
             # only browse DLQs that exist: subscribing would create an empty one
             existing = await self._statistics(link, inbox, [DLQ_PREFIX + q for q in names])
             for q in names:
@@ -218,9 +213,7 @@ class StompAdmin:
         if not dead_letter_id or "'" in dead_letter_id:
             return False
         selector = f"JMSMessageID = {selector_literal(dead_letter_id)}"
-        inbox = Inbox()
-        async with self._connection(inbox.put) as link:
-            await self._open_inbox(link, inbox)
+        async with self._connection() as (link, inbox):
             found = await self._browse(link, inbox, f"/queue/{DLQ_PREFIX}>", selector)
             if not found:
                 return False
