@@ -358,17 +358,15 @@ def render(
     """Render with ``data`` within ``seconds``; any failure is a :class:`TemplateError`
     with reason ``render_error`` (a missing variable names ``data_field.<variable>``)."""
     context = dict(data)
-    limits = _RenderLimits(time.monotonic() + seconds, seconds)
+    deadline = time.monotonic() + seconds
+
+    def one(t: jinja2.Template, where: str, limit: int) -> str:
+        return _render_one(t, context, f"{prefix}{where}", data_field, limit, deadline, seconds)
+
     parts = {
-        name: _render_one(
-            t, context, f"{prefix}{name}", data_field, _limit(compiled.channel, name), limits
-        )
-        for name, t in compiled.parts.items()
+        name: one(t, name, _limit(compiled.channel, name)) for name, t in compiled.parts.items()
     }
-    values = {
-        key: _render_one(t, context, f"{prefix}data.{key}", data_field, PUSH_MAX_BYTES, limits)
-        for key, t in compiled.data.items()
-    }
+    values = {key: one(t, f"data.{key}", PUSH_MAX_BYTES) for key, t in compiled.data.items()}
     rendered = Rendered(
         compiled.channel,
         title=parts.get("title", ""),
@@ -391,23 +389,18 @@ def _limit(channel: Channel, part: str) -> int:
     return INBOX_LIMITS[part]
 
 
-@dataclass(frozen=True, slots=True)
-class _RenderLimits:
-    deadline: float  # time.monotonic()
-    seconds: float
-
-
 def _render_one(
     template: jinja2.Template,
     context: dict[str, Any],
     where: str,
     data_field: str,
     limit: int,
-    limits: _RenderLimits,
+    deadline: float,  # time.monotonic()
+    seconds: float,
 ) -> str:
     try:
-        with budget(limits.deadline, limits.seconds):
-            return _generate(template, context, where, limit, limits)
+        with budget(deadline, seconds):
+            return _generate(template, context, where, limit, deadline, seconds)
     except TemplateError:
         raise
     except UndefinedError as e:
@@ -437,7 +430,8 @@ def _generate(
     context: dict[str, Any],
     where: str,
     limit: int,
-    limits: _RenderLimits,
+    deadline: float,
+    seconds: float,
 ) -> str:
     chunks: list[str] = []
     size = 0
@@ -450,10 +444,10 @@ def _generate(
                 f"rendered text over the limit of {limit} characters",
                 TemplateFailure.RENDER_ERROR,
             )
-        if time.monotonic() > limits.deadline:
+        if time.monotonic() > deadline:
             raise TemplateError(
                 where,
-                f"rendering took over {limits.seconds:g} s: templates must stay small",
+                f"rendering took over {seconds:g} s: templates must stay small",
                 TemplateFailure.RENDER_ERROR,
             )
         chunks.append(chunk)
