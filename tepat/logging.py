@@ -27,7 +27,6 @@ import re
 import sys
 import threading
 from types import TracebackType
-from typing import Any
 from urllib.parse import unquote_plus
 
 import structlog
@@ -164,12 +163,8 @@ def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDic
         if isinstance(value, str):
             event_dict[name] = redact(value)
         elif isinstance(value, tuple | list) and any(isinstance(v, str) for v in value):
-            event_dict[name] = _redact_all(value)
+            event_dict[name] = [redact(v) if isinstance(v, str) else v for v in value]
     return event_dict
-
-
-def _redact_all(values: tuple[Any, ...] | list[Any]) -> list[Any]:
-    return [redact(v) if isinstance(v, str) else v for v in values]
 
 
 def add_trace_id(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:

@@ -43,12 +43,6 @@ log = structlog.get_logger("tepat.process")
 Part = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
 
 
-def install_stop_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
-
 async def run_parts(
     settings: Settings,
     parts: list[Part],
@@ -56,7 +50,8 @@ async def run_parts(
     restore_embedded: bool = False,
 ) -> None:
     stop = asyncio.Event()
-    install_stop_signals(stop)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with open_runtime(settings) as rt:
         if restore_embedded:
             await rt.recover_at_start()

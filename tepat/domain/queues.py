@@ -29,14 +29,10 @@ _CRITICAL_RANK = -1
 _LAST_RANK = 1_000
 
 
-def priority_class(priority: str | None) -> str:
-    return priority if priority is not None and priority in PRIORITY_CLASSES else NORMAL
-
-
 def queue_for(policy: CategoryPolicy, channel: str, priority: str | None) -> str:
     if channel == WEBHOOK:
         return WEBHOOK_QUEUE
-    klass = priority_class(priority)
+    klass = priority if priority in PRIORITY_CLASSES else NORMAL
     if klass == CRITICAL:
         return f"tepat.{channel}.{CRITICAL}"
     if channel == PUSH:
