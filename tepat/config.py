@@ -40,7 +40,6 @@ from tepat.domain.errors import DomainError
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import (
     ALWAYS_ENABLED,
-    ENABLED_CHANNELS,
     Channel,
     EventTypes,
     default_event_types,
@@ -227,7 +226,6 @@ class Settings(BaseSettings):
     `close`) says whether a message whose request the provider may have accepted (read
     timeout, 5xx) is sent again or closed `failed` (`outcome_unknown`); unset, it is `retry`
     for `safety` and `close` for the rest."""
-    # After categories: each event type names one of them (validated against info.data).
     event_types: Annotated[dict[str, Any] | None, NoDecode] = None
     """JSON: the event types, each with its category, priority and channel routes (see [Events
     and templates](../guides/events.md#event-types)). Unset: `order.paid`, `invoice.overdue`
@@ -474,47 +472,23 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r}: not an app of TEPAT_APP_KEYS")
         return v
 
-    @field_validator("event_types")
-    @classmethod
-    def _event_types(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        if v is None:
-            return v
-        if "categories" not in info.data:  # TEPAT_CATEGORIES is bad: that error is reported
-            return v
-        try:
-            # Every channel here; whether its provider is configured is checked once
-            # every setting is read (_routes_have_providers).
-            parse_event_types(v, _category_policies(info.data["categories"]), ENABLED_CHANNELS)
-        except DomainError as e:
-            raise ValueError(f"{e.field}: {e.message}" if e.field else e.message) from None
-        return v
-
     @model_validator(mode="after")
-    def _app_types_exist(self) -> Settings:
-        if not self.app_event_types:
-            return self
+    def _event_types_route(self) -> Settings:
+        # Once every setting is read: a route may name e-mail or SMS only when its provider
+        # is configured, and an app may post only configured types.
         try:
             known = set(self.event_routing().names)
-        except DomainError:  # a route without its provider: _routes_have_providers says so
-            return self
-        for app, types in self.app_event_types.items():
+        except DomainError as e:
+            # A model-level error has no field location: the variable is named here.
+            where = f"{e.field}: " if e.field else ""
+            raise ValueError(f"{ENV_PREFIX}EVENT_TYPES: {where}{e.message}") from None
+        for app, types in (self.app_event_types or {}).items():
             for name in types:
                 if name not in known:
                     raise ValueError(
                         f"{ENV_PREFIX}APP_EVENT_TYPES: {app}: {name!r} is not a configured event"
                         " type (TEPAT_EVENT_TYPES)"
                     )
-        return self
-
-    @model_validator(mode="after")
-    def _routes_have_providers(self) -> Settings:
-        if self.event_types is None:
-            return self
-        try:
-            parse_event_types(self.event_types, self.category_policies(), self.enabled_channels())
-        except DomainError as e:
-            # A model-level error has no field location: the variable is named here.
-            raise ValueError(f"{ENV_PREFIX}EVENT_TYPES: {e.field}: {e.message}") from None
         return self
 
     @field_validator("default_locale")
