@@ -391,17 +391,18 @@ class Settings(BaseSettings):
         return v
 
     # in field order, so each sees the URL and the key file in info.data
-    @field_validator("broker_ca_file", "broker_key_file", "broker_cert_file")
+    @field_validator("broker_ca_file", "broker_key_file", "broker_cert_file", "smtp_ca_file")
     @classmethod
-    def _broker_tls(cls, v: str | None, info: ValidationInfo) -> str | None:
+    def _tls_files(cls, v: str | None, info: ValidationInfo) -> str | None:
         from tepat.adapters.stomp import tls
 
         v = v or None
         url = info.data.get("broker_url")
-        if v and url and not url.startswith("stomp+ssl://"):
+        broker = str(info.field_name).startswith("broker_")
+        if v and broker and url and not url.startswith("stomp+ssl://"):
             scheme = url.partition("://")[0]
             raise ValueError(f"only used with stomp+ssl://, and TEPAT_BROKER_URL is {scheme}://")
-        if info.field_name == "broker_ca_file" and v:
+        if str(info.field_name).endswith("_ca_file") and v:
             tls.check_ca_file(v)
         elif info.field_name == "broker_key_file" and v:
             tls.check_readable(v)
@@ -537,16 +538,6 @@ class Settings(BaseSettings):
 
         if v is not None:
             parse_from(v)
-        return v
-
-    @field_validator("smtp_ca_file")
-    @classmethod
-    def _smtp_ca_file(cls, v: str | None) -> str | None:
-        from tepat.adapters.stomp import tls
-
-        v = v or None
-        if v:
-            tls.check_ca_file(v)
         return v
 
     @field_validator("public_url")
