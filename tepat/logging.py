@@ -87,20 +87,16 @@ def configure_logging(
     root.setLevel(threshold)
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(threshold if threshold <= logging.DEBUG else "WARNING")
-    _configure_access_log(logging.getLevelName(access_level))
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.setLevel(access_level)
+    access.propagate = True
+    access.filters = [f for f in access.filters if not isinstance(f, AccessLevelFilter)]
+    access.addFilter(AccessLevelFilter(logging.getLevelName(access_level)))
     logging.captureWarnings(True)
     if as_json:
         # A traceback printed by the interpreter would be the one non-JSON line.
         sys.excepthook = _log_uncaught
         threading.excepthook = _log_uncaught_in_thread
-
-
-def _configure_access_log(threshold: int) -> None:
-    access = logging.getLogger(ACCESS_LOGGER)
-    access.setLevel(threshold)
-    access.propagate = True
-    access.filters = [f for f in access.filters if not isinstance(f, AccessLevelFilter)]
-    access.addFilter(AccessLevelFilter(threshold))
 
 
 class AccessLevelFilter(logging.Filter):
