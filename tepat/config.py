@@ -362,12 +362,6 @@ class Settings(BaseSettings):
         check_key(v.get_secret_value().strip())
         return SecretStr(v.get_secret_value().strip())
 
-    @field_validator("webhook_allow_private_hosts")
-    @classmethod
-    def _webhook_allow_private_hosts(cls, v: str | None) -> str | None:
-        parse_target_policy(v)  # ValueError naming the bad entry
-        return v
-
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, v: str) -> str:
@@ -531,13 +525,19 @@ class Settings(BaseSettings):
             raise ValueError(f"required with TEPAT_SMTP_HOST: {_FOR_EMAIL[str(info.field_name)]}")
         return v
 
-    @field_validator("smtp_from")
+    # Values another module reads: checked by it when set (a ValueError saying what is wrong).
+    @field_validator("smtp_from", "unsubscribe_mailto", "webhook_allow_private_hosts")
     @classmethod
-    def _smtp_from(cls, v: str | None) -> str | None:
-        from tepat.adapters.smtp_message import parse_from
+    def _read_elsewhere(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from tepat.adapters.smtp_message import check_mailto, parse_from
 
+        reader = {
+            "smtp_from": parse_from,
+            "unsubscribe_mailto": check_mailto,
+            "webhook_allow_private_hosts": parse_target_policy,
+        }[str(info.field_name)]
         if v is not None:
-            parse_from(v)
+            reader(v)
         return v
 
     @field_validator("public_url")
@@ -548,15 +548,6 @@ class Settings(BaseSettings):
         v = (v or "").rstrip("/") or None
         if v is not None:
             check_public_url(v)
-        return v
-
-    @field_validator("unsubscribe_mailto")
-    @classmethod
-    def _unsubscribe_mailto(cls, v: str | None) -> str | None:
-        from tepat.adapters.smtp_message import check_mailto
-
-        if v is not None:
-            check_mailto(v)
         return v
 
     @field_validator("email_events_topic_arns")
