@@ -19,7 +19,7 @@ from scheduler.jobs import run_outbox, run_sweeper
 from tepat.config import load_settings
 from tepat.logging import configure_logging
 from tepat.loops import wait_or_stop
-from tepat.processes import consumer_parts, run_parts
+from tepat.processes import CONSUMER_PARTS, run_parts
 from tepat.runtime import Runtime
 
 STATS_ENV = "BENCH_CHAOS_STATS"
@@ -42,7 +42,7 @@ async def report_dead_letters(rt: Runtime, stop: asyncio.Event) -> None:
 def main() -> None:
     settings = load_settings()
     configure_logging(settings.log_level, settings.log_json)
-    parts = [*consumer_parts(), run_sweeper, run_outbox, report_dead_letters]
+    parts = [*CONSUMER_PARTS, run_sweeper, run_outbox, report_dead_letters]
     asyncio.run(run_parts(settings, parts, restore_embedded=True))
 
 

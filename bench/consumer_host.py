@@ -15,13 +15,13 @@ import asyncio
 from scheduler.jobs import run_outbox
 from tepat.config import load_settings
 from tepat.logging import configure_logging
-from tepat.processes import consumer_parts, run_parts
+from tepat.processes import CONSUMER_PARTS, run_parts
 
 
 def main() -> None:
     settings = load_settings()
     configure_logging(settings.log_level, settings.log_json)
-    asyncio.run(run_parts(settings, [*consumer_parts(), run_outbox], restore_embedded=True))
+    asyncio.run(run_parts(settings, [*CONSUMER_PARTS, run_outbox], restore_embedded=True))
 
 
 if __name__ == "__main__":

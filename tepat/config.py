@@ -40,7 +40,6 @@ from tepat.domain.errors import DomainError
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import (
     ALWAYS_ENABLED,
-    ENABLED_CHANNELS,
     Channel,
     EventTypes,
     default_event_types,
@@ -227,7 +226,6 @@ class Settings(BaseSettings):
     `close`) says whether a message whose request the provider may have accepted (read
     timeout, 5xx) is sent again or closed `failed` (`outcome_unknown`); unset, it is `retry`
     for `safety` and `close` for the rest."""
-    # After categories: each event type names one of them (validated against info.data).
     event_types: Annotated[dict[str, Any] | None, NoDecode] = None
     """JSON: the event types, each with its category, priority and channel routes (see [Events
     and templates](../guides/events.md#event-types)). Unset: `order.paid`, `invoice.overdue`
@@ -364,12 +362,6 @@ class Settings(BaseSettings):
         check_key(v.get_secret_value().strip())
         return SecretStr(v.get_secret_value().strip())
 
-    @field_validator("webhook_allow_private_hosts")
-    @classmethod
-    def _webhook_allow_private_hosts(cls, v: str | None) -> str | None:
-        parse_target_policy(v)  # ValueError naming the bad entry
-        return v
-
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, v: str) -> str:
@@ -393,17 +385,18 @@ class Settings(BaseSettings):
         return v
 
     # in field order, so each sees the URL and the key file in info.data
-    @field_validator("broker_ca_file", "broker_key_file", "broker_cert_file")
+    @field_validator("broker_ca_file", "broker_key_file", "broker_cert_file", "smtp_ca_file")
     @classmethod
-    def _broker_tls(cls, v: str | None, info: ValidationInfo) -> str | None:
+    def _tls_files(cls, v: str | None, info: ValidationInfo) -> str | None:
         from tepat.adapters.stomp import tls
 
         v = v or None
         url = info.data.get("broker_url")
-        if v and url and not url.startswith("stomp+ssl://"):
+        broker = str(info.field_name).startswith("broker_")
+        if v and broker and url and not url.startswith("stomp+ssl://"):
             scheme = url.partition("://")[0]
             raise ValueError(f"only used with stomp+ssl://, and TEPAT_BROKER_URL is {scheme}://")
-        if info.field_name == "broker_ca_file" and v:
+        if str(info.field_name).endswith("_ca_file") and v:
             tls.check_ca_file(v)
         elif info.field_name == "broker_key_file" and v:
             tls.check_readable(v)
@@ -474,47 +467,23 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r}: not an app of TEPAT_APP_KEYS")
         return v
 
-    @field_validator("event_types")
-    @classmethod
-    def _event_types(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        if v is None:
-            return v
-        if "categories" not in info.data:  # TEPAT_CATEGORIES is bad: that error is reported
-            return v
-        try:
-            # Every channel here; whether its provider is configured is checked once
-            # every setting is read (_routes_have_providers).
-            parse_event_types(v, _category_policies(info.data["categories"]), ENABLED_CHANNELS)
-        except DomainError as e:
-            raise ValueError(f"{e.field}: {e.message}" if e.field else e.message) from None
-        return v
-
     @model_validator(mode="after")
-    def _app_types_exist(self) -> Settings:
-        if not self.app_event_types:
-            return self
+    def _event_types_route(self) -> Settings:
+        # Once every setting is read: a route may name e-mail or SMS only when its provider
+        # is configured, and an app may post only configured types.
         try:
             known = set(self.event_routing().names)
-        except DomainError:  # a route without its provider: _routes_have_providers says so
-            return self
-        for app, types in self.app_event_types.items():
+        except DomainError as e:
+            # A model-level error has no field location: the variable is named here.
+            where = f"{e.field}: " if e.field else ""
+            raise ValueError(f"{ENV_PREFIX}EVENT_TYPES: {where}{e.message}") from None
+        for app, types in (self.app_event_types or {}).items():
             for name in types:
                 if name not in known:
                     raise ValueError(
                         f"{ENV_PREFIX}APP_EVENT_TYPES: {app}: {name!r} is not a configured event"
                         " type (TEPAT_EVENT_TYPES)"
                     )
-        return self
-
-    @model_validator(mode="after")
-    def _routes_have_providers(self) -> Settings:
-        if self.event_types is None:
-            return self
-        try:
-            parse_event_types(self.event_types, self.category_policies(), self.enabled_channels())
-        except DomainError as e:
-            # A model-level error has no field location: the variable is named here.
-            raise ValueError(f"{ENV_PREFIX}EVENT_TYPES: {e.field}: {e.message}") from None
         return self
 
     @field_validator("default_locale")
@@ -556,23 +525,19 @@ class Settings(BaseSettings):
             raise ValueError(f"required with TEPAT_SMTP_HOST: {_FOR_EMAIL[str(info.field_name)]}")
         return v
 
-    @field_validator("smtp_from")
+    # Values another module reads: checked by it when set (a ValueError saying what is wrong).
+    @field_validator("smtp_from", "unsubscribe_mailto", "webhook_allow_private_hosts")
     @classmethod
-    def _smtp_from(cls, v: str | None) -> str | None:
-        from tepat.adapters.smtp_message import parse_from
+    def _read_elsewhere(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from tepat.adapters.smtp_message import check_mailto, parse_from
 
+        reader = {
+            "smtp_from": parse_from,
+            "unsubscribe_mailto": check_mailto,
+            "webhook_allow_private_hosts": parse_target_policy,
+        }[str(info.field_name)]
         if v is not None:
-            parse_from(v)
-        return v
-
-    @field_validator("smtp_ca_file")
-    @classmethod
-    def _smtp_ca_file(cls, v: str | None) -> str | None:
-        from tepat.adapters.stomp import tls
-
-        v = v or None
-        if v:
-            tls.check_ca_file(v)
+            reader(v)
         return v
 
     @field_validator("public_url")
@@ -583,15 +548,6 @@ class Settings(BaseSettings):
         v = (v or "").rstrip("/") or None
         if v is not None:
             check_public_url(v)
-        return v
-
-    @field_validator("unsubscribe_mailto")
-    @classmethod
-    def _unsubscribe_mailto(cls, v: str | None) -> str | None:
-        from tepat.adapters.smtp_message import check_mailto
-
-        if v is not None:
-            check_mailto(v)
         return v
 
     @field_validator("email_events_topic_arns")
@@ -683,17 +639,12 @@ def _category_policies(categories: dict[str, CategorySetting] | None) -> Categor
     policies = {p.name: p for p in DEFAULT_CATEGORIES}
     for name, c in (categories or {}).items():
         base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
-        given = c.model_fields_set
-        policies[name] = replace(
-            base,
-            quiet_hours=c.quiet_hours if "quiet_hours" in given else base.quiet_hours,
-            missed_window=timedelta(minutes=c.missed_window_minutes)
-            if "missed_window_minutes" in given
-            else base.missed_window,
-            queue=c.queue if "queue" in given else base.queue,
-            priority=c.priority if "priority" in given else base.priority,
-            maybe_sent=c.maybe_sent or base.maybe_sent,
+        given = c.model_dump(
+            exclude_unset=True, exclude_none=True, exclude={"missed_window_minutes"}
         )
+        if "missed_window_minutes" in c.model_fields_set:
+            given["missed_window"] = timedelta(minutes=c.missed_window_minutes)
+        policies[name] = replace(base, **given)
     return Categories(policies.values())
 
 
@@ -703,16 +654,14 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as e:
         err = e.errors()[0]
-        if not err["loc"]:  # a check across settings names its variable itself
-            message = str(err["msg"]).removeprefix("Value error, ")
-            raise ConfigError(f"tepat: bad configuration: {message}") from None
-        name = ENV_PREFIX + "_".join(str(p) for p in err["loc"][:1]).upper()
-        # Inside a structured variable, say where: TEPAT_CATEGORIES: safety.maybe_sent: ...
-        inner = ".".join(str(p) for p in err["loc"][1:])
-        where = f"{name}: {inner}" if inner else name
         # pydantic's "Value error, " prefix says nothing to an operator
         message = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"tepat: bad configuration: {where}: {message}") from None
+        loc = [str(p) for p in err["loc"]]
+        # Inside a structured variable, say where: TEPAT_CATEGORIES: safety.maybe_sent: ...
+        # A check across settings has no location: its message names its variable itself.
+        where = [ENV_PREFIX + loc[0].upper(), ".".join(loc[1:])] if loc else []
+        parts = [p for p in (*where, message) if p]
+        raise ConfigError("tepat: bad configuration: " + ": ".join(parts)) from None
 
 
 def _is_sms_sender(v: str) -> bool:

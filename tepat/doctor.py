@@ -28,9 +28,8 @@ from datetime import datetime
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
+from tepat.adapters.stomp.url import redact
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.zones import TZDATA_RELEASE
@@ -43,8 +42,6 @@ EXPO_HOST = "https://exp.host"
 TWILIO_API = "https://api.twilio.com"
 #: The scheduler takes an id that no ticket ever had; Expo answers it with no receipt.
 PROBE_TICKET_ID = "00000000-0000-4000-8000-000000000000"
-
-T = TypeVar("T")
 
 
 class Status(StrEnum):
@@ -78,15 +75,6 @@ class Probe:
     earliest: float = 0.8  # ActiveMQ fires at 500 ms granularity, never before the delay
     latest: float = 5.0  # the first job after a broker start takes ~2.3 s for a 2 s delay
     give_up: float = 10.0
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for printing."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
 
 
 async def diagnose(
@@ -157,9 +145,9 @@ async def _store_check(settings: Settings, store: Store, wait: float) -> tuple[C
     fail = partial(Check, "store", Status.FAIL)
     opened = False
     try:
-        await _within(store.open(), wait)
+        await asyncio.wait_for(store.open(), wait)
         opened = True
-        await _within(store.ping(), wait)
+        await asyncio.wait_for(store.ping(), wait)
     except Exception as e:
         if opened:
             return fail(
@@ -214,8 +202,8 @@ def _cannot_write(directory: Path, file: Path) -> str | None:
 async def _broker_check(settings: Settings, broker: Broker, wait: float) -> Check:
     url = redact(settings.broker_url)
     try:
-        await _within(broker.connect(), wait)
-        await _within(broker.ping(), wait)
+        await asyncio.wait_for(broker.connect(), wait)
+        await asyncio.wait_for(broker.ping(), wait)
     except Exception as e:
         return Check(
             "broker",
@@ -241,7 +229,9 @@ async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
             # consumers to hold until their instant; the probe asks for its delay net.
             lead = float(getattr(broker, "lead_seconds", 0.0))
             await broker.publish(queue, body, delay_seconds=probe.delay + lead)
-            elapsed = await _within(_arrival(broker, deliveries, body, started), probe.give_up)
+            elapsed = await asyncio.wait_for(
+                _arrival(broker, deliveries, body, started), probe.give_up
+            )
     except TimeoutError:
         return fail(
             f"a probe published with a {probe.delay:g} s delay on {queue} did not arrive"
@@ -283,7 +273,7 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
     token = settings.expo_access_token is not None
     fail = partial(Check, "expo", Status.FAIL)
     try:
-        result = await _within(dry_request, wait)
+        result = await asyncio.wait_for(dry_request, wait)
     except Exception as e:
         result = e
     if isinstance(result, Rejected):
@@ -321,7 +311,7 @@ async def twilio_check(settings: Settings, wait: float) -> Check | None:
     where = settings.twilio_url
     fail = partial(Check, "twilio", Status.FAIL)
     try:
-        response = await _within(channel.check_account(), wait)
+        response = await asyncio.wait_for(channel.check_account(), wait)
     except Exception as e:
         return fail(
             f"cannot reach {where}: {_why(e)}",
@@ -372,7 +362,7 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
     fail = partial(Check, "smtp", Status.FAIL)
     channel = SmtpEmailChannel(config, SystemClock())
     try:
-        greeting = await _within(channel.probe(), wait)
+        greeting = await asyncio.wait_for(channel.probe(), wait)
     except aiosmtplib.SMTPAuthenticationError as e:
         return fail(
             f"{where} refused the login ({e.code} {e.message.splitlines()[0]})",
@@ -415,8 +405,8 @@ async def tzdata_check(store: Store | None, now: datetime, wait: float) -> Check
     if store is None:
         return ok(f"tzdata {release} (store not open: not compared)")
     try:
-        planned = await _within(store.get_meta(TZDATA_META_KEY), wait)
-        progress = await _within(store.get_meta(f"{TZDATA_PROGRESS_KEY}:{release}"), wait)
+        planned = await asyncio.wait_for(store.get_meta(TZDATA_META_KEY), wait)
+        progress = await asyncio.wait_for(store.get_meta(f"{TZDATA_PROGRESS_KEY}:{release}"), wait)
     except Exception as e:
         return warn(f"tzdata {release}; store meta unreadable: {_why(e)}")
     if planned is None:
@@ -429,10 +419,6 @@ async def tzdata_check(store: Store | None, now: datetime, wait: float) -> Check
             " if this host is the older one, upgrade its tzdata package",
         )
     return ok(f"tzdata {release}, the release messages were planned with")
-
-
-async def _within(aw: Awaitable[T], wait: float) -> T:
-    return await asyncio.wait_for(aw, wait)
 
 
 def _why(e: object) -> str:

@@ -27,7 +27,6 @@ import re
 import sys
 import threading
 from types import TracebackType
-from typing import Any
 from urllib.parse import unquote_plus
 
 import structlog
@@ -88,20 +87,16 @@ def configure_logging(
     root.setLevel(threshold)
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(threshold if threshold <= logging.DEBUG else "WARNING")
-    _configure_access_log(logging.getLevelName(access_level))
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.setLevel(access_level)
+    access.propagate = True
+    access.filters = [f for f in access.filters if not isinstance(f, AccessLevelFilter)]
+    access.addFilter(AccessLevelFilter(logging.getLevelName(access_level)))
     logging.captureWarnings(True)
     if as_json:
         # A traceback printed by the interpreter would be the one non-JSON line.
         sys.excepthook = _log_uncaught
         threading.excepthook = _log_uncaught_in_thread
-
-
-def _configure_access_log(threshold: int) -> None:
-    access = logging.getLogger(ACCESS_LOGGER)
-    access.setLevel(threshold)
-    access.propagate = True
-    access.filters = [f for f in access.filters if not isinstance(f, AccessLevelFilter)]
-    access.addFilter(AccessLevelFilter(threshold))
 
 
 class AccessLevelFilter(logging.Filter):
@@ -164,12 +159,8 @@ def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDic
         if isinstance(value, str):
             event_dict[name] = redact(value)
         elif isinstance(value, tuple | list) and any(isinstance(v, str) for v in value):
-            event_dict[name] = _redact_all(value)
+            event_dict[name] = [redact(v) if isinstance(v, str) else v for v in value]
     return event_dict
-
-
-def _redact_all(values: tuple[Any, ...] | list[Any]) -> list[Any]:
-    return [redact(v) if isinstance(v, str) else v for v in values]
 
 
 def add_trace_id(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:

@@ -54,7 +54,7 @@ from tepat.loops import wait_or_stop
 from tepat.ports.broker import Broker
 from tepat.ports.channel import ChannelOutcome, Refused
 from tepat.ports.push import Rejected, TicketError
-from tepat.ports.repositories.messages import Counts
+from tepat.ports.store import Store
 from tepat.ports.try_again import TryAgain
 
 if TYPE_CHECKING:
@@ -290,14 +290,6 @@ def exposition() -> bytes:
     return generate_latest(REGISTRY)
 
 
-class _CountsMessages(Protocol):
-    async def count_messages(self) -> Counts: ...
-
-    async def set_meta(self, key: str, value: str) -> None: ...
-
-    async def oldest_due_unsent(self, now: datetime) -> datetime | None: ...
-
-
 class _RefreshEvery(Protocol):
     @property
     def metrics_refresh_seconds(self) -> float: ...
@@ -308,7 +300,7 @@ class GaugeSource(Protocol):
     broker's queue depths, and how often to read them."""
 
     @property
-    def store(self) -> _CountsMessages: ...
+    def store(self) -> Store: ...
 
     @property
     def broker(self) -> Broker: ...

@@ -43,12 +43,6 @@ log = structlog.get_logger("tepat.process")
 Part = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
 
 
-def install_stop_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
-
 async def run_parts(
     settings: Settings,
     parts: list[Part],
@@ -56,7 +50,8 @@ async def run_parts(
     restore_embedded: bool = False,
 ) -> None:
     stop = asyncio.Event()
-    install_stop_signals(stop)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with open_runtime(settings) as rt:
         if restore_embedded:
             await rt.recover_at_start()
@@ -73,21 +68,23 @@ async def run_parts(
                 raise r
 
 
-def consumer_parts() -> list[Part]:
-    return [run_consumer, run_lease_renewal, run_receipt_poller, run_rate_share]
-
-
-def scheduler_parts() -> list[Part]:
-    return [run_creator, run_sweeper, run_outbox, run_event_fanout, run_webhook_emitter]
+CONSUMER_PARTS: list[Part] = [run_consumer, run_lease_renewal, run_receipt_poller, run_rate_share]
+SCHEDULER_PARTS: list[Part] = [
+    run_creator,
+    run_sweeper,
+    run_outbox,
+    run_event_fanout,
+    run_webhook_emitter,
+    run_gauge_refresher,
+]
 
 
 async def run_scheduler(settings: Settings) -> None:
-    parts = [*scheduler_parts(), run_gauge_refresher, *_metrics_parts(settings)]
-    await run_parts(settings, parts)
+    await run_parts(settings, [*SCHEDULER_PARTS, *_metrics_parts(settings)])
 
 
 async def run_consumers(settings: Settings) -> None:
-    await run_parts(settings, [*consumer_parts(), *_metrics_parts(settings)])
+    await run_parts(settings, [*CONSUMER_PARTS, *_metrics_parts(settings)])
 
 
 def _metrics_parts(settings: Settings) -> list[Part]:
@@ -185,9 +182,8 @@ async def serve_all(
 ) -> None:
     parts = [
         _http_part(host, port, _admin_key(settings)),
-        *consumer_parts(),
-        *scheduler_parts(),
-        run_gauge_refresher,
+        *CONSUMER_PARTS,
+        *SCHEDULER_PARTS,
     ]
     if sandbox:
         settings, sandboxes = _with_sandboxes(settings, host, port, sandbox_port)

@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from tepat.domain.errors import ConfigError
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
 HEADER = "traceparent"
+_W3C = TraceContextTextMapPropagator()
 
 _provider: TracerProvider | None = None  # None: tracing is off
 _tracer: trace.Tracer | None = None
@@ -137,10 +139,9 @@ def current_traceparent() -> str | None:
     """The W3C ``traceparent`` of the span in progress; None when there is none."""
     if _tracer is None:
         return None
-    context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
-        return None
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return carrier.get(HEADER)
 
 
 def headers() -> dict[str, str]:
@@ -156,18 +157,8 @@ def trace_id_of(traceparent: str | None) -> str | None:
 
 
 def _context(traceparent: str | None) -> SpanContext | None:
-    parts = (traceparent or "").split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
-        return None
-    try:
-        context = SpanContext(
-            int(parts[1], 16),
-            int(parts[2], 16),
-            is_remote=True,
-            trace_flags=TraceFlags(int(parts[3], 16) & 0xFF),
-        )
-    except ValueError:
-        return None
+    extracted = _W3C.extract({HEADER: traceparent} if traceparent else {})
+    context = trace.get_current_span(extracted).get_span_context()
     return context if context.is_valid else None
 
 

@@ -71,10 +71,8 @@ def default_maybe_sent(name: str) -> MaybeSentPolicy:
     The built-in category's when the name is one (``safety`` retries), else ``close``:
     leaving it out of ``TEPAT_CATEGORIES`` must not quietly stop retrying safety messages.
     """
-    for policy in DEFAULT_CATEGORIES:
-        if policy.name == name:
-            return policy.maybe_sent
-    return MaybeSentPolicy.CLOSE
+    built_in = (p.maybe_sent for p in DEFAULT_CATEGORIES if p.name == name)
+    return next(built_in, MaybeSentPolicy.CLOSE)
 
 
 class Categories:

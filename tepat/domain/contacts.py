@@ -100,13 +100,7 @@ def normalise_email(value: object, field: str) -> str:
     least two labels that is not special-use (``localhost``, ``.test``). Internationalised
     domains are accepted in their Unicode or ``xn--`` form and stored as ``xn--`` (what
     DNS and SMTP see)."""
-    if not isinstance(value, str):
-        raise DomainError(field, "must be a string")
-    text = value.strip()
-    if not text:
-        raise DomainError(field, "must not be empty")
-    if len(text) > _MAX_EMAIL:
-        raise DomainError(field, f"must be at most {_MAX_EMAIL} characters")
+    text = _address_text(value, field, _MAX_EMAIL)
     try:
         checked = email_validator.validate_email(
             text, check_deliverability=False, allow_smtputf8=False
@@ -122,13 +116,7 @@ def normalise_phone(value: object, field: str, default_region: str | None = None
     national number of that region is accepted too. Rejects what ``phonenumbers``
     does not consider a valid number (wrong length or an unassigned range), since a
     provider would refuse it (Twilio 21211) after we paid for the attempt."""
-    if not isinstance(value, str):
-        raise DomainError(field, "must be a string")
-    text = value.strip()
-    if not text:
-        raise DomainError(field, "must not be empty")
-    if len(text) > 64:
-        raise DomainError(field, "must be at most 64 characters")
+    text = _address_text(value, field, 64)
     try:
         number = phonenumbers.parse(text, default_region)
     except phonenumbers.NumberParseException:
@@ -138,6 +126,17 @@ def normalise_phone(value: object, field: str, default_region: str | None = None
     if not phonenumbers.is_valid_number(number):
         raise DomainError(field, "is not a valid phone number")
     return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _address_text(value: object, field: str, max_chars: int) -> str:
+    if not isinstance(value, str):
+        raise DomainError(field, "must be a string")
+    text = value.strip()
+    if not text:
+        raise DomainError(field, "must not be empty")
+    if len(text) > max_chars:
+        raise DomainError(field, f"must be at most {max_chars} characters")
+    return text
 
 
 def normalise_address(channel: str, value: object, field: str) -> str:

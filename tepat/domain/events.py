@@ -22,8 +22,8 @@ from datetime import datetime, time, timedelta
 from typing import Any
 
 from tepat.domain.categories import CategoryPolicy, QuietPolicy
-from tepat.domain.models import Message, MessageStatus, User, message_id_for
-from tepat.domain.planning import _whole_ms_up, place
+from tepat.domain.models import Message, MessageStatus, User
+from tepat.domain.planning import Placement, _whole_ms_up, intent_message, place
 from tepat.domain.routing import Channel, Priority
 from tepat.domain.templates import TemplateFailure
 from tepat.domain.timerules import local_to_utc, utc_to_local
@@ -135,35 +135,23 @@ def plan_event_message(
     if event.priority is Priority.CRITICAL:
         policy = replace(policy, quiet_hours=QuietPolicy.BYPASS)
     placement = place(nominal, user, policy)
-    status, reason = placement.status, placement.reason
     if render_error is not None:
-        status, reason = MessageStatus.FAILED, TemplateFailure.RENDER_ERROR.value
-    local = utc_to_local(nominal, load_zone(user.timezone))
-    key = event_message_key(event.event_id, user.user_id, channel)
-    return Message(
-        id=message_id_for(key),
-        user_id=user.user_id,
-        category=policy.name,
+        placement = Placement(
+            placement.scheduled_at, MessageStatus.FAILED, TemplateFailure.RENDER_ERROR.value
+        )
+    return intent_message(
+        user,
+        policy,
+        event_message_key(event.event_id, user.user_id, channel),
+        nominal,
+        placement,
+        now,
         label=event.type,
         title=title,
         body=body,
         data=dict(data),
-        scheduled_at=placement.scheduled_at,
-        nominal_at=nominal,
-        due_at=placement.scheduled_at,
-        slot_key=key,
-        timezone=user.timezone,
-        dedup_key=key,
-        live_key=key,
         idempotency_key=event.event_id,
-        local_date=local.date(),
-        local_time=local.time().replace(second=0, microsecond=0),
-        status=status,
-        status_reason=reason,
         last_error=render_error,
-        plan_version=user.plan_version,
-        created_at=now,
-        updated_at=now,
         channel=channel.value,
         content={**(content or {}), "event_type": event.type},
         priority=event.priority.value,

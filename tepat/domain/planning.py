@@ -62,13 +62,18 @@ def plan_reminder(
     end: datetime,
     now: datetime,
 ) -> Iterator[Message]:
-    """Messages for each local date whose nominal instant lies in ``[start, end)``."""
+    """Messages for each local date whose nominal instant lies in ``[start, end)``; the
+    instant is tested before a message is built (a window's edge dates mostly fall
+    outside it: building their messages was most of planning's cost)."""
     if not (user.enabled and reminder.enabled):
         return
     zone = load_zone(user.timezone)
     for day in local_dates_covering(start, end, zone):
-        m = plan_reminder_on(user, reminder, policy, day, now)
-        if m is not None and start <= m.nominal < end:
+        if not reminder.fires_on(day):
+            continue
+        if start <= local_to_utc(day, reminder.local_time, zone) < end and (
+            m := plan_reminder_on(user, reminder, policy, day, now)
+        ):
             yield m
 
 
@@ -131,15 +136,11 @@ def same_intent(a: Message, b: Message) -> bool:
     """Whether two messages for one (user, reminder, local date) would notify alike:
     same nominal instant, category, label and content. A re-plan keeps a message
     that is still what the reminder intends, and replaces one that is not."""
-    return (a.nominal, a.category, a.label, a.title, a.body, a.data, a.timezone) == (
-        b.nominal,
-        b.category,
-        b.label,
-        b.title,
-        b.body,
-        b.data,
-        b.timezone,
-    )
+
+    def intent(m: Message) -> tuple[object, ...]:
+        return (m.nominal, m.category, m.label, m.title, m.body, m.data, m.timezone)
+
+    return intent(a) == intent(b)
 
 
 def still_placed(expected: Message, pending: Message, now: datetime) -> bool:
@@ -160,12 +161,21 @@ def plan_users(
     now: datetime,
 ) -> Iterator[Message]:
     for user, reminders in users:
-        for reminder in reminders:
-            if reminder.category not in categories:
-                continue  # a category removed from configuration: nothing to plan
-            yield from plan_reminder(
-                user, reminder, categories.get(reminder.category), start, end, now
-            )
+        yield from plan_user(user, reminders, categories, start, end, now)
+
+
+def plan_user(
+    user: User,
+    reminders: Iterable[Reminder],
+    categories: Categories,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+) -> Iterator[Message]:
+    for reminder in reminders:
+        if reminder.category in categories:  # else removed from configuration: nothing to plan
+            policy = categories.get(reminder.category)
+            yield from plan_reminder(user, reminder, policy, start, end, now)
 
 
 def request_fingerprint(payload: dict[str, Any]) -> str:
@@ -195,29 +205,46 @@ def plan_oneoff(
     device_id: str | None = None,
 ) -> Message:
     nominal = _whole_ms_up(send_at) if send_at is not None and send_at > now else now
-    placement = place(nominal, user, policy)
-    zone = load_zone(user.timezone)
-    local = utc_to_local(nominal, zone)
-    live_key = oneoff_live_key(user.user_id, idempotency_key)
-    # A one-off's slot is its intent (its live key): distinct requests never collide.
-    return Message(
-        id=message_id_for(live_key),
-        user_id=user.user_id,
-        category=policy.name,
+    return intent_message(
+        user,
+        policy,
+        oneoff_live_key(user.user_id, idempotency_key),
+        nominal,
+        place(nominal, user, policy),
+        now,
         label="",
         title=title,
         body=body,
         data=data,
-        scheduled_at=placement.scheduled_at,
-        nominal_at=nominal,
-        due_at=placement.scheduled_at,
-        slot_key=live_key,
-        timezone=user.timezone,
-        dedup_key=live_key,
-        live_key=live_key,
         device_id=device_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+    )
+
+
+def intent_message(
+    user: User,
+    policy: CategoryPolicy,
+    key: str,
+    nominal: datetime,
+    placement: Placement,
+    now: datetime,
+    **fields: Any,
+) -> Message:
+    """The message of one intent that is not a reminder's (a one-off, an event's): ``key``
+    names it as its id, dedup, live and slot key, so distinct intents never collide."""
+    local = utc_to_local(nominal, load_zone(user.timezone))
+    return Message(
+        id=message_id_for(key),
+        user_id=user.user_id,
+        category=policy.name,
+        scheduled_at=placement.scheduled_at,
+        nominal_at=nominal,
+        due_at=placement.scheduled_at,
+        slot_key=key,
+        timezone=user.timezone,
+        dedup_key=key,
+        live_key=key,
         local_date=local.date(),
         local_time=local.time().replace(second=0, microsecond=0),
         status=placement.status,
@@ -225,6 +252,7 @@ def plan_oneoff(
         plan_version=user.plan_version,
         created_at=now,
         updated_at=now,
+        **fields,
     )
 
 
@@ -286,31 +314,3 @@ def next_nominal_from(
                 best = min(best, nominal)
                 break  # a later date's instant is later still
     return best
-
-
-def plan_user(
-    user: User,
-    reminders: Iterable[Reminder],
-    categories: Categories,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-) -> Iterator[Message]:
-    """:func:`plan_users` for one user, the nominal instant tested before a message is
-    built (a window's edge dates mostly fall outside it: building their messages
-    was most of planning's cost)."""
-    if not user.enabled:
-        return
-    zone = load_zone(user.timezone)
-    days = local_dates_covering(start, end, zone)
-    for reminder in reminders:
-        if not reminder.enabled or reminder.category not in categories:
-            continue
-        policy = categories.get(reminder.category)
-        for day in days:
-            if not reminder.fires_on(day):
-                continue
-            if start <= local_to_utc(day, reminder.local_time, zone) < end:
-                m = plan_reminder_on(user, reminder, policy, day, now)
-                if m is not None:
-                    yield m

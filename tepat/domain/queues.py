@@ -29,14 +29,10 @@ _CRITICAL_RANK = -1
 _LAST_RANK = 1_000
 
 
-def priority_class(priority: str | None) -> str:
-    return priority if priority is not None and priority in PRIORITY_CLASSES else NORMAL
-
-
 def queue_for(policy: CategoryPolicy, channel: str, priority: str | None) -> str:
     if channel == WEBHOOK:
         return WEBHOOK_QUEUE
-    klass = priority_class(priority)
+    klass = priority if priority in PRIORITY_CLASSES else NORMAL
     if klass == CRITICAL:
         return f"tepat.{channel}.{CRITICAL}"
     if channel == PUSH:
@@ -46,19 +42,13 @@ def queue_for(policy: CategoryPolicy, channel: str, priority: str | None) -> str
 
 def queues_for_channels(categories: Categories, channels: Iterable[str]) -> list[str]:
     """Every queue of ``channels``, highest priority first (the consumers' subscriptions)."""
-    names: list[str] = []
     chosen = list(dict.fromkeys(channels))
-    for channel in chosen:
-        if channel != WEBHOOK:
-            names.append(f"tepat.{channel}.{CRITICAL}")
-    if PUSH in chosen:
-        names.extend(categories.queues())
-    for channel in chosen:
-        if channel not in (PUSH, WEBHOOK):
-            names.extend((f"tepat.{channel}.{NORMAL}", f"tepat.{channel}.{BULK}"))
-    if WEBHOOK in chosen:
-        names.append(WEBHOOK_QUEUE)
-    return names
+    return [
+        *(f"tepat.{c}.{CRITICAL}" for c in chosen if c != WEBHOOK),
+        *(categories.queues() if PUSH in chosen else []),
+        *(f"tepat.{c}.{k}" for c in chosen if c not in (PUSH, WEBHOOK) for k in (NORMAL, BULK)),
+        *([WEBHOOK_QUEUE] if WEBHOOK in chosen else []),
+    ]
 
 
 def queue_priority(queue: str, categories: Categories) -> int:

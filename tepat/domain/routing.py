@@ -71,13 +71,14 @@ def parse_channel(
     value: object, field: str = "channel", enabled: frozenset[Channel] = ENABLED_CHANNELS
 ) -> Channel:
     """A channel name that is enabled; a recognised but disabled one says so."""
-    on = ", ".join(sorted(enabled))
     try:
         if not isinstance(value, str):
             raise ValueError(value)
         channel = Channel(value)
     except ValueError:
-        raise DomainError(field, f"unknown channel {value!r} (available: {on})") from None
+        known = ", ".join(sorted(Channel))
+        raise DomainError(field, f"unknown channel {value!r} (available: {known})") from None
+    on = ", ".join(sorted(enabled))
     if channel not in enabled:
         raise DomainError(
             field,

@@ -55,13 +55,10 @@ class Segments:
     segments: int
 
 
-def is_gsm7(body: str) -> bool:
-    """Whether every character of ``body`` is in the GSM-7 basic or extension table."""
-    return all(c in GSM7_BASIC or c in GSM7_EXTENSION for c in body)
-
-
 def encoding_of(body: str) -> Encoding:
-    return Encoding.GSM7 if is_gsm7(body) else Encoding.UCS2
+    """GSM-7 when every character is in its basic or extension table, else UCS-2."""
+    gsm7 = all(c in GSM7_BASIC or c in GSM7_EXTENSION for c in body)
+    return Encoding.GSM7 if gsm7 else Encoding.UCS2
 
 
 def _widths(body: str, encoding: Encoding) -> list[int]:

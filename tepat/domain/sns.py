@@ -110,9 +110,8 @@ def check_sns_url(url: str, field: str) -> str:
     """An https URL on ``sns.<region>.amazonaws.com``: where a signing certificate may
     come from, and the only SubscribeURL we GET."""
     parts = urlsplit(url)
-    if parts.scheme != "https" or not parts.hostname or not _SNS_HOST.fullmatch(parts.hostname):
-        raise SnsRefused(field, "expected an https URL on sns.<region>.amazonaws.com")
-    if parts.port not in (None, 443) or parts.username or parts.password:
+    on_sns = parts.scheme == "https" and _SNS_HOST.fullmatch(parts.hostname or "")
+    if not on_sns or parts.port not in (None, 443) or parts.username or parts.password:
         raise SnsRefused(field, "expected an https URL on sns.<region>.amazonaws.com")
     return url
 

@@ -152,17 +152,18 @@ def _check_format(fmt: str, args: object) -> None:
     _within(total, "a formatted string of")
 
 
-def _check_join(items: list[Any], separator: object) -> None:
-    _within(weight(items) + weight(separator) * len(items), "a joined string of")
+def _read_join(items: Iterable[Any], separator: object) -> list[Any]:
+    """The items, read once (a generator: map, select), checked as joined by ``separator``."""
+    read = list(items)
+    _within(weight(read) + weight(separator) * len(read), "a joined string of")
+    return read
 
 
 # ---------------------------------------------------------------- filters
 
 
 def _join(value: Any, d: object = "", attribute: object = None) -> tuple[Any, ...]:
-    items = list(value)  # a generator (map, select) is read once, here
-    _check_join(items, d)
-    return (items, d, attribute)
+    return (_read_join(value, d), d, attribute)
 
 
 def _indent(s: object, width: object = 4, *args: Any) -> None:
@@ -291,9 +292,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
     def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         step(CALL_STEPS)
         if isinstance(getattr(obj, "__self__", None), str) and obj.__name__ == "join" and args:
-            items = list(args[0])
-            _check_join(items, obj.__self__)
-            args = (items, *args[1:])
+            args = (_read_join(args[0], obj.__self__), *args[1:])
         return super().call(context, obj, *args, **kwargs)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:

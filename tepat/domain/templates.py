@@ -31,6 +31,7 @@ from jinja2 import TemplateSyntaxError, meta, nodes
 from jinja2.exceptions import UndefinedError
 
 from tepat.domain.errors import DomainError
+from tepat.domain.inbox import check_link
 from tepat.domain.locales import canonical_locale
 from tepat.domain.routing import Channel, check_event_type_name, parse_channel
 from tepat.domain.sms import check_segments
@@ -68,9 +69,6 @@ SMS_BODY_CHARS: Final = 1600  # Twilio's longest body
 #: SMS adapter when sending, may be lower).
 SMS_MAX_SEGMENTS: Final = 10
 _DATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-# A rendered inbox link: an absolute URL or app deep link, or a path; never script.
-_LINK = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*:)")
-_UNSAFE_SCHEMES = frozenset({"javascript", "vbscript", "data", "file"})
 _UNDEFINED_NAME = re.compile(r"^'([^']+)' is undefined$")
 
 
@@ -360,17 +358,15 @@ def render(
     """Render with ``data`` within ``seconds``; any failure is a :class:`TemplateError`
     with reason ``render_error`` (a missing variable names ``data_field.<variable>``)."""
     context = dict(data)
-    limits = _RenderLimits(time.monotonic() + seconds, seconds)
+    deadline = time.monotonic() + seconds
+
+    def one(t: jinja2.Template, where: str, limit: int) -> str:
+        return _render_one(t, context, f"{prefix}{where}", data_field, limit, deadline, seconds)
+
     parts = {
-        name: _render_one(
-            t, context, f"{prefix}{name}", data_field, _limit(compiled.channel, name), limits
-        )
-        for name, t in compiled.parts.items()
+        name: one(t, name, _limit(compiled.channel, name)) for name, t in compiled.parts.items()
     }
-    values = {
-        key: _render_one(t, context, f"{prefix}data.{key}", data_field, PUSH_MAX_BYTES, limits)
-        for key, t in compiled.data.items()
-    }
+    values = {key: one(t, f"data.{key}", PUSH_MAX_BYTES) for key, t in compiled.data.items()}
     rendered = Rendered(
         compiled.channel,
         title=parts.get("title", ""),
@@ -393,23 +389,18 @@ def _limit(channel: Channel, part: str) -> int:
     return INBOX_LIMITS[part]
 
 
-@dataclass(frozen=True, slots=True)
-class _RenderLimits:
-    deadline: float  # time.monotonic()
-    seconds: float
-
-
 def _render_one(
     template: jinja2.Template,
     context: dict[str, Any],
     where: str,
     data_field: str,
     limit: int,
-    limits: _RenderLimits,
+    deadline: float,  # time.monotonic()
+    seconds: float,
 ) -> str:
     try:
-        with budget(limits.deadline, limits.seconds):
-            return _generate(template, context, where, limit, limits)
+        with budget(deadline, seconds):
+            return _generate(template, context, where, limit, deadline, seconds)
     except TemplateError:
         raise
     except UndefinedError as e:
@@ -439,7 +430,8 @@ def _generate(
     context: dict[str, Any],
     where: str,
     limit: int,
-    limits: _RenderLimits,
+    deadline: float,
+    seconds: float,
 ) -> str:
     chunks: list[str] = []
     size = 0
@@ -452,10 +444,10 @@ def _generate(
                 f"rendered text over the limit of {limit} characters",
                 TemplateFailure.RENDER_ERROR,
             )
-        if time.monotonic() > limits.deadline:
+        if time.monotonic() > deadline:
             raise TemplateError(
                 where,
-                f"rendering took over {limits.seconds:g} s: templates must stay small",
+                f"rendering took over {seconds:g} s: templates must stay small",
                 TemplateFailure.RENDER_ERROR,
             )
         chunks.append(chunk)
@@ -493,11 +485,12 @@ def _check_rendered(r: Rendered, prefix: str) -> None:
             )
         return
     if r.link is not None:
-        link = r.link.strip()
-        scheme = link.split(":", 1)[0].lower() if ":" in link else ""
-        if not _LINK.match(link) or scheme in _UNSAFE_SCHEMES:
+        try:
+            check_link(r.link)
+        except DomainError:
             raise TemplateError(
                 f"{prefix}link",
-                f"rendered link must be a URL or a path starting with '/', got {link[:100]!r}",
+                "rendered link must be a URL or a path starting with '/',"
+                f" got {r.link.strip()[:100]!r}",
                 TemplateFailure.RENDER_ERROR,
-            )
+            ) from None

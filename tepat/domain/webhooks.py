@@ -317,12 +317,10 @@ def check_target_host(host: str, policy: TargetPolicy) -> None:
 def check_target_address(host: str, address: IPAddress, policy: TargetPolicy) -> None:
     why = address_refusal(address)
     if why is not None and not policy.allows_address(host, address):
+        verb = "is" if host == str(address) else "resolves to"
         raise DomainError(
             "url",
-            f"{host} is a {why} address ({address}): refused (allow it with {ALLOW_SETTING})"
-            if host == str(address)
-            else f"{host} resolves to a {why} address ({address}): refused "
-            f"(allow it with {ALLOW_SETTING})",
+            f"{host} {verb} a {why} address ({address}): refused (allow it with {ALLOW_SETTING})",
         )
 
 
@@ -375,10 +373,6 @@ def business_event_id(dedup_key: str) -> str | None:
     return parts[1] if len(parts) >= 4 else None
 
 
-def _iso(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def status_payload(entry: StatusChangeEntry, channel: str, event_id: str | None) -> dict[str, Any]:
     """The body: ``type``, ``timestamp`` (when the status changed) and ``data``."""
     data: dict[str, Any] = {
@@ -391,17 +385,8 @@ def status_payload(entry: StatusChangeEntry, channel: str, event_id: str | None)
     }
     if event_id is not None:
         data["event_id"] = event_id
-    return {"type": STATUS_EVENT_TYPES[entry.status], "timestamp": _iso(entry.at), "data": data}
-
-
-def encode_body(payload: Mapping[str, Any]) -> str:
-    """Compact JSON, fixed when the delivery is created: every attempt sends (and signs)
-    the same bytes."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-
-
-def delivery_key(subscription_id: str, event_id: str) -> str:
-    return f"w|{subscription_id}|{event_id}"
+    at = entry.at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {"type": STATUS_EVENT_TYPES[entry.status], "timestamp": at, "data": data}
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,14 +421,17 @@ def delivery_message(
     keys are (subscription, event), and its id their hash: turning one journal entry
     into deliveries twice (a crash before the entry was dropped) inserts nothing new."""
     event_id = status_event_id(entry.message_id, entry.status)
-    key = delivery_key(subscription_id, event_id)
-    body = encode_body(payload)
+    event_type = STATUS_EVENT_TYPES[entry.status]
+    key = f"w|{subscription_id}|{event_id}"
+    # Compact JSON, fixed when the delivery is created: every attempt sends (and signs)
+    # the same bytes.
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     return Message(
         id=message_id_for(key),
         user_id=WEBHOOK_USER,
         category=entry.category,
         label=WEBHOOK_CHANNEL,
-        title=STATUS_EVENT_TYPES[entry.status],
+        title=event_type,
         body="",
         scheduled_at=now,
         timezone="UTC",
@@ -453,7 +441,5 @@ def delivery_message(
         nominal_at=now,
         due_at=now,
         channel=WEBHOOK_CHANNEL,
-        content=Delivery(
-            subscription_id, event_id, STATUS_EVENT_TYPES[entry.status], body
-        ).content(),
+        content=Delivery(subscription_id, event_id, event_type, body).content(),
     )

@@ -384,10 +384,10 @@ async def test_the_scheduler_loop_fans_out_what_the_api_accepted(
     client: httpx.AsyncClient, rt: Runtime, push: FakePush
 ) -> None:
     from scheduler.jobs import run_event_fanout
-    from tepat.processes import scheduler_parts
+    from tepat.processes import SCHEDULER_PARTS
     from tests.support.waiting import eventually
 
-    assert run_event_fanout in scheduler_parts()  # `tepat scheduler` and `tepat serve`
+    assert run_event_fanout in SCHEDULER_PARTS  # `tepat scheduler` and `tepat serve`
     await user_with_phone(client, "alice")
     await templates(client)
     await post(client, event_body())

@@ -1,5 +1,5 @@
-"""The fast planning paths agree with the reference ones (tepat/domain/planning.py):
-``plan_user`` with ``plan_users``, ``next_nominal_from`` with a plain search."""
+"""The fast planning paths agree with plain searches (tepat/domain/planning.py):
+``plan_user`` with every date's ``intended_on``, ``next_nominal_from`` with a plain search."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from tepat.domain.planning import (
     intended_on,
     next_nominal_from,
     plan_user,
-    plan_users,
 )
 
 CATEGORIES = Categories()
@@ -60,12 +59,15 @@ instants = st.integers(0, 400 * 24 * 60).map(lambda m: T0 + timedelta(minutes=m,
 
 @settings(max_examples=300, deadline=None)
 @given(users, reminders, instants, st.integers(1, 72 * 60))
-def test_plan_user_plans_what_plan_users_plans(
+def test_plan_user_plans_what_every_dates_intent_in_the_window_is(
     user: User, rems: list[Reminder], start: datetime, minutes: int
 ) -> None:
     end = start + timedelta(minutes=minutes)
     fast = list(plan_user(user, rems, CATEGORIES, start, end, T0))
-    assert fast == list(plan_users([(user, rems)], CATEGORIES, start, end, T0))
+    # Searched plainly: every date from two before the window to two after, every reminder.
+    days = [start.date() + timedelta(days=n) for n in range(-2, minutes // (24 * 60) + 3)]
+    intended = (intended_on(user, r, CATEGORIES, day, T0) for r in rems for day in days)
+    assert fast == [m for m in intended if m is not None and start <= m.nominal < end]
 
 
 @settings(max_examples=300, deadline=None)

@@ -70,29 +70,24 @@ class StompAdmin:
     def __init__(self, broker: LinkSource) -> None:
         self.broker = broker
 
-    @property
-    def request_timeout(self) -> float:
-        return self.broker.request_timeout
-
     @asynccontextmanager
-    async def _connection(self, on_frame: Callable[[Any], None]) -> AsyncIterator[Link]:
+    async def _connection(self) -> AsyncIterator[tuple[Link, Inbox]]:
+        """A connection of its own, subscribed to its reply queue (maps arrive as XML)."""
         if self.broker.closed:
             raise BrokerClosed("the STOMP broker adapter is closed")
-        link = await self.broker.open_link("admin", lambda _link, frame: on_frame(frame))
+        inbox = Inbox(self.broker.request_timeout)
+        link = await self.broker.open_link("admin", lambda _link, frame: inbox.put(frame))
         try:
-            yield link
+            await link.request(
+                "subscribe",
+                inbox.reply_to,
+                id="inbox",
+                ack="auto",
+                headers={"transformation": "jms-map-xml"},
+            )
+            yield link, inbox
         finally:
             await link.close()
-
-    async def _open_inbox(self, link: Link, inbox: Inbox) -> None:
-        """Subscribe the admin connection to its reply queue (maps arrive as XML)."""
-        await link.request(
-            "subscribe",
-            inbox.reply_to,
-            id="inbox",
-            ack="auto",
-            headers={"transformation": "jms-map-xml"},
-        )
 
     async def _statistics(
         self, link: Link, inbox: Inbox, names: Sequence[str]
@@ -108,7 +103,7 @@ class StompAdmin:
                 headers={"reply-to": reply_to, _STATS_END: "true"},
             )
             while True:  # replies, then an empty map
-                frame = await inbox.next(self.request_timeout)
+                frame = await inbox.next()
                 values = parse_map(frame.body)
                 if not values:
                     break
@@ -130,7 +125,7 @@ class StompAdmin:
         await link.send_frame("send", inbox.reply_to, b"", headers={"tepat_marker": marker})
         counts: dict[str, int] = {}
         while True:
-            frame = await inbox.next(self.request_timeout)
+            frame = await inbox.next()
             if frame.headers.get("tepat_marker") == marker:
                 return counts
             dest = str(frame.headers.get("original-destination", ""))
@@ -140,9 +135,7 @@ class StompAdmin:
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]:
         names = [check_name(q) for q in queues]
-        inbox = Inbox()
-        async with self._connection(inbox.put) as link:
-            await self._open_inbox(link, inbox)
+        async with self._connection() as (link, inbox):
             maps = await self._statistics(
                 link, inbox, [n for q in names for n in (q, DLQ_PREFIX + q)]
             )
@@ -151,15 +144,9 @@ class StompAdmin:
         for q in names:
             m = maps.get(q, {})
             size, in_flight = int_header(m.get("size")), int_header(m.get("inflightCount"))
-            result.append(
-                QueueStats(
-                    queue=q,
-                    ready=max(0, size - in_flight),
-                    scheduled=scheduled.get(q, 0),
-                    in_flight=in_flight,
-                    dead_letters=int_header(maps.get(DLQ_PREFIX + q, {}).get("size")),
-                )
-            )
+            dead = int_header(maps.get(DLQ_PREFIX + q, {}).get("size"))
+            ready = max(0, size - in_flight)
+            result.append(QueueStats(q, ready, scheduled.get(q, 0), in_flight, dead))
         return result
 
     async def _browse(
@@ -174,7 +161,7 @@ class StompAdmin:
         frames: list[Any] = []
         try:
             while True:
-                frame = await inbox.next(self.request_timeout)
+                frame = await inbox.next()
                 if frame.headers.get("subscription") != sub:
                     continue
                 if frame.headers.get("browser") == "end":
@@ -188,39 +175,21 @@ class StompAdmin:
         names = [check_name(q) for q in queues]
         if not names:
             return []
-        inbox = Inbox()
-        dead: list[tuple[str, Any]] = []
-        async with self._connection(inbox.put) as link:
-            await self._open_inbox(link, inbox)
+        result: list[DeadLetter] = []
+        async with self._connection() as (link, inbox):
             # only browse DLQs that exist: subscribing would create an empty one
             existing = await self._statistics(link, inbox, [DLQ_PREFIX + q for q in names])
             for q in names:
                 if int_header(existing.get(DLQ_PREFIX + q, {}).get("size")) > 0:
                     frames = await self._browse(link, inbox, f"/queue/{DLQ_PREFIX}{q}")
-                    dead.extend((q, f) for f in frames)
-        result = []
-        for queue, frame in dead:
-            headers = frame.headers
-            result.append(
-                DeadLetter(
-                    id=str(headers.get("message-id", "")),
-                    queue=queue,
-                    body=frame.body if isinstance(frame.body, bytes) else str(frame.body).encode(),
-                    # without our headers it was dead-lettered by the broker (a
-                    # plain STOMP NACK from another client, or an expiry)
-                    reason=str(headers.get(H_REASON) or "dead-lettered by the broker (no reason)"),
-                    attempts=int_header(headers.get(H_NACKS)) or _BROKER_PLUGIN_ATTEMPTS,
-                )
-            )
+                    result.extend(_dead_letter(q, f) for f in frames)
         return result
 
     async def replay_dead_letter(self, dead_letter_id: str) -> bool:
         if not dead_letter_id or "'" in dead_letter_id:
             return False
         selector = f"JMSMessageID = {selector_literal(dead_letter_id)}"
-        inbox = Inbox()
-        async with self._connection(inbox.put) as link:
-            await self._open_inbox(link, inbox)
+        async with self._connection() as (link, inbox):
             found = await self._browse(link, inbox, f"/queue/{DLQ_PREFIX}>", selector)
             if not found:
                 return False
@@ -232,7 +201,7 @@ class StompAdmin:
                 ack="client-individual",
                 headers={"selector": selector, "activemq.prefetchSize": "1"},
             )
-            frame = await inbox.next_from("take", self.request_timeout)
+            frame = await inbox.next_from("take")
             original = origin(frame.headers)
             tx = f"replay-{uuid.uuid4().hex}"
             await link.send_frame("begin", tx)
@@ -249,24 +218,39 @@ class StompAdmin:
         return True
 
 
-class Inbox:
-    """Frames of an admin connection, in arrival order, on the event loop."""
+def _dead_letter(queue: str, frame: Any) -> DeadLetter:
+    headers = frame.headers
+    return DeadLetter(
+        id=str(headers.get("message-id", "")),
+        queue=queue,
+        body=frame.body if isinstance(frame.body, bytes) else str(frame.body).encode(),
+        # without our headers it was dead-lettered by the broker (a
+        # plain STOMP NACK from another client, or an expiry)
+        reason=str(headers.get(H_REASON) or "dead-lettered by the broker (no reason)"),
+        attempts=int_header(headers.get(H_NACKS)) or _BROKER_PLUGIN_ATTEMPTS,
+    )
 
-    def __init__(self) -> None:
+
+class Inbox:
+    """Frames of an admin connection, in arrival order, on the event loop; each awaited
+    for at most ``within`` seconds."""
+
+    def __init__(self, within: float) -> None:
+        self.within = within
         self.reply_to = f"/temp-queue/tepat-{uuid.uuid4().hex}"
         self._frames: asyncio.Queue[Any] = asyncio.Queue()
 
     def put(self, frame: Any) -> None:
         self._frames.put_nowait(frame)
 
-    async def next(self, within: float) -> Any:
+    async def next(self) -> Any:
         try:
-            return await asyncio.wait_for(self._frames.get(), within)
+            return await asyncio.wait_for(self._frames.get(), self.within)
         except TimeoutError:
             raise BrokerUnavailable("ActiveMQ did not answer in time") from None
 
-    async def next_from(self, subscription: str, within: float) -> Any:
+    async def next_from(self, subscription: str) -> Any:
         while True:
-            frame = await self.next(within)
+            frame = await self.next()
             if frame.headers.get("subscription") == subscription:
                 return frame

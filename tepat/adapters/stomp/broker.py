@@ -111,7 +111,7 @@ class StompBroker:
         self._max_backoff = max_backoff_seconds
         self._redelivery = redelivery or RedeliveryPolicy()
         self._publisher: Link | None = None
-        self._publisher_lock: asyncio.Lock | None = None
+        self._publisher_lock = asyncio.Lock()
         self._consumers: set[Consumer] = set()
         self.in_flight: dict[str, tuple[Consumer, Link]] = {}
         self._closed = True
@@ -182,8 +182,6 @@ class StompBroker:
             raise BrokerClosed("the STOMP broker adapter is closed")
         if self._publisher is not None and self._publisher.connected:
             return self._publisher
-        if self._publisher_lock is None:
-            self._publisher_lock = asyncio.Lock()
         async with self._publisher_lock:
             if self._publisher is not None and self._publisher.connected:
                 return self._publisher

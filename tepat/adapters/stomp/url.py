@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 # characters that would turn a name into a composite destination, a wildcard or
 # a broken selector
@@ -39,18 +39,18 @@ def parse_stomp_url(url: str, tls: TlsFiles | None = None) -> StompTarget:
     """
     parts = urlsplit(url)
     if parts.scheme not in DEFAULT_PORTS:
-        raise ValueError(f"not a stomp:// or stomp+ssl:// URL: {_redact(url)!r}")
+        raise ValueError(f"not a stomp:// or stomp+ssl:// URL: {redact(url)!r}")
     secure = parts.scheme == "stomp+ssl"
     if tls is not None and not secure:
         raise ValueError("TLS settings given for a plain stomp:// URL: use stomp+ssl://")
     if not parts.hostname:
-        raise ValueError(f"no host in broker URL {_redact(url)!r}")
+        raise ValueError(f"no host in broker URL {redact(url)!r}")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"unexpected path or query in broker URL {_redact(url)!r}")
+        raise ValueError(f"unexpected path or query in broker URL {redact(url)!r}")
     try:
         port = parts.port or DEFAULT_PORTS[parts.scheme]
     except ValueError:
-        raise ValueError(f"bad port in broker URL {_redact(url)!r}") from None
+        raise ValueError(f"bad port in broker URL {redact(url)!r}") from None
     user = unquote(parts.username) if parts.username is not None else None
     password = unquote(parts.password) if parts.password is not None else None
     return StompTarget(
@@ -58,11 +58,13 @@ def parse_stomp_url(url: str, tls: TlsFiles | None = None) -> StompTarget:
     )
 
 
-def _redact(url: str) -> str:
+def redact(url: str) -> str:
+    """The URL without its password, for printing."""
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
 
 
 def check_name(queue: str) -> str:
