@@ -164,7 +164,7 @@ class PriorityHold:
             deadline = time.monotonic() + self._hold_seconds  # progress: a batch finished
         turn.released = True
 
-    def sent(self, turn: Turn) -> None:
+    def done(self, turn: Turn) -> None:
         if turn.sent:
             return
         turn.sent = True
@@ -172,9 +172,6 @@ class PriorityHold:
         if not self._unsent[turn.key]:
             del self._unsent[turn.key]
         self._sent.set()
-
-    def done(self, turn: Turn) -> None:
-        self.sent(turn)
 
     def drain(self) -> list[Delivery]:
         held = [t.delivery for *_, t in sorted(self._heap, key=lambda e: e[:2])]

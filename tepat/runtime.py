@@ -35,6 +35,7 @@ from tepat.services.sending.channel_sender import ChannelSender
 from tepat.services.sending.dispatcher import Dispatcher
 from tepat.services.sending.inbox_channel import InboxChannel
 from tepat.services.sending.lease import ClaimsInHand
+from tepat.services.sending.push_channel import PushChannel
 from tepat.services.sending.receipts import ReceiptPoller
 from tepat.services.sending.sweeper import Sweeper
 from tepat.services.templates import TemplateService
@@ -135,7 +136,7 @@ class Runtime:
     @property
     def channels(self) -> list[str]:
         """Push and every channel whose provider is configured."""
-        return ["push", *self.dispatcher.channels.channels]
+        return self.dispatcher.channels.channels
 
     @property
     def queues(self) -> list[str]:
@@ -156,9 +157,7 @@ class Runtime:
         *,
         while_busy: bool = False,
     ) -> None:
-        """A process's job, one round every ``seconds`` on this runtime's clock until
-        ``stop`` (:func:`tepat.loops.repeat`); a round the store's outage failed is one
-        warning line, not a traceback."""
+        """:func:`tepat.loops.repeat` on this runtime's clock, the store's outage expected."""
         await repeat(
             self.clock,
             stop,
@@ -194,37 +193,41 @@ class Runtime:
         return await self.outbox.flush()
 
 
-def build_channel_sender(
+def build_dispatcher(
     settings: Settings,
     clock: Clock,
     store: Store,
     categories: Categories,
-    dispatcher: Dispatcher,
     outbox: Outbox,
-    retry: RetryPolicy,
+    push: PushProvider,
     inbox: InboxService,
-) -> ChannelSender:
-    """Every channel but push that this configuration can send on: the inbox always,
-    e-mail and SMS when their provider is configured, webhook deliveries always."""
-    channels: dict[str, Channel] = {"inbox": InboxChannel(inbox)}
+) -> Dispatcher:
+    """The send path over every channel this configuration can send on: push, the inbox
+    and webhook deliveries always, e-mail and SMS when their provider is configured."""
+    claims = ClaimsInHand(store, clock, timedelta(seconds=settings.sending_lease_seconds))
+    push_channel = PushChannel(push, store, clock, device_max_failures=settings.device_max_failures)
+    channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
     for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
         if channel is not None:
             channels[channel.name] = channel
     channels["webhook"] = build_webhook_channel(settings, clock, store)
     links = build_unsubscribe_links(settings, clock)
-    return ChannelSender(
+    sender = ChannelSender(
         store,
         categories,
         clock,
         channels,
-        retry=retry,
+        retry=RetryPolicy(
+            max_attempts=settings.max_attempts,
+            max_age=timedelta(seconds=settings.max_retry_age_seconds),
+        ),
         retry_for={"webhook": WEBHOOK_RETRY},
-        defer=dispatcher.defer,
         flush=outbox.flush_quietly,
         unsubscribe_url=None if links is None else links.url_for,
         require_verified=settings.require_verified_contacts,
-        unsendable=dispatcher.claims.unsendable,
+        unsendable=claims.unsendable,
     )
+    return Dispatcher(store, sender, claims, clock)
 
 
 @asynccontextmanager
@@ -252,30 +255,13 @@ async def open_runtime(
             outbox = Outbox(
                 store, enqueuer, categories, clock, publish_soon=timedelta(seconds=soon)
             )
-            lease = timedelta(seconds=settings.sending_lease_seconds)
-            retry = RetryPolicy(
-                max_attempts=settings.max_attempts,
-                max_age=timedelta(seconds=settings.max_retry_age_seconds),
-            )
             inbox = InboxService(
                 store,
                 clock,
                 categories,
                 InboxNotifier(settings.inbox_max_streams, settings.inbox_max_streams_per_user),
             )
-            dispatcher = Dispatcher(
-                store,
-                push,
-                outbox,
-                categories,
-                clock,
-                retry=retry,
-                device_max_failures=settings.device_max_failures,
-                claims=ClaimsInHand(store, clock, lease),
-            )
-            dispatcher.channels = build_channel_sender(
-                settings, clock, store, categories, dispatcher, outbox, retry, inbox
-            )
+            dispatcher = build_dispatcher(settings, clock, store, categories, outbox, push, inbox)
             rt = Runtime(
                 settings=settings,
                 inbox=inbox,
@@ -306,7 +292,7 @@ async def open_runtime(
                     outbox,
                     clock,
                     grace=timedelta(seconds=settings.sweep_grace_seconds),
-                    lease=lease,
+                    lease=dispatcher.claims.lease,
                 ),
             )
             log.info(

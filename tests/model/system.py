@@ -161,7 +161,7 @@ class System:
             )
         )
         # Retry jitter from a seeded generator: the same example replays the same way.
-        self.rt.dispatcher.recorder.seed(random.Random(0))
+        self.rt.dispatcher.channels.recorder.seed(random.Random(0))
         await self._install_channels()
         app = create_app(self.rt, ADMIN_KEY)
         self.http = await self._stack.enter_async_context(

@@ -23,8 +23,8 @@ from tepat.ports.push import PushRequest, SendResult, TicketOk, Tickets
 from tepat.runtime import open_runtime
 from tepat.sandbox.server import running_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
-from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed, may_still_send
-from tepat.services.sending.push_batcher import PushBatcher
+from tepat.services.sending.lease import ClaimsInHand, may_still_send
+from tepat.services.sending.push_channel import PushBatcher
 from tests.api.conftest import START, make_settings
 from tests.support.fake_push import FakePush
 from tests.support.messages import make_message
@@ -128,16 +128,22 @@ class Blocking(FakePush):
         return await super().send(batch)
 
 
-def req(message_id: str) -> PushRequest:
-    return PushRequest(message_id, f"ExponentPushToken[{message_id}]", "t", "b", {}, "meal")
-
-
 async def test_a_request_whose_lease_ran_out_waiting_for_a_connection_is_not_sent() -> None:
     clock = FakeClock(T0)
     claims = ClaimsInHand(StuckStore(fail=True), clock, LEASE)
     push = Blocking()
     push.max_batch = 1
-    batcher = PushBatcher(push, clock, concurrency=1, unsendable=claims.unsendable)
+    batcher = PushBatcher(push, clock, concurrency=1)
+
+    def req(message_id: str) -> PushRequest:
+        return PushRequest(
+            message_id,
+            f"ExponentPushToken[{message_id}]",
+            "t",
+            "b",
+            still_sendable=lambda: not claims.unsendable([message_id], "push"),
+        )
+
     with claims.held([msg("old")]):
         first = batcher.submit([req("first")])
         await push.started.wait()
@@ -148,7 +154,7 @@ async def test_a_request_whose_lease_ran_out_waiting_for_a_connection_is_not_sen
             push.release.set()
             outcomes = await asyncio.gather(*first, *waiting)
     assert isinstance(outcomes[0], TicketOk)
-    assert outcomes[1] == LeaseLapsed()
+    assert outcomes[1] == Withheld()
     assert isinstance(outcomes[2], TicketOk)
     sent = [r.message_id for b in push.batches for r in b]
     assert sent == ["first", "fresh"]
@@ -179,11 +185,9 @@ async def test_an_inbox_message_whose_lease_ran_out_waiting_is_left_to_the_sweep
 
         async def deliver() -> None:
             claimed = await rt.store.claim([m.id], clock.now())
-            users = await rt.store.get_users(["ana"])
-            prefs = await rt.store.preferences_for_users(["ana"])
             with rt.dispatcher.claims.held(claimed):
                 clock.advance(timedelta(seconds=46))  # it waited; its renewals failed
-                await rt.dispatcher.channels.process(claimed, users, prefs)
+                await rt.dispatcher.channels.process(claimed)
 
         await deliver()
         got = await rt.store.get_message(m.id)
@@ -196,9 +200,8 @@ async def test_an_inbox_message_whose_lease_ran_out_waiting_is_left_to_the_sweep
         clock.advance(timedelta(seconds=15))
         assert await rt.sweeper.sweep_once() == 1
         claimed = await rt.store.claim([m.id], clock.now())
-        users = await rt.store.get_users(["ana"])
         with rt.dispatcher.claims.held(claimed):
-            await rt.dispatcher.channels.process(claimed, users, {})
+            await rt.dispatcher.channels.process(claimed)
         got = await rt.store.get_message(m.id)
         assert got is not None and got.status is MessageStatus.DELIVERED
         assert await rt.inbox.unread_count("ana") == 1

@@ -20,7 +20,7 @@ is past it is left ``sending`` for the sweeper, whose re-drive is then the only 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -49,9 +49,8 @@ def may_still_send(since: datetime, lease: timedelta, now: datetime) -> bool:
     return now - since < lease * (1 - SEND_MARGIN)
 
 
-@dataclass(frozen=True)
-class LeaseLapsed:
-    """A request not sent: its message's lease ran out while it waited (left ``sending``)."""
+# Which of these message ids must not be sent now, on this channel (ClaimsInHand.unsendable).
+SendGate = Callable[[Iterable[str], str], set[str]]
 
 
 class ClaimRenewals(Protocol):

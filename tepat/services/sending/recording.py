@@ -1,14 +1,13 @@
 """Record what providers answered, for every channel, in one write order.
 
-Push (``consumers/dispatcher.py``) and the other channels (``consumers/channel_sender.py``)
-send their own way; once a message's answer is in, both hand it here as a
-:class:`ChannelOutcome`. What each answer makes of the message is decided by the pure
-rules of :mod:`tepat.domain.outcomes`; this service writes the results:
+What each answer makes of the message is decided by the pure rules of
+:mod:`tepat.domain.outcomes`; this service writes the results:
 
 1. **terminal outcomes first**, in one write per kind: ``sent``/``delivered`` (also over
    ``pending``: a late answer still counts) then ``failed``. They close the duplicate
    window, so nothing may come before them;
-2. the suppressions of dead targets a refusal named;
+2. what the answers say beside: the suppressions of dead targets a refusal named, the
+   tickets of an accepted push (a failure costs receipts, never a second send);
 3. **retries last**, back to ``pending`` with the outbox mark, then the outbox flush. A
    failure here costs only a later retry (the sweeper's lease re-drives the message),
    never a second send of a message the provider accepted.
@@ -141,6 +140,14 @@ class OutcomeRecorder:
                 await self._store.add_suppression(channel, target, reason, now, source=channel)
             except Exception:
                 log.exception("could not record a suppression", channel=channel)
+        tickets = [t for a in answers if isinstance(a.outcome, Accepted) for t in a.outcome.tickets]
+        if tickets:
+            try:
+                await self._store.add_tickets(tickets)
+            except Exception:
+                log.exception(
+                    "could not store tickets; their receipts will not be polled", count=len(tickets)
+                )
         if not by_stage[Stage.RETRY]:
             return
         try:

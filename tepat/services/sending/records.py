@@ -13,24 +13,18 @@ from tepat.ports.repositories.tickets import TicketRepository
 from tepat.ports.repositories.users import UserRepository
 
 
-class OutcomeRecords(MessageRepository, ContactRepository, Protocol):
-    """The outcome recorder's: the messages whose answers it writes and the suppressions a
-    refusal adds."""
-
-
-class ChannelSendRecords(OutcomeRecords, Protocol):
-    """The channel sender's: the messages it records and the contacts and suppressions it
-    resolves targets from (and suppresses)."""
+class OutcomeRecords(MessageRepository, ContactRepository, TicketRepository, Protocol):
+    """The outcome recorder's: the messages whose answers it writes, the suppressions a
+    refusal adds and the tickets an accepted push keeps."""
 
 
 class DispatchRecords(
-    ChannelSendRecords,
+    OutcomeRecords,
     UserRepository,
     DeviceRepository,
     ReminderRepository,
     PreferenceRepository,
-    TicketRepository,
     Protocol,
 ):
-    """The dispatcher's: what it checks before a send (the user, their devices, reminders
-    and preferences), the tickets it keeps, and what its channel sender needs."""
+    """The send path's: what it checks before a send (the user, their devices, reminders
+    and preferences), the contacts it resolves targets from, and what it records."""
