@@ -225,7 +225,7 @@ def build_dispatcher(
         flush=outbox.flush_quietly,
         unsubscribe_url=None if links is None else links.url_for,
         require_verified=settings.require_verified_contacts,
-        unsendable=claims.unsendable,
+        may_send=claims.may_send,
     )
     return Dispatcher(store, sender, claims, clock)
 

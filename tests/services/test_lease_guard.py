@@ -79,7 +79,8 @@ async def test_a_claim_whose_renewals_fail_becomes_unsendable_before_its_lease_e
         assert claims.lapsed(["a", "b", "c", "elsewhere"]) == set()
         clock.set(T0 + timedelta(seconds=46))
         before = lapsed_count()
-        assert claims.unsendable(["a", "c", "elsewhere"], "push") == {"a", "c"}
+        sendable = {i: claims.may_send(i, "push") for i in ("a", "c", "elsewhere")}
+        assert sendable == {"a": False, "c": False, "elsewhere": True}
         assert lapsed_count() - before == 2
 
 
@@ -141,7 +142,7 @@ async def test_a_request_whose_lease_ran_out_waiting_for_a_connection_is_not_sen
             f"ExponentPushToken[{message_id}]",
             "t",
             "b",
-            still_sendable=lambda: not claims.unsendable([message_id], "push"),
+            still_sendable=lambda: claims.may_send(message_id, "push"),
         )
 
     with claims.held([msg("old")]):
@@ -230,7 +231,7 @@ async def test_an_sms_whose_lease_ran_out_in_the_adapters_rate_limiter_is_not_se
                 return Outgoing(
                     m,
                     f"+44791112340{i}",
-                    still_sendable=lambda: not claims.unsendable([m.id], "sms"),
+                    still_sendable=lambda: claims.may_send(m.id, "sms"),
                 )
 
             with claims.held([msg("sms-1"), msg("sms-2")]):

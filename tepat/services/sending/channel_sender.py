@@ -19,6 +19,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 
 import structlog
 
@@ -91,10 +92,10 @@ class ChannelSender:
         unsubscribe_url: UnsubscribeUrl | None = None,
         require_verified: bool = False,
         rng: random.Random | None = None,
-        unsendable: SendGate | None = None,
+        may_send: SendGate = lambda message_id, channel: True,
     ) -> None:
         self._store = store
-        self._unsendable = unsendable
+        self._may_send = may_send
         self._categories = categories
         self._clock = clock
         self._channels = dict(channels)
@@ -236,7 +237,8 @@ class ChannelSender:
                 closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=why))
                 continue
             devices = tuple(_devices_of(m, r)) if channel == PUSH else ()
-            gate = self._gate_for(m.id, channel)
+            # The adapter's last check before its request, after its own waits.
+            gate = partial(self._may_send, m.id, channel)
             outgoing.append(Outgoing(m, target, self._unsubscribe_for(m), devices, gate))
         return outgoing
 
@@ -267,13 +269,6 @@ class ChannelSender:
                 metrics.count_provider_error(channel, outcome)
             answers.append(Answer(item.message, outcome, item.target))
         await self.recorder.record(channel, answers)
-
-    def _gate_for(self, message_id: str, channel: str) -> Callable[[], bool]:
-        """The adapter's last check before its request, after its own waits."""
-        unsendable = self._unsendable
-        if unsendable is None:
-            return lambda: True
-        return lambda: not unsendable((message_id,), channel)
 
     async def _targets(self, channel: str, messages: list[Message]) -> dict[str, str]:
         """Each message's target, or ``skip:<reason>``."""
