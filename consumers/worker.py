@@ -9,12 +9,12 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 
 from tepat.domain.batches import BadBatch, Batch, decode_batch
 from tepat.domain.queues import queue_priority
-from tepat.loops import wait_or_stop
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
 from tepat.tracing import HEADER as TRACEPARENT
@@ -173,11 +173,6 @@ class PriorityHold:
             del self._unsent[turn.key]
         self._sent.set()
 
-    def drain(self) -> list[Delivery]:
-        held = [t.delivery for *_, t in sorted(self._heap, key=lambda e: e[:2])]
-        self._heap.clear()
-        return held
-
 
 async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None = None) -> None:
     """Consume until ``stop`` is set, then finish the batches in hand (drain) and return.
@@ -201,10 +196,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
         async def work() -> None:
             while True:
                 turn = await hold.take()
-
-                async def my_turn(turn: Turn = turn) -> None:
-                    await hold.turn(turn)
-
+                my_turn = partial(hold.turn, turn)
                 task = asyncio.create_task(handle_delivery(rt, turn.delivery, turn.batch, my_turn))
                 task.add_done_callback(lambda _, turn=turn: hold.done(turn))  # type: ignore[misc]
                 # Leaves the set when it is done, not when this worker is cancelled:
@@ -224,7 +216,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
             # messages stay `sending` until the sweeper's lease re-drives them.
             for task in in_flight:
                 task.cancel()
-            rt.dispatcher.abandon_sends()
+            rt.dispatcher.channels.abandon()
             raise
         finally:
             stopping.cancel()
@@ -242,20 +234,17 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
                     log.warning("drain timed out; abandoning batches", batches=len(stuck))
                     for task in stuck:
                         task.cancel()
-                    rt.dispatcher.abandon_sends()
+                    rt.dispatcher.channels.abandon()
                     await asyncio.gather(*stuck, return_exceptions=True)
-            # Held but not started: leaving the broker's context hands them back
-            # for redelivery (not a nack: that would count against their retries).
-            hold.drain()
+        # Held but not started: leaving the broker's context hands them back for
+        # redelivery (not a nack: that would count against their retries).
 
 
 async def run_lease_renewal(rt: Runtime, stop: asyncio.Event) -> None:
     """Keep the lease of the batches in hand that wait long to be sent (a throttled
     rate, the priority hold), so the sweeper does not take them for a dead consumer's."""
     claims = rt.dispatcher.claims
-    while not stop.is_set():
-        await claims.renew_due()
-        await wait_or_stop(rt.clock, stop, claims.check_seconds)
+    await rt.every(stop, claims.check_seconds, claims.renew_due, log, "lease renewal failed")
 
 
 async def run_receipt_poller(rt: Runtime, stop: asyncio.Event) -> None:

@@ -216,7 +216,7 @@ class System:
         otherwise go out later, from the next consumer, as no dead process does)."""
         if self._consumer is not None and not self._consumer.done():
             self._consumer.cancel()
-        self.rt.dispatcher.abandon_sends()
+        self.rt.dispatcher.channels.abandon()
 
     def _taint(self, ids: Sequence[str], taint: Taint) -> None:
         for i in ids:

@@ -60,10 +60,6 @@ class Dispatcher:
         self.claims = claims
         self._clock = clock
 
-    def abandon_sends(self) -> None:
-        """A hard stop: send nothing more."""
-        self.channels.abandon()
-
     async def handle(
         self, batch: Batch, before_send: Callable[[], Awaitable[None]] | None = None
     ) -> None:
