@@ -77,21 +77,16 @@ class OutcomeRecorder:
         self._rng = rng
 
     def next_status(self, channel: str, answer: Answer, now: datetime) -> Next:
-        """What ``answer`` makes of its message on ``channel``, counted in the metrics:
-        every channel's answers pass here, so each is counted once, by channel."""
-        next_ = self._next(channel, answer, now)
-        metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
-        return next_
-
-    def _next(self, channel: str, answer: Answer, now: datetime) -> Next:
+        """What ``answer`` makes of its message on ``channel``."""
         m = answer.message
         match answer.outcome:
-            case Delivered():
-                self._observe_lateness(channel, m, now)
+            case Delivered() | Accepted():
+                metrics.LATENESS.labels(channel=channel, category=m.category).observe(
+                    max(0.0, (now - m.scheduled_at).total_seconds())
+                )
+                if isinstance(answer.outcome, Accepted):
+                    return outcomes.after_accepted(answer.outcome.provider_id)
                 return outcomes.after_delivered()
-            case Accepted(provider_id):
-                self._observe_lateness(channel, m, now)
-                return outcomes.after_accepted(provider_id)
             case Refused(reason):
                 return outcomes.after_refused(reason)
             case TryAgain(reason, retry_after, maybe_sent, server_error=server_error):
@@ -130,6 +125,8 @@ class OutcomeRecorder:
         suppress: list[tuple[str, SuppressionReason]] = []
         for answer in answers:
             next_ = self.next_status(channel, answer, now)
+            # Every channel's answers pass here, so each is counted once, by channel.
+            metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
             by_stage[next_.stage].append((answer.message, next_))
             if isinstance(answer.outcome, Refused) and answer.outcome.suppress is not None:
                 suppress.append((answer.target, SuppressionReason(answer.outcome.suppress)))
@@ -166,12 +163,6 @@ class OutcomeRecorder:
         expect = list(outcomes.expected_from(stage))
         applied = await self._store.transition_many(changes, now, expect=expect)
         log_sends(channel, written, applied, now)
-
-    @staticmethod
-    def _observe_lateness(channel: str, m: Message, now: datetime) -> None:
-        metrics.LATENESS.labels(channel=channel, category=m.category).observe(
-            max(0.0, (now - m.scheduled_at).total_seconds())
-        )
 
 
 def log_sends(
