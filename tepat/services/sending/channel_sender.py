@@ -294,7 +294,7 @@ class ChannelSender:
     async def _close_unsent(self, unsent: _Unsent, r: Recipients, now: datetime) -> None:
         await self._store.transition_many(unsent.closed, now, expect=[MessageStatus.SENDING])
         for m, until in unsent.deferred:
-            await self.defer(m, until)
+            await self._defer(m, until)
         if unsent.deferred:
             await self._flush()
         if unsent.superseded:
@@ -334,7 +334,7 @@ class ChannelSender:
             await self._store.insert_messages(replacements)
             await self._flush()
 
-    async def defer(self, m: Message, until: datetime) -> None:
+    async def _defer(self, m: Message, until: datetime) -> None:
         """Back to ``pending`` at the end of quiet hours (the outbox publishes it).
 
         The nominal instant, and so the pending slot, stays: deferring several
@@ -358,14 +358,8 @@ class ChannelSender:
         except Exception as e:
             log.exception("deferral refused by the store", message_id=m.id)
             error = f"{type(e).__name__}: {e}"
-        await self._store.transition(
-            m.id,
-            MessageStatus.FAILED,
-            now,
-            expect=[MessageStatus.SENDING],
-            reason="deferral_failed",
-            last_error=error,
-        )
+        failed = StatusChange(m.id, MessageStatus.FAILED, "deferral_failed", last_error=error)
+        await self._store.transition_many([failed], now, expect=[MessageStatus.SENDING])
 
 
 def _devices_of(m: Message, r: Recipients) -> list[Device]:

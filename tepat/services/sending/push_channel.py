@@ -240,12 +240,13 @@ def _ticket(m: Message, device: Device, ok: TicketOk, now: datetime) -> Ticket:
 
 def _request(item: Outgoing, device: Device) -> PushRequest:
     m = item.message
+    data = {**m.data, "tepat_message_id": m.id, "category": m.category}
     return PushRequest(
-        message_id=m.id,
-        push_token=device.push_token,
-        title=m.title,
-        body=m.body,
-        data={**m.data, "tepat_message_id": m.id, "category": m.category},
-        category=m.category,
+        m.id,
+        device.push_token,
+        m.title,
+        m.body,
+        data,
+        m.category,
         still_sendable=item.still_sendable,
     )
