@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
+from typing import Protocol
 
 import structlog
 
@@ -32,11 +33,14 @@ from tepat.domain.queues import CRITICAL, PUSH, WEBHOOK
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.sendcheck import Decision, Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Channel, Outgoing, Refused, Withheld
+from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.repositories.preferences import PreferenceRepository
+from tepat.ports.repositories.reminders import ReminderRepository
+from tepat.ports.repositories.users import UserRepository
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.lease import SendGate
-from tepat.services.sending.recording import Answer, OutcomeRecorder
-from tepat.services.sending.records import DispatchRecords
+from tepat.services.sending.recording import Answer, OutcomeRecorder, OutcomeRecords
 from tepat.services.targets import SKIP_REASONS, resolve_targets
 
 log = structlog.get_logger("tepat.channels")
@@ -63,6 +67,18 @@ async def gather_all(*aws: Awaitable[None]) -> None:
             raise result
 
 
+class SendRecords(
+    OutcomeRecords,
+    UserRepository,
+    DeviceRepository,
+    ReminderRepository,
+    PreferenceRepository,
+    Protocol,
+):
+    """What is checked before a send (the user, their devices, reminders and preferences),
+    the contacts targets are resolved from, and what is recorded."""
+
+
 @dataclass(frozen=True)
 class Recipients:
     users: dict[str, User]
@@ -81,7 +97,7 @@ class _Unsent:
 class ChannelSender:
     def __init__(
         self,
-        store: DispatchRecords,
+        store: SendRecords,
         categories: Categories,
         clock: Clock,
         channels: Mapping[str, Channel],

@@ -22,6 +22,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 import structlog
 
@@ -34,12 +35,18 @@ from tepat.domain.models import Message
 from tepat.domain.outcomes import Next, Stage
 from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
-from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.repositories.contacts import ContactRepository
+from tepat.ports.repositories.messages import MessageRepository, StatusChange
+from tepat.ports.repositories.tickets import TicketRepository
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.message_log import log_message
-from tepat.services.sending.records import OutcomeRecords
 
 log = structlog.get_logger("tepat.recording")
+
+
+class OutcomeRecords(MessageRepository, ContactRepository, TicketRepository, Protocol):
+    """The messages whose answers it writes, the suppressions a refusal adds and the
+    tickets an accepted push keeps."""
 
 
 @dataclass(frozen=True, slots=True)
