@@ -150,6 +150,8 @@ class PriorityHold:
         the last batch that finished: a backlog of ``safety`` that keeps draining
         holds ``meal`` for as long as it takes, one that is stuck only briefly.
         """
+        if turn.released:  # asked again by a later instant or another channel of the batch
+            return
         # Real time, deliberately: the hold is about requests on a socket.
         deadline = time.monotonic() + self._hold_seconds
         while self._ahead(turn.key):

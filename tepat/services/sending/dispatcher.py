@@ -16,8 +16,7 @@ request whose answer was lost after it went out is "maybe sent", and the categor
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from tepat import tracing
@@ -25,28 +24,12 @@ from tepat.clock import Clock
 from tepat.domain.batches import Batch
 from tepat.domain.models import MessageStatus
 from tepat.ports.repositories.messages import MessageRepository
-from tepat.services.sending.channel_sender import ChannelSender, Recipients
+from tepat.services.sending.channel_sender import BeforeSend, ChannelSender, Recipients
 from tepat.services.sending.lease import ClaimsInHand
 
 # Batches fire up to ~1 s early on ActiveMQ (its scheduler rounds to 500 ms and
 # a batch covers a whole second); items due later than this belong to a later batch.
 BATCH_SPAN = timedelta(seconds=1)
-
-
-class _Once:
-    """``before_send`` awaited once per batch, however many of its channels and instants
-    ask: the first asks, the others wait for the same answer."""
-
-    def __init__(self, before_send: Callable[[], Awaitable[None]] | None) -> None:
-        self._before_send = before_send
-        self._asked: asyncio.Future[None] | None = None
-
-    async def __call__(self) -> None:
-        if self._before_send is None:
-            return
-        if self._asked is None:
-            self._asked = asyncio.ensure_future(self._before_send())
-        await self._asked
 
 
 class Dispatcher:
@@ -60,9 +43,7 @@ class Dispatcher:
         self.claims = claims
         self._clock = clock
 
-    async def handle(
-        self, batch: Batch, before_send: Callable[[], Awaitable[None]] | None = None
-    ) -> None:
+    async def handle(self, batch: Batch, before_send: BeforeSend | None = None) -> None:
         """Process one batch; returns once every message it claimed is recorded.
 
         A batch may arrive before its instant (published with a lead on ActiveMQ):
@@ -70,15 +51,15 @@ class Dispatcher:
         instant. While it waits, who it goes to is read (one gathered read), so at
         the instant only the claim, the decision and the send remain.
         ``before_send`` is awaited before its requests go out (the consumer's
-        priority order between batches).
+        priority order between batches): once per instant and channel, so it answers
+        at once once its turn came.
         """
         now = self._clock.now()
-        turn = _Once(before_send)
         if batch.due + BATCH_SPAN <= now:
             # Its whole second has passed (a backlog): every item still meant for it
             # is due, so one claim, bounded like the candidates below, replaces the
             # read. A message moved since (retried, deferred) stays for its new batch.
-            await self._claim_and_send(batch.ids, now, None, turn, batch.due + BATCH_SPAN)
+            await self._claim_and_send(batch.ids, now, None, before_send, batch.due + BATCH_SPAN)
             return
         early = batch.due > now
         # A message moved since this batch was published (retried, deferred) waits
@@ -102,7 +83,7 @@ class Dispatcher:
             now = self._clock.now()
             due = [m for m in waiting if m.due <= now]
             waiting = waiting[len(due) :]
-            await self._claim_and_send([m.id for m in due], now, recipients, turn)
+            await self._claim_and_send([m.id for m in due], now, recipients, before_send)
             recipients = None  # read ahead for the first instant only: later ones read afresh
 
     async def _claim_and_send(
@@ -110,11 +91,11 @@ class Dispatcher:
         ids: Sequence[str],
         now: datetime,
         recipients: Recipients | None,
-        turn: _Once,
+        before_send: BeforeSend | None,
         due_before: datetime | None = None,
     ) -> None:
         with tracing.span("claim", messages=len(ids)):
             claimed = await self._store.claim(ids, now, due_before=due_before)
         if claimed:
             with self.claims.held(claimed), tracing.span("send", messages=len(claimed)):
-                await self.channels.process(claimed, recipients, turn)
+                await self.channels.process(claimed, recipients, before_send)
