@@ -117,9 +117,6 @@ class PriorityHold:
         self._arrived.set()
         return turn
 
-    def __len__(self) -> int:
-        return len(self._heap)
-
     async def take(self) -> Turn:
         """The next batch to work on, earliest key first (give it back to :meth:`done`)."""
         while not self._heap:
