@@ -53,8 +53,7 @@ async def run_rate_share(rt: Runtime, stop: asyncio.Event) -> None:
             log.info("consumers sharing the provider's rate", live=now_live)
         live = max(1, now_live)
         metrics.LIVE_CONSUMERS.set(live)
-        rt.push.set_rate_share(1.0 / live)
-        # The same processes send e-mail and SMS: their providers' rates too.
+        # The same processes send every channel: push's, e-mail's and SMS's rates.
         rt.dispatcher.channels.set_rate_share(1.0 / live)
 
     try:

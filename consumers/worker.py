@@ -9,12 +9,12 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 
 from tepat.domain.batches import BadBatch, Batch, decode_batch
 from tepat.domain.queues import queue_priority
-from tepat.loops import wait_or_stop
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
 from tepat.tracing import HEADER as TRACEPARENT
@@ -117,9 +117,6 @@ class PriorityHold:
         self._arrived.set()
         return turn
 
-    def __len__(self) -> int:
-        return len(self._heap)
-
     async def take(self) -> Turn:
         """The next batch to work on, earliest key first (give it back to :meth:`done`)."""
         while not self._heap:
@@ -150,6 +147,8 @@ class PriorityHold:
         the last batch that finished: a backlog of ``safety`` that keeps draining
         holds ``meal`` for as long as it takes, one that is stuck only briefly.
         """
+        if turn.released:  # asked again by a later instant or another channel of the batch
+            return
         # Real time, deliberately: the hold is about requests on a socket.
         deadline = time.monotonic() + self._hold_seconds
         while self._ahead(turn.key):
@@ -164,7 +163,7 @@ class PriorityHold:
             deadline = time.monotonic() + self._hold_seconds  # progress: a batch finished
         turn.released = True
 
-    def sent(self, turn: Turn) -> None:
+    def done(self, turn: Turn) -> None:
         if turn.sent:
             return
         turn.sent = True
@@ -172,14 +171,6 @@ class PriorityHold:
         if not self._unsent[turn.key]:
             del self._unsent[turn.key]
         self._sent.set()
-
-    def done(self, turn: Turn) -> None:
-        self.sent(turn)
-
-    def drain(self) -> list[Delivery]:
-        held = [t.delivery for *_, t in sorted(self._heap, key=lambda e: e[:2])]
-        self._heap.clear()
-        return held
 
 
 async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None = None) -> None:
@@ -204,10 +195,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
         async def work() -> None:
             while True:
                 turn = await hold.take()
-
-                async def my_turn(turn: Turn = turn) -> None:
-                    await hold.turn(turn)
-
+                my_turn = partial(hold.turn, turn)
                 task = asyncio.create_task(handle_delivery(rt, turn.delivery, turn.batch, my_turn))
                 task.add_done_callback(lambda _, turn=turn: hold.done(turn))  # type: ignore[misc]
                 # Leaves the set when it is done, not when this worker is cancelled:
@@ -227,7 +215,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
             # messages stay `sending` until the sweeper's lease re-drives them.
             for task in in_flight:
                 task.cancel()
-            rt.dispatcher.abandon_sends()
+            rt.dispatcher.channels.abandon()
             raise
         finally:
             stopping.cancel()
@@ -245,20 +233,17 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
                     log.warning("drain timed out; abandoning batches", batches=len(stuck))
                     for task in stuck:
                         task.cancel()
-                    rt.dispatcher.abandon_sends()
+                    rt.dispatcher.channels.abandon()
                     await asyncio.gather(*stuck, return_exceptions=True)
-            # Held but not started: leaving the broker's context hands them back
-            # for redelivery (not a nack: that would count against their retries).
-            hold.drain()
+        # Held but not started: leaving the broker's context hands them back for
+        # redelivery (not a nack: that would count against their retries).
 
 
 async def run_lease_renewal(rt: Runtime, stop: asyncio.Event) -> None:
     """Keep the lease of the batches in hand that wait long to be sent (a throttled
     rate, the priority hold), so the sweeper does not take them for a dead consumer's."""
     claims = rt.dispatcher.claims
-    while not stop.is_set():
-        await claims.renew_due()
-        await wait_or_stop(rt.clock, stop, claims.check_seconds)
+    await rt.every(stop, claims.check_seconds, claims.renew_due, log, "lease renewal failed")
 
 
 async def run_receipt_poller(rt: Runtime, stop: asyncio.Event) -> None:

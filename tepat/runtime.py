@@ -35,6 +35,7 @@ from tepat.services.sending.channel_sender import ChannelSender
 from tepat.services.sending.dispatcher import Dispatcher
 from tepat.services.sending.inbox_channel import InboxChannel
 from tepat.services.sending.lease import ClaimsInHand
+from tepat.services.sending.push_channel import PushChannel
 from tepat.services.sending.receipts import ReceiptPoller
 from tepat.services.sending.sweeper import Sweeper
 from tepat.services.templates import TemplateService
@@ -121,7 +122,6 @@ class Runtime:
     categories: Categories
     store: Store
     broker: Broker
-    push: PushProvider
     enqueuer: Enqueuer
     outbox: Outbox
     creator: Creator
@@ -135,7 +135,7 @@ class Runtime:
     @property
     def channels(self) -> list[str]:
         """Push and every channel whose provider is configured."""
-        return ["push", *self.dispatcher.channels.channels]
+        return self.dispatcher.channels.channels
 
     @property
     def queues(self) -> list[str]:
@@ -156,9 +156,7 @@ class Runtime:
         *,
         while_busy: bool = False,
     ) -> None:
-        """A process's job, one round every ``seconds`` on this runtime's clock until
-        ``stop`` (:func:`tepat.loops.repeat`); a round the store's outage failed is one
-        warning line, not a traceback."""
+        """:func:`tepat.loops.repeat` on this runtime's clock, the store's outage expected."""
         await repeat(
             self.clock,
             stop,
@@ -173,58 +171,56 @@ class Runtime:
     async def recover_at_start(self) -> None:
         """What a start owes the previous process's messages, before anything consumes.
 
-        The embedded broker: its queue, rebuilt from the store, and what it left
-        ``sending`` re-driven at once (:meth:`restore_embedded_queue`). A shared broker
-        (ActiveMQ): nothing; its queues outlived the process, and a message ``sending``
-        may be a live consumer's, so only the lease re-drives it (the sweeper).
+        The embedded broker keeps nothing: every pending message goes back onto the
+        outbox (keeping its instant) and is published again, batched. Nor does anyone else
+        own this store: what the previous process left ``sending`` is re-driven now, due
+        now, rather than a lease later (:class:`Sweeper`). A shared broker (ActiveMQ):
+        nothing; its queues outlived the process, and a message ``sending`` may be a live
+        consumer's, so only the lease re-drives it (the sweeper).
         """
         if not self.embedded_broker:
             return
-        batches = await self.restore_embedded_queue()
-        log.info("embedded queue restored from the store", batches=batches)
-
-    async def restore_embedded_queue(self) -> int:
-        """The embedded broker keeps nothing: every pending message goes back onto the
-        outbox (keeping its instant) and is published again, batched. Returns how many.
-
-        Nor does anyone else own this store: what the previous process left ``sending``
-        is re-driven now, due now, rather than a lease later (:class:`Sweeper`)."""
         await self.sweeper.redrive_left_sending()
         await self.store.republish_all_pending()
-        return await self.outbox.flush()
+        batches = await self.outbox.flush()
+        log.info("embedded queue restored from the store", batches=batches)
 
 
-def build_channel_sender(
+def build_dispatcher(
     settings: Settings,
     clock: Clock,
     store: Store,
     categories: Categories,
-    dispatcher: Dispatcher,
     outbox: Outbox,
-    retry: RetryPolicy,
+    push: PushProvider,
     inbox: InboxService,
-) -> ChannelSender:
-    """Every channel but push that this configuration can send on: the inbox always,
-    e-mail and SMS when their provider is configured, webhook deliveries always."""
-    channels: dict[str, Channel] = {"inbox": InboxChannel(inbox)}
+) -> Dispatcher:
+    """The send path over every channel this configuration can send on: push, the inbox
+    and webhook deliveries always, e-mail and SMS when their provider is configured."""
+    claims = ClaimsInHand(store, clock, timedelta(seconds=settings.sending_lease_seconds))
+    push_channel = PushChannel(push, store, clock, device_max_failures=settings.device_max_failures)
+    channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
     for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
         if channel is not None:
             channels[channel.name] = channel
     channels["webhook"] = build_webhook_channel(settings, clock, store)
     links = build_unsubscribe_links(settings, clock)
-    return ChannelSender(
+    sender = ChannelSender(
         store,
         categories,
         clock,
         channels,
-        retry=retry,
+        retry=RetryPolicy(
+            max_attempts=settings.max_attempts,
+            max_age=timedelta(seconds=settings.max_retry_age_seconds),
+        ),
         retry_for={"webhook": WEBHOOK_RETRY},
-        defer=dispatcher.defer,
         flush=outbox.flush_quietly,
         unsubscribe_url=None if links is None else links.url_for,
         require_verified=settings.require_verified_contacts,
-        unsendable=dispatcher.claims.unsendable,
+        may_send=claims.may_send,
     )
+    return Dispatcher(store, sender, claims, clock)
 
 
 @asynccontextmanager
@@ -252,30 +248,13 @@ async def open_runtime(
             outbox = Outbox(
                 store, enqueuer, categories, clock, publish_soon=timedelta(seconds=soon)
             )
-            lease = timedelta(seconds=settings.sending_lease_seconds)
-            retry = RetryPolicy(
-                max_attempts=settings.max_attempts,
-                max_age=timedelta(seconds=settings.max_retry_age_seconds),
-            )
             inbox = InboxService(
                 store,
                 clock,
                 categories,
                 InboxNotifier(settings.inbox_max_streams, settings.inbox_max_streams_per_user),
             )
-            dispatcher = Dispatcher(
-                store,
-                push,
-                outbox,
-                categories,
-                clock,
-                retry=retry,
-                device_max_failures=settings.device_max_failures,
-                claims=ClaimsInHand(store, clock, lease),
-            )
-            dispatcher.channels = build_channel_sender(
-                settings, clock, store, categories, dispatcher, outbox, retry, inbox
-            )
+            dispatcher = build_dispatcher(settings, clock, store, categories, outbox, push, inbox)
             rt = Runtime(
                 settings=settings,
                 inbox=inbox,
@@ -283,7 +262,6 @@ async def open_runtime(
                 categories=categories,
                 store=store,
                 broker=broker,
-                push=push,
                 enqueuer=enqueuer,
                 outbox=outbox,
                 creator=Creator(
@@ -306,7 +284,7 @@ async def open_runtime(
                     outbox,
                     clock,
                     grace=timedelta(seconds=settings.sweep_grace_seconds),
-                    lease=lease,
+                    lease=dispatcher.claims.lease,
                 ),
             )
             log.info(

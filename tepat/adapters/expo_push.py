@@ -40,7 +40,6 @@ from tepat.adapters.expo_outcomes import (
 )
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
-from tepat.domain.queues import PUSH
 from tepat.domain.validation import is_expo_push_token
 from tepat.ports.push import (
     GateClosed,
@@ -51,7 +50,6 @@ from tepat.ports.push import (
     ReceiptResult,
     Receipts,
     Rejected,
-    SendGate,
     SendResult,
     TicketError,
     TicketOk,
@@ -179,12 +177,6 @@ class ExpoPushProvider:
         # Wait for a connection slot here rather than in httpx's pool, whose wait counts
         # against the timeout and would turn a busy moment into spurious TryAgains.
         self._slots = asyncio.Semaphore(max_connections)
-        self._gate: SendGate | None = None
-
-    def set_send_gate(self, gate: SendGate) -> None:
-        """Asked after the rate limiter let a request go (it may have waited long, a
-        Retry-After included): the messages it refuses are not sent (:class:`GateClosed`)."""
-        self._gate = gate
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -234,10 +226,9 @@ class ExpoPushProvider:
 
         if to_send:
             await self.limiter.acquire(len(to_send))
-            if self._gate is not None:
-                closed = self._gate((batch[index].message_id for index, _ in to_send), PUSH)
-                if closed:
-                    raise GateClosed(closed)
+            closed = {batch[i].message_id for i, _ in to_send if not batch[i].still_sendable()}
+            if closed:
+                raise GateClosed(closed)
             # When it left, not when it was answered: a 429 for a request that left before
             # the rate came down is part of the episode that brought it down.
             sent_at = self.clock.now()

@@ -1,16 +1,12 @@
-"""The Channel port: hand rendered messages to one channel (inbox, email, SMS), typed outcomes.
+"""The Channel port: hand rendered messages to one channel (push, inbox, e-mail, SMS,
+webhooks), with typed outcomes.
 
-Push (Expo) keeps its own port (:mod:`tepat.ports.push`): a push message fans out to
-each of the user's active devices, is coalesced into requests of 100 across batches and
-gets a ticket and a receipt later, so its dispatch path is specialised
-(``tepat/services/sending/dispatcher.py``). Every other channel sends one message to one target, and
-goes through this port and the one shared path in ``tepat/services/sending/channel_sender.py``:
-claim (shared with push), the send-time checks, the target (the user's inbox, e-mail
-address or phone number, resolved and checked against suppressions at send time), the
-send, retries with backoff and the broker's dead-lettering (shared). Once answered,
-every channel's messages, push included, are recorded by one recorder
-(:mod:`tepat.services.sending.recording`) under one set of rules (:mod:`tepat.domain.outcomes`);
-a temporary failure is the one :class:`~tepat.ports.try_again.TryAgain` of both ports.
+Every channel goes through the one send path (``tepat/services/sending/channel_sender.py``):
+claim, the send-time checks, the target (resolved and checked against suppressions at
+send time), the send, and one recorder for the answers
+(:mod:`tepat.services.sending.recording`) under one set of rules
+(:mod:`tepat.domain.outcomes`). Push's fan-out to devices and its coalescing of requests
+across batches are its adapter's own (``tepat/services/sending/push_channel.py``).
 
 An adapter never raises for a provider-side problem: it returns what happened, one
 outcome per item, in order (docs/PRINCIPLES.md principle 4).
@@ -18,11 +14,11 @@ outcome per item, in order (docs/PRINCIPLES.md principle 4).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-from tepat.domain.models import Message
+from tepat.domain.models import Device, Message, Ticket
 from tepat.ports.try_again import TryAgain
 
 
@@ -33,7 +29,8 @@ class Outgoing:
     ``message`` carries the rendered parts pinned at creation: ``title`` (the e-mail
     subject, the inbox title), ``body`` (the text part, the SMS body) and
     ``message.content`` (``html``, ``link``: channel-specific parts). ``target`` is what
-    the channel addresses: a user id (inbox), an e-mail address, an E.164 number.
+    the channel addresses: a user id (inbox, push), an e-mail address, an E.164 number;
+    ``devices``, push's: the user's active devices the message goes to.
     ``unsubscribe_url`` is set for bulk categories on channels that offer one-click
     unsubscribe (RFC 8058), signed for this (user, category, channel).
     """
@@ -41,7 +38,7 @@ class Outgoing:
     message: Message
     target: str
     unsubscribe_url: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    devices: tuple[Device, ...] = ()
     # Asked by an adapter that waits before its request (its rate limiter, a Retry-After
     # pause), right before it: False once this process may no longer send the message
     # (its lease ran out meanwhile: tepat/services/sending/lease.py). It then answers
@@ -60,6 +57,8 @@ class Accepted:
     (provider callbacks move it to ``delivered`` or ``failed``)."""
 
     provider_id: str | None = None
+    # Push: one ticket per device that took it, kept once the answer is recorded.
+    tickets: tuple[Ticket, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +85,13 @@ ChannelOutcome = Delivered | Accepted | TryAgain | Refused
 
 
 class Channel(Protocol):
-    """One channel's adapter. ``name`` is the channel (``inbox``, ``email``, ``sms``)."""
+    """One channel's adapter. ``name`` is the channel (``push``, ``inbox``, ``email``, ...)."""
 
     name: str
-    max_batch: int  # items per send call
+
+    @property
+    def max_batch(self) -> int:
+        """Items per send call."""
 
     async def send(self, items: Sequence[Outgoing]) -> Sequence[ChannelOutcome | Withheld]:
         """One outcome per item, in order. Rate limits are the adapter's own; an adapter

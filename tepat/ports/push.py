@@ -7,7 +7,7 @@ temporary failure is :class:`~tepat.ports.try_again.TryAgain`, as on every chann
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +25,10 @@ class PushRequest:
     ttl_seconds: int | None = None
     priority: str = "high"
     sound: str | None = "default"
+    # Asked right before the request goes out, after every wait (a free connection, the
+    # rate limiter, a Retry-After pause), as a channel's ``Outgoing.still_sendable``:
+    # False once this process may no longer send it (its lease ran out meanwhile).
+    still_sendable: Callable[[], bool] = lambda: True
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +66,11 @@ class Rejected:
 
 SendResult = Tickets | TryAgain | Rejected
 
-# Which of these message ids must not be sent now, on this channel: a consumer's claims
-# whose lease ran out while they waited (tepat/services/sending/lease.py). Asked last,
-# after every wait (the rate limiter, a Retry-After pause), right before the request.
-SendGate = Callable[[Iterable[str], str], set[str]]
-
 
 class GateClosed(Exception):
-    """Raised by a provider instead of sending: its send gate refused ``message_ids``.
-    Nothing of the request went out; the caller sends the others again without them."""
+    """Raised by a provider instead of sending: the ``still_sendable`` of ``message_ids``
+    said no. Nothing of the request went out; the caller sends the others again without
+    them."""
 
     def __init__(self, message_ids: set[str]) -> None:
         super().__init__(f"{len(message_ids)} messages may no longer be sent")

@@ -6,6 +6,7 @@ Today that is Expo, against the Expo sandbox over real HTTP; a second provider j
 * ``max_batch`` and ``max_receipt_batch`` at least 1, and a rate share it can take;
 * one ticket per request, in order; a refused notification spoils no neighbour;
 * a provider that cannot be reached is an answer (``TryAgain``, not sent), never an error;
+* a request whose ``still_sendable`` says no is not sent: ``GateClosed`` names it;
 * receipts for tickets that are ready, absent for the others (and for unknown ids).
 """
 
@@ -13,13 +14,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.clock import FakeClock
-from tepat.ports.push import PushProvider, PushRequest, Receipts, TicketError, TicketOk, Tickets
+from tepat.ports.push import (
+    GateClosed,
+    PushProvider,
+    PushRequest,
+    Receipts,
+    TicketError,
+    TicketOk,
+    Tickets,
+)
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import running_sandbox
@@ -104,6 +113,15 @@ async def test_an_unreachable_provider_is_an_answer_not_an_error(subject: Subjec
     # Nothing reached the provider: sending again cannot duplicate anything.
     assert not result.maybe_sent
     assert result.reason
+
+
+async def test_a_request_no_longer_sendable_is_not_sent(subject: Subject) -> None:
+    lapsed = replace(subject.live(2), still_sendable=lambda: False)
+    with pytest.raises(GateClosed) as closed:
+        await subject.provider.send([subject.live(1), lapsed])
+    assert closed.value.message_ids == {lapsed.message_id}
+    # Nothing of the request went out: the others are sent again without it.
+    assert [type(t) for t in tickets(await subject.provider.send([subject.live(1)]))] == [TicketOk]
 
 
 async def test_receipts_of_ready_tickets_and_none_for_the_others(subject: Subject) -> None:

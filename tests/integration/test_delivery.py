@@ -13,6 +13,8 @@ from structlog.testing import capture_logs
 from tepat.domain.models import Message, MessageStatus, User
 from tepat.metrics import REGISTRY
 from tepat.ports.push import PushProvider, PushRequest, ReceiptResult, SendResult
+from tepat.runtime import Runtime
+from tepat.services.sending.push_channel import PushBatcher, PushChannel
 from tests.support.pipeline import pipeline
 from tests.support.waiting import drive, eventually, stays_false
 
@@ -245,6 +247,12 @@ async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path
         assert dead.attempts == 1
 
 
+def push_batcher(rt: Runtime) -> PushBatcher:
+    push = rt.dispatcher.channels._channels["push"]
+    assert isinstance(push, PushChannel)
+    return push.batcher
+
+
 class _GatedPush:
     """Wraps the real Expo client; holds every send until the gate opens."""
 
@@ -275,7 +283,7 @@ async def test_consumer_killed_mid_batch_loses_nothing_and_sends_once(tmp_path: 
             _, d = await p.add_user(f"k{i:03d}", reminders=[("r", "meal", time(9, 0))])
             tokens.append(d.push_token)
         await _plan_day(p)
-        batcher = p.rt.dispatcher._batcher  # every send goes through it
+        batcher = push_batcher(p.rt)  # every send goes through it
         real = batcher._push
         gate = asyncio.Event()
         gated = _GatedPush(real, gate)
@@ -362,14 +370,14 @@ async def test_answer_arriving_after_the_lease_ran_out_is_recorded_and_not_sent_
     async with pipeline(tmp_path, start=START, consumer=False, sending_lease_seconds=60) as p:
         _, device = await p.add_user("lea", reminders=[("r", "meal", time(9, 0))])
         await _plan_day(p)
-        batcher = p.rt.dispatcher._batcher
+        batcher = push_batcher(p.rt)
         gate = asyncio.Event()
         gated = _GatedPush(batcher._push, gate)
         batcher._push = gated
         p.clock.set(NINE)
         [m] = await p.messages("lea")
         claimed = await p.rt.store.claim([m.id], p.clock.now())  # consumer A
-        sending = asyncio.create_task(p.rt.dispatcher.process_claimed(claimed))
+        sending = asyncio.create_task(p.rt.dispatcher.channels.process(claimed))
         await eventually(lambda: gated.waiting >= 1, what="the request in flight")
         p.clock.set(NINE + timedelta(seconds=61))
         assert await p.rt.sweeper.sweep_once() == 1  # lease ran out: back to pending

@@ -89,7 +89,6 @@ def sender(rt: Runtime, email: SmtpEmailChannel) -> ChannelSender:
         rt.clock,
         {"email": email},
         retry=RetryPolicy(base_seconds=1, cap_seconds=60),
-        defer=nothing,
         flush=nothing,
         unsubscribe_url=links.url_for,
     )
@@ -121,9 +120,7 @@ async def run(rt: Runtime, sender: ChannelSender, *messages: Message) -> None:
         [m for m in messages if await rt.store.get_message(m.id) is None]
     )
     claimed = await rt.store.claim(ids, rt.clock.now())
-    users = await rt.store.get_users([m.user_id for m in claimed])
-    prefs = await rt.store.preferences_for_users(list(users))
-    await sender.process(claimed, users, prefs)
+    await sender.process(claimed)
 
 
 async def state(rt: Runtime, m: Message) -> tuple[MessageStatus, str | None]:

@@ -161,7 +161,7 @@ class System:
             )
         )
         # Retry jitter from a seeded generator: the same example replays the same way.
-        self.rt.dispatcher.recorder.seed(random.Random(0))
+        self.rt.dispatcher.channels.recorder.seed(random.Random(0))
         await self._install_channels()
         app = create_app(self.rt, ADMIN_KEY)
         self.http = await self._stack.enter_async_context(
@@ -216,7 +216,7 @@ class System:
         otherwise go out later, from the next consumer, as no dead process does)."""
         if self._consumer is not None and not self._consumer.done():
             self._consumer.cancel()
-        self.rt.dispatcher.abandon_sends()
+        self.rt.dispatcher.channels.abandon()
 
     def _taint(self, ids: Sequence[str], taint: Taint) -> None:
         for i in ids:

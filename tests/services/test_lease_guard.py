@@ -23,8 +23,8 @@ from tepat.ports.push import PushRequest, SendResult, TicketOk, Tickets
 from tepat.runtime import open_runtime
 from tepat.sandbox.server import running_sandbox
 from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, TwilioSandbox
-from tepat.services.sending.lease import ClaimsInHand, LeaseLapsed, may_still_send
-from tepat.services.sending.push_batcher import PushBatcher
+from tepat.services.sending.lease import ClaimsInHand, may_still_send
+from tepat.services.sending.push_channel import PushBatcher
 from tests.api.conftest import START, make_settings
 from tests.support.fake_push import FakePush
 from tests.support.messages import make_message
@@ -79,7 +79,8 @@ async def test_a_claim_whose_renewals_fail_becomes_unsendable_before_its_lease_e
         assert claims.lapsed(["a", "b", "c", "elsewhere"]) == set()
         clock.set(T0 + timedelta(seconds=46))
         before = lapsed_count()
-        assert claims.unsendable(["a", "c", "elsewhere"], "push") == {"a", "c"}
+        sendable = {i: claims.may_send(i, "push") for i in ("a", "c", "elsewhere")}
+        assert sendable == {"a": False, "c": False, "elsewhere": True}
         assert lapsed_count() - before == 2
 
 
@@ -128,16 +129,22 @@ class Blocking(FakePush):
         return await super().send(batch)
 
 
-def req(message_id: str) -> PushRequest:
-    return PushRequest(message_id, f"ExponentPushToken[{message_id}]", "t", "b", {}, "meal")
-
-
 async def test_a_request_whose_lease_ran_out_waiting_for_a_connection_is_not_sent() -> None:
     clock = FakeClock(T0)
     claims = ClaimsInHand(StuckStore(fail=True), clock, LEASE)
     push = Blocking()
     push.max_batch = 1
-    batcher = PushBatcher(push, clock, concurrency=1, unsendable=claims.unsendable)
+    batcher = PushBatcher(push, clock, concurrency=1)
+
+    def req(message_id: str) -> PushRequest:
+        return PushRequest(
+            message_id,
+            f"ExponentPushToken[{message_id}]",
+            "t",
+            "b",
+            still_sendable=lambda: claims.may_send(message_id, "push"),
+        )
+
     with claims.held([msg("old")]):
         first = batcher.submit([req("first")])
         await push.started.wait()
@@ -148,7 +155,7 @@ async def test_a_request_whose_lease_ran_out_waiting_for_a_connection_is_not_sen
             push.release.set()
             outcomes = await asyncio.gather(*first, *waiting)
     assert isinstance(outcomes[0], TicketOk)
-    assert outcomes[1] == LeaseLapsed()
+    assert outcomes[1] == Withheld()
     assert isinstance(outcomes[2], TicketOk)
     sent = [r.message_id for b in push.batches for r in b]
     assert sent == ["first", "fresh"]
@@ -179,11 +186,9 @@ async def test_an_inbox_message_whose_lease_ran_out_waiting_is_left_to_the_sweep
 
         async def deliver() -> None:
             claimed = await rt.store.claim([m.id], clock.now())
-            users = await rt.store.get_users(["ana"])
-            prefs = await rt.store.preferences_for_users(["ana"])
             with rt.dispatcher.claims.held(claimed):
                 clock.advance(timedelta(seconds=46))  # it waited; its renewals failed
-                await rt.dispatcher.channels.process(claimed, users, prefs)
+                await rt.dispatcher.channels.process(claimed)
 
         await deliver()
         got = await rt.store.get_message(m.id)
@@ -196,9 +201,8 @@ async def test_an_inbox_message_whose_lease_ran_out_waiting_is_left_to_the_sweep
         clock.advance(timedelta(seconds=15))
         assert await rt.sweeper.sweep_once() == 1
         claimed = await rt.store.claim([m.id], clock.now())
-        users = await rt.store.get_users(["ana"])
         with rt.dispatcher.claims.held(claimed):
-            await rt.dispatcher.channels.process(claimed, users, {})
+            await rt.dispatcher.channels.process(claimed)
         got = await rt.store.get_message(m.id)
         assert got is not None and got.status is MessageStatus.DELIVERED
         assert await rt.inbox.unread_count("ana") == 1
@@ -227,7 +231,7 @@ async def test_an_sms_whose_lease_ran_out_in_the_adapters_rate_limiter_is_not_se
                 return Outgoing(
                     m,
                     f"+44791112340{i}",
-                    still_sendable=lambda: not claims.unsendable([m.id], "sms"),
+                    still_sendable=lambda: claims.may_send(m.id, "sms"),
                 )
 
             with claims.held([msg("sms-1"), msg("sms-2")]):

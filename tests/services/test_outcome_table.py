@@ -35,7 +35,7 @@ from tepat.ports.push import (
 from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime, open_runtime
 from tepat.services.sending.channel_sender import ChannelSender
-from tepat.services.sending.dispatcher import Dispatcher
+from tepat.services.sending.push_channel import PushChannel
 from tests.api.conftest import START, make_settings
 from tests.support.fake_push import FakePush
 
@@ -205,22 +205,22 @@ def message(channel: str, row: Row, now: datetime) -> Message:
     return dataclasses.replace(m, slot_key=slot_key_for(m))
 
 
-def dispatcher(rt: Runtime) -> tuple[Dispatcher, list[Any]]:
+def dispatcher(rt: Runtime) -> tuple[ChannelSender, list[Any]]:
     """The send path with one scripted provider per channel, all answering alike."""
     push = ScriptedPush()
-    channels = {name: ScriptedChannel(name, push) for name in CHANNELS if name != "push"}
-    d = Dispatcher(rt.store, push, rt.outbox, rt.categories, rt.clock, retry=RETRY, rng=Top())
-    d.channels = ChannelSender(
+    channels: dict[str, Any] = {
+        name: ScriptedChannel(name, push) for name in CHANNELS if name != "push"
+    }
+    sender = ChannelSender(
         rt.store,
         rt.categories,
         rt.clock,
-        channels,
+        {"push": PushChannel(push, rt.store, rt.clock), **channels},
         retry=RETRY,
-        defer=d.defer,
         flush=rt.outbox.flush_quietly,
         rng=Top(),
     )
-    return d, [push, *channels.values()]
+    return sender, [push, *channels.values()]
 
 
 async def send_once(
@@ -242,9 +242,9 @@ async def send_once(
 
     if isinstance(row.answer, Crash):
         with pytest.raises(Crash):
-            await d.process_claimed(claimed)
+            await d.process(claimed)
     else:
-        await d.process_claimed(claimed)
+        await d.process(claimed)
     return m, providers
 
 

@@ -1,11 +1,11 @@
-"""A push message is one answer, whatever its devices said (consumers/dispatcher.py answer_of)."""
+"""A push message is one answer, whatever its devices said (push_channel.py answer_of)."""
 
 from __future__ import annotations
 
 from tepat.ports.channel import Accepted, Refused
 from tepat.ports.push import Rejected, TicketError, TicketOk
 from tepat.ports.try_again import TryAgain
-from tepat.services.sending.dispatcher import answer_of
+from tepat.services.sending.push_channel import answer_of
 
 GONE = TicketError("DeviceNotRegistered", "gone", permanent=True, deactivate_device=True)
 BUSY = TicketError("MessageRateExceeded", "slow down", permanent=False, retry_after=30.0)

@@ -7,7 +7,7 @@ import asyncio
 from tepat.clock import FakeClock
 from tepat.ports.push import PushRequest, TicketOk
 from tepat.ports.try_again import TryAgain
-from tepat.services.sending.push_batcher import PushBatcher
+from tepat.services.sending.push_channel import PushBatcher
 from tests.support.fake_push import FakePush
 
 

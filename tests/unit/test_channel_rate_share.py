@@ -36,7 +36,6 @@ async def test_a_share_of_the_rate_reaches_the_email_and_sms_buckets() -> None:
         clock,
         {"sms": sms, "email": email},
         retry=RetryPolicy(),
-        defer=lambda m, until: _nothing(),
         flush=_nothing,
     )
     sender.set_rate_share(0.5)

@@ -1,15 +1,15 @@
-"""Send claimed messages of every channel but push: the one shared path for inbox, email,
-SMS and webhook deliveries (tepat/ports/channel.py).
+"""Send claimed messages: the one send path of every channel (tepat/ports/channel.py).
 
-The dispatcher claims (the same atomic ``pending -> sending`` for every channel) and
-hands the non-push messages here. Per message: **decide** with the push path's rules
-(``tepat/domain/sendcheck.py``; webhook deliveries skip them: they belong to an app, not
-a user); resolve the **target** now (a contact changed or suppressed since the message
-was created wins); **send** through the channel's adapter in chunks of its
-``max_batch``, but not the messages whose lease ran out while they waited (asked per
-chunk, and by an adapter after its own waits: ``still_sendable``); those are left
-``sending`` for the sweeper; **record** each chunk's answers through the one
-recorder push uses too (:mod:`tepat.services.sending.recording`).
+The dispatcher claims (``pending -> sending``, atomic) and hands the claimed messages
+here. Per message: **decide** against the current state (``tepat/domain/sendcheck.py``,
+docs/PRINCIPLES.md §1 principle 3; webhook deliveries skip it: they belong to an app,
+not a user); resolve the **target** now (a contact changed or suppressed since the
+message was created wins; push's: the user's active devices); **send** through the
+channel's adapter in chunks of its ``max_batch``, each adapter asking an item's
+``still_sendable`` right before its request (a message whose lease ran out while it
+waited is left ``sending`` for the sweeper); **record** each chunk's answers through the
+one recorder (:mod:`tepat.services.sending.recording`). What is not sent (skipped,
+missed, deferred, superseded) is recorded while the requests are out.
 """
 
 from __future__ import annotations
@@ -17,25 +17,30 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
+from typing import Protocol
 
 import structlog
 
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.categories import Categories, QuietPolicy
-from tepat.domain.models import Message, MessageStatus, User
-from tepat.domain.preferences import allowed
-from tepat.domain.queues import CRITICAL, WEBHOOK
+from tepat.domain.models import Device, Message, MessageStatus, Reminder, SkipReason, User
+from tepat.domain.planning import intended_on
+from tepat.domain.queues import CRITICAL, PUSH, WEBHOOK
 from tepat.domain.retry import RetryPolicy
-from tepat.domain.sendcheck import Defer, Missed, Send, Skip, Supersede, decide
+from tepat.domain.sendcheck import Decision, Defer, Missed, Send, Skip, Supersede, decide
 from tepat.ports.channel import Channel, Outgoing, Refused, Withheld
-from tepat.ports.push import SendGate
+from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.repositories.preferences import PreferenceRepository
+from tepat.ports.repositories.reminders import ReminderRepository
+from tepat.ports.repositories.users import UserRepository
 from tepat.ports.try_again import TryAgain
-from tepat.services.sending.recording import Answer, OutcomeRecorder
-from tepat.services.sending.records import ChannelSendRecords
+from tepat.services.sending.lease import SendGate
+from tepat.services.sending.recording import Answer, OutcomeRecorder, OutcomeRecords
 from tepat.services.targets import SKIP_REASONS, resolve_targets
 
 log = structlog.get_logger("tepat.channels")
@@ -46,7 +51,7 @@ CHANNEL_UNAVAILABLE = "channel_unavailable"
 
 # Builds the one-click unsubscribe URL of a (user, category, channel); None: no link.
 UnsubscribeUrl = Callable[[str, str, str], str]
-Defer_ = Callable[[Message, datetime], Awaitable[None]]
+BeforeSend = Callable[[], Awaitable[None]]
 
 
 async def gather_all(*aws: Awaitable[None]) -> None:
@@ -62,34 +67,57 @@ async def gather_all(*aws: Awaitable[None]) -> None:
             raise result
 
 
+class SendRecords(
+    OutcomeRecords,
+    UserRepository,
+    DeviceRepository,
+    ReminderRepository,
+    PreferenceRepository,
+    Protocol,
+):
+    """What is checked before a send (the user, their devices, reminders and preferences),
+    the contacts targets are resolved from, and what is recorded."""
+
+
+@dataclass(frozen=True)
+class Recipients:
+    users: dict[str, User]
+    prefs: dict[str, dict[str, bool]]
+    devices: dict[str, list[Device]]
+    reminders: dict[str, list[Reminder]]
+
+
+@dataclass
+class _Unsent:
+    closed: list[StatusChange]
+    deferred: list[tuple[Message, datetime]]
+    superseded: list[tuple[Message, Message | None]]
+
+
 class ChannelSender:
     def __init__(
         self,
-        store: ChannelSendRecords,
+        store: SendRecords,
         categories: Categories,
         clock: Clock,
         channels: Mapping[str, Channel],
         *,
         retry: RetryPolicy,
         retry_for: Mapping[str, RetryPolicy] | None = None,
-        defer: Defer_,
         flush: Callable[[], Awaitable[None]],
         unsubscribe_url: UnsubscribeUrl | None = None,
         require_verified: bool = False,
         rng: random.Random | None = None,
-        recorder: OutcomeRecorder | None = None,
-        unsendable: SendGate | None = None,
+        may_send: SendGate = lambda message_id, channel: True,
     ) -> None:
         self._store = store
-        self._unsendable = unsendable
+        self._may_send = may_send
         self._categories = categories
         self._clock = clock
         self._channels = dict(channels)
-        # What the providers answered is recorded as for push: one recorder, one order.
-        self.recorder = recorder or OutcomeRecorder(
+        self.recorder = OutcomeRecorder(
             store, categories, clock, retry=retry, retry_for=retry_for, flush=flush, rng=rng
         )
-        self._defer = defer
         self._flush = flush
         self._unsubscribe_url = unsubscribe_url
         self._require_verified = require_verified
@@ -100,11 +128,18 @@ class ChannelSender:
 
     def set_rate_share(self, share: float) -> None:
         """Each provider's configured rate is the deployment's: a process sends its share
-        (the channels whose adapter has a rate: e-mail, SMS)."""
+        (the channels whose adapter has a rate: push, e-mail, SMS)."""
         for channel in self._channels.values():
             set_share = getattr(channel, "set_rate_share", None)
             if set_share is not None:
                 set_share(share)
+
+    def abandon(self) -> None:
+        """A hard stop: send nothing more (an adapter that holds requests drops them)."""
+        for channel in self._channels.values():
+            abandon = getattr(channel, "abandon", None)
+            if abandon is not None:
+                abandon()
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -113,19 +148,35 @@ class ChannelSender:
             except Exception:
                 log.exception("closing a channel failed", channel=channel.name)
 
+    async def recipients(self, user_ids: list[str]) -> Recipients:
+        """Users, preferences, active devices and reminders of ``user_ids``: the four
+        reads are issued together (one trip through the store's queue)."""
+        users, prefs, devices, reminders = await asyncio.gather(
+            self._store.get_users(user_ids),
+            self._store.preferences_for_users(user_ids),
+            self._store.active_devices(user_ids),
+            self._store.reminders_for_users(user_ids),
+        )
+        return Recipients(users, prefs, devices, reminders)
+
     async def process(
         self,
         claimed: Sequence[Message],
-        users: Mapping[str, User],
-        prefs: Mapping[str, Mapping[str, bool]],
-        before_send: Callable[[], Awaitable[None]] | None = None,
+        recipients: Recipients | None = None,
+        before_send: BeforeSend | None = None,
     ) -> None:
+        """Decide, send and record ``claimed``; ``recipients`` read ahead (covering every
+        claimed message's user) saves the read. Each channel goes its own way (its own
+        provider and limits); ``before_send`` (the consumer's order between batches) is
+        awaited before each channel's requests go out."""
+        if recipients is None:
+            recipients = await self.recipients(sorted({m.user_id for m in claimed}))
         by_channel: dict[str, list[Message]] = {}
         for m in claimed:
             by_channel.setdefault(m.channel, []).append(m)
         await gather_all(
             *(
-                self._process_channel(channel, ms, users, prefs, before_send)
+                self._process_channel(channel, ms, recipients, before_send)
                 for channel, ms in by_channel.items()
             )
         )
@@ -134,105 +185,110 @@ class ChannelSender:
         self,
         channel: str,
         claimed: list[Message],
-        users: Mapping[str, User],
-        prefs: Mapping[str, Mapping[str, bool]],
-        before_send: Callable[[], Awaitable[None]] | None,
+        r: Recipients,
+        before_send: BeforeSend | None,
     ) -> None:
         now = self._clock.now()
         adapter = self._channels.get(channel)
-        closed: list[StatusChange] = []
-        deferred: list[tuple[Message, datetime]] = []
+        unsent = _Unsent([], [], [])
         sendable: list[Message] = []
         for m in claimed:
             if adapter is None:
                 # Routed to a queue whose channel this process cannot send on (a
                 # configuration changed under it): said plainly rather than retried forever.
-                closed.append(StatusChange(m.id, MessageStatus.FAILED, CHANNEL_UNAVAILABLE))
+                unsent.closed.append(StatusChange(m.id, MessageStatus.FAILED, CHANNEL_UNAVAILABLE))
                 continue
             if channel == WEBHOOK:
                 sendable.append(m)
                 continue
-            match self._decide(m, users.get(m.user_id), prefs.get(m.user_id, {}), now):
+            match self._decide(m, r, now):
                 case Send():
                     sendable.append(m)
                 case Skip(reason):
-                    closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=reason.value))
+                    unsent.closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason.value))
                 case Missed(late):
-                    closed.append(StatusChange(m.id, MessageStatus.MISSED, f"late by {late:.0f}s"))
-                case Defer(until):
-                    deferred.append((m, until))
-                case Supersede(_):  # only reminder messages are superseded; none come here
-                    closed.append(StatusChange(m.id, MessageStatus.SKIPPED, "superseded"))
-        outgoing: list[Outgoing] = []
-        if sendable and adapter is not None:
-            targets = await self._targets(channel, sendable)
-            for m in sendable:
-                target = targets.get(m.id)
-                if target is None or target.startswith("skip:"):
-                    why = (target or "skip:no_contact").removeprefix("skip:")
-                    closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=why))
-                else:
-                    outgoing.append(
-                        Outgoing(
-                            m,
-                            target,
-                            self._unsubscribe_for(m),
-                            still_sendable=self._gate_for(m.id, channel),
-                        )
+                    unsent.closed.append(
+                        StatusChange(m.id, MessageStatus.MISSED, f"late by {late:.0f}s")
                     )
-        await self._store.transition_many(closed, now, expect=[MessageStatus.SENDING])
-        for m, until in deferred:
-            await self._defer(m, until)
-        if deferred:
-            await self._flush()
-        if not outgoing or adapter is None:
-            return
-        if before_send is not None:
-            await before_send()
-        size = max(1, adapter.max_batch)
-        for start in range(0, len(outgoing), size):
-            chunk = outgoing[start : start + size]
-            if self._unsendable is not None:
-                # Asked per chunk: the ones before it took their time at the provider.
-                lapsed = self._unsendable((o.message.id for o in chunk), channel)
-                chunk = [o for o in chunk if o.message.id not in lapsed]
-                if not chunk:
-                    continue
-            outcomes = await adapter.send(chunk)
-            if len(outcomes) != len(chunk):
-                raise RuntimeError(
-                    f"{channel} adapter answered {len(outcomes)} outcomes for {len(chunk)} items"
-                )
-            answers = []
-            for item, outcome in zip(chunk, outcomes, strict=True):
-                if isinstance(outcome, Withheld):
-                    continue  # left sending for the sweeper, counted by the gate
-                if isinstance(outcome, Refused | TryAgain):
-                    metrics.count_provider_error(channel, outcome)
-                answers.append(Answer(item.message, outcome, item.target))
-            await self.recorder.record(channel, answers)
+                case Defer(until):
+                    unsent.deferred.append((m, until))
+                case Supersede(replacement):
+                    unsent.superseded.append((m, replacement))
+        outgoing = await self._outgoing(channel, sendable, r, unsent.closed)
+        # What is not sent is recorded while the requests wait for their turn and go out.
+        closing = asyncio.ensure_future(self._close_unsent(unsent, r, now))
+        try:
+            if outgoing and adapter is not None:
+                if before_send is not None:
+                    await before_send()
+                await self._send(adapter, outgoing)
+        finally:
+            await closing
 
-    def _gate_for(self, message_id: str, channel: str) -> Callable[[], bool]:
-        """The adapter's last check before its request, after its own waits."""
-        unsendable = self._unsendable
-        if unsendable is None:
-            return lambda: True
-        return lambda: not unsendable((message_id,), channel)
-
-    def _decide(
-        self, m: Message, user: User | None, prefs: Mapping[str, bool], now: datetime
-    ) -> object:
+    def _decide(self, m: Message, r: Recipients, now: datetime) -> Decision:
         policy = self._categories.get(m.category)
         if m.priority == CRITICAL:
-            # OTPs and safety alerts are never held by quiet hours.
+            # OTPs and safety alerts are never held by quiet hours: a critical event's
+            # message was placed ignoring them, and it is sent through them on every channel.
             policy = replace(policy, quiet_hours=QuietPolicy.BYPASS)
-        # decide() reads the category's switch; the (category, channel) one is the answer.
-        switch = {m.category: allowed(prefs, m.category, m.channel)}
-        return decide(m, user, None, switch, 1, policy, now)
+        reminder = _reminder_of(m, r)
+        # A target other than push's is resolved once the message is to be sent.
+        targets = len(_devices_of(m, r)) if m.channel == PUSH else 1
+        user = r.users.get(m.user_id)
+        return decide(m, user, reminder, r.prefs.get(m.user_id, {}), targets, policy, now)
+
+    async def _outgoing(
+        self, channel: str, sendable: list[Message], r: Recipients, closed: list[StatusChange]
+    ) -> list[Outgoing]:
+        """What goes out of ``sendable``; a message without a target now goes to
+        ``closed``, skipped with the reason."""
+        if not sendable:
+            return []
+        targets = await self._targets(channel, sendable)
+        outgoing: list[Outgoing] = []
+        for m in sendable:
+            target = targets.get(m.id)
+            if target is None or target.startswith("skip:"):
+                why = (target or "skip:no_contact").removeprefix("skip:")
+                closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=why))
+                continue
+            devices = tuple(_devices_of(m, r)) if channel == PUSH else ()
+            # The adapter's last check before its request, after its own waits.
+            gate = partial(self._may_send, m.id, channel)
+            outgoing.append(Outgoing(m, target, self._unsubscribe_for(m), devices, gate))
+        return outgoing
+
+    async def _send(self, adapter: Channel, outgoing: list[Outgoing]) -> None:
+        size = max(1, adapter.max_batch)
+        chunks = [outgoing[start : start + size] for start in range(0, len(outgoing), size)]
+        if adapter.name == PUSH:
+            # Together: push's adapter bounds the requests in flight and coalesces them
+            # with every other batch's; each chunk is recorded as soon as it is answered.
+            await gather_all(*(self._send_chunk(adapter, chunk) for chunk in chunks))
+            return
+        for chunk in chunks:
+            await self._send_chunk(adapter, chunk)
+
+    async def _send_chunk(self, adapter: Channel, chunk: list[Outgoing]) -> None:
+        channel = adapter.name
+        outcomes = await adapter.send(chunk)
+        if len(outcomes) != len(chunk):
+            raise RuntimeError(
+                f"{channel} adapter answered {len(outcomes)} outcomes for {len(chunk)} items"
+            )
+        answers = []
+        for item, outcome in zip(chunk, outcomes, strict=True):
+            if isinstance(outcome, Withheld):
+                continue  # left sending for the sweeper, counted by the gate
+            # Push counts its errors where they arise: per device, per whole request.
+            if isinstance(outcome, Refused | TryAgain) and channel != PUSH:
+                metrics.count_provider_error(channel, outcome)
+            answers.append(Answer(item.message, outcome, item.target))
+        await self.recorder.record(channel, answers)
 
     async def _targets(self, channel: str, messages: list[Message]) -> dict[str, str]:
         """Each message's target, or ``skip:<reason>``."""
-        if channel == INBOX:
+        if channel in (INBOX, PUSH):
             return {m.id: m.user_id for m in messages}
         if channel == WEBHOOK:
             return {m.id: str(m.content.get("subscription_id", "")) for m in messages}
@@ -247,6 +303,87 @@ class ChannelSender:
         }
 
     def _unsubscribe_for(self, m: Message) -> str | None:
-        if self._unsubscribe_url is None or m.priority == CRITICAL or m.channel == WEBHOOK:
+        if self._unsubscribe_url is None or m.priority == CRITICAL or m.channel in (WEBHOOK, PUSH):
             return None
         return self._unsubscribe_url(m.user_id, m.category, m.channel)
+
+    async def _close_unsent(self, unsent: _Unsent, r: Recipients, now: datetime) -> None:
+        await self._store.transition_many(unsent.closed, now, expect=[MessageStatus.SENDING])
+        for m, until in unsent.deferred:
+            await self._defer(m, until)
+        if unsent.deferred:
+            await self._flush()
+        if unsent.superseded:
+            await self._supersede(unsent.superseded, r)
+
+    async def _supersede(
+        self, superseded: list[tuple[Message, Message | None]], r: Recipients
+    ) -> None:
+        """Close messages their reminder no longer intends, and plan what it intends now.
+
+        The live key is released in the same write, so the replacement (what the
+        reminder intends for the same local date, if it is still ahead) can take
+        it: a re-plan that could not cancel a claimed message loses nothing.
+        """
+        now = self._clock.now()
+        replacements: list[Message] = []
+        for m, replacement in superseded:
+            closed = await self._store.transition(
+                m.id,
+                MessageStatus.SKIPPED,
+                now,
+                expect=[MessageStatus.SENDING],
+                reason=SkipReason.SUPERSEDED.value,
+                release_live_key=True,
+            )
+            reminder = _reminder_of(m, r)
+            user = r.users.get(m.user_id)
+            if not closed or replacement is None or reminder is None or user is None:
+                continue
+            if replacement.local_date is None:
+                continue
+            # Planned again under the reminder's own category policy (it may have moved).
+            fresh = intended_on(user, reminder, self._categories, replacement.local_date, now)
+            if fresh is not None:
+                replacements.append(fresh)
+        if replacements:
+            await self._store.insert_messages(replacements)
+            await self._flush()
+
+    async def _defer(self, m: Message, until: datetime) -> None:
+        """Back to ``pending`` at the end of quiet hours (the outbox publishes it).
+
+        The nominal instant, and so the pending slot, stays: deferring several
+        messages to one end of quiet hours collides with nothing. Should the store
+        still refuse, the message ends ``failed`` with the reason, never left in
+        ``sending`` for the sweeper to re-drive into the same refusal.
+        """
+        now = self._clock.now()
+        error = "the store refused the deferral"
+        try:
+            if await self._store.transition(
+                m.id,
+                MessageStatus.PENDING,
+                now,
+                expect=[MessageStatus.SENDING],
+                reason="deferred:quiet_hours",
+                scheduled_at=until,
+                due_at=until,
+            ):
+                return
+        except Exception as e:
+            log.exception("deferral refused by the store", message_id=m.id)
+            error = f"{type(e).__name__}: {e}"
+        failed = StatusChange(m.id, MessageStatus.FAILED, "deferral_failed", last_error=error)
+        await self._store.transition_many([failed], now, expect=[MessageStatus.SENDING])
+
+
+def _devices_of(m: Message, r: Recipients) -> list[Device]:
+    """Push's targets: the user's active devices, or the one the message names."""
+    devices = r.devices.get(m.user_id, [])
+    return [d for d in devices if m.device_id is None or d.device_id == m.device_id]
+
+
+def _reminder_of(m: Message, r: Recipients) -> Reminder | None:
+    reminders = r.reminders.get(m.user_id, []) if m.reminder_id is not None else []
+    return next((x for x in reminders if x.reminder_id == m.reminder_id), None)

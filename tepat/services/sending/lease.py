@@ -13,14 +13,14 @@ Renewing can fail or get stuck (an overloaded store): then the lease runs out wh
 the batch is in hand, the sweeper re-drives it, and a send from here would be a
 second copy outside the duplicate window. So a claim is sent only while its lease,
 as this process knows it, has a safety margin left (:func:`may_still_send`,
-:meth:`ClaimsInHand.unsendable`, asked right before the provider request); what
+:meth:`ClaimsInHand.may_send`, asked right before the provider request); what
 is past it is left ``sending`` for the sweeper, whose re-drive is then the only copy.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -49,9 +49,8 @@ def may_still_send(since: datetime, lease: timedelta, now: datetime) -> bool:
     return now - since < lease * (1 - SEND_MARGIN)
 
 
-@dataclass(frozen=True)
-class LeaseLapsed:
-    """A request not sent: its message's lease ran out while it waited (left ``sending``)."""
+# Whether a message may still be sent now, on this channel (ClaimsInHand.may_send).
+SendGate = Callable[[str, str], bool]
 
 
 class ClaimRenewals(Protocol):
@@ -105,20 +104,20 @@ class ClaimsInHand:
             if i in wanted
         }
 
-    def unsendable(self, message_ids: Iterable[str], channel: str) -> set[str]:
-        """Those of ``message_ids`` not to send, their lease perhaps no longer this
-        process's (:meth:`lapsed`), counted and logged: they are left ``sending`` and the
-        sweeper re-drives them, the only copy. Asked right before the provider request."""
-        lapsed = self.lapsed(message_ids)
-        if lapsed:
-            metrics.LEASE_LAPSED_UNSENT.labels(channel).inc(len(lapsed))
-            log.warning(
-                "not sending messages whose lease ran out in hand; the sweeper re-drives them",
-                channel=channel,
-                messages=len(lapsed),
-                lease_seconds=self.lease.total_seconds(),
-            )
-        return lapsed
+    def may_send(self, message_id: str, channel: str) -> bool:
+        """Asked right before the provider request. No when its lease may no longer be
+        this process's (:meth:`lapsed`), counted and logged: it is left ``sending`` and the
+        sweeper re-drives it, the only copy."""
+        if not self.lapsed([message_id]):
+            return True
+        metrics.LEASE_LAPSED_UNSENT.labels(channel).inc()
+        log.warning(
+            "not sending a message whose lease ran out in hand; the sweeper re-drives it",
+            channel=channel,
+            message_id=message_id,
+            lease_seconds=self.lease.total_seconds(),
+        )
+        return False
 
     async def renew_due(self) -> int:
         """Restart the lease of every claim held for half of it; returns how many claims.

@@ -29,12 +29,6 @@ log = structlog.get_logger("tepat.receipts")
 RECEIPT_RETENTION = timedelta(hours=24)
 
 
-@dataclass(frozen=True, slots=True)
-class _Page:
-    recorded: int
-    last: tuple[datetime, str] | None  # the key to continue after; None when done
-
-
 class ReceiptRecords(TicketRepository, MessageRepository, DeviceRepository, Protocol):
     """The tickets polled, their messages and the devices a receipt reports on."""
 
@@ -47,43 +41,6 @@ class ReceiptPoller:
     delay: timedelta = timedelta(minutes=15)
     device_max_failures: int = 3
 
-    async def _poll_page(self, after: tuple[datetime, str] | None) -> _Page:
-        now = self.clock.now()
-        tickets = await self.store.tickets_awaiting_receipt(
-            sent_before=now - self.delay, limit=self.push.max_receipt_batch, after=after
-        )
-        if not tickets:
-            return _Page(0, None)
-        last = (tickets[-1].sent_at, tickets[-1].ticket_id)
-        # A span only for a page of tickets: an idle poll is no trace.
-        with tracing.span("receipt poll", tickets=len(tickets)):
-            return await self._poll_tickets(tickets, now, last)
-
-    async def _poll_tickets(
-        self, tickets: list[Ticket], now: datetime, last: tuple[datetime, str]
-    ) -> _Page:
-        result = await self.push.receipts([t.ticket_id for t in tickets])
-        if not isinstance(result, Receipts):
-            log.warning("receipts unavailable", reason=result.reason)
-            return _Page(0, None)
-        recorded = 0
-        traces = await self._traces(tickets)
-        for ticket in tickets:
-            receipt = result.by_ticket.get(ticket.ticket_id)
-            if receipt is None:
-                if now - ticket.sent_at > RECEIPT_RETENTION:
-                    await self.store.record_receipt(ticket.ticket_id, "expired", None, now)
-                continue
-            recorded += await self._apply(ticket, receipt, traces.get(ticket.message_id))
-        return _Page(recorded, last)
-
-    async def _traces(self, tickets: list[Ticket]) -> dict[str, str | None]:
-        """The trace of each ticket's message, read only when tracing is on."""
-        if not tracing.enabled():
-            return {}
-        messages = await self.store.get_messages(sorted({t.message_id for t in tickets}))
-        return {m.id: m.trace_parent for m in messages}
-
     async def poll_all(self) -> int:
         """One round of the poller loop: every ticket awaiting a receipt, page by page.
 
@@ -94,11 +51,33 @@ class ReceiptPoller:
         total = 0
         after: tuple[datetime, str] | None = None
         while True:
-            page = await self._poll_page(after)
-            total += page.recorded
-            if page.last is None:
+            now = self.clock.now()
+            tickets = await self.store.tickets_awaiting_receipt(
+                sent_before=now - self.delay, limit=self.push.max_receipt_batch, after=after
+            )
+            if not tickets:
                 return total
-            after = page.last
+            # A span only for a page of tickets: an idle poll is no trace.
+            with tracing.span("receipt poll", tickets=len(tickets)):
+                result = await self.push.receipts([t.ticket_id for t in tickets])
+                if not isinstance(result, Receipts):
+                    log.warning("receipts unavailable", reason=result.reason)
+                    return total
+                traces = await self._traces(tickets)
+                for ticket in tickets:
+                    receipt = result.by_ticket.get(ticket.ticket_id)
+                    if receipt is not None:
+                        total += await self._apply(ticket, receipt, traces.get(ticket.message_id))
+                    elif now - ticket.sent_at > RECEIPT_RETENTION:
+                        await self.store.record_receipt(ticket.ticket_id, "expired", None, now)
+            after = (tickets[-1].sent_at, tickets[-1].ticket_id)
+
+    async def _traces(self, tickets: list[Ticket]) -> dict[str, str | None]:
+        """The trace of each ticket's message, read only when tracing is on."""
+        if not tracing.enabled():
+            return {}
+        messages = await self.store.get_messages(sorted({t.message_id for t in tickets}))
+        return {m.id: m.trace_parent for m in messages}
 
     async def _apply(
         self, ticket: Ticket, receipt: ReceiptOk | ReceiptError, trace_parent: str | None

@@ -1,14 +1,13 @@
 """Record what providers answered, for every channel, in one write order.
 
-Push (``consumers/dispatcher.py``) and the other channels (``consumers/channel_sender.py``)
-send their own way; once a message's answer is in, both hand it here as a
-:class:`ChannelOutcome`. What each answer makes of the message is decided by the pure
-rules of :mod:`tepat.domain.outcomes`; this service writes the results:
+What each answer makes of the message is decided by the pure rules of
+:mod:`tepat.domain.outcomes`; this service writes the results:
 
 1. **terminal outcomes first**, in one write per kind: ``sent``/``delivered`` (also over
    ``pending``: a late answer still counts) then ``failed``. They close the duplicate
    window, so nothing may come before them;
-2. the suppressions of dead targets a refusal named;
+2. what the answers say beside: the suppressions of dead targets a refusal named, the
+   tickets of an accepted push (a failure costs receipts, never a second send);
 3. **retries last**, back to ``pending`` with the outbox mark, then the outbox flush. A
    failure here costs only a later retry (the sweeper's lease re-drives the message),
    never a second send of a message the provider accepted.
@@ -23,6 +22,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 import structlog
 
@@ -35,12 +35,18 @@ from tepat.domain.models import Message
 from tepat.domain.outcomes import Next, Stage
 from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
-from tepat.ports.repositories.messages import StatusChange
+from tepat.ports.repositories.contacts import ContactRepository
+from tepat.ports.repositories.messages import MessageRepository, StatusChange
+from tepat.ports.repositories.tickets import TicketRepository
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.message_log import log_message
-from tepat.services.sending.records import OutcomeRecords
 
 log = structlog.get_logger("tepat.recording")
+
+
+class OutcomeRecords(MessageRepository, ContactRepository, TicketRepository, Protocol):
+    """The messages whose answers it writes, the suppressions a refusal adds and the
+    tickets an accepted push keeps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,21 +84,16 @@ class OutcomeRecorder:
         self._rng = rng
 
     def next_status(self, channel: str, answer: Answer, now: datetime) -> Next:
-        """What ``answer`` makes of its message on ``channel``, counted in the metrics:
-        every channel's answers pass here, so each is counted once, by channel."""
-        next_ = self._next(channel, answer, now)
-        metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
-        return next_
-
-    def _next(self, channel: str, answer: Answer, now: datetime) -> Next:
+        """What ``answer`` makes of its message on ``channel``."""
         m = answer.message
         match answer.outcome:
-            case Delivered():
-                self._observe_lateness(channel, m, now)
+            case Delivered() | Accepted():
+                metrics.LATENESS.labels(channel=channel, category=m.category).observe(
+                    max(0.0, (now - m.scheduled_at).total_seconds())
+                )
+                if isinstance(answer.outcome, Accepted):
+                    return outcomes.after_accepted(answer.outcome.provider_id)
                 return outcomes.after_delivered()
-            case Accepted(provider_id):
-                self._observe_lateness(channel, m, now)
-                return outcomes.after_accepted(provider_id)
             case Refused(reason):
                 return outcomes.after_refused(reason)
             case TryAgain(reason, retry_after, maybe_sent, server_error=server_error):
@@ -131,6 +132,8 @@ class OutcomeRecorder:
         suppress: list[tuple[str, SuppressionReason]] = []
         for answer in answers:
             next_ = self.next_status(channel, answer, now)
+            # Every channel's answers pass here, so each is counted once, by channel.
+            metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
             by_stage[next_.stage].append((answer.message, next_))
             if isinstance(answer.outcome, Refused) and answer.outcome.suppress is not None:
                 suppress.append((answer.target, SuppressionReason(answer.outcome.suppress)))
@@ -141,6 +144,14 @@ class OutcomeRecorder:
                 await self._store.add_suppression(channel, target, reason, now, source=channel)
             except Exception:
                 log.exception("could not record a suppression", channel=channel)
+        tickets = [t for a in answers if isinstance(a.outcome, Accepted) for t in a.outcome.tickets]
+        if tickets:
+            try:
+                await self._store.add_tickets(tickets)
+            except Exception:
+                log.exception(
+                    "could not store tickets; their receipts will not be polled", count=len(tickets)
+                )
         if not by_stage[Stage.RETRY]:
             return
         try:
@@ -159,12 +170,6 @@ class OutcomeRecorder:
         expect = list(outcomes.expected_from(stage))
         applied = await self._store.transition_many(changes, now, expect=expect)
         log_sends(channel, written, applied, now)
-
-    @staticmethod
-    def _observe_lateness(channel: str, m: Message, now: datetime) -> None:
-        metrics.LATENESS.labels(channel=channel, category=m.category).observe(
-            max(0.0, (now - m.scheduled_at).total_seconds())
-        )
 
 
 def log_sends(

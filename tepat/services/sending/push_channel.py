@@ -1,0 +1,252 @@
+"""Push as a :class:`~tepat.ports.channel.Channel`: one message, one request per device,
+coalesced with every batch in hand's into provider-sized requests.
+
+A consumer works on several broker batches at once (one per worker). Sent on their own,
+a batch of 3 one-offs costs one provider request, and so does the next one a millisecond
+later. Here the requests of every batch being worked on meet: whatever is submitted
+within a few milliseconds goes out in requests of up to ``max_batch`` (100 for Expo),
+sent concurrently, so K notifications due together cost about K/100 requests whatever
+path planned them.
+
+A request whose ``still_sendable`` says no once it waited (for a free connection here,
+for the provider's rate limiter there: :class:`~tepat.ports.push.GateClosed`) is not
+sent, and its message is answered :class:`~tepat.ports.channel.Withheld`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+
+from tepat import metrics
+from tepat.clock import Clock
+from tepat.domain.models import Device, Message, Ticket
+from tepat.domain.queues import PUSH
+from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
+from tepat.ports.push import (
+    GateClosed,
+    PushProvider,
+    PushRequest,
+    Rejected,
+    SendResult,
+    TicketError,
+    TicketOk,
+    TicketOutcome,
+)
+from tepat.ports.repositories.devices import DeviceRepository
+from tepat.ports.try_again import TryAgain
+from tepat.services.device_health import device_failed
+
+Outcome = TicketOutcome | TryAgain | Rejected | Withheld
+_Waiting = list[tuple[PushRequest, asyncio.Future[Outcome]]]
+
+# How long the first request waits for others to join it (real time: this is about
+# other coroutines of this process submitting, not about the clock).
+GATHER_WINDOW_SECONDS = 0.005
+
+
+class PushBatcher:
+    def __init__(self, push: PushProvider, clock: Clock, concurrency: int = 6) -> None:
+        self._push = push
+        self._clock = clock
+        self._waiting: _Waiting = []
+        self._timer: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        # Requests in flight at once: Expo asks for about six connections.
+        self._slots = asyncio.Semaphore(concurrency)
+
+    def submit(self, requests: Sequence[PushRequest]) -> list[asyncio.Future[Outcome]]:
+        """Queue ``requests``; each future resolves with that request's outcome (a
+        ticket, or the whole provider request's TryAgain / Rejected)."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Outcome]] = []
+        for request in requests:
+            fut: asyncio.Future[Outcome] = loop.create_future()
+            self._waiting.append((request, fut))
+            futures.append(fut)
+        while len(self._waiting) >= self._push.max_batch:
+            self._start(self._take(self._push.max_batch))
+        if self._waiting and self._timer is None:
+            self._timer = asyncio.create_task(self._flush_after_window())
+        return futures
+
+    def _take(self, n: int) -> _Waiting:
+        chunk, self._waiting = self._waiting[:n], self._waiting[n:]
+        return chunk
+
+    async def _flush_after_window(self) -> None:
+        try:
+            await asyncio.sleep(GATHER_WINDOW_SECONDS)
+        finally:
+            self._timer = None
+        while self._waiting:
+            self._start(self._take(self._push.max_batch))
+
+    def _start(self, chunk: _Waiting) -> None:
+        task = asyncio.create_task(self._send(chunk))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, chunk: _Waiting) -> None:
+        try:
+            async with self._slots:
+                # Asked once a connection is free (a provider with a rate limiter asks again).
+                chunk = _drop(chunk, {r.message_id for r, _ in chunk if not r.still_sendable()})
+                result: SendResult | None = None
+                while chunk and result is None:
+                    started = self._clock.now()
+                    try:
+                        result = await self._push.send([r for r, _ in chunk])
+                    except GateClosed as closed:  # nothing went out: the others go again
+                        chunk = _drop(chunk, closed.message_ids)
+                        continue
+                    metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+            if result is None:
+                return
+        except Exception as e:
+            for _, fut in chunk:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        except BaseException:
+            for _, fut in chunk:
+                fut.cancel()
+            raise
+        if isinstance(result, TryAgain | Rejected):
+            metrics.count_provider_error(PUSH, result)
+            outcomes: Sequence[Outcome] = [result] * len(chunk)
+        else:
+            outcomes = result.outcomes
+        for (_, fut), outcome in zip(chunk, outcomes, strict=True):
+            if not fut.done():
+                fut.set_result(outcome)
+
+    def abandon(self) -> None:
+        """A hard stop: drop what waits and cancel what is in flight (as a crash would,
+        nothing more is sent; the lease re-drives the claimed messages)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, fut in self._take(len(self._waiting)):
+            fut.cancel()
+        for task in list(self._sending):
+            task.cancel()
+
+
+def _drop(chunk: _Waiting, lapsed: set[str]) -> _Waiting:
+    """``chunk`` without the requests of ``lapsed`` messages, answered as not sent."""
+    for request, fut in chunk:
+        if request.message_id in lapsed and not fut.done():
+            fut.set_result(Withheld())
+    return [(r, fut) for r, fut in chunk if r.message_id not in lapsed]
+
+
+class PushChannel:
+    """Each item's ``devices`` are its requests; a message is one answer whatever its
+    devices said (:func:`answer_of`), its tickets kept (with the answer, after it is
+    recorded) for the receipt poller."""
+
+    name = PUSH
+
+    def __init__(
+        self,
+        push: PushProvider,
+        devices: DeviceRepository,
+        clock: Clock,
+        *,
+        device_max_failures: int = 3,
+    ) -> None:
+        self._push = push
+        self._devices = devices
+        self._clock = clock
+        self._device_max_failures = device_max_failures
+        self.batcher = PushBatcher(push, clock)
+
+    @property
+    def max_batch(self) -> int:
+        return self._push.max_batch
+
+    def set_rate_share(self, share: float) -> None:
+        self._push.set_rate_share(share)
+
+    def abandon(self) -> None:
+        self.batcher.abandon()
+
+    async def close(self) -> None:
+        """The provider is the runtime's to close: its receipts are polled with it too."""
+
+    async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
+        pairs = [(item, device) for item in items for device in item.devices]
+        futures = self.batcher.submit([_request(item, d) for item, d in pairs])
+        if futures:
+            await asyncio.wait(futures)
+        answered: dict[str, list[Outcome]] = {item.message.id: [] for item in items}
+        tickets: dict[str, list[Ticket]] = {item.message.id: [] for item in items}
+        for fut, (item, device) in zip(futures, pairs, strict=True):
+            if fut.cancelled():
+                # Its request was abandoned (a hard stop): fail the batch like any
+                # other send error; the broker redelivers, the lease re-drives.
+                raise ConnectionAbortedError("push request abandoned")
+            outcome = fut.result()  # a send that raised fails the batch: nack, lease
+            answered[item.message.id].append(outcome)
+            if isinstance(outcome, TicketOk):
+                tickets[item.message.id].append(
+                    _ticket(item.message, device, outcome, self._clock.now())
+                )
+            elif isinstance(outcome, TicketError):
+                metrics.count_provider_error(PUSH, outcome)
+                await device_failed(self._devices, device, outcome, self._device_max_failures)
+        return [answer_of(answered[item.message.id], tickets[item.message.id]) for item in items]
+
+
+def answer_of(
+    outcomes: Sequence[Outcome], tickets: Sequence[Ticket] = ()
+) -> ChannelOutcome | Withheld:
+    """One message's answer from its devices' outcomes: not sent if one request was not
+    (its lease ran out: never fully answered, left ``sending`` for the sweeper); accepted
+    if any device's notification was; else worth another try if any failure was temporary
+    (maybe sent if any request may have gone through, never before the longest
+    Retry-After); else refused."""
+    if any(isinstance(x, Withheld) for x in outcomes):
+        return Withheld()
+    ok = [x for x in outcomes if isinstance(x, TicketOk)]
+    if ok:
+        return Accepted(ok[0].ticket_id, tickets=tuple(tickets))
+    error = "; ".join(
+        f"{x.code}: {x.message}" if isinstance(x, TicketError) else x.reason
+        for x in outcomes
+        if not isinstance(x, TicketOk | Withheld)
+    )
+    error = error or "no device accepted the message"
+    retryable = [
+        x
+        for x in outcomes
+        if isinstance(x, TryAgain) or (isinstance(x, TicketError) and not x.permanent)
+    ]
+    if not retryable:
+        return Refused(error)
+    return TryAgain(
+        error,
+        retry_after=max((x.retry_after or 0.0) for x in retryable),
+        maybe_sent=any(isinstance(x, TryAgain) and x.maybe_sent for x in outcomes),
+        server_error=any(isinstance(x, TryAgain) and x.server_error for x in outcomes),
+    )
+
+
+def _ticket(m: Message, device: Device, ok: TicketOk, now: datetime) -> Ticket:
+    return Ticket(ok.ticket_id, m.id, m.user_id, device.device_id, device.push_token, now)
+
+
+def _request(item: Outgoing, device: Device) -> PushRequest:
+    m = item.message
+    data = {**m.data, "tepat_message_id": m.id, "category": m.category}
+    return PushRequest(
+        m.id,
+        device.push_token,
+        m.title,
+        m.body,
+        data,
+        m.category,
+        still_sendable=item.still_sendable,
+    )
