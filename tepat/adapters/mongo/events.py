@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
-from pymongo import ASCENDING, ReturnDocument
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo import ReturnDocument
+from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.event_fields import EVENT_FIELDS
-from tepat.adapters.mongo.base import MongoBase, only_duplicates
+from tepat.adapters.mongo.base import ID_ONLY, MongoBase, doc_id
 from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt, read_dt_required
 from tepat.domain.events import Event, EventState, event_key_range
 from tepat.domain.validation import format_hhmm
@@ -63,16 +64,12 @@ _event = decoder(
 
 class EventsMixin(MongoBase):
     async def _put_recipients(self, event_id: str, ids: Sequence[str]) -> None:
-        recipients = self._db["event_recipients"]
         for i in range(0, len(ids), _RECIPIENT_CHUNK):
             docs = [
                 {"_id": f"{event_id}|{u}", "event_id": event_id, "user_id": u}
                 for u in ids[i : i + _RECIPIENT_CHUNK]
             ]
-            try:
-                await recipients.insert_many(docs, ordered=False)
-            except BulkWriteError as exc:
-                only_duplicates(exc)  # a retry's: already there
+            await self._insert_new("event_recipients", docs)  # a retry's: already there
 
     async def _finish_accepting(self, event_id: str, ids: Sequence[str]) -> None:
         await self._put_recipients(event_id, ids)
@@ -104,40 +101,30 @@ class EventsMixin(MongoBase):
         return _event(stored), created
 
     async def get_event(self, event_id: str) -> Event | None:
-        doc = await self._db["events"].find_one({"_id": event_id})
-        return None if doc is None else _event(doc)
+        return await self._fetch_one(_event, "events", {"_id": event_id})
 
     async def events_fanning_out(self, limit: int) -> list[Event]:
-        docs = await self._find(
-            "events",
-            {"state": EventState.FANNING_OUT.value},
-            sort=[("created_at", ASCENDING), ("_id", ASCENDING)],
-            limit=max(1, limit),
+        fanning_out = {"state": EventState.FANNING_OUT.value}
+        return await self._fetch(
+            _event, "events", fanning_out, sort=["created_at", "_id"], limit=limit
         )
-        return [_event(d) for d in docs][: max(0, limit)]
 
     async def event_recipients(
         self, event_id: str, all_users: bool, after: str, limit: int
     ) -> list[str]:
-        if limit <= 0:
-            return []
         if all_users:
-            docs = await self._find(
-                "users",
-                {"_id": {"$gt": after}},
-                projection={"_id": True},
-                sort=[("_id", ASCENDING)],
-                limit=limit,
+            users = {"_id": {"$gt": after}}
+            return await self._fetch(
+                doc_id, "users", users, projection=ID_ONLY, sort=["_id"], limit=limit
             )
-            return [d["_id"] for d in docs]
-        docs = await self._find(
+        return await self._fetch(
+            itemgetter("user_id"),
             "event_recipients",
             {"event_id": event_id, "user_id": {"$gt": after}},
             projection={"user_id": True},
-            sort=[("user_id", ASCENDING)],
+            sort=["user_id"],
             limit=limit,
         )
-        return [d["user_id"] for d in docs]
 
     async def advance_event(
         self,

@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
@@ -138,14 +137,10 @@ class WebhooksMixin(MongoBase):
         return True
 
     async def get_webhook_subscription(self, subscription_id: str) -> WebhookSubscription | None:
-        doc = await self._db[SUBSCRIPTIONS].find_one({"_id": subscription_id})
-        return None if doc is None else _subscription(doc)
+        return await self._fetch_one(_subscription, SUBSCRIPTIONS, {"_id": subscription_id})
 
     async def list_webhook_subscriptions(self) -> list[WebhookSubscription]:
-        docs = await self._find(
-            SUBSCRIPTIONS, {}, sort=[("created_at", ASCENDING), ("_id", ASCENDING)]
-        )
-        return [_subscription(d) for d in docs]
+        return await self._fetch(_subscription, SUBSCRIPTIONS, {}, sort=["created_at", "_id"])
 
     async def update_webhook_subscription(
         self, sub: WebhookSubscription, expect_version: int
@@ -164,11 +159,10 @@ class WebhooksMixin(MongoBase):
         return bool(result.deleted_count)
 
     async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
-        if limit <= 0:
-            return []
         out: list[StatusChangeEntry] = []
         has = {JOURNAL_FIELD: {"$exists": True}}
-        messages = await self._find(
+        messages = await self._fetch(
+            dict,
             "messages",
             has,
             projection={"user_id": 1, "category": 1, "channel": 1, JOURNAL_FIELD: 1},
@@ -183,7 +177,8 @@ class WebhooksMixin(MongoBase):
             if d["user_id"] != WEBHOOK_USER:
                 out += _journaled("m", d, d["_id"], d.get("channel"))
         if len(messages) < limit:
-            items = await self._find(
+            items = await self._fetch(
+                dict,
                 "inbox",
                 has,
                 projection={"user_id": 1, "category": 1, "message_id": 1, JOURNAL_FIELD: 1},
