@@ -13,41 +13,37 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import itemgetter
-from typing import Any
 
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from tepat.adapters.event_fields import EVENT_FIELDS
+from tepat.adapters.event_fields import EVENT_FIELDS, STORED_EVENT_FIELDS, new_event
 from tepat.adapters.mongo.base import ID_ONLY, MongoBase, doc_id
-from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt, read_dt_required
+from tepat.adapters.mongo.codecs import (
+    bson_dt,
+    decoder,
+    encoder,
+    opt_bson_dt,
+    read_dt,
+    read_dt_required,
+)
 from tepat.domain.events import Event, EventState, event_key_range
-from tepat.domain.validation import format_hhmm
 
 _RECIPIENT_CHUNK = 5000
 
 
-def _doc(event: Event, state: EventState, now: datetime) -> dict[str, Any]:
-    return {
-        "_id": event.event_id,
-        "type": event.type,
-        "category": event.category,
-        "priority": event.priority.value,
-        "request_hash": event.request_hash,
-        "all_users": event.all_users,
-        # As JSON text: the caller's keys may hold "." or "$", which field names may not.
-        "data": json.dumps(dict(event.data), ensure_ascii=False, separators=(",", ":")),
-        "occurred_at": bson_dt(event.occurred_at),
-        "send_at": None if event.send_at is None else bson_dt(event.send_at),
-        "local_time": None if event.local_time is None else format_hhmm(event.local_time),
-        "listed": event.listed,
-        "state": state.value,
-        "cursor": "",
-        "recipients": 0,
-        "counts": {},
-        "created_at": bson_dt(now),
-        "updated_at": bson_dt(now),
-    }
+_event_doc = encoder(
+    Event,
+    "event_id",
+    **STORED_EVENT_FIELDS,
+    # As JSON text: the caller's keys may hold "." or "$", which field names may not.
+    data=lambda data: json.dumps(dict(data), ensure_ascii=False, separators=(",", ":")),
+    occurred_at=bson_dt,
+    send_at=opt_bson_dt,
+    counts=dict,
+    created_at=bson_dt,
+    updated_at=bson_dt,
+)
 
 
 _event = decoder(
@@ -84,7 +80,7 @@ class EventsMixin(MongoBase):
         state = EventState.ACCEPTING if ids else EventState.FANNING_OUT
         created = True
         try:
-            await events.insert_one(_doc(event, state, self._clock.now()))
+            await events.insert_one(_event_doc(new_event(event, state, self._clock.now())))
         except DuplicateKeyError:
             created = False
             stored = await events.find_one({"_id": event.event_id})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any
@@ -22,7 +22,7 @@ from tepat.adapters.mongo.codecs import (
     user_fields,
     user_from_doc,
 )
-from tepat.adapters.store_results import grouped
+from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import DeviceFailure
@@ -103,21 +103,16 @@ class UsersMixin(MongoBase):
         users = await self._fetch_in(user_from_doc, "users", "_id", user_ids)
         return {u.user_id: u for u in users}
 
-    async def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
-        batch_size = max(1, batch_size)  # limit(0) would mean "everything"
-        # Keyset on _id (the user id) rather than skip(): flat memory and cost per page.
-        last: str | None = None
-        while True:
-            flt: dict[str, Any] = {} if last is None else {"_id": {"$gt": last}}
-            users = await self._fetch(user_from_doc, "users", flt, sort=["_id"], limit=batch_size)
-            if not users:
-                return
-            yield users
-            if len(users) < batch_size:
-                return
-            last = users[-1].user_id
+    def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
+        size = max(1, batch_size)  # limit(0) would mean "everything"
 
-    async def users_to_plan(
+        def page(after: str) -> Awaitable[list[User]]:
+            after_id = {"_id": {"$gt": after}}
+            return self._fetch(user_from_doc, "users", after_id, sort=["_id"], limit=size)
+
+        return keyset_pages(page, attrgetter("user_id"), "", size)
+
+    def users_to_plan(
         self,
         start: datetime,
         end: datetime,
@@ -126,7 +121,7 @@ class UsersMixin(MongoBase):
         after: str = "",
         until: str | None = None,
     ) -> AsyncIterator[list[PlanTarget]]:
-        batch_size = max(1, batch_size)
+        size = max(1, batch_size)
         # Keyset on _id, the mark tested by the server: a run with nothing new walks
         # the _id index once and receives nothing (no index on the mark: it would
         # be rewritten at every run for every user).
@@ -141,19 +136,13 @@ class UsersMixin(MongoBase):
                 {"plan_next_at": {"$lt": _ceil_ms(end)}},
             ]
         }
-        while True:
-            ids: dict[str, Any] = {"$gt": after}
-            if until is not None:
-                ids["$lte"] = until
-            targets = await self._fetch(
-                _plan_target, "users", {"_id": ids, **needs}, sort=["_id"], limit=batch_size
-            )
-            if not targets:
-                return
-            yield targets
-            if len(targets) < batch_size:
-                return
-            after = targets[-1].user.user_id
+        upto: dict[str, Any] = {} if until is None else {"$lte": until}
+
+        def page(after: str) -> Awaitable[list[PlanTarget]]:
+            query: dict[str, Any] = {"_id": {"$gt": after, **upto}, **needs}
+            return self._fetch(_plan_target, "users", query, sort=["_id"], limit=size)
+
+        return keyset_pages(page, attrgetter("user.user_id"), after, size)
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
         return await self._fetch_one(_plan_target, "users", {"_id": user_id})

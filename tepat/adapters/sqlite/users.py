@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import datetime
+from operator import attrgetter
 
 from tepat.adapters.sqlite.codecs import (
     _DEVICE_COLUMNS,
@@ -19,6 +20,7 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
+from tepat.adapters.store_results import keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import DeviceFailure
@@ -80,17 +82,15 @@ class UsersMixin(SqliteBase):
         rows = await self._select_in(f"{_SELECT_USERS} WHERE user_id IN ({{ids}})", user_ids)
         return {u.user_id: u for u in map(_user, rows)}
 
-    async def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
+    def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
         sql = f"{_SELECT_USERS} WHERE user_id > ? ORDER BY user_id LIMIT ?"
-        after = ""
-        while True:
-            rows = await self._select(sql, (after, batch_size))
-            if not rows:
-                return
-            yield [_user(r) for r in rows]
-            after = rows[-1][0]
 
-    async def users_to_plan(
+        def page(after: str) -> Awaitable[list[User]]:
+            return self._fetch(_user, sql, (after, batch_size))
+
+        return keyset_pages(page, attrgetter("user_id"), "", batch_size)
+
+    def users_to_plan(
         self,
         start: datetime,
         end: datetime,
@@ -108,14 +108,13 @@ class UsersMixin(SqliteBase):
             "AND (plan_next_at IS NULL OR plan_fp IS NOT ? OR plan_from > ? "
             "OR plan_next_at < ?) ORDER BY user_id LIMIT ?"
         )
-        bounds: tuple[str, ...] = () if until is None else (until,)
-        while True:
-            params = (after, *bounds, fingerprint, _ts(start), _ts(end), max(1, batch_size))
-            rows = await self._select(sql, params)
-            if not rows:
-                return
-            yield [_plan_target(r) for r in rows]
-            after = rows[-1][0]
+        size = max(1, batch_size)
+        rest = (*(() if until is None else (until,)), fingerprint, _ts(start), _ts(end), size)
+
+        def page(after: str) -> Awaitable[list[PlanTarget]]:
+            return self._fetch(_plan_target, sql, (after, *rest))
+
+        return keyset_pages(page, attrgetter("user.user_id"), after, size)
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
         sql = f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id = ?"
