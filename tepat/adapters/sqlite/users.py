@@ -58,6 +58,14 @@ _SELECT_USERS = f"SELECT {_USER_COLUMNS} FROM users"
 _DEACTIVATE = "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ?"
 
 
+def device_params(d: Device, now: str) -> tuple[Row, Row]:
+    """The parameters of ``ROTATE_TOKEN`` and ``UPSERT_DEVICE`` binding ``d``."""
+    created = _ts_opt(d.created_at) or now
+    updated = _ts_opt(d.updated_at) or now
+    rotation = (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
+    return rotation, (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
+
+
 def _plan_target(row: Row) -> PlanTarget:
     user = _user(row[:9])
     stamp, plan_from, plan_next_at, fingerprint = row[9:]
@@ -151,10 +159,8 @@ class UsersMixin(SqliteBase):
     async def register_device(
         self, device: Device, *, from_other_users: bool = True
     ) -> tuple[Device, bool]:
-        now = self._now()
-        created = _ts_opt(device.created_at) or now
-        updated = _ts_opt(device.updated_at) or now
         d = device
+        rotation, params = device_params(d, self._now())
         upsert = f"{UPSERT_DEVICE} RETURNING {_DEVICE_COLUMNS}"
         active = "SELECT 1 FROM devices WHERE user_id = ? AND device_id = ? AND active = 1"
 
@@ -165,10 +171,7 @@ class UsersMixin(SqliteBase):
                 raise PushTokenInUse()
             was_active = conn.execute(active, (d.user_id, d.device_id)).fetchone() is not None
             # Release the token first: the partial unique index is checked per statement.
-            conn.execute(
-                ROTATE_TOKEN, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
-            )
-            params = (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
+            conn.execute(ROTATE_TOKEN, rotation)
             row: Row = conn.execute(upsert, params).fetchone()
             return row, not was_active
 
