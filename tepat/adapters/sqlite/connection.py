@@ -195,7 +195,7 @@ class SqliteBase:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite")
         now = self._now()
 
-        def setup(_: Conn | None) -> None:
+        def setup() -> None:
             if _on_disk(self._path):
                 _make_private(self._path)
             self._conn = _connect(self._path)
@@ -203,25 +203,20 @@ class SqliteBase:
             if _on_disk(self._path):
                 self._conn.execute("PRAGMA wal_autocheckpoint=0")
 
+        def connect_reader() -> None:
+            self._reader_conn = _connect(self._path, cache_kib=READER_CACHE_KIB)
+
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, setup, None)
+            await loop.run_in_executor(self._executor, setup)
+            if _on_disk(self._path):
+                reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite-read")
+                self._reader = reader
+                await loop.run_in_executor(reader, connect_reader)
         except BaseException:
             await self.close()
             raise
         if _on_disk(self._path):
-            reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite-read")
-
-            def connect_reader() -> None:
-                self._reader_conn = _connect(self._path, cache_kib=READER_CACHE_KIB)
-
-            try:
-                await loop.run_in_executor(reader, connect_reader)
-            except BaseException:
-                reader.shutdown(wait=False)
-                await self.close()
-                raise
-            self._reader = reader
             self._checkpointer = asyncio.create_task(_checkpoint_loop(self._path))
 
     async def close(self) -> None:
@@ -229,23 +224,13 @@ class SqliteBase:
         if checkpointer is not None:
             checkpointer.cancel()
             await asyncio.gather(checkpointer, return_exceptions=True)
-        reader, self._reader = self._reader, None
-        if reader is not None:
 
-            def close_reader() -> None:
-                if self._reader_conn is not None:
-                    self._reader_conn.close()
-                    self._reader_conn = None
+        def close_reader() -> None:
+            if self._reader_conn is not None:
+                self._reader_conn.close()
+                self._reader_conn = None
 
-            try:
-                await asyncio.get_running_loop().run_in_executor(reader, close_reader)
-            finally:
-                reader.shutdown(wait=False)
-        executor, self._executor = self._executor, None
-        if executor is None:
-            return
-
-        def shutdown() -> None:
+        def close_writer() -> None:
             if self._conn is not None:
                 # Optional housekeeping: skip it when another process holds the lock.
                 with contextlib.suppress(sqlite3.OperationalError):
@@ -253,10 +238,20 @@ class SqliteBase:
                 self._conn.close()
                 self._conn = None
 
-        try:
-            await asyncio.get_running_loop().run_in_executor(executor, shutdown)
-        finally:
-            executor.shutdown(wait=False)
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await _last_call(reader, close_reader)
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await _last_call(executor, close_writer)
+
+
+async def _last_call(executor: ThreadPoolExecutor, fn: Callable[[], None]) -> None:
+    """``fn`` on ``executor``'s thread, then the executor shut down, whatever ``fn`` did."""
+    try:
+        await asyncio.get_running_loop().run_in_executor(executor, fn)
+    finally:
+        executor.shutdown(wait=False)
 
 
 def _fetched(fn: Callable[[Conn], T], conn: Conn | None) -> T:
