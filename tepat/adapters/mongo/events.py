@@ -19,14 +19,7 @@ from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.event_fields import EVENT_FIELDS, STORED_EVENT_FIELDS, new_event
 from tepat.adapters.mongo.base import ID_ONLY, MongoBase, doc_id
-from tepat.adapters.mongo.codecs import (
-    bson_dt,
-    decoder,
-    encoder,
-    opt_bson_dt,
-    read_dt,
-    read_dt_required,
-)
+from tepat.adapters.mongo.codecs import bson_dt, decoder, encoder, opt_bson_dt, read_dt
 from tepat.domain.events import Event, EventState, event_key_range
 
 _RECIPIENT_CHUNK = 5000
@@ -50,7 +43,7 @@ _event = decoder(
     Event,
     "event_id",
     **EVENT_FIELDS,
-    occurred_at=read_dt_required,
+    occurred_at=read_dt,
     send_at=read_dt,
     counts=lambda counts: {k: int(v) for k, v in (counts or {}).items()},
     created_at=read_dt,

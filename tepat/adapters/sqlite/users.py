@@ -20,7 +20,7 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
-from tepat.adapters.store_results import keyset_pages
+from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import DeviceFailure
@@ -196,10 +196,7 @@ class UsersMixin(SqliteBase):
             "ORDER BY user_id, device_id",
             user_ids,
         )
-        found: dict[str, list[Device]] = {}
-        for device in map(_device, rows):
-            found.setdefault(device.user_id, []).append(device)
-        return found
+        return grouped(map(_device, rows), attrgetter("user_id"))
 
     async def record_device_outcome(
         self, push_token: str, ok: bool, max_failures: int, reason: str
