@@ -183,6 +183,10 @@ class SqliteBase:
         """One write statement in a transaction of its own; how many rows it changed."""
         return await self._write(lambda c: c.execute(sql, params).rowcount)
 
+    async def _insert_new(self, table: str, columns: str, values: Sequence[Any]) -> bool:
+        """:func:`_insert_new` in a transaction of its own."""
+        return await self._write(lambda c: _insert_new(c, table, columns, values))
+
     async def _select_in(
         self, sql: str, ids: Sequence[str], params: Sequence[Any] = ()
     ) -> list[Row]:
@@ -274,6 +278,13 @@ def _in_chunks(
         query = sql.format(ids=_placeholders(len(chunk)))
         rows.extend(conn.execute(query, (*before, *chunk, *params)).fetchall())
     return rows
+
+
+def _insert_new(conn: Conn, table: str, columns: str, values: Sequence[Any]) -> bool:
+    """Insert one row of ``columns`` unless a unique key already holds one (no conflict
+    target: every unique key counts); whether it did."""
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({_placeholders(len(values))})"
+    return conn.execute(f"{sql} ON CONFLICT DO NOTHING", values).rowcount == 1
 
 
 def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> list[Row]:

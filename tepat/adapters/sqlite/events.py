@@ -9,7 +9,7 @@ from operator import itemgetter
 
 from tepat.adapters.event_fields import EVENT_FIELDS, STORED_EVENT_FIELDS, new_event
 from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _encoder, _ts, _ts_opt
-from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.connection import SqliteBase, _insert_new
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.events import Event, EventState, event_key_range
 
@@ -55,19 +55,15 @@ class EventsMixin(SqliteBase):
 
         # One transaction: the event is never seen without all its recipients.
         def run(conn: Conn) -> tuple[Row, bool]:
-            inserted = conn.execute(
-                f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join('?' * 17)}) "
-                "ON CONFLICT DO NOTHING",
-                values,
-            ).rowcount
-            if inserted == 1:
+            inserted = _insert_new(conn, "events", _COLUMNS, values)
+            if inserted:
                 for i in range(0, len(ids), _RECIPIENT_CHUNK):
                     conn.executemany(
                         "INSERT OR IGNORE INTO event_recipients VALUES (?, ?)",
                         [(event.event_id, u) for u in ids[i : i + _RECIPIENT_CHUNK]],
                     )
             row = conn.execute(f"{_SELECT} WHERE event_id = ?", (event.event_id,)).fetchone()
-            return row, inserted == 1
+            return row, inserted
 
         row, created = await self._write(run)
         return _event(row), created

@@ -70,11 +70,7 @@ def _entry(row: Row) -> StatusChangeEntry:
 
 class WebhooksMixin(SqliteBase):
     async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
-        sql = (
-            f"INSERT INTO webhook_subscriptions ({_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-        )
-        return await self._execute(sql, _params(sub)) == 1
+        return await self._insert_new("webhook_subscriptions", _COLUMNS, _params(sub))
 
     async def get_webhook_subscription(self, subscription_id: str) -> WebhookSubscription | None:
         sql = f"{_SELECT} WHERE id = ?"
