@@ -21,9 +21,10 @@ from tepat.adapters.mongo.codecs import (
     reminder_upsert,
     user_fields,
 )
-from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target, user_upsert
+from tepat.adapters.mongo.users import PLAN_CHANGED, UsersMixin, _plan_target, user_upsert
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.repositories.bulk_import import RecordsWritten
+from tepat.ports.repositories.devices import REPLACED
 from tepat.ports.repositories.users import PlanTarget
 
 

@@ -25,10 +25,9 @@ from tepat.adapters.mongo.codecs import (
 from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
-from tepat.ports.repositories.devices import DeviceFailure
+from tepat.ports.repositories.devices import REPLACED, DeviceFailure
 from tepat.ports.repositories.users import PlanMark, PlanTarget
 
-REPLACED = "replaced"  # deactivated_reason of a binding taken over by a new registration
 _REGISTER_ATTEMPTS = 5
 
 #: Every write that can change what planning makes of a user bumps their change

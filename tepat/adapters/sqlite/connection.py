@@ -40,7 +40,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts, _unique
-from tepat.adapters.sqlite.schema import Conn, _connect, _migrate
+from tepat.adapters.sqlite.schema import Conn, _connect, _migrate, on_disk
 from tepat.clock import Clock, SystemClock
 
 T = TypeVar("T")
@@ -200,11 +200,11 @@ class SqliteBase:
         now = self._now()
 
         def setup() -> None:
-            if _on_disk(self._path):
+            if on_disk(self._path):
                 _make_private(self._path)
             self._conn = _connect(self._path)
             _immediate(partial(_migrate, now=now), self._conn)
-            if _on_disk(self._path):
+            if on_disk(self._path):
                 self._conn.execute("PRAGMA wal_autocheckpoint=0")
 
         def connect_reader() -> None:
@@ -213,14 +213,14 @@ class SqliteBase:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, setup)
-            if _on_disk(self._path):
+            if on_disk(self._path):
                 reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite-read")
                 self._reader = reader
                 await loop.run_in_executor(reader, connect_reader)
         except BaseException:
             await self.close()
             raise
-        if _on_disk(self._path):
+        if on_disk(self._path):
             self._checkpointer = asyncio.create_task(_checkpoint_loop(self._path))
 
     async def close(self) -> None:
@@ -302,10 +302,6 @@ def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> list[Row]:
         query = sql.format(values=",".join([one] * len(chunk)))
         returned.extend(conn.execute(query, [v for row in chunk for v in row]).fetchall())
     return returned
-
-
-def _on_disk(path: str) -> bool:
-    return path != ":memory:" and not path.startswith("file:")
 
 
 def _make_private(path: str) -> None:

@@ -23,10 +23,9 @@ from tepat.adapters.sqlite.schema import Conn
 from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
-from tepat.ports.repositories.devices import DeviceFailure
+from tepat.ports.repositories.devices import REPLACED, DeviceFailure
 from tepat.ports.repositories.users import PlanMark, PlanTarget
 
-ROTATED_REASON = "replaced"  # why a binding lost its device id or token to a newer one
 # A device id is scoped to its user (the primary key), so only the token can be
 # held elsewhere: a token that moves is the same phone after a new login, and its
 # old binding ends (ROTATE_TOKEN, run before UPSERT_DEVICE). Shared with the bulk
@@ -62,7 +61,7 @@ def device_params(d: Device, now: str) -> tuple[Row, Row]:
     """The parameters of ``ROTATE_TOKEN`` and ``UPSERT_DEVICE`` binding ``d``."""
     created = _ts_opt(d.created_at) or now
     updated = _ts_opt(d.updated_at) or now
-    rotation = (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
+    rotation = (REPLACED, updated, d.push_token, d.user_id, d.device_id)
     return rotation, (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
 
 
