@@ -60,13 +60,6 @@ class EventsMixin(MongoBase):
             ]
             await self._insert_new("event_recipients", docs)  # a retry's: already there
 
-    async def _finish_accepting(self, event_id: str, ids: Sequence[str]) -> None:
-        await self._put_recipients(event_id, ids)
-        await self._db["events"].update_one(
-            {"_id": event_id, "state": EventState.ACCEPTING.value},
-            {"$set": {"state": EventState.FANNING_OUT.value}},
-        )
-
     async def create_event(self, event: Event, user_ids: Sequence[str]) -> tuple[Event, bool]:
         events = self._db["events"]
         ids = sorted(set(user_ids))
@@ -84,7 +77,11 @@ class EventsMixin(MongoBase):
             ):
                 return _event(stored) if stored else event, False
         if ids:
-            await self._finish_accepting(event.event_id, ids)
+            await self._put_recipients(event.event_id, ids)
+            await events.update_one(
+                {"_id": event.event_id, "state": EventState.ACCEPTING.value},
+                {"$set": {"state": EventState.FANNING_OUT.value}},
+            )
         stored = await events.find_one({"_id": event.event_id})
         assert stored is not None
         return _event(stored), created

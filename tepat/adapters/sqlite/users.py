@@ -160,11 +160,12 @@ class UsersMixin(SqliteBase):
         rotation, params = device_params(d, self._now())
         upsert = f"{UPSERT_DEVICE} RETURNING {_DEVICE_COLUMNS}"
         active = "SELECT 1 FROM devices WHERE user_id = ? AND device_id = ? AND active = 1"
+        others = "SELECT 1 FROM devices WHERE active = 1 AND push_token = ? AND user_id <> ?"
 
         def run(conn: Conn) -> tuple[Row, bool]:
             # In the write transaction: no other registration can bind the token or
             # activate the device between these looks and the upsert.
-            if not from_other_users and _held_by_others(conn, d):
+            if not from_other_users and conn.execute(others, (d.push_token, d.user_id)).fetchone():
                 raise PushTokenInUse()
             was_active = conn.execute(active, (d.user_id, d.device_id)).fetchone() is not None
             # Release the token first: the partial unique index is checked per statement.
@@ -220,9 +221,3 @@ class UsersMixin(SqliteBase):
         if row is None:
             return DeviceFailure(deactivated=False, consecutive_failures=0)
         return DeviceFailure(deactivated=not row[1], consecutive_failures=row[0])
-
-
-def _held_by_others(conn: Conn, device: Device) -> bool:
-    """Whether ``device``'s token is active on another user's device."""
-    sql = "SELECT 1 FROM devices WHERE active = 1 AND push_token = ? AND user_id <> ?"
-    return conn.execute(sql, (device.push_token, device.user_id)).fetchone() is not None
