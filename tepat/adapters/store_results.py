@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
-from datetime import datetime
 from typing import TypeVar
-
-from tepat.domain.models import User
-from tepat.ports.repositories.users import PlanMark, PlanTarget
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -39,18 +35,3 @@ async def keyset_pages(
         if len(items) < size:
             return
         after = key(items[-1])
-
-
-def plan_target(
-    user: User,
-    stamp: int,
-    plan_from: datetime | None,
-    plan_next_at: datetime | None,
-    fingerprint: str | None,
-) -> PlanTarget:
-    """A user as read for planning: the mark stands only where a plan run left all of it
-    (any change since removed it whole)."""
-    mark = None
-    if plan_from is not None and plan_next_at is not None and fingerprint is not None:
-        mark = PlanMark(user.user_id, stamp, plan_from, plan_next_at, fingerprint)
-    return PlanTarget(user, stamp, mark)

@@ -18,11 +18,11 @@ from tepat.adapters.mongo.codecs import (
     device_activation,
     device_from_doc,
     pair_id,
-    read_dt,
+    read_dt_required,
     user_fields,
     user_from_doc,
 )
-from tepat.adapters.store_results import grouped, keyset_pages, plan_target
+from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import REPLACED, DeviceFailure
@@ -59,13 +59,18 @@ def _ceil_ms(value: datetime) -> datetime:
 
 
 def _plan_target(doc: Mapping[str, Any]) -> PlanTarget:
-    return plan_target(
-        user_from_doc(doc),
-        int(doc.get("plan_stamp") or 0),
-        read_dt(doc.get("plan_from")),
-        read_dt(doc.get("plan_next_at")),
-        doc.get("plan_fp"),
-    )
+    user = user_from_doc(doc)
+    stamp = int(doc.get("plan_stamp") or 0)
+    mark = None
+    if doc.get("plan_next_at") is not None and doc.get("plan_from") is not None:
+        mark = PlanMark(
+            user.user_id,
+            stamp,
+            read_dt_required(doc["plan_from"]),
+            read_dt_required(doc["plan_next_at"]),
+            str(doc.get("plan_fp")),
+        )
+    return PlanTarget(user, stamp, mark)
 
 
 class UsersMixin(MongoBase):

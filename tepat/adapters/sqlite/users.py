@@ -11,7 +11,7 @@ from tepat.adapters.sqlite.codecs import (
     _USER_COLUMNS,
     Row,
     _device,
-    _dt_opt,
+    _dt,
     _placeholders,
     _ts,
     _ts_opt,
@@ -20,7 +20,7 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
-from tepat.adapters.store_results import grouped, keyset_pages, plan_target
+from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import REPLACED, DeviceFailure
@@ -66,10 +66,12 @@ def device_params(d: Device, now: str) -> tuple[Row, Row]:
 
 
 def _plan_target(row: Row) -> PlanTarget:
+    user = _user(row[:9])
     stamp, plan_from, plan_next_at, fingerprint = row[9:]
-    return plan_target(
-        _user(row[:9]), stamp, _dt_opt(plan_from), _dt_opt(plan_next_at), fingerprint
-    )
+    mark = None
+    if plan_from is not None and plan_next_at is not None and fingerprint is not None:
+        mark = PlanMark(user.user_id, stamp, _dt(plan_from), _dt(plan_next_at), fingerprint)
+    return PlanTarget(user, stamp, mark)
 
 
 class UsersMixin(SqliteBase):
