@@ -29,8 +29,6 @@ from tepat.ports.repositories.users import PlanTarget
 
 
 class BulkMixin(UsersMixin):
-    """:class:`tepat.ports.store.BulkImportRepository` on MongoDB."""
-
     async def _upsert_users(self, users: Sequence[User]) -> list[bool]:
         if not users:
             return []

@@ -21,8 +21,6 @@ from tepat.domain.models import Message, MessageStatus
 
 
 class OutboxMixin(MongoBase):
-    """Outbox reads and writes on the ``messages`` collection."""
-
     async def unpublished(
         self,
         limit: int,

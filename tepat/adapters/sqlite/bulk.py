@@ -28,8 +28,6 @@ from tepat.ports.repositories.users import PlanTarget
 
 
 class BulkMixin(SqliteBase):
-    """:class:`tepat.ports.store.BulkImportRepository` on SQLite."""
-
     async def write_records(
         self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
     ) -> RecordsWritten:
