@@ -68,6 +68,9 @@ class MongoBase:
         # real AsyncMongoClient and the test facade share an API, not a class.
         self._client: Any = client
         self._clock: Clock = clock or SystemClock()
+        # Whether a webhook subscription is enabled, and until when (monotonic) this process
+        # trusts that answer (tepat.adapters.mongo.webhooks.webhooks_active).
+        self._webhooks_active: tuple[bool, float] | None = None
 
     @property
     def _db(self) -> Any:

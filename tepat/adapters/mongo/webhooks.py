@@ -51,13 +51,13 @@ _MESSAGE_STATUSES = frozenset(STATUS_EVENT_TYPES) - {"read"}
 
 async def webhooks_active(store: MongoBase) -> bool:
     """Whether status changes must be journaled now (cached per store object)."""
-    cached: tuple[bool, float] | None = getattr(store, "_webhooks_active", None)
+    cached = store._webhooks_active
     now = time.monotonic()
     if cached is not None and now < cached[1]:
         return cached[0]
     found = await store._db[SUBSCRIPTIONS].find_one({"enabled": True}, projection={"_id": 1})
     active = found is not None
-    store._webhooks_active = (active, now + ACTIVE_CACHE_SECONDS)  # type: ignore[attr-defined]
+    store._webhooks_active = (active, now + ACTIVE_CACHE_SECONDS)
     return active
 
 
@@ -123,17 +123,12 @@ _subscription = decoder(
 
 
 class WebhooksMixin(MongoBase):
-    _webhooks_active: tuple[bool, float] | None = None
-
-    def _forget_webhooks_active(self) -> None:
-        self._webhooks_active = None
-
     async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
         try:
             await self._db[SUBSCRIPTIONS].insert_one(_sub_doc(sub))
         except DuplicateKeyError:
             return False
-        self._forget_webhooks_active()
+        self._webhooks_active = None
         return True
 
     async def get_webhook_subscription(self, subscription_id: str) -> WebhookSubscription | None:
@@ -150,12 +145,12 @@ class WebhooksMixin(MongoBase):
         result = await self._db[SUBSCRIPTIONS].update_one(
             {"_id": sub.id, "version": expect_version}, {"$set": fields}
         )
-        self._forget_webhooks_active()
+        self._webhooks_active = None
         return bool(result.modified_count)
 
     async def delete_webhook_subscription(self, subscription_id: str) -> bool:
         result = await self._db[SUBSCRIPTIONS].delete_one({"_id": subscription_id})
-        self._forget_webhooks_active()
+        self._webhooks_active = None
         return bool(result.deleted_count)
 
     async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
