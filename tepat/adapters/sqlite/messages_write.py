@@ -98,8 +98,6 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         # "~" sorts after every timestamp: no bound.
         bound = "~" if due_before is None else _ts(due_before)
         sources = [s.value for s in CLAIMABLE]
-        if not sources:
-            return []
         sql = (
             "UPDATE messages SET status = ?, claimed_at = ?, "
             "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
