@@ -102,21 +102,16 @@ class SqliteBase:
 
     async def _run(self, fn: Callable[[Conn], T]) -> T:
         """Run the read ``fn`` (it must not write): on the reader when there is one."""
-        worker, loop = self._worker(), asyncio.get_running_loop()
-        if self._reader is not None:
-            return await loop.run_in_executor(self._reader, self._in_reader, fn)
-        return await loop.run_in_executor(worker, self._in_worker, fn)
+        if self._reader is None:
+            return await self._on_writer(fn)
+        read = partial(_fetched, fn, lambda: self._reader_conn)
+        return await asyncio.get_running_loop().run_in_executor(self._reader, read)
 
     async def _on_writer(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on the writer's connection and thread, outside any transaction
         (connection settings; what a test must do where the writes happen)."""
-        return await asyncio.get_running_loop().run_in_executor(self._worker(), self._in_worker, fn)
-
-    def _in_reader(self, fn: Callable[[Conn], T]) -> T:
-        return _fetched(fn, self._reader_conn)
-
-    def _in_worker(self, fn: Callable[[Conn], T]) -> T:
-        return _fetched(fn, self._conn)
+        run = partial(_fetched, fn, lambda: self._conn)
+        return await asyncio.get_running_loop().run_in_executor(self._worker(), run)
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` in a write transaction: the writes queued while the worker was busy
@@ -258,7 +253,10 @@ async def _last_call(executor: ThreadPoolExecutor, fn: Callable[[], None]) -> No
         executor.shutdown(wait=False)
 
 
-def _fetched(fn: Callable[[Conn], T], conn: Conn | None) -> T:
+def _fetched(fn: Callable[[Conn], T], connection: Callable[[], Conn | None]) -> T:
+    """``fn`` on the ``connection()`` of the thread this runs on (read there: close() may
+    have ended it since the call was queued)."""
+    conn = connection()
     assert conn is not None, "open() connects before any other call"
     result = fn(conn)
     # A cursor must not leave its thread: freed on the event loop's thread it resets a
