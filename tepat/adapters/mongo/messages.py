@@ -100,15 +100,10 @@ class MessagesMixin(TransitionOne, MongoBase):
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
-        planned = [(ch, p) for ch in changes if (p := _transition_update(ch, now, expect))]
-        if not planned:
-            return 0
         journal = await webhooks_active(self)  # status webhooks: the journal rides each update
-        ops = []
-        for ch, (query, update) in planned:
-            if journal:
-                add_journal_push(update, ch.to.value, ch.reason, now)
-            ops.append(UpdateOne(query, update))
+        ops = [op for ch in changes if (op := _transition_update(ch, now, expect, journal))]
+        if not ops:
+            return 0
         try:
             result = await self._db["messages"].bulk_write(ops, ordered=False)
         except BulkWriteError as e:
@@ -188,10 +183,10 @@ class MessagesMixin(TransitionOne, MongoBase):
 
 
 def _transition_update(
-    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The filter and update of one conditional status change, or None when the
-    transition table allows it from none of ``expect`` (refused: nothing to write)."""
+    change: StatusChange, now: datetime, expect: Sequence[MessageStatus], journal: bool
+) -> UpdateOne | None:
+    """The conditional update of one status change (``journal``: with its journal entry),
+    or None when the transition table allows it from none of ``expect`` (refused)."""
     sources = allowed_sources(change.to, expect)
     if not sources:
         return None
@@ -202,4 +197,8 @@ def _transition_update(
     update: dict[str, Any] = {"$set": fields}
     if change.release_live_key:
         update["$unset"] = {"live_key": ""}
-    return {"_id": change.message_id, "status": {"$in": [s.value for s in sources]}}, update
+    if journal:
+        add_journal_push(update, change.to.value, change.reason, now)
+    return UpdateOne(
+        {"_id": change.message_id, "status": {"$in": [s.value for s in sources]}}, update
+    )

@@ -18,7 +18,6 @@ _COLUMNS = (
     "send_at, local_time, listed, state, cursor, recipients, counts, created_at, updated_at"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM events"
-_RECIPIENT_CHUNK = 5000
 
 
 def _json(value: object) -> str:
@@ -57,11 +56,8 @@ class EventsMixin(SqliteBase):
         def run(conn: Conn) -> tuple[Row, bool]:
             inserted = _insert_new(conn, "events", _COLUMNS, values)
             if inserted:
-                for i in range(0, len(ids), _RECIPIENT_CHUNK):
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO event_recipients VALUES (?, ?)",
-                        [(event.event_id, u) for u in ids[i : i + _RECIPIENT_CHUNK]],
-                    )
+                recipients = ((event.event_id, u) for u in ids)  # streamed, not built whole
+                conn.executemany("INSERT OR IGNORE INTO event_recipients VALUES (?, ?)", recipients)
             row = conn.execute(f"{_SELECT} WHERE event_id = ?", (event.event_id,)).fetchone()
             return row, inserted
 
