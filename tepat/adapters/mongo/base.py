@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from pymongo import ASCENDING, DESCENDING
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from tepat.clock import Clock, SystemClock
 
@@ -123,6 +123,14 @@ class MongoBase:
     ) -> T | None:
         doc = await self._db[collection].find_one(query)
         return None if doc is None else decode(doc)
+
+    async def _insert_if_new(self, collection: str, doc: dict[str, Any]) -> bool:
+        """Insert ``doc`` unless a unique index already holds it; whether it did."""
+        try:
+            await self._db[collection].insert_one(doc)
+        except DuplicateKeyError:
+            return False
+        return True
 
     async def _insert_new(self, collection: str, docs: Sequence[dict[str, Any]]) -> set[int]:
         """Insert ``docs``; the indexes (in ``docs``) of those a unique index refused.

@@ -58,25 +58,20 @@ class ContactsMixin(MongoBase):
         source: str | None = None,
     ) -> bool:
         reason = SuppressionReason(reason)
-        suppressions = self._db["suppressions"]
-        try:
-            await suppressions.insert_one(
-                {
-                    "channel": channel,
-                    "address": address,
-                    "reason": reason.value,
-                    "added_at": bson_dt(now),
-                    "source": source,
-                }
-            )
+        doc = {
+            "channel": channel,
+            "address": address,
+            "reason": reason.value,
+            "added_at": bson_dt(now),
+            "source": source,
+        }
+        if await self._insert_if_new("suppressions", doc):
             return True
-        except DuplicateKeyError:
-            pass
         weaker = [r.value for r in SuppressionReason if overrides(reason, r)]
         if weaker:
             # Conditional on the stored reason being weaker: two upgrades at once
             # cannot turn a complaint back into a hard bounce.
-            await suppressions.update_one(
+            await self._db["suppressions"].update_one(
                 {"channel": channel, "address": address, "reason": {"$in": weaker}},
                 {"$set": {"reason": reason.value, "source": source}},
             )
@@ -110,13 +105,8 @@ class ContactsMixin(MongoBase):
         return await self._fetch(_suppression, "suppressions", query, sort=_ORDER, limit=limit)
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
-        try:
-            await self._db["provider_events"].insert_one(
-                {"provider": provider, "event_id": event_id, "recorded_at": bson_dt(now)}
-            )
-        except DuplicateKeyError:
-            return False
-        return True
+        doc = {"provider": provider, "event_id": event_id, "recorded_at": bson_dt(now)}
+        return await self._insert_if_new("provider_events", doc)
 
     async def provider_event_seen(self, provider: str, event_id: str) -> bool:
         event = {"provider": provider, "event_id": event_id}

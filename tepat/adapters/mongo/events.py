@@ -15,7 +15,6 @@ from datetime import datetime
 from operator import itemgetter
 
 from pymongo import ReturnDocument
-from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.event_fields import EVENT_FIELDS, STORED_EVENT_FIELDS, new_event
 from tepat.adapters.mongo.base import ID_ONLY, MongoBase, doc_id
@@ -64,11 +63,9 @@ class EventsMixin(MongoBase):
         events = self._db["events"]
         ids = sorted(set(user_ids))
         state = EventState.ACCEPTING if ids else EventState.FANNING_OUT
-        created = True
-        try:
-            await events.insert_one(_event_doc(new_event(event, state, self._clock.now())))
-        except DuplicateKeyError:
-            created = False
+        doc = _event_doc(new_event(event, state, self._clock.now()))
+        created = await self._insert_if_new("events", doc)
+        if not created:
             stored = await events.find_one({"_id": event.event_id})
             if (
                 stored is None

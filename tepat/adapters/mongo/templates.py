@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pymongo.errors import DuplicateKeyError
-
 from tepat.adapters.mongo.base import QUERY_MAX_TIME_MS, MongoBase, sort_spec
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
 from tepat.domain.routing import Channel
@@ -41,7 +39,6 @@ class TemplatesMixin(MongoBase):
     async def add_template_version(
         self, key: TemplateKey, parts: Mapping[str, Any], content_hash: str, now: datetime
     ) -> tuple[Template, bool]:
-        templates = self._db["templates"]
         for _ in range(MAX_INSERT_ATTEMPTS):
             latest = await self.get_template(key)
             if latest is not None and latest.content_hash == content_hash:
@@ -55,11 +52,9 @@ class TemplatesMixin(MongoBase):
                 "content_hash": content_hash,
                 "created_at": bson_dt(now),
             }
-            try:
-                await templates.insert_one(doc)
-            except DuplicateKeyError:
-                continue  # another writer took this version: read the latest again
-            return _template(doc), True
+            if await self._insert_if_new("templates", doc):
+                return _template(doc), True
+            # Another writer took this version: read the latest again.
         raise RuntimeError(f"could not add a version of {key} after {MAX_INSERT_ATTEMPTS} tries")
 
     async def get_template(self, key: TemplateKey, version: int | None = None) -> Template | None:

@@ -23,8 +23,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo.errors import DuplicateKeyError
-
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import (
     bson_dt,
@@ -124,9 +122,7 @@ _subscription = decoder(
 
 class WebhooksMixin(MongoBase):
     async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
-        try:
-            await self._db[SUBSCRIPTIONS].insert_one(_sub_doc(sub))
-        except DuplicateKeyError:
+        if not await self._insert_if_new(SUBSCRIPTIONS, _sub_doc(sub)):
             return False
         self._webhooks_active = None
         return True
