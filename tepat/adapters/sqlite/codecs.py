@@ -135,16 +135,7 @@ def _user(row: Row) -> User:
     quiet = None
     if q_start is not None and q_end is not None:
         quiet = QuietHours(time.fromisoformat(q_start), time.fromisoformat(q_end))
-    return User(
-        user_id=user_id,
-        timezone=tz,
-        locale=locale,
-        quiet_hours=quiet,
-        enabled=bool(enabled),
-        plan_version=plan_version,
-        created_at=_dt(created),
-        updated_at=_dt(updated),
-    )
+    return User(user_id, tz, locale, quiet, bool(enabled), plan_version, _dt(created), _dt(updated))
 
 
 _DEVICE_COLUMNS = (
