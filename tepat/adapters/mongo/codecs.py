@@ -244,16 +244,13 @@ def legacy_backfill(doc: Mapping[str, Any]) -> dict[str, Any]:
     one, which the old unique index kept unique among pending messages.
     """
     m = message_from_doc(doc)
-    fields: dict[str, Any] = {}
-    if "nominal_at" not in doc:
-        fields["nominal_at"] = bson_dt(m.nominal)
-    if "due_at" not in doc:
-        fields["due_at"] = bson_dt(m.due)
-    if "slot_key" not in doc:
-        fields["slot_key"] = slot_key_for(m)
-    if "publish_pending" not in doc:
-        fields["publish_pending"] = False
-    return fields
+    implied = {
+        "nominal_at": bson_dt(m.nominal),
+        "due_at": bson_dt(m.due),
+        "slot_key": slot_key_for(m),
+        "publish_pending": False,
+    }
+    return {name: value for name, value in implied.items() if name not in doc}
 
 
 ticket_doc = encoder(Ticket, "ticket_id", sent_at=bson_dt, checked_at=opt_bson_dt)
