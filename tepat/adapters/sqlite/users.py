@@ -116,7 +116,8 @@ class UsersMixin(SqliteBase):
             "OR plan_next_at < ?) ORDER BY user_id LIMIT ?"
         )
         size = max(1, batch_size)
-        rest = (*(() if until is None else (until,)), fingerprint, _ts(start), _ts(end), size)
+        upto: tuple[str, ...] = () if until is None else (until,)
+        rest = (*upto, fingerprint, _ts(start), _ts(end), size)
 
         def page(after: str) -> Awaitable[list[PlanTarget]]:
             return self._fetch(_plan_target, sql, (after, *rest))
