@@ -49,14 +49,7 @@ class TransitionOne(ABC):
         now: datetime,
         *,
         expect: Sequence[MessageStatus],
-        reason: str | None = None,
-        ticket_id: str | None = None,
-        last_error: str | None = None,
-        scheduled_at: datetime | None = None,
-        release_live_key: bool = False,
-        due_at: datetime | None = None,
+        **change: Any,  # the rest of StatusChange's fields, as the port names them
     ) -> bool:
-        change = StatusChange(
-            message_id, to, reason, ticket_id, last_error, scheduled_at, release_live_key, due_at
-        )
-        return await self.transition_many([change], now, expect=expect) > 0
+        changes = [StatusChange(message_id, to, **change)]
+        return await self.transition_many(changes, now, expect=expect) > 0

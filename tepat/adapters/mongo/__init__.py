@@ -1,9 +1,4 @@
-"""The MongoDB store (PyMongo async API).
-
-:mod:`.base` (the handles every part shares), :mod:`.indexes` (where every uniqueness
-guarantee lives, and the migration of older documents), :mod:`.codecs` (documents <->
-models), one module per aggregate, and :mod:`.store` composing :class:`MongoStore`.
-"""
+"""The Store on MongoDB (PyMongo's async API): the production store."""
 
 from tepat.adapters.mongo.base import database_name
 from tepat.adapters.mongo.store import MongoStore

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from pymongo import ASCENDING
-from pymongo.errors import BulkWriteError
+from pymongo import ASCENDING, DESCENDING
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from tepat.clock import Clock, SystemClock
+
+T = TypeVar("T")
 
 DEFAULT_DATABASE = "tepat"
 DUPLICATE_KEY = 11000
@@ -18,6 +21,8 @@ DUPLICATE_KEY = 11000
 # and answers ExecutionTimeout (a 503 or a handed-back batch) rather than going on with
 # a query whose client has already given up, which only deepens the overload.
 QUERY_MAX_TIME_MS = 20_000
+ID_ONLY = {"_id": True}  # a projection: the ids alone
+doc_id = itemgetter("_id")
 
 
 def database_name(url: str) -> str:
@@ -39,10 +44,15 @@ def only_duplicates(exc: BulkWriteError) -> set[int]:
     return {int(e["index"]) for e in errors}
 
 
-def keyset_after(order: Sequence[tuple[str, int]], key: Sequence[Any]) -> dict[str, Any]:
+def sort_spec(fields: Sequence[str]) -> list[tuple[str, int]]:
+    """MongoDB's sort for field names in order, a leading "-" for a descending one."""
+    return [(f[1:], DESCENDING) if f.startswith("-") else (f, ASCENDING) for f in fields]
+
+
+def keyset_after(order: Sequence[str], key: Sequence[Any]) -> dict[str, Any]:
     """The filter for the documents after ``key`` in ``order`` (two fields, one direction),
     so a keyset page starts where the last one ended and never hides the ones behind."""
-    (first, direction), (second, _) = order
+    (first, direction), (second, _) = sort_spec(order)
     op = "$gt" if direction == ASCENDING else "$lt"
     return {"$or": [{first: {op: key[0]}}, {first: key[0], second: {op: key[1]}}]}
 
@@ -58,6 +68,9 @@ class MongoBase:
         # real AsyncMongoClient and the test facade share an API, not a class.
         self._client: Any = client
         self._clock: Clock = clock or SystemClock()
+        # Whether a webhook subscription is enabled, and until when (monotonic) this process
+        # trusts that answer (tepat.adapters.mongo.webhooks.webhooks_active).
+        self._webhooks_active: tuple[bool, float] | None = None
 
     @property
     def _db(self) -> Any:
@@ -65,25 +78,70 @@ class MongoBase:
             raise RuntimeError("MongoStore.open() has not been called")
         return self._client[self._db_name]
 
-    async def _find(
+    async def _fetch(
         self,
+        decode: Callable[[dict[str, Any]], T],
         collection: str,
-        *args: Any,
-        sort: Sequence[tuple[str, int]] | None = None,
+        query: Mapping[str, Any],
+        *,
+        sort: Sequence[str] = (),
         limit: int | None = None,
-        **kwargs: Any,
-    ) -> list[dict[str, Any]]:
-        """The documents ``collection.find(*args, **kwargs)`` returns, in ``sort`` order, at
-        most ``limit`` (none when ``limit`` <= 0: ``limit(0)`` would mean *no* limit)."""
+        projection: Mapping[str, Any] | None = None,
+    ) -> list[T]:
+        """The documents matching ``query``, decoded, in ``sort`` order (see
+        :func:`sort_spec`), at most ``limit`` (none when ``limit`` <= 0: ``limit(0)`` would
+        mean *no* limit)."""
         if limit is not None and limit <= 0:
             return []
-        cursor = self._db[collection].find(*args, max_time_ms=QUERY_MAX_TIME_MS, **kwargs)
-        if sort is not None:
-            cursor = cursor.sort(list(sort))
+        cursor = self._db[collection].find(
+            query, projection=projection, max_time_ms=QUERY_MAX_TIME_MS
+        )
+        if sort:
+            cursor = cursor.sort(sort_spec(sort))
         if limit is not None:
             cursor = cursor.limit(limit)
-        docs: list[dict[str, Any]] = await cursor.to_list(None)
-        return docs
+        return [decode(doc) for doc in await cursor.to_list(None)]
+
+    async def _fetch_in(
+        self,
+        decode: Callable[[dict[str, Any]], T],
+        collection: str,
+        field: str,
+        values: Sequence[Any],
+        query: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> list[T]:
+        """:meth:`_fetch` of the documents whose ``field`` is one of ``values`` (and that
+        match ``query``); none asked, none read."""
+        if not values:
+            return []
+        query = {field: {"$in": list(set(values))}, **(query or {})}
+        return await self._fetch(decode, collection, query, **options)
+
+    async def _fetch_one(
+        self, decode: Callable[[dict[str, Any]], T], collection: str, query: Mapping[str, Any]
+    ) -> T | None:
+        doc = await self._db[collection].find_one(query)
+        return None if doc is None else decode(doc)
+
+    async def _insert_if_new(self, collection: str, doc: dict[str, Any]) -> bool:
+        """Insert ``doc`` unless a unique index already holds it; whether it did."""
+        try:
+            await self._db[collection].insert_one(doc)
+        except DuplicateKeyError:
+            return False
+        return True
+
+    async def _insert_new(self, collection: str, docs: Sequence[dict[str, Any]]) -> set[int]:
+        """Insert ``docs``; the indexes (in ``docs``) of those a unique index refused.
+        Unordered: one duplicate does not stop the rest, and the server names each."""
+        if not docs:
+            return set()
+        try:
+            await self._db[collection].insert_many(docs, ordered=False)
+        except BulkWriteError as exc:
+            return only_duplicates(exc)
+        return set()
 
     async def _count(
         self, collection: str, match: dict[str, Any], **by: Any

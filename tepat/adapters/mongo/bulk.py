@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
-from tepat.adapters.mongo.base import only_duplicates
+from tepat.adapters.mongo.base import ID_ONLY, doc_id, only_duplicates
 from tepat.adapters.mongo.codecs import (
     bson_dt,
     device_activation,
@@ -21,23 +21,21 @@ from tepat.adapters.mongo.codecs import (
     reminder_upsert,
     user_fields,
 )
-from tepat.adapters.mongo.users import PLAN_CHANGED, REPLACED, UsersMixin, _plan_target, user_upsert
+from tepat.adapters.mongo.users import PLAN_CHANGED, UsersMixin, _plan_target, user_upsert
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.repositories.bulk_import import RecordsWritten
+from tepat.ports.repositories.devices import REPLACED
 from tepat.ports.repositories.users import PlanTarget
 
 
 class BulkMixin(UsersMixin):
-    """:class:`tepat.ports.store.BulkImportRepository` on MongoDB."""
-
     async def _upsert_users(self, users: Sequence[User]) -> list[bool]:
         if not users:
             return []
         coll = self._db["users"]
         now = self._clock.now()
-        ids = list(dict.fromkeys(u.user_id for u in users))
-        found = await coll.find({"_id": {"$in": ids}}, projection={"_id": True}).to_list(None)
-        existing = {d["_id"] for d in found}
+        ids = [u.user_id for u in users]
+        existing = set(await self._fetch_in(doc_id, "users", "_id", ids, projection=ID_ONLY))
         # The first occurrence of each user not seen yet is inserted whole; the index
         # refuses it when a concurrent import got there first, and then it is an update.
         first: dict[str, int] = {}
@@ -53,12 +51,7 @@ class BulkMixin(UsersMixin):
             }
             for i in inserts
         ]
-        rejected: set[int] = set()
-        if docs:
-            try:
-                await coll.insert_many(docs, ordered=False)
-            except BulkWriteError as exc:
-                rejected = only_duplicates(exc)
+        rejected = await self._insert_new("users", docs)
         inserted = {inserts[j] for j in range(len(inserts)) if j not in rejected}
         updates = [
             UpdateOne({"_id": u.user_id}, user_upsert(u, now), upsert=True)
@@ -134,7 +127,5 @@ class BulkMixin(UsersMixin):
         return RecordsWritten(created)
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
-        if not user_ids:
-            return {}
-        docs = await self._find("users", {"_id": {"$in": list(set(user_ids))}})
-        return {d["_id"]: _plan_target(d) for d in docs}
+        targets = await self._fetch_in(_plan_target, "users", "_id", user_ids)
+        return {t.user.user_id: t for t in targets}

@@ -101,18 +101,20 @@ def decoder(
     return decode
 
 
+_user_doc = encoder(
+    User,
+    "user_id",
+    quiet_hours=lambda qh: (
+        None if qh is None else {"start": qh.start.isoformat(), "end": qh.end.isoformat()}
+    ),
+)
+
+
 def user_fields(user: User, now: datetime) -> dict[str, Any]:
-    qh = user.quiet_hours
-    return {
-        "timezone": user.timezone,
-        "locale": user.locale,
-        "quiet_hours": None
-        if qh is None
-        else {"start": qh.start.isoformat(), "end": qh.end.isoformat()},
-        "enabled": user.enabled,
-        "plan_version": user.plan_version,
-        "updated_at": bson_dt(user.updated_at or now),
-    }
+    """Every field of ``user`` but its id and ``created_at``, stamped ``now`` if unstamped."""
+    fields = _user_doc(user)
+    del fields["_id"], fields["created_at"]
+    return {**fields, "updated_at": bson_dt(user.updated_at or now)}
 
 
 user_from_doc = decoder(
@@ -133,43 +135,27 @@ def pair_id(user_id: str, other_id: str) -> str:
     return f"{user_id}|{other_id}"
 
 
+_device_doc = encoder(Device)
 device_from_doc = decoder(Device, created_at=read_dt, updated_at=read_dt)
 
 
 def device_activation(d: Device, updated: datetime) -> dict[str, Any]:
     """The upsert that binds ``d`` active with its token, stamped ``updated`` (a BSON
     instant); a new binding is created at the device's own ``created_at``, else then."""
-    return {
-        "$set": {
-            "user_id": d.user_id,
-            "device_id": d.device_id,
-            "push_token": d.push_token,
-            "platform": d.platform,
-            "active": True,
-            "consecutive_failures": 0,
-            "deactivated_reason": None,
-            "updated_at": updated,
-        },
-        "$setOnInsert": {"created_at": opt_bson_dt(d.created_at) or updated},
-    }
+    fields = _device_doc(d)
+    del fields["created_at"]
+    fields.update(active=True, consecutive_failures=0, deactivated_reason=None, updated_at=updated)
+    return {"$set": fields, "$setOnInsert": {"created_at": opt_bson_dt(d.created_at) or updated}}
+
+
+_reminder_doc = encoder(Reminder, local_time=time.isoformat, days=list, data=dict)
 
 
 def reminder_upsert(r: Reminder, now: datetime) -> dict[str, Any]:
     """The update that creates or replaces ``r`` (a new one at its own ``created_at``)."""
-    fields = {
-        "user_id": r.user_id,
-        "reminder_id": r.reminder_id,
-        "category": r.category,
-        "local_time": r.local_time.isoformat(),
-        "title": r.title,
-        "body": r.body,
-        "label": r.label,
-        "days": list(r.days),
-        "data": dict(r.data),
-        "enabled": r.enabled,
-        "version": r.version,
-        "updated_at": bson_dt(r.updated_at or now),
-    }
+    fields = _reminder_doc(r)
+    del fields["created_at"]
+    fields["updated_at"] = bson_dt(r.updated_at or now)
     return {"$set": fields, "$setOnInsert": {"created_at": bson_dt(r.created_at or now)}}
 
 
@@ -258,16 +244,13 @@ def legacy_backfill(doc: Mapping[str, Any]) -> dict[str, Any]:
     one, which the old unique index kept unique among pending messages.
     """
     m = message_from_doc(doc)
-    fields: dict[str, Any] = {}
-    if "nominal_at" not in doc:
-        fields["nominal_at"] = bson_dt(m.nominal)
-    if "due_at" not in doc:
-        fields["due_at"] = bson_dt(m.due)
-    if "slot_key" not in doc:
-        fields["slot_key"] = slot_key_for(m)
-    if "publish_pending" not in doc:
-        fields["publish_pending"] = False
-    return fields
+    implied = {
+        "nominal_at": bson_dt(m.nominal),
+        "due_at": bson_dt(m.due),
+        "slot_key": slot_key_for(m),
+        "publish_pending": False,
+    }
+    return {name: value for name, value in implied.items() if name not in doc}
 
 
 ticket_doc = encoder(Ticket, "ticket_id", sent_at=bson_dt, checked_at=opt_bson_dt)

@@ -12,14 +12,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase, keyset_after
 from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt_required
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
 
-_ORDER = [("channel", ASCENDING), ("address", ASCENDING)]
+_ORDER = ["channel", "address"]
 
 
 _contact = decoder(Contact, verified=bool, updated_at=read_dt_required)
@@ -43,16 +42,12 @@ class ContactsMixin(MongoBase):
             await contacts.update_one(key, update)
 
     async def contacts_for_users(self, user_ids: Sequence[str], channel: str) -> dict[str, Contact]:
-        if not user_ids:
-            return {}
-        docs = await self._find(
-            "contacts", {"user_id": {"$in": list(set(user_ids))}, "channel": channel}
-        )
-        return {d["user_id"]: _contact(d) for d in docs}
+        on_channel = {"channel": channel}
+        contacts = await self._fetch_in(_contact, "contacts", "user_id", user_ids, on_channel)
+        return {c.user_id: c for c in contacts}
 
     async def list_contacts(self, user_id: str) -> list[Contact]:
-        docs = await self._find("contacts", {"user_id": user_id}, sort=[("channel", ASCENDING)])
-        return [_contact(d) for d in docs]
+        return await self._fetch(_contact, "contacts", {"user_id": user_id}, sort=["channel"])
 
     async def add_suppression(
         self,
@@ -63,25 +58,20 @@ class ContactsMixin(MongoBase):
         source: str | None = None,
     ) -> bool:
         reason = SuppressionReason(reason)
-        suppressions = self._db["suppressions"]
-        try:
-            await suppressions.insert_one(
-                {
-                    "channel": channel,
-                    "address": address,
-                    "reason": reason.value,
-                    "added_at": bson_dt(now),
-                    "source": source,
-                }
-            )
+        doc = {
+            "channel": channel,
+            "address": address,
+            "reason": reason.value,
+            "added_at": bson_dt(now),
+            "source": source,
+        }
+        if await self._insert_if_new("suppressions", doc):
             return True
-        except DuplicateKeyError:
-            pass
         weaker = [r.value for r in SuppressionReason if overrides(reason, r)]
         if weaker:
             # Conditional on the stored reason being weaker: two upgrades at once
             # cannot turn a complaint back into a hard bounce.
-            await suppressions.update_one(
+            await self._db["suppressions"].update_one(
                 {"channel": channel, "address": address, "reason": {"$in": weaker}},
                 {"$set": {"reason": reason.value, "source": source}},
             )
@@ -99,12 +89,9 @@ class ContactsMixin(MongoBase):
     async def suppressions_for(
         self, channel: str, addresses: Sequence[str]
     ) -> dict[str, Suppression]:
-        if not addresses:
-            return {}
-        docs = await self._find(
-            "suppressions", {"channel": channel, "address": {"$in": list(set(addresses))}}
-        )
-        return {d["address"]: _suppression(d) for d in docs}
+        on_channel = {"channel": channel}
+        found = await self._fetch_in(_suppression, "suppressions", "address", addresses, on_channel)
+        return {s.address: s for s in found}
 
     async def list_suppressions(
         self, channel: str | None, after: tuple[str, str] | None, limit: int
@@ -115,20 +102,12 @@ class ContactsMixin(MongoBase):
         if after is not None:
             clauses.append(keyset_after(_ORDER, after))
         query: dict[str, Any] = {"$and": clauses} if clauses else {}
-        docs = await self._find("suppressions", query, sort=_ORDER, limit=limit)
-        return [_suppression(d) for d in docs]
+        return await self._fetch(_suppression, "suppressions", query, sort=_ORDER, limit=limit)
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
-        try:
-            await self._db["provider_events"].insert_one(
-                {"provider": provider, "event_id": event_id, "recorded_at": bson_dt(now)}
-            )
-        except DuplicateKeyError:
-            return False
-        return True
+        doc = {"provider": provider, "event_id": event_id, "recorded_at": bson_dt(now)}
+        return await self._insert_if_new("provider_events", doc)
 
     async def provider_event_seen(self, provider: str, event_id: str) -> bool:
-        found = await self._db["provider_events"].find_one(
-            {"provider": provider, "event_id": event_id}
-        )
-        return found is not None
+        event = {"provider": provider, "event_id": event_id}
+        return await self._db["provider_events"].find_one(event) is not None

@@ -12,48 +12,37 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from operator import itemgetter
 
-from pymongo import ASCENDING, ReturnDocument
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo import ReturnDocument
 
-from tepat.adapters.event_fields import EVENT_FIELDS
-from tepat.adapters.mongo.base import MongoBase, only_duplicates
-from tepat.adapters.mongo.codecs import bson_dt, decoder, read_dt, read_dt_required
+from tepat.adapters.event_fields import EVENT_FIELDS, STORED_EVENT_FIELDS, new_event
+from tepat.adapters.mongo.base import ID_ONLY, MongoBase, doc_id
+from tepat.adapters.mongo.codecs import bson_dt, decoder, encoder, opt_bson_dt, read_dt
 from tepat.domain.events import Event, EventState, event_key_range
-from tepat.domain.validation import format_hhmm
 
 _RECIPIENT_CHUNK = 5000
 
 
-def _doc(event: Event, state: EventState, now: datetime) -> dict[str, Any]:
-    return {
-        "_id": event.event_id,
-        "type": event.type,
-        "category": event.category,
-        "priority": event.priority.value,
-        "request_hash": event.request_hash,
-        "all_users": event.all_users,
-        # As JSON text: the caller's keys may hold "." or "$", which field names may not.
-        "data": json.dumps(dict(event.data), ensure_ascii=False, separators=(",", ":")),
-        "occurred_at": bson_dt(event.occurred_at),
-        "send_at": None if event.send_at is None else bson_dt(event.send_at),
-        "local_time": None if event.local_time is None else format_hhmm(event.local_time),
-        "listed": event.listed,
-        "state": state.value,
-        "cursor": "",
-        "recipients": 0,
-        "counts": {},
-        "created_at": bson_dt(now),
-        "updated_at": bson_dt(now),
-    }
+_event_doc = encoder(
+    Event,
+    "event_id",
+    **STORED_EVENT_FIELDS,
+    # As JSON text: the caller's keys may hold "." or "$", which field names may not.
+    data=lambda data: json.dumps(dict(data), ensure_ascii=False, separators=(",", ":")),
+    occurred_at=bson_dt,
+    send_at=opt_bson_dt,
+    counts=dict,
+    created_at=bson_dt,
+    updated_at=bson_dt,
+)
 
 
 _event = decoder(
     Event,
     "event_id",
     **EVENT_FIELDS,
-    occurred_at=read_dt_required,
+    occurred_at=read_dt,
     send_at=read_dt,
     counts=lambda counts: {k: int(v) for k, v in (counts or {}).items()},
     created_at=read_dt,
@@ -63,33 +52,20 @@ _event = decoder(
 
 class EventsMixin(MongoBase):
     async def _put_recipients(self, event_id: str, ids: Sequence[str]) -> None:
-        recipients = self._db["event_recipients"]
         for i in range(0, len(ids), _RECIPIENT_CHUNK):
             docs = [
                 {"_id": f"{event_id}|{u}", "event_id": event_id, "user_id": u}
                 for u in ids[i : i + _RECIPIENT_CHUNK]
             ]
-            try:
-                await recipients.insert_many(docs, ordered=False)
-            except BulkWriteError as exc:
-                only_duplicates(exc)  # a retry's: already there
-
-    async def _finish_accepting(self, event_id: str, ids: Sequence[str]) -> None:
-        await self._put_recipients(event_id, ids)
-        await self._db["events"].update_one(
-            {"_id": event_id, "state": EventState.ACCEPTING.value},
-            {"$set": {"state": EventState.FANNING_OUT.value}},
-        )
+            await self._insert_new("event_recipients", docs)  # a retry's: already there
 
     async def create_event(self, event: Event, user_ids: Sequence[str]) -> tuple[Event, bool]:
         events = self._db["events"]
         ids = sorted(set(user_ids))
         state = EventState.ACCEPTING if ids else EventState.FANNING_OUT
-        created = True
-        try:
-            await events.insert_one(_doc(event, state, self._clock.now()))
-        except DuplicateKeyError:
-            created = False
+        doc = _event_doc(new_event(event, state, self._clock.now()))
+        created = await self._insert_if_new("events", doc)
+        if not created:
             stored = await events.find_one({"_id": event.event_id})
             if (
                 stored is None
@@ -98,46 +74,40 @@ class EventsMixin(MongoBase):
             ):
                 return _event(stored) if stored else event, False
         if ids:
-            await self._finish_accepting(event.event_id, ids)
+            await self._put_recipients(event.event_id, ids)
+            await events.update_one(
+                {"_id": event.event_id, "state": EventState.ACCEPTING.value},
+                {"$set": {"state": EventState.FANNING_OUT.value}},
+            )
         stored = await events.find_one({"_id": event.event_id})
         assert stored is not None
         return _event(stored), created
 
     async def get_event(self, event_id: str) -> Event | None:
-        doc = await self._db["events"].find_one({"_id": event_id})
-        return None if doc is None else _event(doc)
+        return await self._fetch_one(_event, "events", {"_id": event_id})
 
     async def events_fanning_out(self, limit: int) -> list[Event]:
-        docs = await self._find(
-            "events",
-            {"state": EventState.FANNING_OUT.value},
-            sort=[("created_at", ASCENDING), ("_id", ASCENDING)],
-            limit=max(1, limit),
+        fanning_out = {"state": EventState.FANNING_OUT.value}
+        return await self._fetch(
+            _event, "events", fanning_out, sort=["created_at", "_id"], limit=limit
         )
-        return [_event(d) for d in docs][: max(0, limit)]
 
     async def event_recipients(
         self, event_id: str, all_users: bool, after: str, limit: int
     ) -> list[str]:
-        if limit <= 0:
-            return []
         if all_users:
-            docs = await self._find(
-                "users",
-                {"_id": {"$gt": after}},
-                projection={"_id": True},
-                sort=[("_id", ASCENDING)],
-                limit=limit,
+            users = {"_id": {"$gt": after}}
+            return await self._fetch(
+                doc_id, "users", users, projection=ID_ONLY, sort=["_id"], limit=limit
             )
-            return [d["_id"] for d in docs]
-        docs = await self._find(
+        return await self._fetch(
+            itemgetter("user_id"),
             "event_recipients",
             {"event_id": event_id, "user_id": {"$gt": after}},
             projection={"user_id": True},
-            sort=[("user_id", ASCENDING)],
+            sort=["user_id"],
             limit=limit,
         )
-        return [d["user_id"] for d in docs]
 
     async def advance_event(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pymongo import DESCENDING, ReturnDocument
+from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from tepat.adapters.mongo.base import MongoBase
@@ -75,14 +75,11 @@ class InboxMixin(MongoBase):
             query["seq"] = {"$lt": before_seq}
         if unread_only:
             query["read_at"] = None
-        docs = await self._find("inbox", query, sort=[("seq", DESCENDING)], limit=limit)
-        return [_item(d) for d in docs]
+        return await self._fetch(_item, "inbox", query, sort=["-seq"], limit=limit)
 
     async def inbox_after(self, user_id: str, after_seq: int, limit: int) -> list[InboxItem]:
-        docs = await self._find(
-            "inbox", {"user_id": user_id, "seq": {"$gt": after_seq}}, sort=[("seq", 1)], limit=limit
-        )
-        return [_item(d) for d in docs]
+        query = {"user_id": user_id, "seq": {"$gt": after_seq}}
+        return await self._fetch(_item, "inbox", query, sort=["seq"], limit=limit)
 
     async def mark_inbox_read(self, user_id: str, item_id: str, now: datetime) -> InboxItem | None:
         inbox = self._db["inbox"]
@@ -91,8 +88,7 @@ class InboxMixin(MongoBase):
             {"_id": item_id, "user_id": user_id, "read_at": None},
             read_update(now, await webhooks_active(self)),
         )
-        doc = await inbox.find_one({"_id": item_id, "user_id": user_id})
-        return None if doc is None else _item(doc)
+        return await self._fetch_one(_item, "inbox", {"_id": item_id, "user_id": user_id})
 
     async def mark_inbox_read_all(
         self, user_id: str, now: datetime, up_to_seq: int | None = None

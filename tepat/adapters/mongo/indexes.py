@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, UpdateOne
+from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure
 
+from tepat.adapters.mongo.base import sort_spec
 from tepat.adapters.mongo.codecs import legacy_backfill
 
 INDEX_NOT_FOUND = 27  # the server's code when dropping an index that is not there
@@ -88,96 +89,85 @@ async def _backfill_messages(messages: Any) -> None:
             raise RuntimeError(f"message backfill failed: {e.details}") from e
 
 
-_UNIQUE = {"unique": True}
-_PENDING = {"partialFilterExpression": {"status": "pending"}}
-_ACTIVE = {"unique": True, "partialFilterExpression": {"active": True}}
-_JOURNALED = {"partialFilterExpression": {"wh": {"$exists": True}}}
-A, D = ASCENDING, DESCENDING
+def _partial(expression: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """Index options for the documents matching ``expression`` only."""
+    return {**options, "partialFilterExpression": expression}
 
-# (collection, name, keys, options). Names are explicit so a later spec change fails
-# loudly (IndexOptionsConflict) instead of piling up near-duplicate indexes.
-INDEXES: tuple[tuple[str, str, str | list[tuple[str, int]], dict[str, Any]], ...] = (
-    ("messages", "uniq_dedup_key", "dedup_key", _UNIQUE),
+
+_UNIQUE: dict[str, Any] = {"unique": True}
+_PENDING = _partial({"status": "pending"})
+_ACTIVE = _partial({"active": True}, **_UNIQUE)
+_JOURNALED = _partial({"wh": {"$exists": True}})
+
+# (collection, name, keys as sort_spec names them, options). Names are explicit so a later
+# spec change fails loudly (IndexOptionsConflict) instead of piling up near-duplicate indexes.
+INDEXES: tuple[tuple[str, str, list[str], dict[str, Any]], ...] = (
+    ("messages", "uniq_dedup_key", ["dedup_key"], _UNIQUE),
     (
         "messages",
         "uniq_live_key",
-        "live_key",
-        {**_UNIQUE, "partialFilterExpression": {"live_key": {"$type": "string"}}},
+        ["live_key"],
+        _partial({"live_key": {"$type": "string"}}, **_UNIQUE),
     ),
-    ("messages", "uniq_pending_slot_key", "slot_key", {**_UNIQUE, **_PENDING}),
+    ("messages", "uniq_pending_slot_key", ["slot_key"], {**_UNIQUE, **_PENDING}),
     # The outbox: marked messages by (due_at, _id); small, since the publisher
     # clears the mark within seconds.
-    (
-        "messages",
-        "outbox_due",
-        [("due_at", A), ("_id", A)],
-        {"partialFilterExpression": {"publish_pending": True}},
-    ),
+    ("messages", "outbox_due", ["due_at", "_id"], _partial({"publish_pending": True})),
     # due_pending (the sweeper): published pending messages by due_at. Led by the
     # mark so its key pattern differs from outbox_due's (servers before 5.0 refuse
     # two indexes with one key pattern, whatever their partial filters).
-    ("messages", "pending_due", [("publish_pending", A), ("due_at", A), ("_id", A)], _PENDING),
+    ("messages", "pending_due", ["publish_pending", "due_at", "_id"], _PENDING),
     # count_messages (by status); the sweeper.
-    ("messages", "status_scheduled", [("status", A), ("scheduled_at", A), ("_id", A)], {}),
+    ("messages", "status_scheduled", ["status", "scheduled_at", "_id"], {}),
     # list_messages (user history, newest first), pending_for_user.
-    ("messages", "user_scheduled", [("user_id", A), ("scheduled_at", A), ("_id", A)], {}),
+    ("messages", "user_scheduled", ["user_id", "scheduled_at", "_id"], {}),
     # Small partial indexes for the sweeper's and the operator's views.
-    (
-        "messages",
-        "sending_claimed",
-        [("claimed_at", A), ("_id", A)],
-        {"partialFilterExpression": {"status": "sending"}},
-    ),
-    (
-        "messages",
-        "failed_updated",
-        [("updated_at", D), ("_id", D)],
-        {"partialFilterExpression": {"status": "failed"}},
-    ),
-    ("devices", "uniq_active_user_device", [("user_id", A), ("device_id", A)], _ACTIVE),
-    ("devices", "uniq_active_push_token", "push_token", _ACTIVE),
-    ("devices", "user", [("user_id", A), ("active", A)], {}),
-    ("devices", "push_token", "push_token", {}),
+    ("messages", "sending_claimed", ["claimed_at", "_id"], _partial({"status": "sending"})),
+    ("messages", "failed_updated", ["-updated_at", "-_id"], _partial({"status": "failed"})),
+    ("devices", "uniq_active_user_device", ["user_id", "device_id"], _ACTIVE),
+    ("devices", "uniq_active_push_token", ["push_token"], _ACTIVE),
+    ("devices", "user", ["user_id", "active"], {}),
+    ("devices", "push_token", ["push_token"], {}),
     # The dashboard's "deactivated today" (adapters/mongo/ops_views.py).
-    ("devices", "deactivated", "updated_at", {"partialFilterExpression": {"active": False}}),
-    ("reminders", "user", "user_id", {}),
-    ("preferences", "user", "user_id", {}),
-    ("tickets", "receipt_sent", [("receipt_status", A), ("sent_at", A)], {}),
-    ("tickets", "message", "message_id", {}),
-    ("tickets", "sent", "sent_at", {}),  # the dashboard's recent sends
+    ("devices", "deactivated", ["updated_at"], _partial({"active": False})),
+    ("reminders", "user", ["user_id"], {}),
+    ("preferences", "user", ["user_id"], {}),
+    ("tickets", "receipt_sent", ["receipt_status", "sent_at"], {}),
+    ("tickets", "message", ["message_id"], {}),
+    ("tickets", "sent", ["sent_at"], {}),  # the dashboard's recent sends
     # Live consumer processes per group (adapters/mongo/presence.py).
-    ("presence", "group_beat", [("group", A), ("beat_at", A)], {}),
+    ("presence", "group_beat", ["group", "beat_at"], {}),
     # Message templates (adapters/mongo/templates.py): one document per version; this
     # unique index keeps two concurrent PUTs from taking the same version.
     (
         "templates",
         "uniq_template_version",
-        [("event_type", A), ("channel", A), ("locale", A), ("version", D)],
+        ["event_type", "channel", "locale", "-version"],
         _UNIQUE,
     ),
     # The in-app inbox (adapters/mongo/inbox.py): one item per (user, message id); a
     # user's items by seq (the list, newest first, and a stream's resume).
-    ("inbox", "uniq_user_message", [("user_id", A), ("message_id", A)], _UNIQUE),
-    ("inbox", "user_seq", [("user_id", A), ("seq", D)], {}),
+    ("inbox", "uniq_user_message", ["user_id", "message_id"], _UNIQUE),
+    ("inbox", "user_seq", ["user_id", "-seq"], {}),
     # Unread items (the unread filter, the count, read-all): read_at is null until read.
-    ("inbox", "user_read_seq", [("user_id", A), ("read_at", A), ("seq", D)], {}),
+    ("inbox", "user_read_seq", ["user_id", "read_at", "-seq"], {}),
     # Business events (adapters/mongo/events.py): _id is the event id (one per id); the
     # open ones oldest first for the fan-out loop; listed recipients paged by user id.
-    ("events", "state_created", [("state", A), ("created_at", A), ("_id", A)], {}),
-    ("event_recipients", "event_user", [("event_id", A), ("user_id", A)], {}),
+    ("events", "state_created", ["state", "created_at", "_id"], {}),
+    ("event_recipients", "event_user", ["event_id", "user_id"], {}),
     # Contacts, suppressions and provider-event dedup (adapters/mongo/contacts.py): each
     # unique index is the port's key; a contact is also found by user alone (the API's list).
-    ("contacts", "uniq_user_channel", [("user_id", A), ("channel", A)], _UNIQUE),
-    ("suppressions", "uniq_channel_address", [("channel", A), ("address", A)], _UNIQUE),
-    ("provider_events", "uniq_provider_event", [("provider", A), ("event_id", A)], _UNIQUE),
+    ("contacts", "uniq_user_channel", ["user_id", "channel"], _UNIQUE),
+    ("suppressions", "uniq_channel_address", ["channel", "address"], _UNIQUE),
+    ("provider_events", "uniq_provider_event", ["provider", "event_id"], _UNIQUE),
     # Status webhooks (adapters/mongo/webhooks.py): the journal rides in the changed
     # document's `wh` array, present only while entries wait; the emitter finds them here.
-    ("messages", "webhook_journal", [("wh.at", A)], _JOURNALED),
-    ("inbox", "webhook_journal", [("wh.at", A)], _JOURNALED),
+    ("messages", "webhook_journal", ["wh.at"], _JOURNALED),
+    ("inbox", "webhook_journal", ["wh.at"], _JOURNALED),
 )
 
 
 async def create_indexes(db: Any) -> None:
     # create_index with an identical spec is a no-op on the server, so open() is idempotent.
     for collection, name, keys, options in INDEXES:
-        await db[collection].create_index(keys, name=name, **options)
+        await db[collection].create_index(sort_spec(keys), name=name, **options)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from tepat.adapters.message_cursor import decode_cursor, message_page
 from tepat.adapters.message_transition import TransitionOne, transition_fields
-from tepat.adapters.mongo.base import DUPLICATE_KEY, MongoBase, keyset_after, only_duplicates
+from tepat.adapters.mongo.base import DUPLICATE_KEY, MongoBase, keyset_after
 from tepat.adapters.mongo.codecs import bson_dt, message_doc, message_from_doc
 from tepat.adapters.mongo.webhooks import add_journal_push, journal_on_insert, webhooks_active
+from tepat.adapters.store_results import in_asked_order
 from tepat.domain.errors import DomainError
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.repositories.messages import (
@@ -35,31 +37,19 @@ class MessagesMixin(TransitionOne, MongoBase):
         if await webhooks_active(self):  # status webhooks: the journal rides the insert
             for doc in docs:
                 journal_on_insert(doc)
-        rejected: set[int] = set()
-        try:
-            # Unordered: one duplicate must not stop the rest of the batch, and the
-            # server reports every rejected input by its index in this list.
-            await self._db["messages"].insert_many(docs, ordered=False)
-        except BulkWriteError as exc:
-            rejected = only_duplicates(exc)
+        rejected = await self._insert_new("messages", docs)
         created = [message_from_doc(d) for i, d in enumerate(docs) if i not in rejected]
         return InsertResult(created=created, existing=len(rejected))
 
     async def get_message(self, message_id: str) -> Message | None:
-        doc = await self._db["messages"].find_one({"_id": message_id})
-        return None if doc is None else message_from_doc(doc)
+        return await self._fetch_one(message_from_doc, "messages", {"_id": message_id})
 
     async def get_messages(self, message_ids: Sequence[str]) -> list[Message]:
-        if not message_ids:
-            return []
-        docs = await self._find("messages", {"_id": {"$in": list(set(message_ids))}})
-        by_id = {d["_id"]: d for d in docs}
-        # Input order, each once.
-        return [message_from_doc(by_id[i]) for i in dict.fromkeys(message_ids) if i in by_id]
+        found = await self._fetch_in(message_from_doc, "messages", "_id", message_ids)
+        return in_asked_order(message_ids, found, attrgetter("id"))
 
     async def find_by_live_key(self, live_key: str) -> Message | None:
-        doc = await self._db["messages"].find_one({"live_key": live_key})
-        return None if doc is None else message_from_doc(doc)
+        return await self._fetch_one(message_from_doc, "messages", {"live_key": live_key})
 
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
@@ -72,8 +62,6 @@ class MessagesMixin(TransitionOne, MongoBase):
         messages = self._db["messages"]
         claimed_at = bson_dt(now)
 
-        if not CLAIMABLE:
-            return []
         flt: dict[str, Any] = {"status": {"$in": [s.value for s in CLAIMABLE]}}
         if due_before is not None:
             flt["due_at"] = {"$lt": bson_dt(due_before)}
@@ -112,15 +100,10 @@ class MessagesMixin(TransitionOne, MongoBase):
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
-        planned = [(ch, p) for ch in changes if (p := _transition_update(ch, now, expect))]
-        if not planned:
-            return 0
         journal = await webhooks_active(self)  # status webhooks: the journal rides each update
-        ops = []
-        for ch, (query, update) in planned:
-            if journal:
-                add_journal_push(update, ch.to.value, ch.reason, now)
-            ops.append(UpdateOne(query, update))
+        ops = [op for ch in changes if (op := _transition_update(ch, now, expect, journal))]
+        if not ops:
+            return 0
         try:
             result = await self._db["messages"].bulk_write(ops, ordered=False)
         except BulkWriteError as e:
@@ -146,15 +129,17 @@ class MessagesMixin(TransitionOne, MongoBase):
             window["$lt"] = bson_dt(query.scheduled_to)
         if window:
             flt["scheduled_at"] = window
-        order = [("scheduled_at", DESCENDING), ("_id", DESCENDING)]
+        order = ["-scheduled_at", "-_id"]
         if query.cursor is not None:
             flt.update(keyset_after(order, decode_cursor(query.cursor)))
         # One extra tells whether another page exists.
-        docs = await self._find("messages", flt, sort=order, limit=query.limit + 1)
-        return message_page([message_from_doc(d) for d in docs], query.limit)
+        limit = query.limit + 1
+        found = await self._fetch(message_from_doc, "messages", flt, sort=order, limit=limit)
+        return message_page(found, query.limit)
 
     async def due_pending(self, before: datetime, limit: int) -> list[Message]:
-        docs = await self._find(
+        return await self._fetch(
+            message_from_doc,
             "messages",
             {
                 "status": MessageStatus.PENDING.value,
@@ -163,30 +148,22 @@ class MessagesMixin(TransitionOne, MongoBase):
                 "publish_pending": False,
                 "due_at": {"$lt": bson_dt(before)},
             },
-            sort=[("due_at", ASCENDING), ("_id", ASCENDING)],
+            sort=["due_at", "_id"],
             limit=limit,
         )
-        return [message_from_doc(d) for d in docs]
 
     async def pending_for_user(self, user_id: str) -> list[Message]:
-        docs = await self._find(
-            "messages",
-            {"user_id": user_id, "status": MessageStatus.PENDING.value},
-            sort=[("nominal_at", ASCENDING), ("_id", ASCENDING)],
-        )
-        return [message_from_doc(d) for d in docs]
+        pending = {"user_id": user_id, "status": MessageStatus.PENDING.value}
+        return await self._fetch(message_from_doc, "messages", pending, sort=["nominal_at", "_id"])
 
     async def stuck_sending(self, claimed_before: datetime, limit: int) -> list[Message]:
-        docs = await self._find(
-            "messages",
-            {
-                "status": MessageStatus.SENDING.value,
-                "claimed_at": {"$lt": bson_dt(claimed_before)},
-            },
-            sort=[("claimed_at", ASCENDING), ("_id", ASCENDING)],
-            limit=limit,
+        stuck = {
+            "status": MessageStatus.SENDING.value,
+            "claimed_at": {"$lt": bson_dt(claimed_before)},
+        }
+        return await self._fetch(
+            message_from_doc, "messages", stuck, sort=["claimed_at", "_id"], limit=limit
         )
-        return [message_from_doc(d) for d in docs]
 
     async def count_messages(self) -> Counts:
         # A message written before channels existed is a push (codecs.py).
@@ -195,25 +172,21 @@ class MessagesMixin(TransitionOne, MongoBase):
         return Counts(by_status_category_channel={(g["s"], g["c"], g["ch"]): n for g, n in groups})
 
     async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
-        if limit <= 0:  # limit(0) means *no* limit to MongoDB
-            return []
-        failed = MessageStatus.FAILED.value
-        flt: dict[str, Any] = {"status": failed}
-        order = [("updated_at", DESCENDING), ("_id", DESCENDING)]
+        flt: dict[str, Any] = {"status": MessageStatus.FAILED.value}
+        order = ["-updated_at", "-_id"]
         if before_id is not None:
             anchor = await self._db["messages"].find_one({"_id": before_id})
             if anchor is None:
                 return []
             flt.update(keyset_after(order, (anchor.get("updated_at"), before_id)))
-        docs = await self._find("messages", flt, sort=order, limit=limit)
-        return [message_from_doc(d) for d in docs]
+        return await self._fetch(message_from_doc, "messages", flt, sort=order, limit=limit)
 
 
 def _transition_update(
-    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The filter and update of one conditional status change, or None when the
-    transition table allows it from none of ``expect`` (refused: nothing to write)."""
+    change: StatusChange, now: datetime, expect: Sequence[MessageStatus], journal: bool
+) -> UpdateOne | None:
+    """The conditional update of one status change (``journal``: with its journal entry),
+    or None when the transition table allows it from none of ``expect`` (refused)."""
     sources = allowed_sources(change.to, expect)
     if not sources:
         return None
@@ -224,4 +197,8 @@ def _transition_update(
     update: dict[str, Any] = {"$set": fields}
     if change.release_live_key:
         update["$unset"] = {"live_key": ""}
-    return {"_id": change.message_id, "status": {"$in": [s.value for s in sources]}}, update
+    if journal:
+        add_journal_push(update, change.to.value, change.reason, now)
+    return UpdateOne(
+        {"_id": change.message_id, "status": {"$in": [s.value for s in sources]}}, update
+    )

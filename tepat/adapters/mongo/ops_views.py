@@ -11,32 +11,30 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING
-
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
 from tepat.ports.repositories.ops_views import SendSample
 
 
+def _due_at(doc: dict[str, Any]) -> datetime:
+    return read_dt_required(doc["due_at"])
+
+
 class OpsViewsMixin(MongoBase):
     async def recent_sends(self, since: datetime, limit: int) -> list[SendSample]:
-        tickets = await self._find(
+        tickets = await self._fetch(
+            dict,
             "tickets",
             {"sent_at": {"$gte": bson_dt(since)}},
             projection={"message_id": True, "sent_at": True},
             # sent_at alone: the index then yields the order and the limit stops the scan
-            sort=[("sent_at", DESCENDING)],
+            sort=["-sent_at"],
             limit=limit,
         )
-        ids = list({t["message_id"] for t in tickets})
-        messages = {
-            m["_id"]: m
-            for m in await self._find(
-                "messages",
-                {"_id": {"$in": ids}},
-                projection={"category": True, "scheduled_at": True},
-            )
-        }
+        ids = [t["message_id"] for t in tickets]
+        projection = {"category": True, "scheduled_at": True}
+        found = await self._fetch_in(dict, "messages", "_id", ids, projection=projection)
+        messages = {m["_id"]: m for m in found}
         return [
             SendSample(
                 category=m["category"],
@@ -60,17 +58,12 @@ class OpsViewsMixin(MongoBase):
         # Naming both values of the index's leading mark lets pending_due serve the range.
         pending = {"publish_pending": {"$in": [False, True]}, "status": "pending", "due_at": due}
         heads = [
-            await self._find(
-                "messages",
-                match,
-                projection={"due_at": True},
-                sort=[("due_at", ASCENDING)],
-                limit=1,
+            await self._fetch(
+                _due_at, "messages", match, projection={"due_at": True}, sort=["due_at"], limit=1
             )
             for match in (pending, {"status": "sending", "due_at": due})
         ]
-        found = [read_dt_required(docs[0]["due_at"]) for docs in heads if docs]
-        return min(found, default=None)
+        return min((head[0] for head in heads if head), default=None)
 
     async def live_members(self, since: datetime) -> dict[str, int]:
         match = {"beat_at": {"$gte": bson_dt(since)}}

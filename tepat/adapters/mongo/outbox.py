@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING, UpdateOne
+from pymongo import UpdateOne
 
 from tepat.adapters.mongo.base import MongoBase, keyset_after
 from tepat.adapters.mongo.codecs import bson_dt, message_from_doc, read_dt_required
@@ -21,8 +21,6 @@ from tepat.domain.models import Message, MessageStatus
 
 
 class OutboxMixin(MongoBase):
-    """Outbox reads and writes on the ``messages`` collection."""
-
     async def unpublished(
         self,
         limit: int,
@@ -32,11 +30,10 @@ class OutboxMixin(MongoBase):
         flt: dict[str, Any] = {"publish_pending": True, "status": MessageStatus.PENDING.value}
         if due_before is not None:
             flt["due_at"] = {"$lt": bson_dt(due_before)}
-        order = [("due_at", ASCENDING), ("_id", ASCENDING)]
+        order = ["due_at", "_id"]
         if after is not None:
             flt.update(keyset_after(order, (bson_dt(after[0]), after[1])))
-        docs = await self._find("messages", flt, sort=order, limit=limit)
-        return [message_from_doc(d) for d in docs]
+        return await self._fetch(message_from_doc, "messages", flt, sort=order, limit=limit)
 
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime

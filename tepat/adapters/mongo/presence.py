@@ -5,9 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from tepat.adapters.mongo.base import MongoBase
-
-# A member silent for this many TTLs is deleted, not just ignored.
-FORGET_AFTER_TTLS = 10
+from tepat.ports.repositories.presence import FORGET_AFTER_TTLS
 
 
 class PresenceMixin(MongoBase):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-from pymongo import ASCENDING
+from operator import attrgetter, itemgetter
 
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import pair_id, reminder_from_doc, reminder_upsert
 from tepat.adapters.mongo.users import PLAN_CHANGED
+from tepat.adapters.store_results import grouped
 from tepat.domain.models import Reminder
 
 
@@ -22,8 +22,8 @@ class RemindersMixin(MongoBase):
         return reminder_from_doc(doc), inserted
 
     async def get_reminder(self, user_id: str, reminder_id: str) -> Reminder | None:
-        doc = await self._db["reminders"].find_one({"_id": pair_id(user_id, reminder_id)})
-        return None if doc is None else reminder_from_doc(doc)
+        key = {"_id": pair_id(user_id, reminder_id)}
+        return await self._fetch_one(reminder_from_doc, "reminders", key)
 
     async def delete_reminder(self, user_id: str, reminder_id: str) -> bool:
         result = await self._db["reminders"].delete_one({"_id": pair_id(user_id, reminder_id)})
@@ -39,17 +39,10 @@ class RemindersMixin(MongoBase):
         return (await self.reminders_for_users([user_id])).get(user_id, [])
 
     async def reminders_for_users(self, user_ids: Sequence[str]) -> dict[str, list[Reminder]]:
-        if not user_ids:
-            return {}
-        docs = await self._find(
-            "reminders",
-            {"user_id": {"$in": list(set(user_ids))}},
-            sort=[("user_id", ASCENDING), ("reminder_id", ASCENDING)],
+        reminders = await self._fetch_in(
+            reminder_from_doc, "reminders", "user_id", user_ids, sort=["user_id", "reminder_id"]
         )
-        out: dict[str, list[Reminder]] = {}
-        for d in docs:
-            out.setdefault(d["user_id"], []).append(reminder_from_doc(d))
-        return out
+        return grouped(reminders, attrgetter("user_id"))
 
     # One document per (user, category): category names are free text, and a dotted
     # or $-prefixed name would be misread as a path inside a per-user subdocument.
@@ -70,14 +63,10 @@ class RemindersMixin(MongoBase):
         return (await self.preferences_for_users([user_id])).get(user_id, {})
 
     async def preferences_for_users(self, user_ids: Sequence[str]) -> dict[str, dict[str, bool]]:
-        if not user_ids:
-            return {}
-        docs = await self._find(
-            "preferences",
-            {"user_id": {"$in": list(set(user_ids))}},
-            sort=[("user_id", ASCENDING), ("category", ASCENDING)],
+        docs = await self._fetch_in(
+            dict, "preferences", "user_id", user_ids, sort=["user_id", "category"]
         )
-        out: dict[str, dict[str, bool]] = {}
-        for d in docs:
-            out.setdefault(d["user_id"], {})[d["category"]] = bool(d["enabled"])
-        return out
+        return {
+            user_id: {d["category"]: bool(d["enabled"]) for d in prefs}
+            for user_id, prefs in grouped(docs, itemgetter("user_id")).items()
+        }

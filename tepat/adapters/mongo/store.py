@@ -68,8 +68,7 @@ class MongoStore(
         return UNAVAILABLE_ERRORS
 
     async def get_meta(self, key: str) -> str | None:
-        doc = await self._db["meta"].find_one({"_id": key})
-        return None if doc is None else str(doc["value"])
+        return await self._fetch_one(lambda doc: str(doc["value"]), "meta", {"_id": key})
 
     async def set_meta(self, key: str, value: str) -> None:
         await self._db["meta"].update_one({"_id": key}, {"$set": {"value": value}}, upsert=True)

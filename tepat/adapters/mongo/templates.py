@@ -11,10 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING
-from pymongo.errors import DuplicateKeyError
-
-from tepat.adapters.mongo.base import QUERY_MAX_TIME_MS, MongoBase
+from tepat.adapters.mongo.base import QUERY_MAX_TIME_MS, MongoBase, sort_spec
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
 from tepat.domain.routing import Channel
 from tepat.domain.templates import Template, TemplateKey, template_id
@@ -42,7 +39,6 @@ class TemplatesMixin(MongoBase):
     async def add_template_version(
         self, key: TemplateKey, parts: Mapping[str, Any], content_hash: str, now: datetime
     ) -> tuple[Template, bool]:
-        templates = self._db["templates"]
         for _ in range(MAX_INSERT_ATTEMPTS):
             latest = await self.get_template(key)
             if latest is not None and latest.content_hash == content_hash:
@@ -56,43 +52,26 @@ class TemplatesMixin(MongoBase):
                 "content_hash": content_hash,
                 "created_at": bson_dt(now),
             }
-            try:
-                await templates.insert_one(doc)
-            except DuplicateKeyError:
-                continue  # another writer took this version: read the latest again
-            return _template(doc), True
+            if await self._insert_if_new("templates", doc):
+                return _template(doc), True
+            # Another writer took this version: read the latest again.
         raise RuntimeError(f"could not add a version of {key} after {MAX_INSERT_ATTEMPTS} tries")
 
     async def get_template(self, key: TemplateKey, version: int | None = None) -> Template | None:
-        templates = self._db["templates"]
         if version is not None:
-            doc = await templates.find_one({**_filter(key), "version": version})
-            return None if doc is None else _template(doc)
-        docs = await templates.find(_filter(key)).sort("version", DESCENDING).limit(1).to_list(1)
-        return _template(docs[0]) if docs else None
+            query = {**_filter(key), "version": version}
+            return await self._fetch_one(_template, "templates", query)
+        latest = await self._fetch(_template, "templates", _filter(key), sort=["-version"], limit=1)
+        return latest[0] if latest else None
 
     async def latest_templates(self, event_type: str | None = None) -> list[Template]:
-        match = {"event_type": event_type} if event_type else {}
-        cursor = await self._db["templates"].aggregate(
-            [
-                {"$match": match},
-                {
-                    "$sort": {
-                        "event_type": ASCENDING,
-                        "channel": ASCENDING,
-                        "locale": ASCENDING,
-                        "version": DESCENDING,
-                    }
-                },
-                {
-                    "$group": {
-                        "_id": {"t": "$event_type", "c": "$channel", "l": "$locale"},
-                        "doc": {"$first": "$$ROOT"},
-                    }
-                },
-                {"$replaceRoot": {"newRoot": "$doc"}},
-                {"$sort": {"event_type": ASCENDING, "channel": ASCENDING, "locale": ASCENDING}},
-            ],
-            maxTimeMS=QUERY_MAX_TIME_MS,
-        )
+        key = ["event_type", "channel", "locale"]
+        pipeline = [
+            {"$match": {"event_type": event_type} if event_type else {}},
+            {"$sort": dict(sort_spec([*key, "-version"]))},
+            {"$group": {"_id": {k: f"${k}" for k in key}, "doc": {"$first": "$$ROOT"}}},
+            {"$replaceRoot": {"newRoot": "$doc"}},
+            {"$sort": dict(sort_spec(key))},
+        ]
+        cursor = await self._db["templates"].aggregate(pipeline, maxTimeMS=QUERY_MAX_TIME_MS)
         return [_template(d) for d in await cursor.to_list(None)]

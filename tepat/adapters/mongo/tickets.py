@@ -6,24 +6,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING
-from pymongo.errors import BulkWriteError
-
-from tepat.adapters.mongo.base import MongoBase, keyset_after, only_duplicates
+from tepat.adapters.mongo.base import MongoBase, keyset_after
 from tepat.adapters.mongo.codecs import bson_dt, ticket_doc, ticket_from_doc
 from tepat.domain.models import Ticket
 
 
 class TicketsMixin(MongoBase):
     async def add_tickets(self, tickets: Sequence[Ticket]) -> None:
-        if not tickets:
-            return
-        try:
-            # A replayed batch (consumer retried after a crash) must not fail the
-            # tickets that are new, nor overwrite receipts of those already stored.
-            await self._db["tickets"].insert_many([ticket_doc(t) for t in tickets], ordered=False)
-        except BulkWriteError as exc:
-            only_duplicates(exc)
+        # A replayed batch (consumer retried after a crash) must not fail the tickets
+        # that are new, nor overwrite receipts of those already stored.
+        await self._insert_new("tickets", [ticket_doc(t) for t in tickets])
 
     async def tickets_awaiting_receipt(
         self, sent_before: datetime, limit: int, after: tuple[datetime, str] | None = None
@@ -32,12 +24,11 @@ class TicketsMixin(MongoBase):
             "receipt_status": None,
             "sent_at": {"$lt": bson_dt(sent_before)},
         }
-        order = [("sent_at", ASCENDING), ("_id", ASCENDING)]
+        order = ["sent_at", "_id"]
         if after is not None:
             # A page of tickets whose receipts are not ready yet never hides those behind.
             flt.update(keyset_after(order, (bson_dt(after[0]), after[1])))
-        docs = await self._find("tickets", flt, sort=order, limit=limit)
-        return [ticket_from_doc(d) for d in docs]
+        return await self._fetch(ticket_from_doc, "tickets", flt, sort=order, limit=limit)
 
     async def record_receipt(
         self, ticket_id: str, status: str, error: str | None, now: datetime
@@ -55,7 +46,5 @@ class TicketsMixin(MongoBase):
         return bool(result.modified_count)
 
     async def tickets_for_message(self, message_id: str) -> list[Ticket]:
-        docs = await self._find(
-            "tickets", {"message_id": message_id}, sort=[("sent_at", ASCENDING), ("_id", ASCENDING)]
-        )
-        return [ticket_from_doc(d) for d in docs]
+        query = {"message_id": message_id}
+        return await self._fetch(ticket_from_doc, "tickets", query, sort=["sent_at", "_id"])

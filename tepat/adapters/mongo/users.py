@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
-from pymongo import ASCENDING, ReturnDocument, UpdateOne
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import DuplicateKeyError
 
-from tepat.adapters.mongo.base import MongoBase
+from tepat.adapters.mongo.base import ID_ONLY, MongoBase, doc_id
 from tepat.adapters.mongo.codecs import (
     bson_dt,
     device_activation,
@@ -21,12 +22,12 @@ from tepat.adapters.mongo.codecs import (
     user_fields,
     user_from_doc,
 )
+from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
-from tepat.ports.repositories.devices import DeviceFailure
+from tepat.ports.repositories.devices import REPLACED, DeviceFailure
 from tepat.ports.repositories.users import PlanMark, PlanTarget
 
-REPLACED = "replaced"  # deactivated_reason of a binding taken over by a new registration
 _REGISTER_ATTEMPTS = 5
 
 #: Every write that can change what planning makes of a user bumps their change
@@ -95,30 +96,22 @@ class UsersMixin(MongoBase):
         return 0 if doc is None else int(doc["plan_version"])
 
     async def get_user(self, user_id: str) -> User | None:
-        doc = await self._db["users"].find_one({"_id": user_id})
-        return None if doc is None else user_from_doc(doc)
+        return await self._fetch_one(user_from_doc, "users", {"_id": user_id})
 
     async def get_users(self, user_ids: Sequence[str]) -> dict[str, User]:
-        if not user_ids:
-            return {}
-        docs = await self._find("users", {"_id": {"$in": list(set(user_ids))}})
-        return {d["_id"]: user_from_doc(d) for d in docs}
+        users = await self._fetch_in(user_from_doc, "users", "_id", user_ids)
+        return {u.user_id: u for u in users}
 
-    async def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
-        batch_size = max(1, batch_size)  # limit(0) would mean "everything"
-        # Keyset on _id (the user id) rather than skip(): flat memory and cost per page.
-        last: str | None = None
-        while True:
-            flt: dict[str, Any] = {} if last is None else {"_id": {"$gt": last}}
-            docs = await self._find("users", flt, sort=[("_id", ASCENDING)], limit=batch_size)
-            if not docs:
-                return
-            yield [user_from_doc(d) for d in docs]
-            if len(docs) < batch_size:
-                return
-            last = docs[-1]["_id"]
+    def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
+        size = max(1, batch_size)  # limit(0) would mean "everything"
 
-    async def users_to_plan(
+        def page(after: str) -> Awaitable[list[User]]:
+            after_id = {"_id": {"$gt": after}}
+            return self._fetch(user_from_doc, "users", after_id, sort=["_id"], limit=size)
+
+        return keyset_pages(page, attrgetter("user_id"), "", size)
+
+    def users_to_plan(
         self,
         start: datetime,
         end: datetime,
@@ -127,7 +120,7 @@ class UsersMixin(MongoBase):
         after: str = "",
         until: str | None = None,
     ) -> AsyncIterator[list[PlanTarget]]:
-        batch_size = max(1, batch_size)
+        size = max(1, batch_size)
         # Keyset on _id, the mark tested by the server: a run with nothing new walks
         # the _id index once and receives nothing (no index on the mark: it would
         # be rewritten at every run for every user).
@@ -142,23 +135,16 @@ class UsersMixin(MongoBase):
                 {"plan_next_at": {"$lt": _ceil_ms(end)}},
             ]
         }
-        while True:
-            ids: dict[str, Any] = {"$gt": after}
-            if until is not None:
-                ids["$lte"] = until
-            docs = await self._find(
-                "users", {"_id": ids, **needs}, sort=[("_id", ASCENDING)], limit=batch_size
-            )
-            if not docs:
-                return
-            yield [_plan_target(d) for d in docs]
-            if len(docs) < batch_size:
-                return
-            after = docs[-1]["_id"]
+        upto: dict[str, Any] = {} if until is None else {"$lte": until}
+
+        def page(after: str) -> Awaitable[list[PlanTarget]]:
+            query: dict[str, Any] = {"_id": {"$gt": after, **upto}, **needs}
+            return self._fetch(_plan_target, "users", query, sort=["_id"], limit=size)
+
+        return keyset_pages(page, attrgetter("user.user_id"), after, size)
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
-        doc = await self._db["users"].find_one({"_id": user_id})
-        return None if doc is None else _plan_target(doc)
+        return await self._fetch_one(_plan_target, "users", {"_id": user_id})
 
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         if not marks:
@@ -190,12 +176,12 @@ class UsersMixin(MongoBase):
         bounds: list[str] = []
         for _ in range(1, parts):
             flt: dict[str, Any] = {"_id": {"$gt": bounds[-1]}} if bounds else {}
-            docs = await self._find(
-                "users", flt, projection={"_id": True}, sort=[("_id", ASCENDING)], limit=step
+            ids = await self._fetch(
+                doc_id, "users", flt, projection=ID_ONLY, sort=["_id"], limit=step
             )
-            if len(docs) < step:
+            if len(ids) < step:
                 break
-            bounds.append(docs[-1]["_id"])
+            bounds.append(ids[-1])
         return bounds
 
     async def register_device(
@@ -262,21 +248,19 @@ class UsersMixin(MongoBase):
         }
 
     async def list_devices(self, user_id: str) -> list[Device]:
-        docs = await self._find("devices", {"user_id": user_id}, sort=[("device_id", ASCENDING)])
-        return [device_from_doc(d) for d in docs]
+        by_user = {"user_id": user_id}
+        return await self._fetch(device_from_doc, "devices", by_user, sort=["device_id"])
 
     async def active_devices(self, user_ids: Sequence[str]) -> dict[str, list[Device]]:
-        if not user_ids:
-            return {}
-        docs = await self._find(
+        devices = await self._fetch_in(
+            device_from_doc,
             "devices",
-            {"user_id": {"$in": list(set(user_ids))}, "active": True},
-            sort=[("user_id", ASCENDING), ("device_id", ASCENDING)],
+            "user_id",
+            user_ids,
+            {"active": True},
+            sort=["user_id", "device_id"],
         )
-        out: dict[str, list[Device]] = {}
-        for d in docs:
-            out.setdefault(d["user_id"], []).append(device_from_doc(d))
-        return out
+        return grouped(devices, attrgetter("user_id"))
 
     async def record_device_outcome(
         self, push_token: str, ok: bool, max_failures: int, reason: str

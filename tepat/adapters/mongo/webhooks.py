@@ -23,9 +23,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING
-from pymongo.errors import DuplicateKeyError
-
 from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import (
     bson_dt,
@@ -52,13 +49,13 @@ _MESSAGE_STATUSES = frozenset(STATUS_EVENT_TYPES) - {"read"}
 
 async def webhooks_active(store: MongoBase) -> bool:
     """Whether status changes must be journaled now (cached per store object)."""
-    cached: tuple[bool, float] | None = getattr(store, "_webhooks_active", None)
+    cached = store._webhooks_active
     now = time.monotonic()
     if cached is not None and now < cached[1]:
         return cached[0]
     found = await store._db[SUBSCRIPTIONS].find_one({"enabled": True}, projection={"_id": 1})
     active = found is not None
-    store._webhooks_active = (active, now + ACTIVE_CACHE_SECONDS)  # type: ignore[attr-defined]
+    store._webhooks_active = (active, now + ACTIVE_CACHE_SECONDS)
     return active
 
 
@@ -124,28 +121,17 @@ _subscription = decoder(
 
 
 class WebhooksMixin(MongoBase):
-    _webhooks_active: tuple[bool, float] | None = None
-
-    def _forget_webhooks_active(self) -> None:
-        self._webhooks_active = None
-
     async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
-        try:
-            await self._db[SUBSCRIPTIONS].insert_one(_sub_doc(sub))
-        except DuplicateKeyError:
+        if not await self._insert_if_new(SUBSCRIPTIONS, _sub_doc(sub)):
             return False
-        self._forget_webhooks_active()
+        self._webhooks_active = None
         return True
 
     async def get_webhook_subscription(self, subscription_id: str) -> WebhookSubscription | None:
-        doc = await self._db[SUBSCRIPTIONS].find_one({"_id": subscription_id})
-        return None if doc is None else _subscription(doc)
+        return await self._fetch_one(_subscription, SUBSCRIPTIONS, {"_id": subscription_id})
 
     async def list_webhook_subscriptions(self) -> list[WebhookSubscription]:
-        docs = await self._find(
-            SUBSCRIPTIONS, {}, sort=[("created_at", ASCENDING), ("_id", ASCENDING)]
-        )
-        return [_subscription(d) for d in docs]
+        return await self._fetch(_subscription, SUBSCRIPTIONS, {}, sort=["created_at", "_id"])
 
     async def update_webhook_subscription(
         self, sub: WebhookSubscription, expect_version: int
@@ -155,20 +141,19 @@ class WebhooksMixin(MongoBase):
         result = await self._db[SUBSCRIPTIONS].update_one(
             {"_id": sub.id, "version": expect_version}, {"$set": fields}
         )
-        self._forget_webhooks_active()
+        self._webhooks_active = None
         return bool(result.modified_count)
 
     async def delete_webhook_subscription(self, subscription_id: str) -> bool:
         result = await self._db[SUBSCRIPTIONS].delete_one({"_id": subscription_id})
-        self._forget_webhooks_active()
+        self._webhooks_active = None
         return bool(result.deleted_count)
 
     async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
-        if limit <= 0:
-            return []
         out: list[StatusChangeEntry] = []
         has = {JOURNAL_FIELD: {"$exists": True}}
-        messages = await self._find(
+        messages = await self._fetch(
+            dict,
             "messages",
             has,
             projection={"user_id": 1, "category": 1, "channel": 1, JOURNAL_FIELD: 1},
@@ -183,7 +168,8 @@ class WebhooksMixin(MongoBase):
             if d["user_id"] != WEBHOOK_USER:
                 out += _journaled("m", d, d["_id"], d.get("channel"))
         if len(messages) < limit:
-            items = await self._find(
+            items = await self._fetch(
+                dict,
                 "inbox",
                 has,
                 projection={"user_id": 1, "category": 1, "message_id": 1, JOURNAL_FIELD: 1},

@@ -1,9 +1,4 @@
-"""The Store on SQLite: the embedded default for a laptop or a small install.
-
-``schema`` (DDL, migrations, pragmas/WAL), ``codecs`` (rows <-> models), ``connection``
-(the worker threads, transactions, query helpers), one module per aggregate, and
-``store`` composing :class:`SqliteStore` from them.
-"""
+"""The Store on SQLite: the embedded default for a laptop or a small install."""
 
 from tepat.adapters.sqlite.store import SqliteStore
 

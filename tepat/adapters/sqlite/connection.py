@@ -40,7 +40,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts, _unique
-from tepat.adapters.sqlite.schema import Conn, _connect, _migrate
+from tepat.adapters.sqlite.schema import Conn, _connect, _migrate, on_disk
 from tepat.clock import Clock, SystemClock
 
 T = TypeVar("T")
@@ -102,21 +102,16 @@ class SqliteBase:
 
     async def _run(self, fn: Callable[[Conn], T]) -> T:
         """Run the read ``fn`` (it must not write): on the reader when there is one."""
-        worker, loop = self._worker(), asyncio.get_running_loop()
-        if self._reader is not None:
-            return await loop.run_in_executor(self._reader, self._in_reader, fn)
-        return await loop.run_in_executor(worker, self._in_worker, fn)
+        if self._reader is None:
+            return await self._on_writer(fn)
+        read = partial(_fetched, fn, lambda: self._reader_conn)
+        return await asyncio.get_running_loop().run_in_executor(self._reader, read)
 
     async def _on_writer(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on the writer's connection and thread, outside any transaction
         (connection settings; what a test must do where the writes happen)."""
-        return await asyncio.get_running_loop().run_in_executor(self._worker(), self._in_worker, fn)
-
-    def _in_reader(self, fn: Callable[[Conn], T]) -> T:
-        return _fetched(fn, self._reader_conn)
-
-    def _in_worker(self, fn: Callable[[Conn], T]) -> T:
-        return _fetched(fn, self._conn)
+        run = partial(_fetched, fn, lambda: self._conn)
+        return await asyncio.get_running_loop().run_in_executor(self._worker(), run)
 
     async def _write(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` in a write transaction: the writes queued while the worker was busy
@@ -183,6 +178,10 @@ class SqliteBase:
         """One write statement in a transaction of its own; how many rows it changed."""
         return await self._write(lambda c: c.execute(sql, params).rowcount)
 
+    async def _insert_new(self, table: str, columns: str, values: Sequence[Any]) -> bool:
+        """:func:`_insert_new` in a transaction of its own."""
+        return await self._write(lambda c: _insert_new(c, table, columns, values))
+
     async def _select_in(
         self, sql: str, ids: Sequence[str], params: Sequence[Any] = ()
     ) -> list[Row]:
@@ -195,33 +194,28 @@ class SqliteBase:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite")
         now = self._now()
 
-        def setup(_: Conn | None) -> None:
-            if _on_disk(self._path):
+        def setup() -> None:
+            if on_disk(self._path):
                 _make_private(self._path)
             self._conn = _connect(self._path)
             _immediate(partial(_migrate, now=now), self._conn)
-            if _on_disk(self._path):
+            if on_disk(self._path):
                 self._conn.execute("PRAGMA wal_autocheckpoint=0")
+
+        def connect_reader() -> None:
+            self._reader_conn = _connect(self._path, cache_kib=READER_CACHE_KIB)
 
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, setup, None)
+            await loop.run_in_executor(self._executor, setup)
+            if on_disk(self._path):
+                reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite-read")
+                self._reader = reader
+                await loop.run_in_executor(reader, connect_reader)
         except BaseException:
             await self.close()
             raise
-        if _on_disk(self._path):
-            reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tepat-sqlite-read")
-
-            def connect_reader() -> None:
-                self._reader_conn = _connect(self._path, cache_kib=READER_CACHE_KIB)
-
-            try:
-                await loop.run_in_executor(reader, connect_reader)
-            except BaseException:
-                reader.shutdown(wait=False)
-                await self.close()
-                raise
-            self._reader = reader
+        if on_disk(self._path):
             self._checkpointer = asyncio.create_task(_checkpoint_loop(self._path))
 
     async def close(self) -> None:
@@ -229,23 +223,13 @@ class SqliteBase:
         if checkpointer is not None:
             checkpointer.cancel()
             await asyncio.gather(checkpointer, return_exceptions=True)
-        reader, self._reader = self._reader, None
-        if reader is not None:
 
-            def close_reader() -> None:
-                if self._reader_conn is not None:
-                    self._reader_conn.close()
-                    self._reader_conn = None
+        def close_reader() -> None:
+            if self._reader_conn is not None:
+                self._reader_conn.close()
+                self._reader_conn = None
 
-            try:
-                await asyncio.get_running_loop().run_in_executor(reader, close_reader)
-            finally:
-                reader.shutdown(wait=False)
-        executor, self._executor = self._executor, None
-        if executor is None:
-            return
-
-        def shutdown() -> None:
+        def close_writer() -> None:
             if self._conn is not None:
                 # Optional housekeeping: skip it when another process holds the lock.
                 with contextlib.suppress(sqlite3.OperationalError):
@@ -253,13 +237,26 @@ class SqliteBase:
                 self._conn.close()
                 self._conn = None
 
-        try:
-            await asyncio.get_running_loop().run_in_executor(executor, shutdown)
-        finally:
-            executor.shutdown(wait=False)
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await _last_call(reader, close_reader)
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await _last_call(executor, close_writer)
 
 
-def _fetched(fn: Callable[[Conn], T], conn: Conn | None) -> T:
+async def _last_call(executor: ThreadPoolExecutor, fn: Callable[[], None]) -> None:
+    """``fn`` on ``executor``'s thread, then the executor shut down, whatever ``fn`` did."""
+    try:
+        await asyncio.get_running_loop().run_in_executor(executor, fn)
+    finally:
+        executor.shutdown(wait=False)
+
+
+def _fetched(fn: Callable[[Conn], T], connection: Callable[[], Conn | None]) -> T:
+    """``fn`` on the ``connection()`` of the thread this runs on (read there: close() may
+    have ended it since the call was queued)."""
+    conn = connection()
     assert conn is not None, "open() connects before any other call"
     result = fn(conn)
     # A cursor must not leave its thread: freed on the event loop's thread it resets a
@@ -281,6 +278,13 @@ def _in_chunks(
     return rows
 
 
+def _insert_new(conn: Conn, table: str, columns: str, values: Sequence[Any]) -> bool:
+    """Insert one row of ``columns`` unless a unique key already holds one (no conflict
+    target: every unique key counts); whether it did."""
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({_placeholders(len(values))})"
+    return conn.execute(f"{sql} ON CONFLICT DO NOTHING", values).rowcount == 1
+
+
 def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> list[Row]:
     """``sql`` (an INSERT whose ``{values}`` stands for its VALUES rows) for ``rows``, a
     few hundred rows per statement: the same as one statement per row in order (a key
@@ -296,10 +300,6 @@ def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> list[Row]:
         query = sql.format(values=",".join([one] * len(chunk)))
         returned.extend(conn.execute(query, [v for row in chunk for v in row]).fetchall())
     return returned
-
-
-def _on_disk(path: str) -> bool:
-    return path != ":memory:" and not path.startswith("file:")
 
 
 def _make_private(path: str) -> None:

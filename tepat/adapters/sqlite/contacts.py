@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from tepat.adapters.sqlite.codecs import _decoder, _dt, _ts
-from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.connection import SqliteBase, _insert_new
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.contacts import Contact, Suppression, SuppressionReason, overrides
 
@@ -65,12 +65,8 @@ class ContactsMixin(SqliteBase):
         # Insert-or-read in one write transaction: the insert decides whether it is
         # new, and an existing row is upgraded only to a stronger reason.
         def run(conn: Conn) -> bool:
-            inserted = conn.execute(
-                "INSERT INTO suppressions (channel, address, reason, added_at, source) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (channel, address, reason.value, _ts(now), source),
-            ).rowcount
-            if inserted == 1:
+            row = (channel, address, reason.value, _ts(now), source)
+            if _insert_new(conn, "suppressions", _SUPPRESSION_COLUMNS, row):
                 return True
             row = conn.execute(
                 "SELECT reason FROM suppressions WHERE channel = ? AND address = ?",
@@ -120,11 +116,8 @@ class ContactsMixin(SqliteBase):
         return await self._fetch(_suppression, sql, (*params, max(0, limit)))
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
-        sql = (
-            "INSERT INTO provider_events (provider, event_id, recorded_at) VALUES (?, ?, ?) "
-            "ON CONFLICT DO NOTHING"
-        )
-        return await self._execute(sql, (provider, event_id, _ts(now))) == 1
+        row = (provider, event_id, _ts(now))
+        return await self._insert_new("provider_events", "provider, event_id, recorded_at", row)
 
     async def provider_event_seen(self, provider: str, event_id: str) -> bool:
         rows = await self._select(

@@ -7,25 +7,34 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from operator import itemgetter
 
-from tepat.adapters.event_fields import EVENT_FIELDS
-from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _ts, _ts_opt
-from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.event_fields import EVENT_FIELDS, STORED_EVENT_FIELDS, new_event
+from tepat.adapters.sqlite.codecs import Row, _decoder, _dt, _dt_opt, _encoder, _ts, _ts_opt
+from tepat.adapters.sqlite.connection import SqliteBase, _insert_new
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.events import Event, EventState, event_key_range
-from tepat.domain.validation import format_hhmm
 
 _COLUMNS = (
     "event_id, type, category, priority, request_hash, all_users, data, occurred_at, "
     "send_at, local_time, listed, state, cursor, recipients, counts, created_at, updated_at"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM events"
-_RECIPIENT_CHUNK = 5000
 
 
 def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
+_event_row = _encoder(
+    _COLUMNS,
+    **STORED_EVENT_FIELDS,
+    all_users=int,
+    data=lambda data: _json(dict(data)),
+    occurred_at=_ts,
+    send_at=_ts_opt,
+    counts=_json,
+    created_at=_ts,
+    updated_at=_ts,
+)
 _event = _decoder(
     Event,
     _COLUMNS,
@@ -40,43 +49,17 @@ _event = _decoder(
 
 class EventsMixin(SqliteBase):
     async def create_event(self, event: Event, user_ids: Sequence[str]) -> tuple[Event, bool]:
-        now = self._now()
-        values = (
-            event.event_id,
-            event.type,
-            event.category,
-            event.priority.value,
-            event.request_hash,
-            int(event.all_users),
-            _json(dict(event.data)),
-            _ts(event.occurred_at),
-            _ts_opt(event.send_at),
-            None if event.local_time is None else format_hhmm(event.local_time),
-            event.listed,
-            EventState.FANNING_OUT.value,
-            "",
-            0,
-            "{}",
-            now,
-            now,
-        )
+        values = _event_row(new_event(event, EventState.FANNING_OUT, self._clock.now()))
         ids = sorted(set(user_ids))
 
         # One transaction: the event is never seen without all its recipients.
         def run(conn: Conn) -> tuple[Row, bool]:
-            inserted = conn.execute(
-                f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join('?' * 17)}) "
-                "ON CONFLICT DO NOTHING",
-                values,
-            ).rowcount
-            if inserted == 1:
-                for i in range(0, len(ids), _RECIPIENT_CHUNK):
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO event_recipients VALUES (?, ?)",
-                        [(event.event_id, u) for u in ids[i : i + _RECIPIENT_CHUNK]],
-                    )
+            inserted = _insert_new(conn, "events", _COLUMNS, values)
+            if inserted:
+                recipients = ((event.event_id, u) for u in ids)  # streamed, not built whole
+                conn.executemany("INSERT OR IGNORE INTO event_recipients VALUES (?, ?)", recipients)
             row = conn.execute(f"{_SELECT} WHERE event_id = ?", (event.event_id,)).fetchone()
-            return row, inserted == 1
+            return row, inserted
 
         row, created = await self._write(run)
         return _event(row), created

@@ -12,10 +12,9 @@ from tepat.adapters.sqlite.codecs import (
     _dt_opt,
     _encoder,
     _json,
-    _placeholders,
     _ts,
 )
-from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.sqlite.connection import SqliteBase, _insert_new
 from tepat.adapters.sqlite.schema import Conn
 from tepat.domain.inbox import InboxItem
 
@@ -41,15 +40,11 @@ class InboxMixin(SqliteBase):
         # The unique (user_id, message_id) decides; the insert and the read of whichever
         # row won share one write transaction.
         def run(conn: Conn) -> tuple[Row, bool]:
-            inserted = conn.execute(
-                f"INSERT INTO inbox ({_NEW_COLUMNS}) VALUES ({_placeholders(12)}) "
-                "ON CONFLICT DO NOTHING",
-                values,
-            ).rowcount
+            inserted = _insert_new(conn, "inbox", _NEW_COLUMNS, values)
             row = conn.execute(
                 f"{_SELECT} WHERE user_id = ? AND message_id = ?", (item.user_id, item.message_id)
             ).fetchone()
-            return row, inserted == 1
+            return row, inserted
 
         row, created = await self._write(run)
         return _item(row), created

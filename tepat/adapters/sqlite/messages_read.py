@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from tepat.adapters.message_cursor import decode_cursor, message_page
@@ -13,9 +14,9 @@ from tepat.adapters.sqlite.codecs import (
     _message,
     _placeholders,
     _ts,
-    _unique,
 )
 from tepat.adapters.sqlite.connection import SqliteBase
+from tepat.adapters.store_results import in_asked_order
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Message
 from tepat.ports.repositories.messages import Counts, MessagePage, MessageQuery
@@ -29,8 +30,7 @@ class MessagesReadMixin(SqliteBase):
 
     async def get_messages(self, message_ids: Sequence[str]) -> list[Message]:
         rows = await self._select_in(f"{_SELECT} WHERE id IN ({{ids}})", message_ids)
-        by_id = {m.id: m for m in map(_message, rows)}
-        return [by_id[i] for i in _unique(message_ids) if i in by_id]
+        return in_asked_order(message_ids, map(_message, rows), attrgetter("id"))
 
     async def find_by_live_key(self, live_key: str) -> Message | None:
         return await self._fetch_one(_message, f"{_SELECT} WHERE live_key = ?", (live_key,))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from tepat.adapters.message_transition import TransitionOne, transition_fields
@@ -18,10 +19,10 @@ from tepat.adapters.sqlite.codecs import (
     _message_params,
     _placeholders,
     _ts,
-    _unique,
 )
 from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks, _insert_many
 from tepat.adapters.sqlite.schema import Conn
+from tepat.adapters.store_results import in_asked_order
 from tepat.domain.models import CLAIMABLE, Message, MessageStatus, allowed_sources
 from tepat.ports.repositories.messages import InsertResult, StatusChange
 
@@ -83,7 +84,12 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         self, batch: Sequence[Message], rows: Sequence[Row], now: datetime
     ) -> list[Message]:
         inserted = await self._write(lambda c: {r[0] for r in _insert_many(c, _INSERT, rows)})
-        return [_with_stamps(m, now) for m in _pick_inserted(batch, inserted)]
+        # RETURNING order is unspecified, so match by id; of a repeated id, the first
+        # message is the one its row holds.
+        first: dict[str, Message] = {}
+        for m in batch:
+            first.setdefault(m.id, m)
+        return [_with_stamps(m, now) for message_id, m in first.items() if message_id in inserted]
 
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
@@ -92,8 +98,6 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         # "~" sorts after every timestamp: no bound.
         bound = "~" if due_before is None else _ts(due_before)
         sources = [s.value for s in CLAIMABLE]
-        if not sources:
-            return []
         sql = (
             "UPDATE messages SET status = ?, claimed_at = ?, "
             "attempts = attempts + 1, updated_at = ?, publish_pending = 0 "
@@ -104,8 +108,7 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         rows = await self._write(
             lambda c: _in_chunks(c, sql, message_ids, (*sources, bound), before)
         )
-        by_id = {m.id: m for m in map(_message, rows)}
-        return [by_id[i] for i in _unique(message_ids) if i in by_id]
+        return in_asked_order(message_ids, map(_message, rows), attrgetter("id"))
 
     async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
         return await self._update_where_status(
@@ -144,12 +147,8 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
             "UPDATE users SET plan_version = plan_version + 1 WHERE user_id = ? "
             "RETURNING plan_version"
         )
-
-        def run(conn: Conn) -> int:
-            row = conn.execute(sql, (user_id,)).fetchone()
-            return 0 if row is None else int(row[0])
-
-        return await self._write(run)
+        row = await self._write(lambda c: c.execute(sql, (user_id,)).fetchone())
+        return 0 if row is None else int(row[0])
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
         if not published:
@@ -173,18 +172,6 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
             "UPDATE messages SET publish_pending = 1 "
             "WHERE status = 'pending' AND publish_pending = 0"
         )
-
-
-def _pick_inserted(batch: Sequence[Message], inserted: set[str]) -> Iterator[Message]:
-    """The messages of ``batch`` whose rows were inserted, in input order.
-
-    RETURNING order is unspecified, so match by id; a repeated id counts once.
-    """
-    remaining = set(inserted)
-    for m in batch:
-        if m.id in remaining:
-            remaining.discard(m.id)
-            yield m
 
 
 def _transition_statement(

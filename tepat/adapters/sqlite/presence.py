@@ -7,9 +7,7 @@ from datetime import datetime, timedelta
 from tepat.adapters.sqlite.codecs import _ts
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
-
-# A member silent for this many TTLs is deleted, not just ignored.
-FORGET_AFTER_TTLS = 10
+from tepat.ports.repositories.presence import FORGET_AFTER_TTLS
 
 
 class PresenceMixin(SqliteBase):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter, itemgetter
 
 from tepat.adapters.sqlite.codecs import (
     _REMINDER_COLUMNS,
@@ -13,6 +14,7 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
+from tepat.adapters.store_results import grouped
 from tepat.domain.models import Reminder
 
 _SELECT = f"SELECT {_REMINDER_COLUMNS} FROM reminders"
@@ -58,10 +60,7 @@ class RemindersMixin(SqliteBase):
             f"{_SELECT} WHERE user_id IN ({{ids}}) ORDER BY user_id, reminder_id",
             user_ids,
         )
-        found: dict[str, list[Reminder]] = {}
-        for reminder in map(_reminder, rows):
-            found.setdefault(reminder.user_id, []).append(reminder)
-        return found
+        return grouped(map(_reminder, rows), attrgetter("user_id"))
 
     async def set_preferences(
         self, user_id: str, categories: Mapping[str, bool]
@@ -89,7 +88,7 @@ class RemindersMixin(SqliteBase):
             "SELECT user_id, category, enabled FROM preferences WHERE user_id IN ({ids})",
             user_ids,
         )
-        found: dict[str, dict[str, bool]] = {}
-        for user_id, cat, on in rows:
-            found.setdefault(user_id, {})[cat] = bool(on)
-        return found
+        return {
+            user_id: {cat: bool(on) for _, cat, on in prefs}
+            for user_id, prefs in grouped(rows, itemgetter(0)).items()
+        }

@@ -449,8 +449,12 @@ def _enable_wal(conn: Conn) -> None:
             _time.sleep(0.05)  # worker thread, not the event loop
 
 
+def on_disk(path: str) -> bool:
+    return path != ":memory:" and not path.startswith("file:")
+
+
 def _connect(path: str, cache_kib: int = CACHE_KIB) -> Conn:
-    if path != ":memory:" and not path.startswith("file:"):
+    if on_disk(path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)

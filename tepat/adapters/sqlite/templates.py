@@ -14,10 +14,8 @@ from tepat.domain.routing import Channel
 from tepat.domain.templates import Template, TemplateKey
 
 _COLUMNS = "event_type, channel, locale, version, parts, content_hash, created_at"
-_LATEST = (
-    f"SELECT {_COLUMNS} FROM templates WHERE event_type = ? AND channel = ? AND locale = ? "
-    "ORDER BY version DESC LIMIT 1"
-)
+_BY_KEY = f"SELECT {_COLUMNS} FROM templates WHERE event_type = ? AND channel = ? AND locale = ?"
+_LATEST = f"{_BY_KEY} ORDER BY version DESC LIMIT 1"
 
 
 def _template(row: Row) -> Template:
@@ -55,11 +53,7 @@ class TemplatesMixin(SqliteBase):
         k = (key.event_type, key.channel.value, key.locale)
         if version is None:
             return await self._fetch_one(_template, _LATEST, k)
-        sql = (
-            f"SELECT {_COLUMNS} FROM templates WHERE event_type = ? AND channel = ? "
-            "AND locale = ? AND version = ?"
-        )
-        return await self._fetch_one(_template, sql, (*k, version))
+        return await self._fetch_one(_template, f"{_BY_KEY} AND version = ?", (*k, version))
 
     async def latest_templates(self, event_type: str | None = None) -> list[Template]:
         where, params = ("WHERE event_type = ?", (event_type,)) if event_type else ("", ())

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import datetime
+from operator import attrgetter
 
 from tepat.adapters.sqlite.codecs import (
     _DEVICE_COLUMNS,
@@ -19,12 +20,12 @@ from tepat.adapters.sqlite.codecs import (
 )
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.schema import Conn
+from tepat.adapters.store_results import grouped, keyset_pages
 from tepat.domain.errors import PushTokenInUse
 from tepat.domain.models import Device, User
-from tepat.ports.repositories.devices import DeviceFailure
+from tepat.ports.repositories.devices import REPLACED, DeviceFailure
 from tepat.ports.repositories.users import PlanMark, PlanTarget
 
-ROTATED_REASON = "replaced"  # why a binding lost its device id or token to a newer one
 # A device id is scoped to its user (the primary key), so only the token can be
 # held elsewhere: a token that moves is the same phone after a new login, and its
 # old binding ends (ROTATE_TOKEN, run before UPSERT_DEVICE). Shared with the bulk
@@ -56,6 +57,14 @@ _SELECT_USERS = f"SELECT {_USER_COLUMNS} FROM users"
 _DEACTIVATE = "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ?"
 
 
+def device_params(d: Device, now: str) -> tuple[Row, Row]:
+    """The parameters of ``ROTATE_TOKEN`` and ``UPSERT_DEVICE`` binding ``d``."""
+    created = _ts_opt(d.created_at) or now
+    updated = _ts_opt(d.updated_at) or now
+    rotation = (REPLACED, updated, d.push_token, d.user_id, d.device_id)
+    return rotation, (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
+
+
 def _plan_target(row: Row) -> PlanTarget:
     user = _user(row[:9])
     stamp, plan_from, plan_next_at, fingerprint = row[9:]
@@ -80,17 +89,15 @@ class UsersMixin(SqliteBase):
         rows = await self._select_in(f"{_SELECT_USERS} WHERE user_id IN ({{ids}})", user_ids)
         return {u.user_id: u for u in map(_user, rows)}
 
-    async def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
+    def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
         sql = f"{_SELECT_USERS} WHERE user_id > ? ORDER BY user_id LIMIT ?"
-        after = ""
-        while True:
-            rows = await self._select(sql, (after, batch_size))
-            if not rows:
-                return
-            yield [_user(r) for r in rows]
-            after = rows[-1][0]
 
-    async def users_to_plan(
+        def page(after: str) -> Awaitable[list[User]]:
+            return self._fetch(_user, sql, (after, batch_size))
+
+        return keyset_pages(page, attrgetter("user_id"), "", batch_size)
+
+    def users_to_plan(
         self,
         start: datetime,
         end: datetime,
@@ -108,14 +115,14 @@ class UsersMixin(SqliteBase):
             "AND (plan_next_at IS NULL OR plan_fp IS NOT ? OR plan_from > ? "
             "OR plan_next_at < ?) ORDER BY user_id LIMIT ?"
         )
-        bounds: tuple[str, ...] = () if until is None else (until,)
-        while True:
-            params = (after, *bounds, fingerprint, _ts(start), _ts(end), max(1, batch_size))
-            rows = await self._select(sql, params)
-            if not rows:
-                return
-            yield [_plan_target(r) for r in rows]
-            after = rows[-1][0]
+        size = max(1, batch_size)
+        upto: tuple[str, ...] = () if until is None else (until,)
+        rest = (*upto, fingerprint, _ts(start), _ts(end), size)
+
+        def page(after: str) -> Awaitable[list[PlanTarget]]:
+            return self._fetch(_plan_target, sql, (after, *rest))
+
+        return keyset_pages(page, attrgetter("user.user_id"), after, size)
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
         sql = f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id = ?"
@@ -152,24 +159,20 @@ class UsersMixin(SqliteBase):
     async def register_device(
         self, device: Device, *, from_other_users: bool = True
     ) -> tuple[Device, bool]:
-        now = self._now()
-        created = _ts_opt(device.created_at) or now
-        updated = _ts_opt(device.updated_at) or now
         d = device
+        rotation, params = device_params(d, self._now())
         upsert = f"{UPSERT_DEVICE} RETURNING {_DEVICE_COLUMNS}"
         active = "SELECT 1 FROM devices WHERE user_id = ? AND device_id = ? AND active = 1"
+        others = "SELECT 1 FROM devices WHERE active = 1 AND push_token = ? AND user_id <> ?"
 
         def run(conn: Conn) -> tuple[Row, bool]:
             # In the write transaction: no other registration can bind the token or
             # activate the device between these looks and the upsert.
-            if not from_other_users and _held_by_others(conn, d):
+            if not from_other_users and conn.execute(others, (d.push_token, d.user_id)).fetchone():
                 raise PushTokenInUse()
             was_active = conn.execute(active, (d.user_id, d.device_id)).fetchone() is not None
             # Release the token first: the partial unique index is checked per statement.
-            conn.execute(
-                ROTATE_TOKEN, (ROTATED_REASON, updated, d.push_token, d.user_id, d.device_id)
-            )
-            params = (d.user_id, d.device_id, d.push_token, d.platform, created, updated)
+            conn.execute(ROTATE_TOKEN, rotation)
             row: Row = conn.execute(upsert, params).fetchone()
             return row, not was_active
 
@@ -194,10 +197,7 @@ class UsersMixin(SqliteBase):
             "ORDER BY user_id, device_id",
             user_ids,
         )
-        found: dict[str, list[Device]] = {}
-        for device in map(_device, rows):
-            found.setdefault(device.user_id, []).append(device)
-        return found
+        return grouped(map(_device, rows), attrgetter("user_id"))
 
     async def record_device_outcome(
         self, push_token: str, ok: bool, max_failures: int, reason: str
@@ -224,9 +224,3 @@ class UsersMixin(SqliteBase):
         if row is None:
             return DeviceFailure(deactivated=False, consecutive_failures=0)
         return DeviceFailure(deactivated=not row[1], consecutive_failures=row[0])
-
-
-def _held_by_others(conn: Conn, device: Device) -> bool:
-    """Whether ``device``'s token is active on another user's device."""
-    sql = "SELECT 1 FROM devices WHERE active = 1 AND push_token = ? AND user_id <> ?"
-    return conn.execute(sql, (device.push_token, device.user_id)).fetchone() is not None

@@ -70,11 +70,7 @@ def _entry(row: Row) -> StatusChangeEntry:
 
 class WebhooksMixin(SqliteBase):
     async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
-        sql = (
-            f"INSERT INTO webhook_subscriptions ({_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-        )
-        return await self._execute(sql, _params(sub)) == 1
+        return await self._insert_new("webhook_subscriptions", _COLUMNS, _params(sub))
 
     async def get_webhook_subscription(self, subscription_id: str) -> WebhookSubscription | None:
         sql = f"{_SELECT} WHERE id = ?"
@@ -86,13 +82,11 @@ class WebhooksMixin(SqliteBase):
     async def update_webhook_subscription(
         self, sub: WebhookSubscription, expect_version: int
     ) -> bool:
-        p = _params(sub)
-        sql = (
-            "UPDATE webhook_subscriptions SET url = ?, event_types = ?, categories = ?, "
-            "secrets = ?, description = ?, enabled = ?, disabled_reason = ?, version = ?, "
-            "updated_at = ? WHERE id = ? AND version = ?"
-        )
-        return await self._execute(sql, (*p[1:9], p[10], sub.id, expect_version)) == 1
+        changed = dict(zip(_COLUMNS.split(", "), _params(sub), strict=True))
+        del changed["id"], changed["created_at"]  # the two that never change
+        sets = ", ".join(f"{column} = ?" for column in changed)
+        sql = f"UPDATE webhook_subscriptions SET {sets} WHERE id = ? AND version = ?"
+        return await self._execute(sql, (*changed.values(), sub.id, expect_version)) == 1
 
     async def delete_webhook_subscription(self, subscription_id: str) -> bool:
         sql = "DELETE FROM webhook_subscriptions WHERE id = ?"

@@ -8,6 +8,9 @@ from typing import Protocol
 
 from tepat.domain.models import Device
 
+# The deactivated_reason of a binding whose token a newer registration took over.
+REPLACED = "replaced"
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceFailure:

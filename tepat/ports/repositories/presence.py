@@ -7,6 +7,8 @@ from typing import Protocol
 
 # A member counts as live this long after its last beat (the consumers beat every 2 s).
 LIVE_TTL = timedelta(seconds=7)
+# A member silent for this many TTLs is deleted, not just ignored.
+FORGET_AFTER_TTLS = 10
 
 
 class PresenceRepository(Protocol):
