@@ -20,6 +20,7 @@ from api.deps import RT, Admin
 from api.problems import field_problem, problem_responses
 from api.schemas import BulkImportOut, BulkItemOut, BulkItemProblem, BulkUserIn, QuietHoursBody
 from tepat.services import bulk_import
+from tepat.services.accounts import ReminderItem
 from tepat.services.bulk_import import (
     MAX_ITEMS,
     DeviceItem,
@@ -27,7 +28,6 @@ from tepat.services.bulk_import import (
     InvalidItem,
     ItemResult,
     QuietHoursItem,
-    ReminderItem,
     UserItem,
     item_field,
 )
