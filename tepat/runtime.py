@@ -173,25 +173,19 @@ class Runtime:
     async def recover_at_start(self) -> None:
         """What a start owes the previous process's messages, before anything consumes.
 
-        The embedded broker: its queue, rebuilt from the store, and what it left
-        ``sending`` re-driven at once (:meth:`restore_embedded_queue`). A shared broker
-        (ActiveMQ): nothing; its queues outlived the process, and a message ``sending``
-        may be a live consumer's, so only the lease re-drives it (the sweeper).
+        The embedded broker keeps nothing: every pending message goes back onto the outbox
+        (keeping its instant) and is published again, batched. Nor does anyone else own
+        this store: what the previous process left ``sending`` is re-driven now, due now,
+        rather than a lease later. A shared broker (ActiveMQ): nothing; its queues outlived
+        the process, and a message ``sending`` may be a live consumer's, so only the lease
+        re-drives it (the sweeper).
         """
         if not self.embedded_broker:
             return
-        batches = await self.restore_embedded_queue()
-        log.info("embedded queue restored from the store", batches=batches)
-
-    async def restore_embedded_queue(self) -> int:
-        """The embedded broker keeps nothing: every pending message goes back onto the
-        outbox (keeping its instant) and is published again, batched. Returns how many.
-
-        Nor does anyone else own this store: what the previous process left ``sending``
-        is re-driven now, due now, rather than a lease later (:class:`Sweeper`)."""
         await self.sweeper.redrive_left_sending()
         await self.store.republish_all_pending()
-        return await self.outbox.flush()
+        batches = await self.outbox.flush()
+        log.info("embedded queue restored from the store", batches=batches)
 
 
 def build_channel_sender(

@@ -64,7 +64,7 @@ class Sweeper:
         """Re-drive every message still ``sending``, however recent its claim; returns how
         many. Only for the start of the one process that can own the store, before it
         consumes: then they are the previous process's, and it is gone. They go onto the
-        outbox marked; the caller publishes them (``Runtime.restore_embedded_queue``)."""
+        outbox marked; the caller publishes them (``Runtime.recover_at_start``)."""
         now = self.clock.now()
         redriven = 0
         # Claims up to a lease ahead of this clock too: the previous process's may have
