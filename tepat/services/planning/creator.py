@@ -25,7 +25,6 @@ from tepat.domain.planning import (
     intended_on,
     next_nominal_from,
     plan_user,
-    plan_users,
     planning_fingerprint,
     same_intent,
     still_placed,
@@ -106,27 +105,29 @@ class Creator:
         pages = self.store.users_to_plan(
             start, end, fingerprint, self.page_size, after=after, until=until
         )
+
         # Page k is planned (CPU, this thread) while page k-1 is written (the store's
         # thread, which sqlite3 runs without the GIL): page k is read first, so the
         # read does not queue behind the write.
+        async def write(page: _PlannedPage) -> None:
+            nonlocal total
+            total += await self._write_page(page, publish)
+            if progress is not None:
+                progress(len(page.targets), total)
+
         ready: _PlannedPage | None = None
-        writing: asyncio.Task[PlanResult] | None = None
+        writing: asyncio.Task[None] | None = None
         try:
             async for targets in pages:
-                page = await self._read_page(targets, start, end, fingerprint)
+                plan = await self._read_page(targets, start, end, fingerprint)
                 if ready is not None:
-                    writing = asyncio.ensure_future(self._write_page(ready, publish))
-                planned = page()
+                    writing = asyncio.ensure_future(write(ready))
+                ready = plan()
                 if writing is not None:
-                    total += await writing
+                    await writing
                     writing = None
-                    if progress is not None and ready is not None:
-                        progress(len(ready.targets), total)
-                ready = planned
             if ready is not None:
-                total += await self._write_page(ready, publish)
-                if progress is not None:
-                    progress(len(ready.targets), total)
+                await write(ready)
         finally:
             if writing is not None and not writing.done():
                 await asyncio.wait([writing])  # its rows and marks land either way
@@ -223,29 +224,16 @@ class Creator:
         reminders = {r.reminder_id: r for r in await self.store.list_reminders(user_id)}
         now = self.clock.now()
         total = await self._reconcile(user, reminders, version, reason, now)
-        if user.enabled:
-            planned = list(
-                plan_users(
-                    [(user, list(reminders.values()))],
-                    self.categories,
-                    now,
-                    now + self.horizon,
-                    now,
-                )
-            )
+        own = list(reminders.values())
+        if planned := list(plan_user(user, own, self.categories, now, now + self.horizon, now)):
             result = await self.store.insert_messages(planned)
             total += PlanResult(len(result.created), result.existing)
         total += await self._reconcile(user, reminders, version, reason, now)
         # The horizon is planned from this version's reads: say so, unless a newer
         # change (a later stamp) came meanwhile; the next plan run then plans it.
         fingerprint = planning_fingerprint(self.categories)
-        await self.store.set_plan_marks(
-            [
-                self._mark(
-                    target, list(reminders.values()), now, now + self.horizon, fingerprint, now
-                )
-            ]
-        )
+        mark = self._mark(target, own, now, now + self.horizon, fingerprint, now)
+        await self.store.set_plan_marks([mark])
         # Only what is due within seconds: the publisher loop batches the rest with
         # the other re-plans of its second (one broker message per user otherwise).
         await self.outbox.flush_soon()
