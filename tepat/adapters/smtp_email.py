@@ -76,8 +76,6 @@ class _Stale(Exception):
 
 
 class SmtpEmailChannel:
-    """The ``email`` :class:`~tepat.ports.channel.Channel` over SMTP."""
-
     name = "email"
     max_batch = 50
 

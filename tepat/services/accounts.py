@@ -84,8 +84,6 @@ class AccountParts(Protocol):
 
 
 class NotFound(LookupError):
-    """The user (or one of its sub-resources) does not exist."""
-
     def __init__(self, what: str, ident: str) -> None:
         super().__init__(f"{what} {ident!r} not found")
         self.what = what

@@ -145,8 +145,7 @@ class InboxNotifier:
                 wake.set()
 
 
-class InboxRecords(InboxRepository, UserRepository, Protocol):
-    """The inbox items and the users they belong to."""
+class InboxRecords(InboxRepository, UserRepository, Protocol): ...
 
 
 class InboxService:

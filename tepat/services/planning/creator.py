@@ -67,8 +67,7 @@ PlanProgress = Callable[[int, PlanResult], None]
 
 class PlanningRecords(
     UserRepository, ReminderRepository, MessageRepository, MetaRepository, Protocol
-):
-    """The users and reminders planned from, the messages planned, the planning progress."""
+): ...
 
 
 @dataclass(eq=False)
@@ -192,7 +191,6 @@ class Creator:
         return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
 
     async def plan_ahead(self) -> PlanResult:
-        """The scheduled job: from now to now + horizon."""
         now = self.clock.now()
         return await self.plan_window(now, now + self.horizon)
 
