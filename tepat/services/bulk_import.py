@@ -165,63 +165,47 @@ def _check(
     seen_tokens: Mapping[str, str],
 ) -> _Valid:
     """The single endpoints' checks, with each field named from the request's root."""
-
-    def named(path: Sequence[int | str], e: DomainError) -> DomainError:
-        return DomainError(item_field(index, (*path, *e.field.split("."))), e.message)
-
+    path: tuple[int | str, ...] = ()  # where in the item the check below is
     try:
         check_identifier(item.user_id, "user_id")
         load_zone(item.timezone, "timezone")
-    except DomainError as e:
-        raise named((), e) from None
-    if item.user_id in seen_users:
-        raise DomainError(
-            item_field(index, ("user_id",)),
-            f"appears twice in this request (also {item_field(seen_users[item.user_id])})",
-        )
-    quiet: QuietHours | _Keep | None = KEEP
-    if not isinstance(item.quiet_hours, _Keep):
-        try:
+        if item.user_id in seen_users:
+            also = item_field(seen_users[item.user_id])
+            raise DomainError("user_id", f"appears twice in this request (also {also})")
+        quiet: QuietHours | _Keep | None = KEEP
+        if not isinstance(item.quiet_hours, _Keep):
             qh = item.quiet_hours
             quiet = parse_quiet_hours(qh.start, qh.end) if qh is not None else None
-        except DomainError as e:
-            raise named((), e) from None
 
-    devices: list[Device] = []
-    device_ids: set[str] = set()
-    for j, d in enumerate(item.devices):
-        path: tuple[int | str, ...] = ("devices", j)
-        try:
+        devices: list[Device] = []
+        device_ids: set[str] = set()
+        for j, d in enumerate(item.devices):
+            path = ("devices", j)
             device = checked_device(item.user_id, d.device_id, d.push_token, d.platform, now)
-        except DomainError as e:
-            raise named(path, e) from None
-        device_id, token = device.device_id, device.push_token
-        if device_id in device_ids:
-            raise DomainError(item_field(index, (*path, "device_id")), "appears twice in this user")
-        if token in seen_tokens or any(x.push_token == token for x in devices):
-            other = seen_tokens.get(token, item_field(index))
-            raise DomainError(
-                item_field(index, (*path, "push_token")),
-                f"given to another device in this request (in {other}); "
-                "a token is bound to one device",
-            )
-        device_ids.add(device_id)
-        devices.append(device)
+            token = device.push_token
+            if device.device_id in device_ids:
+                raise DomainError("device_id", "appears twice in this user")
+            if token in seen_tokens or any(x.push_token == token for x in devices):
+                other = seen_tokens.get(token, item_field(index))
+                raise DomainError(
+                    "push_token",
+                    f"given to another device in this request (in {other}); "
+                    "a token is bound to one device",
+                )
+            device_ids.add(device.device_id)
+            devices.append(device)
 
-    reminders: list[Reminder] = []
-    reminder_ids: set[str] = set()
-    for j, r in enumerate(item.reminders):
-        path = ("reminders", j)
-        try:
+        reminders: list[Reminder] = []
+        reminder_ids: set[str] = set()
+        for j, r in enumerate(item.reminders):
+            path = ("reminders", j)
             reminder = checked_reminder(rt.categories, item.user_id, r, now)
-        except DomainError as e:
-            raise named(path, e) from None
-        if reminder.reminder_id in reminder_ids:
-            raise DomainError(
-                item_field(index, (*path, "reminder_id")), "appears twice in this user"
-            )
-        reminder_ids.add(reminder.reminder_id)
-        reminders.append(reminder)
+            if reminder.reminder_id in reminder_ids:
+                raise DomainError("reminder_id", "appears twice in this user")
+            reminder_ids.add(reminder.reminder_id)
+            reminders.append(reminder)
+    except DomainError as e:
+        raise DomainError(item_field(index, (*path, *e.field.split("."))), e.message) from None
     return _Valid(index, item, quiet, devices, reminders)
 
 
