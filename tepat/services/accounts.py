@@ -529,14 +529,12 @@ def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict
         pass
     for field, value in (("title", title), ("body", body), ("data", payload)):
         try:
-            json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+            _PAYLOAD_ENCODER.encode(value).encode()
         except (ValueError, TypeError, RecursionError):
             raise DomainError(
                 field, "must be valid JSON text (no NaN, no lone surrogates)"
             ) from None
-    size = len(
-        json.dumps({"title": title, "body": body, "data": payload}, ensure_ascii=False).encode()
-    )
+    size = len(_PAYLOAD_ENCODER.encode({"title": title, "body": body, "data": payload}).encode())
     if size > MAX_PAYLOAD_BYTES:
         field = "data" if payload else "body"
         raise DomainError(
