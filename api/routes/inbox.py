@@ -151,7 +151,7 @@ async def stream(
         after = await service.newest_seq(user_id)
     items = await service.open_stream(user_id, after)
     try:
-        release = service.reserve_stream(user_id)
+        release = service.notifier.reserve(user_id)
     except TooManyStreams as e:
         return problem_response(
             429 if e.per_user else 503, e.message, headers={"Retry-After": str(e.retry_after)}

@@ -410,16 +410,12 @@ async def set_preferences(
     for key in categories:
         preferences.check_key(key, names, f"categories.{key}")
     stored = await rt.store.set_preferences(user_id, dict(categories))
-    return _with_defaults(rt, stored)
+    return preferences.view(stored, names)
 
 
 async def get_preferences(rt: AccountParts, user_id: str) -> dict[str, bool]:
     await get_user(rt, user_id)
-    return _with_defaults(rt, await rt.store.get_preferences(user_id))
-
-
-def _with_defaults(rt: AccountParts, stored: Mapping[str, bool]) -> dict[str, bool]:
-    return preferences.view(stored, rt.categories.names)
+    return preferences.view(await rt.store.get_preferences(user_id), rt.categories.names)
 
 
 # ---------------------------------------------------------------- messages

@@ -253,11 +253,6 @@ class InboxService:
         await get_user(self, user_id)
         return self.stream(user_id, after_seq)
 
-    def reserve_stream(self, user_id: str) -> Callable[[], None]:
-        """A stream slot (:class:`TooManyStreams` over the caps), taken before the response
-        starts; call what it returns when the response ends."""
-        return self.notifier.reserve(user_id)
-
     async def stream(self, user_id: str, after_seq: int) -> AsyncGenerator[InboxItem | None, None]:
         """The user's items with a seq above ``after_seq``, each once, oldest first, and
         then as they arrive; ``None`` when a heartbeat is due. Ends on :meth:`InboxNotifier.close`.
