@@ -22,11 +22,10 @@ from typing import Final, Literal, Protocol
 
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Device, QuietHours, Reminder, User
-from tepat.domain.planning import next_nominal_from, plan_user, planning_fingerprint
+from tepat.domain.planning import plan_user, planning_fingerprint
 from tepat.domain.validation import check_identifier, parse_quiet_hours
 from tepat.domain.zones import load_zone
 from tepat.ports.repositories.bulk_import import BulkImportRepository
-from tepat.ports.repositories.users import PlanMark
 from tepat.services.accounts import (
     KEEP,
     AccountParts,
@@ -39,6 +38,7 @@ from tepat.services.accounts import (
     plan_changed,
     revised_reminder,
 )
+from tepat.services.planning.creator import plan_mark
 
 #: Items per request: bounds one request's memory, write transaction and planning pass.
 MAX_ITEMS: Final = 1000
@@ -342,13 +342,7 @@ async def _plan_new_users(
         await store.insert_messages(planned)
     fingerprint = planning_fingerprint(categories)
     marks = [
-        PlanMark(
-            uid,
-            t.stamp,
-            now,
-            next_nominal_from(t.user, reminders.get(uid, []), categories, end, now),
-            fingerprint,
-        )
+        plan_mark(t, reminders.get(uid, []), categories, now, end, fingerprint, now)
         for uid, t in targets.items()
         if t.mark is None  # a concurrent import's standing mark already covers it
     ]

@@ -152,7 +152,7 @@ class Creator:
                 if t.user.enabled:
                     begin = _plan_from(t, start, fingerprint)
                     planned.extend(plan_user(t.user, own, self.categories, begin, end, now))
-                marks.append(self._mark(t, own, start, end, fingerprint, now))
+                marks.append(plan_mark(t, own, self.categories, start, end, fingerprint, now))
             return _PlannedPage(targets, planned, marks, now)
 
         return plan
@@ -169,26 +169,6 @@ class Creator:
         # Only once the messages are written: a crash before leaves the old marks.
         await self.store.set_plan_marks(page.marks)
         return PlanResult(len(created), existing, users_planned=len(page.targets))
-
-    def _mark(
-        self,
-        target: PlanTarget,
-        reminders: Sequence[Reminder],
-        start: datetime,
-        end: datetime,
-        fingerprint: str,
-        now: datetime,
-    ) -> PlanMark:
-        """What is planned for ``target`` once ``[start, end)`` is: that window up to
-        the first instant at or after ``end`` that nothing planned yet, joined with
-        the standing mark when the two touch."""
-        user = target.user
-        nxt = next_nominal_from(user, reminders, self.categories, end, now)
-        lo, hi = start, nxt
-        old = _standing(target, fingerprint)
-        if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
-            lo, hi = min(lo, old.plan_from), max(hi, old.plan_next_at)
-        return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
 
     async def plan_ahead(self) -> PlanResult:
         now = self.clock.now()
@@ -230,7 +210,7 @@ class Creator:
         # The horizon is planned from this version's reads: say so, unless a newer
         # change (a later stamp) came meanwhile; the next plan run then plans it.
         fingerprint = planning_fingerprint(self.categories)
-        mark = self._mark(target, own, now, now + self.horizon, fingerprint, now)
+        mark = plan_mark(target, own, self.categories, now, now + self.horizon, fingerprint, now)
         await self.store.set_plan_marks([mark])
         # Only what is due within seconds: the publisher loop batches the rest with
         # the other re-plans of its second (one broker message per user otherwise).
@@ -308,6 +288,27 @@ class Creator:
                 await self.store.set_meta(progress_key, users[-1].user_id)
         await self.store.set_meta(TZDATA_META_KEY, release)
         return total
+
+
+def plan_mark(
+    target: PlanTarget,
+    reminders: Sequence[Reminder],
+    categories: Categories,
+    start: datetime,
+    end: datetime,
+    fingerprint: str,
+    now: datetime,
+) -> PlanMark:
+    """What is planned for ``target`` once ``[start, end)`` is: that window up to
+    the first instant at or after ``end`` that nothing planned yet, joined with
+    the standing mark when the two touch."""
+    user = target.user
+    nxt = next_nominal_from(user, reminders, categories, end, now)
+    lo, hi = start, nxt
+    old = _standing(target, fingerprint)
+    if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
+        lo, hi = min(lo, old.plan_from), max(hi, old.plan_next_at)
+    return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
 
 
 def _standing(target: PlanTarget, fingerprint: str) -> PlanMark | None:
