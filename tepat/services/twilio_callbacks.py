@@ -115,14 +115,11 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
         return applied
 
     handled = await act_then_record(store, PROVIDER, event_id, now, act)
-    if handled.result is None:
-        return Outcome.DUPLICATE
     if handled.result:
         logger.info("SMS status from Twilio", error_code=callback.error_code)
         return Outcome.APPLIED
-    if not handled.first:
-        return Outcome.DUPLICATE
-    return Outcome.STALE
+    # Not acted on (recorded before), or nothing moved: a repeat, or older than the status.
+    return Outcome.STALE if handled.first else Outcome.DUPLICATE
 
 
 def _is_this_sms(message: Message, callback: StatusCallback) -> bool:
