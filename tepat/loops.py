@@ -10,7 +10,6 @@ from tepat.clock import Clock
 
 
 async def wait_or_stop(clock: Clock, stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds`` on ``clock``, returning early once ``stop`` is set."""
     sleeper = asyncio.ensure_future(clock.sleep(seconds))
     stopper = asyncio.ensure_future(stop.wait())
     try:

@@ -52,10 +52,8 @@ async def plan_parallel(
     this process: starting workers would cost more than it saves.
     """
     fingerprint = planning_fingerprint(rt.categories)
-    first: list[PlanTarget] = []
-    async for page in rt.store.users_to_plan(start, end, fingerprint, batch_size=parallel_from):
-        first = page
-        break
+    pages = rt.store.users_to_plan(start, end, fingerprint, batch_size=parallel_from)
+    first: list[PlanTarget] = await anext(pages, [])
     if len(first) < parallel_from:
         return await rt.creator.plan_window(
             start, end, publish=not rt.embedded_broker, progress=done

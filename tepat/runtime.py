@@ -317,7 +317,6 @@ def event_service(rt: Runtime, templates: TemplateService | None = None) -> Even
 
 
 def template_service(rt: Runtime) -> TemplateService:
-    """The template service over a runtime's store, with the configured event types and locale."""
     return TemplateService(
         rt.store, rt.settings.event_routing(), rt.clock, rt.settings.default_locale
     )

@@ -48,13 +48,11 @@ def smtp_config(settings: Settings) -> SmtpConfig | None:
 
 
 def build_email_channel(settings: Settings, clock: Clock) -> Channel | None:
-    """The e-mail channel, or None when ``TEPAT_SMTP_HOST`` is unset."""
     config = smtp_config(settings)
     return SmtpEmailChannel(config, clock) if config else None
 
 
 def build_sms_channel(settings: Settings, clock: Clock) -> TwilioSmsChannel | None:
-    """The SMS channel from ``TEPAT_TWILIO_*``; ``None`` when Twilio is not configured."""
     if settings.twilio_account_sid is None or settings.twilio_auth_token is None:
         return None
     public_url = settings.public_url
@@ -95,7 +93,6 @@ def webhook_repository(settings: Settings, store: WebhookRepository) -> WebhookR
 
 
 def webhook_target_policy(settings: Settings) -> TargetPolicy:
-    """The private hosts webhooks may reach anyway (``TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS``)."""
     return parse_target_policy(settings.webhook_allow_private_hosts)
 
 

@@ -27,6 +27,7 @@ from api.problems import (
 )
 from api.schemas import BulkImportOut, BulkItemOut, BulkUserIn, QuietHoursBody
 from tepat.services import bulk_import
+from tepat.services.accounts import ReminderItem
 from tepat.services.bulk_import import (
     MAX_ITEMS,
     DeviceItem,
@@ -34,7 +35,6 @@ from tepat.services.bulk_import import (
     InvalidItem,
     ItemResult,
     QuietHoursItem,
-    ReminderItem,
     UserItem,
     item_field,
 )

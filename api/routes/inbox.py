@@ -148,7 +148,7 @@ async def stream(
         after = await service.newest_seq(user_id)
     items = await service.open_stream(user_id, after)
     try:
-        release = service.reserve_stream(user_id)
+        release = service.notifier.reserve(user_id)
     except TooManyStreams as e:
         status, wait = 429 if e.per_user else 503, str(e.retry_after)
         raise ProblemError(status, e.message, headers={"Retry-After": wait}) from None

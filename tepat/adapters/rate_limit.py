@@ -32,7 +32,7 @@ class TokenBucket:
             raise ValueError(f"rate must be positive, got {rate!r}")
         if capacity is not None and capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity!r}")
-        self.rate = float(rate)
+        self.rate = self._configured = float(rate)
         self.capacity = float(capacity if capacity is not None else rate)
         self._burst = self.capacity
         self.clock = clock
@@ -63,6 +63,11 @@ class TokenBucket:
             # A burst is never more than one second's worth at the new rate.
             self.capacity = min(self._burst, self.rate)
             self._tokens = min(self._tokens, self.capacity)
+
+    def set_share(self, share: float) -> None:
+        """This process's part of the configured rate when several consumer processes send
+        for one account or relay (``consumers/rate_share.py``)."""
+        self.set_rate(self._configured * min(1.0, max(share, 1e-3)))
 
     def pause(self, seconds: float) -> None:
         """Hand out nothing for ``seconds`` (a provider's Retry-After): a reservation of a

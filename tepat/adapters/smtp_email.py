@@ -76,8 +76,6 @@ class _Stale(Exception):
 
 
 class SmtpEmailChannel:
-    """The ``email`` :class:`~tepat.ports.channel.Channel` over SMTP."""
-
     name = "email"
     max_batch = 50
 
@@ -91,9 +89,7 @@ class SmtpEmailChannel:
         self._closed = False
 
     def set_rate_share(self, share: float) -> None:
-        """This process's part of ``TEPAT_SMTP_RATE`` when several consumer processes
-        send through one relay (``consumers/rate_share.py``)."""
-        self.bucket.set_rate(self.config.rate * min(1.0, max(share, 1e-3)))
+        self.bucket.set_share(share)
 
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         return list(await asyncio.gather(*(self._send_one(item) for item in items)))

@@ -87,24 +87,16 @@ def message_id_header(message_id: str, sender: Sender) -> str:
 def list_unsubscribe(url: str, mailto: str | None) -> str:
     """The ``List-Unsubscribe`` value: the one-click URL first (RFC 8058 requires an https
     URI in it), then a mailto whose subject carries the same token, so a request by mail
-    names the same (user, category, channel) for whoever reads that mailbox."""
-    return ", ".join(_unsubscribe_uris(url, mailto))
+    names the same (user, category, channel) for whoever reads that mailbox.
 
-
-def _unsubscribe_uris(url: str, mailto: str | None) -> list[str]:
+    Folded by hand, at the space after a comma only: RFC 2369 readers look for ``<URI>``
+    and would find nothing in the RFC 2047 encoded-words that the email package makes of
+    any unstructured value longer than a line."""
     uris = [f"<{url}>"]
     if mailto:
         token = url.rstrip("/").rpartition("/")[2]
         address = mailto.removeprefix("mailto:")
         uris.append(f"<mailto:{address}?subject={quote('unsubscribe ' + token)}>")
-    return uris
-
-
-def _folded_list_unsubscribe(url: str, mailto: str | None) -> str:
-    """The value folded by hand, at the space after a comma only: RFC 2369 readers look
-    for ``<URI>`` and would find nothing in the RFC 2047 encoded-words that the email
-    package makes of any unstructured value longer than a line."""
-    uris = _unsubscribe_uris(url, mailto)
     one_line = ", ".join(uris)
     if len("List-Unsubscribe: ") + len(one_line) <= _FOLD_AT:
         return one_line
@@ -129,9 +121,7 @@ def build_email(
     mail[HEADER_MESSAGE_ID] = message.id
     if unsubscribe_url:
         # set_raw and refold_source="none": the generator writes this value as given
-        mail.set_raw(
-            "List-Unsubscribe", _folded_list_unsubscribe(unsubscribe_url, unsubscribe_mailto)
-        )
+        mail.set_raw("List-Unsubscribe", list_unsubscribe(unsubscribe_url, unsubscribe_mailto))
         mail["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
     # Quoted-printable: 7-bit on the wire whatever the text, so a relay without 8BITMIME
     # (MAIL FROM is sent without BODY=8BITMIME) takes it unchanged.

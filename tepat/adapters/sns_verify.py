@@ -72,7 +72,6 @@ class SnsVerifier:
             raise SnsRefused("Signature", "does not verify") from None
 
     async def confirm(self, message: SnsMessage) -> None:
-        """Confirm a (verified) subscription by GETting its SubscribeURL."""
         url = check_sns_url(message.subscribe_url or "", "SubscribeURL")
         await self._fetch(url)
 

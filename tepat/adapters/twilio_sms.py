@@ -75,7 +75,6 @@ class TwilioSmsChannel:
         self.public_url = public_url.rstrip("/") if public_url else None
         self.max_segments = max_segments
         self.clock = clock
-        self.rate = rate
         self.limiter = TokenBucket(rate, clock)
         self._path = f"/2010-04-01/Accounts/{quote(account_sid, safe='')}/Messages.json"
         self._client = httpx.AsyncClient(
@@ -100,9 +99,7 @@ class TwilioSmsChannel:
         return await self._client.get(self._path.removesuffix("/Messages.json") + ".json")
 
     def set_rate_share(self, share: float) -> None:
-        """This process's part of ``TEPAT_TWILIO_RATE`` when several consumer processes
-        send for one account (``consumers/rate_share.py``)."""
-        self.limiter.set_rate(self.rate * min(1.0, max(share, 1e-3)))
+        self.limiter.set_share(share)
 
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         return list(await asyncio.gather(*(self._send_one(item) for item in items)))

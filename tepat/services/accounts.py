@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
@@ -84,8 +84,6 @@ class AccountParts(Protocol):
 
 
 class NotFound(LookupError):
-    """The user (or one of its sub-resources) does not exist."""
-
     def __init__(self, what: str, ident: str) -> None:
         super().__init__(f"{what} {ident!r} not found")
         self.what = what
@@ -209,19 +207,9 @@ async def register_device(
     ``max_devices`` active ones is refused. Both are :class:`FieldConflict`.
     """
     await get_user(rt, user_id)
-    check_identifier(device_id, "device_id")
-    check_push_token(push_token)
+    device = checked_device(user_id, device_id, push_token, platform, rt.clock.now())
     if refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=False):
         raise refused
-    now = rt.clock.now()
-    device = Device(
-        user_id=user_id,
-        device_id=device_id,
-        push_token=push_token,
-        platform=platform,
-        created_at=now,
-        updated_at=now,
-    )
     try:
         device, activated = await rt.store.register_device(
             device, from_other_users=from_other_users
@@ -237,6 +225,14 @@ async def register_device(
         await rt.store.deactivate_device(user_id, device_id, "over_quota")
         raise refused
     return device
+
+
+def checked_device(
+    user_id: str, device_id: str, push_token: str, platform: str | None, now: datetime
+) -> Device:
+    check_identifier(device_id, "device_id")
+    check_push_token(push_token)
+    return Device(user_id, device_id, push_token, platform, created_at=now, updated_at=now)
 
 
 async def _past_device_quota(
@@ -293,32 +289,17 @@ async def put_reminder(
     ``created`` only for the request whose write inserted it. A new one past
     ``max_reminders`` is a :class:`FieldConflict`."""
     await get_user(rt, user_id)
-    check_identifier(reminder_id, "reminder_id")
-    rt.categories.get(category, "category")
-    payload = check_payload(title, body, data)
-    now = rt.clock.now()
+    fields = ReminderItem(
+        reminder_id, category, local_time, title, body, label, days, data, enabled
+    )
+    new = checked_reminder(rt.categories, user_id, fields, rt.clock.now())
     old = await rt.store.get_reminder(user_id, reminder_id)
     if old is None and (refused := await _past_reminder_quota(rt, user_id, max_reminders, ours=0)):
         raise refused
-    reminder = Reminder(
-        user_id=user_id,
-        reminder_id=reminder_id,
-        category=category,
-        local_time=parse_hhmm(local_time, "local_time"),
-        title=title,
-        body=body,
-        label=label,
-        days=parse_days(days, "days"),
-        data=payload,
-        enabled=enabled,
-        version=old.version if old else 1,
-        created_at=old.created_at if old else now,
-        updated_at=now,
-    )
-    if old is not None and planned_fields(old) == planned_fields(reminder):
+    reminder = revised_reminder(old, new)
+    if reminder is None:
+        assert old is not None
         return old, False  # nothing that planning sees changed: keep the pending messages
-    if old is not None:
-        reminder = replace(reminder, version=old.version + 1)
     reminder, inserted = await rt.store.upsert_reminder(reminder)
     # Concurrent creates all pass the check above, so each that inserted counts again and
     # undoes its own insert past the cap. The last kept insert counts every kept one, so
@@ -349,7 +330,55 @@ async def _past_reminder_quota(
     )
 
 
-def planned_fields(r: Reminder) -> tuple[object, ...]:
+@dataclass(frozen=True, slots=True)
+class ReminderItem:
+    """A reminder as a request gives it, before :func:`checked_reminder`."""
+
+    reminder_id: str
+    category: str
+    local_time: str
+    title: str
+    body: str
+    label: str = ""
+    days: Sequence[str] | None = None
+    data: Mapping[str, Any] | None = None
+    enabled: bool = True
+
+
+def checked_reminder(
+    categories: Categories, user_id: str, r: ReminderItem, now: datetime
+) -> Reminder:
+    """Every field checked (a DomainError names the first bad one), as created ``now``."""
+    check_identifier(r.reminder_id, "reminder_id")
+    categories.get(r.category, "category")
+    payload = check_payload(r.title, r.body, r.data)
+    return Reminder(
+        user_id=user_id,
+        reminder_id=r.reminder_id,
+        category=r.category,
+        local_time=parse_hhmm(r.local_time, "local_time"),
+        title=r.title,
+        body=r.body,
+        label=r.label,
+        days=parse_days(r.days, "days"),
+        data=payload,
+        enabled=r.enabled,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def revised_reminder(old: Reminder | None, new: Reminder) -> Reminder | None:
+    """What to write for ``new`` over the stored ``old``: a new version, or None when
+    nothing planning sees changed (its pending messages stay)."""
+    if old is None:
+        return new
+    if _planned_fields(old) == _planned_fields(new):
+        return None
+    return replace(new, version=old.version + 1, created_at=old.created_at)
+
+
+def _planned_fields(r: Reminder) -> tuple[object, ...]:
     return (r.category, r.local_time, r.title, r.body, r.label, r.days, r.data, r.enabled)
 
 
@@ -381,16 +410,12 @@ async def set_preferences(
     for key in categories:
         preferences.check_key(key, names, f"categories.{key}")
     stored = await rt.store.set_preferences(user_id, dict(categories))
-    return _with_defaults(rt, stored)
+    return preferences.view(stored, names)
 
 
 async def get_preferences(rt: AccountParts, user_id: str) -> dict[str, bool]:
     await get_user(rt, user_id)
-    return _with_defaults(rt, await rt.store.get_preferences(user_id))
-
-
-def _with_defaults(rt: AccountParts, stored: Mapping[str, bool]) -> dict[str, bool]:
-    return preferences.view(stored, rt.categories.names)
+    return preferences.view(await rt.store.get_preferences(user_id), rt.categories.names)
 
 
 # ---------------------------------------------------------------- messages
@@ -500,14 +525,12 @@ def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict
         pass
     for field, value in (("title", title), ("body", body), ("data", payload)):
         try:
-            json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+            _PAYLOAD_ENCODER.encode(value).encode()
         except (ValueError, TypeError, RecursionError):
             raise DomainError(
                 field, "must be valid JSON text (no NaN, no lone surrogates)"
             ) from None
-    size = len(
-        json.dumps({"title": title, "body": body, "data": payload}, ensure_ascii=False).encode()
-    )
+    size = len(_PAYLOAD_ENCODER.encode({"title": title, "body": body, "data": payload}).encode())
     if size > MAX_PAYLOAD_BYTES:
         field = "data" if payload else "body"
         raise DomainError(

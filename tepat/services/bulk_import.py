@@ -16,33 +16,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Device, QuietHours, Reminder, User
-from tepat.domain.planning import next_nominal_from, plan_user, planning_fingerprint
-from tepat.domain.validation import (
-    check_identifier,
-    check_push_token,
-    parse_days,
-    parse_hhmm,
-    parse_quiet_hours,
-)
+from tepat.domain.planning import plan_user, planning_fingerprint
+from tepat.domain.validation import check_identifier, parse_quiet_hours
 from tepat.domain.zones import load_zone
 from tepat.ports.repositories.bulk_import import BulkImportRepository
-from tepat.ports.repositories.users import PlanMark
 from tepat.services.accounts import (
     KEEP,
     AccountParts,
     AccountRecords,
+    ReminderItem,
     _Keep,
-    check_payload,
+    checked_device,
+    checked_reminder,
     merged_user,
     plan_changed,
-    planned_fields,
+    revised_reminder,
 )
+from tepat.services.planning.creator import plan_mark
 
 #: Items per request: bounds one request's memory, write transaction and planning pass.
 MAX_ITEMS: Final = 1000
@@ -57,19 +53,6 @@ class DeviceItem:
     device_id: str
     push_token: str
     platform: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReminderItem:
-    reminder_id: str
-    category: str
-    local_time: str
-    title: str
-    body: str
-    label: str = ""
-    days: Sequence[str] | None = None
-    data: Mapping[str, Any] | None = None
-    enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,84 +165,47 @@ def _check(
     seen_tokens: Mapping[str, str],
 ) -> _Valid:
     """The single endpoints' checks, with each field named from the request's root."""
-
-    def named(path: Sequence[int | str], e: DomainError) -> DomainError:
-        return DomainError(item_field(index, (*path, *e.field.split("."))), e.message)
-
+    path: tuple[int | str, ...] = ()  # where in the item the check below is
     try:
         check_identifier(item.user_id, "user_id")
         load_zone(item.timezone, "timezone")
-    except DomainError as e:
-        raise named((), e) from None
-    if item.user_id in seen_users:
-        raise DomainError(
-            item_field(index, ("user_id",)),
-            f"appears twice in this request (also {item_field(seen_users[item.user_id])})",
-        )
-    quiet: QuietHours | _Keep | None = KEEP
-    if not isinstance(item.quiet_hours, _Keep):
-        try:
+        if item.user_id in seen_users:
+            also = item_field(seen_users[item.user_id])
+            raise DomainError("user_id", f"appears twice in this request (also {also})")
+        quiet: QuietHours | _Keep | None = KEEP
+        if not isinstance(item.quiet_hours, _Keep):
             qh = item.quiet_hours
             quiet = parse_quiet_hours(qh.start, qh.end) if qh is not None else None
-        except DomainError as e:
-            raise named((), e) from None
 
-    devices: list[Device] = []
-    device_ids: set[str] = set()
-    for j, d in enumerate(item.devices):
-        path: tuple[int | str, ...] = ("devices", j)
-        try:
-            device_id = check_identifier(d.device_id, "device_id")
-            token = check_push_token(d.push_token)
-        except DomainError as e:
-            raise named(path, e) from None
-        if device_id in device_ids:
-            raise DomainError(item_field(index, (*path, "device_id")), "appears twice in this user")
-        if token in seen_tokens or any(x.push_token == token for x in devices):
-            other = seen_tokens.get(token, item_field(index))
-            raise DomainError(
-                item_field(index, (*path, "push_token")),
-                f"given to another device in this request (in {other}); "
-                "a token is bound to one device",
-            )
-        device_ids.add(device_id)
-        devices.append(
-            Device(item.user_id, device_id, token, d.platform, created_at=now, updated_at=now)
-        )
+        devices: list[Device] = []
+        device_ids: set[str] = set()
+        for j, d in enumerate(item.devices):
+            path = ("devices", j)
+            device = checked_device(item.user_id, d.device_id, d.push_token, d.platform, now)
+            token = device.push_token
+            if device.device_id in device_ids:
+                raise DomainError("device_id", "appears twice in this user")
+            if token in seen_tokens or any(x.push_token == token for x in devices):
+                other = seen_tokens.get(token, item_field(index))
+                raise DomainError(
+                    "push_token",
+                    f"given to another device in this request (in {other}); "
+                    "a token is bound to one device",
+                )
+            device_ids.add(device.device_id)
+            devices.append(device)
 
-    reminders: list[Reminder] = []
-    reminder_ids: set[str] = set()
-    for j, r in enumerate(item.reminders):
-        path = ("reminders", j)
-        try:
-            reminder_id = check_identifier(r.reminder_id, "reminder_id")
-            rt.categories.get(r.category, "category")
-            payload = check_payload(r.title, r.body, r.data)
-            local_time = parse_hhmm(r.local_time, "local_time")
-            days = parse_days(r.days, "days")
-        except DomainError as e:
-            raise named(path, e) from None
-        if reminder_id in reminder_ids:
-            raise DomainError(
-                item_field(index, (*path, "reminder_id")), "appears twice in this user"
-            )
-        reminder_ids.add(reminder_id)
-        reminders.append(
-            Reminder(
-                user_id=item.user_id,
-                reminder_id=reminder_id,
-                category=r.category,
-                local_time=local_time,
-                title=r.title,
-                body=r.body,
-                label=r.label,
-                days=days,
-                data=payload,
-                enabled=r.enabled,
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        reminders: list[Reminder] = []
+        reminder_ids: set[str] = set()
+        for j, r in enumerate(item.reminders):
+            path = ("reminders", j)
+            reminder = checked_reminder(rt.categories, item.user_id, r, now)
+            if reminder.reminder_id in reminder_ids:
+                raise DomainError("reminder_id", "appears twice in this user")
+            reminder_ids.add(reminder.reminder_id)
+            reminders.append(reminder)
+    except DomainError as e:
+        raise DomainError(item_field(index, (*path, *e.field.split("."))), e.message) from None
     return _Valid(index, item, quiet, devices, reminders)
 
 
@@ -329,12 +275,12 @@ def _diff(
     stored = {r.reminder_id: r for r in old_reminders.get(item.user_id, [])}
     for r in v.reminders:
         prior = stored.get(r.reminder_id)
-        if prior is not None and planned_fields(prior) == planned_fields(r):
-            continue  # nothing planning sees changed: keep its pending messages
+        revised = revised_reminder(prior, r)
+        if revised is None:
+            continue
         if prior is not None:
-            r = replace(r, version=prior.version + 1, created_at=prior.created_at)
             w.replan.add(user.user_id)
-        w.reminders.append(r)
+        w.reminders.append(revised)
         changed = True
 
     active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
@@ -396,13 +342,7 @@ async def _plan_new_users(
         await store.insert_messages(planned)
     fingerprint = planning_fingerprint(categories)
     marks = [
-        PlanMark(
-            uid,
-            t.stamp,
-            now,
-            next_nominal_from(t.user, reminders.get(uid, []), categories, end, now),
-            fingerprint,
-        )
+        plan_mark(t, reminders.get(uid, []), categories, now, end, fingerprint, now)
         for uid, t in targets.items()
         if t.mark is None  # a concurrent import's standing mark already covers it
     ]

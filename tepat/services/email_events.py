@@ -33,7 +33,7 @@ from tepat.domain.email_events import EmailEvent
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.repositories.messages import StatusChange
-from tepat.services.provider_events import CallbackRecords, act_then_record
+from tepat.services.provider_events import CallbackRecords, act_then_record, suppress_recipient
 
 log = structlog.get_logger("tepat.email_events")
 
@@ -106,8 +106,6 @@ class EmailEvents:
     async def _suppress(
         self, message: Message, event: EmailEvent, reason: SuppressionReason, provider: str
     ) -> list[str]:
-        contacts = await self.store.contacts_for_users([message.user_id], CHANNEL)
-        recipient = contacts[message.user_id].address if message.user_id in contacts else None
         done = []
         for raw in event.recipients:
             try:
@@ -115,13 +113,13 @@ class EmailEvents:
             except DomainError:
                 log.warning("email_event_bad_address", provider=provider, address=raw[:254])
                 continue
-            if address != recipient:
+            source = f"{provider}:{event.type_name}"
+            if await suppress_recipient(
+                self.store, message, address, reason, self.clock.now(), source
+            ):
+                done.append(address)
+            else:
                 log.warning(
                     "email_event_not_the_recipient", provider=provider, message_id=message.id
                 )
-                continue
-            await self.store.add_suppression(
-                CHANNEL, address, reason, self.clock.now(), source=f"{provider}:{event.type_name}"
-            )
-            done.append(address)
         return done

@@ -116,13 +116,7 @@ class _Page:
     counts: Counter[str] = field(default_factory=Counter)
 
 
-class EventRecords(
-    EventRepository,
-    UserRepository,
-    DeviceRepository,
-    MessageRepository,
-    Protocol,
-):
+class EventRecords(EventRepository, UserRepository, DeviceRepository, MessageRepository, Protocol):
     """The events, their recipients (users and their devices) and the messages made."""
 
 

@@ -28,7 +28,7 @@ from tepat.domain.inbox import InboxItem, check_link, inbox_item_id, parse_seq
 from tepat.domain.validation import check_identifier
 from tepat.ports.repositories.inbox import InboxRepository
 from tepat.ports.repositories.users import UserRepository
-from tepat.services.accounts import NotFound
+from tepat.services.accounts import NotFound, get_user
 
 STREAM_BATCH = 100
 # What a refused stream is told to wait before trying again: streams are long-lived, so a
@@ -145,8 +145,7 @@ class InboxNotifier:
                 wake.set()
 
 
-class InboxRecords(InboxRepository, UserRepository, Protocol):
-    """The inbox items and the users they belong to."""
+class InboxRecords(InboxRepository, UserRepository, Protocol): ...
 
 
 class InboxService:
@@ -159,16 +158,12 @@ class InboxService:
         timing: StreamTiming | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._store = store
+        self.store = store
         self._clock = clock
         self._categories = categories
         self.notifier = notifier or InboxNotifier()
         self.timing = timing or StreamTiming()
         self._monotonic = monotonic
-
-    async def _check_user(self, user_id: str) -> None:
-        if await self._store.get_user(check_identifier(user_id, "user_id")) is None:
-            raise NotFound("user", user_id)
 
     # ------------------------------------------------------------------ writing
 
@@ -187,7 +182,7 @@ class InboxService:
     ) -> Delivered:
         """Store the rendered message in the user's inbox once: a repeat of
         ``message_id`` returns the stored item with ``created=False``."""
-        await self._check_user(user_id)
+        await get_user(self, user_id)
         check_identifier(message_id, "message_id")
         self._categories.get(category, "category")
         if link is not None:
@@ -205,7 +200,7 @@ class InboxService:
             data=dict(data or {}),
             created_at=self._clock.now(),
         )
-        stored, created = await self._store.put_inbox_item(item)
+        stored, created = await self.store.put_inbox_item(item)
         if created:
             self.notifier.notify(user_id)
         return Delivered(stored, created)
@@ -216,38 +211,38 @@ class InboxService:
         self, user_id: str, cursor: str | None, limit: int, unread_only: bool = False
     ) -> InboxPage:
         """Newest first; ``next_cursor`` is None on the last page."""
-        await self._check_user(user_id)
+        await get_user(self, user_id)
         before = None if cursor is None else parse_seq(cursor, "cursor")
         if not 1 <= limit <= 200:
             raise DomainError("limit", "must be between 1 and 200")
         # One more than asked tells whether another page exists.
-        items = await self._store.list_inbox(user_id, limit + 1, before, unread_only)
+        items = await self.store.list_inbox(user_id, limit + 1, before, unread_only)
         more = len(items) > limit
         items = items[:limit]
         next_cursor = str(items[-1].seq) if more else None
-        return InboxPage(items, next_cursor, await self._store.inbox_unread_count(user_id))
+        return InboxPage(items, next_cursor, await self.store.inbox_unread_count(user_id))
 
     async def newest_seq(self, user_id: str) -> int:
         """Where a stream without a resume point starts: after the newest item (0: none)."""
-        await self._check_user(user_id)
-        newest = await self._store.list_inbox(user_id, 1)
+        await get_user(self, user_id)
+        newest = await self.store.list_inbox(user_id, 1)
         return newest[0].seq if newest else 0
 
     async def unread_count(self, user_id: str) -> int:
-        await self._check_user(user_id)
-        return await self._store.inbox_unread_count(user_id)
+        await get_user(self, user_id)
+        return await self.store.inbox_unread_count(user_id)
 
     async def read(self, user_id: str, item_id: str) -> InboxItem:
         """Mark read (forward-only: the first ``read_at`` stays)."""
-        await self._check_user(user_id)
-        item = await self._store.mark_inbox_read(user_id, item_id, self._clock.now())
+        await get_user(self, user_id)
+        item = await self.store.mark_inbox_read(user_id, item_id, self._clock.now())
         if item is None:
             raise NotFound("inbox item", item_id)
         return item
 
     async def read_all(self, user_id: str, up_to_seq: int | None = None) -> int:
-        await self._check_user(user_id)
-        return await self._store.mark_inbox_read_all(user_id, self._clock.now(), up_to_seq)
+        await get_user(self, user_id)
+        return await self.store.mark_inbox_read_all(user_id, self._clock.now(), up_to_seq)
 
     # ------------------------------------------------------------------ streaming
 
@@ -255,13 +250,8 @@ class InboxService:
         self, user_id: str, after_seq: int
     ) -> AsyncGenerator[InboxItem | None, None]:
         """Checks the user first (a 404 before the stream starts), then :meth:`stream`."""
-        await self._check_user(user_id)
+        await get_user(self, user_id)
         return self.stream(user_id, after_seq)
-
-    def reserve_stream(self, user_id: str) -> Callable[[], None]:
-        """A stream slot (:class:`TooManyStreams` over the caps), taken before the response
-        starts; call what it returns when the response ends."""
-        return self.notifier.reserve(user_id)
 
     async def stream(self, user_id: str, after_seq: int) -> AsyncGenerator[InboxItem | None, None]:
         """The user's items with a seq above ``after_seq``, each once, oldest first, and
@@ -282,7 +272,7 @@ class InboxService:
                 sent = {s for s in sent if s > floor}
                 cursor = floor
                 while True:  # pages: a resume may find many items waiting
-                    batch = await self._store.inbox_after(user_id, cursor, STREAM_BATCH)
+                    batch = await self.store.inbox_after(user_id, cursor, STREAM_BATCH)
                     for item in batch:
                         if item.seq in sent:
                             continue

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
+from tepat.domain.contacts import SuppressionReason
+from tepat.domain.models import Message
 from tepat.ports.repositories.contacts import ContactRepository
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.provider_events import ProviderEventRepository
@@ -54,3 +56,23 @@ async def act_then_record(
         return Handled(None, first=False)
     result = await act()
     return Handled(result, await events.record_provider_event(provider, event_id, now))
+
+
+async def suppress_recipient(
+    store: ContactRepository,
+    message: Message,
+    address: str,
+    reason: SuppressionReason,
+    now: datetime,
+    source: str,
+) -> bool:
+    """Suppress ``address`` (normalised) on the message's channel if it is the message's
+    own recipient (its user's contact); whether it was. An event naming another address,
+    signed or not, never suppresses it."""
+    contact = (await store.contacts_for_users([message.user_id], message.channel)).get(
+        message.user_id
+    )
+    if contact is None or contact.address != address:
+        return False
+    await store.add_suppression(message.channel, address, reason, now, source=source)
+    return True

@@ -29,7 +29,7 @@ from tepat.domain.errors import DomainError
 from tepat.domain.models import Message, MessageStatus
 from tepat.ports.repositories.contacts import ContactRepository
 from tepat.ports.repositories.messages import MessageRepository, StatusChange
-from tepat.services.provider_events import CallbackRecords, act_then_record
+from tepat.services.provider_events import CallbackRecords, act_then_record, suppress_recipient
 
 log = structlog.get_logger("tepat.twilio")
 
@@ -115,14 +115,11 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
         return applied
 
     handled = await act_then_record(store, PROVIDER, event_id, now, act)
-    if handled.result is None:
-        return Outcome.DUPLICATE
     if handled.result:
         logger.info("SMS status from Twilio", error_code=callback.error_code)
         return Outcome.APPLIED
-    if not handled.first:
-        return Outcome.DUPLICATE
-    return Outcome.STALE
+    # Not acted on (recorded before), or nothing moved: a repeat, or older than the status.
+    return Outcome.STALE if handled.first else Outcome.DUPLICATE
 
 
 def _is_this_sms(message: Message, callback: StatusCallback) -> bool:
@@ -149,12 +146,10 @@ async def _suppress_dead_number(
         number = normalise_phone(callback.to, "To")
     except DomainError:
         return
-    contacts = await store.contacts_for_users([message.user_id], SMS)
-    contact = contacts.get(message.user_id)
-    if contact is None or contact.address != number:
+    if not await suppress_recipient(
+        store, message, number, SuppressionReason.INVALID, now, source=PROVIDER
+    ):
         log.warning("Twilio callback names another number than the message's recipient")
-        return
-    await store.add_suppression(SMS, number, SuppressionReason.INVALID, now, source=PROVIDER)
 
 
 class Reply(enum.StrEnum):

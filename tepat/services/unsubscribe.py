@@ -66,8 +66,7 @@ class OptedOut:
     known_user: bool
 
 
-class OptOutRecords(UserRepository, PreferenceRepository, Protocol):
-    """The user opting out and their preferences."""
+class OptOutRecords(UserRepository, PreferenceRepository, Protocol): ...
 
 
 async def opt_out(store: OptOutRecords, claim: UnsubscribeClaim) -> OptedOut:

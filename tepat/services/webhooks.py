@@ -139,8 +139,7 @@ class WebhookService:
         raise DomainError("subscription", "updated concurrently; try again")
 
 
-class WebhookRecords(WebhookRepository, MessageRepository, Protocol):
-    """The subscriptions and journal, and the delivery messages made from them."""
+class WebhookRecords(WebhookRepository, MessageRepository, Protocol): ...
 
 
 class WebhookEmitter:

@@ -25,7 +25,6 @@ from tepat.domain.planning import (
     intended_on,
     next_nominal_from,
     plan_user,
-    plan_users,
     planning_fingerprint,
     same_intent,
     still_placed,
@@ -68,8 +67,7 @@ PlanProgress = Callable[[int, PlanResult], None]
 
 class PlanningRecords(
     UserRepository, ReminderRepository, MessageRepository, MetaRepository, Protocol
-):
-    """The users and reminders planned from, the messages planned, the planning progress."""
+): ...
 
 
 @dataclass(eq=False)
@@ -106,27 +104,29 @@ class Creator:
         pages = self.store.users_to_plan(
             start, end, fingerprint, self.page_size, after=after, until=until
         )
+
         # Page k is planned (CPU, this thread) while page k-1 is written (the store's
         # thread, which sqlite3 runs without the GIL): page k is read first, so the
         # read does not queue behind the write.
+        async def write(page: _PlannedPage) -> None:
+            nonlocal total
+            total += await self._write_page(page, publish)
+            if progress is not None:
+                progress(len(page.targets), total)
+
         ready: _PlannedPage | None = None
-        writing: asyncio.Task[PlanResult] | None = None
+        writing: asyncio.Task[None] | None = None
         try:
             async for targets in pages:
-                page = await self._read_page(targets, start, end, fingerprint)
+                plan = await self._read_page(targets, start, end, fingerprint)
                 if ready is not None:
-                    writing = asyncio.ensure_future(self._write_page(ready, publish))
-                planned = page()
+                    writing = asyncio.ensure_future(write(ready))
+                ready = plan()
                 if writing is not None:
-                    total += await writing
+                    await writing
                     writing = None
-                    if progress is not None and ready is not None:
-                        progress(len(ready.targets), total)
-                ready = planned
             if ready is not None:
-                total += await self._write_page(ready, publish)
-                if progress is not None:
-                    progress(len(ready.targets), total)
+                await write(ready)
         finally:
             if writing is not None and not writing.done():
                 await asyncio.wait([writing])  # its rows and marks land either way
@@ -152,7 +152,7 @@ class Creator:
                 if t.user.enabled:
                     begin = _plan_from(t, start, fingerprint)
                     planned.extend(plan_user(t.user, own, self.categories, begin, end, now))
-                marks.append(self._mark(t, own, start, end, fingerprint, now))
+                marks.append(plan_mark(t, own, self.categories, start, end, fingerprint, now))
             return _PlannedPage(targets, planned, marks, now)
 
         return plan
@@ -170,28 +170,7 @@ class Creator:
         await self.store.set_plan_marks(page.marks)
         return PlanResult(len(created), existing, users_planned=len(page.targets))
 
-    def _mark(
-        self,
-        target: PlanTarget,
-        reminders: Sequence[Reminder],
-        start: datetime,
-        end: datetime,
-        fingerprint: str,
-        now: datetime,
-    ) -> PlanMark:
-        """What is planned for ``target`` once ``[start, end)`` is: that window up to
-        the first instant at or after ``end`` that nothing planned yet, joined with
-        the standing mark when the two touch."""
-        user = target.user
-        nxt = next_nominal_from(user, reminders, self.categories, end, now)
-        lo, hi = start, nxt
-        old = _standing(target, fingerprint)
-        if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
-            lo, hi = min(lo, old.plan_from), max(hi, old.plan_next_at)
-        return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
-
     async def plan_ahead(self) -> PlanResult:
-        """The scheduled job: from now to now + horizon."""
         now = self.clock.now()
         return await self.plan_window(now, now + self.horizon)
 
@@ -223,29 +202,16 @@ class Creator:
         reminders = {r.reminder_id: r for r in await self.store.list_reminders(user_id)}
         now = self.clock.now()
         total = await self._reconcile(user, reminders, version, reason, now)
-        if user.enabled:
-            planned = list(
-                plan_users(
-                    [(user, list(reminders.values()))],
-                    self.categories,
-                    now,
-                    now + self.horizon,
-                    now,
-                )
-            )
+        own = list(reminders.values())
+        if planned := list(plan_user(user, own, self.categories, now, now + self.horizon, now)):
             result = await self.store.insert_messages(planned)
             total += PlanResult(len(result.created), result.existing)
         total += await self._reconcile(user, reminders, version, reason, now)
         # The horizon is planned from this version's reads: say so, unless a newer
         # change (a later stamp) came meanwhile; the next plan run then plans it.
         fingerprint = planning_fingerprint(self.categories)
-        await self.store.set_plan_marks(
-            [
-                self._mark(
-                    target, list(reminders.values()), now, now + self.horizon, fingerprint, now
-                )
-            ]
-        )
+        mark = plan_mark(target, own, self.categories, now, now + self.horizon, fingerprint, now)
+        await self.store.set_plan_marks([mark])
         # Only what is due within seconds: the publisher loop batches the rest with
         # the other re-plans of its second (one broker message per user otherwise).
         await self.outbox.flush_soon()
@@ -322,6 +288,27 @@ class Creator:
                 await self.store.set_meta(progress_key, users[-1].user_id)
         await self.store.set_meta(TZDATA_META_KEY, release)
         return total
+
+
+def plan_mark(
+    target: PlanTarget,
+    reminders: Sequence[Reminder],
+    categories: Categories,
+    start: datetime,
+    end: datetime,
+    fingerprint: str,
+    now: datetime,
+) -> PlanMark:
+    """What is planned for ``target`` once ``[start, end)`` is: that window up to
+    the first instant at or after ``end`` that nothing planned yet, joined with
+    the standing mark when the two touch."""
+    user = target.user
+    nxt = next_nominal_from(user, reminders, categories, end, now)
+    lo, hi = start, nxt
+    old = _standing(target, fingerprint)
+    if old is not None and start <= old.plan_next_at and old.plan_from <= nxt:
+        lo, hi = min(lo, old.plan_from), max(hi, old.plan_next_at)
+    return PlanMark(user.user_id, target.stamp, lo, hi, fingerprint)
 
 
 def _standing(target: PlanTarget, fingerprint: str) -> PlanMark | None:
