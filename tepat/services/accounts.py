@@ -143,7 +143,7 @@ async def put_user(
     now = rt.clock.now()
     old = await rt.store.get_user(user_id)
     user = merged_user(old, user_id, timezone, locale, quiet_hours, enabled, now)
-    stored = await rt.store.upsert_user(user)
+    stored, inserted = await rt.store.upsert_user(user)
     # A user new to this request has nothing planned, unless a concurrent request
     # created it first and a reminder was planned under that one's zone: then it has
     # reminders (a reminder's own re-plan, written after this read, reads this zone).
@@ -155,7 +155,8 @@ async def put_user(
         again = await rt.store.get_user(user_id)  # with the version the re-plan took
         assert again is not None
         stored = again
-    return stored, old is None
+    # Of two concurrent creates, the one whose write inserted answers "created".
+    return stored, inserted
 
 
 def merged_user(

@@ -271,6 +271,24 @@ async def test_of_two_overlapping_puts_of_a_new_reminder_only_the_inserting_one_
     assert sorted(r.status_code for r in results) == [200, 201], [r.text for r in results]
 
 
+async def test_of_two_overlapping_puts_of_a_new_user_only_the_inserting_one_is_201(
+    client: httpx.AsyncClient, rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both read "no such user" before either writes; only the write that inserted it
+    may answer 201 Created, and the user is stored as the later write left it."""
+    overlap_writes(monkeypatch, rt, "upsert_user", 2)
+    results = await asyncio.gather(
+        *(
+            client.put("/v1/users/bob", json={"timezone": zone}, headers=ADMIN)
+            for zone in ("Asia/Jakarta", "Europe/Paris")
+        )
+    )
+    assert sorted(r.status_code for r in results) == [200, 201], [r.text for r in results]
+    stored = await rt.store.get_user("bob")
+    assert stored is not None
+    assert stored.timezone == results[1].json()["timezone"]
+
+
 async def test_replan_keeps_a_message_deferred_by_quiet_hours(
     client: httpx.AsyncClient, rt: Runtime, clock: FakeClock, push: FakePush
 ) -> None:

@@ -26,7 +26,7 @@ async def test_user_round_trips_every_field(store: Store) -> None:
         created_at=T0,
         updated_at=at(5),
     )
-    assert await store.upsert_user(user) == user
+    assert await store.upsert_user(user) == (user, True)
     assert await store.get_user("u1") == user
 
 
@@ -40,7 +40,8 @@ async def test_user_without_quiet_hours_round_trips(store: Store) -> None:
 async def test_upsert_user_replaces_fields_but_keeps_created_at(store: Store) -> None:
     await store.upsert_user(User("u1", "UTC", created_at=T0, updated_at=T0))
     later = User("u1", "Europe/Paris", plan_version=2, created_at=at(60), updated_at=at(60))
-    stored = await store.upsert_user(later)
+    stored, inserted = await store.upsert_user(later)
+    assert not inserted
     expected = dataclasses.replace(later, created_at=T0)
     assert stored == expected
     assert await store.get_user("u1") == expected
@@ -96,11 +97,11 @@ async def test_upsert_user_never_lowers_plan_version(store: Store) -> None:
     assert await store.next_plan_version("u1") == 2
     assert await store.next_plan_version("u1") == 3
     stale = User("u1", "Asia/Jakarta", plan_version=1, created_at=T0, updated_at=at(1))
-    stored = await store.upsert_user(stale)
+    stored, _ = await store.upsert_user(stale)
     assert (stored.timezone, stored.plan_version, stored.updated_at) == ("Asia/Jakarta", 3, at(1))
     assert await store.get_user("u1") == stored
     # A higher version is taken as given.
-    higher = await store.upsert_user(dataclasses.replace(stale, plan_version=7))
+    higher, _ = await store.upsert_user(dataclasses.replace(stale, plan_version=7))
     assert higher.plan_version == 7
     assert await store.next_plan_version("u1") == 8
 
@@ -113,7 +114,15 @@ async def test_upsert_user_racing_next_plan_version_keeps_every_version(store: S
         *(store.upsert_user(snapshot) for _ in range(10)),
     )
     versions = [v for v in results if isinstance(v, int)]
+    assert [r[1] for r in results if isinstance(r, tuple)] == [False] * 10
     assert sorted(versions) == list(range(2, 12))
     stored = await store.get_user("u1")
     assert stored is not None
     assert (stored.plan_version, stored.timezone) == (11, "Europe/Paris")
+
+
+async def test_of_concurrent_creates_of_one_user_one_only_inserted(store: Store) -> None:
+    new = User("u-new", "UTC", created_at=T0, updated_at=T0)
+    results = await asyncio.gather(*(store.upsert_user(new) for _ in range(8)))
+    assert [inserted for _, inserted in results].count(True) == 1
+    assert all(user.user_id == "u-new" for user, _ in results)

@@ -91,7 +91,9 @@ async def _seed_oneoffs(rt: Runtime, count: int, due_in: float) -> tuple[list[st
     categories = rt.categories.names
     tokens, messages = [], []
     for i in range(count):
-        user = await rt.store.upsert_user(User(f"u{i:04d}", "UTC", created_at=now, updated_at=now))
+        user, _ = await rt.store.upsert_user(
+            User(f"u{i:04d}", "UTC", created_at=now, updated_at=now)
+        )
         token = f"ExponentPushToken[amq-{i:04d}]"
         await rt.store.register_device(
             Device(user.user_id, f"{user.user_id}-phone", token, created_at=now, updated_at=now)

@@ -67,7 +67,7 @@ class Pipeline:
     ) -> tuple[User, Device]:
         """A user with one device and reminders given as (reminder_id, category, local time)."""
         now = self.clock.now()
-        user = await self.rt.store.upsert_user(
+        user, _ = await self.rt.store.upsert_user(
             User(user_id, timezone, created_at=now, updated_at=now, **user_fields)
         )
         device, _ = await self.rt.store.register_device(

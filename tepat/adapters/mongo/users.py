@@ -74,14 +74,17 @@ def _plan_target(doc: Mapping[str, Any]) -> PlanTarget:
 
 
 class UsersMixin(MongoBase):
-    async def upsert_user(self, user: User) -> User:
-        doc = await self._db["users"].find_one_and_update(
-            {"_id": user.user_id},
-            user_upsert(user, self._clock.now()),
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
+    async def upsert_user(self, user: User) -> tuple[User, bool]:
+        users = self._db["users"]
+        # The write's upsert result says whether it inserted (a findAndModify pre-image
+        # cannot: see MongoBase._upsert); the read after it gives the stored user, whose
+        # plan_version may be higher than the one written.
+        result = await users.update_one(
+            {"_id": user.user_id}, user_upsert(user, self._clock.now()), upsert=True
         )
-        return user_from_doc(doc)
+        doc = await users.find_one({"_id": user.user_id})
+        stored = user if doc is None else user_from_doc(doc)  # None: deleted meanwhile
+        return stored, result.upserted_id is not None
 
     async def next_plan_version(self, user_id: str) -> int:
         # One findAndModify: atomic, and it returns the value this call made, so two

@@ -54,6 +54,7 @@ UPSERT_USER = (
 )
 _PLAN_COLUMNS = f"{_USER_COLUMNS}, plan_stamp, plan_from, plan_next_at, plan_fp"
 _SELECT_USERS = f"SELECT {_USER_COLUMNS} FROM users"
+_USER_EXISTS = "SELECT 1 FROM users WHERE user_id = ?"
 _DEACTIVATE = "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ?"
 
 
@@ -75,12 +76,18 @@ def _plan_target(row: Row) -> PlanTarget:
 
 
 class UsersMixin(SqliteBase):
-    async def upsert_user(self, user: User) -> User:
+    async def upsert_user(self, user: User) -> tuple[User, bool]:
         values = f"({_placeholders(9)})"
         sql = f"{UPSERT_USER.format(values=values)} RETURNING {_USER_COLUMNS}"
         params = _user_params(user, self._now())
-        row = await self._write(lambda c: c.execute(sql, params).fetchone())
-        return _user(row)
+
+        def run(conn: Conn) -> tuple[Row, bool]:
+            # In the write transaction: no other write lands between the look and the upsert.
+            existed = conn.execute(_USER_EXISTS, (user.user_id,)).fetchone() is not None
+            return conn.execute(sql, params).fetchone(), not existed
+
+        row, inserted = await self._write(run)
+        return _user(row), inserted
 
     async def get_user(self, user_id: str) -> User | None:
         return await self._fetch_one(_user, f"{_SELECT_USERS} WHERE user_id = ?", (user_id,))

@@ -35,9 +35,11 @@ class PlanTarget:
 
 
 class UserRepository(Protocol):
-    async def upsert_user(self, user: User) -> User:
-        """Create or replace; keeps ``created_at``; ``plan_version`` never goes down
-        (the stored one is kept when it is higher: see :meth:`next_plan_version`)."""
+    async def upsert_user(self, user: User) -> tuple[User, bool]:
+        """Create or replace; returns the stored user and whether this write inserted it
+        (of two concurrent creates, one only). Keeps ``created_at``; ``plan_version``
+        never goes down (the stored one is kept when it is higher: see
+        :meth:`next_plan_version`)."""
 
     async def get_user(self, user_id: str) -> User | None: ...
 
