@@ -25,6 +25,7 @@ from tepat.domain.models import Device, QuietHours, Reminder, User
 from tepat.domain.planning import next_nominal_from, plan_user, planning_fingerprint
 from tepat.domain.validation import (
     check_identifier,
+    check_push_kind,
     check_push_token,
     parse_days,
     parse_hhmm,
@@ -57,6 +58,7 @@ class DeviceItem:
     device_id: str
     push_token: str
     platform: str | None = None
+    kind: str = "expo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +212,7 @@ def _check(
         path: tuple[int | str, ...] = ("devices", j)
         try:
             device_id = check_identifier(d.device_id, "device_id")
-            token = check_push_token(d.push_token)
+            token = check_push_token(d.push_token, check_push_kind(d.kind, rt.push_kinds))
         except DomainError as e:
             raise named(path, e) from None
         if device_id in device_ids:
@@ -224,7 +226,15 @@ def _check(
             )
         device_ids.add(device_id)
         devices.append(
-            Device(item.user_id, device_id, token, d.platform, created_at=now, updated_at=now)
+            Device(
+                item.user_id,
+                device_id,
+                token,
+                d.platform,
+                created_at=now,
+                updated_at=now,
+                kind=d.kind,
+            )
         )
 
     reminders: list[Reminder] = []
@@ -340,9 +350,10 @@ def _diff(
     active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
     for d in v.devices:
         prior_d = active.get(d.device_id)
-        if prior_d is not None and (prior_d.push_token, prior_d.platform) == (
+        if prior_d is not None and (prior_d.push_token, prior_d.platform, prior_d.kind) == (
             d.push_token,
             d.platform,
+            d.kind,
         ):
             continue  # already this device's active binding
         w.devices.append(d)
