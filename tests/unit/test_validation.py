@@ -244,6 +244,12 @@ def test_push_tokens_of_each_kind_refused(kind: str, token: str) -> None:
     assert err.value.field == "push_token"
 
 
+def test_every_kind_has_a_token_shape() -> None:
+    for kind in PUSH_KINDS:
+        with pytest.raises(DomainError):
+            check_push_token("", kind)
+
+
 def test_push_kinds_unknown_or_not_sendable_are_refused_naming_kind() -> None:
     assert check_push_kind("fcm", ("expo", "fcm")) == "fcm"
     for kind, sendable in (("pager", PUSH_KINDS), ("apns", ("expo",)), (None, PUSH_KINDS)):
