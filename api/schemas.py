@@ -191,20 +191,32 @@ class UserOut(View):
 # ---------------------------------------------------------------- devices
 
 
+PushKind = Literal["expo", "fcm", "apns", "webpush"]  # tepat.domain.models.PUSH_KINDS
+
+
 class DeviceIn(Request):
     push_token: Text = Field(
         min_length=1,
-        max_length=256,
-        description="Expo push token; registering it here unbinds it from any other device",
+        max_length=4096,
+        description="The token for `kind`'s push service: an Expo push token, an FCM "
+        "registration token, an APNs device token (hex), or a Web Push subscription "
+        "(`PushSubscription.toJSON()` as a JSON string). Registering it here unbinds it "
+        "from any other device",
         examples=["ExponentPushToken[xxxxxxxxxxxxxxxxxxxxxx]"],
     )
     platform: Literal["ios", "android", "web"] | None = None
+    kind: PushKind = Field(
+        default="expo",
+        description="The push service the token is for; a kind this deployment has no "
+        "provider for is a 422 naming `kind`",
+    )
 
 
 class DeviceOut(View):
     device_id: str
     push_token: str
     platform: str | None
+    kind: PushKind
     active: bool
     deactivated_reason: str | None = Field(
         description="Why the device stopped receiving (e.g. DeviceNotRegistered, unregistered)"

@@ -7,7 +7,7 @@ The only module that knows every adapter; entrypoints ask it for a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -115,6 +115,14 @@ def make_push_provider(settings: Settings, clock: Clock) -> PushProvider:
     )
 
 
+def make_push_providers(
+    settings: Settings, clock: Clock, expo: PushProvider | None = None
+) -> dict[str, PushProvider]:
+    """The provider of each device kind this deployment sends to (``Device.kind``): Expo
+    always; a direct provider (FCM, APNs, Web Push) is one more entry when configured."""
+    return {"expo": expo or make_push_provider(settings, clock)}
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -131,6 +139,8 @@ class Runtime:
     # The in-app inbox, shared by the API (its streams), the consumers' inbox channel and
     # the events fan-out, so an item stored in this process wakes its streams at once.
     inbox: InboxService
+    # The device kinds a provider is configured for; a device of another kind is refused.
+    push_kinds: frozenset[str]
 
     @property
     def channels(self) -> list[str]:
@@ -192,7 +202,7 @@ def build_dispatcher(
     store: Store,
     categories: Categories,
     outbox: Outbox,
-    push: PushProvider,
+    push: Mapping[str, PushProvider],
     inbox: InboxService,
 ) -> Dispatcher:
     """The send path over every channel this configuration can send on: push, the inbox
@@ -231,12 +241,14 @@ async def open_runtime(
     store: Store | None = None,
     broker: Broker | None = None,
     push: PushProvider | None = None,
+    push_providers: Mapping[str, PushProvider] | None = None,
 ) -> AsyncIterator[Runtime]:
+    """``push`` replaces the Expo provider, ``push_providers`` adds or replaces others."""
     clock = clock or SystemClock()
     categories = settings.category_policies()
     store = store or make_store(settings, clock)
     broker = broker or make_broker(settings, clock)
-    push = push or make_push_provider(settings, clock)
+    providers = {**make_push_providers(settings, clock, push), **(push_providers or {})}
     await store.open()
     rt: Runtime | None = None
     try:
@@ -254,10 +266,13 @@ async def open_runtime(
                 categories,
                 InboxNotifier(settings.inbox_max_streams, settings.inbox_max_streams_per_user),
             )
-            dispatcher = build_dispatcher(settings, clock, store, categories, outbox, push, inbox)
+            dispatcher = build_dispatcher(
+                settings, clock, store, categories, outbox, providers, inbox
+            )
             rt = Runtime(
                 settings=settings,
                 inbox=inbox,
+                push_kinds=frozenset(providers),
                 clock=clock,
                 categories=categories,
                 store=store,
@@ -274,7 +289,7 @@ async def open_runtime(
                 dispatcher=dispatcher,
                 receipts=ReceiptPoller(
                     store,
-                    push,
+                    providers["expo"],  # the one kind with receipts to poll
                     clock,
                     delay=timedelta(seconds=settings.receipt_delay_seconds),
                     device_max_failures=settings.device_max_failures,
@@ -295,7 +310,8 @@ async def open_runtime(
             )
             yield rt
         finally:
-            await push.close()
+            for provider in providers.values():
+                await provider.close()
             if rt is not None:
                 await rt.dispatcher.channels.close()
             await broker.close()

@@ -174,7 +174,7 @@ def _parse_item(index: int, obj: Any) -> UserItem | InvalidItem:
         locale=body.given("locale"),
         quiet_hours=QuietHoursItem(qh.start, qh.end) if isinstance(qh, QuietHoursBody) else qh,
         enabled=body.given("enabled"),
-        devices=[DeviceItem(d.device_id, d.push_token, d.platform) for d in body.devices],
+        devices=[DeviceItem(d.device_id, d.push_token, d.platform, d.kind) for d in body.devices],
         reminders=[ReminderItem(**r.model_dump()) for r in body.reminders],
     )
 

@@ -25,13 +25,16 @@ async def put_device(
     device of this user, that binding is deactivated. A token active on another user's
     device is a 409 naming `push_token` with a user token; the admin key moves it (a
     phone that changed hands). A new device past `TEPAT_MAX_DEVICES_PER_USER` active
-    ones is a 409 naming `device_id`."""
+    ones is a 409 naming `device_id`. A token not shaped for its `kind` is a 422 naming
+    `push_token`; a kind this deployment has no push provider for, a 422 naming `kind`
+    (an app learns at once that nothing could send to the device)."""
     device = await accounts.register_device(
         rt,
         user_id,
         device_id,
         body.push_token,
         body.platform,
+        kind=body.kind,
         from_other_users=caller.user_id is None,
         max_devices=rt.settings.max_devices_per_user,
     )

@@ -138,6 +138,12 @@ class Device:
     deactivated_reason: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    # The push service the token is for (``PUSH_KINDS``): that service's provider sends.
+    kind: str = "expo"
+
+
+# Expo's push service first: every device registered before kinds existed is one.
+PUSH_KINDS: tuple[str, ...] = ("expo", "fcm", "apns", "webpush")
 
 
 @dataclass(frozen=True, slots=True)

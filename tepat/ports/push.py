@@ -104,7 +104,9 @@ ReceiptResult = Receipts | TryAgain | Rejected
 
 class PushProvider(Protocol):
     max_batch: int  # notifications per send call
-    max_receipt_batch: int  # ticket ids per receipts call
+    # Ticket ids per receipts call; 0 for a provider whose answer at send time is final
+    # (FCM, APNs): its tickets are not kept for the receipt poller.
+    max_receipt_batch: int
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult: ...
 

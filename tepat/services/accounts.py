@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -22,6 +22,7 @@ from tepat.domain.models import Device, Message, QuietHours, Reminder, User
 from tepat.domain.planning import plan_oneoff, request_fingerprint
 from tepat.domain.validation import (
     check_identifier,
+    check_push_kind,
     check_push_token,
     parse_days,
     parse_hhmm,
@@ -81,6 +82,12 @@ class AccountParts(Protocol):
 
     @property
     def outbox(self) -> Outbox: ...
+
+    @property
+    def push_kinds(self) -> Collection[str]:
+        """The device kinds this deployment has a push provider for: a device of
+        another kind is refused, as nothing could send to it."""
+        ...
 
 
 class NotFound(LookupError):
@@ -197,6 +204,7 @@ async def register_device(
     push_token: str,
     platform: str | None = None,
     *,
+    kind: str = "expo",
     from_other_users: bool = True,
     max_devices: int | None = None,
 ) -> Device:
@@ -208,7 +216,8 @@ async def register_device(
     ``max_devices`` active ones is refused. Both are :class:`FieldConflict`.
     """
     await get_user(rt, user_id)
-    device = checked_device(user_id, device_id, push_token, platform, rt.clock.now())
+    now = rt.clock.now()
+    device = checked_device(user_id, device_id, push_token, platform, now, kind, rt.push_kinds)
     if refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=False):
         raise refused
     try:
@@ -229,11 +238,21 @@ async def register_device(
 
 
 def checked_device(
-    user_id: str, device_id: str, push_token: str, platform: str | None, now: datetime
+    user_id: str,
+    device_id: str,
+    push_token: str,
+    platform: str | None,
+    now: datetime,
+    kind: str,
+    push_kinds: Collection[str],
 ) -> Device:
+    """A ``kind`` device, refused unless ``push_kinds`` (the kinds a provider is
+    configured for) has its kind and its token is shaped for it."""
     check_identifier(device_id, "device_id")
-    check_push_token(push_token)
-    return Device(user_id, device_id, push_token, platform, created_at=now, updated_at=now)
+    check_push_token(push_token, check_push_kind(kind, push_kinds))
+    return Device(
+        user_id, device_id, push_token, platform, created_at=now, updated_at=now, kind=kind
+    )
 
 
 async def _past_device_quota(

@@ -53,6 +53,7 @@ class DeviceItem:
     device_id: str
     push_token: str
     platform: str | None = None
+    kind: str = "expo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +182,9 @@ def _check(
         device_ids: set[str] = set()
         for j, d in enumerate(item.devices):
             path = ("devices", j)
-            device = checked_device(item.user_id, d.device_id, d.push_token, d.platform, now)
+            device = checked_device(
+                item.user_id, d.device_id, d.push_token, d.platform, now, d.kind, rt.push_kinds
+            )
             token = device.push_token
             if device.device_id in device_ids:
                 raise DomainError("device_id", "appears twice in this user")
@@ -286,9 +289,10 @@ def _diff(
     active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
     for d in v.devices:
         prior_d = active.get(d.device_id)
-        if prior_d is not None and (prior_d.push_token, prior_d.platform) == (
+        if prior_d is not None and (prior_d.push_token, prior_d.platform, prior_d.kind) == (
             d.push_token,
             d.platform,
+            d.kind,
         ):
             continue  # already this device's active binding
         w.devices.append(d)

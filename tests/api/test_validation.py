@@ -59,6 +59,9 @@ async def _scene(client: httpx.AsyncClient) -> None:
             {"push_token": "ExpoPushToken[a]", "platform": "tv"},
             "platform",
         ),
+        # No APNs provider in this deployment: nothing could send to the device.
+        ("/v1/users/alice/devices/d", {"push_token": "ab" * 32, "kind": "apns"}, "kind"),
+        ("/v1/users/alice/devices/d", {"push_token": "ExpoPushToken[a]", "kind": "x"}, "kind"),
         ("/v1/users/alice/preferences", {"categories": {"gossip": False}}, "categories.gossip"),
         ("/v1/users/alice/preferences", {"categories": {"meal": "maybe"}}, "categories.meal"),
         ("/v1/users/-alice", {"timezone": "UTC"}, "user_id"),

@@ -229,3 +229,9 @@ async def test_write_records_with_only_some_kinds(store: Store) -> None:
     assert [d.push_token for d in await store.list_devices("a")] == ["tok"]
     assert await store.get_reminder("a", "r1") == reminder("r1", "a")
     assert (await store.write_records([user("b")], [], [])).created == [True]
+
+
+async def test_write_records_keeps_each_devices_kind(store: Store) -> None:
+    devices = [device("u1", "phone", "ab" * 32, kind="apns"), device("u1", "tablet", "tok-2")]
+    await store.write_records([user("u1")], devices, [])
+    assert await store.list_devices("u1") == devices

@@ -20,6 +20,18 @@ async def test_register_device_round_trips_and_resets_failures(store: Store) -> 
     assert await store.list_devices("u1") == [expected]
 
 
+async def test_a_device_keeps_its_kind_and_a_rotation_may_change_it(store: Store) -> None:
+    fcm = device("u1", "d1", "fcm-token:abc", kind="fcm")
+    assert await store.register_device(fcm) == (fcm, True)
+    assert [d.kind for d in (await store.active_devices(["u1"]))["u1"]] == ["fcm"]
+    # The same phone moved from FCM direct to Expo: one row, the new kind.
+    expo = device("u1", "d1", "ExponentPushToken[a]", updated_at=at(5))
+    assert (await store.register_device(expo))[0].kind == "expo"
+    assert [(d.kind, d.push_token) for d in await store.list_devices("u1")] == [
+        ("expo", "ExponentPushToken[a]")
+    ]
+
+
 async def test_token_moving_to_another_user_ends_the_old_binding(store: Store) -> None:
     # The same phone after a new login: the token is global, its old binding ends.
     await store.register_device(device("alice", "d1", "tok"))

@@ -250,7 +250,7 @@ async def test_permanent_error_fails_and_is_listed_as_dead_letter(tmp_path: Path
 def push_batcher(rt: Runtime) -> PushBatcher:
     push = rt.dispatcher.channels._channels["push"]
     assert isinstance(push, PushChannel)
-    return push.batcher
+    return push.batchers["expo"]
 
 
 class _GatedPush:

@@ -215,7 +215,7 @@ def dispatcher(rt: Runtime) -> tuple[ChannelSender, list[Any]]:
         rt.store,
         rt.categories,
         rt.clock,
-        {"push": PushChannel(push, rt.store, rt.clock), **channels},
+        {"push": PushChannel({"expo": push}, rt.store, rt.clock), **channels},
         retry=RETRY,
         flush=rt.outbox.flush_quietly,
         rng=Top(),

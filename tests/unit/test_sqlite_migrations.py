@@ -42,3 +42,17 @@ def test_the_real_migrations_apply_on_an_empty_file() -> None:
     schema._migrate(conn, "t0")
     assert versions(conn) == [v for v, _ in schema.MIGRATIONS]
     assert "templates" in tables(conn)
+
+
+def test_a_device_stored_before_kinds_is_an_expo_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    before = tuple(m for m in schema.MIGRATIONS if m[0] < 14)
+    monkeypatch.setattr(schema, "MIGRATIONS", before)
+    schema._migrate(conn, "t0")
+    conn.execute(
+        "INSERT INTO devices (user_id, device_id, push_token, active, consecutive_failures, "
+        "created_at, updated_at) VALUES ('u1', 'd1', 'ExponentPushToken[a]', 1, 0, 't0', 't0')"
+    )
+    monkeypatch.undo()
+    schema._migrate(conn, "t1")
+    assert conn.execute("SELECT kind FROM devices").fetchall() == [("expo",)]

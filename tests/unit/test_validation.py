@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from datetime import time
 
 import pytest
 
 from tepat.domain.categories import Categories, CategoryPolicy
 from tepat.domain.errors import DomainError
-from tepat.domain.models import WEEKDAYS, QuietHours
+from tepat.domain.models import PUSH_KINDS, WEEKDAYS, QuietHours
 from tepat.domain.validation import (
     check_identifier,
+    check_push_kind,
     check_push_token,
     format_hhmm,
     is_expo_push_token,
@@ -192,6 +194,68 @@ def test_push_tokens_refused(token: str) -> None:
 def test_push_token_non_string_refused() -> None:
     with pytest.raises(DomainError):
         check_push_token(None)
+
+
+WEBPUSH = {
+    "endpoint": "https://fcm.googleapis.com/fcm/send/abc",
+    "keys": {"p256dh": "BNc_-x", "auth": "tBH"},
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "token"),
+    [
+        ("fcm", "dGhpcyBpcyBhbiBGQ00gdG9rZW4"),
+        ("fcm", "cAbC1:APA91bH-x_y.z"),
+        ("fcm", "x" * 4096),
+        ("apns", "ab" * 32),
+        ("apns", "AB" * 50),  # longer tokens may come
+        ("webpush", json.dumps(WEBPUSH)),
+        ("webpush", json.dumps({**WEBPUSH, "expirationTime": None})),
+    ],
+)
+def test_push_tokens_of_each_kind_accepted(kind: str, token: str) -> None:
+    assert check_push_token(token, kind) == token
+
+
+@pytest.mark.parametrize(
+    ("kind", "token"),
+    [
+        ("fcm", ""),
+        ("fcm", "has space"),
+        ("fcm", "x" * 4097),
+        ("fcm", "ExponentPushToken[x]"),
+        ("apns", "ab" * 31),  # 62: too short
+        ("apns", "zz" * 32),
+        ("apns", "a" * 201),
+        ("webpush", "not json"),
+        ("webpush", "[]"),
+        ("webpush", json.dumps({**WEBPUSH, "endpoint": "http://push.example/abc"})),
+        ("webpush", json.dumps({"endpoint": WEBPUSH["endpoint"]})),
+        ("webpush", json.dumps({**WEBPUSH, "keys": {"p256dh": "BNc"}})),
+        ("webpush", json.dumps({**WEBPUSH, "keys": {"p256dh": "a+b/", "auth": "tBH"}})),
+        ("webpush", json.dumps({**WEBPUSH, "keys": {"p256dh": 12, "auth": "tBH"}})),
+        ("webpush", json.dumps({**WEBPUSH, "keys": {"p256dh": "a", "auth": "tBH"}})),
+    ],
+)
+def test_push_tokens_of_each_kind_refused(kind: str, token: str) -> None:
+    with pytest.raises(DomainError) as err:
+        check_push_token(token, kind)
+    assert err.value.field == "push_token"
+
+
+def test_every_kind_has_a_token_shape() -> None:
+    for kind in PUSH_KINDS:
+        with pytest.raises(DomainError):
+            check_push_token("", kind)
+
+
+def test_push_kinds_unknown_or_not_sendable_are_refused_naming_kind() -> None:
+    assert check_push_kind("fcm", ("expo", "fcm")) == "fcm"
+    for kind, sendable in (("pager", PUSH_KINDS), ("apns", ("expo",)), (None, PUSH_KINDS)):
+        with pytest.raises(DomainError) as err:
+            check_push_kind(kind, sendable)
+        assert err.value.field == "kind"
 
 
 @pytest.mark.parametrize("value", ["u1", "user@example.com", "a.b:c-d_e", "x" * 128])

@@ -410,6 +410,12 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # (tepat/tracing.py): its send and receipt continue that trace.
         ("ALTER TABLE messages ADD COLUMN trace_parent TEXT",),
     ),
+    (
+        14,
+        # The push service a device's token is for (Device.kind); every device
+        # registered before is an Expo one. The token stays unique across kinds.
+        ("ALTER TABLE devices ADD COLUMN kind TEXT NOT NULL DEFAULT 'expo'",),
+    ),
 )
 
 

@@ -16,7 +16,7 @@ sent, and its message is answered :class:`~tepat.ports.channel.Withheld`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from tepat import metrics
@@ -143,42 +143,45 @@ def _drop(chunk: _Waiting, lapsed: set[str]) -> _Waiting:
 
 
 class PushChannel:
-    """Each item's ``devices`` are its requests; a message is one answer whatever its
-    devices said (:func:`answer_of`), its tickets kept (with the answer, after it is
-    recorded) for the receipt poller."""
+    """Each item's ``devices`` are its requests, each sent by the provider of its device's
+    kind (``providers``, by :attr:`~tepat.domain.models.Device.kind`); a message is one
+    answer whatever its devices said (:func:`answer_of`), the tickets of providers with
+    receipts kept (with the answer, after it is recorded) for the receipt poller."""
 
     name = PUSH
 
     def __init__(
         self,
-        push: PushProvider,
+        providers: Mapping[str, PushProvider],
         devices: DeviceRepository,
         clock: Clock,
         *,
         device_max_failures: int = 3,
     ) -> None:
-        self._push = push
+        self._providers = providers
         self._devices = devices
         self._clock = clock
         self._device_max_failures = device_max_failures
-        self.batcher = PushBatcher(push, clock)
+        self.batchers = {kind: PushBatcher(p, clock) for kind, p in providers.items()}
 
     @property
     def max_batch(self) -> int:
-        return self._push.max_batch
+        return max(p.max_batch for p in self._providers.values())
 
     def set_rate_share(self, share: float) -> None:
-        self._push.set_rate_share(share)
+        for provider in self._providers.values():
+            provider.set_rate_share(share)
 
     def abandon(self) -> None:
-        self.batcher.abandon()
+        for batcher in self.batchers.values():
+            batcher.abandon()
 
     async def close(self) -> None:
         """The provider is the runtime's to close: its receipts are polled with it too."""
 
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         pairs = [(item, device) for item in items for device in item.devices]
-        futures = self.batcher.submit([_request(item, d) for item, d in pairs])
+        futures = self._submit(pairs)
         if futures:
             await asyncio.wait(futures)
         answered: dict[str, list[Outcome]] = {item.message.id: [] for item in items}
@@ -190,7 +193,8 @@ class PushChannel:
                 raise ConnectionAbortedError("push request abandoned")
             outcome = fut.result()  # a send that raised fails the batch: nack, lease
             answered[item.message.id].append(outcome)
-            if isinstance(outcome, TicketOk):
+            # A provider with no receipts (FCM, APNs: they answer at send time) keeps none.
+            if isinstance(outcome, TicketOk) and self._providers[device.kind].max_receipt_batch:
                 tickets[item.message.id].append(
                     _ticket(item.message, device, outcome, self._clock.now())
                 )
@@ -198,6 +202,29 @@ class PushChannel:
                 metrics.count_provider_error(PUSH, outcome)
                 await device_failed(self._devices, device, outcome, self._device_max_failures)
         return [answer_of(answered[item.message.id], tickets[item.message.id]) for item in items]
+
+    def _submit(self, pairs: Sequence[tuple[Outgoing, Device]]) -> list[asyncio.Future[Outcome]]:
+        """Each pair's request to its device kind's batcher, the futures in ``pairs``
+        order; a device of a kind no provider is configured for (any more) is refused,
+        and kept: the configuration is wrong, not the device."""
+        by_kind: dict[str, list[int]] = {}
+        for i, (_, device) in enumerate(pairs):
+            by_kind.setdefault(device.kind, []).append(i)
+        futures: dict[int, asyncio.Future[Outcome]] = {}
+        for kind, indexes in by_kind.items():
+            batcher = self.batchers.get(kind)
+            if batcher is None:
+                submitted = [_answered(Rejected(f"no {kind} push provider")) for _ in indexes]
+            else:
+                submitted = batcher.submit([_request(*pairs[i]) for i in indexes])
+            futures.update(zip(indexes, submitted, strict=True))
+        return [futures[i] for i in range(len(pairs))]
+
+
+def _answered(outcome: Outcome) -> asyncio.Future[Outcome]:
+    fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+    fut.set_result(outcome)
+    return fut
 
 
 def answer_of(
