@@ -16,10 +16,12 @@ import pytest
 from tepat.adapters.fcm_auth import REFRESH_EARLY, FcmAuth, read_service_account
 from tepat.adapters.fcm_push import MIN_RETRY_SECONDS, FcmPushProvider, classify
 from tepat.clock import FakeClock
+from tepat.config import load_settings
 from tepat.ports.push import PushRequest, Rejected, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.fcm import FcmSandbox, fcm_error
 from tepat.sandbox.server import running_sandbox
+from tepat.wiring import build_fcm_provider
 
 LIFETIME = 3600
 
@@ -180,3 +182,17 @@ def test_a_bad_service_account_file_is_one_line(tmp_path: Path) -> None:
     path.write_text("{}")
     with pytest.raises(ValueError, match="not a readable service account"):
         read_service_account(str(path))
+
+
+async def test_the_provider_the_settings_describe(fcm: Fcm, tmp_path: Path) -> None:
+    base = str(fcm.provider._client.base_url)
+    account = tmp_path / "sa.json"
+    account.write_text(json.dumps(fcm.sandbox.service_account(base, "from-file")))
+    settings = load_settings(fcm_credentials_file=str(account), fcm_url=base)
+    assert settings.fcm_project_id == "from-file"
+    assert build_fcm_provider(load_settings(), fcm.clock) is None
+    provider = build_fcm_provider(settings, fcm.clock)
+    assert provider is not None
+    async with provider:
+        assert isinstance((await provider.send([push("a")])), Tickets)
+    assert fcm.sandbox.received()[0]["name"].startswith("projects/from-file/")
