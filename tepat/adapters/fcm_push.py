@@ -218,12 +218,12 @@ class FcmPushProvider:
         if not batch:
             return Tickets([])
         await self.limiter.acquire(len(batch))
+        token = await self.auth.token()  # a refresh is one more wait
+        if isinstance(token, TryAgain | Rejected):
+            return token
         closed = {r.message_id for r in batch if not r.still_sendable()}
         if closed:
             raise GateClosed(closed)
-        token = await self.auth.token()
-        if isinstance(token, TryAgain | Rejected):
-            return token
         sent_at = self.clock.now()
         answers = list(await asyncio.gather(*(self._send_one(r, token) for r in batch)))
         throttled = [a for a in answers if isinstance(a, TryAgain) and a.throttled]
