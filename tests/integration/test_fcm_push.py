@@ -196,3 +196,18 @@ async def test_the_provider_the_settings_describe(fcm: Fcm, tmp_path: Path) -> N
     async with provider:
         assert isinstance((await provider.send([push("a")])), Tickets)
     assert fcm.sandbox.received()[0]["name"].startswith("projects/from-file/")
+
+
+async def test_a_second_401_after_a_new_token_is_rejected(tmp_path: Path) -> None:
+    clock = FakeClock()
+    # Every token it issues has already lapsed on arrival.
+    sandbox = FcmSandbox(clock=clock, token_lifetime_seconds=0)
+    with running_sandbox(sandbox) as server:
+        account = tmp_path / "sa.json"
+        account.write_text(json.dumps(sandbox.service_account(server.base_url)))
+        auth = FcmAuth(read_service_account(str(account)), clock)
+        async with FcmPushProvider(auth, clock=clock, base_url=server.base_url) as provider:
+            result = await provider.send([push("a")])
+    assert isinstance(result, Rejected) and "UNAUTHENTICATED" in result.reason
+    assert auth.refreshes == 2 and sandbox.stats()["unauthorized"] == 2
+    assert sandbox.received() == []
