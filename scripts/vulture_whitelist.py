@@ -37,7 +37,7 @@ _.deactivated_since, _.messages_by_status, _.answers_by_outcome, _.live_consumer
 _.oldest_due_unsent_seconds, _.added_at
 _.send_requests, _.receipt_requests, _.notifications, _.tickets_ok, _.tickets_error
 _.gzip_requests, _.too_many_requests, _.server_errors, _.unauthorized, _.bad_requests
-_.answers_lost, _.callbacks_posted, _.callbacks_failed, _.inbound_posted
+_.answers_lost, _.callbacks_posted, _.callbacks_failed, _.inbound_posted, _.token_requests
 _.late_by_seconds  # matched by position: case Missed(late)
 
 # Re-exported for pytest to collect as fixtures (tests/support/broker_factories.py)

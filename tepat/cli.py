@@ -7,6 +7,7 @@ import sys
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -273,6 +274,36 @@ def sandbox_expo(
         receipt_delay_seconds=receipt_delay,
         access_token=access_token,
         rate_limit=rate_limit or None,
+    )
+    serve_app(sandbox.app, host, port)
+
+
+@sandbox_app.command("fcm")
+def sandbox_fcm(
+    host: Host = "127.0.0.1",
+    port: Port = 8003,
+    rate_limit: Annotated[
+        float | None, typer.Option(help="Messages/s before answering 429 QUOTA_EXCEEDED.", min=0)
+    ] = None,
+    credentials: Annotated[
+        Path, typer.Option(help="Where to write a service account JSON it trusts.")
+    ] = Path("fcm-sandbox-service-account.json"),
+) -> None:
+    """A local server that behaves like FCM HTTP v1 and Google's token endpoint."""
+    import json
+
+    from tepat.sandbox.fcm import FcmSandbox
+    from tepat.sandbox.runner import serve_app
+
+    configure_logging()
+    sandbox = FcmSandbox(rate_limit=rate_limit or None)
+    url = f"http://{host}:{port}"
+    credentials.write_text(json.dumps(sandbox.service_account(url)))
+    credentials.chmod(0o600)
+    print(
+        f"tepat: FCM sandbox at {url}"
+        f" (TEPAT_FCM_URL={url} TEPAT_FCM_CREDENTIALS_FILE={credentials})",
+        flush=True,
     )
     serve_app(sandbox.app, host, port)
 

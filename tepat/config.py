@@ -103,6 +103,20 @@ class Settings(BaseSettings):
     expo_rate_limit: float = Field(default=600, gt=0)
     """The Expo project's ceiling in notifications/s: live consumer processes share it, and
     each adapts below it to what Expo accepts."""
+    fcm_credentials_file: str | None = None
+    """Firebase Cloud Messaging (HTTP v1): the JSON key file of a service account allowed to
+    send for the project (Firebase console → Project settings → Service accounts). Unset: no
+    FCM provider."""
+    fcm_project_id: str | None = Field(default=None, validate_default=True)
+    """The Firebase project to send for; unset: the `project_id` of
+    `TEPAT_FCM_CREDENTIALS_FILE`."""
+    fcm_url: str = "https://fcm.googleapis.com"
+    """Base URL of the FCM HTTP v1 API (the FCM sandbox in tests and demos)."""
+    fcm_max_connections: int = Field(default=50, ge=1, le=512)
+    """Concurrent requests to FCM, per process (FCM takes one message per request)."""
+    fcm_rate_limit: float = Field(default=10_000, gt=0)
+    """The Firebase project's ceiling in messages/s (FCM's default quota is 600,000 a
+    minute): live consumer processes share it, and each adapts below it to FCM's 429s."""
     admin_api_key: SecretStr | None = None
     """`X-API-Key` for backends and operators. Unset: generated on first start and kept in
     `.tepat-admin-key` beside a SQLite database; required with MongoDB."""
@@ -341,7 +355,7 @@ class Settings(BaseSettings):
     @field_validator(
         *("jwt_issuer", "jwt_audience", "smtp_host", "smtp_from", "public_url"),
         *("unsubscribe_mailto", "twilio_account_sid", "twilio_from"),
-        "twilio_messaging_service_sid",
+        *("twilio_messaging_service_sid", "fcm_credentials_file", "fcm_project_id"),
         mode="before",
     )
     @classmethod
@@ -408,7 +422,25 @@ class Settings(BaseSettings):
                 tls.check_client_files(v, key)
         return v
 
-    @field_validator("expo_url", "twilio_url")
+    # in field order: the file is checked first, and its project is the default
+    @field_validator("fcm_credentials_file", "fcm_project_id")
+    @classmethod
+    def _fcm_service_account(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from tepat.adapters.fcm_auth import read_service_account
+
+        if info.field_name == "fcm_credentials_file":
+            if v is not None:
+                read_service_account(v)
+            return v
+        path = info.data.get("fcm_credentials_file")
+        if path is None or v:
+            return v
+        project = read_service_account(path).project_id
+        if not project:
+            raise ValueError(f"unset, and {path} names no project_id: set it")
+        return str(project)
+
+    @field_validator("expo_url", "twilio_url", "fcm_url")
     @classmethod
     def _provider_url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):

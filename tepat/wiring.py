@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from tepat.adapters.fcm_auth import FcmAuth, read_service_account
+from tepat.adapters.fcm_push import FcmPushProvider
 from tepat.adapters.secret_box import SealedWebhooks, SecretBox
 from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
@@ -106,4 +108,19 @@ def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLink
         settings.public_url,
         clock,
         timedelta(days=settings.unsubscribe_link_days),
+    )
+
+
+def build_fcm_provider(settings: Settings, clock: Clock) -> FcmPushProvider | None:
+    """The FCM push provider the settings describe; None without a service account."""
+    if settings.fcm_credentials_file is None:
+        return None
+    auth = FcmAuth(read_service_account(settings.fcm_credentials_file), clock)
+    return FcmPushProvider(
+        auth,
+        clock=clock,
+        project_id=settings.fcm_project_id,
+        base_url=settings.fcm_url,
+        max_connections=settings.fcm_max_connections,
+        rate_limit=settings.fcm_rate_limit,
     )

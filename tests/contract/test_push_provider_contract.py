@@ -1,6 +1,6 @@
 """The PushProvider port's contract (tepat/ports/push.py), run over every real adapter.
 
-Today that is Expo, against the Expo sandbox over real HTTP; a second provider joins
+Expo and FCM, each against its sandbox over real HTTP; another provider joins
 ``PROVIDERS`` and passes the same tests. What the push path relies on:
 
 * ``max_batch`` and ``max_receipt_batch`` at least 1, and a rate share it can take;
@@ -12,13 +12,17 @@ Today that is Expo, against the Expo sandbox over real HTTP; a second provider j
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
 from tepat.adapters.expo_push import ExpoPushProvider
+from tepat.adapters.fcm_auth import FcmAuth, read_service_account
+from tepat.adapters.fcm_push import FcmPushProvider
 from tepat.clock import FakeClock
 from tepat.ports.push import (
     GateClosed,
@@ -31,6 +35,7 @@ from tepat.ports.push import (
 )
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.fcm import FcmSandbox
 from tepat.sandbox.server import running_sandbox
 from tests.support.smtp_server import free_port
 
@@ -54,7 +59,7 @@ def request(token: str) -> PushRequest:
 
 
 @asynccontextmanager
-async def expo() -> AsyncIterator[Subject]:
+async def expo(tmp_path: Path) -> AsyncIterator[Subject]:
     clock = FakeClock()
     sandbox = ExpoSandbox(clock=clock, receipt_delay_seconds=RECEIPT_DELAY)
     dead = "ExponentPushToken[dead]"
@@ -73,12 +78,35 @@ async def expo() -> AsyncIterator[Subject]:
             )
 
 
-PROVIDERS = {"expo": expo}
+@asynccontextmanager
+async def fcm(tmp_path: Path) -> AsyncIterator[Subject]:
+    clock = FakeClock()
+    sandbox = FcmSandbox(clock=clock)
+    sandbox.script_token("dead", "UNREGISTERED")
+    with running_sandbox(sandbox) as server:
+        account = tmp_path / "service-account.json"
+        account.write_text(json.dumps(sandbox.service_account(server.base_url)))
+
+        def provider(base_url: str) -> FcmPushProvider:
+            auth = FcmAuth(read_service_account(str(account)), clock)
+            return FcmPushProvider(auth, clock=clock, base_url=base_url, rate_limit=1e9)
+
+        async with provider(server.base_url) as live:
+            yield Subject(
+                live,
+                lambda i: request(f"fcm-token-{i}"),
+                request("dead"),
+                lambda: None,  # FCM answers at send time: nothing to wait for
+                lambda: provider(f"http://127.0.0.1:{free_port()}"),
+            )
+
+
+PROVIDERS = {"expo": expo, "fcm": fcm}
 
 
 @pytest.fixture(params=sorted(PROVIDERS))
-async def subject(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
-    async with PROVIDERS[request.param]() as s:
+async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Subject]:
+    async with PROVIDERS[request.param](tmp_path) as s:
         yield s
 
 

@@ -1,0 +1,301 @@
+"""Firebase Cloud Messaging (HTTP v1) as a :class:`~tepat.ports.push.PushProvider`.
+
+FCM v1 takes one message per request (``POST /v1/projects/{id}/messages:send``), so a
+batch of :attr:`FcmPushProvider.max_batch` goes out as that many concurrent requests, at
+most ``max_connections`` at a time, under the project's rate (a token bucket on the
+injected clock that adapts to 429s, :mod:`tepat.adapters.adaptive_rate`). Access tokens
+come from :mod:`tepat.adapters.fcm_auth`.
+
+FCM answers at send time, so there is nothing to poll: the name FCM gives an accepted
+message is its ticket, and :meth:`FcmPushProvider.receipts` reports every such ticket
+delivered to FCM (the same final state Expo's receipt gives).
+
+How answers become outcomes (FCM's ``error.details[].errorCode``, else ``error.status``):
+
+====================== ========================================= =========================
+answer                 outcome                                   why
+====================== ========================================= =========================
+200 ``{"name"}``       ``TicketOk(name)``
+UNREGISTERED (404)     permanent, deactivate the device          the app left the device
+INVALID_ARGUMENT (400) permanent; deactivate if about the token  the same message fails
+                                                                 the same way
+SENDER_ID_MISMATCH     permanent, deactivate the device          the token is another
+(403)                                                            project's
+QUOTA_EXCEEDED (429)   TryAgain, throttled                       the rate adapts down
+UNAVAILABLE (503)      TryAgain, not sent                        refused without acting
+INTERNAL (500), 5xx    TryAgain, ``server_error``                FCM asks to retry 500
+401                    a new token, once; then ``Rejected``      a lapsed or revoked token
+THIRD_PARTY_AUTH_ERROR ``Rejected``                              the APNs/web credentials
+                                                                 in Firebase are wrong
+other 4xx              permanent refusal
+network error/timeout  TryAgain, maybe sent once the body went   as Expo's
+                       out (:class:`SendProgress`)
+====================== ========================================= =========================
+
+A retried answer never comes back sooner than :data:`MIN_RETRY_SECONDS` unless FCM's
+``Retry-After`` says so ("at least 10 seconds" in FCM's guidance on retries).
+
+The port answers a batch either per message (``Tickets``) or as a whole (``TryAgain`` /
+``Rejected``): when no message of the batch got a ticket or a refusal of its own, the
+batch's answer is the whole one (the merged ``TryAgain``, or ``Rejected``); otherwise a
+message that failed for the moment is a non-permanent ``TicketError`` beside the others'
+tickets (it loses ``maybe_sent``: the port's ``TicketError`` cannot carry it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from tepat.adapters.adaptive_rate import AdaptiveRate
+from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
+from tepat.adapters.fcm_auth import FcmAuth
+from tepat.adapters.rate_limit import TokenBucket
+from tepat.clock import Clock
+from tepat.ports.push import (
+    GateClosed,
+    PushRequest,
+    ReceiptOk,
+    ReceiptResult,
+    Receipts,
+    Rejected,
+    SendResult,
+    TicketError,
+    TicketOk,
+    TicketOutcome,
+    Tickets,
+)
+from tepat.ports.try_again import TryAgain
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 500
+MIN_RETRY_SECONDS = 10.0
+_DEACTIVATE = frozenset({"UNREGISTERED", "SENDER_ID_MISMATCH"})
+_FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+_BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+
+Answer = TicketOutcome | TryAgain | Rejected
+
+
+def to_fcm_message(request: PushRequest) -> dict[str, Any]:
+    """The v1 ``message`` for a :class:`~tepat.ports.push.PushRequest`."""
+    android: dict[str, Any] = {"priority": "normal" if request.priority == "normal" else "high"}
+    apns_headers = {"apns-priority": "5" if request.priority == "normal" else "10"}
+    if request.ttl_seconds is not None:
+        android["ttl"] = f"{request.ttl_seconds}s"
+    message: dict[str, Any] = {
+        "token": request.push_token,
+        "notification": {"title": request.title, "body": request.body},
+        # FCM's data is a map of strings only.
+        "data": {str(k): v if isinstance(v, str) else _json(v) for k, v in request.data.items()},
+        "android": android,
+        "apns": {"headers": apns_headers},
+    }
+    if request.sound is not None:
+        android["notification"] = {"sound": request.sound}
+        message["apns"]["payload"] = {"aps": {"sound": request.sound}}
+    return message
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def fcm_error(response: httpx.Response) -> tuple[str, str, bool]:
+    """(FCM's error code, its message, whether it is about the token) of an error answer."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, Mapping) else None
+    error = error if isinstance(error, Mapping) else {}
+    code = str(error.get("status") or f"HTTP_{response.status_code}")
+    about_token = False
+    details = error.get("details")
+    for detail in details if isinstance(details, list) else []:
+        if not isinstance(detail, Mapping):
+            continue
+        if detail.get("@type") == _FCM_ERROR and detail.get("errorCode"):
+            code = str(detail["errorCode"])
+        if detail.get("@type") == _BAD_REQUEST:
+            violations = detail.get("fieldViolations")
+            about_token |= any(
+                isinstance(v, Mapping) and "token" in str(v.get("field", ""))
+                for v in (violations if isinstance(violations, list) else [])
+            )
+    message = str(error.get("message") or response.text[:200] or response.reason_phrase)
+    about_token |= "registration token" in message.lower()
+    return code, message, about_token
+
+
+def classify(response: httpx.Response, now: Any) -> Answer:
+    """One message's answer (``now``: when it came, for a dated ``Retry-After``)."""
+    status = response.status_code
+    if status == 200:
+        try:
+            name = response.json().get("name")
+        except (ValueError, AttributeError):
+            name = None
+        if isinstance(name, str) and name:
+            return TicketOk(name)
+        # FCM took it; only its name is lost.
+        return TryAgain(
+            f"FCM answered 200 without a name: {response.text[:200]!r}", maybe_sent=True
+        )
+    code, message, about_token = fcm_error(response)
+    reason = f"{code}: {message}"
+    retry_after = parse_retry_after(response.headers.get("retry-after"), now)
+    wait = MIN_RETRY_SECONDS if retry_after is None else retry_after
+    if status == 429 or code == "QUOTA_EXCEEDED":
+        return TryAgain(reason, wait, throttled=True)
+    if status == 503 or code == "UNAVAILABLE":
+        return TryAgain(reason, wait)
+    if status >= 500:
+        return TryAgain(reason, wait, server_error=True)
+    if status == 401 or code == "THIRD_PARTY_AUTH_ERROR":
+        log.error("FCM refused our credentials (%s); check TEPAT_FCM_CREDENTIALS_FILE", reason)
+        return Rejected(reason)
+    deactivate = code in _DEACTIVATE or (code == "INVALID_ARGUMENT" and about_token)
+    return TicketError(code, message, permanent=True, deactivate_device=deactivate)
+
+
+class FcmPushProvider:
+    max_batch: int = MAX_BATCH
+    max_receipt_batch: int = MAX_BATCH
+
+    def __init__(
+        self,
+        auth: FcmAuth,
+        *,
+        clock: Clock,
+        project_id: str | None = None,
+        base_url: str = "https://fcm.googleapis.com",
+        max_connections: int = 50,
+        rate_limit: float = 10_000.0,
+        timeout: float = 15.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        project = project_id or auth.project_id
+        if not project:
+            raise ValueError("no FCM project id: set it or use a service account file with one")
+        self.auth = auth
+        self.clock = clock
+        self._send_path = f"/v1/projects/{project}/messages:send"
+        self._names = f"projects/{project}/messages/"
+        self.limiter = TokenBucket(rate_limit, clock, capacity=min(rate_limit, float(MAX_BATCH)))
+        self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers={"User-Agent": "tepat-fcm-push/0.1"},
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+        # Wait for a connection slot here, not in httpx's pool (see ExpoPushProvider).
+        self._slots = asyncio.Semaphore(max_connections)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+        self.auth.close()
+
+    async def __aenter__(self) -> FcmPushProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def send(self, batch: Sequence[PushRequest]) -> SendResult:
+        if len(batch) > MAX_BATCH:
+            raise ValueError(f"at most {MAX_BATCH} notifications per send, got {len(batch)}")
+        if not batch:
+            return Tickets([])
+        await self.limiter.acquire(len(batch))
+        token = await self.auth.token()  # a refresh is one more wait
+        if isinstance(token, TryAgain | Rejected):
+            return token
+        closed = {r.message_id for r in batch if not r.still_sendable()}
+        if closed:
+            raise GateClosed(closed)
+        sent_at = self.clock.now()
+        answers = list(await asyncio.gather(*(self._send_one(r, token) for r in batch)))
+        throttled = [a for a in answers if isinstance(a, TryAgain) and a.throttled]
+        if throttled:
+            wait = max(a.retry_after or 0.0 for a in throttled)
+            self.adaptive.throttled_by_provider(wait, sent_at, len(batch))
+        accepted = sum(isinstance(a, TicketOk) for a in answers)
+        if accepted:
+            self.adaptive.accepted(accepted, sent_at)
+        self.max_batch = self.adaptive.request_size(MAX_BATCH)
+        return _batch_result(answers)
+
+    async def _send_one(self, request: PushRequest, token: str) -> Answer:
+        answer = await self._post(request, token)
+        if isinstance(answer, Rejected) and answer.reason.startswith("UNAUTHENTICATED"):
+            # The token lapsed or was revoked early: one new token, one more try.
+            fresh = await self.auth.token(stale=token)
+            if isinstance(fresh, TryAgain | Rejected):
+                return fresh
+            answer = await self._post(request, fresh)
+            if isinstance(answer, Rejected):
+                log.error("FCM refused a new access token too (%s)", answer.reason)
+        return answer
+
+    async def _post(self, request: PushRequest, token: str) -> Answer:
+        progress = SendProgress()
+        try:
+            async with self._slots:
+                response = await self._client.post(
+                    self._send_path,
+                    json={"message": to_fcm_message(request)},
+                    headers={"Authorization": f"Bearer {token}"},
+                    extensions={"trace": progress.trace},
+                )
+        except httpx.HTTPError as e:
+            return progress.failure(e, "FCM")
+        if response.status_code == 401:
+            code, message, _ = fcm_error(response)
+            if code != "THIRD_PARTY_AUTH_ERROR":
+                return Rejected(f"UNAUTHENTICATED: {message}")
+        return classify(response, self.clock.now())
+
+    def set_rate_share(self, share: float) -> None:
+        self.adaptive.set_share(share)
+        self.max_batch = self.adaptive.request_size(MAX_BATCH)
+
+    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
+        """Every ticket FCM issued is final: it answered at send time."""
+        return Receipts({t: ReceiptOk() for t in ticket_ids if t.startswith(self._names)})
+
+
+def _batch_result(answers: list[Answer]) -> SendResult:
+    if all(isinstance(a, TryAgain | Rejected) for a in answers):
+        rejected = [a for a in answers if isinstance(a, Rejected)]
+        if rejected:
+            return rejected[0]
+        again = [a for a in answers if isinstance(a, TryAgain)]
+        return TryAgain(
+            again[0].reason,
+            retry_after=max((a.retry_after or 0.0 for a in again), default=None) or None,
+            maybe_sent=any(a.maybe_sent for a in again),
+            throttled=any(a.throttled for a in again),
+            server_error=any(a.server_error for a in again),
+        )
+    return Tickets([_per_message(a) for a in answers])
+
+
+def _per_message(answer: Answer) -> TicketOutcome:
+    if isinstance(answer, TryAgain):
+        return TicketError(
+            "TRY_AGAIN", answer.reason, permanent=False, retry_after=answer.retry_after
+        )
+    if isinstance(answer, Rejected):
+        return TicketError("REJECTED", answer.reason, permanent=True)
+    return answer

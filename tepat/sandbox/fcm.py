@@ -1,0 +1,273 @@
+"""A stand-in for FCM HTTP v1 and Google's OAuth2 token endpoint, for tests and demos.
+
+* ``POST /token``: the jwt-bearer grant a service account makes (what ``google-auth``
+  sends). The assertion must be signed (RS256) by a key the sandbox trusts
+  (:meth:`FcmSandbox.service_account` makes one), its ``aud`` Google's token endpoint
+  (or this one) and unexpired;
+  the answer is ``{"access_token", "expires_in", "token_type"}``, else 400
+  ``invalid_grant`` as Google words it.
+* ``POST /v1/projects/{id}/messages:send``: one ``{"message": {"token", ...}}``. Without a
+  live access token (issued here, not expired on the sandbox's clock): 401
+  ``UNAUTHENTICATED``. A token scripted with an error gets FCM's answer for it
+  (google.rpc.Status with an ``FcmError`` detail and FCM's HTTP status); over the rate
+  limit: 429 ``QUOTA_EXCEEDED`` with ``Retry-After``. Otherwise
+  ``{"name": "projects/{id}/messages/{n}"}``, and the message is in :meth:`received`.
+
+The faults, counters and ``/_sandbox/`` controls are the sandbox kit's
+(:mod:`tepat.sandbox.provider`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qs
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tepat.clock import Clock
+from tepat.sandbox.faults import FailNext
+from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
+
+TOKEN_PATH = "/token"
+GOOGLE_TOKEN_ENDPOINT = "https://oauth2.googleapis.com/token"
+SEND_PATH = "/v1/projects/{project}/messages:send"
+_FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+_BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+
+# FCM's error codes: (HTTP status, google.rpc status, message as FCM words it)
+ERRORS: dict[str, tuple[int, str, str]] = {
+    "UNREGISTERED": (404, "NOT_FOUND", "Requested entity was not found."),
+    "INVALID_ARGUMENT": (
+        400,
+        "INVALID_ARGUMENT",
+        "The registration token is not a valid FCM registration token",
+    ),
+    "SENDER_ID_MISMATCH": (403, "PERMISSION_DENIED", "SenderId mismatch"),
+    "QUOTA_EXCEEDED": (429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric"),
+    "UNAVAILABLE": (503, "UNAVAILABLE", "The service is currently unavailable."),
+    "INTERNAL": (500, "INTERNAL", "Internal error encountered."),
+    "THIRD_PARTY_AUTH_ERROR": (401, "UNAUTHENTICATED", "Auth error from APNS or Web Push"),
+}
+
+
+def fcm_error(
+    code: str, retry_after: float | None = None, message: str | None = None
+) -> JSONResponse:
+    """An FCM error answer for ``code`` (a key of :data:`ERRORS`, or a plain status)."""
+    status, rpc_status, text = ERRORS.get(code, (400, code, code))
+    details: list[dict[str, Any]] = []
+    if code in ERRORS:
+        details.append({"@type": _FCM_ERROR, "errorCode": code})
+    if code == "INVALID_ARGUMENT":
+        details.append({"@type": _BAD_REQUEST, "fieldViolations": [{"field": "message.token"}]})
+    error = {"code": status, "message": message or text, "status": rpc_status, "details": details}
+    headers = {} if retry_after is None else {"Retry-After": str(math.ceil(retry_after))}
+    return JSONResponse({"error": error}, status, headers=headers)
+
+
+def _status(status: int, rpc_status: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": status, "message": message, "status": rpc_status}}, status
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FcmTokenScript:
+    """What happens to messages sent to one token: FCM's ``error`` (a key of ERRORS)."""
+
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.error is not None and self.error not in ERRORS:
+            raise ValueError(f"unknown FCM error {self.error!r} (one of {sorted(ERRORS)})")
+
+
+@dataclass(slots=True)
+class _Stats(Stats):
+    token_requests: int = 0
+    messages: int = 0
+    refused: int = 0
+
+
+@dataclass(slots=True)
+class _State(SandboxState):
+    access_tokens: dict[str, datetime] = field(default_factory=dict)  # token: expiry
+    stats: _Stats = field(default_factory=_Stats)
+
+
+class FcmSandbox(FakeProvider[_State]):
+    """One fake Firebase project and its token endpoint (see the module's docstring)."""
+
+    _scripts_key = "tokens"
+    _script_type = FcmTokenScript
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        token_lifetime_seconds: int = 3600,
+        rate_limit: float | None = None,
+        scripts: Mapping[str, FcmTokenScript] | None = None,
+        stall_limit_seconds: float = 60.0,
+    ) -> None:
+        self.token_lifetime = token_lifetime_seconds
+        self._keys: dict[str, Any] = {}  # client_email: public key
+        routes = [
+            Route(TOKEN_PATH, self._token, methods=["POST"]),
+            Route(SEND_PATH, self._send, methods=["POST"]),
+        ]
+        super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds, routes)
+
+    # ---- controls ----
+
+    def service_account(self, base_url: str, project_id: str = "tepat-test") -> dict[str, Any]:
+        """A new service account's JSON (an RSA key made here), trusted by this sandbox
+        and pointing at its token endpoint at ``base_url``."""
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        email = f"tepat-{uuid.uuid4().hex[:8]}@{project_id}.iam.gserviceaccount.com"
+        self._keys[email] = key.public_key()
+        pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return {
+            "type": "service_account",
+            "project_id": project_id,
+            "private_key_id": uuid.uuid4().hex,
+            "private_key": pem.decode(),
+            "client_email": email,
+            "client_id": str(uuid.uuid4().int)[:21],
+            "token_uri": f"{base_url.rstrip('/')}{TOKEN_PATH}",
+        }
+
+    def script_token(self, token: str, error: str | None) -> None:
+        """Answer messages to ``token`` with FCM's ``error`` (``None``: accept them)."""
+        self._set_script(token, self._script_from({"error": error}))
+
+    def fail_next(
+        self, count: int, status: int = 429, retry_after: float | None = None, code: str = ""
+    ) -> None:
+        """Answer the next ``count`` sends with HTTP ``status`` (FCM's code for it)."""
+        default = {429: "QUOTA_EXCEEDED", 503: "UNAVAILABLE"}.get(
+            status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT"
+        )
+        with self._lock:
+            self._state.faults.refuse_next(FailNext(status, count, retry_after, code or default))
+
+    def revoke_tokens(self) -> None:
+        """Forget every access token issued: the next sends get 401."""
+        with self._lock:
+            self._state.access_tokens.clear()
+
+    def _apply_own_script(self, spec: dict[str, Any]) -> None:
+        """FCM's key of a ``POST /_sandbox/script`` body: ``{"fail_next": {"count",
+        "status", "retry_after", "code"}}``."""
+        if fail := spec.get("fail_next"):
+            if not isinstance(fail, dict):
+                raise ValueError('"fail_next" must be {"count", "status", "code", "retry_after"}')
+            self.fail_next(
+                int(fail.get("count", 1)),
+                int(fail.get("status", 429)),
+                fail.get("retry_after"),
+                str(fail.get("code") or ""),
+            )
+
+    def _script_from(self, outcome: dict[str, Any]) -> FcmTokenScript | None:
+        script = FcmTokenScript(outcome.get("error"))
+        return None if script == FcmTokenScript() else script
+
+    def _describe_own(self) -> dict[str, Any]:
+        return {"token_lifetime_seconds": self.token_lifetime}
+
+    # ---- FCM's words ----
+
+    def _server_error(self, status: int) -> Response:
+        return fcm_error("INTERNAL")
+
+    def _refusal(self, failure: FailNext) -> Response:
+        self._state.stats.refused += 1
+        code = str(failure.code)
+        return fcm_error(code, failure.retry_after, f"Scripted failure {failure.status} {code}")
+
+    def _authorized(self, request: Request) -> bool:
+        auth = request.headers.get("authorization", "")
+        expiry = self._state.access_tokens.get(auth.removeprefix("Bearer "))
+        return auth.startswith("Bearer ") and expiry is not None and self.clock.now() < expiry
+
+    def _unauthorized(self) -> Response:
+        message = "Request had invalid authentication credentials."
+        return _status(401, "UNAUTHENTICATED", message)
+
+    def _bad_script(self, message: str) -> Response:
+        return _status(400, "INVALID_ARGUMENT", message)
+
+    # ---- the token endpoint and the send API ----
+
+    async def _token(self, request: Request) -> Response:
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+        with self._lock:
+            self._state.stats.token_requests += 1
+        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            return JSONResponse({"error": "unsupported_grant_type"}, 400)
+        assertion = form.get("assertion", "")
+        try:
+            issuer = jwt.decode(assertion, options={"verify_signature": False}).get("iss")
+            key = self._keys[str(issuer)]
+            jwt.decode(
+                assertion,
+                key,
+                algorithms=["RS256"],
+                # google-auth names Google's endpoint whatever its token_uri; real Google
+                # takes that, and so does this one (or its own address).
+                audience=[GOOGLE_TOKEN_ENDPOINT, str(request.url.replace(query=""))],
+                options={"require": ["exp", "iat", "aud", "iss"]},
+            )
+        except (jwt.InvalidTokenError, KeyError) as e:
+            return JSONResponse(
+                {"error": "invalid_grant", "error_description": f"Invalid JWT: {e}"}, 400
+            )
+        token = f"ya29.sandbox-{secrets.token_urlsafe(24)}"
+        with self._lock:
+            expiry = self.clock.now() + timedelta(seconds=self.token_lifetime)
+            self._state.access_tokens[token] = expiry
+        return JSONResponse(
+            {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"}
+        )
+
+    async def _send(self, request: Request) -> Response:
+        if (refused := self._gate(request)) is not None:
+            return refused
+        try:
+            body = json.loads(await request.body())
+            message = body["message"]
+            token = message["token"]
+            if not isinstance(token, str) or not token:
+                raise TypeError
+        except (ValueError, TypeError, KeyError):
+            return _status(400, "INVALID_ARGUMENT", "Invalid JSON payload: message.token")
+        if wait := self._over_rate(1):
+            return fcm_error("QUOTA_EXCEEDED", wait)
+        project = request.path_params["project"]
+        with self._lock:
+            script = self._state.scripts.get(token, FcmTokenScript())
+            self._state.stats.messages += 1
+            if script.error is not None:
+                self._state.stats.refused += 1
+                return fcm_error(script.error, 10.0 if script.error == "QUOTA_EXCEEDED" else None)
+            name = f"projects/{project}/messages/{uuid.uuid4().int % 10**19}"
+            entry = {"name": name, "message": message, "at": self.clock.now().isoformat()}
+            self._state.received.append(entry)
+        return await self.lose_or_answer(JSONResponse({"name": name}), request, [entry])
