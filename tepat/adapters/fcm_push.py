@@ -167,7 +167,8 @@ def classify(response: httpx.Response, now: Any) -> Answer:
 
 class FcmPushProvider:
     max_batch: int = MAX_BATCH
-    max_receipt_batch: int = MAX_BATCH
+    # FCM's answer at send time is final: no tickets are kept for the receipt poller.
+    max_receipt_batch: int = 0
 
     def __init__(
         self,
