@@ -45,11 +45,11 @@ async def _case(
     status: int,
     api_pid: int,
 ) -> dict[str, float]:
-    """PUT ``body(i)`` to ``path(i)`` (GET it when ``body`` is None) for every user, ``clients`` at a time: requests/s,
-    and the API process's CPU ms per request (1000 / it is requests/s on one free core:
-    the figure that holds on a loaded machine, where requests/s follows the share of a
-    core the process gets). Every answer must have ``status`` (201 created, 200
-    unchanged; a device PUT is 200)."""
+    """PUT ``body(i)`` to ``path(i)`` (GET it when ``body`` is None) for every user,
+    ``clients`` at a time: requests/s, and the API process's CPU ms per request (1000 /
+    it is requests/s on one free core: the figure that holds on a loaded machine, where
+    requests/s follows the share of a core the process gets). Every answer must have
+    ``status`` (201 created, 200 unchanged; a device PUT is 200)."""
     todo = iter(range(users))
 
     async def worker() -> None:
