@@ -223,6 +223,7 @@ class Creator:
         reminders = {r.reminder_id: r for r in await self.store.list_reminders(user_id)}
         now = self.clock.now()
         total = await self._reconcile(user, reminders, version, reason, now)
+        planned: list[Message] = []
         if user.enabled:
             planned = list(
                 plan_users(
@@ -248,7 +249,11 @@ class Creator:
         )
         # Only what is due within seconds: the publisher loop batches the rest with
         # the other re-plans of its second (one broker message per user otherwise).
-        await self.outbox.flush_soon()
+        # A re-plan that made nothing due that soon (a new daily reminder) skips the
+        # flush's read; a replacement of a cancelled message may be due now.
+        soon = now + self.outbox.publish_soon
+        if total.cancelled or any(m.due <= soon for m in planned):
+            await self.outbox.flush_soon()
         return total
 
     async def _reconcile(
