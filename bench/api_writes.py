@@ -8,7 +8,8 @@ admin-key auth, ``--clients`` concurrent httpx clients. Cases, each timed alone:
 - ``user_unchanged``: the same N PUTs again (nothing changes: 200);
 - ``device_new``: ``PUT …/devices/phone`` for each user;
 - ``reminder_new``: ``PUT …/reminders/water`` for each user (a daily reminder: planned);
-- ``reminder_unchanged``: the same N reminder PUTs again (nothing changes).
+- ``reminder_unchanged``: the same N reminder PUTs again (nothing changes);
+- ``healthz``: N ``GET /healthz`` (no credentials, no store): the HTTP path's floor.
 
 Prints one JSON object; ``--pid-file`` writes the serve process's pid first, so a
 profiler (``py-spy record --pid``) can attach while the cases run.
@@ -40,20 +41,23 @@ async def _case(
     clients: int,
     users: int,
     path: Callable[[int], str],
-    body: Callable[[int], dict[str, Any]],
+    body: Callable[[int], dict[str, Any]] | None,
     status: int,
     api_pid: int,
 ) -> dict[str, float]:
-    """PUT ``body(i)`` to ``path(i)`` for every user, ``clients`` at a time: requests/s,
-    and the API process's CPU ms per request (1000 / it is requests/s on one free core:
-    the figure that holds on a loaded machine, where requests/s follows the share of a
-    core the process gets). Every answer must have ``status`` (201 created, 200
-    unchanged; a device PUT is 200)."""
+    """PUT ``body(i)`` to ``path(i)`` (GET it when ``body`` is None) for every user,
+    ``clients`` at a time: requests/s, and the API process's CPU ms per request (1000 /
+    it is requests/s on one free core: the figure that holds on a loaded machine, where
+    requests/s follows the share of a core the process gets). Every answer must have
+    ``status`` (201 created, 200 unchanged; a device PUT is 200)."""
     todo = iter(range(users))
 
     async def worker() -> None:
         for i in todo:  # one shared iterator: each request is sent once
-            r = await client.put(path(i), json=body(i), headers=HEADERS)
+            if body is None:
+                r = await client.get(path(i))
+            else:
+                r = await client.put(path(i), json=body(i), headers=HEADERS)
             if r.status_code != status:
                 raise RuntimeError(f"PUT {path(i)}: {r.status_code} (want {status}) {r.text}")
 
@@ -85,6 +89,7 @@ async def run_cases(port: int, users: int, clients: int, pid: int) -> dict[str, 
             ),
             "reminder_new": await _case(client, clients, users, reminder, water, 201, pid),
             "reminder_unchanged": await _case(client, clients, users, reminder, water, 200, pid),
+            "healthz": await _case(client, clients, users, lambda i: "/healthz", None, 200, pid),
         }
 
 

@@ -150,6 +150,8 @@ async def put_user(
     now = rt.clock.now()
     old = await rt.store.get_user(user_id)
     user = merged_user(old, user_id, timezone, locale, quiet_hours, enabled, now)
+    if old is not None and replace(user, updated_at=old.updated_at) == old:
+        return old, False  # a repeated PUT: no write, nothing to re-plan
     stored, inserted = await rt.store.upsert_user(user)
     # A user new to this request has nothing planned, unless a concurrent request
     # created it first and a reminder was planned under that one's zone: then it has

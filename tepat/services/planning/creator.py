@@ -214,7 +214,11 @@ class Creator:
         await self.store.set_plan_marks([mark])
         # Only what is due within seconds: the publisher loop batches the rest with
         # the other re-plans of its second (one broker message per user otherwise).
-        await self.outbox.flush_soon()
+        # A re-plan that made nothing due that soon (a new daily reminder) skips the
+        # flush's read; a replacement of a cancelled message may be due now.
+        soon = now + self.outbox.publish_soon
+        if total.cancelled or any(m.due <= soon for m in planned):
+            await self.outbox.flush_soon()
         return total
 
     async def _reconcile(
