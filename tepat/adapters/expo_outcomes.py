@@ -199,12 +199,12 @@ class SendProgress:
         # connecting is behind us.
         return True
 
-    def failure(self, error: httpx.HTTPError) -> TryAgain:
+    def failure(self, error: httpx.HTTPError, provider: str = "Expo") -> TryAgain:
         """The outcome of a request that raised instead of answering."""
         maybe_sent = self.maybe_sent(error)
         what = "timeout" if isinstance(error, httpx.TimeoutException) else "network error"
         when = "after the request was sent" if maybe_sent else "before the request was sent"
         return TryAgain(
-            f"{what} talking to Expo {when}: {type(error).__name__}: {error}",
+            f"{what} talking to {provider} {when}: {type(error).__name__}: {error}",
             maybe_sent=maybe_sent,
         )

@@ -1,13 +1,15 @@
 """The PushProvider port's contract (tepat/ports/push.py), run over every real adapter.
 
-Today that is Expo, against the Expo sandbox over real HTTP; a second provider joins
-``PROVIDERS`` and passes the same tests. What the push path relies on:
+Expo and APNs, each against its sandbox over real HTTP (APNs's over HTTP/2); another
+provider joins ``PROVIDERS`` and passes the same tests. What the push path relies on:
 
-* ``max_batch`` and ``max_receipt_batch`` at least 1, and a rate share it can take;
+* ``max_batch`` at least 1, ``max_receipt_batch`` at least 1 or 0 (no receipts: the
+  provider answers at send time), and a rate share it can take;
 * one ticket per request, in order; a refused notification spoils no neighbour;
 * a provider that cannot be reached is an answer (``TryAgain``, not sent), never an error;
 * a request whose ``still_sendable`` says no is not sent: ``GateClosed`` names it;
-* receipts for tickets that are ready, absent for the others (and for unknown ids).
+* receipts for tickets that are ready, absent for the others (and for unknown ids); none
+  at all from a provider without receipts.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
+from tepat.adapters.apns_auth import ProviderToken, read_signing_key
+from tepat.adapters.apns_push import ApnsPushProvider
 from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.clock import FakeClock
 from tepat.ports.push import (
@@ -30,6 +35,7 @@ from tepat.ports.push import (
     Tickets,
 )
 from tepat.ports.try_again import TryAgain
+from tepat.sandbox.apns import ApnsSandbox
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import running_sandbox
 from tests.support.smtp_server import free_port
@@ -54,7 +60,7 @@ def request(token: str) -> PushRequest:
 
 
 @asynccontextmanager
-async def expo() -> AsyncIterator[Subject]:
+async def expo(tmp_path: Path) -> AsyncIterator[Subject]:
     clock = FakeClock()
     sandbox = ExpoSandbox(clock=clock, receipt_delay_seconds=RECEIPT_DELAY)
     dead = "ExponentPushToken[dead]"
@@ -73,12 +79,37 @@ async def expo() -> AsyncIterator[Subject]:
             )
 
 
-PROVIDERS = {"expo": expo}
+@asynccontextmanager
+async def apns(tmp_path: Path) -> AsyncIterator[Subject]:
+    clock = FakeClock()
+    sandbox = ApnsSandbox(clock=clock)
+    key_file = tmp_path / "AuthKey.p8"
+    key_file.write_text(sandbox.signing_key("KEYID12345"))
+    dead = "d" * 64
+    sandbox.script_token(dead, "Unregistered")
+
+    def provider(base_url: str) -> ApnsPushProvider:
+        key = read_signing_key(key_file)
+        token = ProviderToken(key, key_id="KEYID12345", team_id=sandbox.team_id, clock=clock)
+        return ApnsPushProvider(token, topic=sandbox.topic, clock=clock, base_url=base_url)
+
+    with running_sandbox(sandbox) as server:
+        async with provider(server.base_url) as live:
+            yield Subject(
+                live,
+                lambda i: request(f"{i:064x}"),
+                request(dead),
+                lambda: None,  # APNs answers at send time: nothing to wait for
+                lambda: provider(f"http://127.0.0.1:{free_port()}"),
+            )
+
+
+PROVIDERS = {"expo": expo, "apns": apns}
 
 
 @pytest.fixture(params=sorted(PROVIDERS))
-async def subject(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
-    async with PROVIDERS[request.param]() as s:
+async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Subject]:
+    async with PROVIDERS[request.param](tmp_path) as s:
         yield s
 
 
@@ -89,7 +120,7 @@ def tickets(result: object) -> list[TicketOk | TicketError]:
 
 async def test_batch_sizes_and_a_rate_share(subject: Subject) -> None:
     assert subject.provider.max_batch >= 1
-    assert subject.provider.max_receipt_batch >= 1
+    assert subject.provider.max_receipt_batch >= 0
     subject.provider.set_rate_share(0.5)  # several consumer processes: this one's half
     subject.provider.set_rate_share(1.0)
 
@@ -131,4 +162,5 @@ async def test_receipts_of_ready_tickets_and_none_for_the_others(subject: Subjec
     subject.later()
     result = await subject.provider.receipts([*ids, "never-issued"])
     assert isinstance(result, Receipts), result
-    assert set(result.by_ticket) == set(ids)
+    # A provider that answers at send time (max_receipt_batch 0) has no receipts to give.
+    assert set(result.by_ticket) == (set(ids) if subject.provider.max_receipt_batch else set())
