@@ -40,6 +40,7 @@ from tepat.services.sending.receipts import ReceiptPoller
 from tepat.services.sending.sweeper import Sweeper
 from tepat.services.templates import TemplateService
 from tepat.wiring import (
+    build_apns_provider,
     build_email_channel,
     build_sms_channel,
     build_unsubscribe_links,
@@ -120,7 +121,11 @@ def make_push_providers(
 ) -> dict[str, PushProvider]:
     """The provider of each device kind this deployment sends to (``Device.kind``): Expo
     always; a direct provider (FCM, APNs, Web Push) is one more entry when configured."""
-    return {"expo": expo or make_push_provider(settings, clock)}
+    providers: dict[str, PushProvider] = {"expo": expo or make_push_provider(settings, clock)}
+    apns = build_apns_provider(settings, clock)
+    if apns is not None:
+        providers["apns"] = apns
+    return providers
 
 
 @dataclass

@@ -71,7 +71,6 @@ from tepat.ports.try_again import TryAgain
 log = logging.getLogger(__name__)
 
 PRODUCTION_URL = "https://api.push.apple.com"
-SANDBOX_URL = "https://api.sandbox.push.apple.com"
 SEND_PATH = "/3/device/{token}"
 MAX_BATCH = 100
 MAX_PAYLOAD_BYTES = 4096
