@@ -31,9 +31,8 @@ network error/timeout          TryAgain, maybe sent once the     as Expo's
 ============================== ================================= ===========================
 
 A token of the wrong shape or a payload over 4096 bytes is refused without a request.
-When no notification of a batch got an answer of its own, the batch's answer is the
-whole one (``TryAgain`` or ``Rejected``); otherwise a notification that failed for the
-moment is a non-permanent ``TicketError`` beside the others' tickets.
+How the answers of a batch's notifications make its answer:
+:func:`tepat.adapters.push_answers.batch_result`.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ import httpx
 
 from tepat.adapters.apns_auth import ProviderToken
 from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
+from tepat.adapters.push_answers import Answer, batch_result
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
@@ -63,8 +63,6 @@ from tepat.ports.push import (
     SendResult,
     TicketError,
     TicketOk,
-    TicketOutcome,
-    Tickets,
 )
 from tepat.ports.try_again import TryAgain
 
@@ -79,8 +77,6 @@ THROTTLED_BACKOFF_SECONDS = 10.0
 _DEACTIVATE = frozenset({"BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic"})
 _STALE_TOKEN = frozenset({"ExpiredProviderToken", "InvalidProviderToken"})
 _CONFIGURATION = frozenset({"BadTopic", "MissingTopic", "TopicDisallowed", "BadCertificate"})
-
-Answer = TicketOutcome | TryAgain | Rejected
 
 
 def to_apns_payload(request: PushRequest) -> dict[str, Any]:
@@ -194,7 +190,7 @@ class ApnsPushProvider:
         sent = await asyncio.gather(*(self._send_one(batch[i]) for i in to_send))
         for i, answer in zip(to_send, sent, strict=True):
             answers[i] = answer
-        return _batch_result([a for a in answers if a is not None])
+        return batch_result([a for a in answers if a is not None])
 
     async def _send_one(self, request: PushRequest) -> Answer:
         token = self.token.current()
@@ -245,28 +241,3 @@ def _refused_before_sending(request: PushRequest) -> TicketError | None:
         message = f"payload is {size} bytes, over APNs's {MAX_PAYLOAD_BYTES}; not sent"
         return TicketError("PayloadTooLarge", message, permanent=True)
     return None
-
-
-def _batch_result(answers: list[Answer]) -> SendResult:
-    if answers and all(isinstance(a, TryAgain | Rejected) for a in answers):
-        rejected = [a for a in answers if isinstance(a, Rejected)]
-        if rejected:
-            return rejected[0]
-        again = [a for a in answers if isinstance(a, TryAgain)]
-        return TryAgain(
-            again[0].reason,
-            retry_after=max((a.retry_after or 0.0 for a in again), default=None) or None,
-            maybe_sent=any(a.maybe_sent for a in again),
-            throttled=any(a.throttled for a in again),
-            server_error=any(a.server_error for a in again),
-        )
-    return Tickets([_per_notification(a) for a in answers])
-
-
-def _per_notification(answer: Answer) -> TicketOutcome:
-    if isinstance(answer, TryAgain):
-        wait = answer.retry_after
-        return TicketError("TryAgain", answer.reason, permanent=False, retry_after=wait)
-    if isinstance(answer, Rejected):
-        return TicketError("Rejected", answer.reason, permanent=True)
-    return answer
