@@ -112,10 +112,20 @@ async def test_a_refusal_is_permanent_and_deactivates_only_a_dead_token(
     )
 
 
-async def test_a_token_of_the_wrong_shape_is_refused_without_a_request(apns: Apns) -> None:
-    (got,) = tickets(await apns.provider.send([push("not-a-device-token")]))
-    assert isinstance(got, TicketError)
-    assert (got.code, got.permanent, got.deactivate_device) == ("BadDeviceToken", True, True)
+async def test_a_bad_token_or_a_big_payload_is_refused_without_a_request(apns: Apns) -> None:
+    big = push(device(1), data={"blob": "x" * 4096})
+    bad_token, too_big = tickets(await apns.provider.send([push("not-a-device-token"), big]))
+    assert isinstance(bad_token, TicketError) and isinstance(too_big, TicketError)
+    assert (bad_token.code, bad_token.permanent, bad_token.deactivate_device) == (
+        "BadDeviceToken",
+        True,
+        True,
+    )
+    assert (too_big.code, too_big.permanent, too_big.deactivate_device) == (
+        "PayloadTooLarge",
+        True,
+        False,
+    )
     assert apns.sandbox.stats()["requests"] == 0
 
 
@@ -209,3 +219,13 @@ def test_a_key_that_is_not_an_apns_key_is_named(tmp_path: Path) -> None:
         read_signing_key(bad)
     with pytest.raises(ValueError, match="cannot read"):
         read_signing_key(tmp_path / "missing.p8")
+
+
+async def test_a_5xx_after_apns_took_the_notification_is_tried_again(apns: Apns) -> None:
+    apns.sandbox.fail_after_accept(1, "error", 500)
+    result = await apns.provider.send([push(device(1))])
+    assert isinstance(result, TryAgain), result
+    # Apple asks for a 500 to be retried: a rare copy is counted, not avoided.
+    assert result.server_error and not result.maybe_sent
+    (received,) = apns.sandbox.received()
+    assert received["answer_lost"] == "error"
