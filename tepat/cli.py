@@ -334,6 +334,37 @@ def sandbox_twilio(
     serve_app(sandbox.app, host, port)
 
 
+@sandbox_app.command("apns")
+def sandbox_apns(
+    host: Host = "127.0.0.1",
+    port: Port = 8004,
+    rate_limit: Annotated[
+        float | None, typer.Option(help="Requests/s before answering 429 TooManyRequests.", min=0)
+    ] = None,
+    key_file: Annotated[
+        str, typer.Option(help="Where to write an auth key (.p8) it trusts.")
+    ] = "apns-sandbox.p8",
+) -> None:
+    """A local server that behaves like APNs (HTTP/2 without TLS, token auth)."""
+    from pathlib import Path
+
+    from tepat.sandbox.apns import ApnsSandbox
+    from tepat.sandbox.runner import serve_h2c_app
+
+    configure_logging()
+    sandbox = ApnsSandbox(rate_limit=rate_limit or None)
+    Path(key_file).write_text(sandbox.signing_key("SANDBOXKEY"))
+    Path(key_file).chmod(0o600)
+    url = f"http://{host}:{port}"
+    print(
+        f"tepat: APNs sandbox at {url} (TEPAT_APNS_URL={url} TEPAT_APNS_KEY_FILE={key_file}"
+        f" TEPAT_APNS_KEY_ID=SANDBOXKEY TEPAT_APNS_TEAM_ID={sandbox.team_id}"
+        f" TEPAT_APNS_TOPIC={sandbox.topic})",
+        flush=True,
+    )
+    serve_h2c_app(sandbox.app, host, port)
+
+
 @dlq_app.command("list")
 def dlq_list() -> None:
     """Broker dead letters (NACKed past the limit) and failed messages."""

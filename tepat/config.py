@@ -117,6 +117,20 @@ class Settings(BaseSettings):
     fcm_rate_limit: float = Field(default=10_000, gt=0)
     """The Firebase project's ceiling in messages/s (FCM's default quota is 600,000 a
     minute): live consumer processes share it, and each adapts below it to FCM's 429s."""
+    apns_key_file: str | None = None
+    """APNs auth key (the `.p8` file of Apple's developer account), read at start: set it
+    (with the three below) to send to `apns` devices directly."""
+    apns_key_id: str | None = Field(default=None, validate_default=True)
+    """The auth key's Key ID (the provider token's `kid`)."""
+    apns_team_id: str | None = Field(default=None, validate_default=True)
+    """The Apple developer team id (the provider token's `iss`)."""
+    apns_topic: str | None = Field(default=None, validate_default=True)
+    """The app's bundle id (`apns-topic`)."""
+    apns_url: str = "https://api.push.apple.com"
+    """APNs's host; `https://api.sandbox.push.apple.com` for development builds of the app,
+    the APNs sandbox's URL (`tepat sandbox apns`) in tests and demos."""
+    apns_max_streams: int = Field(default=100, ge=1, le=1000)
+    """Concurrent requests on the one HTTP/2 connection to APNs, per process."""
     admin_api_key: SecretStr | None = None
     """`X-API-Key` for backends and operators. Unset: generated on first start and kept in
     `.tepat-admin-key` beside a SQLite database; required with MongoDB."""
@@ -440,7 +454,23 @@ class Settings(BaseSettings):
             raise ValueError(f"unset, and {path} names no project_id: set it")
         return str(project)
 
-    @field_validator("expo_url", "twilio_url", "fcm_url")
+    @field_validator("apns_key_file")
+    @classmethod
+    def _apns_key_file(cls, v: str | None) -> str | None:
+        from tepat.adapters.apns_auth import read_signing_key
+
+        if v:
+            read_signing_key(v)
+        return v or None
+
+    @field_validator("apns_key_id", "apns_team_id", "apns_topic")
+    @classmethod
+    def _apns_key_needs(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("apns_key_file") and not v:
+            raise ValueError("unset, but TEPAT_APNS_KEY_FILE is set: APNs needs it")
+        return v or None
+
+    @field_validator("expo_url", "twilio_url", "fcm_url", "apns_url")
     @classmethod
     def _provider_url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):

@@ -40,6 +40,7 @@ from tepat.services.sending.receipts import ReceiptPoller
 from tepat.services.sending.sweeper import Sweeper
 from tepat.services.templates import TemplateService
 from tepat.wiring import (
+    build_apns_provider,
     build_email_channel,
     build_fcm_provider,
     build_sms_channel,
@@ -125,6 +126,9 @@ def make_push_providers(
     fcm = build_fcm_provider(settings, clock)
     if fcm is not None:
         providers["fcm"] = fcm
+    apns = build_apns_provider(settings, clock)
+    if apns is not None:
+        providers["apns"] = apns
     return providers
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from tepat.adapters.apns_auth import ProviderToken, read_signing_key
+from tepat.adapters.apns_push import ApnsPushProvider
 from tepat.adapters.fcm_auth import FcmAuth, read_service_account
 from tepat.adapters.fcm_push import FcmPushProvider
 from tepat.adapters.secret_box import SealedWebhooks, SecretBox
@@ -123,4 +125,24 @@ def build_fcm_provider(settings: Settings, clock: Clock) -> FcmPushProvider | No
         base_url=settings.fcm_url,
         max_connections=settings.fcm_max_connections,
         rate_limit=settings.fcm_rate_limit,
+    )
+
+
+def build_apns_provider(settings: Settings, clock: Clock) -> ApnsPushProvider | None:
+    """The APNs provider of ``TEPAT_APNS_*``; None without an auth key."""
+    key_file, key_id, team_id = settings.apns_key_file, settings.apns_key_id, settings.apns_team_id
+    if not (key_file and key_id and team_id and settings.apns_topic):
+        return None
+    token = ProviderToken(
+        read_signing_key(key_file),
+        key_id=key_id,
+        team_id=team_id,
+        clock=clock,
+    )
+    return ApnsPushProvider(
+        token,
+        topic=settings.apns_topic,
+        clock=clock,
+        base_url=settings.apns_url,
+        max_streams=settings.apns_max_streams,
     )

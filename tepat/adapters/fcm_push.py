@@ -55,19 +55,18 @@ import httpx
 from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
+from tepat.adapters.push_answers import Answer, batch_result
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.ports.push import (
     GateClosed,
     PushRequest,
-    ReceiptOk,
     ReceiptResult,
     Receipts,
     Rejected,
     SendResult,
     TicketError,
     TicketOk,
-    TicketOutcome,
     Tickets,
 )
 from tepat.ports.try_again import TryAgain
@@ -79,8 +78,6 @@ MIN_RETRY_SECONDS = 10.0
 _DEACTIVATE = frozenset({"UNREGISTERED", "SENDER_ID_MISMATCH"})
 _FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
-
-Answer = TicketOutcome | TryAgain | Rejected
 
 
 def to_fcm_message(request: PushRequest) -> dict[str, Any]:
@@ -188,7 +185,6 @@ class FcmPushProvider:
         self.auth = auth
         self.clock = clock
         self._send_path = f"/v1/projects/{project}/messages:send"
-        self._names = f"projects/{project}/messages/"
         self.limiter = TokenBucket(rate_limit, clock, capacity=min(rate_limit, float(MAX_BATCH)))
         self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
         self._client = httpx.AsyncClient(
@@ -235,7 +231,7 @@ class FcmPushProvider:
         if accepted:
             self.adaptive.accepted(accepted, sent_at)
         self.max_batch = self.adaptive.request_size(MAX_BATCH)
-        return _batch_result(answers)
+        return batch_result(answers)
 
     async def _send_one(self, request: PushRequest, token: str) -> Answer:
         answer = await self._post(request, token)
@@ -272,31 +268,5 @@ class FcmPushProvider:
         self.max_batch = self.adaptive.request_size(MAX_BATCH)
 
     async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
-        """Every ticket FCM issued is final: it answered at send time."""
-        return Receipts({t: ReceiptOk() for t in ticket_ids if t.startswith(self._names)})
-
-
-def _batch_result(answers: list[Answer]) -> SendResult:
-    if all(isinstance(a, TryAgain | Rejected) for a in answers):
-        rejected = [a for a in answers if isinstance(a, Rejected)]
-        if rejected:
-            return rejected[0]
-        again = [a for a in answers if isinstance(a, TryAgain)]
-        return TryAgain(
-            again[0].reason,
-            retry_after=max((a.retry_after or 0.0 for a in again), default=None) or None,
-            maybe_sent=any(a.maybe_sent for a in again),
-            throttled=any(a.throttled for a in again),
-            server_error=any(a.server_error for a in again),
-        )
-    return Tickets([_per_message(a) for a in answers])
-
-
-def _per_message(answer: Answer) -> TicketOutcome:
-    if isinstance(answer, TryAgain):
-        return TicketError(
-            "TRY_AGAIN", answer.reason, permanent=False, retry_after=answer.retry_after
-        )
-    if isinstance(answer, Rejected):
-        return TicketError("REJECTED", answer.reason, permanent=True)
-    return answer
+        """None: FCM's answer at send time is final (``max_receipt_batch`` 0)."""
+        return Receipts({})

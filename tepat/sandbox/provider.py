@@ -8,7 +8,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -57,6 +57,7 @@ class FakeProvider(ABC, Generic[State]):
 
     _scripts_key: str  # "tokens", "numbers": what the recipients are called
     _script_type: type  # a frozen dataclass: what happens to what is sent to one recipient
+    http2: ClassVar[bool] = False  # served over h2c (APNs), else HTTP/1.1
 
     def __init__(
         self,

@@ -6,6 +6,10 @@
   objects, such as the API over a runtime);
 * :func:`serve_app`: in the foreground until interrupted (``tepat sandbox ...``).
 
+:func:`running_h2c_app` and :func:`serve_h2c_app` do the same over HTTP/2 without TLS
+(prior knowledge, as ``httpx`` speaks it with ``http1=False``), on hypercorn: uvicorn
+speaks HTTP/1.1 only, and APNs HTTP/2 only.
+
 The socket is bound before the server starts, so the port is known at once and nobody
 else can take it in between; callers wait on the server's start, never on a sleep.
 """
@@ -13,6 +17,7 @@ else can take it in between; callers wait on the server's start, never on a slee
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -21,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config as HypercornConfig
 
 STARTUP_TIMEOUT = 10.0  # seconds: bounds a server that fails to start, never paces one that does
 
@@ -122,3 +129,47 @@ async def serving_app(
 def serve_app(app: Any, host: str, port: int) -> None:
     # log_config=None: uvicorn logs through the caller's handler (tepat.logging: JSON lines).
     uvicorn.run(app, host=host, port=port, log_config=None)
+
+
+def _h2c_config(bind: str) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [bind]
+    config.loglevel = "WARNING"
+    config.accesslog = None
+    config.graceful_timeout = 1.0  # a client still connected at the end holds nothing up
+    return config
+
+
+@contextmanager
+def running_h2c_app(app: Any, name: str, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``app`` over h2c in a daemon thread; yields its base URL (``http://host:port``).
+
+    The socket listens before the server starts, so a client may connect at once: its
+    connection waits in the backlog until hypercorn accepts it.
+    """
+    sock = bind_free_port(host)
+    sock.listen()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    # hypercorn closes the socket it is given: it gets a copy, this one stays ours.
+    config = _h2c_config(f"fd://{os.dup(sock.fileno())}")
+    serving = hypercorn_serve(app, config, shutdown_trigger=stop.wait)
+    thread = threading.Thread(
+        target=loop.run_until_complete,
+        args=(serving,),
+        name=f"{name}:{sock.getsockname()[1]}",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield base_url(sock)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=STARTUP_TIMEOUT)
+        if not thread.is_alive():
+            loop.close()
+        sock.close()
+
+
+def serve_h2c_app(app: Any, host: str, port: int) -> None:
+    asyncio.run(hypercorn_serve(app, _h2c_config(f"{host}:{port}")))

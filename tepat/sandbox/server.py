@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.provider import FakeProvider
-from tepat.sandbox.runner import running_app
+from tepat.sandbox.runner import running_app, running_h2c_app
 from tepat.sandbox.twilio import TwilioSandbox
 
 Provider = TypeVar("Provider", bound=FakeProvider[Any])
@@ -27,7 +27,8 @@ RunningTwilioSandbox = Running[TwilioSandbox]
 
 @contextmanager
 def running_sandbox(sandbox: Provider) -> Iterator[Running[Provider]]:
-    with running_app(sandbox.app, type(sandbox).__name__) as url:
+    run = running_h2c_app if sandbox.http2 else running_app
+    with run(sandbox.app, type(sandbox).__name__) as url:
         try:
             yield Running(sandbox, url)
         finally:

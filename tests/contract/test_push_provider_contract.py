@@ -1,14 +1,16 @@
 """The PushProvider port's contract (tepat/ports/push.py), run over every real adapter.
 
-Expo and FCM, each against its sandbox over real HTTP; another provider joins
-``PROVIDERS`` and passes the same tests. What the push path relies on:
+Expo, FCM and APNs, each against its sandbox over real HTTP (APNs's over HTTP/2);
+another provider joins ``PROVIDERS`` and passes the same tests. What the push path
+relies on:
 
-* ``max_batch`` at least 1, ``max_receipt_batch`` at least 0 (0: no receipts to poll),
-  and a rate share it can take;
+* ``max_batch`` at least 1, ``max_receipt_batch`` at least 1 or 0 (no receipts: the
+  provider answers at send time), and a rate share it can take;
 * one ticket per request, in order; a refused notification spoils no neighbour;
 * a provider that cannot be reached is an answer (``TryAgain``, not sent), never an error;
 * a request whose ``still_sendable`` says no is not sent: ``GateClosed`` names it;
-* receipts for tickets that are ready, absent for the others (and for unknown ids).
+* receipts for tickets that are ready, absent for the others (and for unknown ids); none
+  at all from a provider without receipts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tepat.adapters.apns_auth import ProviderToken, read_signing_key
+from tepat.adapters.apns_push import ApnsPushProvider
 from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.adapters.fcm_auth import FcmAuth, read_service_account
 from tepat.adapters.fcm_push import FcmPushProvider
@@ -35,6 +39,7 @@ from tepat.ports.push import (
     Tickets,
 )
 from tepat.ports.try_again import TryAgain
+from tepat.sandbox.apns import ApnsSandbox
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.fcm import FcmSandbox
 from tepat.sandbox.server import running_sandbox
@@ -102,7 +107,32 @@ async def fcm(tmp_path: Path) -> AsyncIterator[Subject]:
             )
 
 
-PROVIDERS = {"expo": expo, "fcm": fcm}
+@asynccontextmanager
+async def apns(tmp_path: Path) -> AsyncIterator[Subject]:
+    clock = FakeClock()
+    sandbox = ApnsSandbox(clock=clock)
+    key_file = tmp_path / "AuthKey.p8"
+    key_file.write_text(sandbox.signing_key("KEYID12345"))
+    dead = "d" * 64
+    sandbox.script_token(dead, "Unregistered")
+
+    def provider(base_url: str) -> ApnsPushProvider:
+        key = read_signing_key(key_file)
+        token = ProviderToken(key, key_id="KEYID12345", team_id=sandbox.team_id, clock=clock)
+        return ApnsPushProvider(token, topic=sandbox.topic, clock=clock, base_url=base_url)
+
+    with running_sandbox(sandbox) as server:
+        async with provider(server.base_url) as live:
+            yield Subject(
+                live,
+                lambda i: request(f"{i:064x}"),
+                request(dead),
+                lambda: None,  # APNs answers at send time: nothing to wait for
+                lambda: provider(f"http://127.0.0.1:{free_port()}"),
+            )
+
+
+PROVIDERS = {"expo": expo, "fcm": fcm, "apns": apns}
 
 
 @pytest.fixture(params=sorted(PROVIDERS))
@@ -118,7 +148,6 @@ def tickets(result: object) -> list[TicketOk | TicketError]:
 
 async def test_batch_sizes_and_a_rate_share(subject: Subject) -> None:
     assert subject.provider.max_batch >= 1
-    # 0: the answer at send time is final (FCM, APNs), nothing is polled later.
     assert subject.provider.max_receipt_batch >= 0
     subject.provider.set_rate_share(0.5)  # several consumer processes: this one's half
     subject.provider.set_rate_share(1.0)
@@ -161,4 +190,5 @@ async def test_receipts_of_ready_tickets_and_none_for_the_others(subject: Subjec
     subject.later()
     result = await subject.provider.receipts([*ids, "never-issued"])
     assert isinstance(result, Receipts), result
-    assert set(result.by_ticket) == set(ids)
+    # A provider that answers at send time (max_receipt_batch 0) has no receipts to give.
+    assert set(result.by_ticket) == (set(ids) if subject.provider.max_receipt_batch else set())

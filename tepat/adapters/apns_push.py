@@ -1,0 +1,243 @@
+"""Apple Push Notification service (HTTP/2, token auth) as a ``PushProvider``.
+
+APNs takes one notification per request (``POST /3/device/{token}``) and wants many
+concurrent streams on one connection rather than many connections, so a batch goes out
+as that many streams of the client's single HTTP/2 connection, at most ``max_streams`` at
+a time. Every request carries the one provider token of :mod:`tepat.adapters.apns_auth`.
+
+APNs answers at send time: there are no receipts to poll (``max_receipt_batch`` is 0).
+
+How answers become outcomes (the ``reason`` of APNs's JSON body):
+
+============================== ================================= ===========================
+answer                         outcome                           why
+============================== ================================= ===========================
+200                            ``TicketOk(apns-id)``
+410 Unregistered               permanent, deactivate the device  the app left the device
+400 BadDeviceToken,            permanent, deactivate the device  the token can never work
+DeviceTokenNotForTopic                                           for this app
+other 4xx (PayloadTooLarge     permanent refusal                 the same request fails the
+413, BadTopic, ...)                                              same way
+403 ExpiredProviderToken,      a new provider token, once; then  a lapsed token; then the
+InvalidProviderToken; other    ``Rejected``                      key, key id or team is
+403                                                              wrong
+429 TooManyRequests            TryAgain, throttled, after        too many to one device
+                               :data:`THROTTLED_BACKOFF_SECONDS`
+503 (ServiceUnavailable,       TryAgain, not sent                refused without acting
+Shutdown)
+500, other 5xx                 TryAgain, ``server_error``        Apple asks to retry
+network error/timeout          TryAgain, maybe sent once the     as Expo's
+                               body went out (``SendProgress``)
+============================== ================================= ===========================
+
+A token of the wrong shape or a payload over 4096 bytes is refused without a request.
+How the answers of a batch's notifications make its answer:
+:func:`tepat.adapters.push_answers.batch_result`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from tepat.adapters.apns_auth import ProviderToken
+from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
+from tepat.adapters.push_answers import Answer, batch_result
+from tepat.clock import Clock
+from tepat.domain.errors import DomainError
+from tepat.domain.validation import check_push_token
+from tepat.ports.push import (
+    GateClosed,
+    PushRequest,
+    ReceiptResult,
+    Receipts,
+    Rejected,
+    SendResult,
+    TicketError,
+    TicketOk,
+)
+from tepat.ports.try_again import TryAgain
+
+log = logging.getLogger(__name__)
+
+PRODUCTION_URL = "https://api.push.apple.com"
+SEND_PATH = "/3/device/{token}"
+MAX_BATCH = 100
+MAX_PAYLOAD_BYTES = 4096
+#: APNs's 429 says "too many to this device" and comes without a Retry-After.
+THROTTLED_BACKOFF_SECONDS = 10.0
+_DEACTIVATE = frozenset({"BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic"})
+_STALE_TOKEN = frozenset({"ExpiredProviderToken", "InvalidProviderToken"})
+_CONFIGURATION = frozenset({"BadTopic", "MissingTopic", "TopicDisallowed", "BadCertificate"})
+
+
+def to_apns_payload(request: PushRequest) -> dict[str, Any]:
+    """The JSON body: the request's data as custom keys beside ``aps``."""
+    aps: dict[str, Any] = {"alert": {"title": request.title, "body": request.body}}
+    if request.sound is not None:
+        aps["sound"] = request.sound
+    return {**request.data, "aps": aps}
+
+
+def apns_headers(request: PushRequest, topic: str, now: datetime) -> dict[str, str]:
+    headers = {
+        "apns-topic": topic,
+        "apns-push-type": "alert",
+        # 5 lets the device save power (delivered in groups); 10 is "now".
+        "apns-priority": "5" if request.priority == "normal" else "10",
+    }
+    if request.ttl_seconds is not None:
+        # 0: deliver once, now or never; otherwise a UNIX time to give up at.
+        expiry = int(now.timestamp()) + request.ttl_seconds if request.ttl_seconds else 0
+        headers["apns-expiration"] = str(expiry)
+    # APNs echoes an apns-id it was given, so a ticket names its message.
+    with contextlib.suppress(ValueError):
+        headers["apns-id"] = str(uuid.UUID(request.message_id))
+    return headers
+
+
+def apns_reason(response: httpx.Response) -> str:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    reason = body.get("reason") if isinstance(body, Mapping) else None
+    return str(reason) if reason else f"HTTP_{response.status_code}"
+
+
+def classify(response: httpx.Response, now: datetime) -> Answer:
+    """One notification's answer (see the module's table)."""
+    status = response.status_code
+    if status == 200:
+        apns_id = response.headers.get("apns-id")
+        if apns_id:
+            return TicketOk(apns_id)
+        return TryAgain("APNs answered 200 without an apns-id", maybe_sent=True)
+    reason = apns_reason(response)
+    text = f"{status} {reason}"
+    retry_after = parse_retry_after(response.headers.get("retry-after"), now)
+    if status == 429:
+        return TryAgain(text, retry_after or THROTTLED_BACKOFF_SECONDS, throttled=True)
+    if status == 503:
+        return TryAgain(text, retry_after)
+    if status >= 500:
+        return TryAgain(text, retry_after, server_error=True)
+    if status == 403:
+        log.error("APNs refused our provider token (%s); check TEPAT_APNS_KEY_*/TEAM_ID", text)
+        return Rejected(text)
+    if reason in _CONFIGURATION:
+        log.error("APNs refused the topic (%s); check TEPAT_APNS_TOPIC", text)
+    return TicketError(reason, text, permanent=True, deactivate_device=reason in _DEACTIVATE)
+
+
+class ApnsPushProvider:
+    max_batch: int = MAX_BATCH
+    max_receipt_batch: int = 0  # APNs answers at send time
+
+    def __init__(
+        self,
+        token: ProviderToken,
+        *,
+        topic: str,
+        clock: Clock,
+        base_url: str = PRODUCTION_URL,
+        max_streams: int = 100,
+        timeout: float = 15.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.token = token
+        self.topic = topic
+        self.clock = clock
+        # http1=False: APNs speaks HTTP/2 only; over http:// (the sandbox) it is h2c with
+        # prior knowledge. One connection, its streams multiplexed, as Apple asks.
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            http1=False,
+            http2=True,
+            headers={"user-agent": "tepat-apns-push/0.1"},
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        )
+        # Wait for a free stream here, not in httpx's pool (see ExpoPushProvider).
+        self._streams = asyncio.Semaphore(max_streams)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> ApnsPushProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def send(self, batch: Sequence[PushRequest]) -> SendResult:
+        if len(batch) > MAX_BATCH:
+            raise ValueError(f"at most {MAX_BATCH} notifications per send, got {len(batch)}")
+        answers: list[Answer | None] = [_refused_before_sending(r) for r in batch]
+        to_send = [i for i, a in enumerate(answers) if a is None]
+        closed = {batch[i].message_id for i in to_send if not batch[i].still_sendable()}
+        if closed:
+            raise GateClosed(closed)
+        sent = await asyncio.gather(*(self._send_one(batch[i]) for i in to_send))
+        for i, answer in zip(to_send, sent, strict=True):
+            answers[i] = answer
+        return batch_result([a for a in answers if a is not None])
+
+    async def _send_one(self, request: PushRequest) -> Answer:
+        token = self.token.current()
+        response = await self._post(request, token)
+        if (
+            isinstance(response, httpx.Response)
+            and response.status_code == 403
+            and apns_reason(response) in _STALE_TOKEN
+        ):
+            response = await self._post(request, self.token.renew(token))
+        if isinstance(response, TryAgain):
+            return response
+        return classify(response, self.clock.now())
+
+    async def _post(self, request: PushRequest, token: str) -> httpx.Response | TryAgain:
+        headers = apns_headers(request, self.topic, self.clock.now())
+        headers["authorization"] = f"bearer {token}"
+        progress = SendProgress()
+        try:
+            async with self._streams:
+                return await self._client.post(
+                    SEND_PATH.format(token=request.push_token),
+                    content=_json(to_apns_payload(request)),
+                    headers=headers,
+                    extensions={"trace": progress.trace},
+                )
+        except httpx.HTTPError as e:
+            return progress.failure(e, "APNs")
+
+    def set_rate_share(self, share: float) -> None:
+        """APNs publishes no rate ceiling to share: the streams of one connection bound it."""
+
+    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
+        return Receipts({})
+
+
+def _json(payload: Mapping[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _refused_before_sending(request: PushRequest) -> TicketError | None:
+    try:
+        check_push_token(request.push_token, "apns")
+    except DomainError as e:
+        return TicketError("BadDeviceToken", e.message, permanent=True, deactivate_device=True)
+    size = len(_json(to_apns_payload(request)))
+    if size > MAX_PAYLOAD_BYTES:
+        message = f"payload is {size} bytes, over APNs's {MAX_PAYLOAD_BYTES}; not sent"
+        return TicketError("PayloadTooLarge", message, permanent=True)
+    return None

@@ -1,0 +1,41 @@
+"""A batch's answer from the answers of its notifications, for the push providers that
+take one notification per request (FCM, APNs).
+
+The port answers a batch either per notification (``Tickets``) or as a whole
+(``TryAgain`` / ``Rejected``): when no notification got a ticket or a refusal of its own,
+the batch's answer is the whole one (the merged ``TryAgain``, or ``Rejected``);
+otherwise a notification that failed for the moment is a non-permanent ``TicketError``
+beside the others' tickets (it loses ``maybe_sent``: ``TicketError`` cannot carry it).
+"""
+
+from __future__ import annotations
+
+from tepat.ports.push import Rejected, SendResult, TicketError, TicketOutcome, Tickets
+from tepat.ports.try_again import TryAgain
+
+Answer = TicketOutcome | TryAgain | Rejected
+
+
+def batch_result(answers: list[Answer]) -> SendResult:
+    if answers and all(isinstance(a, TryAgain | Rejected) for a in answers):
+        rejected = [a for a in answers if isinstance(a, Rejected)]
+        if rejected:
+            return rejected[0]
+        again = [a for a in answers if isinstance(a, TryAgain)]
+        return TryAgain(
+            again[0].reason,
+            retry_after=max((a.retry_after or 0.0 for a in again), default=None) or None,
+            maybe_sent=any(a.maybe_sent for a in again),
+            throttled=any(a.throttled for a in again),
+            server_error=any(a.server_error for a in again),
+        )
+    return Tickets([_per_notification(a) for a in answers])
+
+
+def _per_notification(answer: Answer) -> TicketOutcome:
+    if isinstance(answer, TryAgain):
+        wait = answer.retry_after
+        return TicketError("TryAgain", answer.reason, permanent=False, retry_after=wait)
+    if isinstance(answer, Rejected):
+        return TicketError("Rejected", answer.reason, permanent=True)
+    return answer

@@ -1,0 +1,257 @@
+"""A stand-in for APNs (the HTTP/2 provider API with token auth), for tests and demos.
+
+``POST /3/device/{token}`` takes one notification, over HTTP/2 (served by
+:func:`tepat.sandbox.runner.running_h2c_app`, h2c). As APNs does, it answers:
+
+* 403 ``MissingProviderToken`` / ``InvalidProviderToken`` unless ``authorization: bearer``
+  carries an ES256 JWT whose ``kid`` is a key this sandbox made (:meth:`ApnsSandbox.signing_key`),
+  signed by it, with this team as ``iss``; 403 ``ExpiredProviderToken`` once its ``iat`` is
+  over an hour old on the sandbox's clock;
+* 400 ``MissingTopic`` / ``BadTopic`` when ``apns-topic`` is not the app's bundle id,
+  400 ``BadDeviceToken`` for a token that is not 64+ hex digits, 413 ``PayloadTooLarge``
+  over 4096 bytes, 429 ``TooManyRequests`` over the rate limit;
+* a token scripted with an APNs reason (:data:`REASONS`): that answer (410 with a
+  ``timestamp`` for ``Unregistered``);
+* otherwise 200 with ``apns-id`` (the request's, else a new one), and the notification
+  (token, ``apns-*`` headers, payload) is in :meth:`received`.
+
+It also counts the connections its requests came on (``stats()["connections"]``) and the
+provider tokens it saw (``provider_tokens``), so a test can hold a client to one
+connection and to renewing its token no more than it should. The faults, counters and
+``/_sandbox/`` controls are the sandbox kit's (:mod:`tepat.sandbox.provider`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tepat.adapters.apns_push import MAX_PAYLOAD_BYTES, SEND_PATH
+from tepat.clock import Clock
+from tepat.sandbox.faults import FailNext
+from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
+
+TOKEN_LIFETIME = timedelta(hours=1)
+_DEVICE_TOKEN = re.compile(r"[0-9A-Fa-f]{64,}")
+
+# APNs's reasons and the HTTP status each comes with.
+REASONS: dict[str, int] = {
+    "BadDeviceToken": 400,
+    "BadTopic": 400,
+    "DeviceTokenNotForTopic": 400,
+    "MissingTopic": 400,
+    "PayloadEmpty": 400,
+    "ExpiredProviderToken": 403,
+    "InvalidProviderToken": 403,
+    "MissingProviderToken": 403,
+    "Unregistered": 410,
+    "PayloadTooLarge": 413,
+    "TooManyRequests": 429,
+    "InternalServerError": 500,
+    "ServiceUnavailable": 503,
+}
+_REASON_OF_STATUS = {429: "TooManyRequests", 503: "ServiceUnavailable", 403: "InvalidProviderToken"}
+
+
+def apns_error(reason: str, clock: Clock | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"reason": reason}
+    if reason == "Unregistered" and clock is not None:
+        body["timestamp"] = int(clock.now().timestamp() * 1000)  # when the token went stale
+    return JSONResponse(body, REASONS.get(reason, 400))
+
+
+@dataclass(frozen=True, slots=True)
+class ApnsTokenScript:
+    """What happens to notifications sent to one device token: APNs's ``reason``."""
+
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason is not None and self.reason not in REASONS:
+            raise ValueError(f"unknown APNs reason {self.reason!r} (one of {sorted(REASONS)})")
+
+
+@dataclass(slots=True)
+class _Stats(Stats):
+    notifications: int = 0
+    refused: int = 0
+    connections: int = 0
+    provider_tokens: int = 0
+
+
+@dataclass(slots=True)
+class _State(SandboxState):
+    clients: set[tuple[str, int]] = field(default_factory=set)
+    provider_tokens: set[str] = field(default_factory=set)
+    stats: _Stats = field(default_factory=_Stats)
+
+
+class ApnsSandbox(FakeProvider[_State]):
+    """One fake APNs team and app (see the module's docstring)."""
+
+    _scripts_key = "tokens"
+    _script_type = ApnsTokenScript
+    http2 = True
+
+    def __init__(
+        self,
+        *,
+        team_id: str = "TEAM123456",
+        topic: str = "dev.tepat.app",
+        clock: Clock | None = None,
+        rate_limit: float | None = None,
+        scripts: Mapping[str, ApnsTokenScript] | None = None,
+        stall_limit_seconds: float = 60.0,
+    ) -> None:
+        self.team_id = team_id
+        self.topic = topic
+        self._keys: dict[str, ec.EllipticCurvePublicKey] = {}  # key id: public key
+        self._auth_problem: str | None = None
+        routes = [Route(SEND_PATH, self._send, methods=["POST"])]
+        super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds, routes)
+
+    # ---- controls ----
+
+    def signing_key(self, key_id: str = "KEY1234567") -> str:
+        """A new auth key (the PEM of a ``.p8`` file) that this sandbox trusts as ``key_id``."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        self._keys[key_id] = key.public_key()
+        pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return pem.decode()
+
+    def script_token(self, token: str, reason: str | None) -> None:
+        """Answer notifications to ``token`` with APNs's ``reason`` (``None``: accept them)."""
+        self._set_script(token, self._script_from({"reason": reason}))
+
+    def fail_next(self, count: int, status: int = 429, reason: str = "") -> None:
+        """Answer the next ``count`` requests with HTTP ``status`` (APNs's reason for it)."""
+        default = _REASON_OF_STATUS.get(status, "InternalServerError" if status >= 500 else "")
+        with self._lock:
+            self._state.faults.refuse_next(FailNext(status, count, None, reason or default))
+
+    def _apply_own_script(self, spec: dict[str, Any]) -> None:
+        """APNs's key of a ``POST /_sandbox/script`` body: ``{"fail_next": {"count",
+        "status", "reason"}}``."""
+        if fail := spec.get("fail_next"):
+            if not isinstance(fail, dict):
+                raise ValueError('"fail_next" must be {"count", "status", "reason"}')
+            self.fail_next(
+                int(fail.get("count", 1)),
+                int(fail.get("status", 429)),
+                str(fail.get("reason") or ""),
+            )
+
+    def _script_from(self, outcome: dict[str, Any]) -> ApnsTokenScript | None:
+        script = ApnsTokenScript(outcome.get("reason"))
+        return None if script == ApnsTokenScript() else script
+
+    def _describe_own(self) -> dict[str, Any]:
+        return {"team_id": self.team_id, "topic": self.topic, "key_ids": sorted(self._keys)}
+
+    # ---- APNs's words ----
+
+    def _server_error(self, status: int) -> Response:
+        return JSONResponse({"reason": "InternalServerError"}, status)
+
+    def _refusal(self, failure: FailNext) -> Response:
+        self._state.stats.refused += 1
+        return JSONResponse({"reason": failure.code or "BadRequest"}, failure.status)
+
+    def _authorized(self, request: Request) -> bool:
+        # Under the kit's lock, and _unauthorized right after it: the problem found here
+        # is the reason that one answers with.
+        self._auth_problem = self._token_problem(request.headers.get("authorization", ""))
+        return self._auth_problem is None
+
+    def _token_problem(self, authorization: str) -> str | None:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return "MissingProviderToken"
+        try:
+            key = self._keys[str(jwt.get_unverified_header(token).get("kid"))]
+            # Its age is judged below on the sandbox's clock, not on PyJWT's wall clock.
+            claims = jwt.decode(
+                token, key, algorithms=["ES256"], options={"require": ["iat"], "verify_iat": False}
+            )
+        except (jwt.InvalidTokenError, KeyError):
+            return "InvalidProviderToken"
+        if claims.get("iss") != self.team_id:
+            return "InvalidProviderToken"
+        if self.clock.now().timestamp() - float(claims["iat"]) > TOKEN_LIFETIME.total_seconds():
+            return "ExpiredProviderToken"
+        self._state.provider_tokens.add(token)
+        self._state.stats.provider_tokens = len(self._state.provider_tokens)
+        return None
+
+    def _unauthorized(self) -> Response:
+        return apns_error(self._auth_problem or "InvalidProviderToken")
+
+    def _bad_script(self, message: str) -> Response:
+        return JSONResponse({"reason": "BadRequest", "message": message}, 400)
+
+    # ---- the provider API ----
+
+    def _request_problem(self, token: str, topic: str | None, body: bytes) -> str | None:
+        if not topic:
+            return "MissingTopic"
+        if topic != self.topic:
+            return "BadTopic"
+        if not _DEVICE_TOKEN.fullmatch(token):
+            return "BadDeviceToken"
+        if len(body) > MAX_PAYLOAD_BYTES:
+            return "PayloadTooLarge"
+        return None
+
+    async def _send(self, request: Request) -> Response:
+        # Read the body before any answer: an HTTP/2 stream answered with its body unread
+        # leaves hypercorn a DATA frame for a stream it has closed.
+        body = await request.body()
+        with self._lock:
+            client = request.scope.get("client")
+            if client is not None:
+                self._state.clients.add(tuple(client))
+            self._state.stats.connections = len(self._state.clients)
+        if (refused := self._gate(request)) is not None:
+            return refused
+        token = request.path_params["token"]
+        if problem := self._request_problem(token, request.headers.get("apns-topic"), body):
+            return apns_error(problem)
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return apns_error("PayloadEmpty")
+        if self._over_rate(1):
+            return apns_error("TooManyRequests")
+        with self._lock:
+            self._state.stats.notifications += 1
+            script = self._state.scripts.get(token, ApnsTokenScript())
+            if script.reason is not None:
+                self._state.stats.refused += 1
+                return apns_error(script.reason, self.clock)
+            apns_id = request.headers.get("apns-id") or str(uuid.uuid4()).upper()
+            entry = {
+                "token": token,
+                "apns_id": apns_id,
+                "headers": {k: v for k, v in request.headers.items() if k.startswith("apns-")},
+                "payload": payload,
+                "at": self.clock.now().isoformat(),
+            }
+            self._state.received.append(entry)
+        answer = Response(status_code=200, headers={"apns-id": apns_id})
+        return await self.lose_or_answer(answer, request, [entry])
