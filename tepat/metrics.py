@@ -111,6 +111,18 @@ MAYBE_SENT = Counter(
     ["category", "action"],
     registry=REGISTRY,
 )
+BREAKER_STATE = Gauge(
+    "tepat_provider_breaker_state",
+    "Each provider's circuit breaker in this process: 0 closed, 1 open, 2 half-open",
+    ["provider"],
+    registry=REGISTRY,
+)
+BREAKER_TRANSITIONS = Counter(
+    "tepat_provider_breaker_transitions_total",
+    "Circuit breaker transitions by provider and the state moved to",
+    ["provider", "to"],
+    registry=REGISTRY,
+)
 NOT_SENT_RETRIES = Counter(
     "tepat_not_sent_retries_total",
     "Messages retried after a request the provider never had or refused (connect error, 429),"

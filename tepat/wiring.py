@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from tepat.adapters.breaker_guard import ProviderBreaker
 from tepat.adapters.secret_box import SealedWebhooks, SecretBox
 from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
@@ -18,6 +19,7 @@ from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.adapters.webhook_out import WebhookChannel
 from tepat.clock import Clock
 from tepat.config import Settings
+from tepat.domain.breaker import BreakerSettings
 from tepat.domain.webhooks import TargetPolicy, parse_target_policy
 from tepat.ports.channel import Channel
 from tepat.ports.repositories.webhooks import WebhookRepository
@@ -106,4 +108,16 @@ def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLink
         settings.public_url,
         clock,
         timedelta(days=settings.unsubscribe_link_days),
+    )
+
+
+def provider_breaker(settings: Settings, clock: Clock, provider: str) -> ProviderBreaker:
+    return ProviderBreaker(
+        provider,
+        BreakerSettings(
+            threshold=settings.breaker_threshold,
+            cool_down=timedelta(seconds=settings.breaker_cool_down_seconds),
+            probes=settings.breaker_half_open_probes,
+        ),
+        clock,
     )
