@@ -12,7 +12,7 @@ types.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -148,7 +148,7 @@ class GuardedChannel:
     def max_batch(self) -> int:
         return self.inner.max_batch
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         # The optional parts the sender looks up by name (``set_rate_share``, ``abandon``)
         # are the channel's own.
         return getattr(self.inner, name)

@@ -57,6 +57,10 @@ def breaker(threshold: int = 3, cool_down: float = 30, probes: int = 1) -> Break
     return Breaker(BreakerSettings(threshold, timedelta(seconds=cool_down), probes))
 
 
+def state(b: Breaker) -> BreakerState:
+    return b.state  # read afresh: each call moves it
+
+
 def fail(b: Breaker, n: int, now: datetime = T0) -> None:
     for _ in range(n):
         assert b.admit(now).wait is None
@@ -69,12 +73,12 @@ def test_opens_after_threshold_consecutive_failures_only() -> None:
     b.record(UP, T0)  # a success between resets the count
     fail(b, 2)
     b.record(NEITHER, T0)  # a 429 neither resets nor counts
-    assert b.state is BreakerState.CLOSED
+    assert state(b) is BreakerState.CLOSED
     assert b.admit(T0).wait is None
     t = b.record(DOWN, T0)
     assert t is not None and (t.from_, t.to) == (BreakerState.CLOSED, BreakerState.OPEN)
     assert t.reason == "3 provider-side failures in a row"
-    assert b.state is BreakerState.OPEN
+    assert state(b) is BreakerState.OPEN
 
 
 def test_open_refuses_calls_until_the_cool_down_is_over() -> None:
@@ -85,7 +89,7 @@ def test_open_refuses_calls_until_the_cool_down_is_over() -> None:
     a = b.admit(T0 + timedelta(seconds=30))
     assert a.wait is None and a.probe
     assert a.transition is not None and a.transition.to is BreakerState.HALF_OPEN
-    assert b.state is BreakerState.HALF_OPEN
+    assert state(b) is BreakerState.HALF_OPEN
 
 
 def test_half_open_lets_a_limited_number_of_probes_through() -> None:
@@ -96,7 +100,7 @@ def test_half_open_lets_a_limited_number_of_probes_through() -> None:
     waiting = b.admit(later)
     assert waiting.wait == 30 and not waiting.probe
     assert b.record(NEITHER, later, probe=True) is None  # a throttled probe decides nothing
-    assert b.state is BreakerState.HALF_OPEN
+    assert state(b) is BreakerState.HALF_OPEN
     assert b.admit(later).probe  # its slot is free again
 
 
@@ -113,7 +117,7 @@ def test_a_probe_that_succeeds_closes_it() -> None:
     )
     assert b.admit(later).wait is None
     fail(b, 2, later)  # counting starts again from zero
-    assert b.state is BreakerState.CLOSED
+    assert state(b) is BreakerState.CLOSED
 
 
 def test_a_probe_that_fails_opens_it_again_for_a_whole_cool_down() -> None:
@@ -136,9 +140,9 @@ def test_answers_of_calls_let_through_before_it_opened_decide_nothing() -> None:
         assert b.admit(T0).wait is None
     for _ in range(3):
         b.record(DOWN, T0)
-    assert b.state is BreakerState.OPEN
+    assert state(b) is BreakerState.OPEN
     assert b.record(UP, T0) is None  # the fourth, late: the breaker stays open
     later = T0 + timedelta(seconds=30)
     assert b.admit(later).probe
     assert b.record(UP, later) is None  # a late non-probe answer while half-open
-    assert b.state is BreakerState.HALF_OPEN
+    assert state(b) is BreakerState.HALF_OPEN
