@@ -20,7 +20,7 @@ from tepat.adapters.webhook_out import WEBHOOK_RETRY
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.categories import Categories
-from tepat.domain.queues import queues_for_channels
+from tepat.domain.queues import PUSH, queues_for_channels
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.loops import LoopLog, repeat
@@ -214,14 +214,18 @@ def build_dispatcher(
     # A breaker per provider (docs/guides/operations.md, "Circuit breaker"): each push
     # kind's, e-mail's relay, SMS's account. Not webhooks: each target is its own endpoint,
     # and one receiver down must not stop the others.
-    guarded = {k: GuardedPush(p, provider_breaker(settings, clock, k)) for k, p in push.items()}
+    guarded = {
+        kind: GuardedPush(provider, provider_breaker(settings, clock, PUSH, kind))
+        for kind, provider in push.items()
+    }
     push_channel = PushChannel(
         guarded, store, clock, device_max_failures=settings.device_max_failures
     )
     channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
     for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
         if channel is not None:
-            breaker = provider_breaker(settings, clock, metrics.provider_of(channel.name))
+            provider = metrics.provider_of(channel.name)
+            breaker = provider_breaker(settings, clock, channel.name, provider)
             channels[channel.name] = GuardedChannel(channel, breaker)
     channels["webhook"] = build_webhook_channel(settings, clock, store)
     links = build_unsubscribe_links(settings, clock)

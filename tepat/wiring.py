@@ -111,8 +111,11 @@ def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLink
     )
 
 
-def provider_breaker(settings: Settings, clock: Clock, provider: str) -> ProviderBreaker:
+def provider_breaker(
+    settings: Settings, clock: Clock, channel: str, provider: str
+) -> ProviderBreaker:
     return ProviderBreaker(
+        channel,
         provider,
         BreakerSettings(
             threshold=settings.breaker_threshold,

@@ -69,11 +69,14 @@ def verdict_of_all(answers: Sequence[object]) -> Verdict:
 class ProviderBreaker:
     """One provider's :class:`Breaker` on a clock, its transitions logged and counted."""
 
-    def __init__(self, provider: str, settings: BreakerSettings, clock: Clock) -> None:
+    def __init__(
+        self, channel: str, provider: str, settings: BreakerSettings, clock: Clock
+    ) -> None:
         self.provider = provider
         self.breaker = Breaker(settings)
         self._clock = clock
-        metrics.BREAKER_STATE.labels(provider=provider).set(self.breaker.state)
+        self._labels = {"channel": channel, "provider": provider}
+        metrics.BREAKER_STATE.labels(**self._labels).set(self.breaker.state)
 
     async def call(
         self,
@@ -104,13 +107,13 @@ class ProviderBreaker:
         to = transition.to.name.lower()
         log.warning(
             "provider_breaker",
-            provider=self.provider,
+            **self._labels,
             **{"from": transition.from_.name.lower()},
             to=to,
             reason=transition.reason,
         )
-        metrics.BREAKER_STATE.labels(provider=self.provider).set(transition.to)
-        metrics.BREAKER_TRANSITIONS.labels(provider=self.provider, to=to).inc()
+        metrics.BREAKER_STATE.labels(**self._labels).set(transition.to)
+        metrics.BREAKER_TRANSITIONS.labels(**self._labels, to=to).inc()
 
 
 class GuardedPush:

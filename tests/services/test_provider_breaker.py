@@ -23,6 +23,7 @@ from tepat.ports.push import PushRequest, SendResult
 from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime, open_runtime
 from tepat.services import accounts
+from tepat.services.dashboard import Counts, channel_lines
 from tests.api.conftest import make_settings
 from tests.support.fake_push import FakePush
 from tests.support.messages import AT, make_message
@@ -46,18 +47,21 @@ class FlakyPush(FakePush):
         return await super().send(batch)
 
 
-def transitions(provider: str) -> dict[str, float]:
+def transitions(provider: str, channel: str = "push") -> dict[str, float]:
+    labels = {"channel": channel, "provider": provider}
     return {
         to: metrics.REGISTRY.get_sample_value(
-            "tepat_provider_breaker_transitions_total", {"provider": provider, "to": to}
+            "tepat_provider_breaker_transitions_total", {**labels, "to": to}
         )
         or 0.0
         for to in ("open", "half_open", "closed")
     }
 
 
-def state(provider: str) -> float | None:
-    return metrics.REGISTRY.get_sample_value("tepat_provider_breaker_state", {"provider": provider})
+def state(provider: str, channel: str = "push") -> float | None:
+    return metrics.REGISTRY.get_sample_value(
+        "tepat_provider_breaker_state", {"channel": channel, "provider": provider}
+    )
 
 
 def request(i: int) -> PushRequest:
@@ -68,7 +72,7 @@ async def test_a_push_provider_that_goes_down_and_comes_back() -> None:
     clock = FakeClock(AT)
     push = FlakyPush()
     settings = BreakerSettings(threshold=2, cool_down=timedelta(seconds=COOL_DOWN))
-    guarded = GuardedPush(push, ProviderBreaker("flaky-push", settings, clock))
+    guarded = GuardedPush(push, ProviderBreaker("push", "flaky-push", settings, clock))
     assert state("flaky-push") == 0
     push.down = True
     with capture_logs() as logs:
@@ -99,7 +103,9 @@ async def test_a_push_provider_that_goes_down_and_comes_back() -> None:
         ("open", "half_open", "cool-down over: probing"),
         ("half_open", "closed", "probe succeeded"),
     ]
-    assert {e["provider"] for e in logs if e["event"] == "provider_breaker"} == {"flaky-push"}
+    assert {(e["channel"], e["provider"]) for e in logs if e["event"] == "provider_breaker"} == {
+        ("push", "flaky-push")
+    }
     assert transitions("flaky-push") == {"open": 2, "half_open": 2, "closed": 1}
     assert state("flaky-push") == 0
 
@@ -132,7 +138,7 @@ async def test_a_channel_behind_its_breaker_keeps_its_own_parts() -> None:
     clock = FakeClock(AT)
     relay = Relay()
     settings = BreakerSettings(threshold=1, cool_down=timedelta(seconds=COOL_DOWN))
-    guarded = GuardedChannel(relay, ProviderBreaker("flaky-relay", settings, clock))
+    guarded = GuardedChannel(relay, ProviderBreaker("email", "flaky-relay", settings, clock))
     item = Outgoing(make_message("k1", nominal_at=AT, due_at=AT), "ana@example.com")
     assert await guarded.send([item]) == [TryAgain("smtp_connect")]
     answers = await guarded.send([item, item])
@@ -140,7 +146,7 @@ async def test_a_channel_behind_its_breaker_keeps_its_own_parts() -> None:
     relay.down = False
     clock.advance(COOL_DOWN)
     assert await guarded.send([item]) == [Accepted("<0@x>")]
-    assert state("flaky-relay") == 0
+    assert state("flaky-relay", "email") == 0
     guarded.set_rate_share(0.5)  # the sender looks it up by name
     assert (guarded.name, guarded.max_batch, relay.shares) == ("email", 10, [0.5])
 
@@ -194,6 +200,7 @@ async def test_through_the_send_path_messages_wait_while_open_then_go(
     assert again.last_error == "breaker_open: expo is failing"
     # It waits at least until the breaker probes again.
     assert again.due >= rt.clock.now() + timedelta(seconds=COOL_DOWN)
+    assert breakers_on_the_dashboard(rt)["expo"] == "open"
 
     expo.down = False
     rt.clock.set(max([again.due] + [(await stored(rt, m)).due for m in first]))
@@ -204,3 +211,9 @@ async def test_through_the_send_path_messages_wait_while_open_then_go(
     assert sorted(r.message_id for r in expo.requests) == sorted(m.id for m in everything)
     after = transitions("expo")
     assert {to: after[to] - before[to] for to in after} == {"open": 1, "half_open": 1, "closed": 1}
+    assert breakers_on_the_dashboard(rt)["expo"] == "closed"
+
+
+def breakers_on_the_dashboard(rt: Runtime) -> dict[str, str]:
+    (push,) = [line for line in channel_lines(rt.channels, Counts()) if line.channel == "push"]
+    return push.breakers
