@@ -82,13 +82,13 @@ class ProviderBreaker:
         self,
         send: Callable[[], Awaitable[_Answer]],
         verdict: Callable[[_Answer], Verdict],
-        closed: Callable[[TryAgain], _Answer],
+        closed: Callable[[TryAgain], Awaitable[_Answer]],
     ) -> _Answer:
         """``send()`` if the breaker lets it through, else ``closed`` of its TryAgain."""
         admission = self.breaker.admit(self._clock.now())
         self._note(admission.transition)
         if admission.wait is not None:
-            return closed(
+            return await closed(
                 TryAgain(f"breaker_open: {self.provider} is failing", retry_after=admission.wait)
             )
         answer_verdict = Verdict.NEITHER
@@ -127,7 +127,7 @@ class GuardedPush:
         self.max_receipt_batch = provider.max_receipt_batch
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
-        return await self.breaker.call(lambda: self.inner.send(batch), verdict_of, lambda t: t)
+        return await self.breaker.call(lambda: self.inner.send(batch), verdict_of, _answer)
 
     def set_rate_share(self, share: float) -> None:
         self.inner.set_rate_share(share)
@@ -139,12 +139,29 @@ class GuardedPush:
         await self.inner.close()
 
 
-class GuardedChannel:
-    """A channel behind its provider's breaker."""
+async def _answer(again: TryAgain) -> TryAgain:
+    return again
 
-    def __init__(self, channel: Channel, breaker: ProviderBreaker) -> None:
+
+class GuardedChannel:
+    """A channel behind its provider's breaker, and the ``secondary`` provider of the
+    same channel (a second relay, a second account) it fails over to while the breaker
+    is open, if any (itself best guarded by a breaker of its own).
+
+    A request fails over only once the breaker refused it, never in the middle of a
+    send: the primary's own answer, ambiguous ones included, is recorded first, so a
+    message whose answer was lost after sending (``maybe_sent``) follows its category's
+    policy (closed as ``outcome_unknown``, or retried: counted in
+    ``tepat_maybe_sent_total``, a possible duplicate) before its next attempt goes
+    through the secondary.
+    """
+
+    def __init__(
+        self, channel: Channel, breaker: ProviderBreaker, secondary: Channel | None = None
+    ) -> None:
         self.inner = channel
         self.breaker = breaker
+        self.secondary = secondary
         self.name = channel.name
 
     @property
@@ -157,9 +174,14 @@ class GuardedChannel:
         return getattr(self.inner, name)
 
     async def send(self, items: Sequence[Outgoing]) -> Sequence[ChannelOutcome | Withheld]:
-        return await self.breaker.call(
-            lambda: self.inner.send(items), verdict_of_all, lambda t: [t] * len(items)
-        )
+        async def closed(again: TryAgain) -> Sequence[ChannelOutcome | Withheld]:
+            if self.secondary is not None:
+                return await self.secondary.send(items)
+            return [again] * len(items)
+
+        return await self.breaker.call(lambda: self.inner.send(items), verdict_of_all, closed)
 
     async def close(self) -> None:
         await self.inner.close()
+        if self.secondary is not None:
+            await self.secondary.close()
