@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tepat.adapters.breaker_guard import verdict_of, verdict_of_all
+from tepat.config import ConfigError, load_settings
 from tepat.domain.breaker import Breaker, BreakerSettings, BreakerState, Verdict
 from tepat.ports.channel import Accepted, Delivered, Refused, Withheld
 from tepat.ports.push import Rejected, TicketError, TicketOk, Tickets
@@ -146,3 +147,30 @@ def test_answers_of_calls_let_through_before_it_opened_decide_nothing() -> None:
     assert b.admit(later).probe
     assert b.record(UP, later) is None  # a late non-probe answer while half-open
     assert state(b) is BreakerState.HALF_OPEN
+
+
+def test_breaker_settings_default_and_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = load_settings()
+    assert (s.breaker_threshold, s.breaker_cool_down_seconds, s.breaker_half_open_probes) == (
+        5,
+        30,
+        1,
+    )
+    monkeypatch.setenv("TEPAT_BREAKER_COOL_DOWN_SECONDS", "2.5")
+    assert load_settings().breaker_cool_down_seconds == 2.5
+
+
+@pytest.mark.parametrize(
+    ("change", "variable"),
+    [
+        ({"breaker_threshold": 0}, "TEPAT_BREAKER_THRESHOLD"),
+        ({"breaker_cool_down_seconds": 0}, "TEPAT_BREAKER_COOL_DOWN_SECONDS"),
+        ({"breaker_cool_down_seconds": "soon"}, "TEPAT_BREAKER_COOL_DOWN_SECONDS"),
+        ({"breaker_half_open_probes": 0}, "TEPAT_BREAKER_HALF_OPEN_PROBES"),
+    ],
+)
+def test_bad_breaker_settings_stop_with_one_line(change: dict[str, object], variable: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(**change)
+    assert str(e.value).startswith(f"tepat: bad configuration: {variable}: ")
+    assert "\n" not in str(e.value)
