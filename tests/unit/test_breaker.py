@@ -9,7 +9,7 @@ import pytest
 
 from tepat.adapters.breaker_guard import verdict_of, verdict_of_all
 from tepat.config import ConfigError, load_settings
-from tepat.domain.breaker import Breaker, BreakerSettings, BreakerState, Verdict
+from tepat.domain.breaker import Breaker, BreakerSettings, BreakerState, Transition, Verdict
 from tepat.ports.channel import Accepted, Delivered, Refused, Withheld
 from tepat.ports.push import Rejected, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
@@ -105,33 +105,29 @@ def test_half_open_lets_a_limited_number_of_probes_through() -> None:
     assert b.admit(later).probe  # its slot is free again
 
 
-def test_a_probe_that_succeeds_closes_it() -> None:
-    b = breaker()
+def probed(verdict: Verdict, at: datetime) -> tuple[Breaker, Transition]:
+    """A breaker opened at T0 (cool-down 30 s), and its probe at ``at`` answering ``verdict``."""
+    b = breaker(cool_down=30)
     fail(b, 3)
+    assert b.admit(at).probe
+    t = b.record(verdict, at, probe=True)
+    assert t is not None
+    return b, t
+
+
+def test_a_probe_that_succeeds_closes_it() -> None:
     later = T0 + timedelta(seconds=30)
-    assert b.admit(later).probe
-    t = b.record(UP, later, probe=True)
-    assert t is not None and (t.from_, t.to, t.reason) == (
-        BreakerState.HALF_OPEN,
-        BreakerState.CLOSED,
-        "probe succeeded",
-    )
+    b, t = probed(UP, later)
+    assert t == Transition(BreakerState.HALF_OPEN, BreakerState.CLOSED, "probe succeeded")
     assert b.admit(later).wait is None
     fail(b, 2, later)  # counting starts again from zero
     assert state(b) is BreakerState.CLOSED
 
 
 def test_a_probe_that_fails_opens_it_again_for_a_whole_cool_down() -> None:
-    b = breaker(cool_down=30)
-    fail(b, 3)
     later = T0 + timedelta(seconds=40)
-    assert b.admit(later).probe
-    t = b.record(DOWN, later, probe=True)
-    assert t is not None and (t.from_, t.to, t.reason) == (
-        BreakerState.HALF_OPEN,
-        BreakerState.OPEN,
-        "probe failed",
-    )
+    b, t = probed(DOWN, later)
+    assert t == Transition(BreakerState.HALF_OPEN, BreakerState.OPEN, "probe failed")
     assert b.admit(later + timedelta(seconds=29)).wait == 1
 
 
