@@ -191,6 +191,15 @@ class Settings(BaseSettings):
     """Attempts before a message that keeps failing ends `failed`."""
     max_retry_age_seconds: float = Field(default=3600, gt=0)
     """How long a message is retried before it ends `failed`."""
+    breaker_threshold: int = Field(default=5, ge=1, le=10_000)
+    """Consecutive provider-side failures (connect errors, timeouts, 5xx; never a refused
+    recipient or a 429) that open a provider's circuit breaker: it then stops calling the
+    provider and its messages wait."""
+    breaker_cool_down_seconds: float = Field(default=30, gt=0, le=3600)
+    """How long an open breaker waits before probing its provider again."""
+    breaker_half_open_probes: int = Field(default=1, ge=1, le=1000)
+    """Requests let through at once to probe a provider after the cool-down: one success
+    closes the breaker, one failure opens it again."""
     device_max_failures: int = Field(default=3, ge=1)
     """Consecutive failures that deactivate a device (`DeviceNotRegistered` deactivates at
     once)."""

@@ -111,6 +111,18 @@ MAYBE_SENT = Counter(
     ["category", "action"],
     registry=REGISTRY,
 )
+BREAKER_STATE = Gauge(
+    "tepat_provider_breaker_state",
+    "Each provider's circuit breaker in this process: 0 closed, 1 open, 2 half-open",
+    ["channel", "provider"],
+    registry=REGISTRY,
+)
+BREAKER_TRANSITIONS = Counter(
+    "tepat_provider_breaker_transitions_total",
+    "Circuit breaker transitions by channel, provider and the state moved to",
+    ["channel", "provider", "to"],
+    registry=REGISTRY,
+)
 NOT_SENT_RETRIES = Counter(
     "tepat_not_sent_retries_total",
     "Messages retried after a request the provider never had or refused (connect error, 429),"
@@ -213,6 +225,15 @@ ErrorKind = Literal["throttled", "try_again", "refused"]
 
 def provider_of(channel: str) -> str:
     return PROVIDERS.get(channel, "unknown")
+
+
+def breaker_states() -> dict[tuple[str, str], int]:
+    """This process's breaker state (0, 1, 2) of each (channel, provider)."""
+    return {
+        (sample.labels["channel"], sample.labels["provider"]): int(sample.value)
+        for family in BREAKER_STATE.collect()
+        for sample in family.samples
+    }
 
 
 def counter_totals(counter: Counter, *labels: str) -> dict[tuple[str, ...], int]:

@@ -14,11 +14,13 @@ from datetime import timedelta
 
 import structlog
 
+from tepat import metrics
+from tepat.adapters.breaker_guard import GuardedChannel, GuardedPush
 from tepat.adapters.webhook_out import WEBHOOK_RETRY
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.categories import Categories
-from tepat.domain.queues import queues_for_channels
+from tepat.domain.queues import PUSH, queues_for_channels
 from tepat.domain.retry import RetryPolicy
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.loops import LoopLog, repeat
@@ -46,6 +48,7 @@ from tepat.wiring import (
     build_sms_channel,
     build_unsubscribe_links,
     build_webhook_channel,
+    provider_breaker,
 )
 
 log = structlog.get_logger("tepat.runtime")
@@ -217,11 +220,22 @@ def build_dispatcher(
     """The send path over every channel this configuration can send on: push, the inbox
     and webhook deliveries always, e-mail and SMS when their provider is configured."""
     claims = ClaimsInHand(store, clock, timedelta(seconds=settings.sending_lease_seconds))
-    push_channel = PushChannel(push, store, clock, device_max_failures=settings.device_max_failures)
+    # A breaker per provider (docs/guides/operations.md, "Circuit breaker"): each push
+    # kind's, e-mail's relay, SMS's account. Not webhooks: each target is its own endpoint,
+    # and one receiver down must not stop the others.
+    guarded = {
+        kind: GuardedPush(provider, provider_breaker(settings, clock, PUSH, kind))
+        for kind, provider in push.items()
+    }
+    push_channel = PushChannel(
+        guarded, store, clock, device_max_failures=settings.device_max_failures
+    )
     channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
     for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
         if channel is not None:
-            channels[channel.name] = channel
+            provider = metrics.provider_of(channel.name)
+            breaker = provider_breaker(settings, clock, channel.name, provider)
+            channels[channel.name] = GuardedChannel(channel, breaker)
     channels["webhook"] = build_webhook_channel(settings, clock, store)
     links = build_unsubscribe_links(settings, clock)
     sender = ChannelSender(

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from tepat.adapters.apns_auth import ProviderToken, read_signing_key
 from tepat.adapters.apns_push import ApnsPushProvider
+from tepat.adapters.breaker_guard import ProviderBreaker
 from tepat.adapters.fcm_auth import FcmAuth, read_service_account
 from tepat.adapters.fcm_push import FcmPushProvider
 from tepat.adapters.secret_box import SealedWebhooks, SecretBox
@@ -22,6 +23,7 @@ from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.adapters.webhook_out import WebhookChannel
 from tepat.clock import Clock
 from tepat.config import Settings
+from tepat.domain.breaker import BreakerSettings
 from tepat.domain.webhooks import TargetPolicy, parse_target_policy
 from tepat.ports.channel import Channel
 from tepat.ports.repositories.webhooks import WebhookRepository
@@ -145,4 +147,19 @@ def build_apns_provider(settings: Settings, clock: Clock) -> ApnsPushProvider | 
         clock=clock,
         base_url=settings.apns_url,
         max_streams=settings.apns_max_streams,
+    )
+
+
+def provider_breaker(
+    settings: Settings, clock: Clock, channel: str, provider: str
+) -> ProviderBreaker:
+    return ProviderBreaker(
+        channel,
+        provider,
+        BreakerSettings(
+            threshold=settings.breaker_threshold,
+            cool_down=timedelta(seconds=settings.breaker_cool_down_seconds),
+            probes=settings.breaker_half_open_probes,
+        ),
+        clock,
     )

@@ -120,6 +120,14 @@ function sparkline(series, label) {
   return svg;
 }
 
+// The provider, and any of its circuit breakers (this process's) that is not closed.
+function breakerCell(c) {
+  const tripped = Object.entries(c.breakers).filter(([, state]) => state !== "closed");
+  if (!tripped.length) return { text: c.provider };
+  const states = tripped.map(([provider, state]) => `${provider} ${state.replace("_", "-")}`);
+  return { text: `${c.provider} (breaker: ${states.join(", ")})`, cls: "bad" };
+}
+
 function render(d) {
   const r = d.rates;
   text("sends-per-second", r.sends_per_second.toFixed(r.sends_per_second < 10 ? 2 : 0));
@@ -152,7 +160,7 @@ function render(d) {
       return row(
         [
           { text: c.channel },
-          { text: c.provider },
+          breakerCell(c),
           { text: String(m.pending || 0), cls: "n pending" },
           { text: String(m.sending || 0), cls: "n sending" },
           { text: String(sent(m)), cls: "n sent" },

@@ -44,6 +44,7 @@ import structlog
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.batches import BadBatch, decode_batch
+from tepat.domain.breaker import BreakerState
 from tepat.domain.categories import Categories
 from tepat.domain.queues import PUSH, queues_for_channels
 from tepat.domain.zones import TZDATA_RELEASE
@@ -99,6 +100,9 @@ class ChannelLine:
     answers_by_outcome: dict[str, int]
     throttled: int
     retries: int
+    # Each of its providers' circuit breaker in this process (tepat_provider_breaker_state):
+    # closed, open or half_open.
+    breakers: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +216,7 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
         answers.setdefault(channel, {})[outcome] = n
     errors = metrics.counter_totals(metrics.PROVIDER_ERRORS, "channel", "kind")
     retries = metrics.counter_totals(metrics.NOT_SENT_RETRIES, "channel")
+    breakers = metrics.breaker_states()
     return [
         ChannelLine(
             channel=channel,
@@ -220,6 +225,11 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
             answers_by_outcome=dict(sorted(answers.get(channel, {}).items())),
             throttled=errors.get((channel, "throttled"), 0),
             retries=retries.get((channel,), 0),
+            breakers={
+                provider: BreakerState(state).name.lower()
+                for (of, provider), state in sorted(breakers.items())
+                if of == channel
+            },
         )
         for channel, statuses in by_status.items()
     ]
