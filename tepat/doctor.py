@@ -25,14 +25,13 @@ import contextlib
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from tepat.adapters.stomp.url import redact
 from tepat.clock import Clock, SystemClock
@@ -47,7 +46,7 @@ from tepat.services.planning.creator import TZDATA_META_KEY, TZDATA_PROGRESS_KEY
 EXPO_HOST = "https://exp.host"
 FCM_HOST = "https://fcm.googleapis.com"
 # Apple's production and development environments: both real.
-APNS_HOSTS = ("api.push.apple.com", "api.sandbox.push.apple.com")
+APNS_HOSTS = ("https://api.push.apple.com", "https://api.sandbox.push.apple.com")
 TWILIO_API = "https://api.twilio.com"
 #: The scheduler takes an id that no ticket ever had; Expo answers it with no receipt.
 PROBE_TICKET_ID = "00000000-0000-4000-8000-000000000000"
@@ -301,16 +300,12 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
             "correct TEPAT_EXPO_URL, or let this host reach it (firewall, proxy)",
         )
     detail = f"{where} answers" + (" and accepts the access token" if token else "")
-    if where != EXPO_HOST:
-        return Check(
-            "expo",
-            Status.WARN,
-            f"{detail}; not Expo itself (a sandbox?): no real pushes are sent",
-            f"for real pushes set TEPAT_EXPO_URL={EXPO_HOST} and TEPAT_EXPO_ACCESS_TOKEN",
-        )
-    if not token:
+    if not token and where == EXPO_HOST:
         detail += "; no access token (fine unless push security is enabled)"
-    return Check("expo", Status.OK, detail)
+    ok = Check("expo", Status.OK, detail)
+    return _ok_unless_sandbox(
+        ok, "Expo", where, [EXPO_HOST], "TEPAT_EXPO_URL", " and TEPAT_EXPO_ACCESS_TOKEN"
+    )
 
 
 async def fcm_check(settings: Settings, clock: Clock, wait: float) -> Check | None:
@@ -342,14 +337,8 @@ async def fcm_check(settings: Settings, clock: Clock, wait: float) -> Check | No
             "let this host reach the key file's token_uri (firewall, proxy)",
         )
     detail = f"{account} got an access token for project {settings.fcm_project_id}"
-    if settings.fcm_url.rstrip("/") != FCM_HOST:
-        return Check(
-            "fcm",
-            Status.WARN,
-            f"{detail}; {settings.fcm_url} is not FCM itself (a sandbox?): no real pushes are sent",
-            f"for real pushes set TEPAT_FCM_URL={FCM_HOST}",
-        )
-    return Check("fcm", Status.OK, detail)
+    ok = Check("fcm", Status.OK, detail)
+    return _ok_unless_sandbox(ok, "FCM", settings.fcm_url, [FCM_HOST], "TEPAT_FCM_URL")
 
 
 _FCM_KEY_HINT = (
@@ -381,14 +370,8 @@ def apns_check(settings: Settings, clock: Clock) -> Check | None:
         " without sending a notification: a wrong key id or team shows at the first send"
         " (403 InvalidProviderToken)"
     )
-    if urlsplit(settings.apns_url).hostname not in APNS_HOSTS:
-        return Check(
-            "apns",
-            Status.WARN,
-            f"{detail}; {settings.apns_url} is not APNs itself (a sandbox?): no real pushes",
-            f"for real pushes set TEPAT_APNS_URL=https://{APNS_HOSTS[0]}",
-        )
-    return Check("apns", Status.OK, detail)
+    ok = Check("apns", Status.OK, detail)
+    return _ok_unless_sandbox(ok, "APNs", settings.apns_url, APNS_HOSTS, "TEPAT_APNS_URL")
 
 
 async def twilio_check(settings: Settings, wait: float) -> Check | None:
@@ -422,18 +405,30 @@ async def twilio_check(settings: Settings, wait: float) -> Check | None:
             "check TEPAT_TWILIO_URL (the API's base URL, https://api.twilio.com)",
         )
     detail = f"{where} accepts the account SID and auth token"
-    warn = partial(Check, "twilio", Status.WARN)
     if settings.public_url is None:
-        return warn(
+        return Check(
+            "twilio",
+            Status.WARN,
             f"{detail}; TEPAT_PUBLIC_URL is unset: no status callbacks, SMS stay sent",
             "set TEPAT_PUBLIC_URL to the https URL Twilio reaches this API at",
         )
-    if where != TWILIO_API:
-        return warn(
-            f"{detail}; not Twilio itself (a sandbox?): no real SMS are sent",
-            f"for real SMS set TEPAT_TWILIO_URL={TWILIO_API}",
-        )
-    return Check("twilio", Status.OK, detail)
+    ok = Check("twilio", Status.OK, detail)
+    return _ok_unless_sandbox(ok, "Twilio", where, [TWILIO_API], "TEPAT_TWILIO_URL")
+
+
+def _ok_unless_sandbox(
+    ok: Check, provider: str, url: str, real: Sequence[str], variable: str, also: str = ""
+) -> Check:
+    """``ok`` (credentials that passed), or a warning when ``url`` is none of the
+    ``provider``'s ``real`` ones (a sandbox?), since nothing real is sent then."""
+    if url.rstrip("/") in real:
+        return ok
+    return Check(
+        ok.name,
+        Status.WARN,
+        f"{ok.detail}; not {provider} itself (a sandbox?): nothing real is sent",
+        f"to send for real set {variable}={real[0]}{also}",
+    )
 
 
 async def smtp_check(settings: Settings, wait: float) -> Check | None:

@@ -47,6 +47,7 @@ async def test_a_trusted_service_account_gets_a_token(
     # The sandbox is not FCM: a warning (no real pushes), the credentials fine.
     assert check is not None and check.status is Status.WARN, check
     assert "got an access token for project tepat-test" in check.detail
+    assert "not FCM itself" in check.detail
     assert "TEPAT_FCM_URL=https://fcm.googleapis.com" in check.hint
     stats = server.sandbox.stats()
     assert (stats["token_requests"], stats["messages"]) == (1, 0)  # a token, nothing sent
@@ -96,6 +97,9 @@ def test_an_apns_key_that_signs_is_ok_and_says_apple_has_not_checked_it(tmp_path
     sandbox = apns_check(apns(p8(tmp_path, key), apns_url="http://127.0.0.1:1"), FakeClock(AT))
     assert sandbox is not None and sandbox.status is Status.WARN
     assert "not APNs itself" in sandbox.detail
+    assert "TEPAT_APNS_URL=https://api.push.apple.com" in sandbox.hint
+    development = apns(p8(tmp_path, key), apns_url="https://api.sandbox.push.apple.com")
+    assert apns_check(development, FakeClock(AT)).status is Status.OK  # type: ignore[union-attr]
 
 
 def test_a_key_that_is_not_an_apns_key_fails_with_the_fix(tmp_path: Path) -> None:
