@@ -35,7 +35,7 @@ _.checked_at  # Ticket's: the stores' table-driven codecs write and read it by f
 _.status_url, _.failed_reasons, _.unknown_users, _.messages_created, _.locale_requested
 _.generated_at, _.tzdata_release, _.failures_window_seconds, _.failures_by_code
 _.deactivated_since, _.messages_by_status, _.answers_by_outcome, _.live_consumers
-_.oldest_due_unsent_seconds, _.added_at
+_.oldest_due_unsent_seconds, _.added_at, _.sends_by_outcome
 _.send_requests, _.receipt_requests, _.notifications, _.tickets_ok, _.tickets_error
 _.gzip_requests, _.too_many_requests, _.server_errors, _.unauthorized, _.bad_requests
 _.answers_lost, _.callbacks_posted, _.callbacks_failed, _.inbound_posted, _.token_requests

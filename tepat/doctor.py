@@ -5,10 +5,14 @@ the store, the broker, the broker's scheduler (a probe published with a 1 s dela
 must arrive about 1 s later: a broker without ``schedulerSupport`` delivers it at
 once, and every notification would go out early), the Expo credentials (a
 ``getReceipts`` call for an id that does not exist: it changes nothing and is
-refused when the access token is), the Twilio credentials when SMS is configured (a
-fetch of the account: nothing is sent), the SMTP relay when e-mail is configured
-(connect, TLS and login, then QUIT: nothing is sent), and the tz database release. A check that
-cannot run because an earlier one failed is reported as skipped.
+refused when the access token is), FCM's service account when configured (a real token
+fetch from its token endpoint: nothing is sent), the APNs auth key when configured (it
+parses and signs a provider token; APNs has no request that checks a token without
+sending a notification, so Apple's verdict comes with the first send), the Twilio
+credentials when SMS is configured (a fetch of the account: nothing is sent), the SMTP
+relay when e-mail is configured (connect, TLS and login, then QUIT: nothing is sent), and
+the tz database release. A check that cannot run because an earlier one failed is
+reported as skipped.
 
 The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
 category queue, so no consumer takes it and no notification is touched.
@@ -21,7 +25,7 @@ import contextlib
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,9 +40,13 @@ from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, Delivery
 from tepat.ports.push import Receipts, Rejected
 from tepat.ports.store import Store
+from tepat.ports.try_again import TryAgain
 from tepat.services.planning.creator import TZDATA_META_KEY, TZDATA_PROGRESS_KEY
 
 EXPO_HOST = "https://exp.host"
+FCM_HOST = "https://fcm.googleapis.com"
+# Apple's production and development environments: both real.
+APNS_HOSTS = ("https://api.push.apple.com", "https://api.sandbox.push.apple.com")
 TWILIO_API = "https://api.twilio.com"
 #: The scheduler takes an id that no ticket ever had; Expo answers it with no receipt.
 PROBE_TICKET_ID = "00000000-0000-4000-8000-000000000000"
@@ -117,6 +125,10 @@ async def diagnose(
         push = make_push_provider(settings, clock)
         stack.push_async_callback(_quietly, push.close)
         yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
+        if (fcm := await fcm_check(settings, clock, wait)) is not None:
+            yield fcm
+        if (apns := apns_check(settings, clock)) is not None:
+            yield apns
         if (twilio := await twilio_check(settings, wait)) is not None:
             yield twilio
         if (smtp := await smtp_check(settings, wait)) is not None:
@@ -288,16 +300,78 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
             "correct TEPAT_EXPO_URL, or let this host reach it (firewall, proxy)",
         )
     detail = f"{where} answers" + (" and accepts the access token" if token else "")
-    if where != EXPO_HOST:
-        return Check(
-            "expo",
-            Status.WARN,
-            f"{detail}; not Expo itself (a sandbox?): no real pushes are sent",
-            f"for real pushes set TEPAT_EXPO_URL={EXPO_HOST} and TEPAT_EXPO_ACCESS_TOKEN",
-        )
-    if not token:
+    if not token and where == EXPO_HOST:
         detail += "; no access token (fine unless push security is enabled)"
-    return Check("expo", Status.OK, detail)
+    ok = Check("expo", Status.OK, detail)
+    return _ok_unless_sandbox(
+        ok, "Expo", where, [EXPO_HOST], "TEPAT_EXPO_URL", " and TEPAT_EXPO_ACCESS_TOKEN"
+    )
+
+
+async def fcm_check(settings: Settings, clock: Clock, wait: float) -> Check | None:
+    """FCM's service account: an access token fetched from its token endpoint (sends
+    nothing); None (no line) when FCM is not configured."""
+    from tepat.adapters.fcm_auth import FcmAuth, read_service_account
+
+    path = settings.fcm_credentials_file
+    if path is None:
+        return None
+    fail = partial(Check, "fcm", Status.FAIL)
+    try:
+        credentials = read_service_account(path)
+    except ValueError as e:
+        return fail(str(e), _FCM_KEY_HINT)
+    account = f"service account {credentials.service_account_email}"
+    auth = FcmAuth(credentials, clock)
+    try:
+        token = await asyncio.wait_for(auth.token(), wait)
+    except Exception as e:
+        token = TryAgain(_why(e))
+    finally:
+        auth.close()
+    if isinstance(token, Rejected):
+        return fail(f"{account}: {token.reason}", _FCM_KEY_HINT)
+    if isinstance(token, TryAgain):
+        return fail(
+            f"cannot fetch an access token for the {account}: {token.reason}",
+            "let this host reach the key file's token_uri (firewall, proxy)",
+        )
+    detail = f"{account} got an access token for project {settings.fcm_project_id}"
+    ok = Check("fcm", Status.OK, detail)
+    return _ok_unless_sandbox(ok, "FCM", settings.fcm_url, [FCM_HOST], "TEPAT_FCM_URL")
+
+
+_FCM_KEY_HINT = (
+    "set TEPAT_FCM_CREDENTIALS_FILE to a current key of the project's service account"
+    " (Firebase console: project settings, service accounts, generate new private key)"
+)
+
+
+def apns_check(settings: Settings, clock: Clock) -> Check | None:
+    """The APNs auth key: it parses and signs a provider token. Nothing goes to Apple: APNs
+    has no request that checks a token without sending a notification. None (no line)
+    when APNs is not configured."""
+    from tepat.adapters.apns_auth import ProviderToken, read_signing_key
+
+    path, key_id, team_id = settings.apns_key_file, settings.apns_key_id, settings.apns_team_id
+    if not (path and key_id and team_id):
+        return None
+    try:
+        ProviderToken(read_signing_key(path), key_id=key_id, team_id=team_id, clock=clock)
+    except ValueError as e:
+        return Check(
+            "apns",
+            Status.FAIL,
+            str(e),
+            "set TEPAT_APNS_KEY_FILE to the .p8 auth key (Apple developer account: keys)",
+        )
+    detail = (
+        f"key {key_id} of team {team_id} signs a provider token; APNs cannot check it"
+        " without sending a notification: a wrong key id or team shows at the first send"
+        " (403 InvalidProviderToken)"
+    )
+    ok = Check("apns", Status.OK, detail)
+    return _ok_unless_sandbox(ok, "APNs", settings.apns_url, APNS_HOSTS, "TEPAT_APNS_URL")
 
 
 async def twilio_check(settings: Settings, wait: float) -> Check | None:
@@ -331,18 +405,30 @@ async def twilio_check(settings: Settings, wait: float) -> Check | None:
             "check TEPAT_TWILIO_URL (the API's base URL, https://api.twilio.com)",
         )
     detail = f"{where} accepts the account SID and auth token"
-    warn = partial(Check, "twilio", Status.WARN)
     if settings.public_url is None:
-        return warn(
+        return Check(
+            "twilio",
+            Status.WARN,
             f"{detail}; TEPAT_PUBLIC_URL is unset: no status callbacks, SMS stay sent",
             "set TEPAT_PUBLIC_URL to the https URL Twilio reaches this API at",
         )
-    if where != TWILIO_API:
-        return warn(
-            f"{detail}; not Twilio itself (a sandbox?): no real SMS are sent",
-            f"for real SMS set TEPAT_TWILIO_URL={TWILIO_API}",
-        )
-    return Check("twilio", Status.OK, detail)
+    ok = Check("twilio", Status.OK, detail)
+    return _ok_unless_sandbox(ok, "Twilio", where, [TWILIO_API], "TEPAT_TWILIO_URL")
+
+
+def _ok_unless_sandbox(
+    ok: Check, provider: str, url: str, real: Sequence[str], variable: str, also: str = ""
+) -> Check:
+    """``ok`` (credentials that passed), or a warning when ``url`` is none of the
+    ``provider``'s ``real`` ones (a sandbox?), since nothing real is sent then."""
+    if url.rstrip("/") in real:
+        return ok
+    return Check(
+        ok.name,
+        Status.WARN,
+        f"{ok.detail}; not {provider} itself (a sandbox?): nothing real is sent",
+        f"to send for real set {variable}={real[0]}{also}",
+    )
 
 
 async def smtp_check(settings: Settings, wait: float) -> Check | None:

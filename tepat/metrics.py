@@ -49,11 +49,12 @@ from tepat.clock import Clock
 from tepat.domain.categories import OUTCOME_UNKNOWN, Categories
 from tepat.domain.models import MessageStatus
 from tepat.domain.outcomes import Next
+from tepat.domain.queues import PUSH
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.loops import wait_or_stop
 from tepat.ports.broker import Broker
-from tepat.ports.channel import ChannelOutcome, Refused
-from tepat.ports.push import Rejected, TicketError
+from tepat.ports.channel import ChannelOutcome, Refused, Withheld
+from tepat.ports.push import Rejected, TicketError, TicketOk
 from tepat.ports.store import Store
 from tepat.ports.try_again import TryAgain
 
@@ -121,6 +122,18 @@ BREAKER_TRANSITIONS = Counter(
     "tepat_provider_breaker_transitions_total",
     "Circuit breaker transitions by channel, provider and the state moved to",
     ["channel", "provider", "to"],
+    registry=REGISTRY,
+)
+# Per device, not per message: a message to an Expo phone and an FCM tablet is one answer
+# in tepat_sends_total but a notification to each provider here. The provider label is the
+# device's kind (the key of its provider in the runtime), so a provider added to the
+# runtime is counted under its own name with no change here.
+PUSH_SENDS = Counter(
+    "tepat_push_sends_total",
+    "Push notifications (one per device) by provider (the device's kind: expo, fcm, apns…)"
+    " and its answer: accepted, throttled (a 429), try_again (another temporary failure,"
+    " 5xx included), refused, not_sent (its lease ran out while it waited)",
+    ["provider", "outcome"],
     registry=REGISTRY,
 )
 NOT_SENT_RETRIES = Counter(
@@ -278,10 +291,38 @@ def _outcome_label(outcome: ChannelOutcome, next_: Next) -> str:
     return "failed"
 
 
-def count_provider_error(channel: str, error: TryAgain | Refused | Rejected | TicketError) -> None:
+def count_push_answer(
+    provider: str, answer: TicketOk | TicketError | TryAgain | Rejected | Withheld
+) -> None:
+    """What ``provider`` (a device kind) answered for one device's notification; a
+    ticket's error is a provider error too (a whole request's is counted where it is
+    seen, once per request: :class:`~tepat.services.sending.push_channel.PushBatcher`)."""
+    outcome: str
+    match answer:
+        case TicketOk():
+            outcome = "accepted"
+        case Withheld():
+            outcome = "not_sent"
+        case Rejected() | TicketError(permanent=True):
+            outcome = "refused"
+        case TryAgain(throttled=True):
+            outcome = "throttled"
+        case _:
+            outcome = "try_again"
+    PUSH_SENDS.labels(provider=provider, outcome=outcome).inc()
+    if isinstance(answer, TicketError):
+        count_provider_error(PUSH, answer, provider)
+
+
+def count_provider_error(
+    channel: str,
+    error: TryAgain | Refused | Rejected | TicketError,
+    provider: str | None = None,
+) -> None:
     """One error a provider answered on ``channel``: for one item (a channel's ``Refused``
     or ``TryAgain``, a push ticket's ``TicketError``), or for a whole push request of up
-    to 100 notifications (``TryAgain``, ``Rejected``)."""
+    to 100 notifications (``TryAgain``, ``Rejected``). ``provider`` is push's device kind
+    (the channel's own provider otherwise)."""
     kind: ErrorKind
     match error:
         case TicketError(code=code, permanent=permanent):
@@ -293,7 +334,7 @@ def count_provider_error(channel: str, error: TryAgain | Refused | Rejected | Ti
         case TryAgain(reason, throttled=throttled):
             kind, code = ("throttled" if throttled else "try_again"), error_code(reason)
     PROVIDER_ERRORS.labels(
-        channel=channel, provider=provider_of(channel), kind=kind, code=code[:40]
+        channel=channel, provider=provider or provider_of(channel), kind=kind, code=code[:40]
     ).inc()
 
 

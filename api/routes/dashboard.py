@@ -70,7 +70,12 @@ router = APIRouter(prefix="/dashboard", include_in_schema=False)
 
 def install(app: FastAPI, rt: Runtime, admin_key: str) -> None:
     app.state.dashboard = Dashboard(
-        rt.store, rt.broker, rt.categories, rt.clock, channels=rt.channels
+        rt.store,
+        rt.broker,
+        rt.categories,
+        rt.clock,
+        channels=rt.channels,
+        push_providers=sorted(rt.push_kinds),
     )
     app.state.dashboard_sessions = Sessions(admin_key, rt.clock, rt.store)
     app.include_router(router)

@@ -182,6 +182,25 @@ function render(d) {
   );
 
   fill(
+    "push-providers",
+    d.push_providers.map((p) => {
+      const s = p.sends_by_outcome;
+      return row(
+        [
+          { text: p.provider },
+          { text: String(s.accepted || 0), cls: "n accepted" },
+          { text: String(p.throttled), cls: p.throttled ? "n throttled bad" : "n throttled" },
+          { text: String(s.try_again || 0), cls: "n try-again" },
+          { text: String(s.refused || 0), cls: s.refused ? "n refused bad" : "n refused" },
+          { text: String(s.not_sent || 0), cls: "n not-sent" },
+        ],
+        { provider: p.provider },
+      );
+    }),
+    "no push providers",
+  );
+
+  fill(
     "queues",
     d.queues.map((q) =>
       row(

@@ -111,9 +111,11 @@ class FcmAuth:
                 # The assertion never got an answer: no message was sent either.
                 return TryAgain(f"FCM token endpoint unreachable: {e}")
             except google.auth.exceptions.RefreshError as e:
+                # Its first argument is the endpoint's words; the rest, its whole answer.
+                why = e.args[0] if e.args else e
                 if getattr(e, "retryable", False):
-                    return TryAgain(f"FCM token endpoint failed: {e}")
-                return Rejected(f"FCM service account refused by its token endpoint: {e}")
+                    return TryAgain(f"FCM token endpoint failed: {why}")
+                return Rejected(f"FCM service account refused by its token endpoint: {why}")
             self.refreshes += 1
             # google-auth dates the expiry by the wall clock; keep its lifetime, on ours.
             expiry = self.credentials.expiry or wall

@@ -20,6 +20,8 @@ shows what the consumers did. A snapshot is computed at most once per
   draw sends over time from two polls), and this process's counters of provider
   answers by outcome, 429s and retries (``tepat/metrics.py``: on a split deployment the
   API process sends nothing, and the page says where each figure comes from);
+- per push provider (a device kind: expo, fcm, apns…): this process's notifications by
+  answer, 429s among them (``tepat_push_sends_total``);
 - live consumers (the store's heartbeats) and the age of the oldest due-but-unsent
   message (the store; as ``tepat_oldest_due_unsent_seconds``);
 - the store's health: a probe write (``metrics.probe_store``, as ``tepat_store_up``),
@@ -106,6 +108,16 @@ class ChannelLine:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderLine:
+    """One push provider (a device kind): this process's counts of its answers, one per
+    device (tepat_push_sends_total since it started)."""
+
+    provider: str
+    sends_by_outcome: dict[str, int]
+    throttled: int  # its 429s, also in sends_by_outcome: the figure an operator watches
+
+
+@dataclass(frozen=True, slots=True)
 class StoreHealth:
     up: bool  # the probe write went through within metrics.STORE_PROBE_TIMEOUT_SECONDS
     probe_seconds: float  # how long the probe took (real seconds)
@@ -134,6 +146,7 @@ class Snapshot:
     devices_deactivated: dict[str, int]
     dead_letters: list[DeadLetterLine]
     channels: list[ChannelLine]
+    push_providers: list[ProviderLine]
     live_consumers: int  # consumer processes that beat in the store within LIVE_TTL
     oldest_due_unsent_seconds: float | None  # None: nothing due is waiting
     store: StoreHealth
@@ -235,6 +248,19 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
     ]
 
 
+def provider_lines(providers: Sequence[str]) -> list[ProviderLine]:
+    """Every configured push provider's line, zeros included, and any other one counted."""
+    sends: dict[str, dict[str, int]] = {p: {} for p in providers}
+    for (provider, outcome), n in metrics.counter_totals(
+        metrics.PUSH_SENDS, "provider", "outcome"
+    ).items():
+        sends.setdefault(provider, {})[outcome] = n
+    return [
+        ProviderLine(provider, dict(sorted(by_outcome.items())), by_outcome.get("throttled", 0))
+        for provider, by_outcome in sorted(sends.items())
+    ]
+
+
 def _midnight(now: datetime) -> datetime:
     return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
@@ -267,6 +293,8 @@ class Dashboard:
     _: KW_ONLY
     # The channels whose queues are shown (the runtime's: push and the configured ones).
     channels: Sequence[str] = (PUSH,)
+    # The push providers shown even before they answer (the runtime's device kinds).
+    push_providers: Sequence[str] = ("expo",)
     cache_seconds: float = CACHE_SECONDS
     sample_limit: int = SAMPLE_LIMIT
     monotonic: Callable[[], float] = time.monotonic
@@ -324,6 +352,7 @@ class Dashboard:
             devices_deactivated=dict(sorted(figures.deactivated.items(), key=lambda kv: -kv[1])),
             dead_letters=[self._dead_line(d) for d in dead],
             channels=channel_lines(self.channels, figures.counts),
+            push_providers=provider_lines(self.push_providers),
             live_consumers=sum(figures.live.values()),
             oldest_due_unsent_seconds=(
                 None if figures.oldest is None else max(0.0, (now - figures.oldest).total_seconds())

@@ -20,7 +20,7 @@ from tepat.clock import FakeClock
 from tepat.domain.models import MessageStatus
 from tepat.domain.outcomes import Next
 from tepat.domain.zones import TZDATA_RELEASE
-from tepat.ports.push import TicketError
+from tepat.ports.push import TicketError, TicketOk
 from tepat.ports.repositories.presence import LIVE_TTL
 from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime
@@ -298,6 +298,33 @@ async def test_a_channel_s_429s_and_retries_are_this_process_s_counters(
     assert after["retries"] == before["retries"] + 1
     retried = after["answers_by_outcome"]["retry"]
     assert retried == before["answers_by_outcome"].get("retry", 0) + 1
+
+
+def provider(figures: dict[str, Any], name: str) -> dict[str, Any]:
+    return dict(next(p for p in figures["push_providers"] if p["provider"] == name))
+
+
+async def test_each_push_provider_has_a_line_of_its_sends_and_429s(
+    client: httpx.AsyncClient, rt: Runtime, app: FastAPI
+) -> None:
+    figures = await data(client, headers=ADMIN)
+    shown = [p["provider"] for p in figures["push_providers"]]
+    assert set(rt.push_kinds) <= set(shown)  # configured ones, before they answer
+    before = {name: provider(figures, name) for name in shown}
+    expo_before = before["expo"]["sends_by_outcome"]
+    # Another kind's answers (a provider the runtime does not know: counted all the same).
+    metrics.count_push_answer("webpush", TryAgain("429: slow down", throttled=True))
+    metrics.count_push_answer("webpush", TicketError("Gone", "gone", permanent=True))
+    metrics.count_push_answer("expo", TicketOk("t-1"))
+    app.state.dashboard.invalidate()
+    figures = await data(client, headers=ADMIN)
+    webpush = provider(figures, "webpush")
+    old = before.get("webpush", {"throttled": 0, "sends_by_outcome": {}})
+    assert webpush["throttled"] == old["throttled"] + 1
+    assert webpush["sends_by_outcome"]["refused"] == old["sends_by_outcome"].get("refused", 0) + 1
+    expo = provider(figures, "expo")
+    assert expo["sends_by_outcome"]["accepted"] == expo_before.get("accepted", 0) + 1
+    assert expo["throttled"] == before["expo"]["throttled"]
 
 
 async def test_a_store_that_fails_leaves_the_page_up_saying_so_with_the_last_figures(

@@ -240,16 +240,22 @@ def test_an_expo_throttling_episode_and_a_consumer_crash_show_while_they_happen(
         expect(page.locator("#live-consumers")).to_have_text("1")
         expect(page.locator("#oldest-due")).to_have_text("none")
         throttled_before = int(push.locator("td.throttled").inner_text())
+        # The same 429 under its provider (a device kind), per notification.
+        expo = page.locator('#push-providers tr[data-provider="expo"]')
+        expo_throttled = int(expo.locator("td.throttled").inner_text())
+        expo_accepted = int(expo.locator("td.accepted").inner_text())
 
         # Expo refuses the next request with 429: counted, and the message waits to retry.
         live.run(lambda: live.sandbox.fail_next(1, 429, retry_after=1.0))
         notify(api, "alice", "rush", "custom", None)
         expect(push.locator("td.throttled")).to_have_text(str(throttled_before + 1))
+        expect(expo.locator("td.throttled")).to_have_text(str(expo_throttled + 1))
         expect(push.locator("td.answers")).to_contain_text("retry")
         expect(push.locator("td.pending")).to_have_text("1")
         # Time passes: the retry is sent; the chart has drawn both rates.
         live.advance(30)
         expect(push.locator("td.sent")).to_have_text("1")
+        expect(expo.locator("td.accepted")).to_have_text(str(expo_accepted + 1))
         expect(chart).to_have_attribute("data-throttled", NOT_ZERO)
         live.advance(1)  # one more refresh, so the send's interval is closed and drawn
         expect(chart).to_have_attribute("data-sends", NOT_ZERO)

@@ -47,8 +47,11 @@ GATHER_WINDOW_SECONDS = 0.005
 
 
 class PushBatcher:
-    def __init__(self, push: PushProvider, clock: Clock, concurrency: int = 6) -> None:
+    def __init__(
+        self, push: PushProvider, clock: Clock, concurrency: int = 6, provider: str = "expo"
+    ) -> None:
         self._push = push
+        self._provider = provider  # the device kind it sends to: its metrics label
         self._clock = clock
         self._waiting: _Waiting = []
         self._timer: asyncio.Task[None] | None = None
@@ -114,7 +117,7 @@ class PushBatcher:
                 fut.cancel()
             raise
         if isinstance(result, TryAgain | Rejected):
-            metrics.count_provider_error(PUSH, result)
+            metrics.count_provider_error(PUSH, result, self._provider)
             outcomes: Sequence[Outcome] = [result] * len(chunk)
         else:
             outcomes = result.outcomes
@@ -162,7 +165,9 @@ class PushChannel:
         self._devices = devices
         self._clock = clock
         self._device_max_failures = device_max_failures
-        self.batchers = {kind: PushBatcher(p, clock) for kind, p in providers.items()}
+        self.batchers = {
+            kind: PushBatcher(p, clock, provider=kind) for kind, p in providers.items()
+        }
 
     @property
     def max_batch(self) -> int:
@@ -192,6 +197,7 @@ class PushChannel:
                 # other send error; the broker redelivers, the lease re-drives.
                 raise ConnectionAbortedError("push request abandoned")
             outcome = fut.result()  # a send that raised fails the batch: nack, lease
+            metrics.count_push_answer(device.kind, outcome)
             answered[item.message.id].append(outcome)
             # A provider with no receipts (FCM, APNs: they answer at send time) keeps none.
             if isinstance(outcome, TicketOk) and self._providers[device.kind].max_receipt_batch:
@@ -199,7 +205,6 @@ class PushChannel:
                     _ticket(item.message, device, outcome, self._clock.now())
                 )
             elif isinstance(outcome, TicketError):
-                metrics.count_provider_error(PUSH, outcome)
                 await device_failed(self._devices, device, outcome, self._device_max_failures)
         return [answer_of(answered[item.message.id], tickets[item.message.id]) for item in items]
 
