@@ -217,7 +217,9 @@ def build_dispatcher(
     """The send path over every channel this configuration can send on: push, the inbox
     and webhook deliveries always, e-mail and SMS when their provider is configured."""
     claims = ClaimsInHand(store, clock, timedelta(seconds=settings.sending_lease_seconds))
-    push_channel = PushChannel(push, store, clock, device_max_failures=settings.device_max_failures)
+    push_channel = PushChannel(
+        push, store, clock, categories, device_max_failures=settings.device_max_failures
+    )
     channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
     for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
         if channel is not None:

@@ -26,9 +26,19 @@ COUNTED: dict[str, tuple[str | None, tuple[str, str] | None]] = {
     "5xx the provider says to retry, category closes": ("retry", ("try_again", "500")),
     "maybe sent, category closes": ("outcome_unknown", ("try_again", "read")),
     "maybe sent, category retries": ("retry", ("try_again", "read")),
+    # One notification's own TryAgain is counted as a whole request's would be.
+    "maybe sent for one notification, category closes": ("outcome_unknown", ("try_again", "read")),
+    "maybe sent for one notification, category retries": ("retry", ("try_again", "read")),
+    "throttled for one notification": ("retry", ("throttled", "429")),
+    "5xx for one notification, category closes": ("retry", ("try_again", "500")),
     "crash after send": (None, None),
 }
-NOT_SENT = {"try again", "try again after Retry-After", "try again, given up"}
+NOT_SENT = {
+    "try again",
+    "try again after Retry-After",
+    "try again, given up",
+    "throttled for one notification",
+}
 
 
 def sample(name: str, **labels: str) -> float:

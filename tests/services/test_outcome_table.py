@@ -24,6 +24,7 @@ from tepat.clock import FakeClock
 from tepat.domain.categories import OUTCOME_UNKNOWN
 from tepat.domain.models import Device, Message, MessageStatus, User, message_id_for, slot_key_for
 from tepat.domain.retry import RetryPolicy
+from tepat.metrics import REGISTRY
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Outgoing, Refused
 from tepat.ports.push import (
     PushRequest,
@@ -64,6 +65,9 @@ class Row:
     expected: tuple[MessageStatus, str | None, float]
     category: str = "meal"  # maybe_sent: close
     attempts: int = 0
+    # Push answers a TryAgain as one notification's (in Tickets, as FCM and APNs do
+    # beside other notifications answered), not as the whole request's.
+    each: bool = False
     # Channels whose provider never gives this answer, and why.
     cannot: dict[str, str] = field(default_factory=dict)
     # Channels that end otherwise on purpose: how, and why.
@@ -76,6 +80,11 @@ ONLY_ACCEPT = "its provider takes the message; a callback or receipt delivers it
 ONLY_DELIVER = "final at once: nothing is left for a callback"
 NO_PROVIDER = "the inbox is our own store: nothing to wait for or retry"
 WEBHOOK_RETRIES = "a webhook's receiver dedupes on the delivery id: a maybe-sent one is retried"
+PUSH_ONLY = {
+    c: "its port answers per message: the rows without each= cover it"
+    for c in CHANNELS
+    if c != "push"
+}
 
 TABLE: dict[str, Row] = {
     "accepted": Row(
@@ -123,6 +132,31 @@ TABLE: dict[str, Row] = {
         category="safety",
         cannot={"inbox": NO_PROVIDER},
     ),
+    "maybe sent for one notification, category closes": Row(
+        TryAgain("read timeout", maybe_sent=True),
+        (MessageStatus.FAILED, OUTCOME_UNKNOWN, 0),
+        each=True,
+        cannot=PUSH_ONLY,
+    ),
+    "maybe sent for one notification, category retries": Row(
+        TryAgain("read timeout", maybe_sent=True),
+        (MessageStatus.PENDING, None, BACKOFF),
+        category="safety",
+        each=True,
+        cannot=PUSH_ONLY,
+    ),
+    "throttled for one notification": Row(
+        TryAgain("429 slow down", retry_after=120.0, throttled=True),
+        (MessageStatus.PENDING, None, 120.0),
+        each=True,
+        cannot=PUSH_ONLY,
+    ),
+    "5xx for one notification, category closes": Row(
+        TryAgain("500 oops", server_error=True),
+        (MessageStatus.PENDING, None, BACKOFF),
+        each=True,
+        cannot=PUSH_ONLY,
+    ),
     "crash after send": Row(Crash(), (MessageStatus.SENDING, None, 0)),
 }
 
@@ -140,6 +174,7 @@ class ScriptedPush(FakePush):
     def __init__(self) -> None:
         super().__init__()
         self.answer: ChannelOutcome | Crash = Accepted("p-1")
+        self.each = False
 
     @property
     def sent(self) -> list[PushRequest]:
@@ -153,7 +188,7 @@ class ScriptedPush(FakePush):
             case Refused(reason):
                 return Rejected(reason)
             case TryAgain() as again:
-                return again
+                return Tickets([again for _ in batch]) if self.each else again
             case Crash() as crash:
                 raise crash
         raise AssertionError(f"push cannot answer {self.answer!r}")
@@ -215,7 +250,7 @@ def dispatcher(rt: Runtime) -> tuple[ChannelSender, list[Any]]:
         rt.store,
         rt.categories,
         rt.clock,
-        {"push": PushChannel({"expo": push}, rt.store, rt.clock), **channels},
+        {"push": PushChannel({"expo": push}, rt.store, rt.clock, rt.categories), **channels},
         retry=RETRY,
         flush=rt.outbox.flush_quietly,
         rng=Top(),
@@ -232,7 +267,7 @@ async def send_once(
     row = TABLE[name]
     now = rt.clock.now()
     d, providers = dispatcher(rt)
-    providers[0].answer = row.answer
+    providers[0].answer, providers[0].each = row.answer, row.each
     m = message(channel, row, now)
     await rt.store.insert_messages([m])
     claimed = await rt.store.claim([m.id], now)
@@ -326,3 +361,20 @@ async def test_a_crash_before_the_record_logs_no_send(rt: Runtime) -> None:
     with capture_logs() as logs:
         await send_once(rt, "crash after send", "email")
     assert [e for e in logs if e["event"] == SEND_LINE] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "action"),
+    [
+        ("maybe sent for one notification, category closes", "closed"),
+        ("maybe sent for one notification, category retries", "retried"),
+        ("5xx for one notification, category closes", "retried_5xx"),
+    ],
+)
+async def test_one_notification_maybe_sent_is_counted_as_a_possible_duplicate(
+    rt: Runtime, name: str, action: str
+) -> None:
+    labels = {"category": TABLE[name].category, "action": action}
+    before = REGISTRY.get_sample_value("tepat_maybe_sent_total", labels) or 0.0
+    await send_once(rt, name, "push")
+    assert REGISTRY.get_sample_value("tepat_maybe_sent_total", labels) == before + 1
