@@ -88,11 +88,14 @@ async def test_what_goes_out_headers_and_payload(apns: Apns) -> None:
         "apns-push-type": "alert",
         "apns-priority": "5",
         "apns-expiration": str(int(apns.clock.now().timestamp()) + 3600),
+        "apns-collapse-id": message_id,
         "apns-id": message_id,
     }
     assert first["payload"] == {"order": 7, "aps": {"alert": {"title": "Hello", "body": "World"}}}
     assert second["headers"]["apns-priority"] == "10"
     assert "apns-id" not in second["headers"] and "apns-expiration" not in second["headers"]
+    # Its id is longer than APNs takes for a collapse id: none.
+    assert "apns-collapse-id" not in second["headers"]
     assert second["payload"]["aps"]["sound"] == "default"
 
 
@@ -276,3 +279,5 @@ async def test_the_send_path_asks_apns_for_the_priority_and_expiry_of_the_catego
     # Each expires when its message would have been missed: 30 min after it was due.
     assert by_id[safety.id]["apns-expiration"] == str(at + 30 * 60)
     assert by_id[meal.id]["apns-expiration"] == str(at + 20 * 60)
+    # A copy sent again (maybe sent) replaces the first on the phone.
+    assert by_id[meal.id]["apns-collapse-id"] == meal.id
