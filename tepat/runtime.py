@@ -228,7 +228,7 @@ def build_dispatcher(
         for kind, provider in push.items()
     }
     push_channel = PushChannel(
-        guarded, store, clock, device_max_failures=settings.device_max_failures
+        guarded, store, clock, categories, device_max_failures=settings.device_max_failures
     )
     channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
     for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):

@@ -72,6 +72,7 @@ PRODUCTION_URL = "https://api.push.apple.com"
 SEND_PATH = "/3/device/{token}"
 MAX_BATCH = 100
 MAX_PAYLOAD_BYTES = 4096
+MAX_COLLAPSE_ID_BYTES = 64
 #: APNs's 429 says "too many to this device" and comes without a Retry-After.
 THROTTLED_BACKOFF_SECONDS = 10.0
 _DEACTIVATE = frozenset({"BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic"})
@@ -98,6 +99,10 @@ def apns_headers(request: PushRequest, topic: str, now: datetime) -> dict[str, s
         # 0: deliver once, now or never; otherwise a UNIX time to give up at.
         expiry = int(now.timestamp()) + request.ttl_seconds if request.ttl_seconds else 0
         headers["apns-expiration"] = str(expiry)
+    if len(request.message_id.encode()) <= MAX_COLLAPSE_ID_BYTES:
+        # A second copy of one message (sent again after a maybe-sent answer) replaces
+        # the first on the device instead of showing twice.
+        headers["apns-collapse-id"] = request.message_id
     # APNs echoes an apns-id it was given, so a ticket names its message.
     with contextlib.suppress(ValueError):
         headers["apns-id"] = str(uuid.UUID(request.message_id))

@@ -38,8 +38,8 @@ A retried answer never comes back sooner than :data:`MIN_RETRY_SECONDS` unless F
 The port answers a batch either per message (``Tickets``) or as a whole (``TryAgain`` /
 ``Rejected``): when no message of the batch got a ticket or a refusal of its own, the
 batch's answer is the whole one (the merged ``TryAgain``, or ``Rejected``); otherwise a
-message that failed for the moment is a non-permanent ``TicketError`` beside the others'
-tickets (it loses ``maybe_sent``: the port's ``TicketError`` cannot carry it).
+message that failed for the moment keeps its own ``TryAgain`` beside the others' tickets
+(:func:`tepat.adapters.push_answers.batch_result`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ take one notification per request (FCM, APNs).
 The port answers a batch either per notification (``Tickets``) or as a whole
 (``TryAgain`` / ``Rejected``): when no notification got a ticket or a refusal of its own,
 the batch's answer is the whole one (the merged ``TryAgain``, or ``Rejected``);
-otherwise a notification that failed for the moment is a non-permanent ``TicketError``
-beside the others' tickets (it loses ``maybe_sent``: ``TicketError`` cannot carry it).
+otherwise a notification that failed for the moment keeps its own ``TryAgain`` beside
+the others' tickets, and one refused for good is a permanent ``TicketError``.
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ def batch_result(answers: list[Answer]) -> SendResult:
     return Tickets([_per_notification(a) for a in answers])
 
 
-def _per_notification(answer: Answer) -> TicketOutcome:
-    if isinstance(answer, TryAgain):
-        wait = answer.retry_after
-        return TicketError("TryAgain", answer.reason, permanent=False, retry_after=wait)
+def _per_notification(answer: Answer) -> TicketOutcome | TryAgain:
     if isinstance(answer, Rejected):
         return TicketError("Rejected", answer.reason, permanent=True)
     return answer

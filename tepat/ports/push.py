@@ -52,9 +52,12 @@ TicketOutcome = TicketOk | TicketError
 
 @dataclass(frozen=True, slots=True)
 class Tickets:
-    """Per-notification outcomes, in request order."""
+    """Per-notification outcomes, in request order. A notification that failed for the
+    moment beside others that were answered (a provider taking one notification per
+    request: FCM, APNs) is its own ``TryAgain``, so that its flags (maybe sent, throttled,
+    a 5xx) reach the recorder as a whole request's would."""
 
-    outcomes: list[TicketOutcome]
+    outcomes: list[TicketOutcome | TryAgain]
 
 
 @dataclass(frozen=True, slots=True)

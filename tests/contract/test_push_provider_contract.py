@@ -141,7 +141,7 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield s
 
 
-def tickets(result: object) -> list[TicketOk | TicketError]:
+def tickets(result: object) -> list[TicketOk | TicketError | TryAgain]:
     assert isinstance(result, Tickets), result
     return result.outcomes
 

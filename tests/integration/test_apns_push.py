@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,10 +14,16 @@ import pytest
 from tepat.adapters.apns_auth import ProviderToken, read_signing_key
 from tepat.adapters.apns_push import ApnsPushProvider
 from tepat.clock import FakeClock
+from tepat.domain.models import User, slot_key_for
 from tepat.ports.push import PushRequest, Rejected, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
+from tepat.runtime import open_runtime
 from tepat.sandbox.apns import ApnsSandbox
 from tepat.sandbox.server import running_sandbox
+from tepat.services import accounts
+from tests.api.conftest import make_settings
+from tests.support.fake_push import FakePush
+from tests.support.messages import make_message
 
 KEY_ID = "KEYID12345"
 
@@ -55,7 +61,7 @@ def push(token: str, **fields: object) -> PushRequest:
     return PushRequest(f"m-{token}", token, "Tepat", "Now", **fields)  # type: ignore[arg-type]
 
 
-def tickets(result: object) -> list[TicketOk | TicketError]:
+def tickets(result: object) -> list[TicketOk | TicketError | TryAgain]:
     assert isinstance(result, Tickets), result
     return result.outcomes
 
@@ -82,11 +88,14 @@ async def test_what_goes_out_headers_and_payload(apns: Apns) -> None:
         "apns-push-type": "alert",
         "apns-priority": "5",
         "apns-expiration": str(int(apns.clock.now().timestamp()) + 3600),
+        "apns-collapse-id": message_id,
         "apns-id": message_id,
     }
     assert first["payload"] == {"order": 7, "aps": {"alert": {"title": "Hello", "body": "World"}}}
     assert second["headers"]["apns-priority"] == "10"
     assert "apns-id" not in second["headers"] and "apns-expiration" not in second["headers"]
+    # Its id is longer than APNs takes for a collapse id: none.
+    assert "apns-collapse-id" not in second["headers"]
     assert second["payload"]["aps"]["sound"] == "default"
 
 
@@ -138,7 +147,7 @@ async def test_too_many_requests_backs_off_throttled(apns: Apns) -> None:
     apns.sandbox.script_token(device(2), "TooManyRequests")
     got = tickets(await apns.provider.send([push(device(1)), push(device(2))]))
     assert isinstance(got[0], TicketOk)
-    assert isinstance(got[1], TicketError) and not got[1].permanent and got[1].retry_after == 10.0
+    assert isinstance(got[1], TryAgain) and got[1].throttled and got[1].retry_after == 10.0
 
 
 @pytest.mark.parametrize(("status", "server_error"), [(500, True), (503, False)])
@@ -229,3 +238,46 @@ async def test_a_5xx_after_apns_took_the_notification_is_tried_again(apns: Apns)
     assert result.server_error and not result.maybe_sent
     (received,) = apns.sandbox.received()
     assert received["answer_lost"] == "error"
+
+
+async def test_an_answer_stalled_beside_an_accepted_one_is_that_notification_maybe_sent(
+    apns: Apns,
+) -> None:
+    apns.sandbox.fail_after_accept(1, "stall")  # whichever of the two streams comes first
+    short = ApnsPushProvider(
+        apns.provider.token, topic=apns.sandbox.topic, clock=apns.clock, base_url=apns.base_url,
+        timeout=0.3,
+    )  # fmt: skip
+    async with short:
+        got = tickets(await short.send([push(device(1)), push(device(2))]))
+    (lost,) = [t for t in got if isinstance(t, TryAgain)]
+    assert lost.maybe_sent and not lost.server_error, lost
+    assert sum(isinstance(t, TicketOk) for t in got) == 1
+    assert apns.sandbox.stats()["notifications"] == 2
+
+
+async def test_the_send_path_asks_apns_for_the_priority_and_expiry_of_the_category(
+    apns: Apns, tmp_path: Path
+) -> None:
+    now = apns.clock.now()
+    safety = make_message("k-safety", category="safety", priority="bulk", scheduled_at=now)
+    meal = make_message("k-meal", priority="bulk", scheduled_at=now - timedelta(minutes=10))
+    settings = make_settings(tmp_path)
+    push = {"apns": apns.provider}
+    async with open_runtime(settings, clock=apns.clock, push=FakePush(), push_providers=push) as rt:
+        await rt.store.upsert_user(User("u1", "UTC"))
+        await accounts.register_device(rt, "u1", "iphone", device(1), kind="apns")
+        sent = [replace(m, nominal_at=m.scheduled_at, due_at=now) for m in (safety, meal)]
+        sent = [replace(m, slot_key=slot_key_for(m)) for m in sent]
+        await rt.store.insert_messages(sent)
+        await rt.dispatcher.channels.process(await rt.store.claim([m.id for m in sent], now))
+    by_id = {r["payload"]["tepat_message_id"]: r["headers"] for r in apns.sandbox.received()}
+    at = int(now.timestamp())
+    # Safety breaks quiet hours: never held back, even marked bulk; a bulk meal may wait.
+    assert by_id[safety.id]["apns-priority"] == "10"
+    assert by_id[meal.id]["apns-priority"] == "5"
+    # Each expires when its message would have been missed: 30 min after it was due.
+    assert by_id[safety.id]["apns-expiration"] == str(at + 30 * 60)
+    assert by_id[meal.id]["apns-expiration"] == str(at + 20 * 60)
+    # A copy sent again (maybe sent) replaces the first on the phone.
+    assert by_id[meal.id]["apns-collapse-id"] == meal.id

@@ -64,7 +64,7 @@ async def provider(server: RunningSandbox, clock: FakeClock) -> AsyncIterator[Ex
         yield p
 
 
-def tickets_of(result: object) -> list[TicketOk | TicketError]:
+def tickets_of(result: object) -> list[TicketOk | TicketError | TryAgain]:
     assert isinstance(result, Tickets), result
     return result.outcomes
 

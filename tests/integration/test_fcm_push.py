@@ -50,7 +50,7 @@ async def fcm(tmp_path: Path) -> AsyncIterator[Fcm]:
             yield Fcm(sandbox, provider, clock)
 
 
-def outcomes(result: object) -> list[TicketOk | TicketError]:
+def outcomes(result: object) -> list[TicketOk | TicketError | TryAgain]:
     assert isinstance(result, Tickets), result
     return result.outcomes
 
@@ -78,9 +78,9 @@ async def test_each_fcm_error_maps_to_its_outcome(fcm: Fcm) -> None:
         "INVALID_ARGUMENT",
         "SENDER_ID_MISMATCH",
     ]
-    # Beside a ticket, a temporary failure is that message's own, not permanent.
-    assert isinstance(down, TicketError) and not down.permanent
-    assert down.retry_after == MIN_RETRY_SECONDS
+    # Beside a ticket, a temporary failure is that message's own TryAgain.
+    assert isinstance(down, TryAgain) and not down.maybe_sent and not down.server_error
+    assert down.retry_after == MIN_RETRY_SECONDS and down.reason.startswith("UNAVAILABLE")
     assert [r["message"]["token"] for r in fcm.sandbox.received()] == ["t1"]
 
 
@@ -121,6 +121,17 @@ async def test_an_answer_lost_after_sending_is_maybe_sent(fcm: Fcm) -> None:
     result = await fcm.provider.send([push("a")])
     assert isinstance(result, TryAgain) and result.maybe_sent, result
     assert len(fcm.sandbox.received()) == 1
+
+
+async def test_an_answer_lost_beside_an_accepted_one_is_that_message_maybe_sent(
+    fcm: Fcm,
+) -> None:
+    fcm.sandbox.fail_after_accept(1, "drop")  # whichever of the two FCM takes first
+    got = outcomes(await fcm.provider.send([push("a"), push("b")]))
+    (lost,) = [o for o in got if isinstance(o, TryAgain)]
+    assert lost.maybe_sent and not lost.throttled, lost
+    assert sum(isinstance(o, TicketOk) for o in got) == 1
+    assert sorted(r["message"]["token"] for r in fcm.sandbox.received()) == ["a", "b"]
 
 
 async def test_the_token_is_renewed_five_minutes_before_it_expires(fcm: Fcm) -> None:

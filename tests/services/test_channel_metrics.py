@@ -10,7 +10,14 @@ from tepat import metrics
 from tepat.domain.models import MessageStatus
 from tepat.ports.channel import Refused
 from tepat.runtime import Runtime
-from tests.services.test_outcome_table import CASES, TABLE, Row, send_once
+from tests.services.test_outcome_table import (
+    CASES,
+    ONE_NOTIFICATION,
+    TABLE,
+    Row,
+    for_one_notification,
+    send_once,
+)
 from tests.services.test_outcome_table import rt as rt  # the fixture: a runtime with ana
 
 # What each answer is counted as in tepat_sends_total, and the provider error it is
@@ -29,6 +36,9 @@ COUNTED: dict[str, tuple[str | None, tuple[str, str] | None]] = {
     "crash after send": (None, None),
 }
 NOT_SENT = {"try again", "try again after Retry-After", "try again, given up"}
+# One notification's own TryAgain is counted as a whole request's would be.
+COUNTED.update({for_one_notification(n): COUNTED[n] for n in ONE_NOTIFICATION})
+NOT_SENT.update(for_one_notification(n) for n in ONE_NOTIFICATION if n in NOT_SENT)
 
 
 def sample(name: str, **labels: str) -> float:

@@ -24,6 +24,7 @@ from tepat.clock import FakeClock
 from tepat.domain.categories import OUTCOME_UNKNOWN
 from tepat.domain.models import Device, Message, MessageStatus, User, message_id_for, slot_key_for
 from tepat.domain.retry import RetryPolicy
+from tepat.metrics import REGISTRY
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Outgoing, Refused
 from tepat.ports.push import (
     PushRequest,
@@ -64,6 +65,9 @@ class Row:
     expected: tuple[MessageStatus, str | None, float]
     category: str = "meal"  # maybe_sent: close
     attempts: int = 0
+    # Push answers a TryAgain as one notification's (in Tickets, as FCM and APNs do
+    # beside other notifications answered), not as the whole request's.
+    each: bool = False
     # Channels whose provider never gives this answer, and why.
     cannot: dict[str, str] = field(default_factory=dict)
     # Channels that end otherwise on purpose: how, and why.
@@ -76,6 +80,11 @@ ONLY_ACCEPT = "its provider takes the message; a callback or receipt delivers it
 ONLY_DELIVER = "final at once: nothing is left for a callback"
 NO_PROVIDER = "the inbox is our own store: nothing to wait for or retry"
 WEBHOOK_RETRIES = "a webhook's receiver dedupes on the delivery id: a maybe-sent one is retried"
+PUSH_ONLY = {
+    c: "its port answers per message: the rows without each= cover it"
+    for c in CHANNELS
+    if c != "push"
+}
 
 TABLE: dict[str, Row] = {
     "accepted": Row(
@@ -125,6 +134,28 @@ TABLE: dict[str, Row] = {
     ),
     "crash after send": Row(Crash(), (MessageStatus.SENDING, None, 0)),
 }
+# Push answers these for one notification too (in Tickets, as FCM and APNs do beside
+# other notifications answered): the message must end the same.
+ONE_NOTIFICATION = (
+    "try again after Retry-After",
+    "5xx the provider says to retry, category closes",
+    "maybe sent, category closes",
+    "maybe sent, category retries",
+)
+
+
+def for_one_notification(name: str) -> str:
+    return f"{name}, for one notification"
+
+
+TABLE.update(
+    {
+        for_one_notification(name): dataclasses.replace(
+            TABLE[name], each=True, cannot=PUSH_ONLY, unlike={}
+        )
+        for name in ONE_NOTIFICATION
+    }
+)
 
 CASES = [
     pytest.param(name, channel, id=f"{name}-{channel}")
@@ -140,6 +171,7 @@ class ScriptedPush(FakePush):
     def __init__(self) -> None:
         super().__init__()
         self.answer: ChannelOutcome | Crash = Accepted("p-1")
+        self.each = False
 
     @property
     def sent(self) -> list[PushRequest]:
@@ -153,7 +185,7 @@ class ScriptedPush(FakePush):
             case Refused(reason):
                 return Rejected(reason)
             case TryAgain() as again:
-                return again
+                return Tickets([again for _ in batch]) if self.each else again
             case Crash() as crash:
                 raise crash
         raise AssertionError(f"push cannot answer {self.answer!r}")
@@ -215,7 +247,7 @@ def dispatcher(rt: Runtime) -> tuple[ChannelSender, list[Any]]:
         rt.store,
         rt.categories,
         rt.clock,
-        {"push": PushChannel({"expo": push}, rt.store, rt.clock), **channels},
+        {"push": PushChannel({"expo": push}, rt.store, rt.clock, rt.categories), **channels},
         retry=RETRY,
         flush=rt.outbox.flush_quietly,
         rng=Top(),
@@ -232,7 +264,7 @@ async def send_once(
     row = TABLE[name]
     now = rt.clock.now()
     d, providers = dispatcher(rt)
-    providers[0].answer = row.answer
+    providers[0].answer, providers[0].each = row.answer, row.each
     m = message(channel, row, now)
     await rt.store.insert_messages([m])
     claimed = await rt.store.claim([m.id], now)
@@ -326,3 +358,20 @@ async def test_a_crash_before_the_record_logs_no_send(rt: Runtime) -> None:
     with capture_logs() as logs:
         await send_once(rt, "crash after send", "email")
     assert [e for e in logs if e["event"] == SEND_LINE] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "action"),
+    [
+        (for_one_notification("maybe sent, category closes"), "closed"),
+        (for_one_notification("maybe sent, category retries"), "retried"),
+        (for_one_notification("5xx the provider says to retry, category closes"), "retried_5xx"),
+    ],
+)
+async def test_one_notification_maybe_sent_is_counted_as_a_possible_duplicate(
+    rt: Runtime, name: str, action: str
+) -> None:
+    labels = {"category": TABLE[name].category, "action": action}
+    before = REGISTRY.get_sample_value("tepat_maybe_sent_total", labels) or 0.0
+    await send_once(rt, name, "push")
+    assert REGISTRY.get_sample_value("tepat_maybe_sent_total", labels) == before + 1

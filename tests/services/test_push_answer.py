@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from tepat.adapters.push_answers import batch_result
 from tepat.ports.channel import Accepted, Refused
-from tepat.ports.push import Rejected, TicketError, TicketOk
+from tepat.ports.push import Rejected, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.push_channel import answer_of
 
@@ -33,3 +34,20 @@ def test_maybe_sent_if_any_request_may_have_gone_through() -> None:
     assert isinstance(got, TryAgain) and got.maybe_sent
     not_sent = answer_of([TryAgain("connect error"), BUSY])
     assert isinstance(not_sent, TryAgain) and not not_sent.maybe_sent
+
+
+def test_a_notifications_own_try_again_keeps_its_flags_in_the_messages_answer() -> None:
+    got = answer_of([GONE, TryAgain("429", retry_after=7.0, throttled=True, server_error=True)])
+    assert got == TryAgain(
+        "DeviceNotRegistered: gone; 429", retry_after=7.0, throttled=True, server_error=True
+    )
+
+
+def test_a_batch_beside_a_ticket_keeps_each_notifications_try_again() -> None:
+    lost = TryAgain("ReadTimeout after the request was sent", maybe_sent=True)
+    got = batch_result([TicketOk("tk-1"), lost, Rejected("bad")])
+    assert got == Tickets([TicketOk("tk-1"), lost, TicketError("Rejected", "bad", permanent=True)])
+    # With no ticket nor refusal of its own, the batch's answer is the whole one.
+    assert batch_result([lost, TryAgain("503", retry_after=3.0)]) == TryAgain(
+        lost.reason, retry_after=3.0, maybe_sent=True
+    )

@@ -21,7 +21,9 @@ from datetime import datetime
 
 from tepat import metrics
 from tepat.clock import Clock
+from tepat.domain.categories import Categories
 from tepat.domain.models import Device, Message, Ticket
+from tepat.domain.push_terms import push_terms
 from tepat.domain.queues import PUSH
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.push import (
@@ -121,6 +123,9 @@ class PushBatcher:
             outcomes: Sequence[Outcome] = [result] * len(chunk)
         else:
             outcomes = result.outcomes
+            for again in outcomes:
+                if isinstance(again, TryAgain):  # one notification's, counted as a whole one's
+                    metrics.count_provider_error(PUSH, again)
         for (_, fut), outcome in zip(chunk, outcomes, strict=True):
             if not fut.done():
                 fut.set_result(outcome)
@@ -158,12 +163,14 @@ class PushChannel:
         providers: Mapping[str, PushProvider],
         devices: DeviceRepository,
         clock: Clock,
+        categories: Categories,
         *,
         device_max_failures: int = 3,
     ) -> None:
         self._providers = providers
         self._devices = devices
         self._clock = clock
+        self._categories = categories
         self._device_max_failures = device_max_failures
         self.batchers = {
             kind: PushBatcher(p, clock, provider=kind) for kind, p in providers.items()
@@ -216,14 +223,30 @@ class PushChannel:
         for i, (_, device) in enumerate(pairs):
             by_kind.setdefault(device.kind, []).append(i)
         futures: dict[int, asyncio.Future[Outcome]] = {}
+        now = self._clock.now()
         for kind, indexes in by_kind.items():
             batcher = self.batchers.get(kind)
             if batcher is None:
                 submitted = [_answered(Rejected(f"no {kind} push provider")) for _ in indexes]
             else:
-                submitted = batcher.submit([_request(*pairs[i]) for i in indexes])
+                submitted = batcher.submit([self._request(*pairs[i], now) for i in indexes])
             futures.update(zip(indexes, submitted, strict=True))
         return [futures[i] for i in range(len(pairs))]
+
+    def _request(self, item: Outgoing, device: Device, now: datetime) -> PushRequest:
+        m = item.message
+        terms = push_terms(m, self._categories.get(m.category), now)
+        return PushRequest(
+            m.id,
+            device.push_token,
+            m.title,
+            m.body,
+            {**m.data, "tepat_message_id": m.id, "category": m.category},
+            m.category,
+            ttl_seconds=terms.ttl_seconds,
+            priority=terms.priority,
+            still_sendable=item.still_sendable,
+        )
 
 
 def _answered(outcome: Outcome) -> asyncio.Future[Outcome]:
@@ -238,8 +261,8 @@ def answer_of(
     """One message's answer from its devices' outcomes: not sent if one request was not
     (its lease ran out: never fully answered, left ``sending`` for the sweeper); accepted
     if any device's notification was; else worth another try if any failure was temporary
-    (maybe sent if any request may have gone through, never before the longest
-    Retry-After); else refused."""
+    (maybe sent, throttled or a 5xx if any ``TryAgain`` of a request or of one
+    notification says so, never before the longest Retry-After); else refused."""
     if any(isinstance(x, Withheld) for x in outcomes):
         return Withheld()
     ok = [x for x in outcomes if isinstance(x, TicketOk)]
@@ -258,27 +281,15 @@ def answer_of(
     ]
     if not retryable:
         return Refused(error)
+    again = [x for x in retryable if isinstance(x, TryAgain)]
     return TryAgain(
         error,
         retry_after=max((x.retry_after or 0.0) for x in retryable),
-        maybe_sent=any(isinstance(x, TryAgain) and x.maybe_sent for x in outcomes),
-        server_error=any(isinstance(x, TryAgain) and x.server_error for x in outcomes),
+        maybe_sent=any(x.maybe_sent for x in again),
+        throttled=any(x.throttled for x in again),
+        server_error=any(x.server_error for x in again),
     )
 
 
 def _ticket(m: Message, device: Device, ok: TicketOk, now: datetime) -> Ticket:
     return Ticket(ok.ticket_id, m.id, m.user_id, device.device_id, device.push_token, now)
-
-
-def _request(item: Outgoing, device: Device) -> PushRequest:
-    m = item.message
-    data = {**m.data, "tepat_message_id": m.id, "category": m.category}
-    return PushRequest(
-        m.id,
-        device.push_token,
-        m.title,
-        m.body,
-        data,
-        m.category,
-        still_sendable=item.still_sendable,
-    )
