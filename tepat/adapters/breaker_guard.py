@@ -89,7 +89,11 @@ class ProviderBreaker:
         self._note(admission.transition)
         if admission.wait is not None:
             return await closed(
-                TryAgain(f"breaker_open: {self.provider} is failing", retry_after=admission.wait)
+                TryAgain(
+                    f"breaker_open: {self.provider} is failing",
+                    retry_after=admission.wait,
+                    not_tried=True,
+                )
             )
         answer_verdict = Verdict.NEITHER
         try:

@@ -27,6 +27,7 @@ def transition_fields(change: StatusChange, now: datetime) -> dict[str, Any]:
         "ticket_id": change.ticket_id,
         "last_error": change.last_error,
         "scheduled_at": change.scheduled_at,
+        "attempts": change.attempts,
     }
     fields.update((name, value) for name, value in optional.items() if value is not None)
     pending = change.to is MessageStatus.PENDING

@@ -41,6 +41,7 @@ class Next:
     last_error: str | None = None
     ticket_id: str | None = None
     due_at: datetime | None = None
+    attempts: int | None = None  # set: the attempts the message has spent, as written
 
     @property
     def stage(self) -> Stage:
@@ -73,20 +74,28 @@ def after_failure(
     maybe_sent: bool,
     now: datetime,
     rng: random.Random,
+    not_tried: bool = False,
 ) -> Next:
     """A temporary failure (``error``): close it, give up, or try again later.
 
     ``maybe_sent`` (the request went out and its answer was lost) weighs a possible
     duplicate (retry) against a possibly missing notification (close): the category's
-    ``policy`` decides. ``rng`` draws the backoff's jitter.
+    ``policy`` decides. ``rng`` draws the backoff's jitter. ``not_tried`` (the provider
+    was never called: its breaker is open) gives back the attempt the claim counted.
     """
     if maybe_sent and policy is MaybeSentPolicy.CLOSE:
         return Next(MessageStatus.FAILED, OUTCOME_UNKNOWN, last_error=error)
-    if retry.gives_up(message.attempts, message.scheduled_at, now):
-        reason = f"gave up after {message.attempts} attempts: {error}"
+    spent = max(0, message.attempts - 1) if not_tried else message.attempts
+    if retry.gives_up(spent, message.scheduled_at, now):
+        reason = f"gave up after {spent} attempts: {error}"
         return Next(MessageStatus.FAILED, reason, last_error=error)
-    delay = retry.delay(message.attempts, retry_after, rng)
-    return Next(MessageStatus.PENDING, last_error=error, due_at=now + timedelta(seconds=delay))
+    delay = retry.delay(spent, retry_after, rng)
+    return Next(
+        MessageStatus.PENDING,
+        last_error=error,
+        due_at=now + timedelta(seconds=delay),
+        attempts=spent if not_tried else None,
+    )
 
 
 def maybe_sent_matters(channel: str, maybe_sent: bool) -> bool:

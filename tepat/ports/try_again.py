@@ -42,3 +42,6 @@ class TryAgain:
     throttled: bool = False
     # A 5xx its provider documents as retryable: retried, counted as a possible duplicate.
     server_error: bool = False
+    # The provider was never called (its circuit breaker is open): the attempt the claim
+    # counted is given back, so an outage spends the message's age limit, not its attempts.
+    not_tried: bool = False

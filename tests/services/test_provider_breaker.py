@@ -203,6 +203,10 @@ async def test_through_the_send_path_messages_wait_while_open_then_go(
     again = await stored(rt, waiting)
     assert again.status is MessageStatus.PENDING
     assert again.last_error == "breaker_open: expo is failing"
+    # Its claim counted an attempt; the breaker's refusal gave it back (the provider
+    # was never called), so an outage spends the message's age limit, not its attempts.
+    assert again.attempts == 0
+    assert [(await stored(rt, m)).attempts for m in first] == [1, 1]
     # It waits at least until the breaker probes again.
     assert again.due >= rt.clock.now() + timedelta(seconds=COOL_DOWN)
     assert breakers_on_the_dashboard(rt)["expo"] == "open"

@@ -46,6 +46,7 @@ def failure(
     retry_after: float | None = None,
     maybe_sent: bool = False,
     now: datetime = NOW,
+    not_tried: bool = False,
 ) -> Next:
     return after_failure(
         m,
@@ -56,6 +57,7 @@ def failure(
         maybe_sent=maybe_sent,
         now=now,
         rng=Top(),
+        not_tried=not_tried,
     )
 
 
@@ -136,3 +138,17 @@ def test_stages_in_write_order_and_what_each_is_written_over(
     assert next_.stage is stage
     assert set(expected_from(stage)) == expect
     assert list(Stage) == [Stage.ACCEPTED, Stage.CLOSED, Stage.RETRY]
+
+
+def test_a_wait_behind_an_open_breaker_gives_back_its_attempt() -> None:
+    """The provider was never called: the attempt the claim counted is not spent, so an
+    outage longer than the attempts allow leaves the message waiting, not failed."""
+    last = message(attempts=RETRY.max_attempts)
+    assert failure(last).to is MessageStatus.FAILED
+    waits = failure(last, retry_after=30.0, not_tried=True)
+    assert (waits.to, waits.attempts) == (MessageStatus.PENDING, RETRY.max_attempts - 1)
+    assert waits.due_at == NOW + timedelta(seconds=30)
+    assert failure(message(attempts=1)).attempts is None  # a real try keeps its count
+    # The age limit still holds: an outage longer than max_age ends it.
+    old = message(attempts=1, scheduled_at=NOW - RETRY.max_age - timedelta(seconds=1))
+    assert failure(old, not_tried=True).to is MessageStatus.FAILED

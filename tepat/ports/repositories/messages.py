@@ -42,6 +42,9 @@ class StatusChange:
     # Going back to ``pending`` (retry, deferral, re-drive): when to dispatch it
     # next. The store sets the outbox mark in the same write.
     due_at: datetime | None = None
+    # Set: the attempts the message has spent (a retry whose provider was never called
+    # gives back the one its claim counted).
+    attempts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

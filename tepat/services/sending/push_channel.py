@@ -288,6 +288,7 @@ def answer_of(
         maybe_sent=any(x.maybe_sent for x in again),
         throttled=any(x.throttled for x in again),
         server_error=any(x.server_error for x in again),
+        not_tried=all(isinstance(x, TryAgain) and x.not_tried for x in retryable),
     )
 
 

@@ -96,7 +96,9 @@ class OutcomeRecorder:
                 return outcomes.after_delivered()
             case Refused(reason):
                 return outcomes.after_refused(reason)
-            case TryAgain(reason, retry_after, maybe_sent, server_error=server_error):
+            case TryAgain(
+                reason, retry_after, maybe_sent, server_error=server_error, not_tried=not_tried
+            ):
                 maybe_sent = outcomes.maybe_sent_matters(channel, maybe_sent)
                 policy = self._categories.get(m.category).maybe_sent
                 if maybe_sent:
@@ -123,6 +125,7 @@ class OutcomeRecorder:
                     maybe_sent=maybe_sent,
                     now=now,
                     rng=self._rng,
+                    not_tried=not_tried,
                 )
 
     async def record(self, channel: str, answers: Sequence[Answer]) -> None:
@@ -206,4 +209,6 @@ def log_sends(
 
 
 def _change(m: Message, n: Next) -> StatusChange:
-    return StatusChange(m.id, n.to, n.reason, n.ticket_id, n.last_error, due_at=n.due_at)
+    return StatusChange(
+        m.id, n.to, n.reason, n.ticket_id, n.last_error, due_at=n.due_at, attempts=n.attempts
+    )
