@@ -46,6 +46,7 @@ from tepat.wiring import (
     build_sms_channel,
     build_unsubscribe_links,
     build_webhook_channel,
+    build_webpush_provider,
 )
 
 log = structlog.get_logger("tepat.runtime")
@@ -129,6 +130,9 @@ def make_push_providers(
     apns = build_apns_provider(settings, clock)
     if apns is not None:
         providers["apns"] = apns
+    webpush = build_webpush_provider(settings, clock)
+    if webpush is not None:
+        providers["webpush"] = webpush
     return providers
 
 

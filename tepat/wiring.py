@@ -20,6 +20,7 @@ from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
 from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.adapters.webhook_out import WebhookChannel
+from tepat.adapters.webpush_push import Vapid, WebPushProvider
 from tepat.clock import Clock
 from tepat.config import Settings
 from tepat.domain.webhooks import TargetPolicy, parse_target_policy
@@ -145,4 +146,17 @@ def build_apns_provider(settings: Settings, clock: Clock) -> ApnsPushProvider | 
         clock=clock,
         base_url=settings.apns_url,
         max_streams=settings.apns_max_streams,
+    )
+
+
+def build_webpush_provider(settings: Settings, clock: Clock) -> WebPushProvider | None:
+    """The Web Push provider of ``TEPAT_WEBPUSH_*``; None without a VAPID key."""
+    key_file, subject = settings.webpush_vapid_private_key_file, settings.webpush_vapid_subject
+    if not (key_file and subject):
+        return None
+    return WebPushProvider(
+        Vapid(read_signing_key(key_file), subject, clock),
+        clock=clock,
+        base_url=settings.webpush_url,
+        max_connections=settings.webpush_max_connections,
     )
