@@ -50,12 +50,11 @@ import httpx
 
 from tepat.adapters.apns_auth import ProviderToken
 from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
-from tepat.adapters.push_answers import Answer, batch_result
+from tepat.adapters.push_answers import Answer, send_each
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
 from tepat.ports.push import (
-    GateClosed,
     PushRequest,
     ReceiptResult,
     Receipts,
@@ -180,17 +179,7 @@ class ApnsPushProvider:
         await self.close()
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
-        if len(batch) > MAX_BATCH:
-            raise ValueError(f"at most {MAX_BATCH} notifications per send, got {len(batch)}")
-        answers: list[Answer | None] = [_refused_before_sending(r) for r in batch]
-        to_send = [i for i, a in enumerate(answers) if a is None]
-        closed = {batch[i].message_id for i in to_send if not batch[i].still_sendable()}
-        if closed:
-            raise GateClosed(closed)
-        sent = await asyncio.gather(*(self._send_one(batch[i]) for i in to_send))
-        for i, answer in zip(to_send, sent, strict=True):
-            answers[i] = answer
-        return batch_result([a for a in answers if a is not None])
+        return await send_each(batch, MAX_BATCH, _refused_before_sending, self._send_one)
 
     async def _send_one(self, request: PushRequest) -> Answer:
         token = self.token.current()
