@@ -24,12 +24,11 @@ network error/timeout        TryAgain, maybe sent once the     as Expo's
 ============================ ================================= ============================
 
 How the answers of a batch's notifications make its answer:
-:func:`tepat.adapters.push_answers.batch_result`.
+:func:`tepat.adapters.push_answers.send_each`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -47,6 +46,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
+from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.push_answers import Answer, send_each
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
@@ -150,7 +150,7 @@ def classify(response: httpx.Response, clock: Clock) -> Answer:
     return TicketError(code, text, permanent=True, deactivate_device=status in (404, 410))
 
 
-class WebPushProvider:
+class WebPushProvider(PooledClient):
     max_batch: int = MAX_BATCH
     max_receipt_batch: int = 0  # push services answer at send time
 
@@ -164,30 +164,17 @@ class WebPushProvider:
         timeout: float = 15.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        super().__init__(
+            max_connections,
+            timeout=timeout,
+            transport=transport,
+            headers={"user-agent": "tepat-webpush/0.1"},
+        )
         self.vapid = vapid
         self.clock = clock
         # Set, every request goes there with its endpoint's path (the sandbox); the VAPID
         # audience stays the endpoint's own origin.
         self._base_url = base_url.rstrip("/") if base_url else None
-        self._client = httpx.AsyncClient(
-            headers={"user-agent": "tepat-webpush/0.1"},
-            timeout=timeout,
-            transport=transport,
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-        )
-        # Wait for a connection slot here, not in httpx's pool (see ExpoPushProvider).
-        self._slots = asyncio.Semaphore(max_connections)
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-    async def __aenter__(self) -> WebPushProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         return await send_each(batch, MAX_BATCH, _refused_before_sending, self._send_one)

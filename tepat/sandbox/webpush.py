@@ -17,6 +17,8 @@ their private keys, so it can decrypt what is pushed to them. ``POST /push/{id}`
 * otherwise 201 with a ``Location``, and the notification (subscription id, ``ttl`` /
   ``urgency`` / ``topic`` headers, the decrypted ``payload``) is in :meth:`received`.
 
+``POST /_sandbox/subscribe`` answers a new subscription, for a demo driven over HTTP.
+
 The faults, counters and ``/_sandbox/`` controls are the sandbox kit's
 (:mod:`tepat.sandbox.provider`).
 """
@@ -88,7 +90,10 @@ class WebPushSandbox(FakeProvider[_State]):
         self._vapid_keys: set[str] = set()  # base64url public keys
         # subscription id: (the browser's private key, its auth secret)
         self._subscriptions: dict[str, tuple[ec.EllipticCurvePrivateKey, bytes]] = {}
-        routes = [Route("/push/{id}", self._push, methods=["POST"])]
+        routes = [
+            Route("/push/{id}", self._push, methods=["POST"]),
+            Route("/_sandbox/subscribe", self._subscribe, methods=["POST"]),
+        ]
         super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds, routes)
 
     # ---- controls ----
@@ -112,6 +117,9 @@ class WebPushSandbox(FakeProvider[_State]):
             self._subscriptions[sid] = (key, auth)
         keys = {"p256dh": b64url(public_key_bytes(key.public_key())), "auth": b64url(auth)}
         return json.dumps({"endpoint": f"{self.origin}/push/{sid}", "keys": keys})
+
+    async def _subscribe(self, request: Request) -> Response:
+        return Response(self.subscribe(), media_type="application/json")
 
     def script_subscription(self, subscription_id: str, status: int | None) -> None:
         """Answer pushes to ``subscription_id`` with HTTP ``status`` (``None``: accept)."""
