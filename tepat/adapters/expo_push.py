@@ -33,7 +33,6 @@ from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.expo_outcomes import (
     CONFIGURATION_ERRORS,
     DEVICE_NOT_REGISTERED,
-    SendProgress,
     classify_response,
     classify_ticket_error,
     item_error,
@@ -335,12 +334,7 @@ class ExpoPushProvider(PooledClient):
         if len(raw) > GZIP_OVER_BYTES:
             raw = gzip.compress(raw, compresslevel=6)
             headers["Content-Encoding"] = "gzip"
-        progress = SendProgress()
-        try:
-            async with self._slots:
-                response = await self._client.post(
-                    path, content=raw, headers=headers, extensions={"trace": progress.trace}
-                )
-        except httpx.HTTPError as e:
-            return progress.failure(e)
+        response = await self._post_in_slot(path, "Expo", content=raw, headers=headers)
+        if isinstance(response, TryAgain):
+            return response
         return classify_response(response, self.clock.now())

@@ -53,7 +53,7 @@ from typing import Any
 import httpx
 
 from tepat.adapters.adaptive_rate import AdaptiveRate
-from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
+from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.push_answers import Answer, batch_result
@@ -237,17 +237,14 @@ class FcmPushProvider(PooledClient):
         return answer
 
     async def _post(self, request: PushRequest, token: str) -> Answer:
-        progress = SendProgress()
-        try:
-            async with self._slots:
-                response = await self._client.post(
-                    self._send_path,
-                    json={"message": to_fcm_message(request)},
-                    headers={"Authorization": f"Bearer {token}"},
-                    extensions={"trace": progress.trace},
-                )
-        except httpx.HTTPError as e:
-            return progress.failure(e, "FCM")
+        response = await self._post_in_slot(
+            self._send_path,
+            "FCM",
+            json={"message": to_fcm_message(request)},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        if isinstance(response, TryAgain):
+            return response
         if response.status_code == 401:
             code, message, _ = fcm_error(response)
             if code != "THIRD_PARTY_AUTH_ERROR":

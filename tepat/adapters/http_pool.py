@@ -8,6 +8,9 @@ from typing import Any, Self
 
 import httpx
 
+from tepat.adapters.expo_outcomes import SendProgress
+from tepat.ports.try_again import TryAgain
+
 
 class PooledClient:
     """Base of an adapter that owns one ``httpx.AsyncClient`` (closed with it)."""
@@ -31,6 +34,18 @@ class PooledClient:
         # Wait for a connection slot here rather than in httpx's pool, whose wait counts
         # against the timeout and would turn a busy moment into spurious TryAgains.
         self._slots = asyncio.Semaphore(max_connections)
+
+    async def _post_in_slot(
+        self, url: str, provider: str, **request: Any
+    ) -> httpx.Response | TryAgain:
+        """POST once a connection is free; a network error or timeout is TryAgain, maybe
+        sent once the body went out (:class:`SendProgress`)."""
+        progress = SendProgress()
+        try:
+            async with self._slots:
+                return await self._client.post(url, extensions={"trace": progress.trace}, **request)
+        except httpx.HTTPError as e:
+            return progress.failure(e, provider)
 
     async def close(self) -> None:
         await self._client.aclose()

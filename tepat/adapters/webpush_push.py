@@ -45,7 +45,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
+from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.push_answers import Answer, send_each
 from tepat.clock import Clock
@@ -194,14 +194,9 @@ class WebPushProvider(PooledClient):
             "urgency": "normal" if request.priority == "normal" else "high",
         }
         body = encrypt(to_webpush_payload(request), keys["p256dh"], keys["auth"])
-        progress = SendProgress()
-        try:
-            async with self._slots:
-                response = await self._client.post(
-                    url, content=body, headers=headers, extensions={"trace": progress.trace}
-                )
-        except httpx.HTTPError as e:
-            return progress.failure(e, "the push service")
+        response = await self._post_in_slot(url, "the push service", content=body, headers=headers)
+        if isinstance(response, TryAgain):
+            return response
         return classify(response, self.clock)
 
     def set_rate_share(self, share: float) -> None:
