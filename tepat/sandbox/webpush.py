@@ -139,7 +139,7 @@ class WebPushSandbox(FakeProvider[_State]):
             self.fail_next(
                 int(fail.get("count", 1)),
                 int(fail.get("status", 429)),
-                fail.get("retry_after", 1.0),
+                None if (wait := fail.get("retry_after", 1.0)) is None else float(wait),
             )
 
     def _script_from(self, outcome: dict[str, Any]) -> SubscriptionScript | None:
