@@ -180,3 +180,25 @@ async def test_the_sandbox_refuses_a_push_without_ttl_or_encryption(webpush: Web
         )
     assert (no_ttl.status_code, garbled.status_code) == (400, 400)
     assert webpush.sandbox.received() == []
+
+
+async def test_a_5xx_after_the_service_took_the_push_is_tried_again(webpush: WebPush) -> None:
+    webpush.sandbox.fail_after_accept(1, "error", 502)
+    result = await webpush.provider.send([push(webpush.sandbox.subscribe())])
+    assert isinstance(result, TryAgain), result
+    assert result.server_error
+    (received,) = webpush.sandbox.received()
+    assert received["answer_lost"] == "error"
+
+
+async def test_the_sandbox_is_driven_over_http_too(webpush: WebPush) -> None:
+    async with httpx.AsyncClient(base_url=webpush.base_url) as client:
+        subscription = (await client.post("/_sandbox/subscribe")).text
+        sid = json.loads(subscription)["endpoint"].rsplit("/", 1)[1]
+        script = {"subscriptions": {sid: {"status": 410}}, "fail_next": {"count": 1}}
+        described = (await client.post("/_sandbox/script", json=script)).json()
+    assert described["subscriptions"] == {sid: {"status": 410}}
+    throttled = await webpush.provider.send([push(subscription)])
+    assert isinstance(throttled, TryAgain) and throttled.retry_after == 1.0
+    (gone,) = tickets(await webpush.provider.send([push(subscription)]))
+    assert isinstance(gone, TicketError) and gone.code == "Gone" and gone.deactivate_device
