@@ -21,6 +21,7 @@ class PooledClient:
         *,
         timeout: float,
         transport: httpx.AsyncBaseTransport | None,
+        max_in_flight: int | None = None,
         **options: Any,
     ) -> None:
         self._client = httpx.AsyncClient(
@@ -31,9 +32,10 @@ class PooledClient:
             ),
             **options,
         )
-        # Wait for a connection slot here rather than in httpx's pool, whose wait counts
-        # against the timeout and would turn a busy moment into spurious TryAgains.
-        self._slots = asyncio.Semaphore(max_connections)
+        # Wait for a connection slot (over HTTP/2, a stream: ``max_in_flight``) here rather
+        # than in httpx's pool, whose wait counts against the timeout and would turn a busy
+        # moment into spurious TryAgains.
+        self._slots = asyncio.Semaphore(max_in_flight or max_connections)
 
     async def _post_in_slot(
         self, url: str, provider: str, **request: Any
