@@ -365,6 +365,38 @@ def sandbox_apns(
     serve_h2c_app(sandbox.app, host, port)
 
 
+@sandbox_app.command("webpush")
+def sandbox_webpush(
+    host: Host = "127.0.0.1",
+    port: Port = 8005,
+    rate_limit: Annotated[
+        float | None, typer.Option(help="Requests/s before answering 429.", min=0)
+    ] = None,
+    key_file: Annotated[
+        str, typer.Option(help="Where to write a VAPID private key (PEM) it trusts.")
+    ] = "webpush-sandbox-vapid.pem",
+) -> None:
+    """A local server that behaves like a browser's Web Push service (VAPID, aes128gcm);
+    `POST /_sandbox/subscribe` gives a subscription to register as a `webpush` device."""
+    from pathlib import Path
+
+    from tepat.sandbox.runner import serve_app
+    from tepat.sandbox.webpush import WebPushSandbox
+
+    configure_logging()
+    sandbox = WebPushSandbox(rate_limit=rate_limit or None)
+    Path(key_file).write_text(sandbox.vapid_key())
+    Path(key_file).chmod(0o600)
+    url = f"http://{host}:{port}"
+    print(
+        f"tepat: Web Push sandbox at {url} (TEPAT_WEBPUSH_URL={url}"
+        f" TEPAT_WEBPUSH_VAPID_PRIVATE_KEY_FILE={key_file}"
+        " TEPAT_WEBPUSH_VAPID_SUBJECT=mailto:you@example.com)",
+        flush=True,
+    )
+    serve_app(sandbox.app, host, port)
+
+
 @dlq_app.command("list")
 def dlq_list() -> None:
     """Broker dead letters (NACKed past the limit) and failed messages."""

@@ -131,6 +131,18 @@ class Settings(BaseSettings):
     the APNs sandbox's URL (`tepat sandbox apns`) in tests and demos."""
     apns_max_streams: int = Field(default=100, ge=1, le=1000)
     """Concurrent requests on the one HTTP/2 connection to APNs, per process."""
+    webpush_vapid_private_key_file: str | None = None
+    """Web Push: the VAPID key (RFC 8292) that signs every push, a P-256 private key as a
+    PEM file (`openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8
+    -nocrypt`); its public key is the `applicationServerKey` browsers subscribe with. Set
+    it (with the subject below) to send to `webpush` devices."""
+    webpush_vapid_subject: str | None = Field(default=None, validate_default=True)
+    """How a push service reaches the sender: a `mailto:` or `https:` URL (the VAPID `sub`)."""
+    webpush_url: str | None = None
+    """Unset: each notification goes to its subscription's endpoint. Set: to this base URL
+    with the endpoint's path instead (the Web Push sandbox in tests and demos)."""
+    webpush_max_connections: int = Field(default=50, ge=1, le=512)
+    """Concurrent requests to push services, per process."""
     admin_api_key: SecretStr | None = None
     """`X-API-Key` for backends and operators. Unset: generated on first start and kept in
     `.tepat-admin-key` beside a SQLite database; required with MongoDB."""
@@ -463,9 +475,9 @@ class Settings(BaseSettings):
             raise ValueError(f"unset, and {path} names no project_id: set it")
         return str(project)
 
-    @field_validator("apns_key_file")
+    @field_validator("apns_key_file", "webpush_vapid_private_key_file")
     @classmethod
-    def _apns_key_file(cls, v: str | None) -> str | None:
+    def _p256_key_file(cls, v: str | None) -> str | None:
         from tepat.adapters.apns_auth import read_signing_key
 
         if v:
@@ -479,9 +491,20 @@ class Settings(BaseSettings):
             raise ValueError("unset, but TEPAT_APNS_KEY_FILE is set: APNs needs it")
         return v or None
 
-    @field_validator("expo_url", "twilio_url", "fcm_url", "apns_url")
+    @field_validator("webpush_vapid_subject")
     @classmethod
-    def _provider_url(cls, v: str) -> str:
+    def _webpush_subject(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v and not v.startswith(("mailto:", "https://")):
+            raise ValueError("expected a mailto: or https: URL")
+        if info.data.get("webpush_vapid_private_key_file") and not v:
+            raise ValueError("unset, but TEPAT_WEBPUSH_VAPID_PRIVATE_KEY_FILE is set: it is needed")
+        return v or None
+
+    @field_validator("expo_url", "twilio_url", "fcm_url", "apns_url", "webpush_url")
+    @classmethod
+    def _provider_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         if not v.startswith(("http://", "https://")):
             raise ValueError("expected an http(s) URL")
         return v.rstrip("/")

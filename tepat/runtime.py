@@ -48,6 +48,7 @@ from tepat.wiring import (
     build_sms_channel,
     build_unsubscribe_links,
     build_webhook_channel,
+    build_webpush_provider,
     provider_breaker,
 )
 
@@ -132,6 +133,9 @@ def make_push_providers(
     apns = build_apns_provider(settings, clock)
     if apns is not None:
         providers["apns"] = apns
+    webpush = build_webpush_provider(settings, clock)
+    if webpush is not None:
+        providers["webpush"] = webpush
     return providers
 
 

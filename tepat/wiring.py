@@ -21,6 +21,7 @@ from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
 from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.adapters.webhook_out import WebhookChannel
+from tepat.adapters.webpush_push import Vapid, WebPushProvider
 from tepat.clock import Clock
 from tepat.config import Settings
 from tepat.domain.breaker import BreakerSettings
@@ -162,4 +163,17 @@ def provider_breaker(
             probes=settings.breaker_half_open_probes,
         ),
         clock,
+    )
+
+
+def build_webpush_provider(settings: Settings, clock: Clock) -> WebPushProvider | None:
+    """The Web Push provider of ``TEPAT_WEBPUSH_*``; None without a VAPID key."""
+    key_file, subject = settings.webpush_vapid_private_key_file, settings.webpush_vapid_subject
+    if not (key_file and subject):
+        return None
+    return WebPushProvider(
+        Vapid(read_signing_key(key_file), subject, clock),
+        clock=clock,
+        base_url=settings.webpush_url,
+        max_connections=settings.webpush_max_connections,
     )

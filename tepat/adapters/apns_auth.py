@@ -21,15 +21,16 @@ RENEW_AFTER = timedelta(minutes=40)
 
 
 def read_signing_key(path: str | Path) -> ec.EllipticCurvePrivateKey:
-    """The P-256 private key of an APNs ``.p8`` file; ValueError saying why it is not one."""
+    """The P-256 private key of a PEM file (an APNs ``.p8``, a VAPID key); ValueError
+    saying why it is not one."""
     try:
         key = load_pem_private_key(Path(path).read_bytes(), password=None)
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror}") from None
     except (ValueError, TypeError) as e:
-        raise ValueError(f"{path} is not an unencrypted PEM private key (.p8): {e}") from None
+        raise ValueError(f"{path} is not an unencrypted PEM private key: {e}") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
-        raise ValueError(f"{path} is not a P-256 (ES256) key, as APNs auth keys are")
+        raise ValueError(f"{path} is not a P-256 (ES256) key")
     return key
 
 

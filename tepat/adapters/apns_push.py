@@ -37,7 +37,6 @@ How the answers of a batch's notifications make its answer:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -49,13 +48,13 @@ from typing import Any
 import httpx
 
 from tepat.adapters.apns_auth import ProviderToken
-from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
-from tepat.adapters.push_answers import Answer, batch_result
+from tepat.adapters.expo_outcomes import parse_retry_after
+from tepat.adapters.http_pool import PooledClient
+from tepat.adapters.push_answers import Answer, send_each
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
 from tepat.ports.push import (
-    GateClosed,
     PushRequest,
     ReceiptResult,
     Receipts,
@@ -143,7 +142,7 @@ def classify(response: httpx.Response, now: datetime) -> Answer:
     return TicketError(reason, text, permanent=True, deactivate_device=reason in _DEACTIVATE)
 
 
-class ApnsPushProvider:
+class ApnsPushProvider(PooledClient):
     max_batch: int = MAX_BATCH
     max_receipt_batch: int = 0  # APNs answers at send time
 
@@ -163,39 +162,19 @@ class ApnsPushProvider:
         self.clock = clock
         # http1=False: APNs speaks HTTP/2 only; over http:// (the sandbox) it is h2c with
         # prior knowledge. One connection, its streams multiplexed, as Apple asks.
-        self._client = httpx.AsyncClient(
+        super().__init__(
+            1,
+            timeout=timeout,
+            transport=transport,
+            max_in_flight=max_streams,
             base_url=base_url.rstrip("/"),
             http1=False,
             http2=True,
             headers={"user-agent": "tepat-apns-push/0.1"},
-            timeout=timeout,
-            transport=transport,
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         )
-        # Wait for a free stream here, not in httpx's pool (see ExpoPushProvider).
-        self._streams = asyncio.Semaphore(max_streams)
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-    async def __aenter__(self) -> ApnsPushProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
-        if len(batch) > MAX_BATCH:
-            raise ValueError(f"at most {MAX_BATCH} notifications per send, got {len(batch)}")
-        answers: list[Answer | None] = [_refused_before_sending(r) for r in batch]
-        to_send = [i for i, a in enumerate(answers) if a is None]
-        closed = {batch[i].message_id for i in to_send if not batch[i].still_sendable()}
-        if closed:
-            raise GateClosed(closed)
-        sent = await asyncio.gather(*(self._send_one(batch[i]) for i in to_send))
-        for i, answer in zip(to_send, sent, strict=True):
-            answers[i] = answer
-        return batch_result([a for a in answers if a is not None])
+        return await send_each(batch, MAX_BATCH, _refused_before_sending, self._send_one)
 
     async def _send_one(self, request: PushRequest) -> Answer:
         token = self.token.current()
@@ -213,17 +192,12 @@ class ApnsPushProvider:
     async def _post(self, request: PushRequest, token: str) -> httpx.Response | TryAgain:
         headers = apns_headers(request, self.topic, self.clock.now())
         headers["authorization"] = f"bearer {token}"
-        progress = SendProgress()
-        try:
-            async with self._streams:
-                return await self._client.post(
-                    SEND_PATH.format(token=request.push_token),
-                    content=_json(to_apns_payload(request)),
-                    headers=headers,
-                    extensions={"trace": progress.trace},
-                )
-        except httpx.HTTPError as e:
-            return progress.failure(e, "APNs")
+        return await self._post_in_slot(
+            SEND_PATH.format(token=request.push_token),
+            "APNs",
+            content=_json(to_apns_payload(request)),
+            headers=headers,
+        )
 
     def set_rate_share(self, share: float) -> None:
         """APNs publishes no rate ceiling to share: the streams of one connection bound it."""

@@ -33,11 +33,11 @@ from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.expo_outcomes import (
     CONFIGURATION_ERRORS,
     DEVICE_NOT_REGISTERED,
-    SendProgress,
     classify_response,
     classify_ticket_error,
     item_error,
 )
+from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.validation import is_expo_push_token
@@ -128,7 +128,7 @@ def payload_size(message: Mapping[str, Any]) -> int:
     return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
-class ExpoPushProvider:
+class ExpoPushProvider(PooledClient):
     #: How many notifications a caller should put in one request now: Expo's 100, less
     #: while the provider allows under two requests of 100 a second (see
     #: :meth:`AdaptiveRate.request_size`). :meth:`send` still takes up to 100.
@@ -165,27 +165,13 @@ class ExpoPushProvider:
         }
         if access_token:
             headers["Authorization"] = f"Bearer {access_token}"
-        self._client = httpx.AsyncClient(
+        super().__init__(
+            max_connections,
+            timeout=timeout,
+            transport=transport,
             base_url=self.base_url,
             headers=headers,
-            timeout=timeout,
-            transport=transport,  # tests replace the network; None is httpx's own
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
         )
-        # Wait for a connection slot here rather than in httpx's pool, whose wait counts
-        # against the timeout and would turn a busy moment into spurious TryAgains.
-        self._slots = asyncio.Semaphore(max_connections)
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-    async def __aenter__(self) -> ExpoPushProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # ---- send ----
 
@@ -348,12 +334,7 @@ class ExpoPushProvider:
         if len(raw) > GZIP_OVER_BYTES:
             raw = gzip.compress(raw, compresslevel=6)
             headers["Content-Encoding"] = "gzip"
-        progress = SendProgress()
-        try:
-            async with self._slots:
-                response = await self._client.post(
-                    path, content=raw, headers=headers, extensions={"trace": progress.trace}
-                )
-        except httpx.HTTPError as e:
-            return progress.failure(e)
+        response = await self._post_in_slot(path, "Expo", content=raw, headers=headers)
+        if isinstance(response, TryAgain):
+            return response
         return classify_response(response, self.clock.now())

@@ -53,8 +53,9 @@ from typing import Any
 import httpx
 
 from tepat.adapters.adaptive_rate import AdaptiveRate
-from tepat.adapters.expo_outcomes import SendProgress, parse_retry_after
+from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
+from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.push_answers import Answer, batch_result
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
@@ -162,7 +163,7 @@ def classify(response: httpx.Response, now: Any) -> Answer:
     return TicketError(code, message, permanent=True, deactivate_device=deactivate)
 
 
-class FcmPushProvider:
+class FcmPushProvider(PooledClient):
     max_batch: int = MAX_BATCH
     # FCM's answer at send time is final: no tickets are kept for the receipt poller.
     max_receipt_batch: int = 0
@@ -187,27 +188,17 @@ class FcmPushProvider:
         self._send_path = f"/v1/projects/{project}/messages:send"
         self.limiter = TokenBucket(rate_limit, clock, capacity=min(rate_limit, float(MAX_BATCH)))
         self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
-        self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers={"User-Agent": "tepat-fcm-push/0.1"},
+        super().__init__(
+            max_connections,
             timeout=timeout,
             transport=transport,
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
+            base_url=base_url.rstrip("/"),
+            headers={"User-Agent": "tepat-fcm-push/0.1"},
         )
-        # Wait for a connection slot here, not in httpx's pool (see ExpoPushProvider).
-        self._slots = asyncio.Semaphore(max_connections)
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await super().close()
         self.auth.close()
-
-    async def __aenter__(self) -> FcmPushProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         if len(batch) > MAX_BATCH:
@@ -246,17 +237,14 @@ class FcmPushProvider:
         return answer
 
     async def _post(self, request: PushRequest, token: str) -> Answer:
-        progress = SendProgress()
-        try:
-            async with self._slots:
-                response = await self._client.post(
-                    self._send_path,
-                    json={"message": to_fcm_message(request)},
-                    headers={"Authorization": f"Bearer {token}"},
-                    extensions={"trace": progress.trace},
-                )
-        except httpx.HTTPError as e:
-            return progress.failure(e, "FCM")
+        response = await self._post_in_slot(
+            self._send_path,
+            "FCM",
+            json={"message": to_fcm_message(request)},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        if isinstance(response, TryAgain):
+            return response
         if response.status_code == 401:
             code, message, _ = fcm_error(response)
             if code != "THIRD_PARTY_AUTH_ERROR":

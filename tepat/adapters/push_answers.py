@@ -1,5 +1,5 @@
 """A batch's answer from the answers of its notifications, for the push providers that
-take one notification per request (FCM, APNs).
+take one notification per request (FCM, APNs, Web Push).
 
 The port answers a batch either per notification (``Tickets``) or as a whole
 (``TryAgain`` / ``Rejected``): when no notification got a ticket or a refusal of its own,
@@ -10,10 +10,43 @@ the others' tickets, and one refused for good is a permanent ``TicketError``.
 
 from __future__ import annotations
 
-from tepat.ports.push import Rejected, SendResult, TicketError, TicketOutcome, Tickets
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from tepat.ports.push import (
+    GateClosed,
+    PushRequest,
+    Rejected,
+    SendResult,
+    TicketError,
+    TicketOutcome,
+    Tickets,
+)
 from tepat.ports.try_again import TryAgain
 
 Answer = TicketOutcome | TryAgain | Rejected
+
+
+async def send_each(
+    batch: Sequence[PushRequest],
+    max_batch: int,
+    refused_before_sending: Callable[[PushRequest], TicketError | None],
+    send_one: Callable[[PushRequest], Awaitable[Answer]],
+) -> SendResult:
+    """Send each notification of ``batch`` that ``refused_before_sending`` lets through
+    (a malformed token, a payload too large) as its own concurrent request; GateClosed
+    before any goes out when one may no longer be sent."""
+    if len(batch) > max_batch:
+        raise ValueError(f"at most {max_batch} notifications per send, got {len(batch)}")
+    answers: list[Answer | None] = [refused_before_sending(r) for r in batch]
+    to_send = [i for i, a in enumerate(answers) if a is None]
+    closed = {batch[i].message_id for i in to_send if not batch[i].still_sendable()}
+    if closed:
+        raise GateClosed(closed)
+    sent = await asyncio.gather(*(send_one(batch[i]) for i in to_send))
+    for i, answer in zip(to_send, sent, strict=True):
+        answers[i] = answer
+    return batch_result([a for a in answers if a is not None])
 
 
 def batch_result(answers: list[Answer]) -> SendResult:

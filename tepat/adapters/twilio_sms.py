@@ -27,6 +27,7 @@ from urllib.parse import quote
 import httpx
 
 from tepat.adapters.expo_outcomes import BEFORE_SENDING, parse_retry_after
+from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
@@ -47,7 +48,7 @@ def status_callback_url(public_url: str, message_id: str) -> str:
     return f"{public_url.rstrip('/')}{STATUS_CALLBACK_PATH}?m={quote(message_id, safe='')}"
 
 
-class TwilioSmsChannel:
+class TwilioSmsChannel(PooledClient):
     name = "sms"
     max_batch = 20
 
@@ -77,21 +78,14 @@ class TwilioSmsChannel:
         self.clock = clock
         self.limiter = TokenBucket(rate, clock)
         self._path = f"/2010-04-01/Accounts/{quote(account_sid, safe='')}/Messages.json"
-        self._client = httpx.AsyncClient(
+        super().__init__(
+            max_connections,
+            timeout=timeout,
+            transport=transport,
             base_url=base_url.rstrip("/"),
             auth=httpx.BasicAuth(account_sid, auth_token),
             headers={"Accept": "application/json", "User-Agent": "tepat-twilio-sms/0.1"},
-            timeout=timeout,
-            transport=transport,
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
         )
-        # Wait for a connection here, not in httpx's pool (whose wait counts as a timeout).
-        self._slots = asyncio.Semaphore(max_connections)
-
-    async def close(self) -> None:
-        await self._client.aclose()
 
     async def check_account(self) -> httpx.Response:
         """``GET /2010-04-01/Accounts/{sid}.json``: 200 when the credentials hold, 401

@@ -1,6 +1,6 @@
 """The PushProvider port's contract (tepat/ports/push.py), run over every real adapter.
 
-Expo, FCM and APNs, each against its sandbox over real HTTP (APNs's over HTTP/2);
+Expo, FCM, APNs and Web Push, each against its sandbox over real HTTP (APNs's over HTTP/2);
 another provider joins ``PROVIDERS`` and passes the same tests. What the push path
 relies on:
 
@@ -28,6 +28,7 @@ from tepat.adapters.apns_push import ApnsPushProvider
 from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.adapters.fcm_auth import FcmAuth, read_service_account
 from tepat.adapters.fcm_push import FcmPushProvider
+from tepat.adapters.webpush_push import Vapid, WebPushProvider
 from tepat.clock import FakeClock
 from tepat.ports.push import (
     GateClosed,
@@ -43,6 +44,7 @@ from tepat.sandbox.apns import ApnsSandbox
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.fcm import FcmSandbox
 from tepat.sandbox.server import running_sandbox
+from tepat.sandbox.webpush import WebPushSandbox
 from tests.support.smtp_server import free_port
 
 RECEIPT_DELAY = 900.0
@@ -132,7 +134,32 @@ async def apns(tmp_path: Path) -> AsyncIterator[Subject]:
             )
 
 
-PROVIDERS = {"expo": expo, "fcm": fcm, "apns": apns}
+@asynccontextmanager
+async def webpush(tmp_path: Path) -> AsyncIterator[Subject]:
+    clock = FakeClock()
+    sandbox = WebPushSandbox(clock=clock)
+    key_file = tmp_path / "vapid.pem"
+    key_file.write_text(sandbox.vapid_key())
+    subscriptions = [sandbox.subscribe() for _ in range(5)]
+    dead = sandbox.subscribe("dead")
+    sandbox.script_subscription("dead", 410)
+
+    def provider(base_url: str) -> WebPushProvider:
+        vapid = Vapid(read_signing_key(key_file), "mailto:ops@tepat.test", clock)
+        return WebPushProvider(vapid, clock=clock, base_url=base_url)
+
+    with running_sandbox(sandbox) as server:
+        async with provider(server.base_url) as live:
+            yield Subject(
+                live,
+                lambda i: request(subscriptions[i % len(subscriptions)]),
+                request(dead),
+                lambda: None,  # a push service answers at send time: nothing to wait for
+                lambda: provider(f"http://127.0.0.1:{free_port()}"),
+            )
+
+
+PROVIDERS = {"expo": expo, "fcm": fcm, "apns": apns, "webpush": webpush}
 
 
 @pytest.fixture(params=sorted(PROVIDERS))

@@ -1,0 +1,59 @@
+"""An adapter's HTTP client: at most ``max_connections`` to its provider, and the slots a
+request waits in for one of them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Self
+
+import httpx
+
+from tepat.adapters.expo_outcomes import SendProgress
+from tepat.ports.try_again import TryAgain
+
+
+class PooledClient:
+    """Base of an adapter that owns one ``httpx.AsyncClient`` (closed with it)."""
+
+    def __init__(
+        self,
+        max_connections: int,
+        *,
+        timeout: float,
+        transport: httpx.AsyncBaseTransport | None,
+        max_in_flight: int | None = None,
+        **options: Any,
+    ) -> None:
+        self._client = httpx.AsyncClient(
+            timeout=timeout,
+            transport=transport,  # tests replace the network; None is httpx's own
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            **options,
+        )
+        # Wait for a connection slot (over HTTP/2, a stream: ``max_in_flight``) here rather
+        # than in httpx's pool, whose wait counts against the timeout and would turn a busy
+        # moment into spurious TryAgains.
+        self._slots = asyncio.Semaphore(max_in_flight or max_connections)
+
+    async def _post_in_slot(
+        self, url: str, provider: str, **request: Any
+    ) -> httpx.Response | TryAgain:
+        """POST once a connection is free; a network error or timeout is TryAgain, maybe
+        sent once the body went out (:class:`SendProgress`)."""
+        progress = SendProgress()
+        try:
+            async with self._slots:
+                return await self._client.post(url, extensions={"trace": progress.trace}, **request)
+        except httpx.HTTPError as e:
+            return progress.failure(e, provider)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
