@@ -129,6 +129,8 @@ async def diagnose(
             yield fcm
         if (apns := apns_check(settings, clock)) is not None:
             yield apns
+        if (webpush := webpush_check(settings, clock)) is not None:
+            yield webpush
         if (twilio := await twilio_check(settings, wait)) is not None:
             yield twilio
         if (smtp := await smtp_check(settings, wait)) is not None:
@@ -372,6 +374,33 @@ def apns_check(settings: Settings, clock: Clock) -> Check | None:
     )
     ok = Check("apns", Status.OK, detail)
     return _ok_unless_sandbox(ok, "APNs", settings.apns_url, APNS_HOSTS, "TEPAT_APNS_URL")
+
+
+def webpush_check(settings: Settings, clock: Clock) -> Check | None:
+    """The VAPID key: it parses and signs, and the line names its public key, which the
+    app's browsers must subscribe with. Nothing is sent: a push service checks the key
+    only on a send. None (no line) when Web Push is not configured."""
+    from tepat.adapters.apns_auth import read_signing_key
+    from tepat.adapters.webpush_push import Vapid
+
+    path, subject = settings.webpush_vapid_private_key_file, settings.webpush_vapid_subject
+    if not (path and subject):
+        return None
+    try:
+        vapid = Vapid(read_signing_key(path), subject, clock)
+        vapid.header("https://push.example")
+    except ValueError as e:
+        return Check(
+            "webpush",
+            Status.FAIL,
+            str(e),
+            "set TEPAT_WEBPUSH_VAPID_PRIVATE_KEY_FILE to the VAPID key (P-256, PEM)",
+        )
+    detail = (
+        f"the VAPID key signs for {subject}; browsers must subscribe with its public key"
+        f" (applicationServerKey) {vapid.public_key}"
+    )
+    return Check("webpush", Status.OK, detail)
 
 
 async def twilio_check(settings: Settings, wait: float) -> Check | None:

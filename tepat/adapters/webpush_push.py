@@ -120,6 +120,11 @@ class Vapid:
         self._public = b64url(public_key_bytes(key.public_key()))
         self._tokens: dict[str, tuple[str, float]] = {}  # origin: (JWT, its exp)
 
+    @property
+    def public_key(self) -> str:
+        """The key browsers subscribe with (``applicationServerKey``), base64url."""
+        return self._public
+
     def header(self, origin: str) -> str:
         now = self._clock.now().timestamp()
         token, exp = self._tokens.get(origin, ("", 0.0))
@@ -128,7 +133,7 @@ class Vapid:
             claims = {"aud": origin, "exp": exp, "sub": self._subject}
             token = jwt.encode(claims, self._key, algorithm="ES256")
             self._tokens[origin] = (token, exp)
-        return f"vapid t={token}, k={self._public}"
+        return f"vapid t={token}, k={self.public_key}"
 
 
 def classify(response: httpx.Response, clock: Clock) -> Answer:

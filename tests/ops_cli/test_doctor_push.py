@@ -14,11 +14,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from tepat.adapters.webpush_push import Vapid
 from tepat.clock import FakeClock
 from tepat.config import Settings
-from tepat.doctor import Status, apns_check, fcm_check
+from tepat.doctor import Status, apns_check, fcm_check, webpush_check
 from tepat.sandbox.fcm import FcmSandbox
 from tepat.sandbox.server import Running, running_sandbox
+from tepat.sandbox.webpush import WebPushSandbox
 from tests.support.messages import AT
 
 
@@ -113,3 +115,34 @@ def test_a_key_that_is_not_an_apns_key_fails_with_the_fix(tmp_path: Path) -> Non
     assert check is not None and check.status is Status.FAIL, check
     assert "is not a P-256 (ES256) key" in check.detail
     assert "TEPAT_APNS_KEY_FILE" in check.hint
+
+
+def test_a_vapid_key_that_signs_is_ok_and_names_the_key_browsers_subscribe_with(
+    tmp_path: Path,
+) -> None:
+    assert webpush_check(Settings(), FakeClock(AT)) is None
+    pem = tmp_path / "vapid.pem"
+    pem.write_text(WebPushSandbox().vapid_key())
+    settings = Settings(
+        webpush_vapid_private_key_file=str(pem), webpush_vapid_subject="mailto:ops@example.com"
+    )
+    check = webpush_check(settings, FakeClock(AT))
+    assert check is not None and check.status is Status.OK, check
+    key = serialization.load_pem_private_key(pem.read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    public = Vapid(key, "mailto:ops@example.com", FakeClock(AT)).public_key
+    assert check.detail.endswith(f"(applicationServerKey) {public}")
+    assert "mailto:ops@example.com" in check.detail
+
+
+def test_a_vapid_key_that_is_not_p256_fails_with_the_fix(tmp_path: Path) -> None:
+    settings = Settings.model_construct(
+        webpush_vapid_private_key_file=p8(
+            tmp_path, rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        ),
+        webpush_vapid_subject="mailto:ops@example.com",
+    )  # past the configuration's own check of the file (it changed since, say)
+    check = webpush_check(settings, FakeClock(AT))
+    assert check is not None and check.status is Status.FAIL, check
+    assert "is not a P-256 (ES256) key" in check.detail
+    assert "TEPAT_WEBPUSH_VAPID_PRIVATE_KEY_FILE" in check.hint
