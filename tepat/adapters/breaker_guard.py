@@ -127,8 +127,15 @@ class GuardedPush:
     def __init__(self, provider: PushProvider, breaker: ProviderBreaker) -> None:
         self.inner = provider
         self.breaker = breaker
-        self.max_batch = provider.max_batch
-        self.max_receipt_batch = provider.max_receipt_batch
+
+    @property
+    def max_batch(self) -> int:
+        # Read through, never copied: Expo's and FCM's shrink while they are throttled.
+        return self.inner.max_batch
+
+    @property
+    def max_receipt_batch(self) -> int:
+        return self.inner.max_receipt_batch
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         return await self.breaker.call(lambda: self.inner.send(batch), verdict_of, _answer)

@@ -106,10 +106,14 @@ ReceiptResult = Receipts | TryAgain | Rejected
 
 
 class PushProvider(Protocol):
-    max_batch: int  # notifications per send call
-    # Ticket ids per receipts call; 0 for a provider whose answer at send time is final
-    # (FCM, APNs): its tickets are not kept for the receipt poller.
-    max_receipt_batch: int
+    @property
+    def max_batch(self) -> int:
+        """Notifications per send call, now (a throttled provider may ask for fewer)."""
+
+    @property
+    def max_receipt_batch(self) -> int:
+        """Ticket ids per receipts call; 0 for a provider whose answer at send time is
+        final (FCM, APNs): its tickets are not kept for the receipt poller."""
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult: ...
 

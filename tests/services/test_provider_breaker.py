@@ -72,6 +72,19 @@ def request(i: int) -> PushRequest:
     return PushRequest(f"m{i}", "ExponentPushToken[a]", "Title", "Body")
 
 
+def test_a_guarded_push_provider_asks_for_the_batch_size_its_provider_asks_for_now() -> None:
+    """Expo's and FCM's adaptive rate shrink ``max_batch`` while throttled: the guard
+    reads it through, so the batcher cuts smaller requests too."""
+    push = FlakyPush()
+    settings = BreakerSettings(threshold=2, cool_down=timedelta(seconds=COOL_DOWN))
+    guarded = GuardedPush(push, ProviderBreaker("push", "sizing", settings, FakeClock(AT)))
+    push.max_batch = 100
+    assert guarded.max_batch == 100
+    push.max_batch = 37
+    assert guarded.max_batch == 37
+    assert guarded.max_receipt_batch == push.max_receipt_batch
+
+
 async def test_a_push_provider_that_goes_down_and_comes_back() -> None:
     clock = FakeClock(AT)
     push = FlakyPush()

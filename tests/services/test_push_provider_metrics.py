@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from tepat import metrics
-from tepat.ports.push import PushRequest, SendResult, TicketError
+from tepat.ports.push import PushRequest, SendResult, TicketError, Tickets
 from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime
 from tests.services.test_push_kinds import FakeFcm, send
@@ -19,13 +19,17 @@ from tests.services.test_push_kinds import rt as rt
 
 
 class ThrottlingFcm(FakeFcm):
-    """Answers a whole request with a 429 while ``throttle`` is set."""
+    """Answers a whole request with a 429 while ``throttle`` is set, and each notification
+    with its own ``unavailable`` when that is set (one request per notification, as FCM)."""
 
     throttle = False
+    unavailable: TryAgain | None = None
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
         if self.throttle:
             return TryAgain("429: quota exceeded", retry_after=1.0, throttled=True)
+        if self.unavailable is not None:
+            return Tickets([self.unavailable] * len(batch))
         return await super().send(batch)
 
 
@@ -55,6 +59,8 @@ def figures() -> dict[str, float]:
         "fcm 429": errors("fcm", "throttled", "429"),
         "expo 429": errors("expo", "throttled", "429"),
         "fcm UNREGISTERED": errors("fcm", "refused", "UNREGISTERED"),
+        "fcm 503": errors("fcm", "try_again", "503"),
+        "expo 503": errors("expo", "try_again", "503"),
         "expo UNREGISTERED": errors("expo", "refused", "UNREGISTERED"),
     }
 
@@ -85,3 +91,12 @@ async def test_a_refusal_counts_under_the_provider_that_refused(
     before = figures()
     await send(rt)
     assert moved(before) == {"expo accepted": 1, "fcm refused": 1, "fcm UNREGISTERED": 1}
+
+
+async def test_one_notifications_own_failure_counts_under_the_provider_that_answered_it(
+    rt: Runtime, fcm: ThrottlingFcm
+) -> None:
+    fcm.unavailable = TryAgain("503: UNAVAILABLE", retry_after=10.0, server_error=True)
+    before = figures()
+    await send(rt)
+    assert moved(before) == {"expo accepted": 1, "fcm 503": 1}

@@ -125,7 +125,7 @@ class PushBatcher:
             outcomes = result.outcomes
             for again in outcomes:
                 if isinstance(again, TryAgain):  # one notification's, counted as a whole one's
-                    metrics.count_provider_error(PUSH, again)
+                    metrics.count_provider_error(PUSH, again, self._provider)
         for (_, fut), outcome in zip(chunk, outcomes, strict=True):
             if not fut.done():
                 fut.set_result(outcome)
