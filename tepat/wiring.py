@@ -21,6 +21,7 @@ from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
 from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.adapters.webhook_out import WebhookChannel
+from tepat.adapters.webhook_target import GuardedTransport
 from tepat.adapters.webpush_push import Vapid, WebPushProvider
 from tepat.clock import Clock
 from tepat.config import Settings
@@ -171,9 +172,16 @@ def build_webpush_provider(settings: Settings, clock: Clock) -> WebPushProvider 
     key_file, subject = settings.webpush_vapid_private_key_file, settings.webpush_vapid_subject
     if not (key_file and subject):
         return None
+    # Endpoints come from users' browsers: each connection is checked as a webhook's is
+    # (SSRF). Not with TEPAT_WEBPUSH_URL, which the operator points at a sandbox.
+    transport = None
+    if settings.webpush_url is None:
+        policy = webhook_target_policy(settings)
+        transport = GuardedTransport(policy, settings.webpush_max_connections)
     return WebPushProvider(
         Vapid(read_signing_key(key_file), subject, clock),
         clock=clock,
         base_url=settings.webpush_url,
         max_connections=settings.webpush_max_connections,
+        transport=transport,
     )

@@ -9,6 +9,7 @@ from typing import Any, Self
 import httpx
 
 from tepat.adapters.expo_outcomes import SendProgress
+from tepat.adapters.webhook_target import TargetRefused
 from tepat.ports.try_again import TryAgain
 
 
@@ -41,12 +42,17 @@ class PooledClient:
         self, url: str, provider: str, **request: Any
     ) -> httpx.Response | TryAgain:
         """POST once a connection is free; a network error or timeout is TryAgain, maybe
-        sent once the body went out (:class:`SendProgress`)."""
+        sent once the body went out (:class:`SendProgress`). A connection a
+        :class:`~tepat.adapters.webhook_target.GuardedTransport` refused raises
+        :class:`~tepat.adapters.webhook_target.TargetRefused`."""
         progress = SendProgress()
         try:
             async with self._slots:
                 return await self._client.post(url, extensions={"trace": progress.trace}, **request)
         except httpx.HTTPError as e:
+            if isinstance(e.__cause__, TargetRefused):
+                # Not the provider's failure: an address it may not reach.
+                raise e.__cause__ from e
             return progress.failure(e, provider)
 
     async def close(self) -> None:

@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.push_answers import Answer, send_each
+from tepat.adapters.webhook_target import TargetRefused
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
@@ -199,7 +200,14 @@ class WebPushProvider(PooledClient):
             "urgency": "normal" if request.priority == "normal" else "high",
         }
         body = encrypt(to_webpush_payload(request), keys["p256dh"], keys["auth"])
-        response = await self._post_in_slot(url, "the push service", content=body, headers=headers)
+        try:
+            response = await self._post_in_slot(
+                url, "the push service", content=body, headers=headers
+            )
+        except TargetRefused as e:
+            # The endpoint is the browser's (so the user's) to name: one that resolves to a
+            # private address is never sent to (``TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS``).
+            return TicketError("url_refused", e.reason, permanent=True, deactivate_device=True)
         if isinstance(response, TryAgain):
             return response
         return classify(response, self.clock)

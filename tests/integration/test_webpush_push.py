@@ -202,3 +202,32 @@ async def test_the_sandbox_is_driven_over_http_too(webpush: WebPush) -> None:
     assert isinstance(throttled, TryAgain) and throttled.retry_after == 1.0
     (gone,) = tickets(await webpush.provider.send([push(subscription)]))
     assert isinstance(gone, TicketError) and gone.code == "Gone" and gone.deactivate_device
+
+
+async def test_an_endpoint_on_a_private_address_is_never_sent_to(
+    webpush: WebPush, tmp_path: Path
+) -> None:
+    """A subscription's endpoint is the user's to name: the provider the settings build
+    (no TEPAT_WEBPUSH_URL) checks each connection as a webhook's, refuses a private
+    address for good and deactivates the device; nothing reaches the service there."""
+    from tepat.config import Settings
+    from tepat.wiring import build_webpush_provider
+
+    subscription = json.loads(webpush.sandbox.subscribe("inside"))
+    port = httpx.URL(webpush.base_url).port
+    subscription["endpoint"] = f"https://127.0.0.1:{port}/push/inside"
+    settings = Settings(
+        webpush_vapid_private_key_file=str(webpush.key_file), webpush_vapid_subject=SUBJECT
+    )
+    provider = build_webpush_provider(settings, webpush.clock)
+    assert provider is not None
+    async with provider:
+        (refused,) = tickets(await provider.send([push(json.dumps(subscription))]))
+    assert isinstance(refused, TicketError), refused
+    assert (refused.code, refused.permanent, refused.deactivate_device) == (
+        "url_refused",
+        True,
+        True,
+    )
+    assert "127.0.0.1" in refused.message
+    assert webpush.sandbox.received() == []
