@@ -194,6 +194,15 @@ class UserOut(View):
 PushKind = Literal["expo", "fcm", "apns", "webpush"]  # tepat.domain.models.PUSH_KINDS
 
 
+class PushFallback(Request):
+    kind: PushKind = Field(description="The push service of the fallback token")
+    token: Text = Field(
+        min_length=1,
+        max_length=4096,
+        description="The same device's token for `kind`'s push service, checked as `push_token` is",
+    )
+
+
 class DeviceIn(Request):
     push_token: Text = Field(
         min_length=1,
@@ -210,6 +219,11 @@ class DeviceIn(Request):
         description="The push service the token is for; a kind this deployment has no "
         "provider for is a 422 naming `kind`",
     )
+    fallback: PushFallback | None = Field(
+        default=None,
+        description="The same device's token for another push service (an Expo app's "
+        "FCM or APNs token), sent to only while `kind`'s provider is down (failover)",
+    )
 
 
 class DeviceOut(View):
@@ -217,12 +231,19 @@ class DeviceOut(View):
     push_token: str
     platform: str | None
     kind: PushKind
+    fallback: PushFallback | None
     active: bool
     deactivated_reason: str | None = Field(
         description="Why the device stopped receiving (e.g. DeviceNotRegistered, unregistered)"
     )
     created_at: UtcDatetime | None
     updated_at: UtcDatetime | None
+
+    @classmethod
+    def of(cls, obj: Any) -> Self:
+        kind, token = obj.fallback_kind, obj.fallback_token
+        fallback = None if kind is None else PushFallback(kind=kind, token=token)
+        return cls(**read_fields(cls, obj, fallback=fallback))
 
 
 class Paged(BaseModel):

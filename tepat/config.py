@@ -11,6 +11,7 @@ import re
 from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -361,6 +362,21 @@ class Settings(BaseSettings):
     """Base URL of Twilio's Messages API (the Twilio sandbox in tests and demos)."""
     twilio_rate: float = Field(default=10, gt=0, le=10_000)
     """SMS requests per second to Twilio, shared among the consumer processes."""
+    # Failover (docs/guides/operations.md, "Failover"): a second account and a second
+    # relay, used only while the first one fails for provider-side reasons.
+    twilio_secondary_account_sid: str | None = None
+    """A second Twilio account, sent through when the first fails for provider-side reasons
+    (failover); set it and `TEPAT_TWILIO_SECONDARY_AUTH_TOKEN` or neither."""
+    twilio_secondary_auth_token: SecretStr | None = Field(default=None, validate_default=True)
+    """The second Twilio account's auth token."""
+    twilio_secondary_from: str | None = None
+    """The second account's sender. Unset: `TEPAT_TWILIO_FROM`."""
+    twilio_secondary_url: str | None = None
+    """Base URL of the second account's Messages API. Unset: `TEPAT_TWILIO_URL`."""
+    smtp_secondary_url: str | None = None
+    """A second SMTP relay, `smtp://[user:password@]host[:port]`, sent through when the
+    first fails for provider-side reasons (failover); TLS, sender and limits are the first
+    relay's."""
     sms_max_segments: int = Field(default=3, ge=1, le=10)
     """The most segments an SMS body may take (GSM-7: 160 characters in one, 153 per part;
     UCS-2: 70, then 67); a longer one fails `too_many_segments`."""
@@ -391,6 +407,7 @@ class Settings(BaseSettings):
         *("jwt_issuer", "jwt_audience", "smtp_host", "smtp_from", "public_url"),
         *("unsubscribe_mailto", "twilio_account_sid", "twilio_from"),
         *("twilio_messaging_service_sid", "fcm_credentials_file", "fcm_project_id"),
+        *("twilio_secondary_account_sid", "twilio_secondary_from", "smtp_secondary_url"),
         mode="before",
     )
     @classmethod
@@ -500,7 +517,10 @@ class Settings(BaseSettings):
             raise ValueError("unset, but TEPAT_WEBPUSH_VAPID_PRIVATE_KEY_FILE is set: it is needed")
         return v or None
 
-    @field_validator("expo_url", "twilio_url", "fcm_url", "apns_url", "webpush_url")
+    @field_validator(
+        *("expo_url", "twilio_url", "fcm_url", "apns_url", "webpush_url"),
+        "twilio_secondary_url",
+    )
     @classmethod
     def _provider_url(cls, v: str | None) -> str | None:
         if v is None:
@@ -595,6 +615,16 @@ class Settings(BaseSettings):
             raise ValueError("expected a host name or IP address, without scheme or port")
         return v
 
+    @field_validator("smtp_secondary_url")
+    @classmethod
+    def _smtp_secondary_url(cls, v: str | None) -> str | None:
+        if v is not None:
+            url = urlsplit(v)
+            if url.scheme != "smtp" or not _is_host(url.hostname or ""):
+                raise ValueError("expected smtp://[user:password@]host[:port]")
+            _ = url.port  # a port out of range raises here
+        return v
+
     @field_validator("smtp_password")
     @classmethod
     def _smtp_password(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
@@ -661,23 +691,24 @@ class Settings(BaseSettings):
             raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
         return v
 
-    @field_validator("twilio_account_sid")
+    @field_validator("twilio_account_sid", "twilio_secondary_account_sid")
     @classmethod
     def _twilio_account_sid(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"AC[0-9a-fA-F]{32}", v):
             raise ValueError("expected a Twilio account SID: AC followed by 32 hex digits")
         return v
 
-    @field_validator("twilio_auth_token")
+    @field_validator("twilio_auth_token", "twilio_secondary_auth_token")
     @classmethod
     def _twilio_auth_token(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if v is not None and not v.get_secret_value().strip():
             v = None
-        sid = info.data.get("twilio_account_sid")
-        _both_or_neither(sid, v, "TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN")
+        token = str(info.field_name)
+        sid = token.replace("auth_token", "account_sid")
+        _both_or_neither(info.data.get(sid), v, sid.upper(), token.upper())
         return v
 
-    @field_validator("twilio_from")
+    @field_validator("twilio_from", "twilio_secondary_from")
     @classmethod
     def _twilio_from(cls, v: str | None) -> str | None:
         if v is not None and not _is_sms_sender(v):

@@ -118,6 +118,14 @@ BREAKER_STATE = Gauge(
     ["channel", "provider"],
     registry=REGISTRY,
 )
+FAILOVERS = Counter(
+    "tepat_failovers_total",
+    "Sends failed over from a channel's primary provider to its secondary (tepat/domain/"
+    "failover.py), by channel, from, to and possible_duplicate: true where the primary's"
+    " answer was ambiguous (maybe sent) and the category's maybe_sent policy retries",
+    ["channel", "from", "to", "possible_duplicate"],
+    registry=REGISTRY,
+)
 BREAKER_TRANSITIONS = Counter(
     "tepat_provider_breaker_transitions_total",
     "Circuit breaker transitions by channel, provider and the state moved to",

@@ -14,8 +14,7 @@ from datetime import timedelta
 
 import structlog
 
-from tepat import metrics
-from tepat.adapters.breaker_guard import GuardedChannel, GuardedPush
+from tepat.adapters.breaker_guard import GuardedPush
 from tepat.adapters.webhook_out import WEBHOOK_RETRY
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
@@ -45,6 +44,7 @@ from tepat.wiring import (
     build_apns_provider,
     build_email_channel,
     build_fcm_provider,
+    build_guarded_channel,
     build_sms_channel,
     build_unsubscribe_links,
     build_webhook_channel,
@@ -235,11 +235,10 @@ def build_dispatcher(
         guarded, store, clock, categories, device_max_failures=settings.device_max_failures
     )
     channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
-    for channel in (build_email_channel(settings, clock), build_sms_channel(settings, clock)):
+    for build in (build_email_channel, build_sms_channel):
+        channel = build_guarded_channel(settings, clock, categories, build)
         if channel is not None:
-            provider = metrics.provider_of(channel.name)
-            breaker = provider_breaker(settings, clock, channel.name, provider)
-            channels[channel.name] = GuardedChannel(channel, breaker)
+            channels[channel.name] = channel
     channels["webhook"] = build_webhook_channel(settings, clock, store)
     links = build_unsubscribe_links(settings, clock)
     sender = ChannelSender(

@@ -9,11 +9,15 @@ parsers). :mod:`tepat.runtime` and ``tepat doctor`` build from here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
+from urllib.parse import urlsplit
 
+from tepat import metrics
 from tepat.adapters.apns_auth import ProviderToken, read_signing_key
 from tepat.adapters.apns_push import ApnsPushProvider
-from tepat.adapters.breaker_guard import ProviderBreaker
+from tepat.adapters.breaker_guard import GuardedChannel, ProviderBreaker
 from tepat.adapters.fcm_auth import FcmAuth, read_service_account
 from tepat.adapters.fcm_push import FcmPushProvider
 from tepat.adapters.secret_box import SealedWebhooks, SecretBox
@@ -24,20 +28,32 @@ from tepat.adapters.webhook_out import WebhookChannel
 from tepat.adapters.webhook_target import GuardedTransport
 from tepat.adapters.webpush_push import Vapid, WebPushProvider
 from tepat.clock import Clock
-from tepat.config import Settings
+from tepat.config import ConfigError, Settings
 from tepat.domain.breaker import BreakerSettings
+from tepat.domain.categories import Categories
 from tepat.domain.webhooks import TargetPolicy, parse_target_policy
 from tepat.ports.channel import Channel
 from tepat.ports.repositories.webhooks import WebhookRepository
+from tepat.services.sending.failover import FailoverChannel
 from tepat.services.unsubscribe import UnsubscribeLinks
 
 # the SMS adapter's logger: its warnings read as the adapter's
 _sms_log = logging.getLogger("tepat.twilio")
 
 
-def smtp_config(settings: Settings) -> SmtpConfig | None:
+def smtp_config(settings: Settings, secondary: bool = False) -> SmtpConfig | None:
+    """The relay of ``TEPAT_SMTP_*``; ``secondary``: ``TEPAT_SMTP_SECONDARY_URL``'s, with
+    everything else the first relay's (None without it)."""
     if not settings.smtp_host or not settings.smtp_from:
         return None
+    if secondary:
+        first = smtp_config(settings)
+        url = urlsplit(settings.smtp_secondary_url or "")
+        if first is None or url.hostname is None:
+            return None
+        return replace(
+            first, host=url.hostname, port=url.port, username=url.username, password=url.password
+        )
     password = settings.smtp_password
     return SmtpConfig(
         host=settings.smtp_host,
@@ -55,14 +71,38 @@ def smtp_config(settings: Settings) -> SmtpConfig | None:
     )
 
 
-def build_email_channel(settings: Settings, clock: Clock) -> Channel | None:
-    config = smtp_config(settings)
+def build_email_channel(
+    settings: Settings, clock: Clock, secondary: bool = False
+) -> Channel | None:
+    config = smtp_config(settings, secondary)
     return SmtpEmailChannel(config, clock) if config else None
 
 
-def build_sms_channel(settings: Settings, clock: Clock) -> TwilioSmsChannel | None:
-    if settings.twilio_account_sid is None or settings.twilio_auth_token is None:
+def build_sms_channel(
+    settings: Settings, clock: Clock, secondary: bool = False
+) -> TwilioSmsChannel | None:
+    """The Twilio account of ``TEPAT_TWILIO_*``; ``secondary``: the second account's
+    (``TEPAT_TWILIO_SECONDARY_*``, the first's sender and URL where unset)."""
+    sid, token = settings.twilio_account_sid, settings.twilio_auth_token
+    if sid is None or token is None:
         return None
+    from_number, service, url = (
+        settings.twilio_from,
+        settings.twilio_messaging_service_sid,
+        settings.twilio_url,
+    )
+    if secondary:
+        sid, token = settings.twilio_secondary_account_sid, settings.twilio_secondary_auth_token
+        if sid is None or token is None:
+            return None
+        # A Messaging Service belongs to the first account.
+        from_number, service = settings.twilio_secondary_from or from_number, None
+        url = settings.twilio_secondary_url or url
+        if from_number is None:
+            raise ConfigError(
+                "tepat: bad configuration: TEPAT_TWILIO_SECONDARY_FROM: needed with the"
+                " second account (TEPAT_TWILIO_FROM is unset)"
+            )
     public_url = settings.public_url
     if public_url is None:
         _sms_log.warning(
@@ -70,12 +110,12 @@ def build_sms_channel(settings: Settings, clock: Clock) -> TwilioSmsChannel | No
             " (never 'delivered' or 'failed' from the carrier)"
         )
     return TwilioSmsChannel(
-        account_sid=settings.twilio_account_sid,
-        auth_token=settings.twilio_auth_token.get_secret_value(),
+        account_sid=sid,
+        auth_token=token.get_secret_value(),
         clock=clock,
-        from_number=settings.twilio_from,
-        messaging_service_sid=settings.twilio_messaging_service_sid,
-        base_url=settings.twilio_url,
+        from_number=from_number,
+        messaging_service_sid=service,
+        base_url=url,
         public_url=public_url,
         rate=settings.twilio_rate,
         max_segments=settings.sms_max_segments,
@@ -150,6 +190,27 @@ def build_apns_provider(settings: Settings, clock: Clock) -> ApnsPushProvider | 
         base_url=settings.apns_url,
         max_streams=settings.apns_max_streams,
     )
+
+
+def build_guarded_channel(
+    settings: Settings,
+    clock: Clock,
+    categories: Categories,
+    build: Callable[[Settings, Clock, bool], Channel | None],
+) -> Channel | None:
+    """The channel ``build`` makes (e-mail, SMS) behind its provider's breaker; with a
+    secondary provider configured, failing over to it (behind a breaker of its own)."""
+    primary = build(settings, clock, False)
+    if primary is None:
+        return None
+    channel, provider = primary.name, metrics.provider_of(primary.name)
+    guarded = GuardedChannel(primary, provider_breaker(settings, clock, channel, provider))
+    secondary = build(settings, clock, True)
+    if secondary is None:
+        return guarded
+    to = f"{provider}_secondary"
+    second = GuardedChannel(secondary, provider_breaker(settings, clock, channel, to))
+    return FailoverChannel(guarded, second, categories, provider, to)
 
 
 def provider_breaker(

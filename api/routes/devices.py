@@ -35,6 +35,7 @@ async def put_device(
         body.push_token,
         body.platform,
         kind=body.kind,
+        fallback=None if body.fallback is None else (body.fallback.kind, body.fallback.token),
         from_other_users=caller.user_id is None,
         max_devices=rt.settings.max_devices_per_user,
     )

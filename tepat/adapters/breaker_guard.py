@@ -5,8 +5,8 @@ While the breaker is open the provider is not called: every request is answered
 ``TryAgain`` *not sent*, with ``retry_after`` the time until the breaker probes again, so
 its messages wait in ``pending`` and then go; nothing is lost and no attempt reaches a
 provider that is down. The rule itself is :mod:`tepat.domain.breaker`; which answers
-count as the provider's failure is :func:`verdict_of`, here because it reads the ports'
-types.
+count as the provider's failure is :func:`~tepat.ports.verdict.verdict_of` (failover reads
+it too: :mod:`tepat.services.sending.failover`).
 """
 
 from __future__ import annotations
@@ -19,51 +19,14 @@ import structlog
 from tepat import metrics
 from tepat.clock import Clock
 from tepat.domain.breaker import Breaker, BreakerSettings, Transition, Verdict
-from tepat.ports.channel import (
-    Accepted,
-    Channel,
-    ChannelOutcome,
-    Delivered,
-    Outgoing,
-    Refused,
-    Withheld,
-)
-from tepat.ports.push import PushProvider, PushRequest, ReceiptResult, Rejected, SendResult, Tickets
+from tepat.ports.channel import Channel, ChannelOutcome, Outgoing, Withheld
+from tepat.ports.push import PushProvider, PushRequest, ReceiptResult, SendResult
 from tepat.ports.try_again import TryAgain
+from tepat.ports.verdict import verdict_of, verdict_of_all
 
 log = structlog.get_logger("tepat.breaker")
 
 _Answer = TypeVar("_Answer")
-
-
-def verdict_of(answer: object) -> Verdict:
-    """The one place that decides which answers count as a provider-side failure.
-
-    * :class:`TryAgain` is a failure (connect errors, timeouts, 5xx, the provider's own
-      "unavailable", a lost answer), *except* when ``throttled``: a 429 is the provider
-      working as designed, and the adaptive rate already slows down for it.
-    * An acceptance, a recipient's refusal (:class:`Refused`, push :class:`Tickets` even
-      with a dead token's error) and a :class:`Rejected` whole request (bad credentials, a
-      malformed request) say the provider is up: it answered, and a breaker can fix
-      neither a recipient nor a configuration.
-    * :class:`Withheld` (nothing went out) says nothing.
-    """
-    match answer:
-        case TryAgain(throttled=False):
-            return Verdict.DOWN
-        case Tickets() | Rejected() | Accepted() | Delivered() | Refused():
-            return Verdict.UP
-    return Verdict.NEITHER
-
-
-def verdict_of_all(answers: Sequence[object]) -> Verdict:
-    """A channel's batch: up if the provider took or refused any item (it is answering),
-    down if it failed them all, else nothing."""
-    verdicts = {verdict_of(a) for a in answers}
-    for verdict in (Verdict.UP, Verdict.DOWN):
-        if verdict in verdicts:
-            return verdict
-    return Verdict.NEITHER
 
 
 class ProviderBreaker:
@@ -155,24 +118,12 @@ async def _answer(again: TryAgain) -> TryAgain:
 
 
 class GuardedChannel:
-    """A channel behind its provider's breaker, and the ``secondary`` provider of the
-    same channel (a second relay, a second account) it fails over to while the breaker
-    is open, if any (itself best guarded by a breaker of its own).
+    """A channel behind its provider's breaker. A channel with a secondary provider is
+    two of these in a :class:`~tepat.services.sending.failover.FailoverChannel`."""
 
-    A request fails over only once the breaker refused it, never in the middle of a
-    send: the primary's own answer, ambiguous ones included, is recorded first, so a
-    message whose answer was lost after sending (``maybe_sent``) follows its category's
-    policy (closed as ``outcome_unknown``, or retried: counted in
-    ``tepat_maybe_sent_total``, a possible duplicate) before its next attempt goes
-    through the secondary.
-    """
-
-    def __init__(
-        self, channel: Channel, breaker: ProviderBreaker, secondary: Channel | None = None
-    ) -> None:
+    def __init__(self, channel: Channel, breaker: ProviderBreaker) -> None:
         self.inner = channel
         self.breaker = breaker
-        self.secondary = secondary
         self.name = channel.name
 
     @property
@@ -186,13 +137,9 @@ class GuardedChannel:
 
     async def send(self, items: Sequence[Outgoing]) -> Sequence[ChannelOutcome | Withheld]:
         async def closed(again: TryAgain) -> Sequence[ChannelOutcome | Withheld]:
-            if self.secondary is not None:
-                return await self.secondary.send(items)
             return [again] * len(items)
 
         return await self.breaker.call(lambda: self.inner.send(items), verdict_of_all, closed)
 
     async def close(self) -> None:
         await self.inner.close()
-        if self.secondary is not None:
-            await self.secondary.close()

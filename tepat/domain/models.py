@@ -140,6 +140,10 @@ class Device:
     updated_at: datetime | None = None
     # The push service the token is for (``PUSH_KINDS``): that service's provider sends.
     kind: str = "expo"
+    # A second token of the same phone for another kind's service (an Expo app's
+    # FCM or APNs token), sent to only when the primary's provider is down.
+    fallback_kind: str | None = None
+    fallback_token: str | None = None
 
 
 # Expo's push service first: every device registered before kinds existed is one.

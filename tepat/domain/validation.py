@@ -104,12 +104,14 @@ _TOKEN_SHAPES: dict[str, tuple[Callable[[str], bool], str]] = {
 }
 
 
-def check_push_kind(kind: object, sendable: Collection[str] = PUSH_KINDS) -> str:
+def check_push_kind(
+    kind: object, sendable: Collection[str] = PUSH_KINDS, field: str = "kind"
+) -> str:
     """One of ``PUSH_KINDS`` that this deployment can send to (``sendable``)."""
     if not isinstance(kind, str) or kind not in PUSH_KINDS:
-        raise DomainError("kind", f"unknown push kind {kind!r} (use {', '.join(PUSH_KINDS)})")
+        raise DomainError(field, f"unknown push kind {kind!r} (use {', '.join(PUSH_KINDS)})")
     if kind not in sendable:
-        raise DomainError("kind", f"no {kind} push provider is configured in this deployment")
+        raise DomainError(field, f"no {kind} push provider is configured in this deployment")
     return kind
 
 

@@ -207,6 +207,7 @@ async def register_device(
     platform: str | None = None,
     *,
     kind: str = "expo",
+    fallback: tuple[str, str] | None = None,
     from_other_users: bool = True,
     max_devices: int | None = None,
 ) -> Device:
@@ -219,7 +220,9 @@ async def register_device(
     """
     await get_user(rt, user_id)
     now = rt.clock.now()
-    device = checked_device(user_id, device_id, push_token, platform, now, kind, rt.push_kinds)
+    device = checked_device(
+        user_id, device_id, push_token, platform, now, kind, rt.push_kinds, fallback
+    )
     if refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=False):
         raise refused
     try:
@@ -247,13 +250,27 @@ def checked_device(
     now: datetime,
     kind: str,
     push_kinds: Collection[str],
+    fallback: tuple[str, str] | None = None,
 ) -> Device:
     """A ``kind`` device, refused unless ``push_kinds`` (the kinds a provider is
-    configured for) has its kind and its token is shaped for it."""
+    configured for) has its kind and its token is shaped for it; its ``fallback``
+    (kind, token) alike."""
     check_identifier(device_id, "device_id")
     check_push_token(push_token, check_push_kind(kind, push_kinds))
+    fallback_kind = fallback_token = None
+    if fallback is not None:
+        fallback_kind = check_push_kind(fallback[0], push_kinds, "fallback.kind")
+        fallback_token = check_push_token(fallback[1], fallback_kind, "fallback.token")
     return Device(
-        user_id, device_id, push_token, platform, created_at=now, updated_at=now, kind=kind
+        user_id,
+        device_id,
+        push_token,
+        platform,
+        created_at=now,
+        updated_at=now,
+        kind=kind,
+        fallback_kind=fallback_kind,
+        fallback_token=fallback_token,
     )
 
 

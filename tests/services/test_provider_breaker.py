@@ -17,9 +17,7 @@ from tepat import metrics
 from tepat.adapters.breaker_guard import GuardedChannel, GuardedPush, ProviderBreaker
 from tepat.clock import FakeClock
 from tepat.domain.breaker import BreakerSettings
-from tepat.domain.categories import OUTCOME_UNKNOWN
 from tepat.domain.models import Message, MessageStatus, User, slot_key_for
-from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing
 from tepat.ports.push import PushRequest, SendResult
 from tepat.ports.repositories.messages import Counts
@@ -27,7 +25,6 @@ from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime, open_runtime
 from tepat.services import accounts
 from tepat.services.dashboard import channel_lines
-from tepat.services.sending.channel_sender import ChannelSender
 from tests.api.conftest import make_settings
 from tests.support.fake_push import FakePush
 from tests.support.messages import AT, make_message
@@ -239,71 +236,3 @@ async def test_through_the_send_path_messages_wait_while_open_then_go(
 def breakers_on_the_dashboard(rt: Runtime) -> dict[str, str]:
     (push,) = [line for line in channel_lines(rt.channels, Counts()) if line.channel == "push"]
     return push.breakers
-
-
-async def test_while_open_a_channel_fails_over_to_its_secondary() -> None:
-    clock = FakeClock(AT)
-    primary, secondary = Relay(), Relay(down=False)
-    settings = BreakerSettings(threshold=1, cool_down=timedelta(seconds=COOL_DOWN))
-    breaker = ProviderBreaker("email", "failover-relay", settings, clock)
-    guarded = GuardedChannel(primary, breaker, secondary)
-    item = Outgoing(make_message("k1", nominal_at=AT, due_at=AT), "ana@example.com")
-    # The primary's own answer comes back as it is (never sent again in the same call).
-    assert await guarded.send([item]) == [TryAgain("smtp_connect")]
-    assert secondary.sent == []
-    assert await guarded.send([item, item]) == [Accepted("<0@x>"), Accepted("<1@x>")]
-    assert len(secondary.sent) == 2
-    primary.down = False
-    clock.advance(COOL_DOWN)
-    assert await guarded.send([item]) == [Accepted("<0@x>")]  # the probe: the primary again
-    assert (len(primary.sent), len(secondary.sent), state("failover-relay", "email")) == (1, 2, 0)
-
-
-def maybe_sent(category: str, action: str) -> float:
-    labels = {"category": category, "action": action}
-    return metrics.REGISTRY.get_sample_value("tepat_maybe_sent_total", labels) or 0.0
-
-
-async def test_a_send_failed_over_after_an_ambiguous_answer_follows_the_maybe_sent_policy(
-    rt: Runtime,
-) -> None:
-    """Through the send path: the primary relay loses its answers after sending. The
-    ``safety`` category retries such a message (a possible duplicate, counted) and its
-    retry goes through the secondary; ``meal`` closes it as outcome_unknown, and the
-    secondary never sends it."""
-    assert isinstance(rt.clock, FakeClock)
-    now = rt.clock.now()
-    await rt.store.set_contact("u1", "email", "u1@example.com", True, now)
-    lost = TryAgain("smtp_no_reply", maybe_sent=True)
-    primary, secondary = Relay(failing=lost), Relay(down=False)
-    settings = BreakerSettings(threshold=1, cool_down=timedelta(seconds=COOL_DOWN))
-    breaker = ProviderBreaker("email", "lossy-relay", settings, rt.clock)
-    sender = ChannelSender(
-        rt.store,
-        rt.categories,
-        rt.clock,
-        {"email": GuardedChannel(primary, breaker, secondary)},
-        retry=RetryPolicy(base_seconds=1.0, max_attempts=3),
-        flush=rt.outbox.flush_quietly,
-    )
-    messages = [
-        make_message(key, live_key=key, category=category, channel="email", due_at=now)
-        for key, category in (("safe", "safety"), ("meal", "meal"))
-    ]
-    messages = [dataclasses.replace(m, slot_key=slot_key_for(m)) for m in messages]
-    await rt.store.insert_messages(messages)
-    before = (maybe_sent("safety", "retried"), maybe_sent("meal", "closed"))
-    await sender.process(await rt.store.claim([m.id for m in messages], now))
-    safe, meal = [await stored(rt, m) for m in messages]
-    assert (meal.status, meal.status_reason) == (MessageStatus.FAILED, OUTCOME_UNKNOWN)
-    assert safe.status is MessageStatus.PENDING
-    assert (maybe_sent("safety", "retried"), maybe_sent("meal", "closed")) == (
-        before[0] + 1,
-        before[1] + 1,
-    )
-
-    rt.clock.set(safe.due)  # before the cool-down is over: the breaker is still open
-    await sender.process(await rt.store.claim([safe.id], rt.clock.now()))
-    assert (await stored(rt, safe)).status is MessageStatus.SENT
-    assert [o.message.id for o in secondary.sent] == [safe.id]
-    assert [o.message.id for o in primary.sent] == []

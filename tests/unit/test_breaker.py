@@ -1,5 +1,5 @@
 """The circuit breaker's rule (tepat/domain/breaker.py) and which answers count as a
-provider-side failure (tepat/adapters/breaker_guard.verdict_of)."""
+provider-side failure (tepat/ports/verdict.verdict_of)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tepat.adapters.breaker_guard import verdict_of, verdict_of_all
 from tepat.config import ConfigError, load_settings
 from tepat.domain.breaker import Breaker, BreakerSettings, BreakerState, Transition, Verdict
 from tepat.ports.channel import Accepted, Delivered, Refused, Withheld
 from tepat.ports.push import Rejected, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
+from tepat.ports.verdict import verdict_of, verdict_of_all
 
 T0 = datetime(2027, 1, 1, tzinfo=UTC)
 UP, DOWN, NEITHER = Verdict.UP, Verdict.DOWN, Verdict.NEITHER

@@ -140,7 +140,7 @@ def _user(row: Row) -> User:
 
 _DEVICE_COLUMNS = (
     "user_id, device_id, push_token, platform, active, consecutive_failures, "
-    "deactivated_reason, created_at, updated_at, kind"
+    "deactivated_reason, created_at, updated_at, kind, fallback_kind, fallback_token"
 )
 
 

@@ -416,6 +416,15 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # registered before is an Expo one. The token stays unique across kinds.
         ("ALTER TABLE devices ADD COLUMN kind TEXT NOT NULL DEFAULT 'expo'",),
     ),
+    (
+        15,
+        # A device's fallback token for another push kind (Device.fallback_kind),
+        # used only while its primary provider is down (tepat/domain/failover.py).
+        (
+            "ALTER TABLE devices ADD COLUMN fallback_kind TEXT",
+            "ALTER TABLE devices ADD COLUMN fallback_token TEXT",
+        ),
+    ),
 )
 
 

@@ -35,9 +35,10 @@ ROTATE_TOKEN = (
     "WHERE active = 1 AND push_token = ? AND NOT (user_id = ? AND device_id = ?)"
 )
 UPSERT_DEVICE = (
-    f"INSERT INTO devices ({_DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, 1, 0, NULL, ?, ?, ?) "
+    f"INSERT INTO devices ({_DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, 1, 0, NULL, ?, ?, ?, ?, ?) "
     "ON CONFLICT(user_id, device_id) DO UPDATE SET push_token = excluded.push_token, "
-    "kind = excluded.kind, "
+    "kind = excluded.kind, fallback_kind = excluded.fallback_kind, "
+    "fallback_token = excluded.fallback_token, "
     "platform = excluded.platform, active = 1, consecutive_failures = 0, "
     "deactivated_reason = NULL, updated_at = excluded.updated_at"
 )
@@ -64,7 +65,17 @@ def device_params(d: Device, now: str) -> tuple[Row, Row]:
     created = _ts_opt(d.created_at) or now
     updated = _ts_opt(d.updated_at) or now
     rotation = (REPLACED, updated, d.push_token, d.user_id, d.device_id)
-    return rotation, (d.user_id, d.device_id, d.push_token, d.platform, created, updated, d.kind)
+    fallback = (d.fallback_kind, d.fallback_token)
+    return rotation, (
+        d.user_id,
+        d.device_id,
+        d.push_token,
+        d.platform,
+        created,
+        updated,
+        d.kind,
+        *fallback,
+    )
 
 
 def _plan_target(row: Row) -> PlanTarget:

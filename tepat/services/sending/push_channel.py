@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from tepat import metrics
@@ -39,6 +40,8 @@ from tepat.ports.push import (
 from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.try_again import TryAgain
 from tepat.services.device_health import device_failed
+from tepat.services.sending.channel_sender import gather_all
+from tepat.services.sending.failover import FailoverRoute
 
 Outcome = TicketOutcome | TryAgain | Rejected | Withheld
 _Waiting = list[tuple[PushRequest, asyncio.Future[Outcome]]]
@@ -175,6 +178,7 @@ class PushChannel:
         self.batchers = {
             kind: PushBatcher(p, clock, provider=kind) for kind, p in providers.items()
         }
+        self._routes: dict[tuple[str, str], FailoverRoute] = {}
 
     @property
     def max_batch(self) -> int:
@@ -193,17 +197,13 @@ class PushChannel:
 
     async def send(self, items: Sequence[Outgoing]) -> list[ChannelOutcome | Withheld]:
         pairs = [(item, device) for item in items for device in item.devices]
-        futures = self._submit(pairs)
-        if futures:
-            await asyncio.wait(futures)
+        outcomes = await _results(self._submit(pairs))
+        # The device each outcome is from: its fallback's where it failed over.
+        sent_to = [device for _, device in pairs]
+        await self._fail_over(pairs, outcomes, sent_to)
         answered: dict[str, list[Outcome]] = {item.message.id: [] for item in items}
         tickets: dict[str, list[Ticket]] = {item.message.id: [] for item in items}
-        for fut, (item, device) in zip(futures, pairs, strict=True):
-            if fut.cancelled():
-                # Its request was abandoned (a hard stop): fail the batch like any
-                # other send error; the broker redelivers, the lease re-drives.
-                raise ConnectionAbortedError("push request abandoned")
-            outcome = fut.result()  # a send that raised fails the batch: nack, lease
+        for outcome, (item, _), device in zip(outcomes, pairs, sent_to, strict=True):
             metrics.count_push_answer(device.kind, outcome)
             answered[item.message.id].append(outcome)
             # A provider with no receipts (FCM, APNs: they answer at send time) keeps none.
@@ -214,6 +214,46 @@ class PushChannel:
             elif isinstance(outcome, TicketError):
                 await device_failed(self._devices, device, outcome, self._device_max_failures)
         return [answer_of(answered[item.message.id], tickets[item.message.id]) for item in items]
+
+    async def _fail_over(
+        self,
+        pairs: Sequence[tuple[Outgoing, Device]],
+        outcomes: list[Outcome],
+        sent_to: list[Device],
+    ) -> None:
+        """Each device with a fallback token whose provider failed it (:mod:`failover
+        <tepat.services.sending.failover>`) is sent to once more through its fallback
+        kind's provider; ``outcomes`` and ``sent_to`` are updated in place."""
+        routes: dict[tuple[str, str], list[int]] = {}
+        for i, (_, device) in enumerate(pairs):
+            to = device.fallback_kind
+            if to is not None and to != device.kind and to in self.batchers:
+                routes.setdefault((device.kind, to), []).append(i)
+
+        async def fail_over(from_: str, to: str, indexes: list[int]) -> None:
+            route = self._routes.get((from_, to))
+            if route is None:
+                route = self._routes[from_, to] = FailoverRoute(PUSH, from_, to, self._categories)
+
+            async def secondary(picked: Sequence[int]) -> list[Outcome]:
+                now = self._clock.now()
+                for i in picked:
+                    sent_to[i] = replace(
+                        pairs[i][1], kind=to, push_token=pairs[i][1].fallback_token or ""
+                    )
+                requests = [self._request(pairs[i][0], sent_to[i], now) for i in picked]
+                return await _results(self.batchers[to].submit(requests))
+
+            primary = [outcomes[i] for i in indexes]
+            answers = await route.run(
+                indexes, primary, lambda i: pairs[i][0].message.category, secondary
+            )
+            for i, before, answer in zip(indexes, primary, answers, strict=True):
+                outcomes[i] = answer
+                if answer is before:  # the fallback did not try: the primary's answer stands
+                    sent_to[i] = pairs[i][1]
+
+        await gather_all(*(fail_over(*route, indexes) for route, indexes in routes.items()))
 
     def _submit(self, pairs: Sequence[tuple[Outgoing, Device]]) -> list[asyncio.Future[Outcome]]:
         """Each pair's request to its device kind's batcher, the futures in ``pairs``
@@ -247,6 +287,16 @@ class PushChannel:
             priority=terms.priority,
             still_sendable=item.still_sendable,
         )
+
+
+async def _results(futures: Sequence[asyncio.Future[Outcome]]) -> list[Outcome]:
+    if futures:
+        await asyncio.wait(futures)
+    if any(fut.cancelled() for fut in futures):
+        # A request was abandoned (a hard stop): fail the batch like any other send
+        # error; the broker redelivers, the lease re-drives.
+        raise ConnectionAbortedError("push request abandoned")
+    return [fut.result() for fut in futures]  # a send that raised fails the batch: nack, lease
 
 
 def _answered(outcome: Outcome) -> asyncio.Future[Outcome]:
