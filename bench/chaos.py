@@ -21,6 +21,8 @@ Fault kinds (each on a rig of its own, :mod:`bench.chaos_rig`):
 * ``provider_429``, ``provider_5xx``, ``provider_lost_answers`` (``provider_storms``): the
   sandbox refuses with 429 (then rate-limits), answers 503 before accepting, or accepts
   and loses the answer (stall until the client's timeout, dropped connection, 5xx).
+* ``provider_down``: Expo down for 60 s (quick: 8 s) with FCM fallback tokens on nine
+  devices in ten: failover (:mod:`bench.chaos_failover`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.activemq import ActiveMQ, restart
+from bench.chaos_failover import run_provider_down
 from bench.chaos_rig import Rig, Timing, rig, wait_for
 from bench.chaos_tally import ChaosCorrectness, tally
 from bench.procs import Child, child_env
@@ -48,6 +51,7 @@ FAULTS = (
     "provider_429",
     "provider_5xx",
     "provider_lost_answers",
+    "provider_down",
 )
 STORMS = ("provider_429", "provider_5xx", "provider_lost_answers")
 # The faults of one store only (the lock is SQLite's, the server MongoDB's); the others
@@ -74,13 +78,17 @@ class ChaosSizes:
     # later); the next kill 2 s after it answered. Over 30 s, Tepat's operations give
     # up (timeoutMS) instead of waiting it out.
     restart_downs: tuple[float, ...]
+    down_messages: int  # provider_down: due over down_s + 5 s
+    down_s: float
 
 
-FULL = ChaosSizes(3, 400, 5000, 2, 2000, 60.0, 20.0, 1400, 15.0, 5, 600, 60.0, (5.0, 35.0))
-QUICK = ChaosSizes(1, 150, 1000, 1, 300, 8.0, 4.0, 350, 4.0, 2, 300, 6.0, (2.0,))
+FULL = ChaosSizes(
+    3, 400, 5000, 2, 2000, 60.0, 20.0, 1400, 15.0, 5, 600, 60.0, (5.0, 35.0), 1500, 60.0
+)
+QUICK = ChaosSizes(1, 150, 1000, 1, 300, 8.0, 4.0, 350, 4.0, 2, 300, 6.0, (2.0,), 300, 8.0)
 
 
-def _result(
+def result_of(
     fault: str,
     r: Rig,
     ids: Sequence[str],
@@ -88,8 +96,10 @@ def _result(
     figures: dict[str, Any],
     notes: list[str],
     checks: dict[str, bool] | None = None,
+    received: list[dict[str, Any]] | None = None,
 ) -> Result:
-    received = r.sandbox.received()
+    """``received``: every copy the providers accepted (default: the Expo sandbox's)."""
+    received = r.sandbox.received() if received is None else received
     # kept with the logs (--keep): the evidence behind a failure's figures
     (r.workdir / f"{fault}-received.json").write_text(json.dumps(received))
     correctness = tally(
@@ -193,7 +203,7 @@ def run_kill(
             )
         r.start_consumer()
         waited = r.wait_terminal(r.timing.lease_s + 120 + len(ids) / 50)
-        result = _result(
+        result = result_of(
             "kill_consumer",
             r,
             ids,
@@ -244,7 +254,7 @@ def run_broker_restart(
             log(f"broker_restart: restart {k + 1} mid-drain")
             took.append(round(restart(broker), 1))
         waited = r.wait_terminal(timing.grace_s + 180)
-        return _result(
+        return result_of(
             "broker_restart",
             r,
             ids,
@@ -278,7 +288,7 @@ def run_store_outage(workdir: Path, broker: ActiveMQ | None, prefix: str, z: Cha
         lock.wait(30)
         waited = r.wait_terminal(timing.lease_s + 180 + n / 50)
         dead = r.dead_letters()
-        return _result(
+        return result_of(
             "store_outage",
             r,
             ids,
@@ -315,7 +325,7 @@ def run_storm(
         log(f"{fault}: {n} messages due over {z.storm_s:.0f}s")
         params = storms[fault](r)
         waited = r.wait_terminal(timing.lease_s + 120 + n / 50)
-        return _result(
+        return result_of(
             fault,
             r,
             ids,
@@ -368,7 +378,7 @@ def run_store_restart(workdir: Path, broker: ActiveMQ | None, prefix: str, z: Ch
             kill_at = back + timedelta(seconds=2)
         waited = r.wait_terminal(timing.lease_s + 180 + n / 50)
         dead = r.dead_letters()
-        return _result(
+        return result_of(
             "store_restart",
             r,
             ids,
@@ -428,6 +438,9 @@ def run_chaos(
             emit(run_store_outage(where, broker, pre, sizes))
         elif fault == "store_restart":
             emit(run_store_restart(where, broker, pre, sizes))
+        elif fault == "provider_down":
+            n, down = sizes.down_messages, sizes.down_s
+            emit(run_provider_down(where, broker, pre, n, down, store))
         else:
             emit(run_storm(where, broker, pre, sizes, fault, store))
 

@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -268,12 +268,14 @@ def rig(
     recipients: int,
     timing: Timing,
     store: str = "sqlite",
+    fallback: Callable[[int], str | None] = lambda i: None,
 ) -> Iterator[Rig]:
-    """Seed ``recipients`` (one user and device each) in a fresh ``store``, start the
-    sandbox; stop everything at the end (SIGTERM: a clean drain)."""
+    """Seed ``recipients`` (one user and device each, ``fallback`` as
+    :func:`seed.seed_recipients` takes it) in a fresh ``store``, start the sandbox; stop
+    everything at the end (SIGTERM: a clean drain)."""
     workdir.mkdir(parents=True, exist_ok=True)
     with chaos_store(store, workdir) as db, running_sandbox(workdir, None) as sandbox:
-        asyncio.run(seed.seed_recipients(db.url, recipients))
+        asyncio.run(seed.seed_recipients(db.url, recipients, fallback))
         cfg = Config(
             db_path=workdir / "tepat.db",
             broker_url=broker.url if broker else "embedded://",

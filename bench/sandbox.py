@@ -1,4 +1,5 @@
-"""The Expo sandbox in its own process (``tepat sandbox expo``), driven over HTTP."""
+"""A sandbox in its own process (``tepat sandbox expo``, ``tepat sandbox fcm``), driven
+over HTTP."""
 
 from __future__ import annotations
 
@@ -38,12 +39,19 @@ class Sandbox:
 
 
 @contextmanager
-def running_sandbox(workdir: Path, rate_limit: float | None) -> Iterator[Sandbox]:
+def running_sandbox(
+    workdir: Path, rate_limit: float | None, kind: str = "expo"
+) -> Iterator[Sandbox]:
+    """``kind``: expo, or fcm (its service account written to ``workdir``/fcm.json)."""
     port = free_port()
-    argv = tepat_argv("sandbox", "expo", "--port", str(port), "--receipt-delay", "3600")
+    own = {
+        "expo": ["--receipt-delay", "3600"],
+        "fcm": ["--credentials", str(workdir / "fcm.json")],
+    }[kind]
+    argv = tepat_argv("sandbox", kind, "--port", str(port), *own)
     if rate_limit:
         argv += ["--rate-limit", str(rate_limit)]
-    child = Child("expo-sandbox", argv, child_env({}), workdir / f"sandbox-{port}.log")
+    child = Child(f"{kind}-sandbox", argv, child_env({}), workdir / f"sandbox-{port}.log")
     sandbox = Sandbox(child, f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 30

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from pathlib import Path
@@ -111,8 +111,11 @@ def store_at(database: Path | str) -> Store:
     return MongoStore(where)
 
 
-async def seed_recipients(database: Path | str, count: int) -> None:
-    """One user with one active device per message to come (so a token names a message).
+async def seed_recipients(
+    database: Path | str, count: int, fallback: Callable[[int], str | None] = lambda i: None
+) -> None:
+    """One user with one active device per message to come (so a token names a message);
+    ``fallback(i)``: the FCM token device ``i`` fails over to, if any.
 
     Through the bulk writes, CHUNK records a round trip: one call per record, CHUNK at a
     time, opened more connections than a loaded MongoDB-wire server accepted in time.
@@ -125,7 +128,13 @@ async def seed_recipients(database: Path | str, count: int) -> None:
             await store.write_records(
                 [User(user_id=f"d{i:07d}", timezone="UTC") for i in ids],
                 [
-                    Device(user_id=f"d{i:07d}", device_id=f"phone-{i}", push_token=token_for(i))
+                    Device(
+                        user_id=f"d{i:07d}",
+                        device_id=f"phone-{i}",
+                        push_token=token_for(i),
+                        fallback_kind=None if fallback(i) is None else "fcm",
+                        fallback_token=fallback(i),
+                    )
                     for i in ids
                 ],
                 [],
