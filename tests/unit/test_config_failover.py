@@ -63,3 +63,10 @@ def test_the_second_relay_is_the_first_at_another_address() -> None:
     )
     assert (second.sender, second.tls, second.rate) == (first.sender, first.tls, first.rate)
     assert smtp_config(load_settings(**EMAIL), secondary=True) is None
+
+
+def test_a_second_account_needs_a_sender_when_the_first_has_only_a_messaging_service() -> None:
+    service = {**SMS, "twilio_from": None, "twilio_messaging_service_sid": "MG" + "ab" * 16}
+    settings = load_settings(**service, **SECOND)
+    with pytest.raises(ConfigError, match="TEPAT_TWILIO_SECONDARY_FROM"):
+        build_sms_channel(settings, FakeClock(), secondary=True)

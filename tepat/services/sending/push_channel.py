@@ -231,9 +231,8 @@ class PushChannel:
                 routes.setdefault((device.kind, to), []).append(i)
 
         async def fail_over(from_: str, to: str, indexes: list[int]) -> None:
-            route = self._routes.get((from_, to))
-            if route is None:
-                route = self._routes[from_, to] = FailoverRoute(PUSH, from_, to, self._categories)
+            new = FailoverRoute(PUSH, from_, to, self._categories)
+            route = self._routes.setdefault((from_, to), new)
 
             async def secondary(picked: Sequence[int]) -> list[Outcome]:
                 now = self._clock.now()
