@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from tepat.domain.breaker import Verdict
 from tepat.ports.channel import Accepted, Delivered, Refused
-from tepat.ports.push import Rejected, Tickets
+from tepat.ports.push import Rejected, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
 
 
@@ -19,7 +19,8 @@ def verdict_of(answer: object) -> Verdict:
       "unavailable", a lost answer), *except* when ``throttled``: a 429 is the provider
       working as designed, and the adaptive rate already slows down for it.
     * An acceptance, a recipient's refusal (:class:`Refused`, push :class:`Tickets` even
-      with a dead token's error) and a :class:`Rejected` whole request (bad credentials, a
+      with a dead token's error, or that one notification's ticket: failover reads
+      per device) and a :class:`Rejected` whole request (bad credentials, a
       malformed request) say the provider is up: it answered, and a breaker can fix
       neither a recipient nor a configuration.
     * :class:`Withheld` (nothing went out) says nothing.
@@ -27,7 +28,9 @@ def verdict_of(answer: object) -> Verdict:
     match answer:
         case TryAgain(throttled=False):
             return Verdict.DOWN
-        case Tickets() | Rejected() | Accepted() | Delivered() | Refused():
+        case Tickets() | TicketOk() | TicketError() | Rejected():
+            return Verdict.UP
+        case Accepted() | Delivered() | Refused():
             return Verdict.UP
     return Verdict.NEITHER
 

@@ -218,3 +218,18 @@ async def test_a_device_the_primary_refuses_is_not_sent_to_its_fallback(rt: Runt
     expo.refuse_with = TicketError("DeviceNotRegistered", "gone", True, deactivate_device=True)
     assert await send_to(rt, "u1") == [MessageStatus.FAILED]
     assert fcm.requests == []
+
+
+async def test_failing_over_ends_once_the_primary_answers_any_device(rt: Runtime) -> None:
+    """The last failed-over message may be long sent: a phone without a fallback that
+    Expo answers again ends it too."""
+    expo, _ = providers(rt)
+    expo.down = True
+    assert isinstance(rt.clock, FakeClock)
+    with capture_logs() as logs:
+        assert await send_to(rt, "u1") == [MessageStatus.SENT]
+        expo.down = False
+        rt.clock.advance(COOL_DOWN)  # the breaker (opened by the first failure) probes
+        assert await send_to(rt, "u2") == [MessageStatus.SENT]
+    events = [(e["event"], e.get("failed_over")) for e in logs if e["event"].startswith("fail")]
+    assert events == [("failover_started", None), ("failover_ended", 1)]

@@ -36,6 +36,9 @@ UP, DOWN, NEITHER = Verdict.UP, Verdict.DOWN, Verdict.NEITHER
         (Refused("smtp_550_recipient", suppress="hard_bounce"), UP),
         (Tickets([TicketError("DeviceNotRegistered", "gone", permanent=True)]), UP),
         (Tickets([TicketOk("t1")]), UP),
+        # one device's notification (failover reads answers per device)
+        (TicketOk("t1"), UP),
+        (TicketError("DeviceNotRegistered", "gone", permanent=True), UP),
         (Rejected("HTTP 401"), UP),
         (Accepted("SM1"), UP),
         (Delivered(), UP),

@@ -58,9 +58,12 @@ class FailoverRoute:
             )
             if decision is not Failover.STAY:
                 picked.append((i, decision))
-        self._note(picked, answers)
         if not picked:
+            self.saw(answers)
             return merged
+        if not self.failing_over:
+            self.failing_over, self._since = True, 0
+            log.warning("failover_started", **self._labels, reason=_reason(answers))
         second = await secondary([items[i] for i, _ in picked])
         for (i, decision), answer in zip(picked, second, strict=True):
             if isinstance(answer, TryAgain) and answer.not_tried:
@@ -73,11 +76,10 @@ class FailoverRoute:
             metrics.FAILOVERS.labels(**self._labels, possible_duplicate=twice).inc()
         return merged
 
-    def _note(self, picked: Sequence[object], answers: Sequence[object]) -> None:
-        if picked and not self.failing_over:
-            self.failing_over, self._since = True, 0
-            log.warning("failover_started", **self._labels, reason=_reason(answers))
-        elif not picked and self.failing_over and Verdict.UP in map(verdict_of, answers):
+    def saw(self, answers: Sequence[object]) -> None:
+        """The primary's ``answers`` to requests that did not fail over: failing over
+        ends once the primary answers again."""
+        if self.failing_over and Verdict.UP in map(verdict_of, answers):
             self.failing_over = False
             log.warning("failover_ended", **self._labels, failed_over=self._since)
 

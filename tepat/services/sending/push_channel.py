@@ -253,6 +253,10 @@ class PushChannel:
                     sent_to[i] = pairs[i][1]
 
         await gather_all(*(fail_over(*route, indexes) for route, indexes in routes.items()))
+        # A route's primary answering devices without a fallback says it is back too.
+        for (from_, to), route in self._routes.items():
+            if (from_, to) not in routes:
+                route.saw([o for o, (_, d) in zip(outcomes, pairs, strict=True) if d.kind == from_])
 
     def _submit(self, pairs: Sequence[tuple[Outgoing, Device]]) -> list[asyncio.Future[Outcome]]:
         """Each pair's request to its device kind's batcher, the futures in ``pairs``
