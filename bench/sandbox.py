@@ -1,4 +1,4 @@
-"""The Expo sandbox in its own process (``tepat sandbox expo``), driven over HTTP."""
+"""A push sandbox in its own process (``tepat sandbox expo|fcm|apns``), driven over HTTP."""
 
 from __future__ import annotations
 
@@ -11,18 +11,22 @@ from typing import Any
 
 import httpx
 
-from bench.procs import Child, child_env, free_port, tepat_argv
+from bench import push_kinds
+from bench.procs import Child, child_env, free_port
 
 
 @dataclass
 class Sandbox:
     child: Child
     url: str
+    kind: str = "expo"  # the push provider it stands in for (bench/push_kinds.py)
 
     def stats(self) -> dict[str, int]:
+        """Its counters; ``send_requests`` whatever the provider calls them."""
         r = httpx.get(f"{self.url}/_sandbox/stats", timeout=30)
         r.raise_for_status()
         stats: dict[str, int] = r.json()
+        stats["send_requests"] = push_kinds.send_requests(self.kind, stats)
         return stats
 
     def script(self, spec: dict[str, Any]) -> None:
@@ -34,17 +38,17 @@ class Sandbox:
         r = httpx.get(f"{self.url}/_sandbox/received", timeout=300)
         r.raise_for_status()
         received: list[dict[str, Any]] = r.json()["received"]
-        return received
+        return [push_kinds.as_expo_entry(self.kind, e) for e in received]
 
 
 @contextmanager
-def running_sandbox(workdir: Path, rate_limit: float | None) -> Iterator[Sandbox]:
+def running_sandbox(
+    workdir: Path, rate_limit: float | None, kind: str = "expo"
+) -> Iterator[Sandbox]:
     port = free_port()
-    argv = tepat_argv("sandbox", "expo", "--port", str(port), "--receipt-delay", "3600")
-    if rate_limit:
-        argv += ["--rate-limit", str(rate_limit)]
-    child = Child("expo-sandbox", argv, child_env({}), workdir / f"sandbox-{port}.log")
-    sandbox = Sandbox(child, f"http://127.0.0.1:{port}")
+    argv = push_kinds.sandbox_argv(kind, port, workdir, rate_limit)
+    child = Child(f"{kind}-sandbox", argv, child_env({}), workdir / f"sandbox-{port}.log")
+    sandbox = Sandbox(child, f"http://127.0.0.1:{port}", kind)
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -35,12 +35,18 @@ def _seconds(a: datetime, b: datetime) -> float:
 
 
 def dispatch_once(
-    workdir: Path, broker_url: str, prefix: str, messages: int, consumers: int
+    workdir: Path,
+    broker_url: str,
+    prefix: str,
+    messages: int,
+    consumers: int,
+    provider: str = "expo",
 ) -> Outcome:
     plan = Plan(
         items=[(0.0, c) for c in categories_round_robin(messages)],
         consumers=consumers,
         client_rate_limit=UNLIMITED_CLIENT,
+        provider=provider,
     )
     return deliver(workdir, broker_url, prefix, plan)
 
@@ -95,18 +101,20 @@ def run_dispatch(
     prefix: str,
     messages: int,
     consumer_counts: Sequence[int] = DISPATCH_CONSUMERS,
+    provider: str = "expo",
 ) -> Result:
     runs: dict[int, Outcome] = {}
     for consumers in consumer_counts:
         if backend == "embedded" and consumers > 1:
             continue
-        log(f"dispatch: {messages} due messages, {consumers} consumer process(es)")
+        log(f"dispatch: {messages} due {provider} messages, {consumers} consumer process(es)")
         runs[consumers] = dispatch_once(
             workdir / f"dispatch-{consumers}",
             broker_url,
             prefix + f"c{consumers}.",
             messages,
             consumers,
+            provider,
         )
     figures: dict[str, Any] = {}
     for k, o in runs.items():
@@ -148,7 +156,11 @@ def run_dispatch(
     return Result(
         scenario="dispatch",
         backend=backend,
-        parameters={"messages": messages, "consumer_processes": sorted(runs)},
+        parameters={
+            "messages": messages,
+            "consumer_processes": sorted(runs),
+            "provider": provider,
+        },
         figures=figures,
         goals=goals,
         correctness=merged,
@@ -194,6 +206,7 @@ def run_lateness(
     prefix: str,
     rates: Sequence[float],
     seconds: int,
+    provider: str = "expo",
 ) -> Result:
     """One delivery run per rate: ``rate`` messages due at each whole second for ``seconds``."""
     figures: dict[str, Any] = {}
@@ -203,12 +216,12 @@ def run_lateness(
     for rate in rates:
         per_second = max(1, round(rate))
         items = [(float(s), c) for s in range(seconds) for c in categories_round_robin(per_second)]
-        log(f"lateness: {per_second}/s due for {seconds}s ({len(items)} messages)")
+        log(f"lateness: {per_second}/s {provider} due for {seconds}s ({len(items)} messages)")
         o = deliver(
             workdir / f"lateness-{per_second}",
             broker_url,
             f"{prefix}r{per_second}.",
-            Plan(items=items, client_rate_limit=UNLIMITED_CLIENT),
+            Plan(items=items, client_rate_limit=UNLIMITED_CLIENT, provider=provider),
         )
         outcomes.append(o)
         late = [
@@ -247,6 +260,7 @@ def run_lateness(
             "messages": sum(len(o.due) for o in outcomes),
             "consumer_processes": 1,
             "instants": "whole seconds, categories round-robin",
+            "provider": provider,
         },
         figures=figures,
         goals=goals,

@@ -99,7 +99,12 @@ class Due:
     scheduled_at: datetime
 
 
-def token_for(i: int) -> str:
+def token_for(i: int, kind: str = "expo") -> str:
+    """Recipient ``i``'s device token, of the shape ``kind``'s validation accepts."""
+    if kind == "fcm":
+        return f"bench-fcm-{i:07d}"
+    if kind == "apns":
+        return f"{i:064x}"  # 64 hex digits
     return f"ExponentPushToken[bench-{i:07d}]"
 
 
@@ -111,8 +116,9 @@ def store_at(database: Path | str) -> Store:
     return MongoStore(where)
 
 
-async def seed_recipients(database: Path | str, count: int) -> None:
-    """One user with one active device per message to come (so a token names a message).
+async def seed_recipients(database: Path | str, count: int, kind: str = "expo") -> None:
+    """One user with one active ``kind`` device per message to come (so a token names a
+    message).
 
     Through the bulk writes, CHUNK records a round trip: one call per record, CHUNK at a
     time, opened more connections than a loaded MongoDB-wire server accepted in time.
@@ -125,7 +131,12 @@ async def seed_recipients(database: Path | str, count: int) -> None:
             await store.write_records(
                 [User(user_id=f"d{i:07d}", timezone="UTC") for i in ids],
                 [
-                    Device(user_id=f"d{i:07d}", device_id=f"phone-{i}", push_token=token_for(i))
+                    Device(
+                        user_id=f"d{i:07d}",
+                        device_id=f"phone-{i}",
+                        push_token=token_for(i, kind),
+                        kind=kind,
+                    )
                     for i in ids
                 ],
                 [],
@@ -135,7 +146,7 @@ async def seed_recipients(database: Path | str, count: int) -> None:
 
 
 def due_messages(
-    instants: Sequence[tuple[datetime, str]], first: int = 0
+    instants: Sequence[tuple[datetime, str]], first: int = 0, kind: str = "expo"
 ) -> list[tuple[Message, Due]]:
     """Messages for recipients first..first+n-1, one-offs due at the given instants and
     categories."""
@@ -159,7 +170,7 @@ def due_messages(
             local_date=at.date(),
             local_time=at.time().replace(second=0, microsecond=0),
         )
-        out.append((message, Due(message.id, token_for(i), category, at)))
+        out.append((message, Due(message.id, token_for(i, kind), category, at)))
     return out
 
 
