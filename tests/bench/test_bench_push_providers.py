@@ -8,23 +8,12 @@ import os
 
 import pytest
 
-from tests.bench.running import bench_result
+from tests.bench.running import STOMP_URL_ENV, backends, bench_result
 
-STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
 SIZES = {
     "dispatch": ("--messages", "200"),
     "lateness": ("--rate", "20", "--seconds", "3"),
 }
-
-
-def backends() -> list[object]:
-    amq = pytest.param(
-        "activemq",
-        marks=pytest.mark.skipif(
-            not os.environ.get(STOMP_URL_ENV), reason=f"{STOMP_URL_ENV} is not set"
-        ),
-    )
-    return ["embedded", amq]
 
 
 @pytest.mark.parametrize("backend", backends())
