@@ -182,7 +182,9 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             # a limited sandbox drains no faster than its limit: leave 3x that (a bound,
             # not a goal; the stall check still ends a run that makes no progress)
             drain = 3 * n / plan.sandbox_rate_limit if plan.sandbox_rate_limit else 0.0
-            budget = max(0.0, margin) + last_offset + 60 + max(n / 100, drain)
+            # n / 20: a consumer on a crowded machine (FCM, APNs: a request each) may
+            # manage little more; the stall check ends a run that has stopped sooner
+            budget = max(0.0, margin) + last_offset + 60 + max(n / 20, drain)
             _wait_until_finished(db, consumers, budget)
             cpu = meter.stop()
             received = sandbox.received()
