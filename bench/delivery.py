@@ -187,8 +187,9 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             budget = max(0.0, margin) + last_offset + 60 + max(n / 20, drain)
             _wait_until_finished(db, consumers, budget)
             cpu = meter.stop()
-            received = sandbox.received()
+            received = [push_kinds.as_expo_entry(plan.provider, e) for e in sandbox.received()]
             stats = sandbox.stats()
+            stats["send_requests"] = push_kinds.send_requests(plan.provider, stats)
             statuses = store_view.status_counts(db)
             sent_at = store_view.sent_times(db)
             tickets = store_view.tickets_per_message(db)

@@ -1,7 +1,7 @@
-"""The push provider a delivery run sends through (``--provider expo|fcm|apns``): its
-sandbox process (``tepat sandbox KIND``), the ``TEPAT_*`` settings that
-point the consumers at it, and its log of arrivals in the one shape the tallies read
-(Expo's: ``status``, ``to``, ``data``, ``received_at``).
+"""The push provider a delivery run sends through (``--provider expo|fcm|apns``): the
+``TEPAT_*`` settings that point the consumers at its sandbox (bench/sandbox.py), and its
+log of arrivals in the one shape the tallies read (Expo's: ``status``, ``to``, ``data``,
+``received_at``).
 
 FCM and APNs have no project ceiling of Expo's kind (600/s): their sandboxes run
 unlimited unless a rate is asked for, and the client's own FCM rate is lifted with
@@ -13,26 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.procs import tepat_argv
-
 PROVIDERS = ("expo", "fcm", "apns")
 # what `tepat sandbox apns` signs and expects (tepat/sandbox/apns.py's defaults)
 APNS_KEY_ID, APNS_TEAM_ID, APNS_TOPIC = "SANDBOXKEY", "TEAM123456", "dev.tepat.app"
-# the credentials the sandbox writes into the run's directory and the consumers read
-FCM_ACCOUNT, APNS_KEY = "fcm-account.json", "apns.p8"
-
-
-def sandbox_argv(kind: str, port: int, workdir: Path, rate_limit: float | None) -> list[str]:
-    """``tepat sandbox KIND`` on ``port``; its credentials (FCM's service account, APNs's
-    .p8 key) are written into ``workdir``, where :func:`consumer_env` points."""
-    if kind == "fcm":
-        argv = tepat_argv("sandbox", "fcm", "--credentials", str(workdir / FCM_ACCOUNT))
-    elif kind == "apns":
-        argv = tepat_argv("sandbox", "apns", "--key-file", str(workdir / APNS_KEY))
-    else:
-        argv = tepat_argv("sandbox", "expo", "--receipt-delay", "3600")
-    argv += ["--port", str(port)]
-    return argv + (["--rate-limit", str(rate_limit)] if rate_limit else [])
+# the credentials the sandbox writes into the run's directory (bench/sandbox.py) and the
+# consumers read
+FCM_ACCOUNT, APNS_KEY = "fcm.json", "apns.p8"
 
 
 def consumer_env(kind: str, url: str, workdir: Path, client_rate: float | None) -> dict[str, str]:

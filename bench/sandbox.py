@@ -1,4 +1,4 @@
-"""A push sandbox in its own process (``tepat sandbox expo|fcm|apns``), driven over HTTP."""
+"""A sandbox in its own process (``tepat sandbox expo|fcm|apns``), driven over HTTP."""
 
 from __future__ import annotations
 
@@ -11,22 +11,18 @@ from typing import Any
 
 import httpx
 
-from bench import push_kinds
-from bench.procs import Child, child_env, free_port
+from bench.procs import Child, child_env, free_port, tepat_argv
 
 
 @dataclass
 class Sandbox:
     child: Child
     url: str
-    kind: str = "expo"  # the push provider it stands in for (bench/push_kinds.py)
 
     def stats(self) -> dict[str, int]:
-        """Its counters; ``send_requests`` whatever the provider calls them."""
         r = httpx.get(f"{self.url}/_sandbox/stats", timeout=30)
         r.raise_for_status()
         stats: dict[str, int] = r.json()
-        stats["send_requests"] = push_kinds.send_requests(self.kind, stats)
         return stats
 
     def script(self, spec: dict[str, Any]) -> None:
@@ -38,17 +34,26 @@ class Sandbox:
         r = httpx.get(f"{self.url}/_sandbox/received", timeout=300)
         r.raise_for_status()
         received: list[dict[str, Any]] = r.json()["received"]
-        return [push_kinds.as_expo_entry(self.kind, e) for e in received]
+        return received
 
 
 @contextmanager
 def running_sandbox(
     workdir: Path, rate_limit: float | None, kind: str = "expo"
 ) -> Iterator[Sandbox]:
+    """``kind``: expo, fcm (its service account written to ``workdir``/fcm.json) or apns
+    (its auth key to ``workdir``/apns.p8)."""
     port = free_port()
-    argv = push_kinds.sandbox_argv(kind, port, workdir, rate_limit)
+    own = {
+        "expo": ["--receipt-delay", "3600"],
+        "fcm": ["--credentials", str(workdir / "fcm.json")],
+        "apns": ["--key-file", str(workdir / "apns.p8")],
+    }[kind]
+    argv = tepat_argv("sandbox", kind, "--port", str(port), *own)
+    if rate_limit:
+        argv += ["--rate-limit", str(rate_limit)]
     child = Child(f"{kind}-sandbox", argv, child_env({}), workdir / f"sandbox-{port}.log")
-    sandbox = Sandbox(child, f"http://127.0.0.1:{port}", kind)
+    sandbox = Sandbox(child, f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 30
         while True:
