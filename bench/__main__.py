@@ -35,6 +35,7 @@ from bench import (
 from bench.activemq import ActiveMQ, activemq
 from bench.chaos_store import STORES
 from bench.config import run_prefix
+from bench.push_kinds import PROVIDERS
 from bench.report import Result, emit, log
 
 SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst", "register")
@@ -111,6 +112,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--seconds", type=int, help="lateness: seconds of due messages per rate (60)")
     p.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default="expo",
+        help="dispatch/lateness: the devices' kind, sent through that provider's sandbox",
+    )
+    p.add_argument(
         "--fault",
         action="append",
         choices=(*chaos.FAULTS, "provider_storms"),
@@ -166,7 +173,7 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
     if name == "dispatch":
         m = args.messages or sizes.dispatch
         counts = args.consumers or sizes.dispatch_consumers
-        return scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m, counts)
+        return scenarios.run_dispatch(where, backend, ctx.url, ctx.prefix, m, counts, args.provider)
     if name == "ratelimited":
         m = args.messages or sizes.ratelimited
         return ratelimited.run_ratelimited(
@@ -183,7 +190,9 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
         )
     rates = tuple(args.rate) if args.rate else sizes.lateness_rates
     seconds = args.seconds or sizes.lateness_seconds
-    return scenarios.run_lateness(where, backend, ctx.url, ctx.prefix, rates, seconds)
+    return scenarios.run_lateness(
+        where, backend, ctx.url, ctx.prefix, rates, seconds, args.provider
+    )
 
 
 def chaos_faults(args: argparse.Namespace) -> list[str]:

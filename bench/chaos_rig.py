@@ -275,7 +275,7 @@ def rig(
     everything at the end (SIGTERM: a clean drain)."""
     workdir.mkdir(parents=True, exist_ok=True)
     with chaos_store(store, workdir) as db, running_sandbox(workdir, None) as sandbox:
-        asyncio.run(seed.seed_recipients(db.url, recipients, fallback))
+        asyncio.run(seed.seed_recipients(db.url, recipients, fallback=fallback))
         cfg = Config(
             db_path=workdir / "tepat.db",
             broker_url=broker.url if broker else "embedded://",

@@ -26,6 +26,8 @@ class Config:
     expo_rate_limit: float | None = None
     # another store than the SQLite file at db_path (chaos --store mongo)
     database_url: str | None = None
+    # the settings of another push provider than Expo (bench/push_kinds.py)
+    provider_env: tuple[tuple[str, str], ...] = ()
 
     def categories_json(self) -> str:
         return json.dumps(
@@ -68,4 +70,5 @@ class Config:
         }
         if self.expo_rate_limit is not None:
             env["TEPAT_EXPO_RATE_LIMIT"] = str(self.expo_rate_limit)
+        env.update(self.provider_env)
         return env

@@ -3,7 +3,7 @@
 Shared by the dispatch, ratelimited, lateness and burst scenarios. The steps:
 
 1. seed one user with one device per message (not timed);
-2. start the Expo sandbox process;
+2. start the sandbox process of the devices' provider (Expo's, FCM's or APNs's);
 3. ActiveMQ: start ``tepat consumers`` processes, then insert the messages due at
    ``t0`` and publish their batches from here (what the creator job does);
    embedded: insert the messages, then start one consumer-host process, which
@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import seed, store_view
+from bench import push_kinds, seed, store_view
 from bench.config import Config
 from bench.cpu_use import CpuMeter, CpuWindow, activemq_pid
 from bench.procs import Child, Exited, child_env, tepat_argv
@@ -50,6 +50,7 @@ class Plan:
     consumers: int = 1
     sandbox_rate_limit: float | None = None  # None: unlimited
     client_rate_limit: float | None = None  # None: Tepat's default (600/s)
+    provider: str = "expo"  # the devices' kind, its sandbox (bench/push_kinds.py)
 
 
 @dataclass
@@ -121,16 +122,18 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
     meter.watch({"broker": broker_pid} if broker_pid else {})
     log(f"seeding {n} recipients (users + devices) in {db}")
     started = time.monotonic()
-    asyncio.run(seed.seed_recipients(db, n))
+    asyncio.run(seed.seed_recipients(db, n, plan.provider))
     log(f"seeded in {time.monotonic() - started:.1f}s")
 
-    with running_sandbox(workdir, plan.sandbox_rate_limit) as sandbox:
+    with running_sandbox(workdir, plan.sandbox_rate_limit, plan.provider) as sandbox:
+        own = push_kinds.consumer_env(plan.provider, sandbox.url, workdir, plan.client_rate_limit)
         cfg = Config(
             db_path=db,
             broker_url=broker_url,
             queue_prefix=queue_prefix,
             expo_url=sandbox.url,
             expo_rate_limit=plan.client_rate_limit,
+            provider_env=tuple(own.items()),
         )
         env = child_env(cfg.env())
         consumers: list[Child] = []
@@ -150,7 +153,8 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             meter.watch({c.name: c.pid for c in consumers} | {"sandbox": sandbox.child.pid})
             t0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=_lead_seconds(n))
             pairs = seed.due_messages(
-                [(t0 + timedelta(seconds=offset), category) for offset, category in plan.items]
+                [(t0 + timedelta(seconds=offset), category) for offset, category in plan.items],
+                kind=plan.provider,
             )
             messages = [m for m, _ in pairs]
             inserted = asyncio.run(seed.insert_messages(db, messages))
@@ -178,11 +182,14 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             # a limited sandbox drains no faster than its limit: leave 3x that (a bound,
             # not a goal; the stall check still ends a run that makes no progress)
             drain = 3 * n / plan.sandbox_rate_limit if plan.sandbox_rate_limit else 0.0
-            budget = max(0.0, margin) + last_offset + 60 + max(n / 100, drain)
+            # n / 20: a consumer on a crowded machine (FCM, APNs: a request each) may
+            # manage little more; the stall check ends a run that has stopped sooner
+            budget = max(0.0, margin) + last_offset + 60 + max(n / 20, drain)
             _wait_until_finished(db, consumers, budget)
             cpu = meter.stop()
-            received = sandbox.received()
+            received = [push_kinds.as_expo_entry(plan.provider, e) for e in sandbox.received()]
             stats = sandbox.stats()
+            stats["send_requests"] = push_kinds.send_requests(plan.provider, stats)
             statuses = store_view.status_counts(db)
             sent_at = store_view.sent_times(db)
             tickets = store_view.tickets_per_message(db)

@@ -1,5 +1,4 @@
-"""A sandbox in its own process (``tepat sandbox expo``, ``tepat sandbox fcm``), driven
-over HTTP."""
+"""A sandbox in its own process (``tepat sandbox expo|fcm|apns``), driven over HTTP."""
 
 from __future__ import annotations
 
@@ -42,11 +41,13 @@ class Sandbox:
 def running_sandbox(
     workdir: Path, rate_limit: float | None, kind: str = "expo"
 ) -> Iterator[Sandbox]:
-    """``kind``: expo, or fcm (its service account written to ``workdir``/fcm.json)."""
+    """``kind``: expo, fcm (its service account written to ``workdir``/fcm.json) or apns
+    (its auth key to ``workdir``/apns.p8)."""
     port = free_port()
     own = {
         "expo": ["--receipt-delay", "3600"],
         "fcm": ["--credentials", str(workdir / "fcm.json")],
+        "apns": ["--key-file", str(workdir / "apns.p8")],
     }[kind]
     argv = tepat_argv("sandbox", kind, "--port", str(port), *own)
     if rate_limit:

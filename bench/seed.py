@@ -99,7 +99,12 @@ class Due:
     scheduled_at: datetime
 
 
-def token_for(i: int) -> str:
+def token_for(i: int, kind: str = "expo") -> str:
+    """Recipient ``i``'s device token, of the shape ``kind``'s validation accepts."""
+    if kind == "fcm":
+        return f"bench-fcm-{i:07d}"
+    if kind == "apns":
+        return f"{i:064x}"  # 64 hex digits
     return f"ExponentPushToken[bench-{i:07d}]"
 
 
@@ -112,10 +117,13 @@ def store_at(database: Path | str) -> Store:
 
 
 async def seed_recipients(
-    database: Path | str, count: int, fallback: Callable[[int], str | None] = lambda i: None
+    database: Path | str,
+    count: int,
+    kind: str = "expo",
+    fallback: Callable[[int], str | None] = lambda i: None,
 ) -> None:
-    """One user with one active device per message to come (so a token names a message);
-    ``fallback(i)``: the FCM token device ``i`` fails over to, if any.
+    """One user with one active ``kind`` device per message to come (so a token names a
+    message); ``fallback(i)``: the FCM token device ``i`` fails over to, if any.
 
     Through the bulk writes, CHUNK records a round trip: one call per record, CHUNK at a
     time, opened more connections than a loaded MongoDB-wire server accepted in time.
@@ -131,7 +139,8 @@ async def seed_recipients(
                     Device(
                         user_id=f"d{i:07d}",
                         device_id=f"phone-{i}",
-                        push_token=token_for(i),
+                        push_token=token_for(i, kind),
+                        kind=kind,
                         fallback_kind=None if fallback(i) is None else "fcm",
                         fallback_token=fallback(i),
                     )
@@ -144,7 +153,7 @@ async def seed_recipients(
 
 
 def due_messages(
-    instants: Sequence[tuple[datetime, str]], first: int = 0
+    instants: Sequence[tuple[datetime, str]], first: int = 0, kind: str = "expo"
 ) -> list[tuple[Message, Due]]:
     """Messages for recipients first..first+n-1, one-offs due at the given instants and
     categories."""
@@ -168,7 +177,7 @@ def due_messages(
             local_date=at.date(),
             local_time=at.time().replace(second=0, microsecond=0),
         )
-        out.append((message, Due(message.id, token_for(i), category, at)))
+        out.append((message, Due(message.id, token_for(i, kind), category, at)))
     return out
 
 

@@ -16,6 +16,7 @@ _.concat, _.checked_parts  # named in the Python code Jinja generates (environme
 _.on_message, _.on_heartbeat_timeout  # stomp.py's listener callbacks
 _.capture_signals, _.should_exit  # uvicorn.Server: overridden hook, the flag its loop polls
 _.loglevel, _.accesslog, _.graceful_timeout  # hypercorn.Config: read by hypercorn's serve
+_.keep_alive_max_requests  # hypercorn.Config too
 _.handle_EHLO, _.handle_RCPT, _.handle_DATA, _.host_name  # aiosmtpd's handler protocol
 _.mechanism  # aiosmtpd passes it to an authenticator by this name
 _.do_GET, _.do_POST, _.log_message  # http.server.BaseHTTPRequestHandler

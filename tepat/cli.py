@@ -293,7 +293,7 @@ def sandbox_fcm(
     import json
 
     from tepat.sandbox.fcm import FcmSandbox
-    from tepat.sandbox.runner import serve_app
+    from tepat.sandbox.runner import serve_h2c_app
 
     configure_logging()
     sandbox = FcmSandbox(rate_limit=rate_limit or None)
@@ -305,7 +305,7 @@ def sandbox_fcm(
         f" (TEPAT_FCM_URL={url} TEPAT_FCM_CREDENTIALS_FILE={credentials})",
         flush=True,
     )
-    serve_app(sandbox.app, host, port)
+    serve_h2c_app(sandbox.app, host, port)
 
 
 @sandbox_app.command("twilio")

@@ -121,6 +121,16 @@ def make_push_provider(settings: Settings, clock: Clock) -> PushProvider:
     )
 
 
+def push_concurrency(settings: Settings) -> dict[str, int]:
+    """Requests each device kind's batcher has in flight at once: Expo's, one per
+    connection (a request carries up to 100 notifications). FCM, APNs and Web Push keep the
+    batcher's 6: their batch fans out into a request per notification, which the adapter's
+    own slots bound (``TEPAT_FCM_MAX_CONNECTIONS``, ``TEPAT_APNS_MAX_STREAMS``); 6 batches
+    of up to 500 or 100 keep those full, and more would only wait there, past the
+    still-sendable check a batch passes when it starts."""
+    return {"expo": settings.expo_max_connections}
+
+
 def make_push_providers(
     settings: Settings, clock: Clock, expo: PushProvider | None = None
 ) -> dict[str, PushProvider]:
@@ -232,7 +242,12 @@ def build_dispatcher(
         for kind, provider in push.items()
     }
     push_channel = PushChannel(
-        guarded, store, clock, categories, device_max_failures=settings.device_max_failures
+        guarded,
+        store,
+        clock,
+        categories,
+        device_max_failures=settings.device_max_failures,
+        concurrency=push_concurrency(settings),
     )
     channels: dict[str, Channel] = {"push": push_channel, "inbox": InboxChannel(inbox)}
     for build in (build_email_channel, build_sms_channel):

@@ -1,10 +1,10 @@
 """Firebase Cloud Messaging (HTTP v1) as a :class:`~tepat.ports.push.PushProvider`.
 
 FCM v1 takes one message per request (``POST /v1/projects/{id}/messages:send``), so a
-batch of :attr:`FcmPushProvider.max_batch` goes out as that many concurrent requests, at
-most ``max_connections`` at a time, under the project's rate (a token bucket on the
-injected clock that adapts to 429s, :mod:`tepat.adapters.adaptive_rate`). Access tokens
-come from :mod:`tepat.adapters.fcm_auth`.
+batch of :attr:`FcmPushProvider.max_batch` goes out as that many concurrent requests
+(HTTP/2 streams), at most ``max_connections`` at a time, under the project's rate (a token
+bucket on the injected clock that adapts to 429s, :mod:`tepat.adapters.adaptive_rate`).
+Access tokens come from :mod:`tepat.adapters.fcm_auth`.
 
 FCM answers at send time, so there is nothing to poll: the name FCM gives an accepted
 message is its ticket, and :meth:`FcmPushProvider.receipts` reports every such ticket
@@ -188,11 +188,18 @@ class FcmPushProvider(PooledClient):
         self._send_path = f"/v1/projects/{project}/messages:send"
         self.limiter = TokenBucket(rate_limit, clock, capacity=min(rate_limit, float(MAX_BATCH)))
         self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
+        # HTTP/2, as Firebase's own SDKs send: the requests multiplexed as streams of one
+        # connection. Over HTTP/1.1 each needs a connection of its own, and httpx's pool
+        # scans every connection for each request: 4 ms of CPU a message at 50, against
+        # about 1 ms over HTTP/2. Over https ALPN agrees on it (HTTP/1.1 stays the
+        # fallback); over http:// (the sandbox) it is h2c with prior knowledge.
         super().__init__(
             max_connections,
             timeout=timeout,
             transport=transport,
             base_url=base_url.rstrip("/"),
+            http1=not base_url.startswith("http://"),
+            http2=True,
             headers={"User-Agent": "tepat-fcm-push/0.1"},
         )
 

@@ -112,6 +112,7 @@ class FcmSandbox(FakeProvider[_State]):
 
     _scripts_key = "tokens"
     _script_type = FcmTokenScript
+    http2 = True  # as Google's front end: HTTP/2 (h2c here) and HTTP/1.1 on one port
 
     def __init__(
         self,
@@ -248,10 +249,13 @@ class FcmSandbox(FakeProvider[_State]):
         )
 
     async def _send(self, request: Request) -> Response:
+        # The body first: an HTTP/2 stream answered with its body unread leaves hypercorn
+        # a DATA frame for a stream it has closed.
+        raw = await request.body()
         if (refused := self._gate(request)) is not None:
             return refused
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
             message = body["message"]
             token = message["token"]
             if not isinstance(token, str) or not token:

@@ -137,6 +137,9 @@ def _h2c_config(bind: str) -> HypercornConfig:
     config.loglevel = "WARNING"
     config.accesslog = None
     config.graceful_timeout = 1.0  # a client still connected at the end holds nothing up
+    # hypercorn's default closes a connection after 1,000 requests, dropping the streams
+    # still open on it unanswered: a client of APNs keeps one connection for many more
+    config.keep_alive_max_requests = 2**62
     return config
 
 

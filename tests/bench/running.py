@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,3 +29,17 @@ def bench_result(*argv: str, timeout: float = 300) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
+
+
+STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
+
+
+def backends() -> list[Any]:
+    """Embedded always; ActiveMQ where ``TEPAT_TEST_STOMP_URL`` names a broker."""
+    amq = pytest.param(
+        "activemq",
+        marks=pytest.mark.skipif(
+            not os.environ.get(STOMP_URL_ENV), reason=f"{STOMP_URL_ENV} is not set"
+        ),
+    )
+    return ["embedded", amq]

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from tests.bench.running import STOMP_URL_ENV, backends
 from tests.support.mongo_factory import wire_server_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("plan", "dispatch", "ratelimited", "lateness", "burst", "register")
-STOMP_URL_ENV = "TEPAT_TEST_STOMP_URL"
 
 
 @cache
@@ -44,16 +44,6 @@ def quick_run(backend: str) -> tuple[int, list[dict[str, Any]], str]:
     lines = proc.stdout.strip().splitlines()[-len(SCENARIOS) :]
     results = [json.loads(line) for line in lines if line.startswith("{")]
     return proc.returncode, results, proc.stderr[-4000:]
-
-
-def backends() -> list[Any]:
-    amq = pytest.param(
-        "activemq",
-        marks=pytest.mark.skipif(
-            not os.environ.get(STOMP_URL_ENV), reason=f"{STOMP_URL_ENV} is not set"
-        ),
-    )
-    return ["embedded", amq]
 
 
 @pytest.fixture(params=backends())

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from tepat.clock import FakeClock
-from tepat.ports.push import PushRequest, TicketOk
+from tepat.ports.push import PushRequest, SendResult, TicketOk
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.push_channel import PushBatcher
 from tests.support.fake_push import FakePush
@@ -40,3 +41,48 @@ async def test_a_failed_request_answers_each_of_its_submitters() -> None:
     batcher = PushBatcher(Refusing(), FakeClock())
     outcomes = await asyncio.gather(*batcher.submit([req(1), req(2)]))
     assert outcomes == [TryAgain("429", retry_after=2.0)] * 2
+
+
+async def test_each_kind_has_the_requests_in_flight_its_settings_give() -> None:
+    """TEPAT_EXPO_MAX_CONNECTIONS is how many Expo requests go at once (it was a fixed 6)."""
+    from tepat.config import Settings
+    from tepat.domain.categories import DEFAULT_CATEGORIES, Categories
+    from tepat.runtime import push_concurrency
+    from tepat.services.sending.push_channel import PushChannel
+
+    class Held(FakePush):
+        max_batch = 1
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.in_flight = self.most = 0
+            self.release = asyncio.Event()
+
+        async def send(self, batch: Sequence[PushRequest]) -> SendResult:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            await self.release.wait()
+            self.in_flight -= 1
+            return await super().send(batch)
+
+    settings = Settings(expo_max_connections=3)
+    expo, fcm = Held(), Held()
+    channel = PushChannel(
+        {"expo": expo, "fcm": fcm},
+        None,  # type: ignore[arg-type]  # no device fails here
+        FakeClock(),
+        Categories(DEFAULT_CATEGORIES),
+        concurrency=push_concurrency(settings),
+    )
+    futures = [
+        *channel.batchers["expo"].submit([req(n) for n in range(5)]),
+        *channel.batchers["fcm"].submit([req(n) for n in range(10, 20)]),
+    ]
+    for _ in range(1000):  # until every request that may start has (no clock involved)
+        if expo.in_flight == 3 and fcm.in_flight == 6:
+            break
+        await asyncio.sleep(0)
+    expo.release.set()
+    fcm.release.set()
+    await asyncio.gather(*futures)
+    assert (expo.most, fcm.most) == (3, 6)

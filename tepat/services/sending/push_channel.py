@@ -169,14 +169,19 @@ class PushChannel:
         categories: Categories,
         *,
         device_max_failures: int = 3,
+        concurrency: Mapping[str, int] | None = None,
     ) -> None:
         self._providers = providers
         self._devices = devices
         self._clock = clock
         self._categories = categories
         self._device_max_failures = device_max_failures
+        # Per kind, the requests its batcher has in flight (tepat.runtime.push_concurrency);
+        # 6 for a kind not named.
+        limits = concurrency or {}
         self.batchers = {
-            kind: PushBatcher(p, clock, provider=kind) for kind, p in providers.items()
+            kind: PushBatcher(p, clock, limits.get(kind, 6), provider=kind)
+            for kind, p in providers.items()
         }
         self._routes: dict[tuple[str, str], FailoverRoute] = {}
 
