@@ -50,12 +50,13 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
 from tepat.adapters.adaptive_rate import AdaptiveRate
+from tepat.adapters.apns_push import apns_expiration
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
 from tepat.adapters.http_pool import PooledClient
@@ -86,12 +87,14 @@ _FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 
 
-def to_fcm_message(request: PushRequest) -> dict[str, Any]:
-    """The v1 ``message`` for a :class:`~tepat.ports.push.PushRequest`."""
+def to_fcm_message(request: PushRequest, now: datetime) -> dict[str, Any]:
+    """The v1 ``message`` for a :class:`~tepat.ports.push.PushRequest` sent at ``now``;
+    its time to live is both Android's ``ttl`` and the APNs expiry FCM passes on."""
     android: dict[str, Any] = {"priority": "normal" if request.priority == "normal" else "high"}
     apns_headers = {"apns-priority": "5" if request.priority == "normal" else "10"}
     if request.ttl_seconds is not None:
         android["ttl"] = f"{request.ttl_seconds}s"
+        apns_headers["apns-expiration"] = apns_expiration(request.ttl_seconds, now)
     message: dict[str, Any] = {
         "token": request.push_token,
         "notification": {"title": request.title, "body": request.body},
@@ -245,7 +248,7 @@ class FcmPushProvider(PooledClient):
         response = await self._post_in_slot(
             self._send_path,
             "FCM",
-            json={"message": to_fcm_message(request)},
+            json={"message": to_fcm_message(request, self.clock.now())},
             headers={"Authorization": f"Bearer {token}"},
         )
         if isinstance(response, TryAgain):

@@ -192,7 +192,9 @@ async def test_the_message_fcm_receives(fcm: Fcm) -> None:
     assert message["notification"] == {"title": "Hello", "body": "World"}
     assert message["data"] == {"n": "1", "s": "x"}
     assert message["android"]["priority"] == "normal" and message["android"]["ttl"] == "60s"
-    assert message["apns"]["headers"]["apns-priority"] == "5"
+    # The category's time to live reaches iPhones too, as APNs's expiry (a UNIX time).
+    expiry = int(fcm.clock.now().timestamp()) + 60
+    assert message["apns"]["headers"] == {"apns-priority": "5", "apns-expiration": str(expiry)}
 
 
 def test_a_bad_service_account_file_is_one_line(tmp_path: Path) -> None:
