@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -209,8 +209,12 @@ async def register_device(
     kind: str = "expo",
     from_other_users: bool = True,
     max_devices: int | None = None,
+    check_endpoint: Callable[[str], Awaitable[None]] | None = None,
 ) -> Device:
     """Register or rotate a device's token (the store keeps one active binding each).
+
+    ``check_endpoint`` (I/O: it resolves the host) refuses a Web Push endpoint Tepat may
+    not connect to, as a :class:`DomainError` naming ``push_token``.
 
     ``from_other_users=False`` (an end user's own token) refuses a token active on another
     user's device: tokens are not secrets, so a user must not pull another's phone onto
@@ -220,6 +224,11 @@ async def register_device(
     await get_user(rt, user_id)
     now = rt.clock.now()
     device = checked_device(user_id, device_id, push_token, platform, now, kind, rt.push_kinds)
+    if kind == "webpush" and check_endpoint is not None:
+        try:
+            await check_endpoint(json.loads(push_token)["endpoint"])
+        except DomainError as e:
+            raise DomainError("push_token", f"endpoint: {e.message}") from None
     if refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=False):
         raise refused
     try:
