@@ -23,16 +23,10 @@ from tepat.config import Settings
 from tepat.runtime import Runtime, open_runtime
 from tests.api.conftest import ADMIN, ADMIN_KEY, START, make_settings
 from tests.api.helpers import create_user, notification_body, ok, reminder_body
-from tests.support.provider_sandboxes import (
-    BROKERS,
-    KINDS,
-    ProviderSandbox,
-    on_broker,
-    served,
-    subscribed,
-)
+from tests.support import provider_sandboxes as providers
 from tests.support.waiting import eventually, stays_false
 
+pytestmark = providers.EVERY_KIND_AND_BROKER
 ALICE = "/v1/users/alice"
 
 
@@ -41,24 +35,14 @@ class App:
     client: httpx.AsyncClient
     rt: Runtime
     clock: FakeClock
-    provider: ProviderSandbox
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(params=BROKERS)
-def broker(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+    provider: providers.ProviderSandbox
 
 
 @pytest.fixture
 async def app(kind: str, broker: str, tmp_path: Path) -> AsyncIterator[App]:
     clock = FakeClock(START)
-    with served(kind, clock, tmp_path) as provider:
-        on = on_broker(broker, clock)
+    with providers.served(kind, clock, tmp_path) as provider:
+        on = providers.on_broker(broker, clock)
         own_broker = on.pop("broker", None)
         settings = Settings.model_validate(
             {**make_settings(tmp_path).model_dump(exclude_unset=True), **provider.settings, **on}
@@ -70,7 +54,7 @@ async def app(kind: str, broker: str, tmp_path: Path) -> AsyncIterator[App]:
                 asyncio.create_task(run_outbox(rt, stop)),
             ]
             try:
-                await subscribed(rt.broker)
+                await providers.subscribed(rt.broker)
                 transport = httpx.ASGITransport(app=create_app(rt, ADMIN_KEY))
                 async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
                     yield App(c, rt, clock, provider)

@@ -19,14 +19,15 @@ from tepat.domain.categories import OUTCOME_UNKNOWN
 from tepat.domain.models import Device, MessageStatus
 from tests.support.pipeline import Pipeline, pipeline
 from tests.support.provider_sandboxes import (
-    BROKERS,
-    KINDS,
+    EVERY_KIND_AND_BROKER,
     ProviderSandbox,
     on_broker,
     served,
     subscribed,
 )
 from tests.support.waiting import drive, eventually, stays_false
+
+pytestmark = EVERY_KIND_AND_BROKER
 
 # 2027-03-01 is a Monday; London is on GMT (UTC+0) until 2027-03-28.
 START = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
@@ -53,16 +54,6 @@ class Scene:
 
     async def is_(self, message_id: str, status: MessageStatus) -> bool:
         return (await self.p.status_of(message_id)) is status
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(params=BROKERS)
-def broker(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture

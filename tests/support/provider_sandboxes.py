@@ -14,7 +14,7 @@ import hashlib
 import json
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +41,20 @@ from tepat.wiring import build_apns_provider, build_fcm_provider, build_webpush_
 from tests.support.activemq_factory import REDELIVERY, stomp_url
 
 KINDS = ("expo", "fcm", "apns", "webpush")
+# Tepat's provider of each kind, as the settings build it.
+BUILDERS: dict[str, Callable[[Settings, Clock], PushProvider | None]] = {
+    "expo": make_push_provider,
+    "fcm": build_fcm_provider,
+    "apns": build_apns_provider,
+    "webpush": build_webpush_provider,
+}
 BROKERS = ("embedded", pytest.param("activemq", marks=pytest.mark.activemq))
+#: A module's ``pytestmark``: each test once per provider kind and broker, given to the
+#: fixtures that ask for ``kind`` and ``broker``.
+EVERY_KIND_AND_BROKER = [
+    pytest.mark.parametrize("kind", KINDS),
+    pytest.mark.parametrize("broker", BROKERS),
+]
 # A stalled answer is given up on after this many real seconds (the providers' own 15 s
 # would make a test wait that long); the sandbox is local, a real answer takes ms.
 ANSWER_TIMEOUT_SECONDS = 1.0
@@ -93,16 +106,13 @@ class ProviderSandbox(ABC):
     """One kind's sandbox, served: what a test asks of every provider the same way."""
 
     kind: ClassVar[str]
+    sandbox_type: ClassVar[Callable[..., FakeProvider[Any]]]
 
     def __init__(self, sandbox: FakeProvider[Any], base_url: str, tmp_path: Path) -> None:
         self.sandbox = sandbox
         self.base_url = base_url
         #: What points Tepat at this sandbox (Settings fields).
         self.settings: dict[str, Any] = self._settings(tmp_path)
-
-    @classmethod
-    @abstractmethod
-    def new_sandbox(cls, clock: Clock) -> FakeProvider[Any]: ...
 
     @abstractmethod
     def _settings(self, tmp_path: Path) -> dict[str, Any]: ...
@@ -143,13 +153,7 @@ class ProviderSandbox(ABC):
     def provider(self, clock: Clock) -> PushProvider:
         """Tepat's provider for this sandbox, as the settings build it, that gives up on an
         answer after :data:`ANSWER_TIMEOUT_SECONDS`."""
-        settings = Settings(**self.settings)
-        built = {
-            "expo": make_push_provider,
-            "fcm": build_fcm_provider,
-            "apns": build_apns_provider,
-            "webpush": build_webpush_provider,
-        }[self.kind](settings, clock)
+        built = BUILDERS[self.kind](Settings(**self.settings), clock)
         assert isinstance(built, PooledClient)
         built._client.timeout = httpx.Timeout(ANSWER_TIMEOUT_SECONDS)
         return built
@@ -158,10 +162,7 @@ class ProviderSandbox(ABC):
 class _Expo(ProviderSandbox):
     kind = "expo"
     sandbox: ExpoSandbox
-
-    @classmethod
-    def new_sandbox(cls, clock: Clock) -> ExpoSandbox:
-        return ExpoSandbox(clock=clock)
+    sandbox_type = ExpoSandbox
 
     def _settings(self, tmp_path: Path) -> dict[str, Any]:
         return {"expo_url": self.base_url}
@@ -186,10 +187,7 @@ class _Expo(ProviderSandbox):
 class _Fcm(ProviderSandbox):
     kind = "fcm"
     sandbox: FcmSandbox
-
-    @classmethod
-    def new_sandbox(cls, clock: Clock) -> FcmSandbox:
-        return FcmSandbox(clock=clock)
+    sandbox_type = FcmSandbox
 
     def _settings(self, tmp_path: Path) -> dict[str, Any]:
         account = tmp_path / "fcm-service-account.json"
@@ -220,10 +218,7 @@ class _Fcm(ProviderSandbox):
 class _Apns(ProviderSandbox):
     kind = "apns"
     sandbox: ApnsSandbox
-
-    @classmethod
-    def new_sandbox(cls, clock: Clock) -> ApnsSandbox:
-        return ApnsSandbox(clock=clock)
+    sandbox_type = ApnsSandbox
 
     def _settings(self, tmp_path: Path) -> dict[str, Any]:
         key = tmp_path / "AuthKey.p8"
@@ -258,10 +253,7 @@ class _Apns(ProviderSandbox):
 class _WebPush(ProviderSandbox):
     kind = "webpush"
     sandbox: WebPushSandbox
-
-    @classmethod
-    def new_sandbox(cls, clock: Clock) -> WebPushSandbox:
-        return WebPushSandbox(clock=clock)
+    sandbox_type = WebPushSandbox
 
     def _settings(self, tmp_path: Path) -> dict[str, Any]:
         key = tmp_path / "vapid.pem"
@@ -297,5 +289,5 @@ SANDBOXES: dict[str, type[ProviderSandbox]] = {s.kind: s for s in (_Expo, _Fcm, 
 def served(kind: str, clock: Clock, tmp_path: Path) -> Iterator[ProviderSandbox]:
     """``kind``'s sandbox on a local port, on ``clock`` (the one Tepat runs on)."""
     face = SANDBOXES[kind]
-    with running_sandbox(face.new_sandbox(clock)) as server:
+    with running_sandbox(face.sandbox_type(clock=clock)) as server:
         yield face(server.sandbox, server.base_url, tmp_path)
