@@ -9,9 +9,10 @@ parsers). :mod:`tepat.runtime` and ``tepat doctor`` build from here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from urllib.parse import urlsplit
 
 from tepat import metrics
@@ -25,7 +26,7 @@ from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
 from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.adapters.webhook_out import WebhookChannel
-from tepat.adapters.webhook_target import GuardedTransport
+from tepat.adapters.webhook_target import GuardedTransport, check_target
 from tepat.adapters.webpush_push import Vapid, WebPushProvider
 from tepat.clock import Clock
 from tepat.config import ConfigError, Settings
@@ -144,6 +145,12 @@ def webhook_target_policy(settings: Settings) -> TargetPolicy:
     return parse_target_policy(settings.webhook_allow_private_hosts)
 
 
+def target_check(settings: Settings) -> Callable[[str], Awaitable[None]]:
+    """A registration's check of a URL Tepat is to connect to (a webhook's, a Web Push
+    endpoint): DomainError when its host may not be reached (SSRF)."""
+    return partial(check_target, policy=webhook_target_policy(settings))
+
+
 def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLinks | None:
     """None unless both ``TEPAT_UNSUBSCRIBE_SECRET`` and ``TEPAT_PUBLIC_URL`` are set
     (both are required with ``TEPAT_SMTP_HOST``)."""
@@ -228,15 +235,25 @@ def provider_breaker(
     )
 
 
+def webpush_endpoints_checked(settings: Settings) -> bool:
+    """Endpoints come from users' browsers: each is checked as a webhook's URL is (SSRF),
+    at registration and at every connection. Not with TEPAT_WEBPUSH_URL, which the
+    operator points at a sandbox."""
+    return settings.webpush_url is None
+
+
+def webpush_endpoint_check(settings: Settings) -> Callable[[str], Awaitable[None]] | None:
+    """The registration's check of a Web Push endpoint (None: not checked)."""
+    return target_check(settings) if webpush_endpoints_checked(settings) else None
+
+
 def build_webpush_provider(settings: Settings, clock: Clock) -> WebPushProvider | None:
     """The Web Push provider of ``TEPAT_WEBPUSH_*``; None without a VAPID key."""
     key_file, subject = settings.webpush_vapid_private_key_file, settings.webpush_vapid_subject
     if not (key_file and subject):
         return None
-    # Endpoints come from users' browsers: each connection is checked as a webhook's is
-    # (SSRF). Not with TEPAT_WEBPUSH_URL, which the operator points at a sandbox.
     transport = None
-    if settings.webpush_url is None:
+    if webpush_endpoints_checked(settings):
         policy = webhook_target_policy(settings)
         transport = GuardedTransport(policy, settings.webpush_max_connections)
     return WebPushProvider(

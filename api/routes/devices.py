@@ -9,6 +9,7 @@ from api.pagination import Page
 from api.problems import problem_responses
 from api.schemas import DeviceIn, DeviceList, DeviceOut
 from tepat.services import accounts
+from tepat.wiring import webpush_endpoint_check
 
 router = user_router("/devices", tag="devices")
 
@@ -26,8 +27,9 @@ async def put_device(
     device is a 409 naming `push_token` with a user token; the admin key moves it (a
     phone that changed hands). A new device past `TEPAT_MAX_DEVICES_PER_USER` active
     ones is a 409 naming `device_id`. A token not shaped for its `kind` is a 422 naming
-    `push_token`; a kind this deployment has no push provider for, a 422 naming `kind`
-    (an app learns at once that nothing could send to the device)."""
+    `push_token`, as is a Web Push endpoint on a private address (the rule of webhooks'
+    URLs); a kind this deployment has no push provider for, a 422 naming `kind` (an app
+    learns at once that nothing could send to the device)."""
     device = await accounts.register_device(
         rt,
         user_id,
@@ -38,6 +40,7 @@ async def put_device(
         fallback=None if body.fallback is None else (body.fallback.kind, body.fallback.token),
         from_other_users=caller.user_id is None,
         max_devices=rt.settings.max_devices_per_user,
+        check_endpoint=webpush_endpoint_check(rt.settings),
     )
     return DeviceOut.of(device)
 

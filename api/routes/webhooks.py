@@ -8,7 +8,6 @@ the rules and README "Status webhooks" for the receiver's side.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from functools import partial
 from typing import Annotated, Self
 
 from fastapi import Depends, Path, Response
@@ -18,10 +17,9 @@ from api.deps import RT, admin_router
 from api.pagination import Page
 from api.problems import problem_responses
 from api.schemas import Paged, Request, Text, View, read_fields
-from tepat.adapters.webhook_target import check_target
 from tepat.domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH, WebhookSubscription
 from tepat.services.webhooks import WebhookService
-from tepat.wiring import webhook_repository, webhook_target_policy
+from tepat.wiring import target_check, webhook_repository
 
 router = admin_router("webhooks", tag="webhooks")
 
@@ -108,7 +106,7 @@ def _service(rt: RT) -> WebhookService:
         rt.clock,
         rt.categories.names,
         allow_http=rt.settings.webhook_allow_http,
-        check_target=partial(check_target, policy=webhook_target_policy(rt.settings)),
+        check_target=target_check(rt.settings),
     )
 
 

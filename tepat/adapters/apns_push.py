@@ -87,6 +87,12 @@ def to_apns_payload(request: PushRequest) -> dict[str, Any]:
     return {**request.data, "aps": aps}
 
 
+def apns_expiration(ttl_seconds: int, now: datetime) -> str:
+    """``apns-expiration`` for a time to live (APNs direct, and APNs through FCM)."""
+    # 0: deliver once, now or never; otherwise a UNIX time to give up at.
+    return str(int(now.timestamp()) + ttl_seconds if ttl_seconds else 0)
+
+
 def apns_headers(request: PushRequest, topic: str, now: datetime) -> dict[str, str]:
     headers = {
         "apns-topic": topic,
@@ -95,9 +101,7 @@ def apns_headers(request: PushRequest, topic: str, now: datetime) -> dict[str, s
         "apns-priority": "5" if request.priority == "normal" else "10",
     }
     if request.ttl_seconds is not None:
-        # 0: deliver once, now or never; otherwise a UNIX time to give up at.
-        expiry = int(now.timestamp()) + request.ttl_seconds if request.ttl_seconds else 0
-        headers["apns-expiration"] = str(expiry)
+        headers["apns-expiration"] = apns_expiration(request.ttl_seconds, now)
     if len(request.message_id.encode()) <= MAX_COLLAPSE_ID_BYTES:
         # A second copy of one message (sent again after a maybe-sent answer) replaces
         # the first on the device instead of showing twice.

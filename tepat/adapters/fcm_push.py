@@ -32,8 +32,10 @@ network error/timeout  TryAgain, maybe sent once the body went   as Expo's
                        out (:class:`SendProgress`)
 ====================== ========================================= =========================
 
-A retried answer never comes back sooner than :data:`MIN_RETRY_SECONDS` unless FCM's
-``Retry-After`` says so ("at least 10 seconds" in FCM's guidance on retries).
+A 429 or 5xx is retried on FCM's terms (:data:`FCM_TERMS`, FCM's guidance on retries):
+never sooner than its ``Retry-After``, nor than :data:`MIN_RETRY_SECONDS`; exponential
+backoff from there (the push channel's policy with its base raised to it); and not once
+the message is an hour past due, whatever ``TEPAT_MAX_RETRY_AGE_SECONDS`` allows.
 
 The port answers a batch either per message (``Tickets``) or as a whole (``TryAgain`` /
 ``Rejected``): when no message of the batch got a ticket or a refusal of its own, the
@@ -48,17 +50,20 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
 from tepat.adapters.adaptive_rate import AdaptiveRate
+from tepat.adapters.apns_push import apns_expiration
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.push_answers import Answer, batch_result
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
+from tepat.domain.retry import ProviderTerms
 from tepat.ports.push import (
     GateClosed,
     PushRequest,
@@ -76,17 +81,20 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 500
 MIN_RETRY_SECONDS = 10.0
+FCM_TERMS = ProviderTerms(base_seconds=MIN_RETRY_SECONDS, max_age=timedelta(hours=1))
 _DEACTIVATE = frozenset({"UNREGISTERED", "SENDER_ID_MISMATCH"})
 _FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 
 
-def to_fcm_message(request: PushRequest) -> dict[str, Any]:
-    """The v1 ``message`` for a :class:`~tepat.ports.push.PushRequest`."""
+def to_fcm_message(request: PushRequest, now: datetime) -> dict[str, Any]:
+    """The v1 ``message`` for a :class:`~tepat.ports.push.PushRequest` sent at ``now``;
+    its time to live is both Android's ``ttl`` and the APNs expiry FCM passes on."""
     android: dict[str, Any] = {"priority": "normal" if request.priority == "normal" else "high"}
     apns_headers = {"apns-priority": "5" if request.priority == "normal" else "10"}
     if request.ttl_seconds is not None:
         android["ttl"] = f"{request.ttl_seconds}s"
+        apns_headers["apns-expiration"] = apns_expiration(request.ttl_seconds, now)
     message: dict[str, Any] = {
         "token": request.push_token,
         "notification": {"title": request.title, "body": request.body},
@@ -149,13 +157,13 @@ def classify(response: httpx.Response, now: Any) -> Answer:
     code, message, about_token = fcm_error(response)
     reason = f"{code}: {message}"
     retry_after = parse_retry_after(response.headers.get("retry-after"), now)
-    wait = MIN_RETRY_SECONDS if retry_after is None else retry_after
+    wait = max(MIN_RETRY_SECONDS, retry_after or 0.0)
     if status == 429 or code == "QUOTA_EXCEEDED":
-        return TryAgain(reason, wait, throttled=True)
+        return TryAgain(reason, wait, throttled=True, terms=FCM_TERMS)
     if status == 503 or code == "UNAVAILABLE":
-        return TryAgain(reason, wait)
+        return TryAgain(reason, wait, terms=FCM_TERMS)
     if status >= 500:
-        return TryAgain(reason, wait, server_error=True)
+        return TryAgain(reason, wait, server_error=True, terms=FCM_TERMS)
     if status == 401 or code == "THIRD_PARTY_AUTH_ERROR":
         log.error("FCM refused our credentials (%s); check TEPAT_FCM_CREDENTIALS_FILE", reason)
         return Rejected(reason)
@@ -247,7 +255,7 @@ class FcmPushProvider(PooledClient):
         response = await self._post_in_slot(
             self._send_path,
             "FCM",
-            json={"message": to_fcm_message(request)},
+            json={"message": to_fcm_message(request, self.clock.now())},
             headers={"Authorization": f"Bearer {token}"},
         )
         if isinstance(response, TryAgain):

@@ -61,6 +61,7 @@ def batch_result(answers: list[Answer]) -> SendResult:
             maybe_sent=any(a.maybe_sent for a in again),
             throttled=any(a.throttled for a in again),
             server_error=any(a.server_error for a in again),
+            terms=next((a.terms for a in again if a.terms), None),
         )
     return Tickets([_per_notification(a) for a in answers])
 

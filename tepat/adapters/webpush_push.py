@@ -33,6 +33,7 @@ import base64
 import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
@@ -71,6 +72,8 @@ MAX_BATCH = 500
 MAX_PAYLOAD_BYTES = 4096
 MAX_PLAINTEXT_BYTES = MAX_PAYLOAD_BYTES - 103
 DEFAULT_TTL_SECONDS = 4 * 7 * 24 * 3600
+#: RFC 8030 §5.4: a ``Topic`` is at most 32 characters of the URL-safe base64 alphabet.
+_TOPIC = re.compile(r"[A-Za-z0-9_-]{1,32}")
 #: RFC 8292 §2: a push service may refuse a token valid for more than 24 hours.
 VAPID_LIFETIME = timedelta(hours=12)
 THROTTLED_BACKOFF_SECONDS = 10.0
@@ -199,6 +202,10 @@ class WebPushProvider(PooledClient):
             "ttl": str(ttl),
             "urgency": "normal" if request.priority == "normal" else "high",
         }
+        if _TOPIC.fullmatch(request.message_id):
+            # A second copy of one message (sent again after a maybe-sent answer) replaces
+            # the first while the push service still holds it, as apns-collapse-id does.
+            headers["topic"] = request.message_id
         body = encrypt(to_webpush_payload(request), keys["p256dh"], keys["auth"])
         try:
             response = await self._post_in_slot(

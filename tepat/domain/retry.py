@@ -7,8 +7,18 @@ spreads retries of a burst evenly instead of in synchronized waves.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTerms:
+    """What a provider asks of the retries of what it refused for the moment: back off
+    from at least ``base_seconds``, and stop once the message is ``max_age`` past due
+    (FCM: 10 s and an hour)."""
+
+    base_seconds: float
+    max_age: timedelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +36,13 @@ class RetryPolicy:
         ceiling = min(self.cap_seconds, self.base_seconds * 2.0 ** min(max(0, attempt - 1), 64))
         jitter = (rng or random).uniform(0, ceiling)
         return max(jitter, retry_after or 0.0)
+
+    def under(self, terms: ProviderTerms | None) -> RetryPolicy:
+        """This policy held to a provider's ``terms``: the slower backoff, the shorter age."""
+        if terms is None:
+            return self
+        base = max(self.base_seconds, terms.base_seconds)
+        return replace(self, base_seconds=base, max_age=min(self.max_age, terms.max_age))
 
     def gives_up(self, attempts: int, first_due: datetime, now: datetime) -> bool:
         return attempts >= self.max_attempts or now - first_due > self.max_age

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tepat.domain.retry import ProviderTerms
+
 
 @dataclass(frozen=True, slots=True)
 class TryAgain:
@@ -45,3 +47,5 @@ class TryAgain:
     # The provider was never called (its circuit breaker is open): the attempt the claim
     # counted is given back, so an outage spends the message's age limit, not its attempts.
     not_tried: bool = False
+    # The provider's own terms for retrying it (FCM's), which the channel's policy is held to.
+    terms: ProviderTerms | None = None

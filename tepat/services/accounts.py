@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -210,8 +210,12 @@ async def register_device(
     fallback: tuple[str, str] | None = None,
     from_other_users: bool = True,
     max_devices: int | None = None,
+    check_endpoint: Callable[[str], Awaitable[None]] | None = None,
 ) -> Device:
     """Register or rotate a device's token (the store keeps one active binding each).
+
+    ``check_endpoint`` (I/O: it resolves the host) refuses a Web Push endpoint Tepat may
+    not connect to, as a :class:`DomainError` naming ``push_token`` (or ``fallback.token``).
 
     ``from_other_users=False`` (an end user's own token) refuses a token active on another
     user's device: tokens are not secrets, so a user must not pull another's phone onto
@@ -223,6 +227,16 @@ async def register_device(
     device = checked_device(
         user_id, device_id, push_token, platform, now, kind, rt.push_kinds, fallback
     )
+    tokens = [("push_token", kind, push_token)]
+    if fallback is not None:
+        tokens.append(("fallback.token", *fallback))
+    if check_endpoint is not None:
+        for field, its_kind, token in tokens:
+            if its_kind == "webpush":
+                try:
+                    await check_endpoint(json.loads(token)["endpoint"])
+                except DomainError as e:
+                    raise DomainError(field, f"endpoint: {e.message}") from None
     if refused := await _past_device_quota(rt, user_id, device_id, max_devices, ours=False):
         raise refused
     try:

@@ -81,6 +81,39 @@ async def test_a_token_is_checked_for_its_kind(
     assert error_fields(r) == {field}, r.text
 
 
+def subscription(endpoint: str) -> str:
+    return json.dumps({"endpoint": endpoint, "keys": {"p256dh": "BNcR", "auth": "tBHI"}})
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://10.0.0.1/push/1",
+        "https://127.0.0.1:8443/push/1",
+        "https://[::1]/push/1",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://metadata.google.internal/push/1",
+    ],
+)
+async def test_a_web_push_endpoint_tepat_may_not_reach_is_refused(
+    client: httpx.AsyncClient, endpoint: str
+) -> None:
+    """The browser names the endpoint, so the user does: one on a private address is a
+    422 naming ``push_token`` (the rule of webhooks' URLs), never registered."""
+    body = {"push_token": subscription(endpoint), "kind": "webpush"}
+    r = await client.put(DEVICE, json=body, headers=ADMIN)
+    assert error_fields(r) == {"push_token"}, r.text
+    assert "endpoint" in r.text and "TEPAT_WEBHOOK_ALLOW_PRIVATE_HOSTS" in r.text
+    assert (await client.get("/v1/users/alice/devices", headers=ADMIN)).json()["devices"] == []
+
+
+async def test_a_web_push_endpoint_on_a_public_address_is_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {"push_token": subscription("https://93.184.215.14/push/1"), "kind": "webpush"}
+    await ok(await client.put(DEVICE, json=body, headers=ADMIN))
+
+
 async def test_the_bulk_import_keeps_each_devices_kind(client: httpx.AsyncClient) -> None:
     devices = [{"device_id": k, "push_token": TOKENS[k], "kind": k} for k in PUSH_KINDS]
     body = [{"user_id": "bulky", "timezone": "UTC", "devices": devices}]

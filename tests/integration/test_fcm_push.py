@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tepat.adapters.fcm_auth import REFRESH_EARLY, FcmAuth, read_service_account
-from tepat.adapters.fcm_push import MIN_RETRY_SECONDS, FcmPushProvider, classify
+from tepat.adapters.fcm_push import FCM_TERMS, MIN_RETRY_SECONDS, FcmPushProvider, classify
 from tepat.clock import FakeClock
 from tepat.config import load_settings
 from tepat.ports.push import PushRequest, Rejected, TicketError, TicketOk, Tickets
@@ -94,11 +94,17 @@ def test_answers_without_a_request() -> None:
     throttled = classify(_answer("QUOTA_EXCEEDED", 30), clock.now())
     assert isinstance(throttled, TryAgain) and throttled.throttled
     assert throttled.retry_after == 30 and not throttled.maybe_sent
-    # Without Retry-After FCM asks for at least 10 s.
-    for code, server_error in (("UNAVAILABLE", False), ("INTERNAL", True)):
-        again = classify(_answer(code), clock.now())
+    # Without Retry-After, or with a shorter one, FCM asks for at least 10 s; its terms
+    # (backoff from 10 s, not past an hour) go with every retried answer.
+    for code, server_error, retry_after in (
+        ("UNAVAILABLE", False, None),
+        ("INTERNAL", True, None),
+        ("QUOTA_EXCEEDED", False, 3),
+    ):
+        again = classify(_answer(code, retry_after), clock.now())
         assert isinstance(again, TryAgain), code
         assert again.retry_after == MIN_RETRY_SECONDS and again.server_error is server_error
+        assert again.terms is FCM_TERMS
     assert isinstance(classify(_answer("THIRD_PARTY_AUTH_ERROR"), clock.now()), Rejected)
     # An INVALID_ARGUMENT about the message, not the token: refused, the device kept.
     payload = {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "bad ttl"}}
@@ -108,11 +114,12 @@ def test_answers_without_a_request() -> None:
 
 
 async def test_a_whole_batch_refused_is_one_try_again(fcm: Fcm) -> None:
-    fcm.sandbox.fail_next(2, 429, retry_after=3)
+    fcm.sandbox.fail_next(2, 429, retry_after=30)
     result = await fcm.provider.send([push("a"), push("b")])
-    assert isinstance(result, TryAgain) and result.throttled and result.retry_after == 3
+    assert isinstance(result, TryAgain) and result.throttled and result.retry_after == 30
+    assert result.terms is FCM_TERMS
     assert fcm.provider.adaptive.throttled == 1
-    fcm.clock.advance(3)  # the rate limiter holds back for the Retry-After
+    fcm.clock.advance(30)  # the rate limiter holds back for the Retry-After
     assert isinstance((await fcm.provider.send([push("a")])), Tickets)
 
 
@@ -185,7 +192,9 @@ async def test_the_message_fcm_receives(fcm: Fcm) -> None:
     assert message["notification"] == {"title": "Hello", "body": "World"}
     assert message["data"] == {"n": "1", "s": "x"}
     assert message["android"]["priority"] == "normal" and message["android"]["ttl"] == "60s"
-    assert message["apns"]["headers"]["apns-priority"] == "5"
+    # The category's time to live reaches iPhones too, as APNs's expiry (a UNIX time).
+    expiry = int(fcm.clock.now().timestamp()) + 60
+    assert message["apns"]["headers"] == {"apns-priority": "5", "apns-expiration": str(expiry)}
 
 
 def test_a_bad_service_account_file_is_one_line(tmp_path: Path) -> None:

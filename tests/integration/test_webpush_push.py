@@ -58,12 +58,16 @@ def tickets(result: object) -> list[TicketOk | TicketError | TryAgain]:
 async def test_the_payload_decrypts_to_the_notification(webpush: WebPush) -> None:
     first, second = webpush.sandbox.subscribe("a"), webpush.sandbox.subscribe("b")
     request = push(first, data={"order": 7}, priority="normal", ttl_seconds=3600)
-    got = tickets(await webpush.provider.send([request, push(second)]))
+    # A message id that cannot be a Topic (over 32 characters) goes without one.
+    other = PushRequest("m" * 33, second, "Tepat", "Now")
+    got = tickets(await webpush.provider.send([request, other]))
     assert all(isinstance(t, TicketOk) and t.ticket_id.startswith("/message/") for t in got)
     a, b = sorted(webpush.sandbox.received(), key=lambda r: r["subscription"])
     assert a["payload"] == {"title": "Tepat", "body": "Now", "data": {"order": 7}}
-    assert a["headers"] == {"ttl": "3600", "urgency": "normal"}
+    # The message id is the Topic: a copy sent again replaces the first, not beside it.
+    assert a["headers"] == {"ttl": "3600", "urgency": "normal", "topic": "m-1"}
     assert b["headers"]["urgency"] == "high" and int(b["headers"]["ttl"]) > 0
+    assert "topic" not in b["headers"]
 
 
 async def test_the_vapid_token_names_the_endpoints_origin(webpush: WebPush) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from structlog.testing import capture_logs
@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 from tepat.clock import FakeClock
 from tepat.domain.categories import DEFAULT_CATEGORIES, Categories
 from tepat.domain.models import Message, MessageStatus
-from tepat.domain.retry import RetryPolicy
+from tepat.domain.retry import ProviderTerms, RetryPolicy
 from tepat.ports.channel import Accepted, Delivered, Refused
 from tepat.ports.repositories.messages import StatusChange
 from tepat.ports.store import Store
@@ -143,3 +143,38 @@ async def test_retries_that_cannot_be_written_log_no_send() -> None:
     with capture_logs() as logs:
         await recorder(WriteLog(fail_retries=True)).record("email", ANSWERS)
     assert ("retry", "retry", None) not in send_lines(logs)
+
+
+async def _no_flush() -> None:
+    pass
+
+
+class Top(random.Random):
+    """Draws the top of the jitter range: the delay is the backoff's ceiling."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def test_a_providers_terms_hold_the_channels_retry_policy() -> None:
+    """A TryAgain carrying FCM's terms backs off from 10 s, not the channel's 1 s, and is
+    given up once the message is an hour past due, though the channel would wait two."""
+    rec = OutcomeRecorder(
+        cast(Store, WriteLog()),
+        Categories(DEFAULT_CATEGORIES),
+        FakeClock(NOW),
+        retry=RetryPolicy(base_seconds=1.0, max_age=timedelta(hours=2)),
+        flush=_no_flush,
+        rng=Top(),
+    )
+    fcm = ProviderTerms(base_seconds=10.0, max_age=timedelta(hours=1))
+
+    def after(again: TryAgain, now: datetime) -> tuple[MessageStatus, datetime | None]:
+        n = rec.next_status("push", Answer(message("m"), again), now)
+        return n.to, n.due_at
+
+    assert after(TryAgain("500", terms=fcm), NOW) == (S.PENDING, NOW + timedelta(seconds=10))
+    assert after(TryAgain("500"), NOW) == (S.PENDING, NOW + timedelta(seconds=1))
+    late = NOW + timedelta(minutes=61)
+    assert after(TryAgain("500", terms=fcm), late) == (S.FAILED, None)
+    assert after(TryAgain("500"), late)[0] is S.PENDING

@@ -8,7 +8,7 @@ a FakeClock shared by Tepat and the sandbox.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
@@ -21,6 +21,7 @@ from tepat.clock import FakeClock
 from tepat.config import Settings
 from tepat.domain.models import Device, Message, MessageStatus, Reminder, User
 from tepat.ports.broker import Broker
+from tepat.ports.push import PushProvider
 from tepat.runtime import Runtime, open_runtime
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import running_sandbox
@@ -63,6 +64,7 @@ class Pipeline:
         timezone: str = "Europe/London",
         token: str | None = None,
         reminders: list[tuple[str, str, time]] | None = None,
+        kind: str = "expo",
         **user_fields: Any,
     ) -> tuple[User, Device]:
         """A user with one device and reminders given as (reminder_id, category, local time)."""
@@ -77,6 +79,7 @@ class Pipeline:
                 token or f"ExponentPushToken[{user_id}]",
                 created_at=now,
                 updated_at=now,
+                kind=kind,
             )
         )
         for reminder_id, category, at in reminders or []:
@@ -129,9 +132,11 @@ async def pipeline(
     sandbox: ExpoSandbox | None = None,
     consumer: bool = True,
     clock: FakeClock | None = None,
+    push_providers: Mapping[str, PushProvider] | None = None,
     **settings: Any,
 ) -> AsyncIterator[Pipeline]:
-    """``clock``: the one ``broker`` runs on, if it has one (else a new clock at ``start``)."""
+    """``clock``: the one ``broker`` runs on, if it has one (else a new clock at ``start``).
+    ``push_providers``: by device kind, instead of those the settings build."""
     clock = clock or FakeClock(start)
     sandbox = sandbox or ExpoSandbox(clock=clock, receipt_delay_seconds=60)
     sandbox.clock = clock
@@ -145,7 +150,11 @@ async def pipeline(
                 **settings,
             }
         )
-        async with open_runtime(config, clock=clock, broker=broker) as rt:
+        providers = dict(push_providers or {})
+        expo = providers.pop("expo", None)
+        async with open_runtime(
+            config, clock=clock, broker=broker, push=expo, push_providers=providers
+        ) as rt:
             p = Pipeline(rt, sandbox, clock)
             p.start_outbox()
             if consumer:

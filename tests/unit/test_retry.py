@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tepat.domain.retry import RetryPolicy
+from tepat.domain.retry import ProviderTerms, RetryPolicy
 
 POLICY = RetryPolicy(base_seconds=1.0, cap_seconds=300.0, max_attempts=10)
 
@@ -86,3 +86,20 @@ def test_gives_up_by_age() -> None:
     short = RetryPolicy(max_age=timedelta(minutes=5))
     assert short.gives_up(1, FIRST, FIRST + timedelta(minutes=6))
     assert not short.gives_up(1, FIRST, FIRST + timedelta(minutes=4))
+
+
+def test_a_providers_terms_raise_the_base_and_shorten_the_age() -> None:
+    """FCM's terms: backoff from 10 s (10, 20, 40 ... as ceilings), and not past an hour
+    even where the deployment allows two; a policy already slower or shorter keeps its own."""
+
+    class Top(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            return b
+
+    fcm = ProviderTerms(base_seconds=10.0, max_age=timedelta(hours=1))
+    held = RetryPolicy(base_seconds=1.0, max_age=timedelta(hours=2)).under(fcm)
+    assert [held.delay(n, rng=Top()) for n in range(1, 7)] == [10, 20, 40, 80, 160, 300]
+    assert held.gives_up(1, FIRST, FIRST + timedelta(hours=1, seconds=1))
+    slow = RetryPolicy(base_seconds=30.0, max_age=timedelta(minutes=5))
+    assert slow.under(fcm) == slow
+    assert POLICY.under(None) is POLICY

@@ -347,6 +347,7 @@ def answer_of(
         throttled=any(x.throttled for x in again),
         server_error=any(x.server_error for x in again),
         not_tried=all(isinstance(x, TryAgain) and x.not_tried for x in retryable),
+        terms=next((x.terms for x in again if x.terms), None),
     )
 
 

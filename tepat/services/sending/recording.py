@@ -97,7 +97,12 @@ class OutcomeRecorder:
             case Refused(reason):
                 return outcomes.after_refused(reason)
             case TryAgain(
-                reason, retry_after, maybe_sent, server_error=server_error, not_tried=not_tried
+                reason,
+                retry_after,
+                maybe_sent,
+                server_error=server_error,
+                not_tried=not_tried,
+                terms=terms,
             ):
                 maybe_sent = outcomes.maybe_sent_matters(channel, maybe_sent)
                 policy = self._categories.get(m.category).maybe_sent
@@ -120,7 +125,7 @@ class OutcomeRecorder:
                     m,
                     reason,
                     policy=policy,
-                    retry=self._retry_for.get(channel, self._retry),
+                    retry=self._retry_for.get(channel, self._retry).under(terms),
                     retry_after=retry_after,
                     maybe_sent=maybe_sent,
                     now=now,
