@@ -200,11 +200,10 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
             where,
             backend,
             ctx.url,
-            ctx.prefix,
             users,
-            args.clients or api_writes.CLIENTS,
-            args.mongo_url,
-            args.pid_file,
+            clients=args.clients or api_writes.CLIENTS,
+            mongo_url=args.mongo_url,
+            pid_file=args.pid_file,
         )
     rates = tuple(args.rate) if args.rate else sizes.lateness_rates
     seconds = args.seconds or sizes.lateness_seconds

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.config import Config
+from bench.config import Config, run_prefix
 from bench.cpu_use import tree_cpu_seconds
 from bench.procs import Child, child_env, free_port, tepat_argv
 from bench.register import (
@@ -159,8 +159,8 @@ def run_api(
     where: Path,
     backend: str,
     broker_url: str,
-    prefix: str,
     users: int,
+    *,
     clients: int = CLIENTS,
     mongo_url: str | None = None,
     pid_file: Path | None = None,
@@ -170,7 +170,7 @@ def run_api(
     cfg = Config(
         db_path=where / "api_writes.db",
         broker_url=broker_url,
-        queue_prefix=prefix,
+        queue_prefix=run_prefix(),  # its own queues on a shared broker
         database_url=f"{mongo_url}/{database}" if on_mongo else None,
     )
     port = free_port()
