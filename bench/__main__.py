@@ -1,6 +1,7 @@
 """``python -m bench SCENARIO [--backend embedded|activemq] [--quick] [--json]``.
 
-Scenarios: plan, dispatch, ratelimited, lateness, burst, register, or all; and chaos (faults:
+Scenarios: plan, dispatch, ratelimited, lateness, burst, register, or all; api (per-item
+writes, bench/api_writes.py; not part of all); and chaos (faults:
 ``--fault KIND``, repeatable; every kind by default). ``python -m bench email|sms`` runs the
 channel-burst benchmark (bench/channel_burst.py, its own options); ``python -m bench capacity``
 the capacity model over dispatch's figures (bench/capacity.py). Exit status: 0 when every
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import (
+    api_writes,
     burst,
     capacity,
     channel_burst,
@@ -71,20 +73,32 @@ def consumer_counts(text: str) -> tuple[int, ...]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("scenario", choices=(*SCENARIOS, "all", "chaos"))
+    p.add_argument("scenario", choices=(*SCENARIOS, "all", "api", "chaos"))
     p.add_argument("--backend", choices=("embedded", "activemq"), default="embedded")
     p.add_argument("--quick", action="store_true", help="small sizes: each scenario in seconds")
     p.add_argument("--json", action="store_true", help="one JSON object per scenario, last lines")
     p.add_argument(
         "--stomp-url", help="an ActiveMQ to use (default: $TEPAT_TEST_STOMP_URL, else start one)"
     )
-    p.add_argument("--users", type=int, help="plan: users (default 100,000; quick 2,000)")
+    p.add_argument(
+        "--users", type=int, help="plan: users (default 100,000; quick 2,000); api: per case"
+    )
     p.add_argument(
         "--scale", action="store_true", help="plan: 10k, 100k and 1M users (quick: 1k, 2k)"
     )
     p.add_argument(
-        "--clients", type=int, default=register.CLIENTS, help="register: concurrent HTTP clients"
+        "--clients",
+        type=int,
+        help=f"register, api: concurrent HTTP clients (default {register.CLIENTS}, "
+        f"{api_writes.CLIENTS})",
     )
+    p.add_argument(
+        "--mongo-url",
+        default=os.environ.get("TEPAT_TEST_MONGO_URL"),
+        help="api on activemq: a MongoDB-wire server for the store, a database of the run's "
+        "own on it (default $TEPAT_TEST_MONGO_URL; none: a SQLite file)",
+    )
+    p.add_argument("--pid-file", type=Path, help="api: write the API process's pid here")
     p.add_argument(
         "--workers",
         type=int,
@@ -185,8 +199,18 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
     if name == "register":
         users = args.users or (register.QUICK_USERS if args.quick else register.FULL_USERS)
         workers = args.workers or (1 if backend == "embedded" else 2)
-        return register.run_register(
-            where, backend, ctx.url, ctx.prefix, users, args.clients, workers
+        clients = args.clients or register.CLIENTS
+        return register.run_register(where, backend, ctx.url, ctx.prefix, users, clients, workers)
+    if name == "api":
+        users = args.users or (api_writes.QUICK_USERS if args.quick else api_writes.FULL_USERS)
+        return api_writes.run_api(
+            where,
+            backend,
+            ctx.url,
+            users,
+            clients=args.clients or api_writes.CLIENTS,
+            mongo_url=args.mongo_url,
+            pid_file=args.pid_file,
         )
     rates = tuple(args.rate) if args.rate else sizes.lateness_rates
     seconds = args.seconds or sizes.lateness_seconds

@@ -51,4 +51,4 @@ _.connect_unix_socket, _._pool  # tepat/adapters/webhook_target.py
 _._split_scope  # xdist's LoadScopeScheduling calls it (tests/support/xdist_groups.py)
 
 _.api_worker_app  # named by an import string: uvicorn.run("tepat.processes:api_worker_app")
-_.guarded_h11_from_settings  # named by an import string: tepat.http_server.WORKERS_HTTP_PROTOCOL
+_.guarded_http_from_settings  # named by an import string: tepat.http_server.WORKERS_HTTP_PROTOCOL

@@ -1,4 +1,5 @@
-"""The HTTP server's defences against slow and idle clients: uvicorn's h11 protocol, guarded.
+"""The HTTP server's defences against slow and idle clients: uvicorn's httptools protocol,
+guarded.
 
 uvicorn closes a connection left idle *after* a response (``timeout_keep_alive``), but
 not one still sending its request: a client that sends a request line and then a header
@@ -20,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-import h11
 import structlog
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 if TYPE_CHECKING:
     from tepat.config import Settings
@@ -50,8 +51,8 @@ class _Refusals:
             self._counts = {}
 
 
-def guarded_h11_for(settings: Settings) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with the configured limits above (pass it as
+def guarded_http_for(settings: Settings) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with the configured limits above (pass it as
     ``uvicorn.Config(http=...)``), and uvicorn's and asyncio's per-connection warnings
     limited to one line per message per while."""
     for name in ("uvicorn.error", "asyncio"):
@@ -63,12 +64,16 @@ def guarded_h11_for(settings: Settings) -> type[H11Protocol]:
     max_connections = settings.http_max_connections
     refusals = _Refusals()
 
-    class GuardedH11Protocol(H11Protocol):
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        """The deadlines follow the parser's callbacks: a message begun owes its headers,
+        headers complete owe the body until the message is."""
+
         _waiting_for: str | None = None
         _timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            _send_without_delay(transport)
             if len(self.connections) > max_connections:
                 refusals.note("over_max_connections")
                 transport.close()
@@ -77,26 +82,27 @@ def guarded_h11_for(settings: Settings) -> type[H11Protocol]:
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            self._follow()
+            if self._waiting_for is None and (self.cycle is None or self.cycle.response_complete):
+                # bytes while idle that began no message yet (blank lines): uvicorn
+                # disarmed its keep-alive timer for them, so this deadline holds instead
+                self._expect("headers", header_seconds)
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._follow()
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._expect("headers", header_seconds)  # the next request's first byte
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self._expect("body", body_seconds)
+
+        def on_message_complete(self) -> None:
+            # the request is in (uvicorn's keep-alive timer covers the idle time after)
+            self._expect(None, 0.0)
+            super().on_message_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._expect(None, 0.0)
             super().connection_lost(exc)
-
-        def _follow(self) -> None:
-            """Arm the deadline of what the client now owes: headers or a body, if any."""
-            state = self.conn.their_state
-            if state is h11.SEND_BODY:
-                self._expect("body", body_seconds)
-            elif state is h11.IDLE and self.conn.trailing_data[0]:
-                self._expect("headers", header_seconds)  # part of the next request is in
-            elif state is not h11.IDLE or self._waiting_for != "headers":
-                # the request is in (uvicorn's keep-alive timer covers the idle time after)
-                self._expect(None, 0.0)
 
         def _expect(self, what: str | None, seconds: float) -> None:
             if what is not None and what == self._waiting_for:
@@ -114,26 +120,37 @@ def guarded_h11_for(settings: Settings) -> type[H11Protocol]:
                 refusals.note(f"slow_{self._waiting_for}")
                 self.transport.close()
 
-    return GuardedH11Protocol
+    return GuardedHttpToolsProtocol
+
+
+def _send_without_delay(transport: asyncio.Transport) -> None:
+    """TCP_NODELAY on the connection's socket. asyncio sets it only on sockets whose
+    ``proto`` is TCP, and a listening socket from ``socket.create_server`` (``tepat
+    serve``'s) or uvicorn's own (``--workers``) has proto 0: uvicorn writes a response's
+    head and body apart, so Nagle held the body until the client's delayed ACK, 40 ms
+    a request on a keep-alive connection (at most ~22 requests/s per connection)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 # What `tepat api --workers N` passes uvicorn as ``http``: uvicorn starts each worker in
 # a spawned process and sends it the config pickled, which a class made inside
-# guarded_h11_for cannot be; a name is looked up in the worker instead.
-WORKERS_HTTP_PROTOCOL = "tepat.http_server:guarded_h11_from_settings"
+# guarded_http_for cannot be; a name is looked up in the worker instead.
+WORKERS_HTTP_PROTOCOL = "tepat.http_server:guarded_http_from_settings"
 
 
-def guarded_h11_from_settings(**kwargs: Any) -> H11Protocol:
-    """A connection of :func:`guarded_h11_for`'s protocol, its limits from this process's
+def guarded_http_from_settings(**kwargs: Any) -> HttpToolsProtocol:
+    """A connection of :func:`guarded_http_for`'s protocol, its limits from this process's
     settings (a worker reads the same environment as the command that started it)."""
     return _protocol_from_settings()(**kwargs)
 
 
 @functools.cache
-def _protocol_from_settings() -> type[H11Protocol]:
+def _protocol_from_settings() -> type[HttpToolsProtocol]:
     from tepat.config import load_settings
 
-    return guarded_h11_for(load_settings())
+    return guarded_http_for(load_settings())
 
 
 class OncePerWhile(logging.Filter):

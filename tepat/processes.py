@@ -34,7 +34,7 @@ from scheduler.jobs import (
     run_webhook_emitter,
 )
 from tepat.config import ConfigError, Settings
-from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_h11_for
+from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_http_for
 from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 
@@ -155,7 +155,7 @@ async def _serve_asgi(
     from tepat.sandbox.runner import QuietServer
 
     # log_config=None: uvicorn's loggers go through tepat.logging's one handler.
-    limits = {} if settings is None else {"http": guarded_h11_for(settings), **_limits(settings)}
+    limits = {} if settings is None else {"http": guarded_http_for(settings), **_limits(settings)}
     config = uvicorn.Config(app, host=host, port=port, log_config=None, **limits)
     server = QuietServer(config)  # leaves signals to us: one SIGTERM drains every part
     task = asyncio.create_task(server.serve(sockets=[sock] if sock else None))

@@ -156,8 +156,14 @@ async def put_user(
     # A user new to this request has nothing planned, unless a concurrent request
     # created it first and a reminder was planned under that one's zone: then it has
     # reminders (a reminder's own re-plan, written after this read, reads this zone).
+    # The write that inserted it need not look: a reminder needs its user first, so
+    # any reminder's re-plan comes after this insert and reads this zone.
     # The plan run marks a user with no reminders; the PUT need not.
-    if plan_changed(old, user) if old is not None else bool(await rt.store.list_reminders(user_id)):
+    if (
+        plan_changed(old, user)
+        if old is not None
+        else not inserted and bool(await rt.store.list_reminders(user_id))
+    ):
         # The re-plan takes a new plan version from the store (atomically), so a
         # retried or overlapping PUT never reuses the keys of another's plan.
         await rt.creator.replan_user(user_id)

@@ -143,6 +143,33 @@ def test_register_stores_everything_and_plans_it_once(
     assert register["checks"] and all(register["checks"].values()), register["checks"]
 
 
+def test_api_answers_every_case_as_expected_and_stores_it() -> None:
+    """``bench api`` (per-item writes, not part of ``all``): every case answered with its
+    status, every user, device and reminder stored and planned, figures per case."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEPAT_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "api", "--users", "40", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["scenario"] == "api" and result["ok"], result
+    assert set(result["figures"]) == {
+        "user_new",
+        "user_unchanged",
+        "device_new",
+        "reminder_new",
+        "reminder_unchanged",
+        "healthz",
+    }
+    assert all(case["per_second"] > 0 for case in result["figures"].values())
+    assert result["checks"]["every_reminder_planned"], result["checks"]
+
+
 def test_a_failed_correctness_check_makes_the_exit_status_non_zero() -> None:
     """The exit status follows Result.ok, which a lost message turns false."""
     from bench.report import Correctness, Result
