@@ -28,7 +28,9 @@ from tepat.domain.models import Device, User
 from tepat.ports.repositories.devices import REPLACED, DeviceFailure
 from tepat.ports.repositories.users import PlanMark, PlanTarget
 
-_REGISTER_ATTEMPTS = 5
+# Every round lets at least one contender for a token through, so N registrations of one
+# token at once need up to N rounds (the contract test runs 8).
+_REGISTER_ATTEMPTS = 10
 
 #: Every write that can change what planning makes of a user bumps their change
 #: stamp and drops their mark (ports/store.py, UserRepository): a standing mark is never stale.
@@ -225,7 +227,7 @@ class UsersMixin(MongoBase):
                 if attempt == _REGISTER_ATTEMPTS - 1:
                     raise
                 # Jittered: contenders that collided in lockstep must not retry in it.
-                await asyncio.sleep(random.uniform(0, 0.01 * 2**attempt))
+                await asyncio.sleep(random.uniform(0, min(0.2, 0.01 * 2**attempt)))
                 continue
             return device_from_doc(doc), inserted or (prior is not None and not prior["active"])
         raise AssertionError("unreachable")  # pragma: no cover
