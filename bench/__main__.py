@@ -130,6 +130,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "$TEPAT_TEST_MONGO_URL",
     )
     p.add_argument(
+        "--mongo-url",
+        default=os.environ.get("TEPAT_TEST_MONGO_URL"),
+        help="import --store mongo: the MongoDB server (default $TEPAT_TEST_MONGO_URL); "
+        "the run uses a database of its own there and drops it",
+    )
+    p.add_argument(
         "--reminders",
         type=int,
         default=import_plan.REMINDERS,
@@ -188,9 +194,16 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
         m = args.messages or sizes.burst
         return burst.run_burst(where, backend, ctx.url, ctx.prefix, m)
     if name == "import":
+        if args.store == "mongo" and not args.mongo_url:
+            raise SystemExit("bench import --store mongo: give --mongo-url or TEPAT_TEST_MONGO_URL")
         users = args.users or (import_plan.QUICK_USERS if args.quick else import_plan.FULL_USERS)
         return import_plan.run_import(
-            where, args.store, ctx.prefix, users, args.clients, args.reminders
+            where,
+            args.mongo_url if args.store == "mongo" else None,
+            ctx.prefix,
+            users,
+            args.clients,
+            args.reminders,
         )
     if name == "register":
         users = args.users or (register.QUICK_USERS if args.quick else register.FULL_USERS)

@@ -2,7 +2,8 @@
 
 As an app does it: a real ``tepat serve`` (embedded broker) on the store under test — a
 fresh SQLite file, or with ``--store mongo`` a database of its own on the MongoDB-wire
-server ``TEPAT_TEST_MONGO_URL`` names (shared: the run drops only its own database) —
+server ``--mongo-url`` names (default ``TEPAT_TEST_MONGO_URL``; shared: the run drops
+only its own database) —
 and ``--clients`` concurrent httpx clients posting ``register.BULK_BATCH`` whole users
 per request (a user, an Expo device and ``--reminders`` daily reminders, over
 ``ZONES``). The import plans the users it creates over the horizon itself, in the
@@ -19,7 +20,6 @@ repeated batch answers ``unchanged`` and creates nothing.
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
@@ -150,14 +150,12 @@ def _mongo_database(server: str) -> Iterator[str]:
 
 
 def run_import(
-    where: Path, store: str, prefix: str, users: int, clients: int, reminders: int
+    where: Path, mongo: str | None, prefix: str, users: int, clients: int, reminders: int
 ) -> Result:
-    if store == "sqlite":
+    """On a fresh SQLite file, or with ``mongo`` (a server's URL) a database of its own."""
+    if mongo is None:
         return _run(where, None, prefix, users, clients, reminders)
-    server = os.environ.get("TEPAT_TEST_MONGO_URL")
-    if not server:
-        raise RuntimeError("bench import --store mongo: set TEPAT_TEST_MONGO_URL to a server")
-    with _mongo_database(server) as url:
+    with _mongo_database(mongo) as url:
         return _run(where, url, prefix, users, clients, reminders)
 
 
