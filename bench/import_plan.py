@@ -204,7 +204,9 @@ def _run(
         exited = api.stop()
     seen = stored.counts()
     planned = seen["messages"]
-    total_s = imported["seconds"] + first.wall_seconds
+    # The scheduler plans inside the serving process: its planning, not an interpreter's
+    # start, is what an app waits for.
+    total_s = imported["seconds"] + first.plan_seconds
     checks = {
         "every_user_stored": seen["users"] == users,
         "every_device_active": seen["active_devices"] == users,
@@ -224,7 +226,8 @@ def _run(
         "api_cpu_ms_per_user": imported["api_cpu_ms_per_user"],
         "messages_planned_by_import": planned,
         "messages_per_second_over_import": round(import_plan_rate),
-        "first_plan_seconds": round(first.wall_seconds, 2),
+        "first_plan_seconds": round(first.plan_seconds, 2),
+        "first_plan_process_wall_seconds": round(first.wall_seconds, 2),
         "first_plan_users_read": first.users_planned,
         "total_seconds": round(total_s, 2),
         "stored": seen,
@@ -252,7 +255,8 @@ def _run(
             "the import plans the users it creates over the 48 h horizon inside each "
             "request: its seconds include that planning; messages/s is the messages it "
             "planned over the import's wall time",
-            "first plan: the whole `tepat plan` process (interpreter start included) "
-            "over the scheduler's window; the import's marks cover it",
+            "first plan: `tepat plan` over the scheduler's window, its planning time "
+            "(the process's wall time, interpreter start included, beside it); the "
+            "import's marks cover the window",
         ],
     )
