@@ -17,7 +17,7 @@ from tepat.adapters.sqlite.codecs import (
     _user_params,
 )
 from tepat.adapters.sqlite.connection import SqliteBase, _in_chunks, _insert_many
-from tepat.adapters.sqlite.messages_write import INSERT_MESSAGES
+from tepat.adapters.sqlite.messages_write import INSERT_MESSAGES, INSERT_ROWS_PER_TRANSACTION
 from tepat.adapters.sqlite.reminders import UPSERT_REMINDER
 from tepat.adapters.sqlite.schema import Conn
 from tepat.adapters.sqlite.users import (
@@ -50,10 +50,16 @@ class BulkMixin(SqliteBase):
         reminder_rows = [_reminder_params(r, now) for r in reminders]
         # Planned and encoded here, on the caller's thread: the transaction only
         # filters and writes.
-        planned = plan() if plan is not None else NewUsersPlan([], [])
-        message_rows = [(m.user_id, _message_params(m, now)) for m in planned.messages]
+        planned = plan() if plan is not None else None
+        if planned is not None and len(planned.messages) > INSERT_ROWS_PER_TRANSACTION:
+            # Past what one write transaction should hold the lock for: the caller
+            # plans after the write, inserting in slices.
+            planned = None
+        messages = planned.messages if planned is not None else ()
+        message_rows = [(m.user_id, _message_params(m, now)) for m in messages]
         mark_rows = [
-            (_ts(m.plan_from), _ts(m.plan_next_at), m.fingerprint, m.user_id) for m in planned.marks
+            (_ts(m.plan_from), _ts(m.plan_next_at), m.fingerprint, m.user_id)
+            for m in (planned.marks if planned is not None else ())
         ]
 
         # One transaction for the three: the write lock is taken (and, with several
@@ -78,7 +84,7 @@ class BulkMixin(SqliteBase):
                 _insert_many(conn, UPSERT_REMINDER, reminder_rows)
             # Still inside the transaction: no other writer's change is in these.
             new = [uid for uid, c in zip(ids, created, strict=True) if c]
-            if plan is not None:
+            if planned is not None:
                 made = set(new)
                 rows = [row for uid, row in message_rows if uid in made]
                 if rows:

@@ -55,8 +55,9 @@ class BulkImportRepository(Protocol):
         :class:`RecordsWritten`). Where it does, ``plan()``'s messages and marks of the
         users this write creates go in the same transaction (``planned``): nothing can
         change those users in between, so their marks hold; the messages of a user it
-        did not create (a concurrent import did) are left out. Elsewhere ``plan`` is
-        not called and the caller plans after the write."""
+        did not create (a concurrent import did) are left out. Elsewhere, or when the
+        plan is larger than one transaction should hold, ``planned`` is false and the
+        caller plans after the write."""
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
         """:meth:`UserRepository.get_plan_target` for each (unknown users are absent)."""
