@@ -28,6 +28,7 @@ from bench import (
     capacity,
     channel_burst,
     chaos,
+    import_plan,
     plan,
     ratelimited,
     register,
@@ -73,7 +74,7 @@ def consumer_counts(text: str) -> tuple[int, ...]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("scenario", choices=(*SCENARIOS, "all", "api", "chaos"))
+    p.add_argument("scenario", choices=(*SCENARIOS, "all", "api", "chaos", "import"))
     p.add_argument("--backend", choices=("embedded", "activemq"), default="embedded")
     p.add_argument("--quick", action="store_true", help="small sizes: each scenario in seconds")
     p.add_argument("--json", action="store_true", help="one JSON object per scenario, last lines")
@@ -81,7 +82,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--stomp-url", help="an ActiveMQ to use (default: $TEPAT_TEST_STOMP_URL, else start one)"
     )
     p.add_argument(
-        "--users", type=int, help="plan: users (default 100,000; quick 2,000); api: per case"
+        "--users",
+        type=int,
+        help="plan, import: users (default 100,000; quick 2,000, import 1,000); api: per case",
     )
     p.add_argument(
         "--scale", action="store_true", help="plan: 10k, 100k and 1M users (quick: 1k, 2k)"
@@ -142,7 +145,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         choices=STORES,
         default="sqlite",
         help="chaos: the store under test (mongo: a wire server of the run's own, "
-        "scripts/mongo-wire.sh, installed)",
+        "scripts/mongo-wire.sh, installed); import: mongo is a database of its own on "
+        "$TEPAT_TEST_MONGO_URL",
+    )
+    p.add_argument(
+        "--mongo-url",
+        default=os.environ.get("TEPAT_TEST_MONGO_URL"),
+        help="import --store mongo: the MongoDB server (default $TEPAT_TEST_MONGO_URL); "
+        "the run uses a database of its own there and drops it",
+    )
+    p.add_argument(
+        "--reminders",
+        type=int,
+        default=import_plan.REMINDERS,
+        help="import: daily reminders per user (at most 3)",
     )
     p.add_argument("--keep", action="store_true", help="keep the working directory (logs, db)")
     return p.parse_args(argv)
@@ -196,6 +212,18 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
     if name == "burst":
         m = args.messages or sizes.burst
         return burst.run_burst(where, backend, ctx.url, ctx.prefix, m)
+    if name == "import":
+        if args.store == "mongo" and not args.mongo_url:
+            raise SystemExit("bench import --store mongo: give --mongo-url or TEPAT_TEST_MONGO_URL")
+        users = args.users or (import_plan.QUICK_USERS if args.quick else import_plan.FULL_USERS)
+        return import_plan.run_import(
+            where,
+            args.mongo_url if args.store == "mongo" else None,
+            ctx.prefix,
+            users,
+            args.clients,
+            args.reminders,
+        )
     if name == "register":
         users = args.users or (register.QUICK_USERS if args.quick else register.FULL_USERS)
         workers = args.workers or (1 if backend == "embedded" else 2)

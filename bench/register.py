@@ -132,7 +132,13 @@ async def per_item(
     }
 
 
-async def bulk(client: httpx.AsyncClient, clients: int, users: int, api_pid: int) -> dict[str, Any]:
+async def bulk(
+    client: httpx.AsyncClient,
+    clients: int,
+    users: int,
+    api_pid: int,
+    make_item: Callable[[int], dict[str, Any]] = bulk_item,
+) -> dict[str, Any]:
     batches = [list(range(s, min(s + BULK_BATCH, users))) for s in range(0, users, BULK_BATCH)]
     statuses: dict[str, int] = {}
 
@@ -141,7 +147,7 @@ async def bulk(client: httpx.AsyncClient, clients: int, users: int, api_pid: int
 
             async def post(batch: Sequence[int] = batch) -> None:
                 r = await client.post(
-                    "/v1/bulk/users", json=[bulk_item(i) for i in batch], headers=HEADERS
+                    "/v1/bulk/users", json=[make_item(i) for i in batch], headers=HEADERS
                 )
                 _ok(r)
                 for item in r.json()["items"]:
@@ -164,10 +170,12 @@ async def bulk(client: httpx.AsyncClient, clients: int, users: int, api_pid: int
     }
 
 
-async def repeat_one_batch(client: httpx.AsyncClient, users: int) -> dict[str, int]:
+async def repeat_one_batch(
+    client: httpx.AsyncClient, users: int, make_item: Callable[[int], dict[str, Any]] = bulk_item
+) -> dict[str, int]:
     r = await client.post(
         "/v1/bulk/users",
-        json=[bulk_item(i) for i in range(min(users, BULK_BATCH))],
+        json=[make_item(i) for i in range(min(users, BULK_BATCH))],
         headers=HEADERS,
     )
     _ok(r)

@@ -21,11 +21,12 @@ from datetime import datetime
 from typing import Final, Literal, Protocol
 
 from tepat.domain.errors import DomainError
-from tepat.domain.models import Device, QuietHours, Reminder, User
+from tepat.domain.models import Device, Message, QuietHours, Reminder, User
 from tepat.domain.planning import plan_user, planning_fingerprint
 from tepat.domain.validation import check_identifier, parse_quiet_hours
 from tepat.domain.zones import load_zone
-from tepat.ports.repositories.bulk_import import BulkImportRepository
+from tepat.ports.repositories.bulk_import import BulkImportRepository, NewUsersPlan
+from tepat.ports.repositories.users import PlanMark, PlanTarget
 from tepat.services.accounts import (
     KEEP,
     AccountParts,
@@ -236,8 +237,16 @@ async def _apply(rt: ImportParts, valid: Sequence[_Valid], now: datetime) -> dic
     for v in valid:
         _diff(v, old_users, old_reminders, old_devices, now, w)
 
-    # Users before what hangs off them, in one batch each and one transaction for all.
-    written = await store.write_records(w.users, w.devices, w.reminders)
+    # Users before what hangs off them, in one batch each and one transaction for all,
+    # with the plan of the users none of which was stored (in it, where the store can).
+    presumed_new = [u for u in w.users if u.user_id not in old_users]
+    plans: list[NewUsersPlan] = []
+
+    def plan() -> NewUsersPlan:
+        plans.append(_plan_presumed_new(rt, presumed_new, w, now))
+        return plans[0]
+
+    written = await store.write_records(w.users, w.devices, w.reminders, plan)
 
     new_users: list[str] = []
     for user, index, created in zip(w.users, w.user_items, written.created, strict=True):
@@ -250,7 +259,10 @@ async def _apply(rt: ImportParts, valid: Sequence[_Valid], now: datetime) -> dic
             # plan may differ from ours, so reconcile like any change.
             w.replan.add(user.user_id)
             w.statuses[index] = "updated"
-    await _plan_new_users(rt, new_users, w.reminders, written.stamps, now)
+    if not written.planned:
+        await _plan_new_users(rt, new_users, w.reminders, written.stamps, now)
+    elif plans[0].messages:
+        await rt.outbox.flush_quietly()
     await _replan(rt, sorted(w.replan))
     return w.statuses
 
@@ -302,6 +314,28 @@ def _diff(
 
 def _user_fields(u: User) -> tuple[object, ...]:
     return (u.timezone, u.locale, u.quiet_hours, u.enabled)
+
+
+def _plan_presumed_new(
+    rt: ImportParts, users: Sequence[User], w: _Writes, now: datetime
+) -> NewUsersPlan:
+    """The horizon's messages and marks of ``users``, stored nowhere yet: planned from
+    exactly the reminders this import writes, as a stored user with no mark would be."""
+    reminders: dict[str, list[Reminder]] = {u.user_id: [] for u in users}
+    for r in w.reminders:
+        if r.user_id in reminders:
+            reminders[r.user_id].append(r)
+    categories, end = rt.categories, now + rt.creator.horizon
+    fingerprint = planning_fingerprint(categories)
+    messages: list[Message] = []
+    marks: list[PlanMark] = []
+    for user in users:
+        own = sorted(reminders[user.user_id], key=lambda r: r.reminder_id)
+        messages.extend(plan_user(user, own, categories, now, end, now))
+        # Stamp 0 stands in: the store marks the users it creates, in that transaction.
+        target = PlanTarget(user, 0, None)
+        marks.append(plan_mark(target, own, categories, now, end, fingerprint, now))
+    return NewUsersPlan(messages, marks)
 
 
 async def _plan_new_users(

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tepat.adapters.sqlite import SqliteStore
 from tepat.clock import FakeClock
 from tepat.domain.models import MessageStatus
 from tepat.ports.repositories.users import PlanTarget
@@ -310,6 +311,8 @@ async def test_a_change_between_the_write_and_the_planning_is_planned_from_the_s
 ) -> None:
     """The import plans a new user from the reminders it wrote only while nothing changed
     them since: a reminder another request moves in between is planned as stored."""
+    if isinstance(rt.store, SqliteStore):
+        pytest.skip("SQLite plans them in the write's own transaction: no window between")
     read_targets = rt.store.get_plan_targets
 
     async def change_first(user_ids: Sequence[str]) -> dict[str, PlanTarget]:

@@ -10,9 +10,10 @@ import dataclasses
 from datetime import UTC, datetime, time, timedelta
 
 from tepat.domain.models import QuietHours, User
+from tepat.ports.repositories.bulk_import import NewUsersPlan
 from tepat.ports.repositories.users import PlanMark
 from tepat.ports.store import Store
-from tests.contract.records import device, reminder
+from tests.contract.records import device, msg, reminder
 
 T0 = datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
 
@@ -235,3 +236,36 @@ async def test_write_records_keeps_each_devices_kind(store: Store) -> None:
     devices = [device("u1", "phone", "ab" * 32, kind="apns"), device("u1", "tablet", "tok-2")]
     await store.write_records([user("u1")], devices, [])
     assert await store.list_devices("u1") == devices
+
+
+async def test_write_records_plans_in_its_transaction_only_the_users_it_creates(
+    store: Store,
+) -> None:
+    """Where the store plans with the records (``planned``), the messages and marks of
+    the users it created are stored, those of a user someone else created are left out;
+    elsewhere the plan is never made (the caller plans after the write)."""
+    await store.upsert_user(user("old"))
+    end = T0 + timedelta(hours=48)
+    plan = NewUsersPlan(
+        [msg("new-1", user_id="new"), msg("old-1", user_id="old")],
+        [PlanMark(u, 0, T0, end, "fp") for u in ("new", "old")],
+    )
+    made: list[NewUsersPlan] = []
+
+    def make() -> NewUsersPlan:
+        made.append(plan)
+        return plan
+
+    written = await store.write_records([user("new"), user("old")], [], [], make)
+    assert written.created == [True, False]
+    if not written.planned:
+        assert made == [] and await store.pending_for_user("new") == []
+        return
+    assert [m.id for m in await store.pending_for_user("new")] == [msg("new-1").id]
+    assert await store.pending_for_user("old") == []
+    new, old = [await store.get_plan_target(u) for u in ("new", "old")]
+    assert new is not None and new.mark is not None and new.mark.plan_next_at == end
+    assert old is not None and old.mark is None
+    assert (await store.count_messages()).by_status_category_channel == {
+        ("pending", "meal", "push"): 1
+    }

@@ -8,7 +8,7 @@ an earlier read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
@@ -23,7 +23,7 @@ from tepat.adapters.mongo.codecs import (
 )
 from tepat.adapters.mongo.users import PLAN_CHANGED, UsersMixin, _plan_target, user_upsert
 from tepat.domain.models import Device, Reminder, User
-from tepat.ports.repositories.bulk_import import RecordsWritten
+from tepat.ports.repositories.bulk_import import NewUsersPlan, RecordsWritten
 from tepat.ports.repositories.devices import REPLACED
 from tepat.ports.repositories.users import PlanTarget
 
@@ -116,11 +116,16 @@ class BulkMixin(UsersMixin):
         )
 
     async def write_records(
-        self, users: Sequence[User], devices: Sequence[Device], reminders: Sequence[Reminder]
+        self,
+        users: Sequence[User],
+        devices: Sequence[Device],
+        reminders: Sequence[Reminder],
+        plan: Callable[[], NewUsersPlan] | None = None,
     ) -> RecordsWritten:
         # No transaction across collections here: each batch as its own method writes it,
         # in the order the port asks (users before what hangs off them). No stamps: a
-        # read after these writes could already see another writer's change.
+        # read after these writes could already see another writer's change. Nor the
+        # plan, for the same reason: the caller plans after the write.
         created = await self._upsert_users(users)
         await self._register_devices(devices)
         await self._upsert_reminders(reminders)

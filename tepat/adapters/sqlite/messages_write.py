@@ -48,7 +48,7 @@ def _with_stamps(m: Message, now: datetime) -> Message:
 
 # No conflict target: DO NOTHING then covers every unique index, the partial ones
 # included, which is exactly "already exists".
-_INSERT = (
+INSERT_MESSAGES = (
     f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES {{values}} "
     "ON CONFLICT DO NOTHING RETURNING id"
 )
@@ -83,7 +83,9 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def _insert_batch(
         self, batch: Sequence[Message], rows: Sequence[Row], now: datetime
     ) -> list[Message]:
-        inserted = await self._write(lambda c: {r[0] for r in _insert_many(c, _INSERT, rows)})
+        inserted = await self._write(
+            lambda c: {r[0] for r in _insert_many(c, INSERT_MESSAGES, rows)}
+        )
         # RETURNING order is unspecified, so match by id; of a repeated id, the first
         # message is the one its row holds.
         first: dict[str, Message] = {}
