@@ -94,11 +94,12 @@ class PriorityHold:
     without one of them finishing: one slow batch must not stop the consumer. The
     store work of a second overlaps; the sends keep the order.
 
-    The order matters only where the provider's rate makes requests queue: a batch that
-    fits, with every unsent batch ahead of it, in ``at_once`` messages (a second of
-    push's configured rate, which the provider takes at once) goes without waiting for
-    them. Serialising those would only make every category but the first a provider
-    round trip later, every second.
+    The order matters only where the provider's rate makes requests queue: when the
+    unsent batches in hand of a second and of the seconds before it fit together in
+    ``at_once`` messages (a second of push's configured rate, which the provider takes
+    at once), they go without waiting for each other. Serialising them would only make
+    every category but the first a provider round trip later, every second. A burst
+    past it keeps the order to its end: its lower categories in hand count too.
 
     What is guaranteed: among the batches this consumer holds. A batch still
     inside the broker (beyond the prefetch), or held by another consumer
@@ -150,10 +151,13 @@ class PriorityHold:
         return turn
 
     def _held(self, turn: Turn) -> bool:
-        """Whether a batch ahead of ``turn`` is unsent and they do not fit in ``at_once``."""
-        ahead = [k for k, n in self._unsent.items() if n and k < turn.key]
-        messages = sum(self._unsent_messages[k] for k in ahead)
-        return bool(ahead) and messages + turn.size > self._at_once
+        """Whether a batch ahead of ``turn`` is unsent, and the unsent batches of its second
+        and earlier ones, ``turn`` among them, do not fit in ``at_once`` together."""
+        if not any(n and k < turn.key for k, n in self._unsent.items()):
+            return False
+        second = turn.key[0]
+        together = sum(n for k, n in self._unsent_messages.items() if k[0] <= second)
+        return together > self._at_once
 
     async def turn(self, turn: Turn) -> None:
         """Return when ``turn``'s requests may go out (see the class docstring).
