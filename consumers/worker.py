@@ -77,6 +77,10 @@ class Turn:
     released: bool = False  # its turn came: its requests may go out
     sent: bool = False  # done (answered and recorded, or dropped): no longer holds others
 
+    @property
+    def size(self) -> int:
+        return len(self.batch.ids) if self.batch is not None else 0
+
 
 class PriorityHold:
     """The deliveries a consumer holds, ordered by (due second, category priority).
@@ -90,19 +94,33 @@ class PriorityHold:
     without one of them finishing: one slow batch must not stop the consumer. The
     store work of a second overlaps; the sends keep the order.
 
+    The order matters only where the provider's rate makes requests queue: when the
+    unsent batches in hand of a second and of the seconds before it fit together in
+    ``at_once`` messages (a second of push's configured rate, which the provider takes
+    at once), they go without waiting for each other. Serialising them would only make
+    every category but the first a provider round trip later, every second. A burst
+    past it keeps the order to its end: its lower categories in hand count too.
+
     What is guaranteed: among the batches this consumer holds. A batch still
     inside the broker (beyond the prefetch), or held by another consumer
     process, is not seen.
     """
 
-    def __init__(self, rt: Runtime, hold_seconds: float = PRIORITY_HOLD_SECONDS) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        hold_seconds: float = PRIORITY_HOLD_SECONDS,
+        at_once: float | None = None,
+    ) -> None:
         self._hold_seconds = hold_seconds
+        self._at_once = rt.settings.expo_rate_limit if at_once is None else at_once
         self._priority = {q: queue_priority(q, rt.categories) for q in rt.queues}
         self._heap: list[tuple[Key, int, Turn]] = []
         self._seq = itertools.count()
         self._arrived = asyncio.Event()
         self._sent = asyncio.Event()
         self._unsent: collections.Counter[Key] = collections.Counter()
+        self._unsent_messages: collections.Counter[Key] = collections.Counter()
 
     def put(self, delivery: Delivery) -> Turn:
         """Hold ``delivery``; its body is decoded here, once."""
@@ -129,10 +147,17 @@ class PriorityHold:
             await asyncio.sleep(GATHER_WINDOW_SECONDS)
         _, _, turn = heapq.heappop(self._heap)
         self._unsent[turn.key] += 1
+        self._unsent_messages[turn.key] += turn.size
         return turn
 
-    def _ahead(self, key: Key) -> bool:
-        return any(n and k < key for k, n in self._unsent.items())
+    def _held(self, turn: Turn) -> bool:
+        """Whether a batch ahead of ``turn`` is unsent, and the unsent batches of its second
+        and earlier ones, ``turn`` among them, do not fit in ``at_once`` together."""
+        if not any(n and k < turn.key for k, n in self._unsent.items()):
+            return False
+        second = turn.key[0]
+        together = sum(n for k, n in self._unsent_messages.items() if k[0] <= second)
+        return together > self._at_once
 
     async def turn(self, turn: Turn) -> None:
         """Return when ``turn``'s requests may go out (see the class docstring).
@@ -151,7 +176,7 @@ class PriorityHold:
             return
         # Real time, deliberately: the hold is about requests on a socket.
         deadline = time.monotonic() + self._hold_seconds
-        while self._ahead(turn.key):
+        while self._held(turn):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -168,8 +193,10 @@ class PriorityHold:
             return
         turn.sent = True
         self._unsent[turn.key] -= 1
+        self._unsent_messages[turn.key] -= turn.size
         if not self._unsent[turn.key]:
             del self._unsent[turn.key]
+            del self._unsent_messages[turn.key]
         self._sent.set()
 
 

@@ -219,9 +219,10 @@ class Settings(BaseSettings):
     consumer_prefetch: int = Field(default=50, ge=1, le=10_000)
     """Unacked broker batches per consumer."""
     broker_lead_seconds: float = Field(default=1.0, ge=0, le=60)
-    """ActiveMQ: each batch is published this long before its instant and held in the consumer
-    until the instant, so the broker's scheduler firing late (~0.3 s) does not show; `0`
-    publishes for the instant itself."""
+    """Each batch is handed to the consumer this long before its instant and held there until
+    the instant: ActiveMQ's scheduler firing late (~0.3 s) does not show, and on either broker
+    who it goes to is read ahead, so only the claim and the send are left at the instant; `0`
+    hands it over at the instant itself."""
     # How long the broker hands a failing batch back (with growing delays) before
     # dead-lettering it: longer than a store outage should last.
     broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)

@@ -71,7 +71,9 @@ def make_broker(settings: Settings, clock: Clock) -> Broker:
     if settings.broker_url == "embedded://":
         from tepat.adapters.embedded_broker import EmbeddedBroker
 
-        return EmbeddedBroker(clock, redelivery=redelivery)
+        return EmbeddedBroker(
+            clock, redelivery=redelivery, lead_seconds=settings.broker_lead_seconds
+        )
     from tepat.adapters.stomp import StompBroker, TlsFiles
 
     tls = None

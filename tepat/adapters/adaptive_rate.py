@@ -20,6 +20,14 @@ configured rate at a provider that accepts a sixth of it only collects 429s.
   second (the provider's bucket holds about a second, so a shorter span says
   nothing about its rate). Seconds spent paused are not counted as seconds in
   which the provider accepted nothing.
+- A 429 although the provider took what was sent at the current rate (measured at
+  least ``PACE_KEPT`` of it) is not about the rate: requests that left on time reached
+  it bunched (a busy event loop or network held some back, then let them go together)
+  and found its bucket empty. It only pauses; lowering the rate a little on each such
+  refusal compounded (600 -> 546/s after three) and held there for a minute. It still
+  ends the episode: the requests refused with it are part of it, and a storm's halving
+  waits ``DECREASE_GAP_SECONDS`` after it. A provider that really takes less is seen
+  taking less than the rate by the next refusal, which lowers it.
 - A 429 with nothing accepted to measure (a storm, or another sender using up
   the budget) halves the rate, at most once per ``DECREASE_GAP_SECONDS``. The
   rate never goes under ``FLOOR_SHARE`` of the ceiling, so a storm cannot
@@ -82,6 +90,9 @@ DECREASE = 0.5
 DECREASE_GAP_SECONDS = 2.0
 # Aim this far under the measured rate.
 HEADROOM = 0.97
+# A refusal although the provider was measured taking this much of the rate: arrivals
+# bunched on the way, not a rate above the provider's (it only pauses).
+PACE_KEPT = 0.99
 # Never slower than this part of the ceiling (a storm must not outlast itself).
 FLOOR_SHARE = 0.05
 # The most of a second's rate one request may hold.
@@ -171,6 +182,14 @@ class AdaptiveRate:
     def _decrease(self, now: datetime, sent: datetime, refused: int | None) -> None:
         before = self.bucket.rate
         measured = self._measured(sent, refused)
+        if measured is not None and measured >= before * PACE_KEPT:
+            self._last_decrease = now
+            log.info(
+                "provider refused a request (429) while taking %.1f/s of %.1f: rate kept",
+                measured,
+                before,
+            )
+            return
         if measured is not None:
             target = min(before, measured) * HEADROOM
             self.known_good = target

@@ -66,9 +66,19 @@ class EmbeddedBroker:
       would dead-letter good batches during a bad deploy.
     """
 
-    def __init__(self, clock: Clock, *, redelivery: RedeliveryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        redelivery: RedeliveryPolicy | None = None,
+        lead_seconds: float = 0.0,
+    ) -> None:
         self._clock = clock
         self._redelivery = redelivery or RedeliveryPolicy()
+        # As on ActiveMQ (``TEPAT_BROKER_LEAD_SECONDS``): a published message is handed over
+        # this much before its delay, so the consumer reads ahead and holds it until its
+        # instant; at the instant only the claim and the send remain.
+        self.lead_seconds = lead_seconds
         self._queues: dict[str, list[tuple[datetime, int, _Message]]] = {}
         self._in_flight: dict[str, _InFlight] = {}  # by delivery_id
         self._dead: dict[str, DeadLetter] = {}  # by id, in the order they died
@@ -98,7 +108,7 @@ class EmbeddedBroker:
         self._check_open()
         # A negative delay means "already due"; clamping keeps such messages in
         # publish order, as they would be on a broker that ignores delays <= 0.
-        due = self._clock.now() + timedelta(seconds=max(0.0, delay_seconds))
+        due = self._clock.now() + timedelta(seconds=max(0.0, delay_seconds - self.lead_seconds))
         # The span publishing it (the outbox's) goes on in the consumer that takes it.
         self._push(_Message(uuid.uuid4().hex, queue, bytes(body), due, headers=tracing.headers()))
 

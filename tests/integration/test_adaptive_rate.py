@@ -140,19 +140,47 @@ def test_requests_refused_together_bring_the_rate_down_once_per_episode() -> Non
         rate.throttled_by_provider(retry_after=1.0, sent_at=at(sent))
     assert bucket.rate == pytest.approx(97)  # 100/s accepted, a little under it; once
     assert (rate.throttled, rate.episodes) == (3, 1)
-    # A request that left after the rate came down and is refused: a new episode.
+    # A request that left after the rate came down and is refused, the provider taking
+    # less than that rate since (50 in 1.03 s): a new episode.
     clock.set(at(1.2))
-    rate.accepted(100, sent_at=at(1.1))
+    rate.accepted(50, sent_at=at(1.1))
     clock.set(at(2.2))
     rate.throttled_by_provider(retry_after=1.0, sent_at=at(2.13))
     assert rate.episodes == 2
-    assert bucket.rate == pytest.approx(97 * 0.97)
+    assert bucket.rate == pytest.approx(50 / 1.03 * 0.97)
+
+
+def test_a_refusal_at_a_rate_the_provider_was_taking_pauses_without_lowering_it() -> None:
+    # At Expo's 600/s, every request accepted for 3 s, then one refused: it reached the
+    # provider bunched with others (a busy loop let them go together), not too fast on
+    # average. Lowering 3 % on each such refusal went 600 -> 546/s in three.
+    clock = FakeClock(START)
+    bucket = TokenBucket(600, clock, capacity=100)
+    rate = AdaptiveRate(bucket, 600, clock)
+    for k in range(18):
+        clock.set(at(k / 6 + 0.01))
+        rate.accepted(100, sent_at=at(k / 6))
+    for sent in (3.0, 2.99):  # the one refused, then one of its bunch that left before it
+        clock.set(at(3.05))
+        rate.throttled_by_provider(retry_after=0.2, sent_at=at(sent), n=100)
+        assert bucket.rate == 600 and rate.known_good is None
+    assert (rate.throttled, rate.episodes) == (2, 0)
+    assert bucket.reserve(100) >= 0.2  # the Retry-After is still honoured
+    # Real throttling still brings it down: after the pause the provider takes 300/s.
+    for k in range(7):
+        clock.set(at(3.25 + k / 3 + 0.01))
+        rate.accepted(100, sent_at=at(3.25 + k / 3))
+    clock.set(at(5.35))
+    rate.throttled_by_provider(retry_after=0.3, sent_at=at(5.3), n=100)
+    assert rate.episodes == 1
+    assert bucket.rate == pytest.approx(700 / 2.05 * 0.97)
 
 
 def test_seconds_paused_for_retry_after_are_not_seconds_in_which_nothing_was_accepted() -> None:
     # 97/s in requests of 100 (one every 1.031 s), a 429 and its 1 s pause, then a second
     # 429: the provider took 97/s between them, not the ~65/s that counting the pause as
-    # idle would say (which left the sender crawling at half the provider's rate).
+    # idle would say (which left the sender crawling at half the provider's rate). Taking
+    # the rate it was sent at, it stays (a refusal at a pace the provider keeps).
     clock = FakeClock(START)
     bucket = TokenBucket(600, clock, capacity=100)
     rate = AdaptiveRate(bucket, 600, clock)
@@ -165,7 +193,8 @@ def test_seconds_paused_for_retry_after_are_not_seconds_in_which_nothing_was_acc
         rate.accepted(100, sent_at=at(sent))
     clock.set(at(3.18))
     rate.throttled_by_provider(retry_after=1.0, sent_at=at(3.172))
-    assert rate.known_good == pytest.approx(97 * 0.97, rel=0.01)
+    assert rate.known_good == pytest.approx(97, rel=0.01)
+    assert bucket.rate == pytest.approx(97, rel=0.01)
 
 
 def test_no_probing_above_the_known_good_rate_for_a_while_after_a_refusal() -> None:

@@ -33,7 +33,8 @@ NINE = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 async def test_a_batch_delivered_early_is_sent_at_its_instant_and_claimed_only_then(
     tmp_path: Path,
 ) -> None:
-    async with pipeline(tmp_path, start=START) as p:
+    # The broker's own lead off: the test hands the batch over early itself.
+    async with pipeline(tmp_path, start=START, broker_lead_seconds=0) as p:
         _, device = await p.add_user("ana", reminders=[("breakfast", "meal", time(9, 0))])
         await p.rt.creator.plan_window(START, START + timedelta(hours=24))
         [m] = await p.messages("ana")
@@ -146,3 +147,30 @@ async def test_each_item_of_a_batch_is_sent_at_its_own_instant_within_the_second
         await eventually(lambda: bodies() == ["first", "half"], what="the .5 item")
         at = [datetime.fromisoformat(r["received_at"]) for r in p.received_for(device.push_token)]
         assert at == [NINE, half]
+
+
+async def test_the_embedded_broker_hands_a_batch_over_with_the_lead_and_it_waits_there(
+    tmp_path: Path,
+) -> None:
+    """As on ActiveMQ: in the consumer's hands ``TEPAT_BROKER_LEAD_SECONDS`` early (who
+    it goes to read ahead), claimed and sent only at its instant."""
+    async with pipeline(tmp_path, start=START, broker_lead_seconds=2) as p:
+        _, device = await p.add_user("ana")
+        m, _ = await create_oneoff(p.rt, "ana", "k", "meal", "t", "b", send_at=NINE)
+        queue = p.rt.categories.get("meal").queue_name
+
+        async def in_hand() -> bool:
+            [stats] = await p.rt.broker.stats([queue])
+            return stats.in_flight == 1
+
+        p.clock.set(NINE - timedelta(seconds=3))
+        assert await stays_false(in_hand)  # more than the lead ahead: still in the broker
+        p.clock.set(NINE - timedelta(seconds=2))
+        await eventually(in_hand, what="the batch in the consumer's hands 2 s early")
+        p.clock.set(NINE - timedelta(milliseconds=1))
+        assert await stays_false(lambda: bool(p.received_for(device.push_token)))
+        assert await p.status_of(m.id) is MessageStatus.PENDING
+        p.clock.set(NINE)
+        await eventually(lambda: bool(p.received_for(device.push_token)), what="arrival")
+        [got] = p.received_for(device.push_token)
+        assert datetime.fromisoformat(got["received_at"]) == NINE

@@ -21,7 +21,9 @@ NINE = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 async def test_backlog_of_one_second_sends_every_safety_before_the_first_meal(
     tmp_path: Path,
 ) -> None:
-    async with pipeline(tmp_path, start=START, consumer=False) as p:
+    # A client at 100/s: the 300 due are a backlog of three seconds (within one second of
+    # the rate, order would not matter: everything goes at once).
+    async with pipeline(tmp_path, start=START, consumer=False, expo_rate_limit=100) as p:
         for n in range(150):
             await p.add_user(f"m{n:03d}", reminders=[("r", "meal", time(9, 0))])
             await p.add_user(f"s{n:03d}", reminders=[("r", "safety", time(9, 0))])
@@ -97,7 +99,7 @@ async def test_a_batch_sends_after_the_higher_priority_batches_of_its_second(
 ) -> None:
     """All batches in hand are worked on at once; their sends take turns."""
     async with pipeline(tmp_path, start=START, consumer=False) as p:
-        hold = PriorityHold(p.rt, hold_seconds=60)
+        hold = PriorityHold(p.rt, hold_seconds=60, at_once=1)
         hold.put(_delivery("tepat.meal", NINE, 1))
         hold.put(_delivery("tepat.safety", NINE, 2))
         first, second = await hold.take(), await hold.take()
@@ -117,13 +119,33 @@ async def test_a_batch_sends_after_the_higher_priority_batches_of_its_second(
         assert second.released
 
 
+async def test_batches_that_fit_in_what_the_provider_takes_at_once_go_together(
+    tmp_path: Path,
+) -> None:
+    """Within a second of the rate nothing queues at the provider: a meal batch does not
+    wait a round trip for the safety batches of its second; past it, it does."""
+    async with pipeline(tmp_path, start=START, consumer=False) as p:
+        hold = PriorityHold(p.rt, hold_seconds=60, at_once=2)
+        hold.put(_delivery("tepat.safety", NINE, 1))
+        hold.put(_delivery("tepat.safety", NINE, 2))
+        hold.put(_delivery("tepat.meal", NINE, 3))
+        *safety, meal = [await hold.take() for _ in range(3)]
+        meal_turn = asyncio.create_task(hold.turn(meal))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not meal_turn.done()  # one message each: 2 safety ahead + itself > 2
+        hold.done(safety[0])  # 1 safety ahead + itself: 2
+        await asyncio.wait_for(meal_turn, timeout=5)
+        assert meal.released and not safety[1].sent
+
+
 async def test_a_draining_safety_backlog_holds_meal_past_the_bound_while_it_progresses(
     tmp_path: Path,
 ) -> None:
     """The bound counts from the last batch that finished: safety batches that keep
     finishing hold a meal batch of their second for longer than the bound."""
     async with pipeline(tmp_path, start=START, consumer=False) as p:
-        hold = PriorityHold(p.rt, hold_seconds=0.3)
+        hold = PriorityHold(p.rt, hold_seconds=0.3, at_once=1)
         for n in range(4):
             hold.put(_delivery("tepat.safety", NINE, n))
         hold.put(_delivery("tepat.meal", NINE, 9))
@@ -143,7 +165,7 @@ async def test_a_slow_higher_priority_batch_holds_its_second_only_briefly(tmp_pa
     """One slow provider answer for `safety` must not stop the consumer: a `meal` batch
     of the same second waits for its turn at most the hold."""
     async with pipeline(tmp_path, start=START, consumer=False) as p:
-        hold = PriorityHold(p.rt, hold_seconds=0.2)
+        hold = PriorityHold(p.rt, hold_seconds=0.2, at_once=1)
         hold.put(_delivery("tepat.safety", NINE, 1))
         slow = await hold.take()  # in hand, never sent
         assert slow.delivery.delivery_id == "d1"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from tepat.adapters.message_transition import TransitionOne, transition_fields
@@ -137,12 +138,14 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
-        statements = [st for st in (_transition_statement(ch, now, expect) for ch in changes) if st]
+        statements = [
+            (*st, ch.to is MessageStatus.PENDING)
+            for ch in changes
+            if (st := _transition_statement(ch, now, expect))
+        ]
         if not statements:
             return 0
-        return await self._write(
-            lambda c: sum(_apply_transition(c, sql, params) for sql, params in statements)
-        )
+        return await self._write(lambda c: _apply_transitions(c, statements))
 
     async def next_plan_version(self, user_id: str) -> int:
         sql = (
@@ -195,6 +198,22 @@ def _transition_statement(
         f"WHERE id = ? AND status IN ({_placeholders(len(expected))})"
     )
     return sql, (*params, change.message_id, *expected)
+
+
+def _apply_transitions(conn: Conn, statements: Sequence[tuple[str, tuple[Any, ...], bool]]) -> int:
+    """Run ``statements`` (SQL, parameters, back to pending) in order; how many rows they
+    changed. A run of one statement (a batch's ``sent``, each with its ticket) goes in
+    one ``executemany``: a statement per message cost as much as the rest of the record.
+    Back to pending stays one at a time: each may find its slot taken, and one refusal
+    must not undo the others."""
+    changed = 0
+    for (sql, to_pending), run in itertools.groupby(statements, key=itemgetter(0, 2)):
+        params = [p for _, p, _ in run]
+        if to_pending:
+            changed += sum(_apply_transition(conn, sql, p) for p in params)
+        else:
+            changed += conn.executemany(sql, params).rowcount
+    return changed
 
 
 def _apply_transition(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:

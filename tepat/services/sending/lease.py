@@ -69,6 +69,10 @@ class ClaimsInHand:
         self._clock = clock
         self.lease = lease
         self._held: dict[int, _Claim] = {}
+        # The claims holding each message (one, unless re-claimed after its lease ran
+        # out here): the gate asks per message, and a scan of every claim in hand per
+        # message cost more than the rest of it at 1,200 messages a second.
+        self._claims_of: dict[str, list[_Claim]] = {}
         self._keys = itertools.count()
 
     @property
@@ -82,11 +86,17 @@ class ClaimsInHand:
     def held(self, claimed: Sequence[Message]) -> Iterator[None]:
         """``claimed`` is this process's until the block ends (recorded or abandoned)."""
         key = next(self._keys)
-        self._held[key] = _Claim([m.id for m in claimed], self._clock.now())
+        claim = self._held[key] = _Claim([m.id for m in claimed], self._clock.now())
+        for i in claim.ids:
+            self._claims_of.setdefault(i, []).append(claim)
         try:
             yield
         finally:
             del self._held[key]
+            for i in claim.ids:
+                others = [c for c in self._claims_of.pop(i, ()) if c is not claim]
+                if others:
+                    self._claims_of[i] = others
 
     def __len__(self) -> int:
         return len(self._held)
@@ -94,14 +104,11 @@ class ClaimsInHand:
     def lapsed(self, message_ids: Iterable[str]) -> set[str]:
         """Those of ``message_ids`` held here whose lease may no longer be this
         process's (:func:`may_still_send`); a message not held here is not judged."""
-        wanted = set(message_ids)
         now = self._clock.now()
         return {
             i
-            for claim in self._held.values()
-            if not may_still_send(claim.since, self.lease, now)
-            for i in claim.ids
-            if i in wanted
+            for i in message_ids
+            if any(not may_still_send(c.since, self.lease, now) for c in self._claims_of.get(i, ()))
         }
 
     def may_send(self, message_id: str, channel: str) -> bool:
