@@ -9,14 +9,13 @@ suppressions) page in the store.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Query
 
+from tepat.domain.b64url import b64url, unb64url
 from tepat.domain.errors import DomainError
 
 MAX_LIMIT = 200
@@ -62,14 +61,13 @@ Page = Annotated[PageQuery, Depends(_page_query)]
 
 
 def _encode(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode("ascii").rstrip("=")
+    return b64url(key.encode())
 
 
 def _decode(cursor: str) -> str:
-    padded = cursor + "=" * (-len(cursor) % 4)
     try:
-        key = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        key = unb64url(cursor).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         key = ""
     if not key:  # every page ends at an item, and no key is empty
         raise DomainError("cursor", "not a cursor this API returned")

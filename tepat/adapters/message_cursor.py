@@ -8,11 +8,10 @@ A cursor that does not decode is the client's error, naming the ``cursor`` field
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from tepat.domain.b64url import b64url, unb64url
 from tepat.domain.errors import DomainError
 from tepat.domain.models import Message
 from tepat.ports.repositories.messages import MessagePage
@@ -20,16 +19,16 @@ from tepat.ports.repositories.messages import MessagePage
 
 def encode_cursor(scheduled_at: datetime, message_id: str) -> str:
     at = scheduled_at.astimezone(UTC).isoformat(timespec="microseconds")
-    return base64.urlsafe_b64encode(f"{at}|{message_id}".encode()).decode().rstrip("=")
+    return b64url(f"{at}|{message_id}".encode())
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
     """The position a cursor names: (scheduled_at in UTC, message id)."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        raw = unb64url(cursor).decode()
         at, message_id = raw.split("|", 1)
         scheduled_at = datetime.fromisoformat(at)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise DomainError("cursor", "not a cursor this service returned") from None
     if scheduled_at.tzinfo is None:
         raise DomainError("cursor", "not a cursor this service returned")

@@ -29,7 +29,6 @@ How the answers of a batch's notifications make its answer:
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -51,6 +50,7 @@ from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.push_answers import Answer, send_each
 from tepat.adapters.webhook_target import TargetRefused
 from tepat.clock import Clock
+from tepat.domain.b64url import b64url, unb64url
 from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
 from tepat.ports.push import (
@@ -77,14 +77,6 @@ _TOPIC = re.compile(r"[A-Za-z0-9_-]{1,32}")
 #: RFC 8292 §2: a push service may refuse a token valid for more than 24 hours.
 VAPID_LIFETIME = timedelta(hours=12)
 THROTTLED_BACKOFF_SECONDS = 10.0
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def unb64url(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def public_key_bytes(key: ec.EllipticCurvePublicKey) -> bytes:

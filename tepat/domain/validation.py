@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from base64 import urlsafe_b64decode
-from binascii import Error as Base64Error
 from collections.abc import Callable, Collection, Iterable
 from datetime import time
 
+from tepat.domain.b64url import unb64url
 from tepat.domain.errors import DomainError
 from tepat.domain.models import PUSH_KINDS, WEEKDAYS, QuietHours
 
@@ -86,8 +85,8 @@ def _is_base64url(value: object) -> bool:
     if not isinstance(value, str) or not _BASE64URL.fullmatch(value):
         return False
     try:
-        urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    except (Base64Error, ValueError):
+        unb64url(value)
+    except ValueError:
         return False
     return True
 

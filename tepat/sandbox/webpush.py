@@ -41,8 +41,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from tepat.adapters.webpush_push import MAX_PAYLOAD_BYTES, b64url, public_key_bytes, unb64url
+from tepat.adapters.webpush_push import MAX_PAYLOAD_BYTES, public_key_bytes
 from tepat.clock import Clock
+from tepat.domain.b64url import b64url, unb64url
 from tepat.sandbox.faults import FailNext
 from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
 

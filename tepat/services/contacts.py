@@ -6,12 +6,11 @@ come from an operator (``source="admin"``); providers' come through their callba
 
 from __future__ import annotations
 
-import base64
-import binascii
 from dataclasses import dataclass
 from typing import Protocol
 
 from tepat.clock import Clock
+from tepat.domain.b64url import b64url, unb64url
 from tepat.domain.contacts import (
     Contact,
     Suppression,
@@ -113,13 +112,13 @@ async def list_suppressions(
 
 def encode_cursor(channel: str, address: str) -> str:
     raw = f"{channel}\n{address}".encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    return b64url(raw)
 
 
 def decode_cursor(cursor: str) -> tuple[str, str]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raw = unb64url(cursor).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise DomainError("cursor", "not a cursor this API returned") from None
     channel, newline, address = raw.partition("\n")
     if not newline or not address:
