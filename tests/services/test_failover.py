@@ -233,3 +233,20 @@ async def test_failing_over_ends_once_the_primary_answers_any_device(rt: Runtime
         assert await send_to(rt, "u2") == [MessageStatus.SENT]
     events = [(e["event"], e.get("failed_over")) for e in logs if e["event"].startswith("fail")]
     assert events == [("failover_started", None), ("failover_ended", 1)]
+
+
+async def test_a_dead_fallback_token_is_dropped_and_the_phone_kept(rt: Runtime) -> None:
+    """FCM's dead-token answer to a failed-over send: the phone loses its fallback (the
+    next outage cannot reach it through FCM), its Expo binding stays active."""
+    expo, fcm = providers(rt)
+    expo.down = True
+    fcm.refuse_with = TicketError("UNREGISTERED", "gone", True, deactivate_device=True)
+    with capture_logs() as logs:
+        assert await send_to(rt, "u1") == [MessageStatus.FAILED]
+    [device] = await accounts.list_devices(rt, "u1")
+    assert (device.push_token, device.active) == ("ExponentPushToken[a]", True)
+    assert (device.fallback_kind, device.fallback_token) == (None, None)
+    dropped = ("fallback token dropped", "device deactivated")
+    assert [e["event"] for e in logs if e["event"] in dropped] == ["fallback token dropped"]
+    assert await send_to(rt, "u1") == [MessageStatus.PENDING]  # waits for Expo now
+    assert len(fcm.requests) == 1
