@@ -131,10 +131,11 @@ async def diagnose(
             yield apns
         if (webpush := webpush_check(settings, clock)) is not None:
             yield webpush
-        if (twilio := await twilio_check(settings, wait)) is not None:
-            yield twilio
-        if (smtp := await smtp_check(settings, wait)) is not None:
-            yield smtp
+        for secondary in (False, True):  # failover's second account and relay too
+            if (twilio := await twilio_check(settings, wait, secondary)) is not None:
+                yield twilio
+            if (smtp := await smtp_check(settings, wait, secondary)) is not None:
+                yield smtp
 
         yield await tzdata_check(store, clock.now(), wait)
 
@@ -403,46 +404,51 @@ def webpush_check(settings: Settings, clock: Clock) -> Check | None:
     return Check("webpush", Status.OK, detail)
 
 
-async def twilio_check(settings: Settings, wait: float) -> Check | None:
+async def twilio_check(settings: Settings, wait: float, secondary: bool = False) -> Check | None:
     """The Twilio credentials, with a fetch of the account (sends nothing); None (no
-    line) when Twilio is not configured."""
+    line) when Twilio is not configured. ``secondary``: the failover account's."""
     from tepat.wiring import build_sms_channel
 
-    channel = build_sms_channel(settings, SystemClock())
+    channel = build_sms_channel(settings, SystemClock(), secondary)
     if channel is None:
         return None
-    where = settings.twilio_url
-    fail = partial(Check, "twilio", Status.FAIL)
+    name, var = (
+        ("twilio_secondary", "TEPAT_TWILIO_SECONDARY_")
+        if secondary
+        else ("twilio", "TEPAT_TWILIO_")
+    )
+    where = (settings.twilio_secondary_url if secondary else None) or settings.twilio_url
+    fail = partial(Check, name, Status.FAIL)
     try:
         response = await asyncio.wait_for(channel.check_account(), wait)
     except Exception as e:
         return fail(
             f"cannot reach {where}: {_why(e)}",
-            "correct TEPAT_TWILIO_URL, or let this host reach it (firewall, proxy)",
+            f"correct {var}URL, or let this host reach it (firewall, proxy)",
         )
     finally:
         await _quietly(channel.close)
     if response.status_code in (401, 403):
         return fail(
             f"{where} refused the account SID and auth token (HTTP {response.status_code})",
-            "set TEPAT_TWILIO_ACCOUNT_SID and TEPAT_TWILIO_AUTH_TOKEN from the Twilio"
+            f"set {var}ACCOUNT_SID and {var}AUTH_TOKEN from the Twilio"
             " console (Account info); the token is the account's current primary one",
         )
     if response.status_code != 200:
         return fail(
             f"{where} answered HTTP {response.status_code} for the account",
-            "check TEPAT_TWILIO_URL (the API's base URL, https://api.twilio.com)",
+            f"check {var}URL (the API's base URL, https://api.twilio.com)",
         )
     detail = f"{where} accepts the account SID and auth token"
     if settings.public_url is None:
         return Check(
-            "twilio",
+            name,
             Status.WARN,
             f"{detail}; TEPAT_PUBLIC_URL is unset: no status callbacks, SMS stay sent",
             "set TEPAT_PUBLIC_URL to the https URL Twilio reaches this API at",
         )
-    ok = Check("twilio", Status.OK, detail)
-    return _ok_unless_sandbox(ok, "Twilio", where, [TWILIO_API], "TEPAT_TWILIO_URL")
+    ok = Check(name, Status.OK, detail)
+    return _ok_unless_sandbox(ok, "Twilio", where, [TWILIO_API], f"{var}URL")
 
 
 def _ok_unless_sandbox(
@@ -460,9 +466,10 @@ def _ok_unless_sandbox(
     )
 
 
-async def smtp_check(settings: Settings, wait: float) -> Check | None:
+async def smtp_check(settings: Settings, wait: float, secondary: bool = False) -> Check | None:
     """The SMTP relay: connect, TLS and login as a send would, then NOOP and QUIT
-    (sends nothing); None (no line) when e-mail is not configured."""
+    (sends nothing); None (no line) when e-mail is not configured. ``secondary``: the
+    failover relay, whose host, port and login are ``TEPAT_SMTP_SECONDARY_URL``'s."""
     import ssl
 
     import aiosmtplib
@@ -470,18 +477,29 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
     from tepat.adapters.smtp_email import SmtpEmailChannel
     from tepat.wiring import smtp_config
 
-    config = smtp_config(settings)
+    config = smtp_config(settings, secondary)
     if config is None:
         return None
     where = f"{config.host}:{config.resolved_port} ({config.tls})"
-    fail = partial(Check, "smtp", Status.FAIL)
+    name = "smtp_secondary" if secondary else "smtp"
+    fail = partial(Check, name, Status.FAIL)
+    # The second relay's host, port and login are all in its URL.
+    host, at, login_vars = (
+        ("TEPAT_SMTP_SECONDARY_URL",) * 2 + ("TEPAT_SMTP_SECONDARY_URL's user and password",)
+        if secondary
+        else (
+            "TEPAT_SMTP_HOST",
+            "TEPAT_SMTP_HOST and TEPAT_SMTP_PORT",
+            "TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD",
+        )
+    )
     channel = SmtpEmailChannel(config, SystemClock())
     try:
         greeting = await asyncio.wait_for(channel.probe(), wait)
     except aiosmtplib.SMTPAuthenticationError as e:
         return fail(
             f"{where} refused the login ({e.code} {e.message.splitlines()[0]})",
-            "set TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD to the relay's credentials",
+            f"set {login_vars} to the relay's credentials",
         )
     except (ssl.SSLCertVerificationError, aiosmtplib.SMTPException) as e:
         # The client raises the certificate error itself, or wraps it in its own.
@@ -489,23 +507,23 @@ async def smtp_check(settings: Settings, wait: float) -> Check | None:
         if isinstance(cert, ssl.SSLCertVerificationError):
             return fail(
                 f"{where}: the relay's certificate does not verify ({cert.verify_message})",
-                "set TEPAT_SMTP_CA_FILE to the CA that signed it, or correct TEPAT_SMTP_HOST"
+                f"set TEPAT_SMTP_CA_FILE to the CA that signed it, or correct {host}"
                 " to the name in the certificate",
             )
         return fail(
             f"{where}: {_why(e)}",
-            "check TEPAT_SMTP_HOST, TEPAT_SMTP_PORT and TEPAT_SMTP_TLS (starttls on 587,"
+            f"check {at} and TEPAT_SMTP_TLS (starttls on 587,"
             " implicit on 465) against the relay's documentation",
         )
     except Exception as e:
         return fail(
             f"cannot reach {where}: {_why(e)}",
-            "correct TEPAT_SMTP_HOST and TEPAT_SMTP_PORT, or let this host reach the relay",
+            f"correct {at}, or let this host reach the relay",
         )
     finally:
         await _quietly(channel.close)
     login = " and accepts the login" if config.username else ""
-    return Check("smtp", Status.OK, f"{where} answers ({greeting[:60]}){login}; nothing sent")
+    return Check(name, Status.OK, f"{where} answers ({greeting[:60]}){login}; nothing sent")
 
 
 async def tzdata_check(store: Store | None, now: datetime, wait: float) -> Check:

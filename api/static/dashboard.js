@@ -156,6 +156,7 @@ function render(d) {
     d.channels.map((c) => {
       const h = track(c, at.getTime());
       const answers = Object.entries(c.answers_by_outcome).map(([k, v]) => `${k} ${v}`);
+      const failovers = Object.entries(c.failovers).map(([route, n]) => `${route} ${n}`);
       const m = c.messages_by_status;
       return row(
         [
@@ -174,6 +175,7 @@ function render(d) {
           { text: String(c.throttled), cls: c.throttled ? "n throttled bad" : "n throttled" },
           { text: rate(h.throttled), cls: "n throttled-rate" },
           { text: String(c.retries), cls: "n retries" },
+          { text: failovers.length ? failovers.join(" · ") : "none", cls: "failovers" },
         ],
         { channel: c.channel },
       );

@@ -18,8 +18,9 @@ shows what the consumers did. A snapshot is computed at most once per
 - the tz database release; the broker's dead letters with reason and attempts;
 - per channel: messages by status (the store: every process's work, so the page can
   draw sends over time from two polls), and this process's counters of provider
-  answers by outcome, 429s and retries (``tepat/metrics.py``: on a split deployment the
-  API process sends nothing, and the page says where each figure comes from);
+  answers by outcome, 429s, retries and failovers by route (``tepat/metrics.py``: on
+  a split deployment the API process sends nothing, and the page says where each
+  figure comes from);
 - per push provider (a device kind: expo, fcm, apns…): this process's notifications by
   answer, 429s among them (``tepat_push_sends_total``);
 - live consumers (the store's heartbeats) and the age of the oldest due-but-unsent
@@ -105,6 +106,8 @@ class ChannelLine:
     # Each of its providers' circuit breaker in this process (tepat_provider_breaker_state):
     # closed, open or half_open.
     breakers: dict[str, str]
+    # Its sends failed over, by route ("expo → fcm"; tepat_failovers_total, this process).
+    failovers: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +233,7 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
     errors = metrics.counter_totals(metrics.PROVIDER_ERRORS, "channel", "kind")
     retries = metrics.counter_totals(metrics.NOT_SENT_RETRIES, "channel")
     breakers = metrics.breaker_states()
+    failovers = metrics.counter_totals(metrics.FAILOVERS, "channel", "from", "to")
     return [
         ChannelLine(
             channel=channel,
@@ -241,6 +245,11 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
             breakers={
                 provider: BreakerState(state).name.lower()
                 for (of, provider), state in sorted(breakers.items())
+                if of == channel
+            },
+            failovers={
+                f"{from_} → {to}": n
+                for (of, from_, to), n in sorted(failovers.items())
                 if of == channel
             },
         )

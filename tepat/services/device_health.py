@@ -1,6 +1,8 @@
 """What a provider's verdict on one device does to it (shared by the sender and the receipt poller).
 
-- ``DeviceNotRegistered`` (in a ticket or a receipt): deactivate at once.
+- ``DeviceNotRegistered`` (in a ticket or a receipt): deactivate at once; a dead
+  fallback token (a failed-over send's) is dropped as the device's fallback instead,
+  its own binding kept (one store call decides both: ``deactivate_token``).
 - Any other failure the device can be blamed for: one more consecutive failure;
   ``max_failures`` in a row deactivate it. A success resets the count.
 - Configuration or rate problems (bad credentials, sender mismatch, too many
@@ -38,9 +40,10 @@ async def device_failed(
         if not outcome.deactivated:
             return
         reason = f"{outcome.consecutive_failures} consecutive failures: {code}"
-    log.info(
-        "device deactivated", user_id=device.user_id, device_id=device.device_id, reason=reason
-    )
+    # A failed-over send went to a copy of the device carrying its fallback token.
+    fallback = isinstance(device, Device) and device.push_token == device.fallback_token
+    event = "fallback token dropped" if fallback else "device deactivated"
+    log.info(event, user_id=device.user_id, device_id=device.device_id, reason=reason)
 
 
 async def device_succeeded(store: DeviceRepository, push_token: str, max_failures: int) -> None:

@@ -6,8 +6,9 @@ sent, sees a failure by provider code and a deactivated device, replays a dead
 letter by clicking, and watches it leave the list. Then the episodes an operator
 must see while they last, each on the page and in ``/metrics``: an Expo 429 and a
 crashed consumer; an SMS (Twilio 20429) and an e-mail (SMTP 421 4.7.0) throttling
-episode; the SQLite file held locked by another connection. Every wait is on what
-the page shows (Playwright's ``expect``) or on what ``/metrics`` says, never a sleep.
+episode; a Twilio 5xx failed over to the second account; the SQLite file held locked
+by another connection. Every wait is on what the page shows (Playwright's ``expect``)
+or on what ``/metrics`` says, never a sleep.
 
 Chromium: ``/usr/bin/chromium`` (``scripts/test.sh`` installs it), or the path
 in ``TEPAT_TEST_CHROMIUM``. Without it the test is skipped, except in CI
@@ -31,9 +32,11 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
 from tepat.domain.models import slot_key_for
 from tepat.domain.zones import TZDATA_RELEASE
+from tepat.sandbox.twilio import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN
 from tests.browser.live import Live, live_service
 from tests.support.messages import make_message
 
@@ -107,6 +110,9 @@ def live(tmp_path: Path) -> Iterator[Live]:
         admin_key=ADMIN_KEY,
         start=START,
         broker_retry_age_seconds=RETRY_AGE_SECONDS,
+        # A second Twilio account (failover), on the same sandbox: the first's URL.
+        twilio_secondary_account_sid=DEFAULT_ACCOUNT_SID,
+        twilio_secondary_auth_token=SecretStr(DEFAULT_AUTH_TOKEN),
     ) as service:
         yield service
 
@@ -316,6 +322,8 @@ def test_sms_and_email_throttling_show_while_they_happen(live: Live, api: httpx.
         live.run(lambda: live.twilio.fail_next(1, 429))  # the next request only
         throttling_episode(page, live, "sms", "twilio_20429", lift=lambda: None)
         assert [m["to"] for m in live.twilio.received()] == [ALICE_PHONE]
+        failover_episode(page, live)
+        assert [m["to"] for m in live.twilio.received()] == [ALICE_PHONE] * 2
 
         live.smtp.replies[ALICE_MAIL] = "421 4.7.0 Too many messages, slow down"
         throttling_episode(
@@ -323,6 +331,21 @@ def test_sms_and_email_throttling_show_while_they_happen(live: Live, api: httpx.
         )
         assert [r.rcpt_tos for r in live.smtp.received] == [[ALICE_MAIL]]
         assert problems == [], problems
+
+
+def failover_episode(page: Any, live: Live) -> None:
+    """Twilio answers a 5xx: the SMS goes through the second account at once, and the
+    row counts the failover by route, as /metrics does."""
+    from playwright.sync_api import expect
+
+    route = {"channel": "sms", "from": "twilio", "to": "twilio_secondary"}
+    labels = {**route, "possible_duplicate": "false"}
+    before = int(scraped(live, "tepat_failovers_total", labels))
+    live.run(lambda: live.twilio.fail_next(1, 503))
+    send_now(live, "sms", "sms-failover")
+    row = page.locator('#channels tr[data-channel="sms"]')
+    expect(row.locator("td.failovers")).to_have_text(f"twilio → twilio_secondary {before + 1}")
+    assert scraped(live, "tepat_failovers_total", labels) == before + 1
 
 
 def throttling_episode(

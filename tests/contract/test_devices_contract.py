@@ -107,6 +107,27 @@ async def test_token_rotation_on_the_same_device_keeps_one_row(store: Store) -> 
     assert await store.deactivate_token("tok-old", "gone") == 0
 
 
+async def test_a_dead_fallback_token_is_dropped_and_the_device_kept(store: Store) -> None:
+    """The fallback provider's dead-token answer clears the fallback of every device
+    naming it; each device's own binding (and any other device) is untouched."""
+    phone = device("u1", "d1", "ExponentPushToken[a]", fallback_kind="fcm", fallback_token="f")
+    other = device("u2", "d2", "ExponentPushToken[b]", fallback_kind="fcm", fallback_token="g")
+    await store.register_device(phone)
+    await store.register_device(other)
+    assert await store.deactivate_token("f", "UNREGISTERED") == 1
+    assert await store.deactivate_token("f", "UNREGISTERED") == 0
+    active = await store.active_devices(["u1", "u2"])
+    [d1], [d2] = active["u1"], active["u2"]
+    assert (d1.push_token, d1.kind, d1.fallback_kind, d1.fallback_token) == (
+        "ExponentPushToken[a]",
+        "expo",
+        None,
+        None,
+    )
+    assert d1.deactivated_reason is None and d1.consecutive_failures == 0
+    assert (d2.fallback_kind, d2.fallback_token) == ("fcm", "g")
+
+
 async def test_registering_again_reactivates_a_deactivated_device(store: Store) -> None:
     await store.register_device(device("u1", "d1", "tok"))
     assert await store.deactivate_device("u1", "d1", "logout")

@@ -90,3 +90,22 @@ async def test_unreachable_fails() -> None:
     check = await smtp_check(smtp(free_port()), wait=5)
     assert check is not None and check.status is Status.FAIL
     assert "TEPAT_SMTP_HOST" in check.hint
+
+
+async def test_the_second_relay_is_checked_with_its_url(cert: SelfSigned, tmp_path: Path) -> None:
+    """Failover's second relay: the same connect and login, at its URL's host, port and
+    credentials (TLS the first relay's), on its own line; none when it is not set."""
+    ca, _ = cert.write(tmp_path, "ca")
+    first = smtp(free_port(), smtp_tls="starttls", smtp_ca_file=str(ca))
+    assert await smtp_check(first, wait=5, secondary=True) is None
+    with SmtpServer("starttls", cert, tmp_path, auth=("user", "pass")) as server:
+        url = f"smtp://user:{{}}@127.0.0.1:{server.port}"
+        second = first.model_copy(update={"smtp_secondary_url": url.format("pass")})
+        check = await smtp_check(second, wait=5, secondary=True)
+        assert check is not None and check.name == "smtp_secondary", check
+        assert check.status is Status.OK and "accepts the login" in check.detail
+        wrong = first.model_copy(update={"smtp_secondary_url": url.format("wrong")})
+        check = await smtp_check(wrong, wait=5, secondary=True)
+        assert check is not None and check.status is Status.FAIL
+        assert "TEPAT_SMTP_SECONDARY_URL" in check.hint
+        assert server.logins == ["user"] and server.received == []

@@ -64,3 +64,28 @@ async def test_unreachable_fails() -> None:
     assert check is not None and check.status is Status.FAIL
     assert check.detail.startswith(f"cannot reach http://127.0.0.1:{port}")
     assert "TEPAT_TWILIO_URL" in check.hint
+
+
+async def test_the_second_account_is_checked_with_its_own_credentials(
+    server: RunningTwilioSandbox,
+) -> None:
+    """Failover's second account: the same fetch, against its own URL and credentials,
+    and its own line; none when it is not configured."""
+    first = twilio("http://127.0.0.1:1", public_url="https://t.example")
+    assert await twilio_check(first, wait=5, secondary=True) is None
+    second = first.model_copy(
+        update={
+            "twilio_secondary_account_sid": DEFAULT_ACCOUNT_SID,
+            "twilio_secondary_auth_token": SecretStr(DEFAULT_AUTH_TOKEN),
+            "twilio_secondary_url": server.base_url,
+        }
+    )
+    check = await twilio_check(second, wait=5, secondary=True)
+    assert check is not None and check.name == "twilio_secondary", check
+    assert check.status is Status.WARN and "accepts the account SID" in check.detail
+    assert "TEPAT_TWILIO_SECONDARY_URL=" in check.hint
+    wrong = second.model_copy(update={"twilio_secondary_auth_token": SecretStr("0" * 32)})
+    check = await twilio_check(wrong, wait=5, secondary=True)
+    assert check is not None and check.status is Status.FAIL
+    assert "TEPAT_TWILIO_SECONDARY_AUTH_TOKEN" in check.hint
+    assert server.sandbox.stats()["requests"] == 2

@@ -23,9 +23,11 @@ from tepat.domain.models import MessageStatus, User, slot_key_for
 from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, Outgoing, Refused
 from tepat.ports.push import TicketError
+from tepat.ports.repositories.messages import Counts
 from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime, open_runtime
 from tepat.services import accounts
+from tepat.services.dashboard import channel_lines
 from tepat.services.sending.channel_sender import ChannelSender
 from tepat.services.sending.failover import FailoverChannel
 from tests.api.conftest import make_settings
@@ -183,6 +185,12 @@ def providers(rt: Runtime) -> tuple[FlakyPush, FakePush]:
     return expo, fcm
 
 
+def push_failovers(rt: Runtime) -> dict[str, int]:
+    """The dashboard's push row's failovers, by route."""
+    (push,) = [line for line in channel_lines(rt.channels, Counts()) if line.channel == "push"]
+    return push.failovers
+
+
 _keys = itertools.count()
 
 
@@ -203,12 +211,14 @@ async def test_a_device_with_a_fallback_token_gets_it_through_fcm_while_expo_is_
     expo, fcm = providers(rt)
     expo.down = True
     before = failovers("false", "fcm", "push")
+    on_dashboard = push_failovers(rt).get("expo → fcm", 0)
     # u1's phone: its FCM token; u2's (no fallback): waits for Expo.
     assert await send_to(rt, "u1", "u2") == [MessageStatus.SENT, MessageStatus.PENDING]
     assert await send_to(rt, "u1") == [MessageStatus.SENT]  # the breaker is open now
     assert [r.push_token for r in fcm.requests] == [FCM_TOKEN, FCM_TOKEN]
     labels = {"channel": "push", "from": "expo", "to": "fcm", "possible_duplicate": "false"}
     assert metrics.REGISTRY.get_sample_value("tepat_failovers_total", labels) == before + 2
+    assert push_failovers(rt) == {"expo → fcm": on_dashboard + 2}
     device = (await accounts.list_devices(rt, "u1"))[0]
     assert (device.fallback_kind, device.fallback_token, device.active) == ("fcm", FCM_TOKEN, True)
 
@@ -233,3 +243,20 @@ async def test_failing_over_ends_once_the_primary_answers_any_device(rt: Runtime
         assert await send_to(rt, "u2") == [MessageStatus.SENT]
     events = [(e["event"], e.get("failed_over")) for e in logs if e["event"].startswith("fail")]
     assert events == [("failover_started", None), ("failover_ended", 1)]
+
+
+async def test_a_dead_fallback_token_is_dropped_and_the_phone_kept(rt: Runtime) -> None:
+    """FCM's dead-token answer to a failed-over send: the phone loses its fallback (the
+    next outage cannot reach it through FCM), its Expo binding stays active."""
+    expo, fcm = providers(rt)
+    expo.down = True
+    fcm.refuse_with = TicketError("UNREGISTERED", "gone", True, deactivate_device=True)
+    with capture_logs() as logs:
+        assert await send_to(rt, "u1") == [MessageStatus.FAILED]
+    [device] = await accounts.list_devices(rt, "u1")
+    assert (device.push_token, device.active) == ("ExponentPushToken[a]", True)
+    assert (device.fallback_kind, device.fallback_token) == (None, None)
+    dropped = ("fallback token dropped", "device deactivated")
+    assert [e["event"] for e in logs if e["event"] in dropped] == ["fallback token dropped"]
+    assert await send_to(rt, "u1") == [MessageStatus.PENDING]  # waits for Expo now
+    assert len(fcm.requests) == 1

@@ -128,6 +128,13 @@ INDEXES: tuple[tuple[str, str, list[str], dict[str, Any]], ...] = (
     ("devices", "uniq_active_push_token", ["push_token"], _ACTIVE),
     ("devices", "user", ["user_id", "active"], {}),
     ("devices", "push_token", ["push_token"], {}),
+    # A dead token dropped as a fallback (deactivate_token).
+    (
+        "devices",
+        "fallback_token",
+        ["fallback_token"],
+        _partial({"fallback_token": {"$type": "string"}}),
+    ),
     # The dashboard's "deactivated today" (adapters/mongo/ops_views.py).
     ("devices", "deactivated", ["updated_at"], _partial({"active": False})),
     ("reminders", "user", ["user_id"], {}),

@@ -240,10 +240,16 @@ class UsersMixin(MongoBase):
         return bool(result.modified_count)
 
     async def deactivate_token(self, push_token: str, reason: str) -> int:
-        result = await self._db["devices"].update_many(
+        devices = self._db["devices"]
+        dead = await devices.update_many(
             {"push_token": push_token, "active": True}, {"$set": self._deactivation(reason)}
         )
-        return int(result.modified_count)
+        no_fallback = {"fallback_kind": None, "fallback_token": None}
+        dropped = await devices.update_many(
+            {"fallback_token": push_token},
+            {"$set": {**no_fallback, "updated_at": bson_dt(self._clock.now())}},
+        )
+        return int(dead.modified_count + dropped.modified_count)
 
     def _deactivation(self, reason: str) -> dict[str, Any]:
         return {

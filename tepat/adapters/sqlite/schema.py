@@ -468,6 +468,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             END""",
         ),
     ),
+    (
+        17,
+        # A dead token is dropped as any device's fallback (deactivate_token).
+        (
+            """CREATE INDEX ix_devices_fallback_token ON devices(fallback_token)
+                WHERE fallback_token IS NOT NULL""",
+        ),
+    ),
 )
 
 

@@ -58,6 +58,10 @@ _PLAN_COLUMNS = f"{_USER_COLUMNS}, plan_stamp, plan_from, plan_next_at, plan_fp"
 _SELECT_USERS = f"SELECT {_USER_COLUMNS} FROM users"
 _USER_EXISTS = "SELECT 1 FROM users WHERE user_id = ?"
 _DEACTIVATE = "UPDATE devices SET active = 0, deactivated_reason = ?, updated_at = ?"
+_DROP_FALLBACK = (
+    "UPDATE devices SET fallback_kind = NULL, fallback_token = NULL, updated_at = ?"
+    " WHERE fallback_token = ?"
+)
 
 
 def device_params(d: Device, now: str) -> tuple[Row, Row]:
@@ -203,8 +207,14 @@ class UsersMixin(SqliteBase):
         return await self._execute(sql, (reason, self._now(), user_id, device_id)) > 0
 
     async def deactivate_token(self, push_token: str, reason: str) -> int:
-        sql = f"{_DEACTIVATE} WHERE push_token = ? AND active = 1"
-        return await self._execute(sql, (reason, self._now(), push_token))
+        now = self._now()
+
+        def run(conn: Conn) -> int:
+            sql = f"{_DEACTIVATE} WHERE push_token = ? AND active = 1"
+            dead = conn.execute(sql, (reason, now, push_token)).rowcount
+            return dead + conn.execute(_DROP_FALLBACK, (now, push_token)).rowcount
+
+        return await self._write(run)
 
     async def list_devices(self, user_id: str) -> list[Device]:
         sql = f"SELECT {_DEVICE_COLUMNS} FROM devices WHERE user_id = ? ORDER BY device_id"

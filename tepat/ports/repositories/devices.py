@@ -40,7 +40,9 @@ class DeviceRepository(Protocol):
         """True if an active device was deactivated."""
 
     async def deactivate_token(self, push_token: str, reason: str) -> int:
-        """Deactivate every active binding of a token; returns how many."""
+        """Deactivate every active binding of a dead token, and drop it as any device's
+        fallback (``fallback_kind`` and ``fallback_token`` cleared, the device's own binding
+        untouched); returns how many devices it changed."""
 
     async def list_devices(self, user_id: str) -> list[Device]: ...
 
