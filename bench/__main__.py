@@ -98,8 +98,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--mongo-url",
         default=os.environ.get("TEPAT_TEST_MONGO_URL"),
-        help="api on activemq: a MongoDB-wire server for the store, a database of the run's "
-        "own on it (default $TEPAT_TEST_MONGO_URL; none: a SQLite file)",
+        help="api on activemq, import --store mongo: the MongoDB(-wire) server for the store"
+        " (default $TEPAT_TEST_MONGO_URL; api without one: a SQLite file); the run uses a"
+        " database of its own there and drops it",
     )
     p.add_argument("--pid-file", type=Path, help="api: write the API process's pid here")
     p.add_argument(
@@ -147,12 +148,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="chaos: the store under test (mongo: a wire server of the run's own, "
         "scripts/mongo-wire.sh, installed); import: mongo is a database of its own on "
         "$TEPAT_TEST_MONGO_URL",
-    )
-    p.add_argument(
-        "--mongo-url",
-        default=os.environ.get("TEPAT_TEST_MONGO_URL"),
-        help="import --store mongo: the MongoDB server (default $TEPAT_TEST_MONGO_URL); "
-        "the run uses a database of its own there and drops it",
     )
     p.add_argument(
         "--reminders",
