@@ -15,8 +15,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tepat.adapters.apns_auth import read_signing_key
-from tepat.adapters.webpush_push import Vapid, WebPushProvider, b64url, public_key_bytes
+from tepat.adapters.webpush_push import Vapid, WebPushProvider, public_key_bytes
 from tepat.clock import FakeClock
+from tepat.domain.b64url import b64url
 from tepat.ports.push import PushRequest, Rejected, TicketError, TicketOk, Tickets
 from tepat.ports.try_again import TryAgain
 from tepat.sandbox.server import running_sandbox
