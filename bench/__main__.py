@@ -92,8 +92,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--clients",
         type=int,
-        help=f"register, api: concurrent HTTP clients (default {register.CLIENTS}, "
-        f"{api_writes.CLIENTS})",
+        help=f"register, import, api: concurrent HTTP clients (default {register.CLIENTS}, "
+        f"{register.CLIENTS}, {api_writes.CLIENTS})",
     )
     p.add_argument(
         "--mongo-url",
@@ -216,7 +216,7 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
             args.mongo_url if args.store == "mongo" else None,
             ctx.prefix,
             users,
-            args.clients,
+            args.clients or register.CLIENTS,
             args.reminders,
         )
     if name == "register":
