@@ -370,8 +370,9 @@ class Settings(BaseSettings):
     (failover); set it and `TEPAT_TWILIO_SECONDARY_AUTH_TOKEN` or neither."""
     twilio_secondary_auth_token: SecretStr | None = Field(default=None, validate_default=True)
     """The second Twilio account's auth token."""
-    twilio_secondary_from: str | None = None
-    """The second account's sender. Unset: `TEPAT_TWILIO_FROM`."""
+    twilio_secondary_from: str | None = Field(default=None, validate_default=True)
+    """The second account's sender. Unset: `TEPAT_TWILIO_FROM` (required when the first
+    account sends through a Messaging Service, which belongs to it)."""
     twilio_secondary_url: str | None = None
     """Base URL of the second account's Messages API. Unset: `TEPAT_TWILIO_URL`."""
     smtp_secondary_url: str | None = None
@@ -711,12 +712,21 @@ class Settings(BaseSettings):
 
     @field_validator("twilio_from", "twilio_secondary_from")
     @classmethod
-    def _twilio_from(cls, v: str | None) -> str | None:
+    def _twilio_from(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None and not _is_sms_sender(v):
             raise ValueError(
                 "expected an E.164 number (+14155550100), a short code (digits) or an"
                 " alphanumeric sender id (at most 11 letters and digits)"
             )
+        if (
+            info.field_name == "twilio_secondary_from"
+            and v is None
+            and info.data.get("twilio_account_sid") is not None
+            and info.data.get("twilio_secondary_account_sid") is not None
+            and info.data.get("twilio_from") is None
+        ):
+            # The first account's Messaging Service cannot send for the second one.
+            raise ValueError("needed with the second account (TEPAT_TWILIO_FROM is unset)")
         return v
 
     @field_validator("twilio_messaging_service_sid")

@@ -29,7 +29,7 @@ from tepat.adapters.webhook_out import WebhookChannel
 from tepat.adapters.webhook_target import GuardedTransport, check_target
 from tepat.adapters.webpush_push import Vapid, WebPushProvider
 from tepat.clock import Clock
-from tepat.config import ConfigError, Settings
+from tepat.config import Settings
 from tepat.domain.breaker import BreakerSettings
 from tepat.domain.categories import Categories
 from tepat.domain.webhooks import TargetPolicy, parse_target_policy
@@ -99,11 +99,6 @@ def build_sms_channel(
         # A Messaging Service belongs to the first account.
         from_number, service = settings.twilio_secondary_from or from_number, None
         url = settings.twilio_secondary_url or url
-        if from_number is None:
-            raise ConfigError(
-                "tepat: bad configuration: TEPAT_TWILIO_SECONDARY_FROM: needed with the"
-                " second account (TEPAT_TWILIO_FROM is unset)"
-            )
     public_url = settings.public_url
     if public_url is None:
         _sms_log.warning(

@@ -67,6 +67,5 @@ def test_the_second_relay_is_the_first_at_another_address() -> None:
 
 def test_a_second_account_needs_a_sender_when_the_first_has_only_a_messaging_service() -> None:
     service = {**SMS, "twilio_from": None, "twilio_messaging_service_sid": "MG" + "ab" * 16}
-    settings = load_settings(**service, **SECOND)
-    with pytest.raises(ConfigError, match="TEPAT_TWILIO_SECONDARY_FROM"):
-        build_sms_channel(settings, FakeClock(), secondary=True)
+    with pytest.raises(ConfigError, match="TEPAT_TWILIO_SECONDARY_FROM: needed with the second"):
+        load_settings(**service, **SECOND)
