@@ -23,6 +23,7 @@ from tepat.ports.repositories.preferences import PreferenceRepository
 from tepat.ports.repositories.presence import PresenceRepository
 from tepat.ports.repositories.provider_events import ProviderEventRepository
 from tepat.ports.repositories.reminders import ReminderRepository
+from tepat.ports.repositories.replan import ReplanRepository
 from tepat.ports.repositories.templates import TemplateRepository
 from tepat.ports.repositories.tickets import TicketRepository
 from tepat.ports.repositories.users import UserRepository
@@ -34,6 +35,7 @@ class Store(
     DeviceRepository,
     ReminderRepository,
     BulkImportRepository,
+    ReplanRepository,
     PreferenceRepository,
     MessageRepository,
     OutboxRepository,

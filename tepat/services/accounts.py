@@ -352,9 +352,13 @@ async def put_reminder(
         reminder_id, category, local_time, title, body, label, days, data, enabled
     )
     new = checked_reminder(rt.categories, user_id, fields, rt.clock.now())
-    old = await rt.store.get_reminder(user_id, reminder_id)
-    if old is None and (refused := await _past_reminder_quota(rt, user_id, max_reminders, ours=0)):
-        raise refused
+    if max_reminders is None:
+        old = await rt.store.get_reminder(user_id, reminder_id)
+    else:  # one read for both: this reminder as stored, and how many the user has
+        theirs = await rt.store.list_reminders(user_id)
+        old = next((r for r in theirs if r.reminder_id == reminder_id), None)
+        if old is None and (refused := _reminder_quota_refusal(len(theirs), max_reminders)):
+            raise refused
     reminder = revised_reminder(old, new)
     if reminder is None:
         assert old is not None
@@ -363,7 +367,10 @@ async def put_reminder(
     # Concurrent creates all pass the check above, so each that inserted counts again and
     # undoes its own insert past the cap. The last kept insert counts every kept one, so
     # the cap holds (a race may refuse one that would have fitted, never admit one more).
-    refused = await _past_reminder_quota(rt, user_id, max_reminders, ours=1) if inserted else None
+    refused = None
+    if inserted and max_reminders is not None:
+        others = len(await rt.store.list_reminders(user_id)) - 1
+        refused = _reminder_quota_refusal(others, max_reminders)
     if refused:
         await rt.store.delete_reminder(user_id, reminder_id)
     # After an undo too: it cancels what a plan run may have made of the undone reminder.
@@ -373,14 +380,9 @@ async def put_reminder(
     return reminder, inserted
 
 
-async def _past_reminder_quota(
-    rt: AccountParts, user_id: str, max_reminders: int | None, *, ours: int
-) -> FieldConflict | None:
-    """The refusal of a new reminder if the user's others (all stored but ``ours``)
-    already reach ``max_reminders``."""
-    if max_reminders is None:
-        return None
-    if len(await rt.store.list_reminders(user_id)) - ours < max_reminders:
+def _reminder_quota_refusal(others: int, max_reminders: int) -> FieldConflict | None:
+    """The refusal of a new reminder if the user's ``others`` already reach the cap."""
+    if others < max_reminders:
         return None
     return FieldConflict(
         "reminder_id",

@@ -22,6 +22,7 @@ from tepat.adapters.mongo.ops_views import OpsViewsMixin
 from tepat.adapters.mongo.outbox import OutboxMixin
 from tepat.adapters.mongo.presence import PresenceMixin
 from tepat.adapters.mongo.reminders import RemindersMixin
+from tepat.adapters.mongo.replan import ReplanMixin
 from tepat.adapters.mongo.templates import TemplatesMixin
 from tepat.adapters.mongo.tickets import TicketsMixin
 from tepat.adapters.mongo.users import UsersMixin
@@ -30,6 +31,7 @@ from tepat.adapters.mongo.webhooks import WebhooksMixin
 
 class MongoStore(
     BulkMixin,  # over UsersMixin: a batch falls back to register_device
+    ReplanMixin,
     UsersMixin,
     RemindersMixin,
     MessagesMixin,

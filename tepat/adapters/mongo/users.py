@@ -89,16 +89,23 @@ class UsersMixin(MongoBase):
         return stored, result.upserted_id is not None
 
     async def next_plan_version(self, user_id: str) -> int:
-        # One findAndModify: atomic, and it returns the value this call made, so two
-        # concurrent re-plans can never read the same version. No upsert: a user
-        # that does not exist has nothing to re-plan.
-        doc = await self._db["users"].find_one_and_update(
+        doc = await self._take_plan_version(user_id, {"plan_version": True})
+        return 0 if doc is None else int(doc["plan_version"])
+
+    async def _take_plan_version(
+        self, user_id: str, projection: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """The user as the increment left them (None if absent). One findAndModify: atomic,
+        and it returns the value this call made, so two concurrent re-plans can never
+        read the same version. No upsert: a user that does not exist has nothing to
+        re-plan."""
+        doc: dict[str, Any] | None = await self._db["users"].find_one_and_update(
             {"_id": user_id},
             {"$inc": {"plan_version": 1, "plan_stamp": 1}, "$unset": PLAN_CHANGED["$unset"]},
-            projection={"plan_version": True},
+            projection=projection,
             return_document=ReturnDocument.AFTER,
         )
-        return 0 if doc is None else int(doc["plan_version"])
+        return doc
 
     async def get_user(self, user_id: str) -> User | None:
         return await self._fetch_one(user_from_doc, "users", {"_id": user_id})

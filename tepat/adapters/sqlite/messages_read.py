@@ -22,6 +22,7 @@ from tepat.domain.models import Message
 from tepat.ports.repositories.messages import Counts, MessagePage, MessageQuery
 
 _SELECT = f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+PENDING_FOR_USER = f"{_SELECT} WHERE user_id = ? AND status = 'pending' ORDER BY nominal_at, id"
 
 
 class MessagesReadMixin(SqliteBase):
@@ -67,8 +68,7 @@ class MessagesReadMixin(SqliteBase):
         return await self._fetch(_message, sql, (_ts(before), limit))
 
     async def pending_for_user(self, user_id: str) -> list[Message]:
-        sql = f"{_SELECT} WHERE user_id = ? AND status = 'pending' ORDER BY nominal_at, id"
-        return await self._fetch(_message, sql, (user_id,))
+        return await self._fetch(_message, PENDING_FOR_USER, (user_id,))
 
     async def unpublished(
         self,

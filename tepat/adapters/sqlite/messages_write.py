@@ -55,6 +55,26 @@ INSERT_MESSAGES = (
 )
 
 
+NEXT_PLAN_VERSION = (
+    "UPDATE users SET plan_version = plan_version + 1 WHERE user_id = ? RETURNING plan_version"
+)
+
+
+def inserted_ids(conn: Conn, rows: Sequence[Row]) -> set[str]:
+    """Insert message ``rows``; the ids of those no unique index refused."""
+    return {r[0] for r in _insert_many(conn, INSERT_MESSAGES, rows)} if rows else set()
+
+
+def created_of(batch: Sequence[Message], inserted: set[str], now: datetime) -> list[Message]:
+    """The messages of ``batch`` whose rows went in (``inserted``), in input order."""
+    # RETURNING order is unspecified, so match by id; of a repeated id, the first
+    # message is the one its row holds.
+    first: dict[str, Message] = {}
+    for m in batch:
+        first.setdefault(m.id, m)
+    return [_with_stamps(m, now) for message_id, m in first.items() if message_id in inserted]
+
+
 class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
         now = self._clock.now()
@@ -84,15 +104,8 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def _insert_batch(
         self, batch: Sequence[Message], rows: Sequence[Row], now: datetime
     ) -> list[Message]:
-        inserted = await self._write(
-            lambda c: {r[0] for r in _insert_many(c, INSERT_MESSAGES, rows)}
-        )
-        # RETURNING order is unspecified, so match by id; of a repeated id, the first
-        # message is the one its row holds.
-        first: dict[str, Message] = {}
-        for m in batch:
-            first.setdefault(m.id, m)
-        return [_with_stamps(m, now) for message_id, m in first.items() if message_id in inserted]
+        inserted = await self._write(lambda c: inserted_ids(c, rows))
+        return created_of(batch, inserted, now)
 
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
@@ -148,11 +161,7 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         return await self._write(lambda c: _apply_transitions(c, statements))
 
     async def next_plan_version(self, user_id: str) -> int:
-        sql = (
-            "UPDATE users SET plan_version = plan_version + 1 WHERE user_id = ? "
-            "RETURNING plan_version"
-        )
-        row = await self._write(lambda c: c.execute(sql, (user_id,)).fetchone())
+        row = await self._write(lambda c: c.execute(NEXT_PLAN_VERSION, (user_id,)).fetchone())
         return 0 if row is None else int(row[0])
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:

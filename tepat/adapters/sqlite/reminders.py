@@ -19,6 +19,7 @@ from tepat.domain.models import Reminder
 
 _SELECT = f"SELECT {_REMINDER_COLUMNS} FROM reminders"
 # Shared with the bulk import ({values}: the VALUES rows), which writes reminders alike.
+LIST_REMINDERS = f"{_SELECT} WHERE user_id = ? ORDER BY reminder_id"
 UPSERT_REMINDER = (
     f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES {{values}} "
     "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "
@@ -52,8 +53,7 @@ class RemindersMixin(SqliteBase):
         return await self._execute(sql, (user_id, reminder_id)) > 0
 
     async def list_reminders(self, user_id: str) -> list[Reminder]:
-        sql = f"{_SELECT} WHERE user_id = ? ORDER BY reminder_id"
-        return await self._fetch(_reminder, sql, (user_id,))
+        return await self._fetch(_reminder, LIST_REMINDERS, (user_id,))
 
     async def reminders_for_users(self, user_ids: Sequence[str]) -> dict[str, list[Reminder]]:
         rows = await self._select_in(

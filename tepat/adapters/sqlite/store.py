@@ -14,6 +14,7 @@ from tepat.adapters.sqlite.messages_write import MessagesWriteMixin
 from tepat.adapters.sqlite.ops_views import OpsViewsMixin
 from tepat.adapters.sqlite.presence import PresenceMixin
 from tepat.adapters.sqlite.reminders import RemindersMixin
+from tepat.adapters.sqlite.replan import ReplanMixin
 from tepat.adapters.sqlite.templates import TemplatesMixin
 from tepat.adapters.sqlite.tickets import TicketsMixin
 from tepat.adapters.sqlite.users import UsersMixin
@@ -24,6 +25,7 @@ class SqliteStore(
     UsersMixin,
     RemindersMixin,
     BulkMixin,
+    ReplanMixin,
     MessagesWriteMixin,
     MessagesReadMixin,
     TicketsMixin,

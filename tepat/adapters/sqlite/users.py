@@ -82,6 +82,18 @@ def device_params(d: Device, now: str) -> tuple[Row, Row]:
     )
 
 
+PLAN_TARGET = f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id = ?"
+# Compare-and-set on the stamp: a mark made from reads older than a change never sticks.
+SET_PLAN_MARK = (
+    "UPDATE users SET plan_from = ?, plan_next_at = ?, plan_fp = ? "
+    "WHERE user_id = ? AND plan_stamp = ?"
+)
+
+
+def mark_params(m: PlanMark) -> tuple[str, str, str, str, int]:
+    return (_ts(m.plan_from), _ts(m.plan_next_at), m.fingerprint, m.user_id, m.stamp)
+
+
 def _plan_target(row: Row) -> PlanTarget:
     user = _user(row[:9])
     stamp, plan_from, plan_next_at, fingerprint = row[9:]
@@ -148,21 +160,13 @@ class UsersMixin(SqliteBase):
         return keyset_pages(page, attrgetter("user.user_id"), after, size)
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
-        sql = f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id = ?"
-        return await self._fetch_one(_plan_target, sql, (user_id,))
+        return await self._fetch_one(_plan_target, PLAN_TARGET, (user_id,))
 
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         if not marks:
             return 0
-        sql = (
-            "UPDATE users SET plan_from = ?, plan_next_at = ?, plan_fp = ? "
-            "WHERE user_id = ? AND plan_stamp = ?"
-        )
-        params = [
-            (_ts(m.plan_from), _ts(m.plan_next_at), m.fingerprint, m.user_id, m.stamp)
-            for m in marks
-        ]
-        return await self._write(lambda c: c.executemany(sql, params).rowcount)
+        params = [mark_params(m) for m in marks]
+        return await self._write(lambda c: c.executemany(SET_PLAN_MARK, params).rowcount)
 
     async def user_id_bounds(self, parts: int) -> list[str]:
         if parts <= 1:

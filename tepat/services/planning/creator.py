@@ -32,6 +32,7 @@ from tepat.domain.planning import (
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.meta import MetaRepository
 from tepat.ports.repositories.reminders import ReminderRepository
+from tepat.ports.repositories.replan import ReplanRepository
 from tepat.ports.repositories.users import PlanMark, PlanTarget, UserRepository
 from tepat.services.outbox import Outbox
 
@@ -66,7 +67,12 @@ PlanProgress = Callable[[int, PlanResult], None]
 
 
 class PlanningRecords(
-    UserRepository, ReminderRepository, MessageRepository, MetaRepository, Protocol
+    UserRepository,
+    ReminderRepository,
+    MessageRepository,
+    MetaRepository,
+    ReplanRepository,
+    Protocol,
 ): ...
 
 
@@ -189,29 +195,30 @@ class Creator:
            not a deferred ``scheduled_at``): keep it if unchanged, else cancel it
            and plan the replacement (or record why none is due). A message of a
            newer version belongs to a later re-plan and is left alone;
-        4. plan the horizon ahead at the new version; a local date still held by
-           a kept, claimed or sent message is refused by its live key;
+        4. plan the horizon ahead at the new version and write the user's mark; a
+           local date still held by a kept, claimed or sent message is refused by its
+           live key;
         5. repeat 3 once more: a slower concurrent re-plan may have written an
            older plan after step 3 read.
         """
-        version = await self.store.next_plan_version(user_id)
-        target = await self.store.get_plan_target(user_id)
-        if target is None:
+        start = await self.store.start_replan(user_id)
+        if start is None:
             return PlanResult()
-        user = target.user
-        reminders = {r.reminder_id: r for r in await self.store.list_reminders(user_id)}
+        user, version = start.target.user, start.version
+        reminders = {r.reminder_id: r for r in start.reminders}
         now = self.clock.now()
-        total = await self._reconcile(user, reminders, version, reason, now)
+        total = await self._reconcile(user, reminders, version, reason, now, start.pending)
         own = list(reminders.values())
-        if planned := list(plan_user(user, own, self.categories, now, now + self.horizon, now)):
-            result = await self.store.insert_messages(planned)
-            total += PlanResult(len(result.created), result.existing)
-        total += await self._reconcile(user, reminders, version, reason, now)
+        planned = list(plan_user(user, own, self.categories, now, now + self.horizon, now))
         # The horizon is planned from this version's reads: say so, unless a newer
         # change (a later stamp) came meanwhile; the next plan run then plans it.
         fingerprint = planning_fingerprint(self.categories)
-        mark = plan_mark(target, own, self.categories, now, now + self.horizon, fingerprint, now)
-        await self.store.set_plan_marks([mark])
+        mark = plan_mark(
+            start.target, own, self.categories, now, now + self.horizon, fingerprint, now
+        )
+        result, pending = await self.store.finish_replan(user_id, planned, mark)
+        total += PlanResult(len(result.created), result.existing)
+        total += await self._reconcile(user, reminders, version, reason, now, pending)
         # Only what is due within seconds: the publisher loop batches the rest with
         # the other re-plans of its second (one broker message per user otherwise).
         # A re-plan that made nothing due that soon (a new daily reminder) skips the
@@ -228,10 +235,13 @@ class Creator:
         version: int,
         reason: str,
         now: datetime,
+        pending: Sequence[Message],
     ) -> PlanResult:
+        """Cancel each of the user's ``pending`` messages of an older version that its
+        reminder no longer intends, and plan its replacement."""
         cancelled = 0
         replacements: list[Message] = []
-        for m in await self.store.pending_for_user(user.user_id):
+        for m in pending:
             if m.reminder_id is None or m.plan_version >= version or m.local_date is None:
                 continue  # a one-off, or this re-plan's own message, or a newer one's
             reminder = reminders.get(m.reminder_id)
