@@ -4,17 +4,19 @@ device kept, and the log says so (not "device deactivated")."""
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
 from tepat.adapters.sqlite import SqliteStore
 from tepat.clock import FakeClock
-from tepat.domain.models import Device, Ticket, User
+from tepat.domain.models import Device, Ticket
 from tepat.ports.push import ReceiptError
 from tepat.services.sending.receipts import ReceiptPoller
+from tests.services import test_receipt_backlog
 from tests.services.test_receipt_backlog import START, ReceiptsReadyFor
+
+clock, store = test_receipt_backlog.clock, test_receipt_backlog.store
 
 EXPO_TOKEN = "ExponentPushToken[expo-side]"
 DEAD = ReceiptError("DeviceNotRegistered", "gone", deactivate_device=True)
@@ -44,29 +46,22 @@ DROPPED = ("fallback token dropped", "device deactivated")
     ],
 )
 async def test_a_dead_token_in_a_receipt_says_what_it_ended(
-    tmp_path: Path, phone: Device, event: str, kept: bool
+    store: SqliteStore, clock: FakeClock, phone: Device, event: str, kept: bool
 ) -> None:
-    clock = FakeClock(START)
-    store = SqliteStore(str(tmp_path / "t.db"), clock=clock)
-    await store.open()
-    try:
-        await store.upsert_user(User("u", "UTC"))
-        await store.register_device(phone)
-        await store.add_tickets([Ticket("t1", "m1", "u", "phone", EXPO_TOKEN, START)])
-        poller = ReceiptPoller(store, ReceiptsReadyFor({"t1": DEAD}), clock)
-        clock.advance(timedelta(minutes=20))
-        with capture_logs() as logs:
-            assert await poller.poll_all() == 1
-        assert [e for e in logs if e["event"] in DROPPED] == [
-            {
-                "event": event,
-                "user_id": "u",
-                "device_id": "phone",
-                "reason": "DeviceNotRegistered",
-                "log_level": "info",
-            }
-        ]
-        [device] = await store.list_devices("u")
-        assert (device.active, device.fallback_token) == (kept, None)
-    finally:
-        await store.close()
+    await store.register_device(phone)
+    await store.add_tickets([Ticket("t1", "m1", "u", "phone", EXPO_TOKEN, START)])
+    poller = ReceiptPoller(store, ReceiptsReadyFor({"t1": DEAD}), clock)
+    clock.advance(timedelta(minutes=20))
+    with capture_logs() as logs:
+        assert await poller.poll_all() == 1
+    assert [e for e in logs if e["event"] in DROPPED] == [
+        {
+            "event": event,
+            "user_id": "u",
+            "device_id": "phone",
+            "reason": "DeviceNotRegistered",
+            "log_level": "info",
+        }
+    ]
+    [device] = await store.list_devices("u")
+    assert (device.active, device.fallback_token) == (kept, None)
