@@ -80,6 +80,17 @@ BEFORE_SENDING = (
     httpx.ProxyError,
 )
 
+#: Seconds an idle pooled HTTP connection may be reused (httpx's default is 5). A server
+#: closes a keep-alive connection idle for its own timeout; a request written into it as
+#: it closes gets no answer after its body went out, which :class:`SendProgress` must call
+#: maybe sent (the server cannot be proven not to have read it). So the client lets go of
+#: an idle connection well before the server does: common idle timeouts are 5 s (uvicorn,
+#: hypercorn, Node, Apache; the sandboxes and Tepat's own API), 2 s (gunicorn), 60-75 s
+#: (nginx, AWS ALB), about 10 min (Google's load balancers); equal ones raced in a bench
+#: run under load (100 notifications closed outcome_unknown). A connection the server
+#: closed while idle is seen closed before any byte is written and replaced by httpcore.
+KEEPALIVE_EXPIRY_SECONDS = 1.5
+
 
 def classify_ticket_error(code: str, message: str, *, rate_backoff: float) -> TicketError:
     if code in CONFIGURATION_ERRORS:

@@ -8,7 +8,7 @@ from typing import Any, Self
 
 import httpx
 
-from tepat.adapters.expo_outcomes import SendProgress
+from tepat.adapters.expo_outcomes import KEEPALIVE_EXPIRY_SECONDS, SendProgress
 from tepat.adapters.webhook_target import TargetRefused
 from tepat.ports.try_again import TryAgain
 
@@ -29,7 +29,9 @@ class PooledClient:
             timeout=timeout,
             transport=transport,  # tests replace the network; None is httpx's own
             limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
+                keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
             ),
             **options,
         )

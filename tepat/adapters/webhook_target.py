@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
+from tepat.adapters.expo_outcomes import KEEPALIVE_EXPIRY_SECONDS
 from tepat.domain.errors import DomainError
 from tepat.domain.webhooks import (
     IPAddress,
@@ -142,6 +143,6 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             ssl_context=httpx.create_ssl_context(),
             max_connections=max_connections,
             max_keepalive_connections=max_connections,
-            keepalive_expiry=5.0,
+            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
             network_backend=_GuardedBackend(policy),
         )

@@ -29,7 +29,10 @@ async def device_failed(
     max_failures: int,
 ) -> None:
     code = reason = error.code
+    event = "device deactivated"
     if error.deactivate_device:
+        if await _only_a_fallback(store, device):
+            event = "fallback token dropped"
         await store.deactivate_token(device.push_token, code)
     elif code in NOT_THE_DEVICES_FAULT:
         return
@@ -40,10 +43,18 @@ async def device_failed(
         if not outcome.deactivated:
             return
         reason = f"{outcome.consecutive_failures} consecutive failures: {code}"
-    # A failed-over send went to a copy of the device carrying its fallback token.
-    fallback = isinstance(device, Device) and device.push_token == device.fallback_token
-    event = "fallback token dropped" if fallback else "device deactivated"
     log.info(event, user_id=device.user_id, device_id=device.device_id, reason=reason)
+
+
+async def _only_a_fallback(store: DeviceRepository, sent_to: Device | Ticket) -> bool:
+    """Whether the dead token is the device's fallback, not its own: a failed-over send's,
+    answered at once (the sender's copy of the device) or in a receipt (a ticket, which
+    names only the token). Read from the stored device before the token is dropped."""
+    token = sent_to.push_token
+    return any(
+        d.device_id == sent_to.device_id and d.fallback_token == token != d.push_token
+        for d in await store.list_devices(sent_to.user_id)
+    )
 
 
 async def device_succeeded(store: DeviceRepository, push_token: str, max_failures: int) -> None:

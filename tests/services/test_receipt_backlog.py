@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from tepat.adapters.sqlite import SqliteStore
 from tepat.clock import FakeClock
@@ -46,34 +48,44 @@ class ReceiptsReadyFor:
         pass
 
 
-async def test_a_thousand_tickets_without_receipts_do_not_hide_a_newer_dead_token(
-    tmp_path: Path,
-) -> None:
-    clock = FakeClock(START)
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+async def store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteStore]:
+    """A store with user ``u``."""
     store = SqliteStore(str(tmp_path / "t.db"), clock=clock)
     await store.open()
     try:
         await store.upsert_user(User("u", "UTC"))
-        dead, _ = await store.register_device(Device("u", "old-phone", "ExponentPushToken[dead]"))
-        # 1,500 tickets whose receipts Expo has not made ready yet, sent first...
-        backlog = [
-            Ticket(f"t{n:05d}", f"m{n}", "u", "other", "ExponentPushToken[x]", START)
-            for n in range(1500)
-        ]
-        # ...then one to a phone that was uninstalled.
-        newer = Ticket(
-            "z-dead", "m-dead", "u", dead.device_id, dead.push_token, START + timedelta(minutes=1)
-        )
-        await store.add_tickets([*backlog, newer])
-        provider = ReceiptsReadyFor(
-            {"z-dead": ReceiptError("DeviceNotRegistered", "gone", deactivate_device=True)}
-        )
-        poller = ReceiptPoller(store, provider, clock, delay=timedelta(minutes=15))
-        clock.advance(timedelta(minutes=20))
-
-        assert await poller.poll_all() == 1
-        assert "z-dead" in provider.asked
-        (device,) = await store.list_devices("u")
-        assert not device.active and device.deactivated_reason == "DeviceNotRegistered"
+        yield store
     finally:
         await store.close()
+
+
+async def test_a_thousand_tickets_without_receipts_do_not_hide_a_newer_dead_token(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    dead, _ = await store.register_device(Device("u", "old-phone", "ExponentPushToken[dead]"))
+    # 1,500 tickets whose receipts Expo has not made ready yet, sent first...
+    backlog = [
+        Ticket(f"t{n:05d}", f"m{n}", "u", "other", "ExponentPushToken[x]", START)
+        for n in range(1500)
+    ]
+    # ...then one to a phone that was uninstalled.
+    newer = Ticket(
+        "z-dead", "m-dead", "u", dead.device_id, dead.push_token, START + timedelta(minutes=1)
+    )
+    await store.add_tickets([*backlog, newer])
+    provider = ReceiptsReadyFor(
+        {"z-dead": ReceiptError("DeviceNotRegistered", "gone", deactivate_device=True)}
+    )
+    poller = ReceiptPoller(store, provider, clock, delay=timedelta(minutes=15))
+    clock.advance(timedelta(minutes=20))
+
+    assert await poller.poll_all() == 1
+    assert "z-dead" in provider.asked
+    (device,) = await store.list_devices("u")
+    assert not device.active and device.deactivated_reason == "DeviceNotRegistered"
