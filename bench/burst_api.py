@@ -33,6 +33,7 @@ from bench.config import Config
 from bench.procs import Child, Exited, child_env, free_port, tepat_argv
 from bench.report import log
 from bench.sandbox import Sandbox, running_sandbox
+from tepat.adapters.expo_outcomes import KEEPALIVE_EXPIRY_SECONDS
 from tepat.domain.zones import available_zones
 
 ADMIN_KEY = "bench-admin-key-0123456789abcdef"
@@ -115,7 +116,11 @@ async def register(base_url: str, count: int) -> tuple[datetime, list[str], dict
 
     Returns T, the zone of each user, and the registration figures.
     """
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    limits = httpx.Limits(
+        max_connections=CLIENTS,
+        max_keepalive_connections=CLIENTS,
+        keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+    )
     headers = {"X-API-Key": ADMIN_KEY}
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, limits=limits, timeout=60

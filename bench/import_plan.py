@@ -36,6 +36,7 @@ from bench.config import Config
 from bench.plan import HORIZON, Run, _run_plan
 from bench.procs import Child, child_env, free_port, tepat_argv
 from bench.report import Result, log
+from tepat.adapters.expo_outcomes import KEEPALIVE_EXPIRY_SECONDS
 
 FULL_USERS = 100_000
 QUICK_USERS = 1_000
@@ -185,7 +186,11 @@ def _run(
         register.wait_ready(port, 1, api)
 
         async def go() -> tuple[dict[str, Any], dict[str, int], int, int]:
-            limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+            limits = httpx.Limits(
+                max_connections=clients,
+                max_keepalive_connections=clients,
+                keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+            )
             async with httpx.AsyncClient(
                 base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=300
             ) as client:

@@ -31,6 +31,7 @@ from bench.config import Config
 from bench.cpu_use import tree_cpu_seconds
 from bench.procs import Child, child_env, free_port, tepat_argv
 from bench.report import Result, log
+from tepat.adapters.expo_outcomes import KEEPALIVE_EXPIRY_SECONDS
 
 GOAL_USERS_PER_SECOND = 2_000
 FULL_USERS = 20_000  # bulk; the per-item phase takes a quarter (at most 5,000)
@@ -257,7 +258,11 @@ def run_register(
         wait_ready(port, workers, api)
 
         async def go() -> tuple[dict[str, Any], dict[str, Any], dict[str, int], int, int]:
-            limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+            limits = httpx.Limits(
+                max_connections=clients,
+                max_keepalive_connections=clients,
+                keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+            )
             async with httpx.AsyncClient(
                 base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=120
             ) as client:
