@@ -119,6 +119,11 @@ class _Connection(asyncio.Protocol):
             self._on(event)
         self._flush()
 
+    def eof_received(self) -> None:
+        # The server closed (an idle connection, say): the loop may run a new request
+        # before connection_lost, and it must not go here.
+        self.usable = False
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(f"connection lost ({exc or 'closed by the server'})")
 
@@ -250,7 +255,7 @@ class H2Client:
         self._scheme = url.scheme
         self._authority = url.netloc
         self._user_agent = user_agent
-        self._timeout = timeout
+        self.timeout = timeout  # seconds: to connect, and for a stream's answer
         # Wait for a stream here, not against the timeout: a busy moment is no failure.
         self._slots = asyncio.Semaphore(max_streams)
         self._connection: _Connection | None = None
@@ -284,7 +289,7 @@ class H2Client:
             return self._connection
         async with self._connecting:
             if self._connection is None or not self._connection.usable:
-                self._connection = await asyncio.wait_for(self._connect(), self._timeout)
+                self._connection = await asyncio.wait_for(self._connect(), self.timeout)
         return self._connection
 
     async def _connect(self) -> _Connection:
@@ -294,7 +299,7 @@ class H2Client:
             context.set_alpn_protocols(["h2"])
         loop = asyncio.get_running_loop()
         transport, connection = await loop.create_connection(
-            lambda: _Connection(self._timeout), self._host, self._port, ssl=context
+            lambda: _Connection(self.timeout), self._host, self._port, ssl=context
         )
         tls = transport.get_extra_info("ssl_object")
         if tls is not None and tls.selected_alpn_protocol() != "h2":
