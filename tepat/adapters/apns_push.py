@@ -27,7 +27,8 @@ InvalidProviderToken; other    ``Rejected``                      key, key id or 
 Shutdown)
 500, other 5xx                 TryAgain, ``server_error``        Apple asks to retry
 network error/timeout          TryAgain, maybe sent once the     as Expo's
-                               body went out (``SendProgress``)
+                               request went out whole
+                               (``h2_client``)
 ============================== ================================= ===========================
 
 A token of the wrong shape or a payload over 4096 bytes is refused without a request.

@@ -28,8 +28,8 @@ INTERNAL (500), 5xx    TryAgain, ``server_error``                FCM asks to ret
 THIRD_PARTY_AUTH_ERROR ``Rejected``                              the APNs/web credentials
                                                                  in Firebase are wrong
 other 4xx              permanent refusal
-network error/timeout  TryAgain, maybe sent once the body went   as Expo's
-                       out (:class:`SendProgress`)
+network error/timeout  TryAgain, maybe sent once the request     as Expo's
+                       went out whole (``h2_client``)
 ====================== ========================================= =========================
 
 A 429 or 5xx is retried on FCM's terms (:data:`FCM_TERMS`, FCM's guidance on retries):
