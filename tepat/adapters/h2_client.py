@@ -26,7 +26,7 @@ import contextlib
 import http
 import json
 import ssl
-from typing import Any, Self
+from typing import Any, Self, cast
 from urllib.parse import urlsplit
 
 import certifi
@@ -111,8 +111,8 @@ class _Connection(asyncio.Protocol):
     # ---- asyncio's side ----
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's (``tepat serve``) is a transport of this shape but not this class.
+        self.transport = cast(asyncio.Transport, transport)
         self.h2.initiate_connection()
         self._flush()
 

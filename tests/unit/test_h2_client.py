@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import cast
 
 import h2.config
 import h2.connection
 import h2.errors
 import h2.events
 import h2.settings
+import uvloop
 
 from tepat.adapters.h2_client import H2Client, H2Response
 from tepat.ports.try_again import TryAgain
@@ -31,8 +33,7 @@ class Server(asyncio.Protocol):
         connections.append(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's too
         self.h2.initiate_connection()
         if self.window is not None:
             self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window})
@@ -95,6 +96,15 @@ async def test_many_requests_are_streams_of_one_connection() -> None:
         assert [a.content for a in answers if isinstance(a, H2Response)] == bodies
         assert {(a.status_code, a.headers["x-seen"]) for a in answers} == {(200, "yes")}  # type: ignore[union-attr]
         assert len(connections) == 1
+
+
+def test_it_sends_on_uvloop_as_tepat_serve_runs() -> None:
+    async def one() -> H2Response | TryAgain:
+        async with serving() as (client, _):
+            return await post(client, b"on uvloop")
+
+    answer = uvloop.run(one())
+    assert isinstance(answer, H2Response) and answer.content == b"on uvloop"
 
 
 async def test_a_body_larger_than_the_window_goes_as_the_server_opens_it() -> None:
