@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http
 import json
 import ssl
 from typing import Any, Self, cast
@@ -43,6 +42,7 @@ class H2Response:
     """A stream's answer, read as the adapters read an ``httpx.Response``."""
 
     __slots__ = ("content", "headers", "status_code")
+    reason_phrase = ""  # HTTP/2 sends none
 
     def __init__(self, status_code: int, headers: dict[str, str], content: bytes) -> None:
         self.status_code = status_code
@@ -55,13 +55,6 @@ class H2Response:
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", "replace")
-
-    @property
-    def reason_phrase(self) -> str:
-        try:
-            return http.HTTPStatus(self.status_code).phrase
-        except ValueError:
-            return ""
 
 
 class StreamFailed(Exception):
@@ -261,13 +254,9 @@ class H2Client:
 
     def __init__(self, base_url: str, *, max_streams: int, timeout: float, user_agent: str) -> None:
         self.base_url = base_url.rstrip("/")
-        url = urlsplit(self.base_url)
+        self._url = url = urlsplit(self.base_url)
         self._tls = url.scheme == "https"
-        self._host = url.hostname or ""
         self._port = url.port or (443 if self._tls else 80)
-        self._prefix = (url.path or "").rstrip("/")
-        self._scheme = url.scheme
-        self._authority = url.netloc
         self._user_agent = user_agent
         self.timeout = timeout  # seconds: to connect, and for a stream's answer
         # Wait for a stream here, not against the timeout: a busy moment is no failure.
@@ -281,9 +270,9 @@ class H2Client:
         """POST ``body``; a failure is TryAgain, maybe sent as the module's docstring says."""
         request = [
             (":method", "POST"),
-            (":scheme", self._scheme),
-            (":authority", self._authority),
-            (":path", self._prefix + path),
+            (":scheme", self._url.scheme),
+            (":authority", self._url.netloc),
+            (":path", self._url.path + path),
             ("user-agent", self._user_agent),
             *headers,
         ]
@@ -313,12 +302,12 @@ class H2Client:
             context.set_alpn_protocols(["h2"])
         loop = asyncio.get_running_loop()
         transport, connection = await loop.create_connection(
-            lambda: _Connection(self.timeout), self._host, self._port, ssl=context
+            lambda: _Connection(self.timeout), self._url.hostname or "", self._port, ssl=context
         )
         tls = transport.get_extra_info("ssl_object")
         if tls is not None and tls.selected_alpn_protocol() != "h2":
             transport.close()
-            raise ssl.SSLError(f"{self._host} does not speak HTTP/2 (ALPN)")
+            raise ssl.SSLError(f"{self._url.hostname} does not speak HTTP/2 (ALPN)")
         return connection
 
     async def close(self) -> None:
