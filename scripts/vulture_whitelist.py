@@ -27,6 +27,7 @@ _.pytestmark  # pytest marks every test of the module with it
 _.strategy  # hypothesis's data.draw(strategy), mirrored by the replay stub
 _.__class__  # set_ssl swaps stomp.py's transport class in place
 _.levelname  # logging's formatters read the record's level name
+_.eof_received  # asyncio.Protocol: the loop calls it when the peer closes
 
 # Set on app.state, read by name through api/deps.py:app_state
 _.dashboard_sessions

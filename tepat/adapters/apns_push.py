@@ -27,7 +27,8 @@ InvalidProviderToken; other    ``Rejected``                      key, key id or 
 Shutdown)
 500, other 5xx                 TryAgain, ``server_error``        Apple asks to retry
 network error/timeout          TryAgain, maybe sent once the     as Expo's
-                               body went out (``SendProgress``)
+                               request went out whole
+                               (``h2_client``)
 ============================== ================================= ===========================
 
 A token of the wrong shape or a payload over 4096 bytes is refused without a request.
@@ -49,7 +50,7 @@ import httpx
 
 from tepat.adapters.apns_auth import ProviderToken
 from tepat.adapters.expo_outcomes import parse_retry_after
-from tepat.adapters.http_pool import PooledClient
+from tepat.adapters.h2_client import H2Client, H2Response
 from tepat.adapters.push_answers import Answer, send_each
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
@@ -112,7 +113,7 @@ def apns_headers(request: PushRequest, topic: str, now: datetime) -> dict[str, s
     return headers
 
 
-def apns_reason(response: httpx.Response) -> str:
+def apns_reason(response: H2Response | httpx.Response) -> str:
     try:
         body: Any = response.json()
     except ValueError:
@@ -121,7 +122,7 @@ def apns_reason(response: httpx.Response) -> str:
     return str(reason) if reason else f"HTTP_{response.status_code}"
 
 
-def classify(response: httpx.Response, now: datetime) -> Answer:
+def classify(response: H2Response | httpx.Response, now: datetime) -> Answer:
     """One notification's answer (see the module's table)."""
     status = response.status_code
     if status == 200:
@@ -146,7 +147,7 @@ def classify(response: httpx.Response, now: datetime) -> Answer:
     return TicketError(reason, text, permanent=True, deactivate_device=reason in _DEACTIVATE)
 
 
-class ApnsPushProvider(PooledClient):
+class ApnsPushProvider(H2Client):
     max_batch: int = MAX_BATCH
     max_receipt_batch: int = 0  # APNs answers at send time
 
@@ -159,22 +160,14 @@ class ApnsPushProvider(PooledClient):
         base_url: str = PRODUCTION_URL,
         max_streams: int = 100,
         timeout: float = 15.0,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.token = token
         self.topic = topic
         self.clock = clock
-        # http1=False: APNs speaks HTTP/2 only; over http:// (the sandbox) it is h2c with
-        # prior knowledge. One connection, its streams multiplexed, as Apple asks.
+        # One connection, its streams multiplexed, as Apple asks (``http://``, the
+        # sandbox: h2c with prior knowledge).
         super().__init__(
-            1,
-            timeout=timeout,
-            transport=transport,
-            max_in_flight=max_streams,
-            base_url=base_url.rstrip("/"),
-            http1=False,
-            http2=True,
-            headers={"user-agent": "tepat-apns-push/0.1"},
+            base_url, max_streams=max_streams, timeout=timeout, user_agent="tepat-apns-push/0.1"
         )
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
@@ -184,7 +177,7 @@ class ApnsPushProvider(PooledClient):
         token = self.token.current()
         response = await self._post(request, token)
         if (
-            isinstance(response, httpx.Response)
+            isinstance(response, H2Response)
             and response.status_code == 403
             and apns_reason(response) in _STALE_TOKEN
         ):
@@ -193,15 +186,12 @@ class ApnsPushProvider(PooledClient):
             return response
         return classify(response, self.clock.now())
 
-    async def _post(self, request: PushRequest, token: str) -> httpx.Response | TryAgain:
+    async def _post(self, request: PushRequest, token: str) -> H2Response | TryAgain:
         headers = apns_headers(request, self.topic, self.clock.now())
         headers["authorization"] = f"bearer {token}"
-        return await self._post_in_slot(
-            SEND_PATH.format(token=request.push_token),
-            "APNs",
-            content=_json(to_apns_payload(request)),
-            headers=headers,
-        )
+        path = SEND_PATH.format(token=request.push_token)
+        body = _json(to_apns_payload(request))
+        return await self._post_h2(path, "APNs", list(headers.items()), body)
 
     def set_rate_share(self, share: float) -> None:
         """APNs publishes no rate ceiling to share: the streams of one connection bound it."""

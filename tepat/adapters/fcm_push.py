@@ -28,8 +28,8 @@ INTERNAL (500), 5xx    TryAgain, ``server_error``                FCM asks to ret
 THIRD_PARTY_AUTH_ERROR ``Rejected``                              the APNs/web credentials
                                                                  in Firebase are wrong
 other 4xx              permanent refusal
-network error/timeout  TryAgain, maybe sent once the body went   as Expo's
-                       out (:class:`SendProgress`)
+network error/timeout  TryAgain, maybe sent once the request     as Expo's
+                       went out whole (``h2_client``)
 ====================== ========================================= =========================
 
 A 429 or 5xx is retried on FCM's terms (:data:`FCM_TERMS`, FCM's guidance on retries):
@@ -59,7 +59,7 @@ from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.apns_push import apns_expiration
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
-from tepat.adapters.http_pool import PooledClient
+from tepat.adapters.h2_client import H2Client, H2Response
 from tepat.adapters.push_answers import Answer, batch_result
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
@@ -113,7 +113,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def fcm_error(response: httpx.Response) -> tuple[str, str, bool]:
+def fcm_error(response: H2Response | httpx.Response) -> tuple[str, str, bool]:
     """(FCM's error code, its message, whether it is about the token) of an error answer."""
     try:
         body: Any = response.json()
@@ -140,7 +140,7 @@ def fcm_error(response: httpx.Response) -> tuple[str, str, bool]:
     return code, message, about_token
 
 
-def classify(response: httpx.Response, now: Any) -> Answer:
+def classify(response: H2Response | httpx.Response, now: Any) -> Answer:
     """One message's answer (``now``: when it came, for a dated ``Retry-After``)."""
     status = response.status_code
     if status == 200:
@@ -171,7 +171,7 @@ def classify(response: httpx.Response, now: Any) -> Answer:
     return TicketError(code, message, permanent=True, deactivate_device=deactivate)
 
 
-class FcmPushProvider(PooledClient):
+class FcmPushProvider(H2Client):
     max_batch: int = MAX_BATCH
     # FCM's answer at send time is final: no tickets are kept for the receipt poller.
     max_receipt_batch: int = 0
@@ -186,7 +186,6 @@ class FcmPushProvider(PooledClient):
         max_connections: int = 50,
         rate_limit: float = 10_000.0,
         timeout: float = 15.0,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         project = project_id or auth.project_id
         if not project:
@@ -197,18 +196,11 @@ class FcmPushProvider(PooledClient):
         self.limiter = TokenBucket(rate_limit, clock, capacity=min(rate_limit, float(MAX_BATCH)))
         self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
         # HTTP/2, as Firebase's own SDKs send: the requests multiplexed as streams of one
-        # connection. Over HTTP/1.1 each needs a connection of its own, and httpx's pool
-        # scans every connection for each request: 4 ms of CPU a message at 50, against
-        # about 1 ms over HTTP/2. Over https ALPN agrees on it (HTTP/1.1 stays the
-        # fallback); over http:// (the sandbox) it is h2c with prior knowledge.
+        # connection (``max_connections``: streams in flight). Over HTTP/1.1 each needs a
+        # connection of its own, and httpx's pool scans every connection for each request:
+        # 4 ms of CPU a message at 50 (bench/README.md).
         super().__init__(
-            max_connections,
-            timeout=timeout,
-            transport=transport,
-            base_url=base_url.rstrip("/"),
-            http1=not base_url.startswith("http://"),
-            http2=True,
-            headers={"User-Agent": "tepat-fcm-push/0.1"},
+            base_url, max_streams=max_connections, timeout=timeout, user_agent="tepat-fcm-push/0.1"
         )
 
     async def close(self) -> None:
@@ -252,12 +244,9 @@ class FcmPushProvider(PooledClient):
         return answer
 
     async def _post(self, request: PushRequest, token: str) -> Answer:
-        response = await self._post_in_slot(
-            self._send_path,
-            "FCM",
-            json={"message": to_fcm_message(request, self.clock.now())},
-            headers={"Authorization": f"Bearer {token}"},
-        )
+        message = _json({"message": to_fcm_message(request, self.clock.now())})
+        headers = [("authorization", f"Bearer {token}"), ("content-type", "application/json")]
+        response = await self._post_h2(self._send_path, "FCM", headers, message.encode())
         if isinstance(response, TryAgain):
             return response
         if response.status_code == 401:

@@ -174,11 +174,11 @@ async def test_a_401_gets_one_new_token_then_the_send_goes(fcm: Fcm) -> None:
 
 
 async def test_an_account_the_token_endpoint_refuses_is_rejected(fcm: Fcm, tmp_path: Path) -> None:
-    stranger = FcmSandbox().service_account(str(fcm.provider._client.base_url))
+    stranger = FcmSandbox().service_account(fcm.provider.base_url)
     account = tmp_path / "stranger.json"
     account.write_text(json.dumps(stranger))
     auth = FcmAuth(read_service_account(str(account)), fcm.clock)
-    base = str(fcm.provider._client.base_url)
+    base = fcm.provider.base_url
     async with FcmPushProvider(auth, clock=fcm.clock, base_url=base, rate_limit=1e9) as p:
         result = await p.send([push("a")])
     assert isinstance(result, Rejected) and "invalid_grant" in result.reason
@@ -205,7 +205,7 @@ def test_a_bad_service_account_file_is_one_line(tmp_path: Path) -> None:
 
 
 async def test_the_provider_the_settings_describe(fcm: Fcm, tmp_path: Path) -> None:
-    base = str(fcm.provider._client.base_url)
+    base = fcm.provider.base_url
     account = tmp_path / "sa.json"
     account.write_text(json.dumps(fcm.sandbox.service_account(base, "from-file")))
     settings = load_settings(fcm_credentials_file=str(account), fcm_url=base)

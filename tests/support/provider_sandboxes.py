@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+from tepat.adapters.h2_client import H2Client
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.stomp import StompBroker
 from tepat.clock import Clock
@@ -154,8 +155,11 @@ class ProviderSandbox(ABC):
         """Tepat's provider for this sandbox, as the settings build it, that gives up on an
         answer after :data:`ANSWER_TIMEOUT_SECONDS`."""
         built = BUILDERS[self.kind](Settings(**self.settings), clock)
-        assert isinstance(built, PooledClient)
-        built._client.timeout = httpx.Timeout(ANSWER_TIMEOUT_SECONDS)
+        if isinstance(built, H2Client):
+            built.timeout = ANSWER_TIMEOUT_SECONDS
+        else:
+            assert isinstance(built, PooledClient)
+            built._client.timeout = httpx.Timeout(ANSWER_TIMEOUT_SECONDS)
         return built
 
 

@@ -1,0 +1,176 @@
+"""The lean HTTP/2 client of FCM and APNs (tepat/adapters/h2_client.py) against an h2
+server scripted per test: many streams on one connection, flow control, and what each
+way of failing says about whether the request may have been acted on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import cast
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.settings
+import uvloop
+
+from tepat.adapters.h2_client import H2Client, H2Response
+from tepat.ports.try_again import TryAgain
+
+# What the server does with a request whose body it has (stream id, body): None answers
+# 200 with the body echoed.
+Script = Callable[["Server", int, bytes], None]
+
+
+class Server(asyncio.Protocol):
+    def __init__(self, script: Script | None, window: int | None, connections: list[Server]):
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        self.script, self.window = script, window
+        self.bodies: dict[int, bytearray] = {}
+        self.done: list[bytes] = []
+        connections.append(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's too
+        self.h2.initiate_connection()
+        if self.window is not None:
+            self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window})
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.h2.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                self.bodies[event.stream_id] = bytearray()
+                if self.window == 0:  # the body can never come
+                    self.transport.close()
+                    return
+            elif isinstance(event, h2.events.DataReceived):
+                self.bodies[event.stream_id] += event.data
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                body = bytes(self.bodies[event.stream_id])
+                self.done.append(body)
+                if self.script is None:
+                    self.answer(event.stream_id, body)
+                else:
+                    self.script(self, event.stream_id, body)
+        self.flush()
+
+    def answer(self, stream_id: int, body: bytes) -> None:
+        self.h2.send_headers(stream_id, [(":status", "200"), ("x-seen", "yes")])
+        self.h2.send_data(stream_id, body, end_stream=True)
+
+    def flush(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(self.h2.data_to_send())
+
+
+@asynccontextmanager
+async def serving(
+    script: Script | None = None, window: int | None = None, answer_within: float = 10.0
+) -> AsyncIterator[tuple[H2Client, list[Server]]]:
+    connections: list[Server] = []
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Server(script, window, connections), "127.0.0.1")
+    port = server.sockets[0].getsockname()[1]
+    client = H2Client(
+        f"http://127.0.0.1:{port}", max_streams=50, timeout=answer_within, user_agent="test"
+    )
+    try:
+        yield client, connections
+    finally:
+        await client.close()
+        server.close()
+
+
+async def post(client: H2Client, body: bytes) -> H2Response | TryAgain:
+    return await client._post_h2("/send", "Test", [("content-type", "text/plain")], body)
+
+
+async def test_many_requests_are_streams_of_one_connection() -> None:
+    async with serving() as (client, connections):
+        bodies = [f"n{i}".encode() * 50 for i in range(120)]
+        answers = await asyncio.gather(*(post(client, b) for b in bodies))
+        assert [a.content for a in answers if isinstance(a, H2Response)] == bodies
+        assert {(a.status_code, a.headers["x-seen"]) for a in answers} == {(200, "yes")}  # type: ignore[union-attr]
+        assert len(connections) == 1
+
+
+def test_it_sends_on_uvloop_as_tepat_serve_runs() -> None:
+    async def one() -> H2Response | TryAgain:
+        async with serving() as (client, _):
+            return await post(client, b"on uvloop")
+
+    answer = uvloop.run(one())
+    assert isinstance(answer, H2Response) and answer.content == b"on uvloop"
+
+
+async def test_a_body_larger_than_the_window_goes_as_the_server_opens_it() -> None:
+    async with serving(window=1000) as (client, _):
+        body = bytes(range(256)) * 40  # 10 KB through a 1 KB stream window
+        answers = await asyncio.gather(post(client, body), post(client, body[:10]))
+        assert [a.content for a in answers if isinstance(a, H2Response)] == [body, body[:10]]
+
+
+async def test_goaway_fails_the_streams_it_never_took_as_not_sent_then_reconnects() -> None:
+    def go_away_at_the_second(server: Server, stream_id: int, body: bytes) -> None:
+        if len(server.done) <= 2:  # the others of its write are left unprocessed
+            server.answer(stream_id, body)
+        if len(server.done) == 2:
+            server.h2.close_connection(last_stream_id=stream_id)
+            server.flush()
+            server.transport.close()
+
+    async with serving(go_away_at_the_second) as (client, connections):
+        assert isinstance(await post(client, b"connects"), H2Response)
+        # Five started in one turn of the loop leave in one write.
+        second, *rest = await asyncio.gather(*(post(client, b"x") for _ in range(5)))
+        assert isinstance(second, H2Response)
+        # Each one the server never took (above GOAWAY's last stream) was not sent.
+        assert all(isinstance(a, TryAgain) and not a.maybe_sent for a in rest), rest
+        assert "GOAWAY" in rest[0].reason  # type: ignore[union-attr]
+        assert isinstance(await post(client, b"again"), H2Response)
+        assert len(connections) == 2
+
+
+async def test_a_refused_stream_was_not_sent_another_reset_maybe_was() -> None:
+    def reset(server: Server, stream_id: int, body: bytes) -> None:
+        code = h2.errors.ErrorCodes[body.decode()]
+        server.h2.reset_stream(stream_id, code)
+
+    async with serving(reset) as (client, _):
+        refused = await post(client, b"REFUSED_STREAM")
+        internal = await post(client, b"INTERNAL_ERROR")
+    assert isinstance(refused, TryAgain) and not refused.maybe_sent
+    assert isinstance(internal, TryAgain) and internal.maybe_sent
+    assert "talking to Test after the request was sent" in internal.reason
+
+
+async def test_a_connection_lost_after_the_request_went_is_maybe_sent() -> None:
+    async with serving(lambda server, *_: server.transport.close()) as (client, _):
+        lost = await post(client, b"hello")
+    assert isinstance(lost, TryAgain) and lost.maybe_sent
+
+
+async def test_a_request_whose_body_never_went_is_not_sent() -> None:
+    # The server allows no body bytes, then closes: the request never went out whole.
+    async with serving(window=0) as (client, connections):
+        lost = await post(client, b"held back")
+    assert isinstance(lost, TryAgain) and not lost.maybe_sent
+    assert connections[0].done == []
+
+
+async def test_no_server_is_not_sent() -> None:
+    client = H2Client("http://127.0.0.1:9", max_streams=1, timeout=5.0, user_agent="test")
+    answer = await post(client, b"x")
+    assert isinstance(answer, TryAgain) and not answer.maybe_sent
+    assert "cannot connect" in answer.reason
+
+
+async def test_an_answer_that_never_comes_times_out_maybe_sent() -> None:
+    async with serving(lambda *_: None, answer_within=0.2) as (client, connections):
+        late = await post(client, b"x")
+        assert isinstance(late, TryAgain) and late.maybe_sent and "timeout" in late.reason
+        assert connections[0].done == [b"x"]
