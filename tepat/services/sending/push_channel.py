@@ -25,7 +25,7 @@ from tepat.clock import Clock
 from tepat.domain.categories import Categories
 from tepat.domain.models import Device, Message, Ticket
 from tepat.domain.push_terms import push_terms
-from tepat.domain.queues import PUSH
+from tepat.domain.queues import PUSH, may_use_critical_reserve
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.push import (
     GateClosed,
@@ -294,6 +294,7 @@ class PushChannel:
             ttl_seconds=terms.ttl_seconds,
             priority=terms.priority,
             still_sendable=item.still_sendable,
+            critical=may_use_critical_reserve(m),
         )
 
 
