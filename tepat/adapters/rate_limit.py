@@ -132,21 +132,28 @@ class TokenBucket:
         return self._reserved
 
     async def acquire(self, n: float = 1.0, critical: float = 0) -> float:
-        """Wait on the clock until ``n`` tokens are ours; return how long that took (seconds).
-
-        ``critical`` of them may use the critical reserve; the others pass through the rest
-        of the rate first."""
+        """Wait on the clock until ``n`` tokens are ours, ``critical`` of them allowed into
+        the critical reserve; return how long that took (seconds)."""
         started = self.clock.now()
+        await self.pass_share(n, critical)
+        await self.acquire_ceiling(n)
+        return (self.clock.now() - started).total_seconds()
+
+    async def pass_share(self, n: float, critical: float = 0) -> None:
+        """The first half of :meth:`acquire`: wait until the ``n - critical`` tokens without
+        a claim on the critical reserve fit in the rest of the rate. A sender that holds a
+        connection while it waits for :meth:`acquire_ceiling` waits here before taking one,
+        so that other traffic held at its share does not keep the connections from
+        critical traffic."""
         others = self._others
         if others is not None and critical < n:
             await others.acquire(n - critical)
         elif others is not None and critical and others._waiting:
             # Other traffic is held at its share: these tokens are the reserve's.
             CRITICAL_RESERVE_USED.labels(self.provider).inc(critical)
-        await self._acquire(n)
-        return (self.clock.now() - started).total_seconds()
 
-    async def _acquire(self, n: float) -> None:
+    async def acquire_ceiling(self, n: float) -> None:
+        """The second half of :meth:`acquire`: ``n`` tokens of the whole rate, in call order."""
         with self._lock:
             mark = self._take(n)
             self._waiting += n

@@ -141,10 +141,12 @@ class SmtpEmailChannel:
             # The same rendered parts fail the same way on every attempt.
             log.warning("email_unbuildable", message_id=item.message.id, error=str(e))
             return Refused(reason="smtp_bad_message")
+        # Other traffic waits for its share before a connection (TokenBucket.pass_share).
+        await self.bucket.pass_share(1, may_use_critical_reserve(item.message))
         async with self._slots:
             # Paced at the connection, not before waiting for one: a token taken while
             # waiting for a free connection would let the waiters go in a clump.
-            await self.bucket.acquire(1, may_use_critical_reserve(item.message))
+            await self.bucket.acquire_ceiling(1)
             if not item.still_sendable():
                 return Withheld()
             smtp = self._idle.pop() if self._idle else None

@@ -120,8 +120,10 @@ class TwilioSmsChannel(PooledClient):
             log.info("SMS %s not sent: %s", item.message.id, e.message)
             return Refused(reason)
         data = self.form(item)
+        # Other traffic waits for its share before a connection (TokenBucket.pass_share).
+        await self.limiter.pass_share(1, may_use_critical_reserve(item.message))
         async with self._slots:
-            await self.limiter.acquire(1, may_use_critical_reserve(item.message))
+            await self.limiter.acquire_ceiling(1)
             if not item.still_sendable():
                 return Withheld()
             try:

@@ -16,6 +16,7 @@ sent, and its message is answered :class:`~tepat.ports.channel.Withheld`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -80,8 +81,15 @@ class PushBatcher:
         return futures
 
     def _take(self, n: int) -> _Waiting:
-        chunk, self._waiting = self._waiting[:n], self._waiting[n:]
-        return chunk
+        """Up to ``n`` waiting requests: critical ones first and on their own (their
+        request must not wait for other traffic's share of the provider's rate)."""
+        critical = [w for w in self._waiting if w[0].critical][:n]
+        if not critical:
+            chunk, self._waiting = self._waiting[:n], self._waiting[n:]
+            return chunk
+        taken = {id(fut) for _, fut in critical}
+        self._waiting = [w for w in self._waiting if id(w[1]) not in taken]
+        return critical
 
     async def _flush_after_window(self) -> None:
         try:
@@ -98,7 +106,9 @@ class PushBatcher:
 
     async def _send(self, chunk: _Waiting) -> None:
         try:
-            async with self._slots:
+            # A critical request does not queue for a slot behind others held at their
+            # share of the rate: the provider's own connections still bound it.
+            async with contextlib.nullcontext() if chunk[0][0].critical else self._slots:
                 # Asked once a connection is free (a provider with a rate limiter asks again).
                 chunk = _drop(chunk, {r.message_id for r, _ in chunk if not r.still_sendable()})
                 result: SendResult | None = None
