@@ -7,15 +7,23 @@ traffic finds the rest free at once; together they never pass the rate.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
+from tepat.adapters.expo_push import ExpoPushProvider
 from tepat.adapters.rate_limit import TokenBucket
+from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
+from tepat.config import ConfigError, load_settings
 from tepat.domain.models import Message
 from tepat.domain.queues import may_use_critical_reserve
 from tepat.metrics import REGISTRY
+from tepat.runtime import make_push_provider
+from tepat.sandbox.fcm import FcmSandbox
+from tepat.wiring import build_email_channel, build_fcm_provider, build_sms_channel
 
 RATE = 100.0
 RESERVE = 0.2
@@ -204,3 +212,46 @@ def test_only_critical_and_safety_messages_may_use_the_reserve(
     category: str, priority: str | None, allowed: bool
 ) -> None:
     assert may_use_critical_reserve(message(category, priority)) is allowed
+
+
+@pytest.mark.parametrize("value", [-0.1, 1, 1.5, "most"])
+def test_a_bad_setting_stops_with_one_line_naming_it(value: object) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(critical_reserve=value)
+    assert str(e.value).startswith("tepat: bad configuration: TEPAT_CRITICAL_RESERVE: ")
+    assert "\n" not in str(e.value)
+
+
+async def test_the_setting_reaches_every_provider_bucket(tmp_path: Path) -> None:
+    account = tmp_path / "sa.json"
+    account.write_text(json.dumps(FcmSandbox().service_account("http://fcm.test", "p")))
+    settings = load_settings(
+        critical_reserve=0.3,
+        fcm_credentials_file=str(account),
+        twilio_account_sid="AC" + "0123456789abcdef" * 2,
+        twilio_auth_token="t" * 32,
+        twilio_from="+14155550100",
+        smtp_host="127.0.0.1",
+        smtp_from="no-reply@tepat.example",
+        public_url="https://tepat.example",
+        unsubscribe_secret="unsubscribe-secret-0123456789abcdef0123456789",
+    )
+    assert load_settings().critical_reserve == 0  # off unless set
+    clock = FakeClock()
+    expo = make_push_provider(settings, clock)
+    fcm = build_fcm_provider(settings, clock)
+    sms = build_sms_channel(settings, clock)
+    email = build_email_channel(settings, clock)
+    assert isinstance(expo, ExpoPushProvider) and fcm is not None and sms is not None
+    assert isinstance(email, SmtpEmailChannel)
+    buckets = [expo.limiter, fcm.limiter, sms.limiter, email.bucket]
+    try:
+        assert [(b.critical_reserve, b.provider) for b in buckets] == [
+            (0.3, "expo"),
+            (0.3, "fcm"),
+            (0.3, "twilio"),
+            (0.3, "smtp"),
+        ]
+    finally:
+        for closing in (expo, fcm, sms, email):
+            await closing.close()
