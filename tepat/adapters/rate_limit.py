@@ -44,7 +44,7 @@ class TokenBucket:
         capacity: float | None = None,
         *,
         critical_reserve: float = 0.0,
-        provider: str = "",
+        provider: str = "",  # the label of its reserve's use in the metrics
     ) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be positive, got {rate!r}")
@@ -66,7 +66,7 @@ class TokenBucket:
         # The sandbox is called from a server thread and from tests at once.
         self._lock = threading.Lock()
         self.critical_reserve = critical_reserve
-        self.provider = provider  # the label of its reserve's use in the metrics
+        self.provider = provider
         # What every token without a claim on the critical reserve passes first.
         rest = 1 - critical_reserve
         self._others = (
