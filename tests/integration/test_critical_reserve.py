@@ -3,7 +3,8 @@ its ceiling: through the push channel, the Expo client and the sandbox enforcing
 
 Without a reserve the same critical message waits behind the flood's requests; with one
 (``TEPAT_CRITICAL_RESERVE``) the flood is held to the rest of the rate and the critical
-message finds its share free.
+message finds its share free. The same for an SMS through Twilio's client, whose
+connection other traffic held at its share must not keep.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from tepat.adapters.expo_push import ExpoPushProvider
+from tepat.adapters.twilio_sms import TwilioSmsChannel
 from tepat.clock import FakeClock
 from tepat.domain.categories import DEFAULT_CATEGORIES, Categories
 from tepat.domain.models import Device
@@ -100,3 +102,45 @@ async def test_a_critical_message_goes_at_once_through_a_flood_at_five_times_the
 async def test_without_a_reserve_the_critical_message_waits_behind_the_flood() -> None:
     run = await flood_with_one_critical(0.0, priority="critical")
     assert run.critical_lateness > 1.0, run
+
+
+@pytest.mark.parametrize("reserve", [0.2, 0.0])
+async def test_a_critical_sms_does_not_wait_for_a_connection_behind_the_flood(
+    reserve: float,
+) -> None:
+    # One connection: other traffic held at its share must not hold it while it waits.
+    clock = FakeClock(START)
+    created = httpx.Response(201, json={"sid": "SM1"})
+    sms = TwilioSmsChannel(
+        account_sid="AC" + "0" * 32,
+        auth_token="t" * 32,
+        clock=clock,
+        from_number="+14155550100",
+        rate=10,
+        critical_reserve=reserve,
+        max_connections=1,
+        transport=httpx.MockTransport(lambda request: created),
+    )
+    flood = asyncio.create_task(sms.send([sms_to(n) for n in range(50)]))  # 5 s of the rate
+    for _ in range(50):  # half a second in
+        await asyncio.sleep(0)
+        clock.advance(STEP)
+    critical = asyncio.create_task(sms.send([sms_to(-1, priority="critical")]))
+    waited = 0.0
+    while not critical.done():
+        for _ in range(10):
+            await asyncio.sleep(0)
+        clock.advance(STEP)
+        waited += STEP
+    assert critical.result() == [Accepted("SM1")]
+    if reserve:
+        assert waited <= 2 * STEP
+    else:
+        assert waited > 1.0  # behind the flood's reservations
+    flood.cancel()
+    await asyncio.gather(flood, return_exceptions=True)
+    await sms.close()
+
+
+def sms_to(n: int, **fields: object) -> Outgoing:
+    return Outgoing(make_message(f"s{n}", channel="sms", **fields), "+14155550199")
