@@ -167,11 +167,13 @@ def shared_ceiling(
 def mixed_flood(
     workdir: Path, broker_url: str, prefix: str, messages: int, reserve: float
 ) -> tuple[dict[str, Any], Outcome]:
-    flood_seconds = messages / (FLOOD_FACTOR * MIXED_CEILING)
+    per_second = round(FLOOD_FACTOR * MIXED_CEILING)
     # Safety messages keep coming until the flood has drained at the rest of the rate.
     drain = messages / ((1 - reserve) * MIXED_CEILING)
     bulk = [c for c in categories_round_robin(messages * 2) if c != "safety"][:messages]
-    items = [(i * flood_seconds / messages, c) for i, c in enumerate(bulk)]
+    # Due at whole seconds, as a campaign or the day's reminders are: a batch per category
+    # and second, so a consumer's batches in hand are not all the flood's.
+    items = [(float(i // per_second), c) for i, c in enumerate(bulk)]
     items += [(k / CRITICAL_PER_SECOND, "safety") for k in range(int(drain * CRITICAL_PER_SECOND))]
     log(
         f"ratelimited: mixed flood, {messages} due at {FLOOD_FACTOR}x a ceiling of "
