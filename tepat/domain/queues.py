@@ -71,3 +71,10 @@ def may_use_critical_reserve(message: Message) -> bool:
     takes: a critical event's, or the ``safety`` category's (ahead of every category in
     the queues, and at the provider too)."""
     return message.priority == CRITICAL or message.category == SAFETY
+
+
+def queue_may_use_critical_reserve(queue: str, categories: Categories) -> bool:
+    """Whether every message on ``queue`` may (:func:`may_use_critical_reserve`): a
+    channel's critical queue, or push's queue of the ``safety`` category."""
+    policy = categories.by_queue().get(queue)
+    return queue.endswith(f".{CRITICAL}") or (policy is not None and policy.name == SAFETY)

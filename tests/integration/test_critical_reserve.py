@@ -112,6 +112,7 @@ async def test_a_critical_sms_does_not_wait_for_a_connection_behind_the_flood(
     clock = FakeClock(START)
     created = httpx.Response(201, json={"sid": "SM1"})
     sms = TwilioSmsChannel(
+        transport=httpx.MockTransport(lambda request: created),
         account_sid="AC" + "0" * 32,
         auth_token="t" * 32,
         clock=clock,
@@ -119,7 +120,6 @@ async def test_a_critical_sms_does_not_wait_for_a_connection_behind_the_flood(
         rate=10,
         critical_reserve=reserve,
         max_connections=1,
-        transport=httpx.MockTransport(lambda request: created),
     )
     flood = asyncio.create_task(sms.send([sms_to(n) for n in range(50)]))  # 5 s of the rate
     for _ in range(50):  # half a second in

@@ -18,8 +18,9 @@ from tepat.adapters.rate_limit import TokenBucket
 from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
 from tepat.config import ConfigError, load_settings
+from tepat.domain.categories import Categories
 from tepat.domain.models import Message
-from tepat.domain.queues import may_use_critical_reserve
+from tepat.domain.queues import may_use_critical_reserve, queue_may_use_critical_reserve
 from tepat.metrics import REGISTRY
 from tepat.runtime import make_push_provider
 from tepat.sandbox.fcm import FcmSandbox
@@ -255,3 +256,18 @@ async def test_the_setting_reaches_every_provider_bucket(tmp_path: Path) -> None
     finally:
         for closing in (expo, fcm, sms, email):
             await closing.close()
+
+
+@pytest.mark.parametrize(
+    ("queue", "allowed"),
+    [
+        ("tepat.push.critical", True),
+        ("tepat.sms.critical", True),
+        ("tepat.safety", True),
+        ("tepat.meal", False),
+        ("tepat.sms.normal", False),  # safety SMS share it with the others
+        ("tepat.webhooks", False),
+    ],
+)
+def test_queues_whose_every_message_may_use_the_reserve(queue: str, allowed: bool) -> None:
+    assert queue_may_use_critical_reserve(queue, Categories()) is allowed
