@@ -51,6 +51,7 @@ class Plan:
     sandbox_rate_limit: float | None = None  # None: unlimited
     client_rate_limit: float | None = None  # None: Tepat's default (600/s)
     provider: str = "expo"  # the devices' kind, its sandbox (bench/push_kinds.py)
+    env: tuple[tuple[str, str], ...] = ()  # more TEPAT_* for the consumers
 
 
 @dataclass
@@ -133,7 +134,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             queue_prefix=queue_prefix,
             expo_url=sandbox.url,
             expo_rate_limit=plan.client_rate_limit,
-            provider_env=tuple(own.items()),
+            provider_env=(*own.items(), *plan.env),
         )
         env = child_env(cfg.env())
         consumers: list[Child] = []

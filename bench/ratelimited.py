@@ -7,6 +7,10 @@ Two runs, each with K one-offs due at one instant:
   sandbox project: 100/s) and answers 429 beyond, while Tepat is configured at the full
   ceiling (``TEPAT_EXPO_RATE_LIMIT`` = 600). One consumer process has to find the real
   limit: few 429s, a drain close to K / limit.
+* **mixed flood**: other traffic due at 5x the ceiling (a provider enforcing 100/s, Tepat
+  configured at 100/s) with ``safety`` messages due at 2/s throughout, once with
+  ``TEPAT_CRITICAL_RESERVE=0.2`` and once without: the safety messages' lateness against
+  the flood's.
 * **shared ceiling** (ActiveMQ only): two consumer processes, ceiling 600, a sandbox that
   would take more (1.5 x the ceiling). Together they must send at the ceiling, never
   above it, with no 429: each takes ``ceiling / live consumers`` (consumers/rate_share.py).
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.arrivals import Arrivals
-from bench.delivery import Outcome, Plan, categories_round_robin, deliver
+from bench.delivery import Outcome, Plan, categories_round_robin, deliver, percentile
 from bench.report import Result, log
 from bench.scenarios import _checks, _merge, _seconds
 
@@ -36,6 +40,12 @@ SHARED_SIZE_FACTOR = 3
 # bursts) N processes can each release that one request on top of the steady rate. So
 # ceiling + N x 100 is the bound the design promises; above it the share is wrong.
 REQUEST = 100
+# The mixed flood: a provider (and Tepat's ceiling) at MIXED_CEILING, other traffic due at
+# FLOOD_FACTOR x it, safety messages at CRITICAL_PER_SECOND until the flood has drained.
+MIXED_CEILING = 100.0
+FLOOD_FACTOR = 5
+CRITICAL_PER_SECOND = 2
+RESERVE = 0.2
 
 
 def _sandbox(o: Outcome) -> dict[str, int]:
@@ -154,6 +164,52 @@ def shared_ceiling(
     return figures, goals, o
 
 
+def mixed_flood(
+    workdir: Path, broker_url: str, prefix: str, messages: int, reserve: float
+) -> tuple[dict[str, Any], Outcome]:
+    per_second = round(FLOOD_FACTOR * MIXED_CEILING)
+    # Safety messages keep coming until the flood has drained at the rest of the rate.
+    drain = messages / ((1 - reserve) * MIXED_CEILING)
+    bulk = [c for c in categories_round_robin(messages * 2) if c != "safety"][:messages]
+    # Due at whole seconds, as a campaign or the day's reminders are: a batch per category
+    # and second, so a consumer's batches in hand are not all the flood's.
+    items = [(float(i // per_second), c) for i, c in enumerate(bulk)]
+    items += [(k / CRITICAL_PER_SECOND, "safety") for k in range(int(drain * CRITICAL_PER_SECOND))]
+    log(
+        f"ratelimited: mixed flood, {messages} due at {FLOOD_FACTOR}x a ceiling of "
+        f"{MIXED_CEILING:g}/s, safety at {CRITICAL_PER_SECOND}/s, reserve {reserve:g}"
+    )
+    o = deliver(
+        workdir / f"mixed-flood-{reserve:g}",
+        broker_url,
+        prefix + f"mf{round(reserve * 100)}.",
+        Plan(
+            items=items,
+            sandbox_rate_limit=MIXED_CEILING,
+            client_rate_limit=MIXED_CEILING,
+            env=(("TEPAT_CRITICAL_RESERVE", str(reserve)),),
+        ),
+    )
+    late: dict[bool, list[float]] = {True: [], False: []}
+    for mid, d in o.due.items():
+        if mid in o.arrivals:
+            late[d.category == "safety"].append(_seconds(o.arrivals[mid], d.scheduled_at))
+    s = _sandbox(o)
+    figures = {
+        "reserve": reserve,
+        "other_messages": messages,
+        "safety_messages": len(items) - messages,
+        "safety_lateness_s_p50": round(percentile(late[True], 50), 3),
+        "safety_lateness_s_p99": round(percentile(late[True], 99), 3),
+        "other_lateness_s_p50": round(percentile(late[False], 50), 2),
+        "other_lateness_s_p99": round(percentile(late[False], 99), 2),
+        "drain_seconds": round(_drain(o), 2),
+        "max_accepted_in_1s_window": Arrivals.of(o.received).max_in_window(),
+        "responses_429": s["429"],
+    }
+    return figures, o
+
+
 def run_ratelimited(
     workdir: Path,
     backend: str,
@@ -173,6 +229,23 @@ def run_ratelimited(
         "ideal = K / provider limit; 429s counted at the sandbox, as a share of every "
         "send request it answered (accepted + 429)",
     ]
+    mixed_messages = min(messages, 3000)
+    for reserve in (RESERVE, 0.0):
+        mixed, o = mixed_flood(workdir, broker_url, prefix, mixed_messages, reserve)
+        outcomes.append(o)
+        figures[f"mixed_flood_reserve_{reserve:g}"] = mixed
+    with_reserve = figures[f"mixed_flood_reserve_{RESERVE:g}"]
+    without = figures["mixed_flood_reserve_0"]
+    goals["mixed_flood:safety_p99_at_most_half_of_without_reserve"] = (
+        with_reserve["safety_lateness_s_p99"] <= 0.5 * without["safety_lateness_s_p99"]
+    )
+    goals["mixed_flood:zero_429s_with_reserve"] = with_reserve["responses_429"] == 0
+    notes.append(
+        "mixed flood: lateness = arrival at the sandbox - scheduled instant, for the safety "
+        "messages and for the others (every category but safety), with "
+        f"TEPAT_CRITICAL_RESERVE={RESERVE:g} and with 0 (no reserve); the others are "
+        "min(K, 3000)"
+    )
     shared_messages = messages * SHARED_SIZE_FACTOR
     if backend == "embedded":
         figures["shared_ceiling"] = "not applicable"

@@ -14,7 +14,7 @@ from functools import partial
 import structlog
 
 from tepat.domain.batches import BadBatch, Batch, decode_batch
-from tepat.domain.queues import queue_priority
+from tepat.domain.queues import queue_may_use_critical_reserve, queue_priority
 from tepat.ports.broker import Delivery
 from tepat.runtime import Runtime
 from tepat.tracing import HEADER as TRACEPARENT
@@ -115,6 +115,13 @@ class PriorityHold:
         self._hold_seconds = hold_seconds
         self._at_once = rt.settings.expo_rate_limit if at_once is None else at_once
         self._priority = {q: queue_priority(q, rt.categories) for q in rt.queues}
+        # With a critical reserve these batches no longer queue behind others at the
+        # provider: holding them behind earlier seconds' batches would only delay them.
+        self._unheld = {
+            q
+            for q in rt.queues
+            if rt.settings.critical_reserve and queue_may_use_critical_reserve(q, rt.categories)
+        }
         self._heap: list[tuple[Key, int, Turn]] = []
         self._seq = itertools.count()
         self._arrived = asyncio.Event()
@@ -153,6 +160,8 @@ class PriorityHold:
     def _held(self, turn: Turn) -> bool:
         """Whether a batch ahead of ``turn`` is unsent, and the unsent batches of its second
         and earlier ones, ``turn`` among them, do not fit in ``at_once`` together."""
+        if turn.delivery.queue in self._unheld:
+            return False
         if not any(n and k < turn.key for k, n in self._unsent.items()):
             return False
         second = turn.key[0]

@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     expo_rate_limit: float = Field(default=600, gt=0)
     """The Expo project's ceiling in notifications/s: live consumer processes share it, and
     each adapts below it to what Expo accepts."""
+    critical_reserve: float = Field(default=0, ge=0, lt=1)
+    """The share (0 to under 1) of each provider's rate (`TEPAT_EXPO_RATE_LIMIT`,
+    `TEPAT_FCM_RATE_LIMIT`, `TEPAT_TWILIO_RATE`, `TEPAT_SMTP_RATE`) that only `critical` events
+    and the `safety` category may use: other traffic gets the rest however much of it waits,
+    so a flood cannot take the provider's budget from them. `0.2` keeps a fifth; `0`, the
+    default, keeps none (see [Operations](../guides/operations.md#critical-reserve))."""
     fcm_credentials_file: str | None = None
     """Firebase Cloud Messaging (HTTP v1): the JSON key file of a service account allowed to
     send for the project (Firebase console → Project settings → Service accounts). Unset: no

@@ -144,6 +144,16 @@ PUSH_SENDS = Counter(
     ["provider", "outcome"],
     registry=REGISTRY,
 )
+# Counted by the provider's token bucket (tepat/adapters/rate_limit.py): provider expo,
+# fcm, twilio or smtp.
+CRITICAL_RESERVE_USED = Counter(
+    "tepat_critical_reserve_used_total",
+    "Notifications of critical and safety traffic a provider's rate limiter let through"
+    " while other traffic waited at its share (TEPAT_CRITICAL_RESERVE): the reserve in use,"
+    " by provider",
+    ["provider"],
+    registry=REGISTRY,
+)
 NOT_SENT_RETRIES = Counter(
     "tepat_not_sent_retries_total",
     "Messages retried after a request the provider never had or refused (connect error, 429),"

@@ -119,6 +119,7 @@ def make_push_provider(settings: Settings, clock: Clock) -> PushProvider:
         access_token=token.get_secret_value() if token else None,
         max_connections=settings.expo_max_connections,
         rate_limit=settings.expo_rate_limit,
+        critical_reserve=settings.critical_reserve,
         clock=clock,
     )
 

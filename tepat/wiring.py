@@ -65,6 +65,7 @@ def smtp_config(settings: Settings, secondary: bool = False) -> SmtpConfig | Non
         password=password.get_secret_value() if password else None,
         ca_file=settings.smtp_ca_file,
         rate=settings.smtp_rate,
+        critical_reserve=settings.critical_reserve,
         timeout=settings.smtp_timeout,
         connections=settings.smtp_connections,
         unsubscribe_mailto=settings.unsubscribe_mailto,
@@ -114,6 +115,7 @@ def build_sms_channel(
         base_url=url,
         public_url=public_url,
         rate=settings.twilio_rate,
+        critical_reserve=settings.critical_reserve,
         max_segments=settings.sms_max_segments,
     )
 
@@ -171,6 +173,7 @@ def build_fcm_provider(settings: Settings, clock: Clock) -> FcmPushProvider | No
         base_url=settings.fcm_url,
         max_connections=settings.fcm_max_connections,
         rate_limit=settings.fcm_rate_limit,
+        critical_reserve=settings.critical_reserve,
     )
 
 

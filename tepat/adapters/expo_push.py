@@ -78,10 +78,12 @@ class _Project:
     adaptive: AdaptiveRate
 
 
-_projects: dict[tuple[str, str | None, float, int], _Project] = {}
+_projects: dict[tuple[str, str | None, float, float, int], _Project] = {}
 
 
-def _shared_project(base_url: str, access_token: str | None, rate: float, clock: Clock) -> _Project:
+def _shared_project(
+    base_url: str, access_token: str | None, rate: float, critical_reserve: float, clock: Clock
+) -> _Project:
     """One bucket and one adaptive rate per Expo project and clock, in this process.
 
     Expo's limit is per project, so two providers with the same credential must not each
@@ -89,12 +91,18 @@ def _shared_project(base_url: str, access_token: str | None, rate: float, clock:
     bucket keeps a reference to its clock, so the clock's ``id`` in the key cannot be
     reused while the entry lives.
     """
-    key = (base_url.rstrip("/"), access_token, rate, id(clock))
+    key = (base_url.rstrip("/"), access_token, rate, critical_reserve, id(clock))
     project = _projects.get(key)
     if project is None or project.bucket.clock is not clock:
         # A burst of at most one batch: a full bucket of 600 on top of 600/s would let twice
         # the limit through in the first second.
-        bucket = TokenBucket(rate, clock, capacity=min(rate, float(MAX_BATCH)))
+        bucket = TokenBucket(
+            rate,
+            clock,
+            capacity=min(rate, float(MAX_BATCH)),
+            critical_reserve=critical_reserve,
+            provider="expo",
+        )
         project = _projects[key] = _Project(bucket, AdaptiveRate(bucket, bucket.rate, clock))
     return project
 
@@ -142,6 +150,7 @@ class ExpoPushProvider(PooledClient):
         access_token: str | None = None,
         max_connections: int = 6,
         rate_limit: float = 600.0,
+        critical_reserve: float = 0.0,
         clock: Clock,
         timeout: float = 15.0,
         limiter: TokenBucket | None = None,
@@ -152,7 +161,9 @@ class ExpoPushProvider(PooledClient):
         self.base_url = base_url.rstrip("/")
         self.clock = clock
         if limiter is None:
-            project = _shared_project(self.base_url, access_token, rate_limit, clock)
+            project = _shared_project(
+                self.base_url, access_token, rate_limit, critical_reserve, clock
+            )
             self.limiter, self.adaptive = project.bucket, project.adaptive
         else:  # a bucket of the caller's own: its adaptive rate is this client's alone
             self.limiter, self.adaptive = limiter, AdaptiveRate(limiter, limiter.rate, clock)
@@ -211,7 +222,8 @@ class ExpoPushProvider(PooledClient):
             to_send.append((index, message))
 
         if to_send:
-            await self.limiter.acquire(len(to_send))
+            critical = sum(batch[i].critical for i, _ in to_send)
+            await self.limiter.acquire(len(to_send), critical)
             closed = {batch[i].message_id for i, _ in to_send if not batch[i].still_sendable()}
             if closed:
                 raise GateClosed(closed)

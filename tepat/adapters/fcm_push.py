@@ -185,6 +185,7 @@ class FcmPushProvider(H2Client):
         base_url: str = "https://fcm.googleapis.com",
         max_connections: int = 50,
         rate_limit: float = 10_000.0,
+        critical_reserve: float = 0.0,
         timeout: float = 15.0,
     ) -> None:
         project = project_id or auth.project_id
@@ -193,7 +194,13 @@ class FcmPushProvider(H2Client):
         self.auth = auth
         self.clock = clock
         self._send_path = f"/v1/projects/{project}/messages:send"
-        self.limiter = TokenBucket(rate_limit, clock, capacity=min(rate_limit, float(MAX_BATCH)))
+        self.limiter = TokenBucket(
+            rate_limit,
+            clock,
+            capacity=min(rate_limit, float(MAX_BATCH)),
+            critical_reserve=critical_reserve,
+            provider="fcm",
+        )
         self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
         # HTTP/2, as Firebase's own SDKs send: the requests multiplexed as streams of one
         # connection (``max_connections``: streams in flight). Over HTTP/1.1 each needs a
@@ -212,7 +219,7 @@ class FcmPushProvider(H2Client):
             raise ValueError(f"at most {MAX_BATCH} notifications per send, got {len(batch)}")
         if not batch:
             return Tickets([])
-        await self.limiter.acquire(len(batch))
+        await self.limiter.acquire(len(batch), sum(r.critical for r in batch))
         token = await self.auth.token()  # a refresh is one more wait
         if isinstance(token, TryAgain | Rejected):
             return token

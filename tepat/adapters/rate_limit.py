@@ -15,6 +15,15 @@ Tokens refill continuously at ``rate`` per second up to ``capacity``. Two ways t
 * :meth:`TokenBucket.try_acquire` (the sandbox's server side) never waits: it takes the tokens
   or says how long until it could.
 
+A *critical reserve* (``critical_reserve``, ``TEPAT_CRITICAL_RESERVE``) keeps a share of the
+rate for the messages :func:`~tepat.domain.queues.may_use_critical_reserve` names: every
+other token passes first through a second bucket at ``(1 - critical_reserve) * rate``, then
+through this one like the rest. So other traffic never gets more than its share however
+much of it waits, critical traffic finds the rest free at once, and everything together
+stays under the rate. The second bucket follows this one's rate (a share, an adaptive
+decrease) and its pauses. A per-(app, provider account) bucket is the same class put in
+front, with its own reserve.
+
 Time comes only from the clock, so tests drive the bucket with ``FakeClock`` and never sleep.
 """
 
@@ -24,14 +33,25 @@ import threading
 from datetime import datetime
 
 from tepat.clock import Clock
+from tepat.metrics import CRITICAL_RESERVE_USED
 
 
 class TokenBucket:
-    def __init__(self, rate: float, clock: Clock, capacity: float | None = None) -> None:
+    def __init__(
+        self,
+        rate: float,
+        clock: Clock,
+        capacity: float | None = None,
+        *,
+        critical_reserve: float = 0.0,
+        provider: str = "",  # the label of its reserve's use in the metrics
+    ) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be positive, got {rate!r}")
         if capacity is not None and capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity!r}")
+        if not 0 <= critical_reserve < 1:
+            raise ValueError(f"critical_reserve must be in [0, 1), got {critical_reserve!r}")
         self.rate = self._configured = float(rate)
         self.capacity = float(capacity if capacity is not None else rate)
         self._burst = self.capacity
@@ -45,6 +65,13 @@ class TokenBucket:
         self._waiting = 0.0
         # The sandbox is called from a server thread and from tests at once.
         self._lock = threading.Lock()
+        self.critical_reserve = critical_reserve
+        self.provider = provider
+        # What every token without a claim on the critical reserve passes first.
+        rest = 1 - critical_reserve
+        self._others = (
+            TokenBucket(rate * rest, clock, self.capacity * rest) if critical_reserve else None
+        )
 
     def _refill(self) -> None:
         now = self.clock.now()
@@ -63,6 +90,8 @@ class TokenBucket:
             # A burst is never more than one second's worth at the new rate.
             self.capacity = min(self._burst, self.rate)
             self._tokens = min(self._tokens, self.capacity)
+        if self._others is not None:
+            self._others.set_rate(self.rate * (1 - self.critical_reserve))
 
     def set_share(self, share: float) -> None:
         """This process's part of the configured rate when several consumer processes send
@@ -77,6 +106,8 @@ class TokenBucket:
         with self._lock:
             self._refill()
             self._tokens = min(self._tokens, self.capacity - seconds * self.rate - self._waiting)
+        if self._others is not None:
+            self._others.pause(seconds)
 
     @property
     def available(self) -> float:
@@ -100,9 +131,29 @@ class TokenBucket:
         self._reserved += n
         return self._reserved
 
-    async def acquire(self, n: float = 1.0) -> float:
-        """Wait on the clock until ``n`` tokens are ours; return how long that took (seconds)."""
+    async def acquire(self, n: float = 1.0, critical: float = 0) -> float:
+        """Wait on the clock until ``n`` tokens are ours, ``critical`` of them allowed into
+        the critical reserve; return how long that took (seconds)."""
         started = self.clock.now()
+        await self.pass_share(n, critical)
+        await self.acquire_ceiling(n)
+        return (self.clock.now() - started).total_seconds()
+
+    async def pass_share(self, n: float, critical: float = 0) -> None:
+        """The first half of :meth:`acquire`: wait until the ``n - critical`` tokens without
+        a claim on the critical reserve fit in the rest of the rate. A sender that holds a
+        connection while it waits for :meth:`acquire_ceiling` waits here before taking one,
+        so that other traffic held at its share does not keep the connections from
+        critical traffic."""
+        others = self._others
+        if others is not None and critical < n:
+            await others.acquire(n - critical)
+        elif others is not None and critical and others._waiting:
+            # Other traffic is held at its share: these tokens are the reserve's.
+            CRITICAL_RESERVE_USED.labels(self.provider).inc(critical)
+
+    async def acquire_ceiling(self, n: float) -> None:
+        """The second half of :meth:`acquire`: ``n`` tokens of the whole rate, in call order."""
         with self._lock:
             mark = self._take(n)
             self._waiting += n
@@ -119,7 +170,6 @@ class TokenBucket:
             # bucket either, so the next request is owed its own cost from now.
             most = mark - n + max(self.capacity, n)
             self._tokens = min(self._tokens, most - self._reserved)
-        return (self.clock.now() - started).total_seconds()
 
     def _until(self, mark: float) -> float:
         """Seconds until the tokens handed out reach ``mark`` at the current rate (0: now)."""

@@ -34,6 +34,7 @@ from tepat.adapters.smtp_message import (
 )
 from tepat.adapters.smtp_outcomes import Stage, outcome_for_reply
 from tepat.clock import Clock
+from tepat.domain.queues import may_use_critical_reserve
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
 
@@ -54,6 +55,7 @@ class SmtpConfig:
     password: str | None = None
     ca_file: str | None = None
     rate: float = 50.0
+    critical_reserve: float = 0.0
     timeout: float = 30.0
     connections: int = 4
     unsubscribe_mailto: str | None = None
@@ -82,7 +84,9 @@ class SmtpEmailChannel:
     def __init__(self, config: SmtpConfig, clock: Clock) -> None:
         self.config = config
         self.clock = clock
-        self.bucket = TokenBucket(config.rate, clock)
+        self.bucket = TokenBucket(
+            config.rate, clock, critical_reserve=config.critical_reserve, provider="smtp"
+        )
         self._idle: list[aiosmtplib.SMTP] = []
         self._slots = asyncio.Semaphore(config.connections)
         self._tls_context: ssl.SSLContext | None = None
@@ -137,10 +141,12 @@ class SmtpEmailChannel:
             # The same rendered parts fail the same way on every attempt.
             log.warning("email_unbuildable", message_id=item.message.id, error=str(e))
             return Refused(reason="smtp_bad_message")
+        # Other traffic waits for its share before a connection (TokenBucket.pass_share).
+        await self.bucket.pass_share(1, may_use_critical_reserve(item.message))
         async with self._slots:
             # Paced at the connection, not before waiting for one: a token taken while
             # waiting for a free connection would let the waiters go in a clump.
-            await self.bucket.acquire()
+            await self.bucket.acquire_ceiling(1)
             if not item.still_sendable():
                 return Withheld()
             smtp = self._idle.pop() if self._idle else None

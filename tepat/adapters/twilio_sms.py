@@ -31,6 +31,7 @@ from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
+from tepat.domain.queues import may_use_critical_reserve
 from tepat.domain.sms import check_segments
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.try_again import TryAgain
@@ -63,6 +64,7 @@ class TwilioSmsChannel(PooledClient):
         base_url: str = "https://api.twilio.com",
         public_url: str | None = None,
         rate: float = 10.0,
+        critical_reserve: float = 0.0,
         max_segments: int = 3,
         timeout: float = 10.0,
         max_connections: int = 4,
@@ -76,7 +78,9 @@ class TwilioSmsChannel(PooledClient):
         self.public_url = public_url.rstrip("/") if public_url else None
         self.max_segments = max_segments
         self.clock = clock
-        self.limiter = TokenBucket(rate, clock)
+        self.limiter = TokenBucket(
+            rate, clock, critical_reserve=critical_reserve, provider="twilio"
+        )
         self._path = f"/2010-04-01/Accounts/{quote(account_sid, safe='')}/Messages.json"
         super().__init__(
             max_connections,
@@ -116,8 +120,10 @@ class TwilioSmsChannel(PooledClient):
             log.info("SMS %s not sent: %s", item.message.id, e.message)
             return Refused(reason)
         data = self.form(item)
+        # Other traffic waits for its share before a connection (TokenBucket.pass_share).
+        await self.limiter.pass_share(1, may_use_critical_reserve(item.message))
         async with self._slots:
-            await self.limiter.acquire(1)
+            await self.limiter.acquire_ceiling(1)
             if not item.still_sendable():
                 return Withheld()
             try:

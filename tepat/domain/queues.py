@@ -7,6 +7,8 @@ The name is a pure function of the message, so every publisher (creator, API, ou
 retries) and every consumer agree without sharing state. The consumer's order between
 batches in hand (``consumers/worker.py`` ``PriorityHold``) comes from
 :func:`queue_priority`: critical queues before every category, bulk and webhooks last.
+At the provider, :func:`may_use_critical_reserve` says which messages may use the share
+of its rate kept from everything else (``TEPAT_CRITICAL_RESERVE``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tepat.domain.categories import Categories, CategoryPolicy
+from tepat.domain.models import Message
 
 PUSH = "push"
 WEBHOOK = "webhook"
@@ -22,6 +25,7 @@ CRITICAL = "critical"
 BULK = "bulk"
 NORMAL = "normal"
 PRIORITY_CLASSES = (CRITICAL, NORMAL, BULK)
+SAFETY = "safety"
 
 # PriorityHold's order: lower first. Categories use 0..n (safety 0); critical goes before
 # all of them, bulk and webhook deliveries after.
@@ -60,3 +64,17 @@ def queue_priority(queue: str, categories: Categories) -> int:
     if queue.endswith(f".{NORMAL}"):
         return max((p.priority for p in categories), default=0)
     return _LAST_RANK
+
+
+def may_use_critical_reserve(message: Message) -> bool:
+    """Whether a message may use the share of a provider's rate that other traffic never
+    takes: a critical event's, or the ``safety`` category's (ahead of every category in
+    the queues, and at the provider too)."""
+    return message.priority == CRITICAL or message.category == SAFETY
+
+
+def queue_may_use_critical_reserve(queue: str, categories: Categories) -> bool:
+    """Whether every message on ``queue`` may (:func:`may_use_critical_reserve`): a
+    channel's critical queue, or push's queue of the ``safety`` category."""
+    policy = categories.by_queue().get(queue)
+    return queue.endswith(f".{CRITICAL}") or (policy is not None and policy.name == SAFETY)

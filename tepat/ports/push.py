@@ -29,6 +29,9 @@ class PushRequest:
     # rate limiter, a Retry-After pause), as a channel's ``Outgoing.still_sendable``:
     # False once this process may no longer send it (its lease ran out meanwhile).
     still_sendable: Callable[[], bool] = lambda: True
+    # A critical event's or a safety message: it may use the provider's critical reserve
+    # (tepat.domain.queues.may_use_critical_reserve).
+    critical: bool = False
 
 
 @dataclass(frozen=True, slots=True)

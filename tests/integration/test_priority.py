@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 
+import pytest
+
 from consumers.worker import PriorityHold, run_consumer
 from tepat.domain.batches import Batch
 from tepat.ports.broker import Delivery
@@ -200,3 +202,22 @@ async def test_idle_workers_that_wake_to_fewer_batches_than_they_are_keep_waitin
         assert [t.result().delivery.delivery_id for t in got] == ["d3"]
         for t in idle:
             t.cancel()
+
+
+@pytest.mark.parametrize("reserve", [0.2, 0.0])
+async def test_with_a_critical_reserve_safety_is_not_held_behind_earlier_seconds(
+    tmp_path: Path, reserve: float
+) -> None:
+    """With a reserve the flood's older batches no longer share safety's tokens at the
+    provider: waiting for them only delays safety. Without one the order holds."""
+    async with pipeline(tmp_path, start=START, consumer=False, critical_reserve=reserve) as p:
+        hold = PriorityHold(p.rt, hold_seconds=60, at_once=1)
+        hold.put(_delivery("tepat.meal", NINE, 1))
+        hold.put(_delivery("tepat.safety", NINE + timedelta(seconds=1), 2))
+        meal, safety = await hold.take(), await hold.take()
+        safety_turn = asyncio.create_task(hold.turn(safety))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert safety_turn.done() is bool(reserve)
+        hold.done(meal)
+        await asyncio.wait_for(safety_turn, timeout=5)

@@ -16,6 +16,7 @@ sent, and its message is answered :class:`~tepat.ports.channel.Withheld`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -25,7 +26,7 @@ from tepat.clock import Clock
 from tepat.domain.categories import Categories
 from tepat.domain.models import Device, Message, Ticket
 from tepat.domain.push_terms import push_terms
-from tepat.domain.queues import PUSH
+from tepat.domain.queues import PUSH, may_use_critical_reserve
 from tepat.ports.channel import Accepted, ChannelOutcome, Outgoing, Refused, Withheld
 from tepat.ports.push import (
     GateClosed,
@@ -80,8 +81,15 @@ class PushBatcher:
         return futures
 
     def _take(self, n: int) -> _Waiting:
-        chunk, self._waiting = self._waiting[:n], self._waiting[n:]
-        return chunk
+        """Up to ``n`` waiting requests: critical ones first and on their own (their
+        request must not wait for other traffic's share of the provider's rate)."""
+        critical = [w for w in self._waiting if w[0].critical][:n]
+        if not critical:
+            chunk, self._waiting = self._waiting[:n], self._waiting[n:]
+            return chunk
+        taken = {id(fut) for _, fut in critical}
+        self._waiting = [w for w in self._waiting if id(w[1]) not in taken]
+        return critical
 
     async def _flush_after_window(self) -> None:
         try:
@@ -98,7 +106,9 @@ class PushBatcher:
 
     async def _send(self, chunk: _Waiting) -> None:
         try:
-            async with self._slots:
+            # A critical request does not queue for a slot behind others held at their
+            # share of the rate: the provider's own connections still bound it.
+            async with contextlib.nullcontext() if chunk[0][0].critical else self._slots:
                 # Asked once a connection is free (a provider with a rate limiter asks again).
                 chunk = _drop(chunk, {r.message_id for r, _ in chunk if not r.still_sendable()})
                 result: SendResult | None = None
@@ -294,6 +304,7 @@ class PushChannel:
             ttl_seconds=terms.ttl_seconds,
             priority=terms.priority,
             still_sendable=item.still_sendable,
+            critical=may_use_critical_reserve(m),
         )
 
 
