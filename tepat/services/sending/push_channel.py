@@ -3,10 +3,12 @@ coalesced with every batch in hand's into provider-sized requests.
 
 A consumer works on several broker batches at once (one per worker). Sent on their own,
 a batch of 3 one-offs costs one provider request, and so does the next one a millisecond
-later. Here the requests of every batch being worked on meet: whatever is submitted
-within a few milliseconds goes out in requests of up to ``max_batch`` (100 for Expo),
-sent concurrently, so K notifications due together cost about K/100 requests whatever
-path planned them.
+later. Here the requests of every batch being worked on meet: a request goes out as soon
+as a connection is free, carrying whatever waits then, up to ``max_batch`` (100 for
+Expo). Nothing waits for others to join it (at a moderate rate that wait was most of a
+send's lateness); while every connection is busy, what is submitted gathers into full
+requests, so K notifications due together cost about K/100 requests whatever path
+planned them.
 
 A request whose ``still_sendable`` says no once it waited (for a free connection here,
 for the provider's rate limiter there: :class:`~tepat.ports.push.GateClosed`) is not
@@ -46,10 +48,6 @@ from tepat.services.sending.failover import FailoverRoute
 Outcome = TicketOutcome | TryAgain | Rejected | Withheld
 _Waiting = list[tuple[PushRequest, asyncio.Future[Outcome]]]
 
-# How long the first request waits for others to join it (real time: this is about
-# other coroutines of this process submitting, not about the clock).
-GATHER_WINDOW_SECONDS = 0.005
-
 
 class PushBatcher:
     def __init__(
@@ -59,7 +57,8 @@ class PushBatcher:
         self._provider = provider  # the device kind it sends to: its metrics label
         self._clock = clock
         self._waiting: _Waiting = []
-        self._timer: asyncio.Task[None] | None = None
+        # Senders started that have not yet taken their chunk (each takes up to max_batch).
+        self._senders_waiting = 0
         self._sending: set[asyncio.Task[None]] = set()
         # Requests in flight at once: Expo asks for about six connections.
         self._slots = asyncio.Semaphore(concurrency)
@@ -73,32 +72,29 @@ class PushBatcher:
             fut: asyncio.Future[Outcome] = loop.create_future()
             self._waiting.append((request, fut))
             futures.append(fut)
-        while len(self._waiting) >= self._push.max_batch:
-            self._start(self._take(self._push.max_batch))
-        if self._waiting and self._timer is None:
-            self._timer = asyncio.create_task(self._flush_after_window())
+        # Enough senders for what waits; each takes its chunk once it has a connection,
+        # so what is submitted meanwhile (the same loop turn, or while all are busy) joins.
+        wanted = -(-len(self._waiting) // self._push.max_batch)
+        for _ in range(wanted - self._senders_waiting):
+            self._senders_waiting += 1
+            task = asyncio.create_task(self._send())
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
         return futures
 
     def _take(self, n: int) -> _Waiting:
         chunk, self._waiting = self._waiting[:n], self._waiting[n:]
         return chunk
 
-    async def _flush_after_window(self) -> None:
+    async def _send(self) -> None:
+        chunk: _Waiting = []
         try:
-            await asyncio.sleep(GATHER_WINDOW_SECONDS)
-        finally:
-            self._timer = None
-        while self._waiting:
-            self._start(self._take(self._push.max_batch))
-
-    def _start(self, chunk: _Waiting) -> None:
-        task = asyncio.create_task(self._send(chunk))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-
-    async def _send(self, chunk: _Waiting) -> None:
-        try:
-            async with self._slots:
+            try:
+                await self._slots.acquire()
+            finally:  # its chunk taken below, or cancelled: no longer one of those to come
+                self._senders_waiting -= 1
+            try:
+                chunk = self._take(self._push.max_batch)
                 # Asked once a connection is free (a provider with a rate limiter asks again).
                 chunk = _drop(chunk, {r.message_id for r, _ in chunk if not r.still_sendable()})
                 result: SendResult | None = None
@@ -110,6 +106,8 @@ class PushBatcher:
                         chunk = _drop(chunk, closed.message_ids)
                         continue
                     metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+            finally:
+                self._slots.release()
             if result is None:
                 return
         except Exception as e:
@@ -136,9 +134,6 @@ class PushBatcher:
     def abandon(self) -> None:
         """A hard stop: drop what waits and cancel what is in flight (as a crash would,
         nothing more is sent; the lease re-drives the claimed messages)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         for _, fut in self._take(len(self._waiting)):
             fut.cancel()
         for task in list(self._sending):
