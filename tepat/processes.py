@@ -13,6 +13,7 @@ refreshed by one task in `scheduler` and `serve` (:mod:`tepat.metrics`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -55,6 +56,11 @@ async def run_parts(
     async with open_runtime(settings) as rt:
         if restore_embedded:
             await rt.recover_at_start()
+        # What is built so far (modules, the runtime) lives as long as the process: a
+        # full collection scanning it again cost 30-65 ms of CPU, a stall every send in
+        # hand waited out (the moderate-load p99). Frozen, it is never scanned again.
+        gc.collect()
+        gc.freeze()
         tasks = [asyncio.create_task(part(rt, stop), name=part.__name__) for part in parts]
         # One part failing is fatal: stop the others and surface the error.
         await asyncio.wait(

@@ -25,6 +25,36 @@ async def test_requests_submitted_together_share_one_provider_request() -> None:
     assert all(isinstance(o, TicketOk) for o in outcomes)
 
 
+async def test_a_request_goes_as_soon_as_a_connection_is_free() -> None:
+    """No window for others to join: at a moderate rate that wait was most of the lateness."""
+    push = FakePush()
+    batcher = PushBatcher(push, FakeClock())
+    batcher.submit([req(1)])
+    await asyncio.sleep(0)  # one loop turn: the sender starts, the provider is asked at once
+    assert [[r.message_id for r in b] for b in push.batches] == [["m1"]]
+
+
+async def test_what_is_submitted_while_every_connection_is_busy_goes_together() -> None:
+    class Held(FakePush):
+        release = asyncio.Event()
+
+        async def send(self, batch: Sequence[PushRequest]) -> SendResult:
+            sent = await super().send(batch)
+            await self.release.wait()
+            return sent
+
+    push = Held()
+    batcher = PushBatcher(push, FakeClock(), concurrency=1)
+    futures = batcher.submit([req(1)])
+    await asyncio.sleep(0)
+    for n in (2, 3):  # two batches, on separate loop turns, while the one connection is busy
+        futures += batcher.submit([req(n)])
+        await asyncio.sleep(0)
+    push.release.set()
+    await asyncio.gather(*futures)
+    assert [[r.message_id for r in b] for b in push.batches] == [["m1"], ["m2", "m3"]]
+
+
 async def test_a_large_submission_is_cut_at_the_provider_limit() -> None:
     push = FakePush()
     batcher = PushBatcher(push, FakeClock())

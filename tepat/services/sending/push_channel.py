@@ -3,10 +3,12 @@ coalesced with every batch in hand's into provider-sized requests.
 
 A consumer works on several broker batches at once (one per worker). Sent on their own,
 a batch of 3 one-offs costs one provider request, and so does the next one a millisecond
-later. Here the requests of every batch being worked on meet: whatever is submitted
-within a few milliseconds goes out in requests of up to ``max_batch`` (100 for Expo),
-sent concurrently, so K notifications due together cost about K/100 requests whatever
-path planned them.
+later. Here the requests of every batch being worked on meet: a request goes out as soon
+as a connection is free, carrying whatever waits then, up to ``max_batch`` (100 for
+Expo). Nothing waits for others to join it (at a moderate rate that wait was most of a
+send's lateness); while every connection is busy, what is submitted gathers into full
+requests, so K notifications due together cost about K/100 requests whatever path
+planned them.
 
 A request whose ``still_sendable`` says no once it waited (for a free connection here,
 for the provider's rate limiter there: :class:`~tepat.ports.push.GateClosed`) is not
@@ -16,7 +18,6 @@ sent, and its message is answered :class:`~tepat.ports.channel.Withheld`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -47,10 +48,6 @@ from tepat.services.sending.failover import FailoverRoute
 Outcome = TicketOutcome | TryAgain | Rejected | Withheld
 _Waiting = list[tuple[PushRequest, asyncio.Future[Outcome]]]
 
-# How long the first request waits for others to join it (real time: this is about
-# other coroutines of this process submitting, not about the clock).
-GATHER_WINDOW_SECONDS = 0.005
-
 
 class PushBatcher:
     def __init__(
@@ -60,7 +57,8 @@ class PushBatcher:
         self._provider = provider  # the device kind it sends to: its metrics label
         self._clock = clock
         self._waiting: _Waiting = []
-        self._timer: asyncio.Task[None] | None = None
+        # Senders started that have not yet taken their chunk (each takes up to max_batch).
+        self._senders_waiting = 0
         self._sending: set[asyncio.Task[None]] = set()
         # Requests in flight at once: Expo asks for about six connections.
         self._slots = asyncio.Semaphore(concurrency)
@@ -74,41 +72,45 @@ class PushBatcher:
             fut: asyncio.Future[Outcome] = loop.create_future()
             self._waiting.append((request, fut))
             futures.append(fut)
-        while len(self._waiting) >= self._push.max_batch:
-            self._start(self._take(self._push.max_batch))
-        if self._waiting and self._timer is None:
-            self._timer = asyncio.create_task(self._flush_after_window())
+        # A critical request does not queue for a slot behind others held at their share
+        # of the rate: senders of their own take the critical ones without a slot (the
+        # provider's own connections still bound them).
+        critical = sum(r.critical for r in requests)
+        for _ in range(-(-critical // self._push.max_batch)):
+            self._start(critical=True)
+        # Enough senders for what waits; each takes its chunk once it has a connection,
+        # so what is submitted meanwhile (the same loop turn, or while all are busy) joins.
+        wanted = -(-len(self._waiting) // self._push.max_batch)
+        for _ in range(wanted - self._senders_waiting):
+            self._senders_waiting += 1
+            self._start(critical=False)
         return futures
 
-    def _take(self, n: int) -> _Waiting:
-        """Up to ``n`` waiting requests: critical ones first and on their own (their
-        request must not wait for other traffic's share of the provider's rate)."""
-        critical = [w for w in self._waiting if w[0].critical][:n]
-        if not critical:
-            chunk, self._waiting = self._waiting[:n], self._waiting[n:]
-            return chunk
-        taken = {id(fut) for _, fut in critical}
-        self._waiting = [w for w in self._waiting if id(w[1]) not in taken]
-        return critical
-
-    async def _flush_after_window(self) -> None:
-        try:
-            await asyncio.sleep(GATHER_WINDOW_SECONDS)
-        finally:
-            self._timer = None
-        while self._waiting:
-            self._start(self._take(self._push.max_batch))
-
-    def _start(self, chunk: _Waiting) -> None:
-        task = asyncio.create_task(self._send(chunk))
+    def _start(self, *, critical: bool) -> None:
+        task = asyncio.create_task(self._send(critical))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def _send(self, chunk: _Waiting) -> None:
+    def _take(self, n: int, critical: bool = False) -> _Waiting:
+        """Up to ``n`` waiting requests; for a ``critical`` sender, critical ones only."""
+        if not critical:
+            chunk, self._waiting = self._waiting[:n], self._waiting[n:]
+            return chunk
+        chunk = [w for w in self._waiting if w[0].critical][:n]
+        taken = {id(fut) for _, fut in chunk}
+        self._waiting = [w for w in self._waiting if id(w[1]) not in taken]
+        return chunk
+
+    async def _send(self, critical: bool) -> None:
+        chunk: _Waiting = []
         try:
-            # A critical request does not queue for a slot behind others held at their
-            # share of the rate: the provider's own connections still bound it.
-            async with contextlib.nullcontext() if chunk[0][0].critical else self._slots:
+            if not critical:
+                try:
+                    await self._slots.acquire()
+                finally:  # its chunk taken below, or cancelled: no longer one of those to come
+                    self._senders_waiting -= 1
+            try:
+                chunk = self._take(self._push.max_batch, critical)
                 # Asked once a connection is free (a provider with a rate limiter asks again).
                 chunk = _drop(chunk, {r.message_id for r, _ in chunk if not r.still_sendable()})
                 result: SendResult | None = None
@@ -120,6 +122,9 @@ class PushBatcher:
                         chunk = _drop(chunk, closed.message_ids)
                         continue
                     metrics.SEND_LATENCY.observe((self._clock.now() - started).total_seconds())
+            finally:
+                if not critical:
+                    self._slots.release()
             if result is None:
                 return
         except Exception as e:
@@ -146,9 +151,6 @@ class PushBatcher:
     def abandon(self) -> None:
         """A hard stop: drop what waits and cancel what is in flight (as a crash would,
         nothing more is sent; the lease re-drives the claimed messages)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         for _, fut in self._take(len(self._waiting)):
             fut.cancel()
         for task in list(self._sending):
