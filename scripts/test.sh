@@ -7,17 +7,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-echo "== python environment"
+# Each phase's heading also says how long the one before took, and the end the total:
+# where a slow CI run spent its time, without rerunning it.
+PHASE_NAME= PHASE_START=$SECONDS RUN_START=$SECONDS
+phase() {
+  [[ -z $PHASE_NAME ]] || echo "   ($PHASE_NAME: $((SECONDS - PHASE_START)) s)"
+  PHASE_NAME=$1 PHASE_START=$SECONDS
+  [[ $1 == end ]] || echo "== $1"
+}
+
+phase "python environment"
 # .venv with the test dependencies at the versions pinned in constraints.txt
 bash scripts/venv.sh test
 
-echo "== promtool (tests/ops_cli: the Prometheus alert rules)"
+phase "promtool (tests/ops_cli: the Prometheus alert rules)"
 scripts/promtool.sh
 
-echo "== chromium (tests/browser: the dashboard in a real browser)"
+phase "chromium (tests/browser: the dashboard in a real browser)"
 scripts/chromium.sh
 
-echo "== activemq"
+phase "activemq"
 scripts/activemq.sh install
 BROKER_BASE="$ROOT/.broker-test"
 scripts/activemq.sh stop "$BROKER_BASE" >/dev/null 2>&1 || true
@@ -29,7 +38,7 @@ trap 'scripts/activemq.sh stop "$BROKER_BASE"' EXIT
 export TEPAT_TEST_STOMP_URL="stomp://127.0.0.1:${TEPAT_AMQ_STOMP_PORT:-61613}"
 export TEPAT_TEST_ACTIVEMQ_BASE="$BROKER_BASE"
 
-echo "== mongo wire server (the Mongo suites' mongo-server variant, beside mongomock)"
+phase "mongo wire server (the Mongo suites' mongo-server variant, beside mongomock)"
 # SecantusDB in its own virtualenv, patched at install (scripts/mongo-wire/README.md)
 scripts/mongo-wire.sh install
 MONGO_WIRE_DIR="$ROOT/.mongo-wire-test"
@@ -38,29 +47,29 @@ TEPAT_TEST_MONGO_URL=$(scripts/mongo-wire.sh start "$MONGO_WIRE_DIR")
 export TEPAT_TEST_MONGO_URL
 trap 'scripts/mongo-wire.sh stop "$MONGO_WIRE_DIR"; scripts/activemq.sh stop "$BROKER_BASE"' EXIT
 
-echo "== ruff"
+phase "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 
-echo "== mypy"
+phase "mypy"
 .venv/bin/mypy
 
-echo "== mkdocs"
+phase "mkdocs"
 # The documentation site, strictly: a broken link or anchor, or a setting without a
 # description, fails. Built into a temporary directory, never into the tree.
 DOCS_SITE=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$DOCS_SITE"
 rm -rf "$DOCS_SITE"
 
-echo "== import-linter"
+phase "import-linter"
 # the layers of pyproject.toml [tool.importlinter], no ignored imports
 .venv/bin/lint-imports
 
-echo "== vulture"
+phase "vulture"
 # dead code: settings in pyproject.toml [tool.vulture], exceptions in scripts/vulture_whitelist.py
 .venv/bin/vulture
 
-echo "== pytest"
+phase "pytest"
 # Everything above is installed and running: a test skipped for want of it fails
 # (tests/support/require_services.py lists the skips that stay skips).
 export TEPAT_TEST_REQUIRE_SERVICES=1
@@ -71,5 +80,8 @@ pytest_part() { .venv/bin/pytest -q -p no:cacheprovider "$@" || [[ $? == 5 ]]; }
 # (tests/support/xdist_groups.py). PYTEST_WORKERS=0 runs everything in one process.
 # --durations: the slowest tests in the log, for whoever makes the suite faster next.
 pytest_part -n "${PYTEST_WORKERS:-3}" --dist loadgroup -m "not serial" --durations=25 "$@"
+phase "pytest, serial"
 # Then, alone, the tests marked serial (they restart the broker the others use).
 pytest_part -m serial "$@"
+phase end
+echo "== total: $((SECONDS - RUN_START)) s"
