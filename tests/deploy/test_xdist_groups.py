@@ -4,10 +4,11 @@ run on one worker."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from tests.support.xdist_groups import group_of
+from tests.support.xdist_groups import GroupScheduling, group_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = """
@@ -54,3 +55,63 @@ def test_the_quick_run_on_activemq_is_a_group_of_its_own() -> None:
     assert group_of(f"{quick}test_every_message_sent_once_nothing_lost[embedded-burst]") == "bench"
     assert group_of(f"{quick}test_chaos_store_restart_on_mongo_loses_nothing") == "bench"
     assert group_of("tests/api/test_users.py::test_activemq") is None
+
+
+class FakeWorker:
+    """What the scheduler uses of a worker: the tests it was sent, by collection index."""
+
+    shutting_down = False
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[int] = []
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.extend(indexes)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+class FakeConfig:
+    option = SimpleNamespace(loadscopereorder=True)
+
+    def getvalue(self, name: str) -> list[str]:
+        assert name == "tx"
+        return ["2*popen"]
+
+
+def test_a_worker_never_queues_a_long_unit_behind_another() -> None:
+    """Three model runs and short tests on two workers: xdist's own rule (a worker takes
+    its next unit while two of its tests are still to run) queued the third model run
+    behind the first on one worker while the other ran out of work."""
+    long = [f"tests/model/test_model.py::test_tepat_keeps_its_promise[{s}]" for s in "abc"]
+    collection = long + [f"tests/api/test_users.py::test_{n}" for n in range(12)]
+    scheduler = GroupScheduling(FakeConfig())
+    workers = [FakeWorker("gw0"), FakeWorker("gw1")]
+    for worker in workers:
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, collection)
+    scheduler.schedule()
+
+    def long_ones_queued(worker: FakeWorker) -> list[str]:
+        done = scheduler.assigned_work[worker]
+        return [
+            nodeid
+            for unit in done.values()
+            for nodeid, finished in unit.items()
+            if not finished and nodeid in long
+        ]
+
+    # Each worker runs its tests in the order sent: the short ones finish, the long ones
+    # (the first sent) stay running; then the first worker's long one finishes too.
+    for worker in workers:
+        assert len(long_ones_queued(worker)) == 1, scheduler.assigned_work[worker]
+        for index in worker.sent[1:]:
+            scheduler.mark_test_complete(worker, index)
+            assert len(long_ones_queued(worker)) <= 1, scheduler.assigned_work[worker]
+    first = workers[0]
+    scheduler.mark_test_complete(first, first.sent[0])
+    # the third long one now goes to the worker that is free of one, not before
+    assert long[2] in [collection[i] for i in first.sent]
+    assert long[2] not in [collection[i] for i in workers[1].sent]
