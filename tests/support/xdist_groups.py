@@ -1,5 +1,6 @@
 """``--dist loadgroup`` for this suite: xdist's load scheduling, with the tests of each
-group of ``GROUPS`` (by path) kept on one worker, one after another.
+group (``group_of``: a module that starts its own broker, the quick bench run of one
+backend) kept on one worker, one after another.
 
 A worker holds at most one of the units that take minutes (``LONGEST``) at a time: xdist
 gives a worker its next unit while two of its tests are still to run, so a long unit
@@ -19,23 +20,21 @@ from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 # A path prefix -> the group whose tests share one worker.
 GROUPS = {
-    # the benches one after another, never two at once slowing each other (and the runs
-    # a bench module caches, one per backend, are made once)
-    "tests/bench/": "bench",
     # the module starts its own broker (a JVM) once for all its tests
     "tests/integration/test_activemq_tls.py": "activemq-tls",
 }
 
+# The quick bench run of every scenario, made once per backend and cached by the module
+# for its tests: those of one backend share a worker. Every other bench test is a unit of
+# its own: the benches assert correctness, never a timing, so two may run at once.
+QUICK_RUN = "tests/bench/test_bench_quick.py::"
+QUICK_RUN_BACKENDS = ("embedded", "activemq")
 
-# The quick bench run on ActiveMQ is the longest unit of the suite and mostly waits (for
-# the whole minute its API burst's reminders fall on): it goes beside the other benches
-# rather than after them. Only correctness is asserted there, never a timing.
-QUICK_RUN_ON_ACTIVEMQ = ("tests/bench/test_bench_quick.py::", "activemq")
-
-
-# The parts that take minutes (the benches, the model test on each store): tests/conftest.py
-# collects them first, and no worker queues one behind another.
-LONGEST = ("tests/bench/", "tests/model/test_model.py")
+# The parts that take minutes (the model test on each store, the benches), longest
+# first: collected first, they start at once on the workers that take them while the
+# others share the rest, instead of when the others are nearly done; and no worker
+# queues one behind another.
+LONGEST = ("tests/model/test_model.py", "tests/bench/")
 
 
 def is_long(nodeid: str) -> bool:
@@ -43,17 +42,17 @@ def is_long(nodeid: str) -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Collected first, the long parts start at once on the workers that take them (the
-    # benches, minutes of mostly waiting) while the others share the rest, instead of
-    # starting when the others are nearly done.
-    items.sort(key=lambda item: not is_long(item.nodeid))  # stable: each part keeps its order
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.replace("\\", "/")
+        return next((i for i, p in enumerate(LONGEST) if path.startswith(p)), len(LONGEST))
+
+    items.sort(key=rank)  # stable: each part keeps its own order
 
 
 def group_of(nodeid: str) -> str | None:
     path = nodeid.replace("\\", "/")
-    module, backend = QUICK_RUN_ON_ACTIVEMQ
-    if path.startswith(module) and f"[{backend}" in path:
-        return "bench-activemq"
+    if path.startswith(QUICK_RUN):
+        return next((f"bench-{b}" for b in QUICK_RUN_BACKENDS if f"[{b}" in path), None)
     return next((g for prefix, g in GROUPS.items() if path.startswith(prefix)), None)
 
 
