@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -65,27 +66,24 @@ def test_the_quick_run_on_activemq_is_a_group_of_its_own() -> None:
 
 
 class FakeWorker:
-    """What the scheduler uses of a worker: the tests it was sent, by collection index."""
+    """What the scheduler uses of a worker, and the tests it was sent (by collection index);
+    a dictionary key, as a worker is."""
 
-    shutting_down = False
+    sent: list[int]
 
-    def __init__(self, name: str) -> None:
-        self.gateway = SimpleNamespace(id=name)
-        self.sent: list[int] = []
-
-    def send_runtest_some(self, indexes: list[int]) -> None:
-        self.sent.extend(indexes)
-
-    def shutdown(self) -> None:
-        self.shutting_down = True
+    def __init__(self, **what: Any) -> None:
+        self.__dict__.update(what)
 
 
-class FakeConfig:
-    option = SimpleNamespace(loadscopereorder=True)
-
-    def getvalue(self, name: str) -> list[str]:
-        assert name == "tx"
-        return ["2*popen"]
+def fake_worker(name: str) -> FakeWorker:
+    sent: list[int] = []
+    return FakeWorker(
+        gateway=SimpleNamespace(id=name),
+        shutting_down=False,
+        sent=sent,
+        send_runtest_some=sent.extend,
+        shutdown=lambda: None,
+    )
 
 
 def test_a_worker_never_queues_a_long_unit_behind_another() -> None:
@@ -94,8 +92,11 @@ def test_a_worker_never_queues_a_long_unit_behind_another() -> None:
     behind the first on one worker while the other ran out of work."""
     long = [f"tests/model/test_model.py::test_tepat_keeps_its_promise[{s}]" for s in "abc"]
     collection = long + [f"tests/api/test_users.py::test_{n}" for n in range(12)]
-    scheduler = GroupScheduling(FakeConfig())
-    workers = [FakeWorker("gw0"), FakeWorker("gw1")]
+    config = SimpleNamespace(
+        option=SimpleNamespace(loadscopereorder=True), getvalue={"tx": ["2*popen"]}.get
+    )
+    scheduler = GroupScheduling(config)
+    workers = [fake_worker("gw0"), fake_worker("gw1")]
     for worker in workers:
         scheduler.add_node(worker)
         scheduler.add_node_collection(worker, collection)
