@@ -41,9 +41,6 @@ How much it runs:
   a server written in Python: about 35 s a sequence on the test machine, 7 times mongomock.
 - The stores are SQLite and MongoDB, on mongomock and on the server of
   ``TEPAT_TEST_MONGO_URL`` (``tests/support/mongo_factory.py``).
-- Each store's sequences run as ``SHARDS`` tests, each with its share of them and its own
-  seed: as many sequences in all, which the suite's workers share out instead of
-  one of them running a store's minutes alone (the longest part of the suite).
 
 A failure prints the shrunk sequence of steps and a ``@reproduce_failure``
 blob; the example database is off so runs do not depend on each other.
@@ -57,8 +54,8 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from hypothesis import HealthCheck, seed, settings
-from hypothesis.stateful import get_state_machine_test
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import RunningSandbox, running_sandbox
@@ -76,21 +73,6 @@ SERVER_EXAMPLES = min(EXAMPLES, int(os.environ.get("TEPAT_MODEL_SERVER_EXAMPLES"
 EXAMPLES_ON = {SERVER: SERVER_EXAMPLES, MOCK: MOCK_EXAMPLES}
 
 STORES = ["sqlite"] + [name for name in STORE_FACTORIES if name.startswith("mongo")]
-SHARDS = 2
-
-
-def share(total: int, shard: int, shards: int) -> int:
-    """The examples of ``shard`` (0-based) when ``total`` are shared out over ``shards``."""
-    return total // shards + (shard < total % shards)
-
-
-def runs() -> list[tuple[str, int, int]]:
-    """(store, shard, its examples) for every shard that has at least one example."""
-    out = []
-    for store in STORES:
-        total = EXAMPLES_ON.get(store, EXAMPLES)
-        out += [(store, i, n) for i in range(SHARDS) if (n := share(total, i, SHARDS))]
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -99,21 +81,17 @@ def sandbox() -> Iterator[RunningSandbox]:
         yield served
 
 
-@pytest.mark.parametrize(
-    ("store_name", "shard", "examples"), runs(), ids=[f"{s}-{i + 1}" for s, i, _ in runs()]
-)
-def test_tepat_keeps_its_promise(
-    store_name: str, shard: int, examples: int, sandbox: RunningSandbox, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("store_name", STORES)
+def test_tepat_keeps_its_promise(store_name: str, sandbox: RunningSandbox, tmp_path: Path) -> None:
     if store_name == SERVER:
         server_url()  # skips (or fails where required) before Hypothesis starts, not inside it
     env = Env(store_name, tmp_path, sandbox.sandbox, sandbox.base_url)
     # Hypothesis takes any factory of machines; its annotation says a class.
     factory = cast(type[TepatMachine], lambda: TepatMachine(env))
-    run = get_state_machine_test(
+    run_state_machine_as_test(
         factory,
         settings=settings(
-            max_examples=examples,
+            max_examples=EXAMPLES_ON.get(store_name, EXAMPLES),
             stateful_step_count=STEPS,
             deadline=None,
             database=None,
@@ -121,11 +99,5 @@ def test_tepat_keeps_its_promise(
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         ),
     )
-    # Hypothesis's profile under CI derandomizes: its seed comes from the test function,
-    # the same for every shard, which would then run the same sequences. Each shard has a
-    # seed of its own there (elsewhere every run draws new ones).
-    if settings().derandomize:
-        run = seed(shard)(run)
-    run()
-    REPORTS.extend(env.census.report(f"model test on {store_name}, part {shard + 1}"))
+    REPORTS.extend(env.census.report(f"model test on {store_name}"))
     env.census.check()
