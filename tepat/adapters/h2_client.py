@@ -16,17 +16,22 @@ and the DATA ending it) was handed to the socket may have been acted on
 (``maybe_sent``); one refused with ``REFUSED_STREAM``, above a GOAWAY's last stream, or
 never written, was not. A lost connection, a protocol error or a timeout ends every stream
 still open on it that way; the next request opens a new connection. A GOAWAY lets the
-streams it covers finish, and new ones go to a new connection.
+streams it covers finish, and new ones go to a new connection. ``HTTPS_PROXY`` /
+``HTTP_PROXY`` (and ``NO_PROXY``) are honoured as httpx honours them: through a CONNECT
+tunnel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import socket
 import ssl
+import urllib.request
 from typing import Any, Self, cast
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import certifi
 import h2.config
@@ -301,8 +306,16 @@ class H2Client:
             context = ssl.create_default_context(cafile=certifi.where())
             context.set_alpn_protocols(["h2"])
         loop = asyncio.get_running_loop()
+        host = self._url.hostname or ""
+        where: dict[str, Any] = {"host": host, "port": self._port}
+        if proxy := _proxy_for(self._url.scheme, host):
+            # As httpx did (HTTP(S)_PROXY, NO_PROXY): a deployment whose way out is a
+            # proxy reaches FCM and APNs through a CONNECT tunnel.
+            where = {"sock": await _tunnel(proxy, host, self._port)}
+            if context is not None:
+                where["server_hostname"] = host
         transport, connection = await loop.create_connection(
-            lambda: _Connection(self.timeout), self._url.hostname or "", self._port, ssl=context
+            lambda: _Connection(self.timeout), ssl=context, **where
         )
         tls = transport.get_extra_info("ssl_object")
         if tls is not None and tls.selected_alpn_protocol() != "h2":
@@ -320,3 +333,47 @@ class H2Client:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _proxy_for(scheme: str, host: str) -> SplitResult | None:
+    """The proxy the environment names for ``scheme`` (``HTTPS_PROXY``, ``HTTP_PROXY``),
+    unless ``NO_PROXY`` exempts ``host``."""
+    proxy = urllib.request.getproxies().get(scheme)
+    if not proxy or urllib.request.proxy_bypass(host):
+        return None
+    return urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+
+
+async def _tunnel(proxy: SplitResult, host: str, port: int) -> socket.socket:
+    """A socket connected through ``proxy`` to ``host:port`` (HTTP CONNECT, RFC 9110
+    9.3.6), for the HTTP/2 connection to run over."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(proxy.hostname, proxy.port or 80, type=socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, address)
+        auth = ""
+        if proxy.username is not None:
+            user = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
+            auth = f"Proxy-Authorization: Basic {base64.b64encode(user.encode()).decode()}\r\n"
+        target = f"{host}:{port}"
+        await loop.sock_sendall(
+            sock, f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n".encode()
+        )
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            # A byte at a time, once a connection: what follows the answer is the
+            # server's (an h2c server speaks first) and must stay in the socket.
+            byte = await loop.sock_recv(sock, 1)
+            if not byte or len(head) > 16384:
+                raise OSError("the proxy closed the tunnel before answering")
+            head += byte
+        line = head.split(b"\r\n", 1)[0]
+        if line.split()[1:2] != [b"200"]:
+            raise OSError(f"the proxy refused the tunnel: {line.decode('latin-1')}")
+        return sock
+    except BaseException:
+        sock.close()
+        raise

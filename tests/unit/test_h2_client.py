@@ -14,6 +14,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.settings
+import pytest
 import uvloop
 
 from tepat.adapters.h2_client import H2Client, H2Response
@@ -174,3 +175,66 @@ async def test_an_answer_that_never_comes_times_out_maybe_sent() -> None:
         late = await post(client, b"x")
         assert isinstance(late, TryAgain) and late.maybe_sent and "timeout" in late.reason
         assert connections[0].done == [b"x"]
+
+
+class ConnectProxy:
+    """An HTTP CONNECT proxy: the tunnels it opened, bytes copied both ways."""
+
+    def __init__(self, answer: bytes = b"HTTP/1.1 200 Connection established\r\n\r\n"):
+        self.answer = answer
+        self.tunnels: list[str] = []
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        target = head.split()[1].decode()
+        self.tunnels.append(target)
+        if not self.answer.startswith(b"HTTP/1.1 200"):
+            writer.write(self.answer)
+            writer.close()
+            return
+        host, port = target.rsplit(":", 1)
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        writer.write(self.answer)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                dst.write(data)
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+@asynccontextmanager
+async def proxied(monkeypatch: pytest.MonkeyPatch, proxy: ConnectProxy) -> AsyncIterator[None]:
+    server = await asyncio.start_server(proxy, "127.0.0.1")
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        yield
+    finally:
+        server.close()
+
+
+async def test_http_proxy_from_the_environment_carries_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy = ConnectProxy()
+    async with serving() as (client, connections), proxied(monkeypatch, proxy):
+        answers = await asyncio.gather(*(post(client, b"via proxy %d" % i) for i in range(5)))
+    assert [a.content for a in answers if isinstance(a, H2Response)] == [
+        b"via proxy %d" % i for i in range(5)
+    ]
+    assert proxy.tunnels == [client.base_url.removeprefix("http://")]
+    assert len(connections) == 1
+
+
+async def test_a_proxy_that_refuses_the_tunnel_is_not_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy = ConnectProxy(b"HTTP/1.1 403 Forbidden\r\n\r\n")
+    async with serving() as (client, connections), proxied(monkeypatch, proxy):
+        answer = await post(client, b"x")
+    assert isinstance(answer, TryAgain) and not answer.maybe_sent
+    assert "403 Forbidden" in answer.reason and connections == []
