@@ -46,8 +46,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import httpx
-
 from tepat.adapters.apns_auth import ProviderToken
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.h2_client import H2Client, H2Response
@@ -113,7 +111,7 @@ def apns_headers(request: PushRequest, topic: str, now: datetime) -> dict[str, s
     return headers
 
 
-def apns_reason(response: H2Response | httpx.Response) -> str:
+def apns_reason(response: H2Response) -> str:
     try:
         body: Any = response.json()
     except ValueError:
@@ -122,7 +120,7 @@ def apns_reason(response: H2Response | httpx.Response) -> str:
     return str(reason) if reason else f"HTTP_{response.status_code}"
 
 
-def classify(response: H2Response | httpx.Response, now: datetime) -> Answer:
+def classify(response: H2Response, now: datetime) -> Answer:
     """One notification's answer (see the module's table)."""
     status = response.status_code
     if status == 200:

@@ -53,8 +53,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
-
 from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.apns_push import apns_expiration
 from tepat.adapters.expo_outcomes import parse_retry_after
@@ -113,7 +111,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def fcm_error(response: H2Response | httpx.Response) -> tuple[str, str, bool]:
+def fcm_error(response: H2Response) -> tuple[str, str, bool]:
     """(FCM's error code, its message, whether it is about the token) of an error answer."""
     try:
         body: Any = response.json()
@@ -140,7 +138,7 @@ def fcm_error(response: H2Response | httpx.Response) -> tuple[str, str, bool]:
     return code, message, about_token
 
 
-def classify(response: H2Response | httpx.Response, now: Any) -> Answer:
+def classify(response: H2Response, now: Any) -> Answer:
     """One message's answer (``now``: when it came, for a dated ``Retry-After``)."""
     status = response.status_code
     if status == 200:
@@ -203,9 +201,9 @@ class FcmPushProvider(H2Client):
         )
         self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
         # HTTP/2, as Firebase's own SDKs send: the requests multiplexed as streams of one
-        # connection (``max_connections``: streams in flight). Over HTTP/1.1 each needs a
-        # connection of its own, and httpx's pool scans every connection for each request:
-        # 4 ms of CPU a message at 50 (bench/README.md).
+        # connection (``max_connections``: streams in flight). Over HTTP/1.1 each would
+        # need a connection of its own (4 ms of CPU a message at 50 through httpx's pool,
+        # bench/README.md).
         super().__init__(
             base_url, max_streams=max_connections, timeout=timeout, user_agent="tepat-fcm-push/0.1"
         )

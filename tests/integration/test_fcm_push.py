@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tepat.adapters.fcm_auth import REFRESH_EARLY, FcmAuth, read_service_account
 from tepat.adapters.fcm_push import FCM_TERMS, MIN_RETRY_SECONDS, FcmPushProvider, classify
+from tepat.adapters.h2_client import H2Response
 from tepat.clock import FakeClock
 from tepat.config import load_settings
 from tepat.ports.push import PushRequest, Rejected, TicketError, TicketOk, Tickets
@@ -84,9 +84,11 @@ async def test_each_fcm_error_maps_to_its_outcome(fcm: Fcm) -> None:
     assert [r["message"]["token"] for r in fcm.sandbox.received()] == ["t1"]
 
 
-def _answer(code: str, retry_after: float | None = None) -> httpx.Response:
+def _answer(code: str, retry_after: float | None = None) -> H2Response:
     sent = fcm_error(code, retry_after)
-    return httpx.Response(sent.status_code, content=bytes(sent.body), headers=dict(sent.headers))
+    # As the HTTP/2 client reads an answer: header names in lower case.
+    headers = {name.lower(): value for name, value in sent.headers.items()}
+    return H2Response(sent.status_code, headers, bytes(sent.body))
 
 
 def test_answers_without_a_request() -> None:
@@ -108,7 +110,7 @@ def test_answers_without_a_request() -> None:
     assert isinstance(classify(_answer("THIRD_PARTY_AUTH_ERROR"), clock.now()), Rejected)
     # An INVALID_ARGUMENT about the message, not the token: refused, the device kept.
     payload = {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "bad ttl"}}
-    refused = classify(httpx.Response(400, json=payload), clock.now())
+    refused = classify(H2Response(400, {}, json.dumps(payload).encode()), clock.now())
     assert isinstance(refused, TicketError)
     assert refused.permanent and not refused.deactivate_device
 
