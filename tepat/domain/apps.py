@@ -1,0 +1,121 @@
+"""Apps: the tenants of one deployment (issue 23).
+
+An app owns its users, devices, reminders, events, templates, categories, keys and
+provider accounts. Each app's records live in a store of their own (a SQLite file, a
+MongoDB database) and its messages on broker queues of their own: the app is the
+namespace of every record and every unique index, so one app's ids never meet another's
+and a credential scoped to one app has no path to another's data
+(docs/guides/apps.md). The default app is the deployment as it was before apps: its
+store, queues and keys are today's, so an existing deployment upgrades in place.
+
+Keys are stored as their SHA-256 only: a key is shown once, when it is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+DEFAULT_APP = "default"
+# Lower-case, starting with a letter: an app id becomes part of a file name, a MongoDB
+# database name and a broker queue name, each with its own alphabet.
+APP_ID_PATTERN = r"^[a-z][a-z0-9-]{0,30}$"
+_APP_ID = re.compile(APP_ID_PATTERN)
+KEY_PREFIX = "tpk_"
+KeyRole = Literal["admin", "events"]
+KEY_ROLES: tuple[KeyRole, ...] = ("admin", "events")
+MAX_KEYS_PER_APP = 20
+MAX_APPS = 100
+
+# The settings an app may hold for itself; every other setting is the deployment's.
+# Provider accounts and ceilings, the end-user token secret, categories and event types.
+APP_SETTINGS: frozenset[str] = frozenset(
+    {
+        "expo_access_token",
+        "expo_url",
+        "expo_rate_limit",
+        "fcm_credentials_file",
+        "fcm_project_id",
+        "fcm_url",
+        "fcm_rate_limit",
+        "apns_key_file",
+        "apns_key_id",
+        "apns_team_id",
+        "apns_topic",
+        "apns_url",
+        "webpush_vapid_private_key_file",
+        "webpush_vapid_subject",
+        "twilio_account_sid",
+        "twilio_auth_token",
+        "twilio_from",
+        "twilio_messaging_service_sid",
+        "twilio_url",
+        "twilio_rate",
+        "smtp_host",
+        "smtp_port",
+        "smtp_from",
+        "smtp_username",
+        "smtp_password",
+        "smtp_rate",
+        "jwt_secret",
+        "jwt_issuer",
+        "jwt_audience",
+        "categories",
+        "event_types",
+        "critical_reserve",
+    }
+)
+
+
+def valid_app_id(app_id: str) -> bool:
+    return bool(_APP_ID.match(app_id))
+
+
+def unknown_app_settings(settings: dict[str, Any]) -> list[str]:
+    """The names in ``settings`` an app may not set, sorted."""
+    return sorted(set(settings) - APP_SETTINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    app_id: str
+    name: str
+    created_at: datetime
+    # Overrides of the deployment's settings (names in APP_SETTINGS), as given: secrets
+    # in clear here, sealed at rest by the store (TEPAT_SECRETS_KEY).
+    settings: dict[str, Any] = field(default_factory=dict)
+    # Bumped by every change: a process holding the app reopens it when it differs.
+    version: int = 1
+    disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AppKey:
+    key_id: str  # shown in listings, used to revoke; not the key
+    key_hash: str  # SHA-256 hex of the key
+    app_id: str
+    role: KeyRole
+    created_at: datetime
+    # An events key posts under this name (its events' ids are ``<poster>:<id>``) and
+    # only these event types (None: every type the app configures).
+    poster: str | None = None
+    event_types: frozenset[str] | None = None
+    revoked_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> tuple[str, str, str]:
+    """A new key: (key, its id, its hash)."""
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    return key, secrets.token_hex(6), hash_key(key)
