@@ -17,7 +17,9 @@ from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs_pages
-from api.auth import PROVIDER_PREFIX, Authenticator, AuthMiddleware
+from api.app_services import ServedApps
+from api.auth import PATH_APP, PROVIDER_PREFIX, Authenticator, AuthMiddleware
+from api.email_endpoint import build_endpoint
 from api.problems import document_problems, install_problem_handlers, problem_response
 from api.request_id import RequestIdMiddleware
 from api.routes import (
@@ -43,9 +45,11 @@ from api.routes import (
 from api.schemas import BulkUserIn
 from api.throttle import FailureThrottle
 from tepat import tracing
+from tepat.domain.apps import APP_PATH_PREFIX, DEFAULT_APP, valid_app_id
 from tepat.logging import redact
 from tepat.runtime import Runtime, event_service, template_service
 from tepat.services.email_events import EmailEvents
+from tepat.tenancy import Apps
 from tepat.wiring import build_unsubscribe_links
 
 MAX_BODY_BYTES = 64 * 1024
@@ -65,9 +69,12 @@ offending field in `errors[].field`.
 """
 
 
-def create_app(rt: Runtime, admin_key: str) -> FastAPI:
-    """The HTTP API over an open runtime; ``admin_key`` from :func:`resolve_admin_key`."""
-    authenticator = Authenticator(rt.settings, admin_key, rt.clock)
+def create_app(rt: Runtime, admin_key: str, apps: Apps | None = None) -> FastAPI:
+    """The HTTP API over an open runtime, the default app's; ``admin_key`` from
+    :func:`resolve_admin_key`; ``apps``: every app served (tepat/tenancy.py), the default
+    one alone when None."""
+    apps = apps or Apps(rt.settings, rt)
+    authenticator = Authenticator(rt.settings, admin_key, rt.clock, apps)
     # /docs and /redoc run CDN scripts on the dashboard's origin (pinned, with integrity:
     # api/docs_pages.py): off unless TEPAT_API_DOCS asks for them.
     app = FastAPI(
@@ -84,8 +91,11 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     if rt.settings.api_docs:
         app.include_router(docs_pages.router)
     app.state.runtime = rt
+    app.state.apps = apps
+    app.state.served_apps = ServedApps(apps)
     # Wrong keys per client IP, for the API and the dashboard login alike.
     app.state.auth_throttle = FailureThrottle(rt.settings.auth_failures_per_minute, rt.clock)
+    # The default app's services (api/deps.py app_service; other apps': served_apps).
     app.state.templates = template_service(rt)
     # The runtime's: its notifier wakes this process's inbox streams for items stored by
     # the API, the inbox channel and the fan-out alike (tepat/services/inbox.py).
@@ -93,12 +103,10 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.state.events = event_service(rt, app.state.templates)
     # /u/{token}: one-click unsubscribe, no credentials (the signed token is the key)
     app.state.unsubscribe = build_unsubscribe_links(rt.settings, rt.clock)
-    app.state.email_events = providers_email.build_endpoint(
-        rt.settings, EmailEvents(rt.store, rt.clock)
-    )
+    app.state.email_events = build_endpoint(rt.settings, EmailEvents(rt.store, rt.clock))
     # /v1/providers/...: no API key, the provider's signature instead (api/auth.py)
     for module in (
-        *(users, devices, reminders, preferences, messages, bulk, admin, health, templates),
+        *(users, devices, reminders, preferences, messages, bulk, admin, apps, health, templates),
         *(inbox, events, contacts, suppressions, providers_twilio, webhooks, unsubscribe),
         providers_email,
     ):
@@ -118,11 +126,41 @@ def create_app(rt: Runtime, admin_key: str) -> FastAPI:
     app.add_middleware(
         AuthMiddleware, authenticator=authenticator, throttle=app.state.auth_throttle
     )
+    app.add_middleware(AppPathMiddleware)
     # Outermost: a refused request's lines carry its id too.
     app.add_middleware(RequestIdMiddleware)
     tracing.instrument_app(app, redact)  # tracing on: the request's span, its messages' trace
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+class AppPathMiddleware:
+    """``/apps/<id>/u/…`` and ``/apps/<id>/v1/providers/…``: the public paths of an app
+    other than the default one (its unsubscribe links, its provider callbacks: no
+    credentials, so the path says the app; tepat/tenancy.py app_public_url). The rest of
+    the path is routed as usual, in that app. Any other path under ``/apps/`` is 404:
+    a request with credentials acts in its credentials' app, never in one a path names."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith(APP_PATH_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        app_id, _, rest = path.removeprefix(APP_PATH_PREFIX).partition("/")
+        rest = f"/{rest}"
+        if (
+            not valid_app_id(app_id)
+            or app_id == DEFAULT_APP
+            or not rest.startswith(("/u/", PROVIDER_PREFIX))
+        ):
+            await problem_response(404, "not found")(scope, receive, send)
+            return
+        state = {**scope.get("state", {}), PATH_APP: app_id}
+        scope = {**scope, "path": rest, "raw_path": rest.encode(), "state": state}
+        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

@@ -39,28 +39,38 @@ from api.problems import FieldError, ProblemError, problem_response
 from api.throttle import FailureThrottle, client_ip
 from tepat.clock import Clock
 from tepat.config import Settings
+from tepat.domain.apps import DEFAULT_APP, hash_key, valid_app_id
+from tepat.tenancy import Apps
 
 JWT_LEEWAY_SECONDS = 10
 # Provider callbacks: authenticated by the provider's signature in the route, not here.
 PROVIDER_PREFIX = "/v1/providers/"
+# The scope state's name of the app a public path names (api/app.py AppPathMiddleware).
+PATH_APP = "path_app"
 _CHALLENGE = 'Bearer realm="tepat", ApiKey realm="tepat" header="X-API-Key"'
 ADMIN_ONLY = "the admin API needs the X-API-Key"
 OWN_USER_ONLY = "a user token reaches only that user's own resources"
+OPERATOR_ONLY = "the apps are managed with the operator key (TEPAT_ADMIN_API_KEY)"
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """An admin (``user_id`` and ``app`` None), one end user, or one app (a per-app key:
-    ``TEPAT_APP_KEYS``, which reaches the events API only)."""
+    """Who calls, within one app (``app_id``, tepat/tenancy.py): its admin (``user_id``
+    and ``poster`` None), one end user, or one event poster (an events key: the events API
+    only). The operator (``TEPAT_ADMIN_API_KEY``) is the default app's admin who may also
+    manage the apps (``/v1/admin/apps``)."""
 
     user_id: str | None = None
-    app: str | None = None
-    # An app's allowed event types (TEPAT_APP_EVENT_TYPES); None: every configured type.
+    # An events key's name: its events are stored as ``<poster>:<event id>``.
+    poster: str | None = None
+    # A poster's allowed event types (TEPAT_APP_EVENT_TYPES); None: every configured type.
     event_types: frozenset[str] | None = None
+    app_id: str = DEFAULT_APP
+    operator: bool = False
 
     @property
     def admin(self) -> bool:
-        return self.user_id is None and self.app is None
+        return self.user_id is None and self.poster is None
 
     def may_post(self, event_type: str) -> bool:
         return self.event_types is None or event_type in self.event_types
@@ -92,8 +102,33 @@ class TooManyFailures(AuthError):
         self.headers["Retry-After"] = str(wait)
 
 
+@dataclass(frozen=True, slots=True)
+class _JwtRules:
+    """What an app's end-user JWT must hold beyond a valid signature, ``sub`` and ``exp``."""
+
+    secret: str | None
+    issuer: str | None
+    audience: str | None
+    max_lifetime: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> _JwtRules:
+        secret = settings.jwt_secret
+        return cls(
+            (secret.get_secret_value() if secret else None) or None,
+            settings.jwt_issuer,
+            settings.jwt_audience,
+            settings.jwt_max_lifetime_seconds,
+        )
+
+
 class Authenticator:
-    def __init__(self, settings: Settings, admin_key: str, clock: Clock) -> None:
+    """``apps``: the apps served (their keys, their JWT settings); the default app's alone
+    when None."""
+
+    def __init__(
+        self, settings: Settings, admin_key: str, clock: Clock, apps: Apps | None = None
+    ) -> None:
         if not admin_key:
             raise ValueError("the admin API key must not be empty")
         self._admin_key = admin_key.encode()
@@ -103,48 +138,71 @@ class Authenticator:
         self._app_event_types = {
             app: frozenset(types) for app, types in (settings.app_event_types or {}).items()
         }
-        secret = settings.jwt_secret
-        self._jwt_secret = (secret.get_secret_value() if secret else None) or None
-        # What an end-user JWT must hold beyond a valid signature, ``sub`` and ``exp``.
-        self._max_lifetime = settings.jwt_max_lifetime_seconds
-        self._issuer, self._audience = settings.jwt_issuer, settings.jwt_audience
+        self._default_jwt = _JwtRules.of(settings)
+        self._apps = apps
         self._clock = clock
 
     def authenticate(self, headers: Headers) -> Principal:
         api_key = headers.get("x-api-key")
         if api_key is not None:
-            given = api_key.encode()
-            if hmac.compare_digest(given, self._admin_key):
-                return Principal()
-            # Every key compared, whichever matches: the time says nothing about which.
-            apps = [app for app, key in self._app_keys if hmac.compare_digest(given, key)]
-            if not apps:
-                raise AuthError(401, "invalid API key")
-            return Principal(app=apps[0], event_types=self._app_event_types.get(apps[0]))
+            return self._key_principal(api_key)
         authorization = headers.get("authorization")
         if authorization is None:
             raise AuthError(401, "credentials required: an X-API-Key or a Bearer token")
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError(401, "expected 'Authorization: Bearer <token>'")
-        return Principal(user_id=self._user_from_token(token.strip()))
+        return self._user_principal(token.strip())
+
+    def _key_principal(self, api_key: str) -> Principal:
+        given = api_key.encode()
+        if hmac.compare_digest(given, self._admin_key):
+            return Principal(operator=True)
+        # Every key compared, whichever matches: the time says nothing about which.
+        posters = [app for app, key in self._app_keys if hmac.compare_digest(given, key)]
+        if posters:
+            return Principal(poster=posters[0], event_types=self._app_event_types.get(posters[0]))
+        # A registered key: found by its hash, so the comparison leaks nothing of the key.
+        key = self._apps.key(hash_key(api_key)) if self._apps is not None else None
+        if key is None:
+            raise AuthError(401, "invalid API key")
+        if key.role == "admin":
+            return Principal(app_id=key.app_id)
+        return Principal(
+            poster=key.poster or key.app_id, event_types=key.event_types, app_id=key.app_id
+        )
 
     def authenticate_query_token(self, token: str) -> Principal:
         """A user JWT passed as ``?access_token=`` (the inbox stream only: see
         :func:`stream_query_token`). Never the admin key: that stays out of URLs."""
-        return Principal(user_id=self._user_from_token(token.strip()))
+        return self._user_principal(token.strip())
 
-    def _user_from_token(self, token: str) -> str:
-        if self._jwt_secret is None:
+    def _user_principal(self, token: str) -> Principal:
+        app_id = _claimed_app(token)
+        rules = self._jwt_rules(app_id)
+        return Principal(user_id=self._user_from_token(token, rules), app_id=app_id)
+
+    def _jwt_rules(self, app_id: str) -> _JwtRules:
+        """The app's JWT settings: the deployment's for the default app, the app's own
+        otherwise (never the deployment's secret: tepat/tenancy.py app_settings)."""
+        if app_id == DEFAULT_APP:
+            return self._default_jwt
+        runtime = self._apps.runtime(app_id) if self._apps is not None else None
+        if runtime is None:
+            raise AuthError(401, "invalid token: no such app", _invalid_token("invalid token"))
+        return _JwtRules.of(runtime.settings)
+
+    def _user_from_token(self, token: str, rules: _JwtRules) -> str:
+        if rules.secret is None:
             raise AuthError(
                 401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)"
             )
-        issuer, audience = self._issuer, self._audience
+        issuer, audience = rules.issuer, rules.audience
         required = ["exp", "sub"] + ["iss"] * bool(issuer) + ["aud"] * bool(audience)
         try:
             claims = jwt.decode(
                 token,
-                self._jwt_secret,
+                rules.secret,
                 algorithms=["HS256"],
                 issuer=issuer,
                 audience=audience,
@@ -162,7 +220,7 @@ class Authenticator:
             )
         if now > exp + JWT_LEEWAY_SECONDS:
             raise AuthError(401, "token expired", _invalid_token("token expired"))
-        if exp - now > self._max_lifetime + JWT_LEEWAY_SECONDS:
+        if exp - now > rules.max_lifetime + JWT_LEEWAY_SECONDS:
             raise AuthError(
                 401,
                 "token lives too long: exp is over TEPAT_JWT_MAX_LIFETIME_SECONDS ahead",
@@ -173,6 +231,19 @@ class Authenticator:
         if not isinstance(sub, str) or not sub:
             raise AuthError(401, "invalid token: 'sub' must name a user", _invalid_token("no sub"))
         return sub
+
+
+def _claimed_app(token: str) -> str:
+    """The app a user token names in its ``app`` claim (the default app without one),
+    read before the signature is checked: the claim picks the secret that checks it."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.InvalidTokenError as e:
+        raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
+    app_id = claims.get("app", DEFAULT_APP)
+    if not isinstance(app_id, str) or not valid_app_id(app_id):
+        raise AuthError(401, "invalid token: 'app' must name an app", _invalid_token("bad app"))
+    return app_id
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
@@ -189,10 +260,12 @@ def _invalid_token(description: str) -> str:
 
 def authorize(principal: Principal, path: str) -> None:
     """403 unless ``principal`` may reach ``path`` (a ``/v1/…`` path)."""
+    parts = path.split("/")  # "", "v1", "users", "{user_id}", ...
+    if parts[2:4] == ["admin", "apps"] and not principal.operator:
+        raise AuthError(403, OPERATOR_ONLY)
     if principal.admin:
         return
-    parts = path.split("/")  # "", "v1", "users", "{user_id}", ...
-    if principal.app is not None:
+    if principal.poster is not None:
         if parts[2:3] == ["events"]:
             return
         raise AuthError(403, "an app key reaches only /v1/events")

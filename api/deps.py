@@ -11,8 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from api.auth import ADMIN_ONLY, OWN_USER_ONLY, AuthError, Principal
-from api.problems import problem_responses
+from api.app_services import ServedApps
+from api.auth import ADMIN_ONLY, OWN_USER_ONLY, PATH_APP, AuthError, Principal
+from api.problems import ProblemError, problem_responses
+from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.validation import IDENTIFIER_PATTERN
 from tepat.runtime import Runtime
 from tepat.services.events import EventService
@@ -29,10 +31,46 @@ def app_state(name: str) -> Any:
     return Depends(read)
 
 
-RT = Annotated[Runtime, app_state("runtime")]
-Templates = Annotated[TemplateService, app_state("templates")]
-Inbox = Annotated[InboxService, app_state("inbox")]
-Events = Annotated[EventService, app_state("events")]
+def request_app(request: Request) -> str:
+    """The app a request acts in: its credentials' app; on a public path, the app its
+    path names (api/app.py AppPathMiddleware); else the default app (health checks, the
+    dashboard)."""
+    state = request.scope.get("state", {})
+    principal = state.get("principal")
+    if isinstance(principal, Principal):
+        return principal.app_id
+    path_app = state.get(PATH_APP)
+    return path_app if isinstance(path_app, str) else DEFAULT_APP
+
+
+def service_of(request: Request, name: str) -> Any:
+    """The ``name`` service of the request's app (api/app_services.py)."""
+    app_id = request_app(request)
+    if app_id == DEFAULT_APP:  # built by create_app (and replaced by some tests)
+        return getattr(request.app.state, name)
+    served: ServedApps = request.app.state.served_apps
+    services = served.services(app_id)
+    if services is None:
+        if isinstance(request.scope.get("state", {}).get("principal"), Principal):
+            # closed since its key was checked (disabled, or reopening with new settings)
+            raise AuthError(401, "this app is not served now; try again")
+        raise ProblemError(404, f"no app {app_id!r} here")
+    return getattr(services, name)
+
+
+def app_service(name: str) -> Any:
+    """A dependency reading the ``name`` service of the request's app."""
+
+    async def read(request: Request) -> Any:
+        return service_of(request, name)
+
+    return Depends(read)
+
+
+RT = Annotated[Runtime, app_service("runtime")]
+Templates = Annotated[TemplateService, app_service("templates")]
+Inbox = Annotated[InboxService, app_service("inbox")]
+Events = Annotated[EventService, app_service("events")]
 
 
 def id_path(description: str, example: str) -> Any:

@@ -202,6 +202,10 @@ class Settings(BaseSettings):
     s, 2 x this + `TEPAT_BROKER_LEAD_SECONDS`). Messages are published in batches per
     (queue, due second): a full one (100 ids) once due within 10 minutes, the rest of a
     second once due within those few seconds."""
+    apps_refresh_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """How often each process reads the registry of apps (`/v1/admin/apps`): an app added,
+    changed or disabled, and a key made or revoked, in another process is served here
+    within this time. The process that made the change serves it at once."""
     sending_lease_seconds: float = Field(default=300, gt=0)
     """After this, a message a dead consumer left in `sending` is re-driven (the embedded
     broker's next start re-drives at once: no other process can hold it). A live consumer

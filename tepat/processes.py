@@ -17,7 +17,7 @@ import gc
 import os
 import signal
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -35,43 +35,114 @@ from scheduler.jobs import (
     run_webhook_emitter,
 )
 from tepat.config import ConfigError, Settings
+from tepat.domain.apps import DEFAULT_APP
 from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_http_for
-from tepat.metrics import metrics_app, run_gauge_refresher
+from tepat.metrics import app_context, metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
+from tepat.tenancy import Apps
 
 log = structlog.get_logger("tepat.process")
 
+# A part of each app's work, run for every app served (tepat/tenancy.py) ...
 Part = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
+# ... or of the process's, run once (the HTTP API, a metrics server, sandboxes).
+OncePart = Callable[[Apps, asyncio.Event], Coroutine[Any, Any, None]]
 
 
 async def run_parts(
     settings: Settings,
     parts: list[Part],
     *,
+    once: Sequence[OncePart] = (),
     restore_embedded: bool = False,
 ) -> None:
+    """``parts`` run for every app this process serves (tepat/tenancy.py), each app's in
+    tasks of its own; ``once`` runs once for the process (the HTTP API, a metrics server)."""
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with open_runtime(settings) as rt:
+        apps = Apps(settings, rt, registry=rt.store)
+        running = _AppParts(parts, apps, restore_embedded)
+        apps.on_open.append(running.start)
+        apps.on_close.append(running.stop)
         if restore_embedded:
             await rt.recover_at_start()
+        default_tasks = await running.start(rt)
+        await apps.refresh()
         # What is built so far (modules, the runtime) lives as long as the process: a
         # full collection scanning it again cost 30-65 ms of CPU, a stall every send in
         # hand waited out (the moderate-load p99). Frozen, it is never scanned again.
         gc.collect()
         gc.freeze()
-        tasks = [asyncio.create_task(part(rt, stop), name=part.__name__) for part in parts]
-        # One part failing is fatal: stop the others and surface the error.
+        process_tasks = [
+            asyncio.create_task(part(apps, stop), name=part.__name__)
+            for part in [*once, _refresh_apps]
+        ]
+        # One part failing is fatal: stop the others and surface the error. (A part of
+        # another app failing closes that app alone: _AppParts.)
         await asyncio.wait(
-            [*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+            [*default_tasks, *process_tasks, asyncio.create_task(stop.wait())],
+            return_when=asyncio.FIRST_COMPLETED,
         )
         stop.set()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await apps.close()
+        results = await asyncio.gather(*default_tasks, *process_tasks, return_exceptions=True)
         log.info("stopped cleanly")
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 raise r
+
+
+async def _refresh_apps(apps: Apps, stop: asyncio.Event) -> None:
+    await apps.run_refresh(stop)
+
+
+class _AppParts:
+    """Each served app's parts: started when its runtime opens, stopped (drained) before
+    it closes. The default app's run for the life of the process."""
+
+    def __init__(self, parts: list[Part], apps: Apps, restore_embedded: bool) -> None:
+        self._parts = parts
+        self._apps = apps
+        self._restore = restore_embedded
+        self._running: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]]]] = {}
+        self._stopping: set[str] = set()
+
+    async def start(self, rt: Runtime) -> list[asyncio.Task[None]]:
+        if self._restore and rt.app_id != DEFAULT_APP:
+            await rt.recover_at_start()
+        stop = asyncio.Event()
+        with app_context(rt.app_id):  # the app of every figure its tasks count
+            tasks = [
+                asyncio.create_task(part(rt, stop), name=f"{part.__name__}[{rt.app_id}]")
+                for part in self._parts
+            ]
+        if rt.app_id != DEFAULT_APP:
+            for task in tasks:
+                task.add_done_callback(lambda t, app=rt.app_id: self._ended(app, t))
+        self._running[rt.app_id] = (stop, tasks)
+        return tasks
+
+    def _ended(self, app_id: str, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None or app_id in self._stopping:
+            return
+        log.error(
+            "app part failed; the app is closed",
+            app=app_id,
+            part=task.get_name(),
+            error=repr(task.exception()),
+        )
+        asyncio.get_running_loop().create_task(self._apps.forget(app_id))
+
+    async def stop(self, rt: Runtime) -> None:
+        stop, tasks = self._running.pop(rt.app_id, (asyncio.Event(), []))
+        self._stopping.add(rt.app_id)
+        stop.set()
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.error("app part failed", app=rt.app_id, error=repr(result))
+        self._stopping.discard(rt.app_id)
 
 
 CONSUMER_PARTS: list[Part] = [run_consumer, run_lease_renewal, run_receipt_poller, run_rate_share]
@@ -81,19 +152,25 @@ SCHEDULER_PARTS: list[Part] = [
     run_outbox,
     run_event_fanout,
     run_webhook_emitter,
-    run_gauge_refresher,
 ]
 
 
+async def _default_app_gauges(apps: Apps, stop: asyncio.Event) -> None:
+    """The store and broker gauges: the default app's (they carry no app label)."""
+    await run_gauge_refresher(apps.default, stop)
+
+
 async def run_scheduler(settings: Settings) -> None:
-    await run_parts(settings, [*SCHEDULER_PARTS, *_metrics_parts(settings)])
+    await run_parts(
+        settings, SCHEDULER_PARTS, once=[_default_app_gauges, *_metrics_parts(settings)]
+    )
 
 
 async def run_consumers(settings: Settings) -> None:
-    await run_parts(settings, [*CONSUMER_PARTS, *_metrics_parts(settings)])
+    await run_parts(settings, CONSUMER_PARTS, once=_metrics_parts(settings))
 
 
-def _metrics_parts(settings: Settings) -> list[Part]:
+def _metrics_parts(settings: Settings) -> list[OncePart]:
     """A ``/metrics`` server on TEPAT_METRICS_PORT (none when it is 0). The port is
     bound now, before anything connects, so a taken port stops the start with one line."""
     if settings.metrics_port == 0:
@@ -101,7 +178,7 @@ def _metrics_parts(settings: Settings) -> list[Part]:
     sock = _listen(settings.metrics_host, settings.metrics_port, "TEPAT_METRICS_PORT")
     port = sock.getsockname()[1]
 
-    async def metrics_server(rt: Runtime, stop: asyncio.Event) -> None:
+    async def metrics_server(apps: Apps, stop: asyncio.Event) -> None:
         log.info("serving metrics", url=f"http://{settings.metrics_host}:{port}/metrics")
         await _serve_asgi(metrics_app(), stop, sock=sock)
 
@@ -120,15 +197,16 @@ def _listen(host: str, port: int, variable: str) -> socket.socket:
         ) from None
 
 
-def _http_part(host: str, port: int, admin_key: str) -> Part:
+def _http_part(host: str, port: int, admin_key: str) -> OncePart:
     """The API on ``host:port``, bound now: a taken port stops the start with one line
     (uvicorn would log the error and leave the other parts running without an API)."""
     sock = _listen(host, port, "--port")
 
-    async def http_api(rt: Runtime, stop: asyncio.Event) -> None:
+    async def http_api(apps: Apps, stop: asyncio.Event) -> None:
         from api.app import create_app
 
-        await _serve_asgi(create_app(rt, admin_key), stop, sock=sock, settings=rt.settings)
+        app = create_app(apps.default, admin_key, apps=apps)
+        await _serve_asgi(app, stop, sock=sock, settings=apps.default.settings)
 
     return http_api
 
@@ -144,7 +222,7 @@ def _admin_key(settings: Settings) -> str:
 
 
 async def serve_api(settings: Settings, host: str, port: int) -> None:
-    await run_parts(settings, [_http_part(host, port, _admin_key(settings))])
+    await run_parts(settings, [], once=[_http_part(host, port, _admin_key(settings))])
 
 
 async def _serve_asgi(
@@ -186,20 +264,16 @@ def _limits(settings: Settings) -> dict[str, Any]:
 async def serve_all(
     settings: Settings, host: str, port: int, *, sandbox: bool, sandbox_port: int
 ) -> None:
-    parts = [
-        _http_part(host, port, _admin_key(settings)),
-        *CONSUMER_PARTS,
-        *SCHEDULER_PARTS,
-    ]
+    once = [_http_part(host, port, _admin_key(settings)), _default_app_gauges]
     if sandbox:
         settings, sandboxes = _with_sandboxes(settings, host, port, sandbox_port)
-        parts += sandboxes
-    await run_parts(settings, parts, restore_embedded=True)
+        once += sandboxes
+    await run_parts(settings, [*CONSUMER_PARTS, *SCHEDULER_PARTS], once=once, restore_embedded=True)
 
 
 def _with_sandboxes(
     settings: Settings, host: str, port: int, sandbox_port: int
-) -> tuple[Settings, list[Part]]:
+) -> tuple[Settings, list[OncePart]]:
     """The Expo sandbox on ``sandbox_port`` and a Twilio sandbox beside it, in this process,
     and the settings that send to them: SMS with the configured account, or the sandbox's
     own when none is, its status callbacks to this API."""
@@ -237,10 +311,10 @@ def _with_sandboxes(
         callback_delay_seconds=1.0,
     ).app
 
-    async def expo_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
+    async def expo_sandbox(apps: Apps, stop: asyncio.Event) -> None:
         await _serve_asgi(expo, stop, "127.0.0.1", sandbox_port)
 
-    async def twilio_sandbox(rt: Runtime, stop: asyncio.Event) -> None:
+    async def twilio_sandbox(apps: Apps, stop: asyncio.Event) -> None:
         await _serve_asgi(twilio, stop, sock=twilio_sock)
 
     for name, url in (("Expo", settings.expo_url), ("Twilio", settings.twilio_url)):
@@ -315,6 +389,11 @@ def api_worker_app() -> Any:
     return _RuntimeApp(settings, key)
 
 
+async def _stopped(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    stop.set()
+    await task
+
+
 class _RuntimeApp:
     """Opens a runtime on lifespan startup, serves the API over it, closes it on shutdown."""
 
@@ -333,12 +412,18 @@ class _RuntimeApp:
             if message["type"] == "lifespan.startup":
                 try:
                     rt = await self._stack.enter_async_context(open_runtime(self._settings))
+                    apps = Apps(self._settings, rt, registry=rt.store)
+                    self._stack.push_async_callback(apps.close)
+                    await apps.refresh()
                 except Exception as e:
                     await send({"type": "lifespan.startup.failed", "message": str(e)})
                     return
                 from api.app import create_app
 
-                self._app = create_app(rt, self._admin_key)
+                self._app = create_app(rt, self._admin_key, apps=apps)
+                refresh_stop = asyncio.Event()
+                refresh = asyncio.create_task(apps.run_refresh(refresh_stop))
+                self._stack.push_async_callback(_stopped, refresh, refresh_stop)
                 log.info("api worker ready", pid=os.getpid())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":

@@ -18,6 +18,7 @@ from tepat.adapters.breaker_guard import GuardedPush
 from tepat.adapters.webhook_out import WEBHOOK_RETRY
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
+from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.categories import Categories
 from tepat.domain.queues import PUSH, queues_for_channels
 from tepat.domain.retry import RetryPolicy
@@ -170,6 +171,8 @@ class Runtime:
     inbox: InboxService
     # The device kinds a provider is configured for; a device of another kind is refused.
     push_kinds: frozenset[str]
+    # The app whose store, queues and providers these are (tepat/tenancy.py).
+    app_id: str = DEFAULT_APP
 
     @property
     def channels(self) -> list[str]:
@@ -286,12 +289,19 @@ async def open_runtime(
     broker: Broker | None = None,
     push: PushProvider | None = None,
     push_providers: Mapping[str, PushProvider] | None = None,
+    app_id: str = DEFAULT_APP,
+    queue_namespace: str = "",
 ) -> AsyncIterator[Runtime]:
-    """``push`` replaces the Expo provider, ``push_providers`` adds or replaces others."""
+    """``push`` replaces the Expo provider, ``push_providers`` adds or replaces others;
+    ``app_id``'s queues are named with ``queue_namespace`` first on the broker."""
     clock = clock or SystemClock()
     categories = settings.category_policies()
     store = store or make_store(settings, clock)
     broker = broker or make_broker(settings, clock)
+    if queue_namespace:
+        from tepat.adapters.namespaced_broker import NamespacedBroker
+
+        broker = NamespacedBroker(broker, queue_namespace)
     providers = {**make_push_providers(settings, clock, push), **(push_providers or {})}
     await store.open()
     rt: Runtime | None = None
@@ -315,6 +325,7 @@ async def open_runtime(
             )
             rt = Runtime(
                 settings=settings,
+                app_id=app_id,
                 inbox=inbox,
                 push_kinds=frozenset(providers),
                 clock=clock,
@@ -348,6 +359,7 @@ async def open_runtime(
             )
             log.info(
                 "runtime ready",
+                app=app_id,
                 tzdata=TZDATA_RELEASE,
                 store=type(store).__name__,
                 broker=type(broker).__name__,

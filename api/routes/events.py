@@ -115,9 +115,9 @@ async def post_event(body: EventIn, caller: EventsCaller, service: Events) -> Ev
     `event_id` is its own: another app may use the same one."""
     if not caller.may_post(body.type):
         raise AuthError(
-            403, f"the app key {caller.app!r} may not post {body.type!r} events", field="type"
+            403, f"the app key {caller.poster!r} may not post {body.type!r} events", field="type"
         )
-    event, _created = await service.accept(EventRequest(**body.model_dump(), app=caller.app))
+    event, _created = await service.accept(EventRequest(**body.model_dump(), app=caller.poster))
     # The event id as the caller named it (an app key's is stored under its app).
     url = f"{PATH}/{body.event_id}"
     return EventHandle(event_id=body.event_id, type=event.type, state=event.state, status_url=url)
@@ -135,7 +135,7 @@ EventIdPath = Annotated[
 )
 async def get_event(event_id: EventIdPath, caller: EventsCaller, service: Events) -> EventStatusOut:
     """An app key reads only its own events (another's is a 404)."""
-    return status_out(await service.status(event_id, caller.app), event_id)
+    return status_out(await service.status(event_id, caller.poster), event_id)
 
 
 def status_out(status: EventStatus, event_id: str) -> EventStatusOut:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -34,12 +33,12 @@ import structlog
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from api.deps import service_of
+from api.email_endpoint import EmailEventsEndpoint
 from api.problems import ProblemError, problem_responses
-from tepat.adapters.sns_verify import CertificateUnavailable, SnsVerifier
-from tepat.config import Settings
+from tepat.adapters.sns_verify import CertificateUnavailable
 from tepat.domain import sns
 from tepat.domain.email_events import parse_ses_event
-from tepat.services.email_events import EmailEvents
 
 log = structlog.get_logger("tepat.email_events")
 
@@ -60,26 +59,6 @@ class EventAnswer(BaseModel):
     )
 
 
-@dataclass
-class EmailEventsEndpoint:
-    """What the route needs; the app builds one (tests swap the certificate fetcher)."""
-
-    events: EmailEvents
-    topics: frozenset[str] = frozenset()
-    secret: bytes | None = None
-    verifier: SnsVerifier = field(default_factory=SnsVerifier)
-
-
-def build_endpoint(settings: Settings, events: EmailEvents) -> EmailEventsEndpoint:
-    secret = settings.email_events_secret
-    topics = (settings.email_events_topic_arns or "").split(",")
-    return EmailEventsEndpoint(
-        events=events,
-        topics=frozenset(t for t in topics if t),
-        secret=secret.get_secret_value().encode() if secret else None,
-    )
-
-
 @router.post(
     PATH,
     responses=problem_responses(400, 403, 413, 422, 503),
@@ -89,7 +68,7 @@ async def email_events(request: Request) -> EventAnswer:
     """Bounce (permanent: the message ``failed``, the address suppressed), Complaint
     (the address suppressed), Delivery (the message ``delivered``); each once, forward
     only. See the module docstring for the two signatures."""
-    endpoint: EmailEventsEndpoint = request.app.state.email_events
+    endpoint: EmailEventsEndpoint = service_of(request, "email_events")
     body = await request.body()
     signature = request.headers.get(SIGNATURE_HEADER)
     if signature is not None:

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from api.deps import RT
+from api.deps import RT, service_of
 from api.problems import field_problem, problem_response, problem_responses
 from tepat.domain.errors import DomainError
 from tepat.domain.unsubscribe import MAX_TOKEN_CHARS, TokenExpired, TokenForged, UnsubscribeClaim
@@ -95,7 +95,7 @@ async def unsubscribe_page(token: Token, request: Request) -> Response:
 
 def _claim(request: Request, token: str) -> UnsubscribeClaim | Response:
     """The token's claim, or the answer refusing it (404 where links are not enabled)."""
-    links: UnsubscribeLinks | None = getattr(request.app.state, "unsubscribe", None)
+    links: UnsubscribeLinks | None = service_of(request, "unsubscribe")
     if links is None:
         return problem_response(404, "unsubscribe links are not enabled on this server")
     try:

@@ -26,6 +26,9 @@ DEFAULT_APP = "default"
 APP_ID_PATTERN = r"^[a-z][a-z0-9-]{0,30}$"
 _APP_ID = re.compile(APP_ID_PATTERN)
 KEY_PREFIX = "tpk_"
+# The public paths of an app other than the default one (unsubscribe links, provider
+# callbacks) start with this and its id: /apps/<id>/u/<token>.
+APP_PATH_PREFIX = "/apps/"
 KeyRole = Literal["admin", "events"]
 KEY_ROLES: tuple[KeyRole, ...] = ("admin", "events")
 MAX_KEYS_PER_APP = 20
@@ -64,9 +67,54 @@ APP_SETTINGS: frozenset[str] = frozenset(
         "jwt_secret",
         "jwt_issuer",
         "jwt_audience",
+        "twilio_secondary_account_sid",
+        "twilio_secondary_auth_token",
+        "twilio_secondary_from",
+        "smtp_secondary_url",
+        "email_events_secret",
+        "email_events_topic_arns",
+        "unsubscribe_secret",
         "categories",
         "event_types",
         "critical_reserve",
+    }
+)
+
+
+# Of APP_SETTINGS, the ones an app never takes from the deployment: its accounts and
+# secrets. Unset for an app, they are unset (no JWT for its users, Expo without an access
+# token, no SMS or e-mail account); the rest (URLs, ceilings, categories) are the
+# deployment's until the app sets its own. An app's unsubscribe links are signed with a key
+# of its own, derived from the deployment's unless it sets one, and its public URL (links,
+# provider callbacks) is the deployment's followed by /apps/<id> (tepat/tenancy.py).
+APP_OWN_SETTINGS: frozenset[str] = frozenset(
+    {
+        "expo_access_token",
+        "fcm_credentials_file",
+        "fcm_project_id",
+        "apns_key_file",
+        "apns_key_id",
+        "apns_team_id",
+        "apns_topic",
+        "webpush_vapid_private_key_file",
+        "webpush_vapid_subject",
+        "twilio_account_sid",
+        "twilio_auth_token",
+        "twilio_from",
+        "twilio_messaging_service_sid",
+        "smtp_host",
+        "smtp_from",
+        "smtp_username",
+        "smtp_password",
+        "email_events_secret",
+        "email_events_topic_arns",
+        "jwt_secret",
+        "jwt_issuer",
+        "jwt_audience",
+        "twilio_secondary_account_sid",
+        "twilio_secondary_auth_token",
+        "twilio_secondary_from",
+        "smtp_secondary_url",
     }
 )
 
