@@ -110,7 +110,7 @@ class AppService:
         keys = await self.keys(app_id)
         if sum(k.active for k in keys) >= MAX_KEYS_PER_APP:
             raise FieldConflict(
-                "role", f"an app holds at most {MAX_KEYS_PER_APP} active keys; revoke one"
+                "keys", f"an app holds at most {MAX_KEYS_PER_APP} active keys; revoke one"
             )
         return await self._new_key(app_id, checked, poster, types)
 

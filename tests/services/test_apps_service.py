@@ -170,8 +170,9 @@ async def test_an_app_holds_at_most_max_active_keys(service: AppService) -> None
     await service.create("shop", "Shop", {})
     for _ in range(MAX_KEYS_PER_APP - 1):
         await service.add_key("shop", "admin")
-    with pytest.raises(FieldConflict):
+    with pytest.raises(FieldConflict) as e:
         await service.add_key("shop", "events")
+    assert e.value.field == "keys"
     first = (await service.keys("shop"))[0]
     await service.revoke_key("shop", first.key_id)  # a revoked key frees its place
     await service.add_key("shop", "events")
