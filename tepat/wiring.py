@@ -21,6 +21,7 @@ from tepat.adapters.apns_push import ApnsPushProvider
 from tepat.adapters.breaker_guard import GuardedChannel, ProviderBreaker
 from tepat.adapters.fcm_auth import FcmAuth, read_service_account
 from tepat.adapters.fcm_push import FcmPushProvider
+from tepat.adapters.sealed_apps import SealedApps
 from tepat.adapters.secret_box import SealedWebhooks, SecretBox
 from tepat.adapters.smtp_email import SmtpConfig, SmtpEmailChannel
 from tepat.adapters.smtp_message import parse_from
@@ -34,6 +35,7 @@ from tepat.domain.breaker import BreakerSettings
 from tepat.domain.categories import Categories
 from tepat.domain.webhooks import TargetPolicy, parse_target_policy
 from tepat.ports.channel import Channel
+from tepat.ports.repositories.apps import AppRepository
 from tepat.ports.repositories.webhooks import WebhookRepository
 from tepat.services.sending.failover import FailoverChannel
 from tepat.services.unsubscribe import UnsubscribeLinks
@@ -136,6 +138,14 @@ def webhook_repository(settings: Settings, store: WebhookRepository) -> WebhookR
     ``TEPAT_SECRETS_KEY`` is set (and read either way)."""
     key = settings.secrets_key
     return SealedWebhooks(store, SecretBox(key.get_secret_value() if key else None))
+
+
+def app_repository(settings: Settings, store: AppRepository) -> AppRepository:
+    """The default app's registry of apps with their settings encrypted at rest when
+    ``TEPAT_SECRETS_KEY`` is set (and read either way)."""
+    key = settings.secrets_key
+    box = SecretBox(key.get_secret_value() if key else None, what="an app's settings")
+    return SealedApps(store, box)
 
 
 def webhook_target_policy(settings: Settings) -> TargetPolicy:

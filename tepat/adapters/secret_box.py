@@ -44,8 +44,10 @@ def check_key(key: str) -> None:
 class SecretBox:
     """Encrypts (with a key) and decrypts secrets; plain through without a key."""
 
-    def __init__(self, key: str | None) -> None:
+    def __init__(self, key: str | None, what: str = "a webhook secret") -> None:
+        """``what``: the secret's name in a :class:`SecretKeyError`'s message."""
         self._fernet = Fernet(key.encode()) if key else None
+        self._what = what
 
     def seal(self, secret: str) -> str:
         if self._fernet is None or secret.startswith(MARKER):
@@ -57,13 +59,13 @@ class SecretBox:
             return stored
         if self._fernet is None:
             raise SecretKeyError(
-                "a webhook secret is stored encrypted but TEPAT_SECRETS_KEY is not set"
+                f"{self._what} is stored encrypted but TEPAT_SECRETS_KEY is not set"
             )
         try:
             return self._fernet.decrypt(stored.removeprefix(MARKER).encode()).decode()
         except InvalidToken:
             raise SecretKeyError(
-                "a webhook secret does not decrypt with TEPAT_SECRETS_KEY (was the key changed?)"
+                f"{self._what} does not decrypt with TEPAT_SECRETS_KEY (was the key changed?)"
             ) from None
 
     def seal_all(self, sub: WebhookSubscription) -> WebhookSubscription:

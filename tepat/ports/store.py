@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tepat.ports.repositories.apps import AppRepository
 from tepat.ports.repositories.bulk_import import BulkImportRepository
 from tepat.ports.repositories.contacts import ContactRepository
 from tepat.ports.repositories.devices import DeviceRepository
@@ -49,6 +50,7 @@ class Store(
     ProviderEventRepository,
     WebhookRepository,
     MetaRepository,
+    AppRepository,
     Protocol,
 ):
     async def open(self) -> None:

@@ -171,6 +171,10 @@ INDEXES: tuple[tuple[str, str, list[str], dict[str, Any]], ...] = (
     # document's `wh` array, present only while entries wait; the emitter finds them here.
     ("messages", "webhook_journal", ["wh.at"], _JOURNALED),
     ("inbox", "webhook_journal", ["wh.at"], _JOURNALED),
+    # The registry of apps (adapters/mongo/apps.py): a key's _id is its hash (the lookup
+    # of every request); its id, which revokes it, is unique too; an app's keys by age.
+    ("app_keys", "uniq_key_id", ["key_id"], _UNIQUE),
+    ("app_keys", "app_created", ["app_id", "created_at", "key_id"], {}),
 )
 
 

@@ -11,6 +11,7 @@ document formats and the millisecond rule for instants in
 
 from __future__ import annotations
 
+from tepat.adapters.mongo.apps import AppsMixin
 from tepat.adapters.mongo.bulk import BulkMixin
 from tepat.adapters.mongo.client import UNAVAILABLE_ERRORS, connect
 from tepat.adapters.mongo.contacts import ContactsMixin
@@ -44,6 +45,7 @@ class MongoStore(
     EventsMixin,
     ContactsMixin,
     WebhooksMixin,
+    AppsMixin,
 ):
     """:class:`tepat.ports.store.Store` on MongoDB through ``pymongo.AsyncMongoClient``.
 

@@ -476,6 +476,33 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 WHERE fallback_token IS NOT NULL""",
         ),
     ),
+    (
+        18,
+        # The registry of apps and their keys (issue 23, adapters/sqlite/apps.py): used in
+        # the default app's file only, created in every file so each opens the same way.
+        # A key is stored as its hash; its id (not secret) names it in listings.
+        (
+            """CREATE TABLE apps (
+                app_id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                settings TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                disabled INTEGER NOT NULL
+            ) WITHOUT ROWID""",
+            """CREATE TABLE app_keys (
+                key_hash TEXT PRIMARY KEY,
+                key_id TEXT NOT NULL UNIQUE,
+                app_id TEXT NOT NULL,
+                role TEXT NOT NULL,
+                poster TEXT,
+                event_types TEXT,
+                created_at TEXT NOT NULL,
+                revoked_at TEXT
+            )""",
+            "CREATE INDEX ix_app_keys_app ON app_keys(app_id, created_at, key_id)",
+        ),
+    ),
 )
 
 

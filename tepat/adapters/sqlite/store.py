@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from tepat.adapters.sqlite.apps import AppsMixin
 from tepat.adapters.sqlite.bulk import BulkMixin
 from tepat.adapters.sqlite.connection import SqliteBase
 from tepat.adapters.sqlite.contacts import ContactsMixin
@@ -36,6 +37,7 @@ class SqliteStore(
     EventsMixin,
     ContactsMixin,
     WebhooksMixin,
+    AppsMixin,
     SqliteBase,
 ):
     """The :class:`tepat.ports.store.Store` on one SQLite file."""
