@@ -42,6 +42,7 @@ from api.routes import (
     users,
     webhooks,
 )
+from api.routes import apps as app_registry
 from api.schemas import BulkUserIn
 from api.throttle import FailureThrottle
 from tepat import tracing
@@ -106,7 +107,8 @@ def create_app(rt: Runtime, admin_key: str, apps: Apps | None = None) -> FastAPI
     app.state.email_events = build_endpoint(rt.settings, EmailEvents(rt.store, rt.clock))
     # /v1/providers/...: no API key, the provider's signature instead (api/auth.py)
     for module in (
-        *(users, devices, reminders, preferences, messages, bulk, admin, apps, health, templates),
+        *(users, devices, reminders, preferences, messages, bulk, admin, app_registry, health),
+        templates,
         *(inbox, events, contacts, suppressions, providers_twilio, webhooks, unsubscribe),
         providers_email,
     ):

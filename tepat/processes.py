@@ -62,7 +62,7 @@ async def run_parts(
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with open_runtime(settings) as rt:
-        apps = Apps(settings, rt, registry=rt.store)
+        apps = Apps.serving(settings, rt)
         running = _AppParts(parts, apps, restore_embedded)
         apps.on_open.append(running.start)
         apps.on_close.append(running.stop)
@@ -412,7 +412,7 @@ class _RuntimeApp:
             if message["type"] == "lifespan.startup":
                 try:
                     rt = await self._stack.enter_async_context(open_runtime(self._settings))
-                    apps = Apps(self._settings, rt, registry=rt.store)
+                    apps = Apps.serving(self._settings, rt)
                     self._stack.push_async_callback(apps.close)
                     await apps.refresh()
                 except Exception as e:

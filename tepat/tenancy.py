@@ -30,6 +30,7 @@ from tepat.domain.apps import APP_OWN_SETTINGS, APP_PATH_PREFIX, DEFAULT_APP, Ap
 from tepat.domain.errors import DomainError
 from tepat.ports.repositories.apps import AppRepository
 from tepat.runtime import Runtime, open_runtime
+from tepat.wiring import app_repository
 
 log = structlog.get_logger("tepat.apps")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -152,6 +153,12 @@ class Apps:
         self.on_open: list[Listener] = []
         self.on_close: list[Listener] = []
 
+    @classmethod
+    def serving(cls, base: Settings, default: Runtime) -> Apps:
+        """Every registered app beside the default one, read from the default app's store
+        (its settings sealed at rest: TEPAT_SECRETS_KEY)."""
+        return cls(base, default, registry=app_repository(base, default.store))
+
     @property
     def registry(self) -> AppRepository | None:
         """None in a process that serves the default app alone (tests, ``create_app(rt)``)."""
@@ -180,7 +187,7 @@ class Apps:
         async with self._lock:
             apps = {a.app_id: a for a in await self._registry.list_apps() if not a.disabled}
             keys: dict[str, AppKey] = {}
-            for app_id in apps:
+            for app_id in [DEFAULT_APP, *apps]:
                 for key in await self._registry.list_app_keys(app_id):
                     if key.active:
                         keys[key.key_hash] = key

@@ -87,9 +87,14 @@ class AppService:
         return await self._repo.list_apps()
 
     async def keys(self, app_id: str) -> list[AppKey]:
-        """The app's keys, revoked ones too, oldest first."""
-        await self.get(app_id)
+        """The app's keys, revoked ones too, oldest first. The default app has keys too
+        (beside TEPAT_ADMIN_API_KEY and TEPAT_APP_KEYS), though no record."""
+        await self._known(app_id)
         return await self._repo.list_app_keys(app_id)
+
+    async def _known(self, app_id: str) -> None:
+        if app_id != DEFAULT_APP:
+            await self.get(app_id)
 
     async def add_key(
         self,
@@ -116,7 +121,7 @@ class AppService:
 
     async def revoke_key(self, app_id: str, key_id: str) -> None:
         """Revoke the app's key; NotFound if the app has no such active key."""
-        await self.get(app_id)
+        await self._known(app_id)
         if not await self._repo.revoke_app_key(app_id, key_id, self._clock.now()):
             raise NotFound("key", key_id)
 

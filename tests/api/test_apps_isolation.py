@@ -31,6 +31,7 @@ from api.app import create_app
 from tepat.clock import FakeClock
 from tepat.domain.apps import App
 from tepat.runtime import Runtime, open_runtime
+from tepat.wiring import app_repository
 from tepat.tenancy import Apps, app_database_url, app_settings, queue_namespace
 from tests.api.conftest import ADMIN, ADMIN_KEY, JWT_SECRET, make_settings
 from tests.api.helpers import notification_body, reminder_body
@@ -93,7 +94,9 @@ def _opener(base: Any, default: Runtime) -> Any:
 async def _deployment(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[FastAPI, Apps]]:
     settings = make_settings(tmp_path)
     async with open_runtime(settings, clock=clock, push=FakePush()) as rt:
-        apps = Apps(settings, rt, registry=rt.store, opener=_opener(settings, rt))
+        apps = Apps(
+            settings, rt, registry=app_repository(settings, rt.store), opener=_opener(settings, rt)
+        )
         try:
             yield create_app(rt, ADMIN_KEY, apps=apps), apps
         finally:
@@ -111,7 +114,10 @@ async def deployment(
 
 
 def _token(sub: str, secret: str, clock: FakeClock, app: str | None) -> dict[str, str]:
-    claims: dict[str, Any] = {"sub": sub, "exp": int((clock.now() + timedelta(hours=1)).timestamp())}
+    claims: dict[str, Any] = {
+        "sub": sub,
+        "exp": int((clock.now() + timedelta(hours=1)).timestamp()),
+    }
     if app is not None:
         claims["app"] = app
     return {"Authorization": f"Bearer {jwt.encode(claims, secret, algorithm='HS256')}"}
@@ -166,9 +172,7 @@ async def _seed_beta(client: httpx.AsyncClient, beta: dict[str, str]) -> None:
 def _dump(path: str) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """Every row of every table of a SQLite store, in a stable order."""
     with contextlib.closing(sqlite3.connect(path)) as db:
-        tables = [
-            t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        ]
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         return [
             (t, sorted(db.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr))
             for t in sorted(tables)

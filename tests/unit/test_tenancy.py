@@ -28,7 +28,9 @@ DEPLOYMENT = Settings(
 
 
 def _app(**settings: object) -> App:
-    return App(app_id="shop", name="Shop", created_at=datetime(2027, 1, 1, tzinfo=UTC), settings=settings)
+    return App(
+        app_id="shop", name="Shop", created_at=datetime(2027, 1, 1, tzinfo=UTC), settings=settings
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,7 +40,10 @@ def _app(**settings: object) -> App:
         ("sqlite:///./tepat.db", "sqlite:///./tepat.app-shop.db"),
         ("sqlite:///data.d/tepat", "sqlite:///data.d/tepat.app-shop"),
         ("sqlite:///:memory:", "sqlite:///:memory:"),
-        ("mongodb://db:27017/tepat?replicaSet=rs0", "mongodb://db:27017/tepat-app-shop?replicaSet=rs0"),
+        (
+            "mongodb://db:27017/tepat?replicaSet=rs0",
+            "mongodb://db:27017/tepat-app-shop?replicaSet=rs0",
+        ),
         ("mongodb://db:27017", "mongodb://db:27017/tepat-app-shop"),
     ],
 )
@@ -62,7 +67,9 @@ def test_an_app_never_takes_the_deployments_accounts_or_secrets() -> None:
     assert s.public_url == "https://push.example.com/apps/shop"
     # its links are signed with a key of its own
     assert s.unsubscribe_secret is not None and DEPLOYMENT.unsubscribe_secret is not None
-    assert s.unsubscribe_secret.get_secret_value() != DEPLOYMENT.unsubscribe_secret.get_secret_value()
+    assert (
+        s.unsubscribe_secret.get_secret_value() != DEPLOYMENT.unsubscribe_secret.get_secret_value()
+    )
 
 
 def test_an_apps_own_values_win() -> None:
