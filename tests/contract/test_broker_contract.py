@@ -332,34 +332,44 @@ async def test_store_outage_of_minutes_dead_letters_nothing(
     await stats_eventually(broker, queue, ready=0, scheduled=0, in_flight=0, dead_letters=0)
 
 
+async def nack_until_dead_lettered(
+    broker: Broker, harness: BrokerHarness, deliveries: AsyncIterator[Delivery], delivery: Delivery
+) -> int:
+    """Nack ``delivery`` and each of its redeliveries (reason ``bad batch #<n>``) until
+    the retry age dead-letters it; the number of nacks."""
+    retry_age, slack = harness.redelivery.retry_age, age_slack(harness)
+    nacks = 0
+    first_failure = harness.clock.now()
+    while True:
+        age = harness.clock.now() - first_failure
+        nacks += 1
+        await broker.nack(delivery, f"bad batch #{nacks}")
+        if age >= retry_age + slack:
+            break  # dead-lettered
+        if age >= retry_age - slack:
+            # too close to the retry age to tell which side the broker saw
+            try:
+                again = await asyncio.wait_for(_anext(deliveries), ARRIVAL_TIMEOUT)
+            except TimeoutError:
+                break
+        else:
+            again = await redelivery_after(deliveries, harness, nacks)
+        assert (again.body, again.redelivered) == (delivery.body, True)
+        delivery = again
+    await expect_nothing(deliveries, quiet_period(harness))
+    return nacks
+
+
 async def test_nack_past_the_retry_age_dead_letters_and_replay_delivers_once(
     broker: Broker, broker_harness: BrokerHarness
 ) -> None:
-    retry_age, slack = broker_harness.redelivery.retry_age, age_slack(broker_harness)
     queue = broker_harness.unique_queue("poison")
     await broker.publish(queue, b"poison")
 
-    nacks = 0
     async with broker.consume([queue], prefetch=10) as deliveries:
         delivery = await next_delivery(deliveries)
         assert not delivery.redelivered
-        first_failure = broker_harness.clock.now()
-        while True:
-            age = broker_harness.clock.now() - first_failure
-            nacks += 1
-            await broker.nack(delivery, f"bad batch #{nacks}")
-            if age >= retry_age + slack:
-                break  # dead-lettered
-            if age >= retry_age - slack:
-                # too close to the retry age to tell which side the broker saw
-                try:
-                    delivery = await asyncio.wait_for(_anext(deliveries), ARRIVAL_TIMEOUT)
-                except TimeoutError:
-                    break
-            else:
-                delivery = await redelivery_after(deliveries, broker_harness, nacks)
-            assert (delivery.body, delivery.redelivered) == (b"poison", True)
-        await expect_nothing(deliveries, quiet_period(broker_harness))
+        nacks = await nack_until_dead_lettered(broker, broker_harness, deliveries, delivery)
 
     [dead] = await dead_letters_eventually(broker, queue, 1)
     assert (dead.queue, dead.body, dead.reason, dead.attempts) == (

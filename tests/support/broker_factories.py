@@ -60,7 +60,9 @@ BROKER_FACTORIES: dict[str, BrokerFactory] = {}
 
 # Each adapter registers itself from its own module; imported last so that those
 # modules can import the names above. activemq skips unless TEPAT_TEST_STOMP_URL is set.
+# namespaced_broker_factory wraps the adapters registered before it.
 from tests.support import (  # noqa: E402
     activemq_factory,  # noqa: F401
     embedded_broker_factory,  # noqa: F401
+    namespaced_broker_factory,  # noqa: F401
 )
