@@ -16,6 +16,7 @@ import asyncio
 import gc
 import os
 import signal
+from functools import partial
 import socket
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
@@ -37,7 +38,8 @@ from scheduler.jobs import (
 from tepat.config import ConfigError, Settings
 from tepat.domain.apps import DEFAULT_APP
 from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_http_for
-from tepat.metrics import app_context, metrics_app, run_gauge_refresher
+from tepat.app_context import app_context
+from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 from tepat.tenancy import Apps
 
@@ -120,7 +122,7 @@ class _AppParts:
             ]
         if rt.app_id != DEFAULT_APP:
             for task in tasks:
-                task.add_done_callback(lambda t, app=rt.app_id: self._ended(app, t))
+                task.add_done_callback(partial(self._ended, rt.app_id))
         self._running[rt.app_id] = (stop, tasks)
         return tasks
 

@@ -117,7 +117,7 @@ def open_app_runtime(
 
 
 Opener = Callable[[App], AbstractAsyncContextManager[Runtime]]
-Listener = Callable[[Runtime], Awaitable[None]]
+Listener = Callable[[Runtime], Awaitable[object]]
 
 
 @dataclass
@@ -169,9 +169,6 @@ class Apps:
             return self.default
         served = self._served.get(app_id)
         return served.runtime if served else None
-
-    def runtimes(self) -> list[Runtime]:
-        return [self.default, *(s.runtime for s in self._served.values())]
 
     def key(self, key_hash: str) -> AppKey | None:
         """The active key with this hash, of an app served here."""

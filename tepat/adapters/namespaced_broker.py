@@ -47,7 +47,7 @@ class NamespacedBroker:
     another app's delivery is never acked through this one.
     """
 
-    def __init__(self, inner: LeadBroker, namespace: str) -> None:
+    def __init__(self, inner: Broker, namespace: str) -> None:
         if not _NAMESPACE.match(namespace) or namespace.startswith(_RESERVED):
             raise ValueError(
                 f"invalid broker namespace {namespace!r}: dot-separated words ending in"
@@ -61,7 +61,7 @@ class NamespacedBroker:
     @property
     def lead_seconds(self) -> float:
         # read by the doctor's scheduler probe, which publishes net of it
-        return self.inner.lead_seconds
+        return float(getattr(self.inner, "lead_seconds", 0.0))
 
     def _name(self, queue: str) -> str:
         return self.namespace + queue
