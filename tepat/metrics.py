@@ -287,6 +287,20 @@ def counter_totals(counter: Counter, *labels: str) -> dict[tuple[str, ...], int]
     return totals
 
 
+def histogram_buckets(histogram: Histogram, label: str) -> dict[str, list[tuple[float, float]]]:
+    """This process's cumulative buckets of a labelled histogram by ``label``, summed over
+    the others: for each value, ``(upper bound, count at or below it)`` in ascending order,
+    ``+Inf`` last."""
+    sums: dict[str, dict[float, float]] = {}
+    for family in histogram.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                by_bound = sums.setdefault(sample.labels[label], {})
+                bound = float(sample.labels["le"])
+                by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
+    return {value: sorted(by_bound.items()) for value, by_bound in sums.items()}
+
+
 def error_code(reason: str) -> str:
     """The bounded code of a provider's reason (its leading word)."""
     found = _CODE.match(reason)
