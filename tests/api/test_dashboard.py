@@ -22,6 +22,7 @@ from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.models import MessageStatus
 from tepat.domain.outcomes import Next
 from tepat.domain.zones import TZDATA_RELEASE
+from tepat.ports.channel import Accepted
 from tepat.ports.push import TicketError, TicketOk
 from tepat.ports.repositories.presence import LIVE_TTL
 from tepat.ports.try_again import TryAgain
@@ -344,12 +345,12 @@ async def test_each_app_has_a_line_of_its_sends_429s_reserve_use_and_lateness(
     throttled = TryAgain("inbox_429: slow down", throttled=True)
     with app_context("dash-b"):
         for late in (0.3, 0.3, 0.3, 40.0):  # 3 in the (0.25, 0.5] bucket, 1 in (30, 60]
-            metrics.count_answer("inbox", "custom", TicketOk("t"), sent)
+            metrics.count_answer("inbox", "custom", Accepted(), sent)
             metrics.observe_lateness("inbox", "custom", late)
         metrics.count_answer("inbox", "custom", throttled, retry)
         metrics.count_provider_error("inbox", throttled)
         metrics.count_reserve_used("twilio", 2)
-    metrics.count_answer("inbox", "custom", TicketOk("t"), sent)  # the default app's
+    metrics.count_answer("inbox", "custom", Accepted(), sent)  # the default app's
     app.state.dashboard.invalidate()
     figures = await data(client, headers=ADMIN)
     b, default = app_line(figures, "dash-b"), app_line(figures, DEFAULT_APP)
