@@ -14,6 +14,10 @@ relay when e-mail is configured (connect, TLS and login, then QUIT: nothing is s
 the tz database release. A check that cannot run because an earlier one failed is
 reported as skipped.
 
+The provider checks also run per app (issue 23): :func:`check_apps` takes each app's
+id and Settings and checks that app's accounts, its lines named ``app <id>: <check>``
+(the default app's read as they always have).
+
 The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
 category queue, so no consumer takes it and no notification is touched.
 """
@@ -27,7 +31,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
@@ -36,6 +40,7 @@ from pathlib import Path
 from tepat.adapters.stomp.url import redact
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
+from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, Delivery
 from tepat.ports.push import Receipts, Rejected
@@ -93,7 +98,7 @@ async def diagnose(
     probe: Probe = Probe(),
 ) -> AsyncIterator[Check]:
     """Every check, in order, as each finishes."""
-    from tepat.runtime import make_broker, make_push_provider, make_store
+    from tepat.runtime import make_broker, make_store
 
     clock = clock or SystemClock()
     try:
@@ -122,22 +127,52 @@ async def diagnose(
         else:
             yield await scheduler_check(broker, probe)
 
-        push = make_push_provider(settings, clock)
-        stack.push_async_callback(_quietly, push.close)
-        yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
-        if (fcm := await fcm_check(settings, clock, wait)) is not None:
-            yield fcm
-        if (apns := apns_check(settings, clock)) is not None:
-            yield apns
-        if (webpush := webpush_check(settings, clock)) is not None:
-            yield webpush
-        for secondary in (False, True):  # failover's second account and relay too
-            if (twilio := await twilio_check(settings, wait, secondary)) is not None:
-                yield twilio
-            if (smtp := await smtp_check(settings, wait, secondary)) is not None:
-                yield smtp
+        async for check in provider_checks(settings, clock, wait):
+            yield check
 
         yield await tzdata_check(store, clock.now(), wait)
+
+
+async def provider_checks(settings: Settings, clock: Clock, wait: float) -> AsyncIterator[Check]:
+    """The provider accounts of ``settings``, in order: Expo, then each configured one."""
+    from tepat.runtime import make_push_provider
+
+    push = make_push_provider(settings, clock)
+    try:
+        yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
+    finally:
+        await _quietly(push.close)
+    if (fcm := await fcm_check(settings, clock, wait)) is not None:
+        yield fcm
+    if (apns := apns_check(settings, clock)) is not None:
+        yield apns
+    if (webpush := webpush_check(settings, clock)) is not None:
+        yield webpush
+    for secondary in (False, True):  # failover's second account and relay too
+        if (twilio := await twilio_check(settings, wait, secondary)) is not None:
+            yield twilio
+        if (smtp := await smtp_check(settings, wait, secondary)) is not None:
+            yield smtp
+
+
+async def check_apps(
+    apps: Sequence[tuple[str, Settings]],
+    *,
+    clock: Clock | None = None,
+    wait: float = 10.0,
+) -> AsyncIterator[Check]:
+    """Each app's provider accounts (issue 23), app by app, as each check finishes: the
+    ``(app id, that app's Settings)`` given. The default app's lines read as they always
+    have; another app's are named ``app <id>: <check>``, so each verdict says whose
+    account it judged."""
+    clock = clock or SystemClock()
+    for app_id, settings in apps:
+        async for check in provider_checks(settings, clock, wait):
+            yield (
+                check
+                if app_id == DEFAULT_APP
+                else replace(check, name=f"app {app_id}: {check.name}")
+            )
 
 
 def config_check(settings: Settings) -> Check:

@@ -21,6 +21,11 @@ Every channel (push, inbox, e-mail, SMS, webhooks) is counted alike, labelled by
 recorder reads it (:func:`count_answer`), and each provider error where it is seen
 (:func:`count_provider_error`). Labels stay bounded: a channel, its provider, an outcome,
 a category, a provider's code; never a user, a message, a target or free text.
+
+The sends, provider errors, push answers, critical reserve use and lateness also carry
+``app``: the app (tenant) whose work was observed, read from the context the work runs
+in (``tepat/app_context.py``), never passed by a call site. App ids are validated ids
+and there are at most ``MAX_APPS`` of them, so the label stays bounded too.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from tepat.app_context import current_app
 from tepat.clock import Clock
 from tepat.domain.categories import OUTCOME_UNKNOWN, Categories
 from tepat.domain.models import MessageStatus
@@ -82,8 +88,9 @@ SEND_LATENCY = Histogram(
 )
 LATENESS = Histogram(
     "tepat_send_lateness_seconds",
-    "Time from a message's scheduled instant to the provider accepting it, by channel and category",
-    ["channel", "category"],
+    "Time from a message's scheduled instant to the provider accepting it, by app, channel and"
+    " category",
+    ["app", "channel", "category"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),
     registry=REGISTRY,
 )
@@ -91,17 +98,18 @@ LATENESS = Histogram(
 # export; writing it here keeps the name in the code the one Prometheus shows.
 SENDS = Counter(
     "tepat_sends_total",
-    "Provider answers recorded, by channel, provider and what the answer made of the message:"
+    "Provider answers recorded, by app, channel, provider and what the answer made of the"
+    " message:"
     " sent, delivered, failed, suppressed (failed, its target suppressed), outcome_unknown,"
     " gave_up (a temporary failure past the retry limits), retry (back to pending)",
-    ["channel", "provider", "outcome"],
+    ["app", "channel", "provider", "outcome"],
     registry=REGISTRY,
 )
 PROVIDER_ERRORS = Counter(
     "tepat_provider_errors_total",
-    "Provider errors by channel, provider, kind (throttled: a 429 or the provider's rate"
+    "Provider errors by app, channel, provider, kind (throttled: a 429 or the provider's rate"
     " limit; try_again: another temporary failure, 5xx included; refused: permanent) and code",
-    ["channel", "provider", "kind", "code"],
+    ["app", "channel", "provider", "kind", "code"],
     registry=REGISTRY,
 )
 MAYBE_SENT = Counter(
@@ -138,10 +146,11 @@ BREAKER_TRANSITIONS = Counter(
 # runtime is counted under its own name with no change here.
 PUSH_SENDS = Counter(
     "tepat_push_sends_total",
-    "Push notifications (one per device) by provider (the device's kind: expo, fcm, apns…)"
+    "Push notifications (one per device) by app, provider (the device's kind: expo, fcm,"
+    " apns…)"
     " and its answer: accepted, throttled (a 429), try_again (another temporary failure,"
     " 5xx included), refused, not_sent (its lease ran out while it waited)",
-    ["provider", "outcome"],
+    ["app", "provider", "outcome"],
     registry=REGISTRY,
 )
 # Counted by the provider's token bucket (tepat/adapters/rate_limit.py): provider expo,
@@ -150,8 +159,8 @@ CRITICAL_RESERVE_USED = Counter(
     "tepat_critical_reserve_used_total",
     "Notifications of critical and safety traffic a provider's rate limiter let through"
     " while other traffic waited at its share (TEPAT_CRITICAL_RESERVE): the reserve in use,"
-    " by provider",
-    ["provider"],
+    " by app and provider",
+    ["app", "provider"],
     registry=REGISTRY,
 )
 NOT_SENT_RETRIES = Counter(
@@ -278,6 +287,20 @@ def counter_totals(counter: Counter, *labels: str) -> dict[tuple[str, ...], int]
     return totals
 
 
+def histogram_buckets(histogram: Histogram, label: str) -> dict[str, list[tuple[float, float]]]:
+    """This process's cumulative buckets of a labelled histogram by ``label``, summed over
+    the others: for each value, ``(upper bound, count at or below it)`` in ascending order,
+    ``+Inf`` last."""
+    sums: dict[str, dict[float, float]] = {}
+    for family in histogram.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                by_bound = sums.setdefault(sample.labels[label], {})
+                bound = float(sample.labels["le"])
+                by_bound[bound] = by_bound.get(bound, 0.0) + sample.value
+    return {value: sorted(by_bound.items()) for value, by_bound in sums.items()}
+
+
 def error_code(reason: str) -> str:
     """The bounded code of a provider's reason (its leading word)."""
     found = _CODE.match(reason)
@@ -289,7 +312,10 @@ def count_answer(channel: str, category: str, outcome: ChannelOutcome, next_: Ne
     every channel's answers pass through): what it made of its message, and a not-sent
     retry."""
     SENDS.labels(
-        channel=channel, provider=provider_of(channel), outcome=_outcome_label(outcome, next_)
+        app=current_app(),
+        channel=channel,
+        provider=provider_of(channel),
+        outcome=_outcome_label(outcome, next_),
     ).inc()
     if isinstance(outcome, TryAgain) and not (outcome.maybe_sent or outcome.server_error):
         NOT_SENT_RETRIES.labels(channel=channel, category=category).inc()
@@ -327,7 +353,7 @@ def count_push_answer(
             outcome = "throttled"
         case _:
             outcome = "try_again"
-    PUSH_SENDS.labels(provider=provider, outcome=outcome).inc()
+    PUSH_SENDS.labels(app=current_app(), provider=provider, outcome=outcome).inc()
     if isinstance(answer, TicketError):
         count_provider_error(PUSH, answer, provider)
 
@@ -352,8 +378,22 @@ def count_provider_error(
         case TryAgain(reason, throttled=throttled):
             kind, code = ("throttled" if throttled else "try_again"), error_code(reason)
     PROVIDER_ERRORS.labels(
-        channel=channel, provider=provider or provider_of(channel), kind=kind, code=code[:40]
+        app=current_app(),
+        channel=channel,
+        provider=provider or provider_of(channel),
+        kind=kind,
+        code=code[:40],
     ).inc()
+
+
+def observe_lateness(channel: str, category: str, seconds: float) -> None:
+    """How late a message reached its provider (or the inbox), for the app at work."""
+    LATENESS.labels(app=current_app(), channel=channel, category=category).observe(seconds)
+
+
+def count_reserve_used(provider: str, n: float) -> None:
+    """``n`` critical notifications the rate limiter let through on the reserve."""
+    CRITICAL_RESERVE_USED.labels(app=current_app(), provider=provider).inc(n)
 
 
 def count_maybe_sent(category: str, action: Literal["retried", "closed", "retried_5xx"]) -> None:

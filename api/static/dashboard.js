@@ -203,6 +203,25 @@ function render(d) {
   );
 
   fill(
+    "apps",
+    d.apps.map((a) =>
+      row(
+        [
+          { text: a.app },
+          { text: String(a.sent), cls: "n sent" },
+          { text: String(a.answers), cls: "n answers" },
+          { text: String(a.throttled), cls: a.throttled ? "n throttled bad" : "n throttled" },
+          { text: String(a.reserve_used), cls: "n reserve" },
+          { text: seconds(a.lateness_p50_seconds), cls: "n p50" },
+          { text: seconds(a.lateness_p99_seconds), cls: "n p99" },
+        ],
+        { app: a.app },
+      ),
+    ),
+    "no apps",
+  );
+
+  fill(
     "queues",
     d.queues.map((q) =>
       row(

@@ -33,7 +33,7 @@ import threading
 from datetime import datetime
 
 from tepat.clock import Clock
-from tepat.metrics import CRITICAL_RESERVE_USED
+from tepat.metrics import count_reserve_used
 
 
 class TokenBucket:
@@ -150,7 +150,7 @@ class TokenBucket:
             await others.acquire(n - critical)
         elif others is not None and critical and others._waiting:
             # Other traffic is held at its share: these tokens are the reserve's.
-            CRITICAL_RESERVE_USED.labels(self.provider).inc(critical)
+            count_reserve_used(self.provider, critical)
 
     async def acquire_ceiling(self, n: float) -> None:
         """The second half of :meth:`acquire`: ``n`` tokens of the whole rate, in call order."""

@@ -120,7 +120,8 @@ APP_OWN_SETTINGS: frozenset[str] = frozenset(
 
 
 def valid_app_id(app_id: str) -> bool:
-    return bool(_APP_ID.match(app_id))
+    # fullmatch: with match, the pattern's `$` also matches before a trailing newline.
+    return bool(_APP_ID.fullmatch(app_id))
 
 
 def unknown_app_settings(settings: dict[str, Any]) -> list[str]:

@@ -23,6 +23,9 @@ shows what the consumers did. A snapshot is computed at most once per
   figure comes from);
 - per push provider (a device kind: expo, fcm, apns…): this process's notifications by
   answer, 429s among them (``tepat_push_sends_total``);
+- per app (tenant, issue 23; the ``app`` label of each): this process's sends, 429s,
+  critical reserve use, and lateness p50 / p99 estimated from the lateness histogram's
+  buckets since it started;
 - live consumers (the store's heartbeats) and the age of the oldest due-but-unsent
   message (the store; as ``tepat_oldest_due_unsent_seconds``);
 - the store's health: a probe write (``metrics.probe_store``, as ``tepat_store_up``),
@@ -46,6 +49,7 @@ import structlog
 
 from tepat import metrics
 from tepat.clock import Clock
+from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.batches import BadBatch, decode_batch
 from tepat.domain.breaker import BreakerState
 from tepat.domain.categories import Categories
@@ -121,6 +125,21 @@ class ProviderLine:
 
 
 @dataclass(frozen=True, slots=True)
+class AppLine:
+    """One app (tenant): this process's counters of its work since it started."""
+
+    app: str
+    sent: int  # provider answers that sent or delivered (tepat_sends_total)
+    answers: int  # every provider answer recorded, retries and failures included
+    throttled: int  # 429s on every channel (tepat_provider_errors_total kind=throttled)
+    reserve_used: int  # tepat_critical_reserve_used_total, every provider
+    # Estimated from tepat_send_lateness_seconds' buckets as Prometheus's
+    # histogram_quantile does; None: nothing sent yet.
+    lateness_p50_seconds: float | None
+    lateness_p99_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class StoreHealth:
     up: bool  # the probe write went through within metrics.STORE_PROBE_TIMEOUT_SECONDS
     probe_seconds: float  # how long the probe took (real seconds)
@@ -150,6 +169,7 @@ class Snapshot:
     dead_letters: list[DeadLetterLine]
     channels: list[ChannelLine]
     push_providers: list[ProviderLine]
+    apps: list[AppLine]
     live_consumers: int  # consumer processes that beat in the store within LIVE_TTL
     oldest_due_unsent_seconds: float | None  # None: nothing due is waiting
     store: StoreHealth
@@ -270,6 +290,50 @@ def provider_lines(providers: Sequence[str]) -> list[ProviderLine]:
     ]
 
 
+def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The ``q`` quantile (in (0, 1]) of cumulative ``(upper bound, count)`` buckets,
+    ascending with ``+Inf`` last, as Prometheus's ``histogram_quantile`` estimates it:
+    linear within the bucket the rank falls in; the highest finite bound when it falls
+    in ``+Inf``'s. None when the buckets are empty."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if math.isinf(upper):
+                return lower
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
+    return lower  # unreachable: the last bucket holds every observation
+
+
+def app_lines() -> list[AppLine]:
+    """Every app counted in this process, and the default app always (zeros included)."""
+    answers = metrics.counter_totals(metrics.SENDS, "app", "outcome")
+    errors = metrics.counter_totals(metrics.PROVIDER_ERRORS, "app", "kind")
+    reserve = metrics.counter_totals(metrics.CRITICAL_RESERVE_USED, "app")
+    lateness = metrics.histogram_buckets(metrics.LATENESS, "app")
+    apps = {DEFAULT_APP} | {a for a, _ in answers} | {a for a, _ in errors}
+    apps |= {a for (a,) in reserve} | set(lateness)
+    lines = []
+    for app in sorted(apps):
+        buckets = lateness.get(app, [])
+        by_outcome = {outcome: n for (of, outcome), n in answers.items() if of == app}
+        lines.append(
+            AppLine(
+                app=app,
+                sent=by_outcome.get("sent", 0) + by_outcome.get("delivered", 0),
+                answers=sum(by_outcome.values()),
+                throttled=errors.get((app, "throttled"), 0),
+                reserve_used=reserve.get((app,), 0),
+                lateness_p50_seconds=bucket_quantile(0.50, buckets),
+                lateness_p99_seconds=bucket_quantile(0.99, buckets),
+            )
+        )
+    return lines
+
+
 def _midnight(now: datetime) -> datetime:
     return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
@@ -362,6 +426,7 @@ class Dashboard:
             dead_letters=[self._dead_line(d) for d in dead],
             channels=channel_lines(self.channels, figures.counts),
             push_providers=provider_lines(self.push_providers),
+            apps=app_lines(),
             live_consumers=sum(figures.live.values()),
             oldest_due_unsent_seconds=(
                 None if figures.oldest is None else max(0.0, (now - figures.oldest).total_seconds())

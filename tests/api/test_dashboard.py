@@ -16,10 +16,13 @@ from fastapi import FastAPI
 from api.dashboard_session import COOKIE, SESSION_SECONDS
 from api.routes.dashboard import FIND_LIMIT
 from tepat import metrics
+from tepat.app_context import app_context
 from tepat.clock import FakeClock
+from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.models import MessageStatus
 from tepat.domain.outcomes import Next
 from tepat.domain.zones import TZDATA_RELEASE
+from tepat.ports.channel import Accepted
 from tepat.ports.push import TicketError, TicketOk
 from tepat.ports.repositories.presence import LIVE_TTL
 from tepat.ports.try_again import TryAgain
@@ -325,6 +328,42 @@ async def test_each_push_provider_has_a_line_of_its_sends_and_429s(
     expo = provider(figures, "expo")
     assert expo["sends_by_outcome"]["accepted"] == expo_before.get("accepted", 0) + 1
     assert expo["throttled"] == before["expo"]["throttled"]
+
+
+def app_line(figures: dict[str, Any], app: str) -> dict[str, Any]:
+    found = [a for a in figures["apps"] if a["app"] == app]
+    return dict(found[0]) if found else {"sent": 0, "answers": 0, "throttled": 0, "reserve_used": 0}
+
+
+async def test_each_app_has_a_line_of_its_sends_429s_reserve_use_and_lateness(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    figures = await data(client, headers=ADMIN)
+    assert DEFAULT_APP in [a["app"] for a in figures["apps"]]  # before it sends
+    before = {name: app_line(figures, name) for name in (DEFAULT_APP, "dash-b")}
+    sent, retry = Next(MessageStatus.SENT), Next(MessageStatus.PENDING)
+    throttled = TryAgain("inbox_429: slow down", throttled=True)
+    with app_context("dash-b"):
+        for late in (0.3, 0.3, 0.3, 40.0):  # 3 in the (0.25, 0.5] bucket, 1 in (30, 60]
+            metrics.count_answer("inbox", "custom", Accepted(), sent)
+            metrics.observe_lateness("inbox", "custom", late)
+        metrics.count_answer("inbox", "custom", throttled, retry)
+        metrics.count_provider_error("inbox", throttled)
+        metrics.count_reserve_used("twilio", 2)
+    metrics.count_answer("inbox", "custom", Accepted(), sent)  # the default app's
+    app.state.dashboard.invalidate()
+    figures = await data(client, headers=ADMIN)
+    b, default = app_line(figures, "dash-b"), app_line(figures, DEFAULT_APP)
+    moved = {
+        key: b[key] - before["dash-b"][key]
+        for key in ("sent", "answers", "throttled", "reserve_used")
+    }
+    assert moved == {"sent": 4, "answers": 5, "throttled": 1, "reserve_used": 2}
+    assert default["sent"] == before[DEFAULT_APP]["sent"] + 1
+    assert default["throttled"] == before[DEFAULT_APP]["throttled"]
+    # dash-b is this test's own app: its buckets hold these four observations only.
+    assert b["lateness_p50_seconds"] == pytest.approx(0.25 + 0.25 * 2 / 3)  # rank 2 of 3
+    assert b["lateness_p99_seconds"] == pytest.approx(30 + 30 * (3.96 - 3) / 1)
 
 
 async def test_a_store_that_fails_leaves_the_page_up_saying_so_with_the_last_figures(

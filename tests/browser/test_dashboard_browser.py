@@ -195,6 +195,10 @@ def test_dashboard_in_chromium(live: Live, api: httpx.Client, tmp_path: Path) ->
         expect(cell("custom", "scheduled")).to_have_text("0")
         expect(page.locator("#sends-per-second")).to_have_text("0.02")  # 1 in the last 60 s
         expect(page.locator("#lateness-p50")).to_have_text("2.0 s")
+        # The default app's line: this process's counters (other tests' sends too).
+        default_app = page.locator('#apps tr[data-app="default"]')
+        expect(default_app.locator("td.sent")).to_have_text(NOT_ZERO)
+        expect(default_app.locator("td.p50")).to_have_text(re.compile(r"^\d+(\.\d)? (ms|s|min)$"))
         listed = api.get("/v1/users/alice/messages", params={"status": "sent"}).json()
         assert [m["id"] for m in listed["messages"]] == [custom_id], listed
         assert [n["to"] for n in live.sandbox.received()] == [ALICE]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tepat import metrics
+from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.models import MessageStatus
 from tepat.ports.channel import Refused
 from tepat.runtime import Runtime
@@ -60,12 +61,23 @@ async def test_each_answer_is_counted_once_under_its_own_channel_and_provider(
     if channel == "push" and error is not None and error[0] == "refused":
         error = ("refused", "Rejected")
     provider = metrics.PROVIDERS[channel]
-    sends = {"channel": channel, "provider": provider, "outcome": outcome or "none"}
-    errors = {"channel": channel, "provider": provider, "kind": "-", "code": "-"}
+    sends = {
+        "app": DEFAULT_APP,
+        "channel": channel,
+        "provider": provider,
+        "outcome": outcome or "none",
+    }
+    errors = {
+        "app": DEFAULT_APP,
+        "channel": channel,
+        "provider": provider,
+        "kind": "-",
+        "code": "-",
+    }
     if error is not None:
         errors["kind"], errors["code"] = error
     retries = {"channel": channel, "category": row.category}
-    lateness = {"channel": channel, "category": row.category}
+    lateness = {"app": DEFAULT_APP, "channel": channel, "category": row.category}
     before = (
         sample("tepat_sends_total", **sends),
         every("tepat_sends_total"),
@@ -99,7 +111,7 @@ async def test_a_refusal_naming_a_dead_target_counts_as_suppressed(
 ) -> None:
     row = Row(Refused("smtp_550", suppress="hard_bounce"), (MessageStatus.FAILED, None, 0))
     monkeypatch.setitem(TABLE, "hard bounce", row)
-    labels = {"channel": "email", "provider": "smtp", "outcome": "suppressed"}
+    labels = {"app": DEFAULT_APP, "channel": "email", "provider": "smtp", "outcome": "suppressed"}
     before = sample("tepat_sends_total", **labels)
     await send_once(rt, "hard bounce", "email")
     assert sample("tepat_sends_total", **labels) - before == 1

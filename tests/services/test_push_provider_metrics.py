@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from tepat import metrics
+from tepat.domain.apps import DEFAULT_APP
 from tepat.ports.push import PushRequest, SendResult, TicketError, Tickets
 from tepat.ports.try_again import TryAgain
 from tepat.runtime import Runtime
@@ -39,12 +40,18 @@ def fcm() -> ThrottlingFcm:
 
 
 def sends(provider: str, outcome: str) -> float:
-    labels = {"provider": provider, "outcome": outcome}
+    labels = {"app": DEFAULT_APP, "provider": provider, "outcome": outcome}
     return metrics.REGISTRY.get_sample_value("tepat_push_sends_total", labels) or 0.0
 
 
 def errors(provider: str, kind: str, code: str) -> float:
-    labels = {"channel": "push", "provider": provider, "kind": kind, "code": code}
+    labels = {
+        "app": DEFAULT_APP,
+        "channel": "push",
+        "provider": provider,
+        "kind": kind,
+        "code": code,
+    }
     return metrics.REGISTRY.get_sample_value("tepat_provider_errors_total", labels) or 0.0
 
 

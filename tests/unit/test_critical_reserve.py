@@ -18,6 +18,7 @@ from tepat.adapters.rate_limit import TokenBucket
 from tepat.adapters.smtp_email import SmtpEmailChannel
 from tepat.clock import FakeClock
 from tepat.config import ConfigError, load_settings
+from tepat.domain.apps import DEFAULT_APP
 from tepat.domain.categories import Categories
 from tepat.domain.models import Message
 from tepat.domain.queues import may_use_critical_reserve, queue_may_use_critical_reserve
@@ -181,7 +182,7 @@ async def test_critical_tokens_taken_while_others_wait_count_as_reserve_use() ->
 
 
 def reserve_used(provider: str) -> float:
-    labels = {"provider": provider}
+    labels = {"app": DEFAULT_APP, "provider": provider}
     return REGISTRY.get_sample_value("tepat_critical_reserve_used_total", labels) or 0.0
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tepat.ports.repositories.ops_views import SendSample
-from tepat.services.dashboard import failure_code, percentile, rates
+from tepat.services.dashboard import bucket_quantile, failure_code, percentile, rates
 
 NOW = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -35,6 +35,28 @@ def test_nearest_rank_percentiles() -> None:
     assert percentile(values, 0.99) == 99.0
     assert percentile([7.0], 0.99) == 7.0
     assert percentile([], 0.5) is None
+
+
+INF = float("inf")
+
+
+def test_bucket_quantiles_interpolate_within_the_bucket_as_prometheus_does() -> None:
+    # 10 observations: 4 at or below 0.1 s, 8 at or below 1 s, all 10 at or below 5 s.
+    buckets = [(0.1, 4.0), (1.0, 8.0), (5.0, 10.0), (INF, 10.0)]
+    assert bucket_quantile(0.2, buckets) == pytest.approx(0.05)  # rank 2 of the first 4
+    assert bucket_quantile(0.5, buckets) == pytest.approx(0.1 + 0.9 * 1 / 4)  # rank 5
+    assert bucket_quantile(0.99, buckets) == pytest.approx(1.0 + 4.0 * 1.9 / 2)  # rank 9.9
+    assert bucket_quantile(1.0, buckets) == pytest.approx(5.0)
+
+
+def test_a_quantile_in_the_inf_bucket_is_the_highest_finite_bound() -> None:
+    assert bucket_quantile(0.99, [(0.1, 1.0), (1.0, 1.0), (INF, 3.0)]) == 1.0
+    assert bucket_quantile(0.5, [(INF, 3.0)]) == 0.0  # no finite bound: Prometheus says 0
+
+
+def test_no_observations_no_quantile() -> None:
+    assert bucket_quantile(0.5, []) is None
+    assert bucket_quantile(0.5, [(0.1, 0.0), (INF, 0.0)]) is None
 
 
 def sample(sent_seconds_ago: float, late: float) -> SendSample:

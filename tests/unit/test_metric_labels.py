@@ -7,6 +7,7 @@ import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
 from tepat import metrics
+from tepat.domain.apps import DEFAULT_APP
 from tepat.ports.channel import Refused
 from tepat.ports.push import Rejected, TicketError
 from tepat.ports.try_again import TryAgain
@@ -51,6 +52,7 @@ def series() -> set[tuple[str, ...]]:
 
 def test_provider_errors_with_distinct_free_text_share_one_series() -> None:
     throttled = {
+        "app": DEFAULT_APP,
         "channel": "sms",
         "provider": "twilio",
         "kind": "throttled",
@@ -62,7 +64,13 @@ def test_provider_errors_with_distinct_free_text_share_one_series() -> None:
         metrics.count_provider_error("email", Refused(f"smtp_550 5.1.1 <user{n}@example.com>"))
         too_many = TryAgain(f"twilio_20429: to +4477009{n:05}", throttled=True)
         metrics.count_provider_error("sms", too_many)
-    refused = {"channel": "email", "provider": "smtp", "kind": "refused", "code": "smtp_550"}
+    refused = {
+        "app": DEFAULT_APP,
+        "channel": "email",
+        "provider": "smtp",
+        "kind": "refused",
+        "code": "smtp_550",
+    }
     expected = {tuple(sorted(refused.values())), tuple(sorted(throttled.values()))}
     assert expected <= series()
     assert series() - before <= expected
@@ -74,5 +82,11 @@ def test_push_errors_keep_expo_codes_and_name_a_refused_request_rejected() -> No
     metrics.count_provider_error("push", TicketError("DeviceNotRegistered", "gone", True))
     metrics.count_provider_error("push", Rejected("HTTP_401: bad token"))
     for kind, code in (("refused", "DeviceNotRegistered"), ("refused", "Rejected")):
-        labels = {"channel": "push", "provider": "expo", "kind": kind, "code": code}
+        labels = {
+            "app": DEFAULT_APP,
+            "channel": "push",
+            "provider": "expo",
+            "kind": kind,
+            "code": code,
+        }
         assert (metrics.REGISTRY.get_sample_value("tepat_provider_errors_total", labels) or 0) >= 1

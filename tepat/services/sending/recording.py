@@ -88,8 +88,8 @@ class OutcomeRecorder:
         m = answer.message
         match answer.outcome:
             case Delivered() | Accepted():
-                metrics.LATENESS.labels(channel=channel, category=m.category).observe(
-                    max(0.0, (now - m.scheduled_at).total_seconds())
+                metrics.observe_lateness(
+                    channel, m.category, max(0.0, (now - m.scheduled_at).total_seconds())
                 )
                 if isinstance(answer.outcome, Accepted):
                     return outcomes.after_accepted(answer.outcome.provider_id)
