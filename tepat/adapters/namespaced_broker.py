@@ -28,11 +28,15 @@ _NAMESPACE = re.compile(r"^(?:[A-Za-z0-9_-]+\.)+$")
 _RESERVED = ("DLQ.", "ActiveMQ.")
 
 
-class LeadBroker(Broker, Protocol):
-    """A broker that hands messages over ahead of their delay (both real adapters do)."""
+class SharedBroker(Broker, Protocol):
+    """What the wrapper needs of the broker its app shares (both real adapters have it)."""
 
     @property
-    def lead_seconds(self) -> float: ...
+    def lead_seconds(self) -> float:
+        """How far ahead of its delay a message is handed over."""
+
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        """The port's replay, refused (False) for a letter not on a ``queue_prefix`` queue."""
 
 
 class NamespacedBroker:
@@ -47,7 +51,7 @@ class NamespacedBroker:
     another app's delivery is never acked through this one.
     """
 
-    def __init__(self, inner: LeadBroker, namespace: str) -> None:
+    def __init__(self, inner: SharedBroker, namespace: str) -> None:
         if not _NAMESPACE.match(namespace) or namespace.startswith(_RESERVED):
             raise ValueError(
                 f"invalid broker namespace {namespace!r}: dot-separated words ending in"
@@ -140,10 +144,12 @@ class NamespacedBroker:
             for d in await self.inner.dead_letters(self._names(queues))
         ]
 
-    async def replay_dead_letter(self, dead_letter_id: str) -> bool:
-        # By id alone, as the port has it: the inner adapter puts the letter back on the
-        # queue it died on, which is in this namespace for a letter this wrapper listed.
-        return await self.inner.replay_dead_letter(dead_letter_id)
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        # An id is all the caller gives: another app's letter is unknown here, as it
+        # would be on a broker of this app's own.
+        return await self.inner.replay_dead_letter(
+            dead_letter_id, queue_prefix=self._name(queue_prefix)
+        )
 
 
 class _Deliveries:

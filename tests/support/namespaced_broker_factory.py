@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import cast
 
-from tepat.adapters.namespaced_broker import LeadBroker, NamespacedBroker
+from tepat.adapters.namespaced_broker import NamespacedBroker, SharedBroker
 from tepat.ports.broker import DeadLetter, Delivery, QueueStats
 from tests.support.broker_factories import BROKER_FACTORIES, BrokerFactory, BrokerHarness
 
@@ -29,7 +29,7 @@ def unique_namespace() -> str:
 class QueueNameGuard:
     """A broker that fails the test on any queue name crossing it that ``allowed`` refuses."""
 
-    def __init__(self, inner: LeadBroker, allowed: Callable[[str], bool], side: str) -> None:
+    def __init__(self, inner: SharedBroker, allowed: Callable[[str], bool], side: str) -> None:
         self.inner = inner
         self._allowed = allowed
         self._side = side
@@ -84,8 +84,9 @@ class QueueNameGuard:
         self._check_all([d.queue for d in result])
         return result
 
-    async def replay_dead_letter(self, dead_letter_id: str) -> bool:
-        return await self.inner.replay_dead_letter(dead_letter_id)
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        self._check(queue_prefix)
+        return await self.inner.replay_dead_letter(dead_letter_id, queue_prefix=queue_prefix)
 
 
 class _Checked:
@@ -102,7 +103,7 @@ class _Checked:
         return delivery
 
 
-def guarded(inner: LeadBroker, namespace: str) -> QueueNameGuard:
+def guarded(inner: SharedBroker, namespace: str) -> QueueNameGuard:
     """``NamespacedBroker(inner, namespace)`` between the two guards."""
     below = QueueNameGuard(
         inner, lambda q: q.startswith(namespace), f"reached the broker without {namespace!r}"
@@ -118,8 +119,8 @@ def _namespaced(adapter: str) -> BrokerFactory:
     @asynccontextmanager
     async def harness() -> AsyncIterator[BrokerHarness]:
         async with BROKER_FACTORIES[adapter]() as inner:
-            # both real adapters have lead_seconds; the harness types them as plain Brokers
-            broker = cast(LeadBroker, inner.broker)
+            # the harness types the real adapters as plain Brokers
+            broker = cast(SharedBroker, inner.broker)
             # The name stays the adapter's: a test skipped on an adapter is skipped on it
             # wrapped too, as the wrapper changes no property of the broker's but its names.
             yield replace(inner, broker=guarded(broker, unique_namespace()))
