@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import cast
 
-from tepat.adapters.namespaced_broker import NamespacedBroker, SharedBroker
+from tepat.adapters.namespaced_broker import ForwardingBroker, NamespacedBroker, SharedBroker
 from tepat.ports.broker import DeadLetter, Delivery, QueueStats
 from tests.support.broker_factories import BROKER_FACTORIES, BrokerFactory, BrokerHarness
 
@@ -26,11 +26,11 @@ def unique_namespace() -> str:
     return f"ns{uuid.uuid4().hex[:10]}."
 
 
-class QueueNameGuard:
+class QueueNameGuard(ForwardingBroker):
     """A broker that fails the test on any queue name crossing it that ``allowed`` refuses."""
 
     def __init__(self, inner: SharedBroker, allowed: Callable[[str], bool], side: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._allowed = allowed
         self._side = side
 
@@ -42,19 +42,6 @@ class QueueNameGuard:
         for queue in queues:
             self._check(queue)
         return queues
-
-    @property
-    def lead_seconds(self) -> float:
-        return self.inner.lead_seconds
-
-    async def connect(self) -> None:
-        await self.inner.connect()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    async def ping(self) -> None:
-        await self.inner.ping()
 
     async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         await self.inner.publish(self._check(queue), body, delay_seconds)
