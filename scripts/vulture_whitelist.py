@@ -44,7 +44,7 @@ _.answers_lost, _.callbacks_posted, _.callbacks_failed, _.inbound_posted, _.toke
 _.late_by_seconds  # matched by position: case Missed(late)
 
 # Re-exported for pytest to collect as fixtures (tests/support/broker_factories.py)
-_.activemq_factory, _.embedded_broker_factory
+_.activemq_factory, _.embedded_broker_factory, _.namespaced_broker_factory
 
 # httpcore's network backend interface, called by its connection pool; httpx's pool slot
 _.connect_unix_socket, _._pool  # tepat/adapters/webhook_target.py

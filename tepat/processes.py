@@ -16,10 +16,10 @@ import asyncio
 import gc
 import os
 import signal
-from functools import partial
 import socket
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
 
 import structlog
@@ -35,10 +35,10 @@ from scheduler.jobs import (
     run_sweeper,
     run_webhook_emitter,
 )
+from tepat.app_context import app_context
 from tepat.config import ConfigError, Settings
 from tepat.domain.apps import DEFAULT_APP
 from tepat.http_server import WORKERS_HTTP_PROTOCOL, guarded_http_for
-from tepat.app_context import app_context
 from tepat.metrics import metrics_app, run_gauge_refresher
 from tepat.runtime import Runtime, open_runtime
 from tepat.tenancy import Apps

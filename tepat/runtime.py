@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import cast
 from datetime import timedelta
 
 import structlog
@@ -299,9 +300,10 @@ async def open_runtime(
     store = store or make_store(settings, clock)
     broker = broker or make_broker(settings, clock)
     if queue_namespace:
-        from tepat.adapters.namespaced_broker import NamespacedBroker
+        from tepat.adapters.namespaced_broker import NamespacedBroker, SharedBroker
 
-        broker = NamespacedBroker(broker, queue_namespace)
+        # Both adapters (embedded, STOMP) are shared brokers: a replay stays in the namespace.
+        broker = NamespacedBroker(cast(SharedBroker, broker), queue_namespace)
     providers = {**make_push_providers(settings, clock, push), **(push_providers or {})}
     await store.open()
     rt: Runtime | None = None

@@ -187,10 +187,13 @@ class EmbeddedBroker:
         wanted = set(queues)
         return [d for d in self._dead.values() if d.queue in wanted]
 
-    async def replay_dead_letter(self, dead_letter_id: str) -> bool:
-        dead = self._dead.pop(dead_letter_id, None)
-        if dead is None:
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        """As the port says; with ``queue_prefix`` only a letter that died on a queue whose
+        name starts with it (an app's namespace), else False."""
+        dead = self._dead.get(dead_letter_id)
+        if dead is None or not dead.queue.startswith(queue_prefix):
             return False
+        del self._dead[dead_letter_id]
         # A fresh start: due now, no attempts, not flagged as a redelivery.
         self._push(_Message(dead.id, dead.queue, dead.body, self._clock.now()))
         return True

@@ -28,55 +28,27 @@ _NAMESPACE = re.compile(r"^(?:[A-Za-z0-9_-]+\.)+$")
 _RESERVED = ("DLQ.", "ActiveMQ.")
 
 
-class LeadBroker(Broker, Protocol):
-    """A broker that hands messages over ahead of their delay (both real adapters do)."""
+class SharedBroker(Broker, Protocol):
+    """What the wrapper needs of the broker its app shares (both real adapters have it)."""
 
     @property
-    def lead_seconds(self) -> float: ...
+    def lead_seconds(self) -> float:
+        """How far ahead of its delay a message is handed over."""
+
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        """The port's replay, refused (False) for a letter not on a ``queue_prefix`` queue."""
 
 
-class NamespacedBroker:
-    """The :class:`~tepat.ports.broker.Broker` port on ``inner``, every queue under ``namespace``.
+class ForwardingBroker:
+    """The base of a broker over another: forwards the lifecycle and the lead to ``inner``."""
 
-    A delivery is acked or nacked with the inner adapter's own :class:`Delivery` (the
-    ActiveMQ adapter's nack re-sends to ``delivery.queue``, which must be the queue on
-    the broker): those handed out are kept by ``delivery_id`` until acked, nacked, or
-    their ``consume`` context is left, so at most a prefetch per open context. An ack
-    or nack of a delivery this wrapper did not hand out (or no longer holds) is ignored,
-    as the adapters ignore one for a delivery already handed back: it comes again, and
-    another app's delivery is never acked through this one.
-    """
-
-    def __init__(self, inner: Broker, namespace: str) -> None:
-        if not _NAMESPACE.match(namespace) or namespace.startswith(_RESERVED):
-            raise ValueError(
-                f"invalid broker namespace {namespace!r}: dot-separated words ending in"
-                " '.', not starting with DLQ. or ActiveMQ."
-            )
+    def __init__(self, inner: SharedBroker) -> None:
         self.inner = inner
-        self.namespace = namespace
-        # delivery_id -> (the inner adapter's delivery, the ids its consume context holds)
-        self._held: dict[str, tuple[Delivery, set[str]]] = {}
 
     @property
     def lead_seconds(self) -> float:
         # read by the doctor's scheduler probe, which publishes net of it
-        return float(getattr(self.inner, "lead_seconds", 0.0))
-
-    def _name(self, queue: str) -> str:
-        return self.namespace + queue
-
-    def _names(self, queues: Sequence[str]) -> list[str]:
-        return [self.namespace + q for q in queues]
-
-    def _strip(self, name: str) -> str:
-        """The caller's name of a queue on the broker; the inner adapter only ever
-        answers about the queues it was asked for, so anything else is a defect."""
-        if not name.startswith(self.namespace):
-            raise RuntimeError(f"queue {name!r} is outside namespace {self.namespace!r}")
-        return name.removeprefix(self.namespace)
-
-    # -- lifecycle ---------------------------------------------------------
+        return self.inner.lead_seconds
 
     async def connect(self) -> None:
         await self.inner.connect()
@@ -86,6 +58,48 @@ class NamespacedBroker:
 
     async def ping(self) -> None:
         await self.inner.ping()
+
+
+class NamespacedBroker(ForwardingBroker):
+    """The :class:`~tepat.ports.broker.Broker` port on ``inner``, every queue under ``namespace``.
+
+    A delivery is acked or nacked with the inner adapter's own :class:`Delivery` (the
+    ActiveMQ adapter's nack re-sends to ``delivery.queue``, which must be the queue on
+    the broker): those handed out are kept by ``delivery_id`` until acked, nacked, or
+    their ``consume`` context is left, so at most a prefetch per open context. An ack
+    or nack of a delivery this wrapper did not hand out (or no longer holds) is ignored,
+    as the adapters ignore one for a delivery already handed back: it comes again, and
+    another app's delivery is never acked through this one.
+
+    No app's namespace may begin another's (``app.a.`` and ``app.a.b.``): replaying a
+    dead letter by id looks on the queues that begin with the namespace. One made of a
+    fixed word and the app id (which has no dot), ``app.<id>.``, never does. Headers
+    stay as the inner adapter wrote them (ActiveMQ's ``destination`` has the namespace).
+    """
+
+    def __init__(self, inner: SharedBroker, namespace: str) -> None:
+        if not _NAMESPACE.match(namespace) or namespace.startswith(_RESERVED):
+            raise ValueError(
+                f"invalid broker namespace {namespace!r}: dot-separated words ending in"
+                " '.', not starting with DLQ. or ActiveMQ."
+            )
+        super().__init__(inner)
+        self.namespace = namespace
+        # delivery_id -> (the inner adapter's delivery, the ids its consume context holds)
+        self._held: dict[str, tuple[Delivery, set[str]]] = {}
+
+    def _name(self, queue: str) -> str:
+        return self.namespace + queue
+
+    def _names(self, queues: Sequence[str]) -> list[str]:
+        return [self._name(q) for q in queues]
+
+    def _strip(self, name: str) -> str:
+        """The caller's name of a queue on the broker; the inner adapter only ever
+        answers about the queues it was asked for, so anything else is a defect."""
+        if not name.startswith(self.namespace):
+            raise RuntimeError(f"queue {name!r} is outside namespace {self.namespace!r}")
+        return name.removeprefix(self.namespace)
 
     # -- producing and consuming -------------------------------------------
 
@@ -140,10 +154,12 @@ class NamespacedBroker:
             for d in await self.inner.dead_letters(self._names(queues))
         ]
 
-    async def replay_dead_letter(self, dead_letter_id: str) -> bool:
-        # By id alone, as the port has it: the inner adapter puts the letter back on the
-        # queue it died on, which is in this namespace for a letter this wrapper listed.
-        return await self.inner.replay_dead_letter(dead_letter_id)
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        # An id is all the caller gives: another app's letter is unknown here, as it
+        # would be on a broker of this app's own.
+        return await self.inner.replay_dead_letter(
+            dead_letter_id, queue_prefix=self._name(queue_prefix)
+        )
 
 
 class _Deliveries:

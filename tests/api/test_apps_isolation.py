@@ -30,8 +30,8 @@ from api.app import create_app
 from tepat.clock import FakeClock
 from tepat.domain.apps import App
 from tepat.runtime import Runtime, open_runtime
-from tepat.wiring import app_repository
 from tepat.tenancy import Apps, app_database_url, app_settings, queue_namespace
+from tepat.wiring import app_repository
 from tests.api.conftest import ADMIN, ADMIN_KEY, JWT_SECRET, make_settings
 from tests.api.helpers import notification_body, reminder_body
 from tests.support.fake_push import FakePush

@@ -15,7 +15,7 @@ from typing import cast
 import pytest
 
 from tepat.adapters.embedded_broker import EmbeddedBroker
-from tepat.adapters.namespaced_broker import LeadBroker, NamespacedBroker
+from tepat.adapters.namespaced_broker import NamespacedBroker, SharedBroker
 from tepat.clock import FakeClock
 from tests.contract.test_broker_contract import (
     dead_letters_eventually,
@@ -36,9 +36,11 @@ async def shared(request: pytest.FixtureRequest) -> AsyncIterator[BrokerHarness]
         yield harness
 
 
-def apps(harness: BrokerHarness) -> tuple[LeadBroker, NamespacedBroker, NamespacedBroker]:
+def apps(harness: BrokerHarness) -> tuple[SharedBroker, NamespacedBroker, NamespacedBroker]:
     """The default app (the bare broker) and apps A and B, in that order."""
-    inner = cast(LeadBroker, harness.broker)  # both real adapters have lead_seconds
+    inner = cast(
+        SharedBroker, harness.broker
+    )  # the harness types the real adapters as plain Brokers
     return (
         inner,
         NamespacedBroker(inner, unique_namespace()),
@@ -81,6 +83,9 @@ async def test_one_apps_stats_and_dead_letters_do_not_show_anothers(shared: Brok
     assert await default.dead_letters([queue]) == []
     await stats_eventually(default, queue, ready=0, scheduled=0, in_flight=0, dead_letters=0)
 
+    # another app cannot replay A's letter, even knowing its id
+    assert not await b.replay_dead_letter(dead.id)
+    assert await a.dead_letters([queue]) == [dead]
     # A's letter goes back to A's queue, not to B's nor to the default app's
     assert await a.replay_dead_letter(dead.id)
     async with a.consume([queue], prefetch=1) as deliveries:
@@ -104,7 +109,7 @@ async def test_an_app_cannot_ack_another_apps_delivery(shared: BrokerHarness) ->
         # leaving unacked: A's message comes back to A
     async with a.consume([queue], prefetch=1) as deliveries:
         again = await next_delivery(deliveries)
-        assert (again.body, again.redelivered) == (b"a's", True)
+        assert (again.queue, again.body, again.redelivered) == (queue, b"a's", True)
         await a.ack(again)
     await stats_eventually(a, queue, in_flight=0, ready=0, scheduled=0, dead_letters=0)
 

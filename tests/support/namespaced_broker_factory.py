@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import cast
 
-from tepat.adapters.namespaced_broker import LeadBroker, NamespacedBroker
+from tepat.adapters.namespaced_broker import ForwardingBroker, NamespacedBroker, SharedBroker
 from tepat.ports.broker import DeadLetter, Delivery, QueueStats
 from tests.support.broker_factories import BROKER_FACTORIES, BrokerFactory, BrokerHarness
 
@@ -26,11 +26,11 @@ def unique_namespace() -> str:
     return f"ns{uuid.uuid4().hex[:10]}."
 
 
-class QueueNameGuard:
+class QueueNameGuard(ForwardingBroker):
     """A broker that fails the test on any queue name crossing it that ``allowed`` refuses."""
 
-    def __init__(self, inner: LeadBroker, allowed: Callable[[str], bool], side: str) -> None:
-        self.inner = inner
+    def __init__(self, inner: SharedBroker, allowed: Callable[[str], bool], side: str) -> None:
+        super().__init__(inner)
         self._allowed = allowed
         self._side = side
 
@@ -42,19 +42,6 @@ class QueueNameGuard:
         for queue in queues:
             self._check(queue)
         return queues
-
-    @property
-    def lead_seconds(self) -> float:
-        return self.inner.lead_seconds
-
-    async def connect(self) -> None:
-        await self.inner.connect()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    async def ping(self) -> None:
-        await self.inner.ping()
 
     async def publish(self, queue: str, body: bytes, delay_seconds: float = 0.0) -> None:
         await self.inner.publish(self._check(queue), body, delay_seconds)
@@ -84,8 +71,9 @@ class QueueNameGuard:
         self._check_all([d.queue for d in result])
         return result
 
-    async def replay_dead_letter(self, dead_letter_id: str) -> bool:
-        return await self.inner.replay_dead_letter(dead_letter_id)
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        self._check(queue_prefix)
+        return await self.inner.replay_dead_letter(dead_letter_id, queue_prefix=queue_prefix)
 
 
 class _Checked:
@@ -102,7 +90,7 @@ class _Checked:
         return delivery
 
 
-def guarded(inner: LeadBroker, namespace: str) -> QueueNameGuard:
+def guarded(inner: SharedBroker, namespace: str) -> QueueNameGuard:
     """``NamespacedBroker(inner, namespace)`` between the two guards."""
     below = QueueNameGuard(
         inner, lambda q: q.startswith(namespace), f"reached the broker without {namespace!r}"
@@ -118,8 +106,8 @@ def _namespaced(adapter: str) -> BrokerFactory:
     @asynccontextmanager
     async def harness() -> AsyncIterator[BrokerHarness]:
         async with BROKER_FACTORIES[adapter]() as inner:
-            # both real adapters have lead_seconds; the harness types them as plain Brokers
-            broker = cast(LeadBroker, inner.broker)
+            # the harness types the real adapters as plain Brokers
+            broker = cast(SharedBroker, inner.broker)
             # The name stays the adapter's: a test skipped on an adapter is skipped on it
             # wrapped too, as the wrapper changes no property of the broker's but its names.
             yield replace(inner, broker=guarded(broker, unique_namespace()))

@@ -12,7 +12,8 @@ Each call opens its own short-lived admin connection with a reply inbox.
   count 100 times smaller than the notification count.
 * ``dead_letters``: a STOMP queue browser (``browser: true``) on ``DLQ.<q>``:
   it never takes a message off the queue. ``DeadLetter.id`` is the JMS message id.
-* ``replay_dead_letter``: found by a browser on ``DLQ.>`` selecting the JMS
+* ``replay_dead_letter``: found by a browser on ``DLQ.>`` (``DLQ.<prefix>>`` for
+  one namespace's queues, ``tepat.adapters.namespaced_broker``) selecting the JMS
   message id; then within one STOMP transaction send a fresh copy to
   the original queue and ack the DLQ message: the move is atomic.
 """
@@ -185,12 +186,16 @@ class StompAdmin:
                     result.extend(_dead_letter(q, f) for f in frames)
         return result
 
-    async def replay_dead_letter(self, dead_letter_id: str) -> bool:
+    async def replay_dead_letter(self, dead_letter_id: str, queue_prefix: str = "") -> bool:
         if not dead_letter_id or "'" in dead_letter_id:
             return False
+        if queue_prefix and not queue_prefix.endswith("."):
+            # ">" is a wildcard only as a whole segment: ``DLQ.app.b.>``, never ``DLQ.app.b>``
+            raise ValueError(f"queue prefix {queue_prefix!r} must end with '.'")
         selector = f"JMSMessageID = {selector_literal(dead_letter_id)}"
+        dlqs = f"/queue/{DLQ_PREFIX}{check_name(queue_prefix) if queue_prefix else ''}>"
         async with self._connection() as (link, inbox):
-            found = await self._browse(link, inbox, f"/queue/{DLQ_PREFIX}>", selector)
+            found = await self._browse(link, inbox, dlqs, selector)
             if not found:
                 return False
             # take it off the DLQ with a consumer that selects just this message

@@ -312,5 +312,7 @@ class StompBroker:
     async def dead_letters(self, queues: Sequence[str]) -> list[DeadLetter]:
         return await self._admin.dead_letters(queues)
 
-    async def replay_dead_letter(self, dead_letter_id: str) -> bool:
-        return await self._admin.replay_dead_letter(dead_letter_id)
+    async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
+        """As the port says; with ``queue_prefix`` only a letter that died on a queue whose
+        name starts with it (an app's namespace, ending in ``.``), else False."""
+        return await self._admin.replay_dead_letter(dead_letter_id, queue_prefix)
