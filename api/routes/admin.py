@@ -85,6 +85,8 @@ async def dead_letters(
 )
 async def replay(dead_letter_id: DeadLetterId, rt: RT) -> ReplayOut:
     """Safe to replay: consumers claim each message atomically, so nothing is sent twice."""
-    if not await rt.broker.replay_dead_letter(dead_letter_id):
+    # Only a letter of this app's queues: on a broker apps share, an id is not a key.
+    own = {d.id for d in await rt.broker.dead_letters(rt.queues)}
+    if dead_letter_id not in own or not await rt.broker.replay_dead_letter(dead_letter_id):
         raise NotFound("dead letter", dead_letter_id)
     return ReplayOut(id=dead_letter_id, replayed=True)
