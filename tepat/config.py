@@ -409,8 +409,9 @@ class Settings(BaseSettings):
 
     secrets_key: SecretStr | None = None
     """A Fernet key (`python -c "from cryptography.fernet import Fernet;
-    print(Fernet.generate_key().decode())"`) that encrypts webhook signing secrets at rest, in
-    either store. Unset: they are stored in clear (see [Security](../guides/security.md)).
+    print(Fernet.generate_key().decode())"`) that encrypts webhook signing secrets and apps'
+    settings (their provider accounts: [Several apps](../guides/apps.md)) at rest, in either
+    store. Unset: they are stored in clear (see [Security](../guides/security.md)).
     Secrets written before it was set keep working and are encrypted at their next rotation;
     keep the key: without it the encrypted ones cannot sign."""
 
