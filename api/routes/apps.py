@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from tepat.services.apps import AppService
 
 from api.deps import Admin
-from api.problems import problem_responses
+from api.problems import ProblemError, problem_responses
 from api.schemas import Request as RequestBody
 from api.schemas import Text
 from tepat.config import Settings
@@ -137,8 +137,8 @@ def _apps(request: Request) -> Apps:
 
 def _service(request: Request) -> AppService:
     apps = _apps(request)
-    if apps.registry is None:  # an API built over one runtime (tests)
-        raise RuntimeError("no registry of apps in this process")
+    if apps.registry is None:  # an API built over one runtime (create_app without apps)
+        raise ProblemError(404, "this API serves the default app alone: no apps to manage")
     return AppService(apps.registry, apps.default.clock, settings_check(apps.base))
 
 
