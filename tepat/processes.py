@@ -65,18 +65,20 @@ async def run_parts(
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with open_runtime(settings) as rt:
         apps = Apps.serving(settings, rt)
-        running = _AppParts(parts, apps, restore_embedded)
-        apps.on_open.append(running.start)
-        apps.on_close.append(running.stop)
         if restore_embedded:
             await rt.recover_at_start()
-        default_tasks = await running.start(rt)
         await apps.refresh()
-        # What is built so far (modules, the runtime) lives as long as the process: a
+        # What is built so far (modules, the runtimes) lives as long as the process: a
         # full collection scanning it again cost 30-65 ms of CPU, a stall every send in
         # hand waited out (the moderate-load p99). Frozen, it is never scanned again.
         gc.collect()
         gc.freeze()
+        running = _AppParts(parts, apps, restore_embedded)
+        default_tasks = running.start_now(rt, stop)
+        for other in apps.others():
+            await running.start(other)
+        apps.on_open.append(running.start)
+        apps.on_close.append(running.stop)
         process_tasks = [
             asyncio.create_task(part(apps, stop), name=part.__name__)
             for part in [*once, _refresh_apps]
@@ -111,10 +113,14 @@ class _AppParts:
         self._running: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]]]] = {}
         self._stopping: set[str] = set()
 
-    async def start(self, rt: Runtime) -> list[asyncio.Task[None]]:
-        if self._restore and rt.app_id != DEFAULT_APP:
+    async def start(self, rt: Runtime) -> None:
+        """A registered app's parts, on a stop of their own (set when it closes)."""
+        if self._restore:
             await rt.recover_at_start()
-        stop = asyncio.Event()
+        self.start_now(rt, asyncio.Event())
+
+    def start_now(self, rt: Runtime, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """The app's parts until ``stop`` (the process's, for the default app)."""
         with app_context(rt.app_id):  # the app of every figure its tasks count
             tasks = [
                 asyncio.create_task(part(rt, stop), name=f"{part.__name__}[{rt.app_id}]")

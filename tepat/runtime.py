@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import cast
 from datetime import timedelta
+from typing import cast
 
 import structlog
 

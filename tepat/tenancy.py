@@ -170,6 +170,10 @@ class Apps:
         served = self._served.get(app_id)
         return served.runtime if served else None
 
+    def others(self) -> list[Runtime]:
+        """The registered apps' runtimes served now."""
+        return [s.runtime for s in self._served.values()]
+
     def key(self, key_hash: str) -> AppKey | None:
         """The active key with this hash, of an app served here."""
         key = self._keys.get(key_hash)

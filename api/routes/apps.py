@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, Field
-from tepat.services.apps import AppService
 
 from api.deps import Admin
 from api.problems import ProblemError, problem_responses
@@ -21,6 +20,7 @@ from api.schemas import Request as RequestBody
 from api.schemas import Text
 from tepat.config import Settings
 from tepat.domain.apps import APP_ID_PATTERN, APP_SETTINGS, MAX_KEYS_PER_APP, App, AppKey
+from tepat.services.apps import AppService
 from tepat.tenancy import Apps, settings_check
 
 router = APIRouter(prefix="/v1/admin/apps", tags=["apps"], responses=problem_responses(404))
