@@ -70,7 +70,7 @@ async def run_parts(
         apps.on_close.append(running.stop)
         if restore_embedded:
             await rt.recover_at_start()
-        default_tasks = await running.start(rt)
+        default_tasks = await running.start(rt, stop)  # the process's stop is the default app's
         await apps.refresh()
         # What is built so far (modules, the runtime) lives as long as the process: a
         # full collection scanning it again cost 30-65 ms of CPU, a stall every send in
@@ -111,10 +111,12 @@ class _AppParts:
         self._running: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]]]] = {}
         self._stopping: set[str] = set()
 
-    async def start(self, rt: Runtime) -> list[asyncio.Task[None]]:
+    async def start(
+        self, rt: Runtime, stop: asyncio.Event | None = None
+    ) -> list[asyncio.Task[None]]:
         if self._restore and rt.app_id != DEFAULT_APP:
             await rt.recover_at_start()
-        stop = asyncio.Event()
+        stop = stop or asyncio.Event()
         with app_context(rt.app_id):  # the app of every figure its tasks count
             tasks = [
                 asyncio.create_task(part(rt, stop), name=f"{part.__name__}[{rt.app_id}]")
@@ -163,16 +165,14 @@ async def _default_app_gauges(apps: Apps, stop: asyncio.Event) -> None:
 
 
 async def run_scheduler(settings: Settings) -> None:
-    await run_parts(
-        settings, SCHEDULER_PARTS, once=[_default_app_gauges, *_metrics_parts(settings)]
-    )
+    await run_parts(settings, SCHEDULER_PARTS, once=[_default_app_gauges, *metrics_parts(settings)])
 
 
 async def run_consumers(settings: Settings) -> None:
-    await run_parts(settings, CONSUMER_PARTS, once=_metrics_parts(settings))
+    await run_parts(settings, CONSUMER_PARTS, once=metrics_parts(settings))
 
 
-def _metrics_parts(settings: Settings) -> list[OncePart]:
+def metrics_parts(settings: Settings) -> list[OncePart]:
     """A ``/metrics`` server on TEPAT_METRICS_PORT (none when it is 0). The port is
     bound now, before anything connects, so a taken port stops the start with one line."""
     if settings.metrics_port == 0:
