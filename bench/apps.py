@@ -22,7 +22,8 @@ from typing import Any
 
 from bench.apps_rig import AppPlan, AppsOutcome, deliver_apps
 from bench.delivery import categories_round_robin, percentile
-from bench.report import Correctness, Result, log
+from bench.report import Result, log
+from bench.scenarios import _merge
 
 CEILING = 100.0  # each app's expo_rate_limit and the sandbox's limit per access token
 FLOOD_FACTOR = 5
@@ -68,22 +69,6 @@ def _summary(late_ms: list[float], digits: int = 1) -> dict[str, Any]:
         "p99_ms": round(percentile(late_ms, 99), digits),
         "max_ms": round(max(late_ms, default=float("nan")), digits),
     }
-
-
-def _merged(outcomes: list[AppsOutcome]) -> Correctness:
-    return Correctness(
-        expected=sum(o.correctness.expected for o in outcomes),
-        sent=sum(o.correctness.sent for o in outcomes),
-        duplicates=sum(o.correctness.duplicates for o in outcomes),
-        lost=sum(o.correctness.lost for o in outcomes),
-        details={
-            "tokens_received_twice": sum(
-                o.correctness.details["tokens_received_twice"] for o in outcomes
-            ),
-            "baseline": outcomes[0].correctness.as_dict(),
-            "flood": outcomes[1].correctness.as_dict(),
-        },
-    )
 
 
 def run_apps(
@@ -176,7 +161,7 @@ def run_apps(
         },
         figures=figures,
         goals=goals,
-        correctness=_merged([base, run]),
+        correctness=_merge([base, run]),
         checks={
             "consumer_exited_cleanly": base.consumer.returncode == run.consumer.returncode == 0,
         },
