@@ -1,7 +1,8 @@
 """``python -m bench SCENARIO [--backend embedded|activemq] [--quick] [--json]``.
 
 Scenarios: plan, dispatch, ratelimited, lateness, burst, register, or all; api (per-item
-writes, bench/api_writes.py; not part of all); and chaos (faults:
+writes, bench/api_writes.py; not part of all); apps (two apps, one flooding, in one
+deployment, bench/apps.py; not part of all); and chaos (faults:
 ``--fault KIND``, repeatable; every kind by default). ``python -m bench email|sms`` runs the
 channel-burst benchmark (bench/channel_burst.py, its own options); ``python -m bench capacity``
 the capacity model over dispatch's figures (bench/capacity.py). Exit status: 0 when every
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from bench import (
     api_writes,
+    apps,
     burst,
     capacity,
     channel_burst,
@@ -74,7 +76,7 @@ def consumer_counts(text: str) -> tuple[int, ...]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("scenario", choices=(*SCENARIOS, "all", "api", "chaos", "import"))
+    p.add_argument("scenario", choices=(*SCENARIOS, "all", "api", "apps", "chaos", "import"))
     p.add_argument("--backend", choices=("embedded", "activemq"), default="embedded")
     p.add_argument("--quick", action="store_true", help="small sizes: each scenario in seconds")
     p.add_argument("--json", action="store_true", help="one JSON object per scenario, last lines")
@@ -128,7 +130,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=ratelimited.DEFAULT_PROVIDER_LIMIT,
         help="ratelimited: notifications/s the sandbox accepts (Tepat stays at 600)",
     )
-    p.add_argument("--seconds", type=int, help="lateness: seconds of due messages per rate (60)")
+    p.add_argument(
+        "--seconds",
+        type=int,
+        help="lateness: seconds of due messages per rate (60); apps: seconds of app a's "
+        f"flood ({apps.FLOOD_SECONDS}; quick {apps.QUICK_FLOOD_SECONDS})",
+    )
     p.add_argument(
         "--provider",
         choices=PROVIDERS,
@@ -204,6 +211,9 @@ def run_one(name: str, ctx: Context, where: Path) -> Result:
         return ratelimited.run_ratelimited(
             where, backend, ctx.url, ctx.prefix, m, args.provider_limit
         )
+    if name == "apps":
+        quick = apps.QUICK_FLOOD_SECONDS if args.quick else apps.FLOOD_SECONDS
+        return apps.run_apps(where, backend, ctx.url, ctx.prefix, args.seconds or quick)
     if name == "burst":
         m = args.messages or sizes.burst
         return burst.run_burst(where, backend, ctx.url, ctx.prefix, m)

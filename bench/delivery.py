@@ -33,9 +33,11 @@ from bench.cpu_use import CpuMeter, CpuWindow, activemq_pid
 from bench.procs import Child, Exited, child_env, tepat_argv
 from bench.report import Correctness, log
 from bench.sandbox import running_sandbox
+from tepat.adapters.namespaced_broker import NamespacedBroker
 from tepat.adapters.stomp import StompBroker
 from tepat.clock import SystemClock
 from tepat.config import Settings
+from tepat.ports.broker import Broker
 from tepat.services.enqueue import Enqueuer
 
 READY_EMBEDDED = "embedded queue restored from the store"
@@ -80,7 +82,7 @@ class Outcome:
         return max((c.peak_rss_mb for c in self.consumers), default=0.0)
 
 
-def _lead_seconds(n: int) -> float:
+def lead_seconds(n: int) -> float:
     """How far in the future ``t0`` lies: room to insert, enqueue and start consumers (on a
     busy shared machine 20,000 took up to 12 s)."""
     return 5.0 + n / 2000
@@ -94,9 +96,12 @@ def _sleep_until(instant: datetime) -> None:
     time.sleep(max(0.0, (instant - datetime.now(UTC)).total_seconds()))
 
 
-async def _publish(cfg: Config, messages: Sequence[Any]) -> int:
+async def publish(cfg: Config, messages: Sequence[Any], namespace: str = "") -> int:
+    """Publish the messages' batches to ActiveMQ (the creator job's part), on an app's
+    queues when ``namespace`` is one (tepat/tenancy.py queue_namespace)."""
     clock = SystemClock()
-    broker = StompBroker(cfg.broker_url, clock=clock, lead_seconds=LEAD_SECONDS)
+    stomp = StompBroker(cfg.broker_url, clock=clock, lead_seconds=LEAD_SECONDS)
+    broker: Broker = NamespacedBroker(stomp, namespace) if namespace else stomp
     await broker.connect()
     try:
         return await Enqueuer(broker, cfg.categories(), clock).enqueue(messages)
@@ -104,7 +109,7 @@ async def _publish(cfg: Config, messages: Sequence[Any]) -> int:
         await broker.close()
 
 
-def _consumer_argv(embedded: bool) -> list[str]:
+def consumer_argv(embedded: bool) -> list[str]:
     if embedded:
         return [sys.executable, "-m", "bench.consumer_host"]
     return tepat_argv("consumers")
@@ -144,7 +149,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
                     consumers.append(
                         Child(
                             f"consumer-{k}",
-                            _consumer_argv(False),
+                            consumer_argv(False),
                             env,
                             workdir / f"consumer-{k}.log",
                         )
@@ -152,7 +157,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
                 for c in consumers:
                     c.wait_for_line(READY_CONSUMER, 60)
             meter.watch({c.name: c.pid for c in consumers} | {"sandbox": sandbox.child.pid})
-            t0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=_lead_seconds(n))
+            t0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=lead_seconds(n))
             pairs = seed.due_messages(
                 [(t0 + timedelta(seconds=offset), category) for offset, category in plan.items],
                 kind=plan.provider,
@@ -162,12 +167,12 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             if inserted != n:
                 raise RuntimeError(f"inserted {inserted} of {n} messages")
             if embedded:
-                host = Child("consumer-0", _consumer_argv(True), env, workdir / "consumer-0.log")
+                host = Child("consumer-0", consumer_argv(True), env, workdir / "consumer-0.log")
                 consumers.append(host)
                 host.wait_for_line(READY_EMBEDDED, 300)
                 meter.watch({host.name: host.pid})
             else:
-                batches = asyncio.run(_publish(cfg, messages))
+                batches = asyncio.run(publish(cfg, messages))
                 log(f"published {batches} broker batches to ActiveMQ")
             ready = datetime.now(UTC)
             margin = (t0 - ready).total_seconds()
@@ -186,7 +191,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             # n / 20: a consumer on a crowded machine (FCM, APNs: a request each) may
             # manage little more; the stall check ends a run that has stopped sooner
             budget = max(0.0, margin) + last_offset + 60 + max(n / 20, drain)
-            _wait_until_finished(db, consumers, budget)
+            wait_until_finished([db], consumers, budget)
             cpu = meter.stop()
             received = [push_kinds.as_expo_entry(plan.provider, e) for e in sandbox.received()]
             stats = sandbox.stats()
@@ -201,6 +206,35 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             log(f"{c.name} exited with {e.returncode}:\n{c.tail()}")
 
     due = {d.id: d for _, d in pairs}
+    correctness, arrivals = tally(
+        due, received, statuses, sent_at, tickets, [e.returncode for e in exits]
+    )
+    return Outcome(
+        t0=t0,
+        start=start,
+        ready_margin_s=round(margin, 3),
+        due=due,
+        received=received,
+        sandbox_stats=stats,
+        statuses=statuses,
+        sent_at=sent_at,
+        consumers=exits,
+        correctness=correctness,
+        arrivals=arrivals,
+        cpu=cpu,
+    )
+
+
+def tally(
+    due: dict[str, seed.Due],
+    received: Sequence[dict[str, Any]],
+    statuses: dict[str, int],
+    sent_at: dict[str, datetime],
+    tickets: dict[str, int],
+    exit_codes: list[int],
+) -> tuple[Correctness, dict[str, datetime]]:
+    """Each message of ``due`` received once, none lost, no stranger (a notification of
+    no message of ``due``); and the first ok arrival of each."""
     by_id: Counter[str] = Counter()
     by_token: Counter[str] = Counter()
     arrivals: dict[str, datetime] = {}
@@ -219,7 +253,7 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
     strangers = sum(c for mid, c in by_id.items() if mid not in due)
     sent = sum(1 for mid in due if mid in sent_at)
     correctness = Correctness(
-        expected=n,
+        expected=len(due),
         sent=sent,
         duplicates=duplicates + strangers,
         lost=lost,
@@ -227,35 +261,22 @@ def deliver(workdir: Path, broker_url: str, queue_prefix: str, plan: Plan) -> Ou
             "statuses": statuses,
             "tokens_received_twice": tokens_twice,
             "tickets_per_message_max": max(tickets.values(), default=0),
-            "consumer_exit_codes": [e.returncode for e in exits],
+            "consumer_exit_codes": exit_codes,
         },
     )
-    return Outcome(
-        t0=t0,
-        start=start,
-        ready_margin_s=round(margin, 3),
-        due=due,
-        received=received,
-        sandbox_stats=stats,
-        statuses=statuses,
-        sent_at=sent_at,
-        consumers=exits,
-        correctness=correctness,
-        arrivals=arrivals,
-        cpu=cpu,
-    )
+    return correctness, arrivals
 
 
 STALL_SECONDS = 30.0
 
 
-def _wait_until_finished(db: Path, consumers: list[Child], timeout: float) -> None:
-    """Until nothing is pending or sending; gives up at ``timeout`` or after STALL_SECONDS
-    without progress (what is left is then counted as lost, not raised: a correctness
-    failure, reported as such)."""
+def wait_until_finished(dbs: Sequence[Path], consumers: list[Child], timeout: float) -> None:
+    """Until nothing is pending or sending in any of ``dbs``; gives up at ``timeout`` or
+    after STALL_SECONDS without progress (what is left is then counted as lost, not
+    raised: a correctness failure, reported as such)."""
     deadline = time.monotonic() + timeout
     last_left, last_change = -1, time.monotonic()
-    while (left := store_view.unfinished(db)) > 0:
+    while (left := sum(store_view.unfinished(db) for db in dbs)) > 0:
         now = time.monotonic()
         if left != last_left:
             last_left, last_change = left, now

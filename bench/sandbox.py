@@ -25,6 +25,13 @@ class Sandbox:
         stats: dict[str, int] = r.json()
         return stats
 
+    def describe(self) -> dict[str, Any]:
+        """``GET /_sandbox/script``: its scripts, limits and per-token 429s."""
+        r = httpx.get(f"{self.url}/_sandbox/script", timeout=30)
+        r.raise_for_status()
+        described: dict[str, Any] = r.json()
+        return described
+
     def script(self, spec: dict[str, Any]) -> None:
         """``POST /_sandbox/script``: faults, rate limit, ``clear`` (apply_script)."""
         r = httpx.post(f"{self.url}/_sandbox/script", json=spec, timeout=30)
@@ -39,10 +46,14 @@ class Sandbox:
 
 @contextmanager
 def running_sandbox(
-    workdir: Path, rate_limit: float | None, kind: str = "expo"
+    workdir: Path,
+    rate_limit: float | None,
+    kind: str = "expo",
+    token_rate_limit: float | None = None,
 ) -> Iterator[Sandbox]:
     """``kind``: expo, fcm (its service account written to ``workdir``/fcm.json) or apns
-    (its auth key to ``workdir``/apns.p8)."""
+    (its auth key to ``workdir``/apns.p8). ``token_rate_limit``: Expo's, a limit per
+    access token (per project)."""
     port = free_port()
     own = {
         "expo": ["--receipt-delay", "3600"],
@@ -52,6 +63,8 @@ def running_sandbox(
     argv = tepat_argv("sandbox", kind, "--port", str(port), *own)
     if rate_limit:
         argv += ["--rate-limit", str(rate_limit)]
+    if token_rate_limit:
+        argv += ["--token-rate-limit", str(token_rate_limit)]
     child = Child(f"{kind}-sandbox", argv, child_env({}), workdir / f"sandbox-{port}.log")
     sandbox = Sandbox(child, f"http://127.0.0.1:{port}")
     try:

@@ -7,10 +7,10 @@ import os
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.delivery import Outcome, Plan, categories_round_robin, deliver, percentile
-from bench.report import Result, log
+from bench.report import Correctness, Result, log
 
 EXPO_LIMIT = 600.0
 UNLIMITED_CLIENT = 1_000_000.0  # lift the client's own 600/s when the sandbox is unlimited
@@ -169,10 +169,12 @@ def run_dispatch(
     )
 
 
-def _merge(outcomes: list[Outcome]) -> Any:
-    """One Correctness over several runs (sums; the per-run details of the worst)."""
-    from bench.report import Correctness
+class _Tallied(Protocol):
+    correctness: Correctness
 
+
+def _merge(outcomes: Sequence[_Tallied]) -> Any:
+    """One Correctness over several runs (sums; each run's details, ``run_<n>``)."""
     first = outcomes[0].correctness
     if len(outcomes) == 1:
         return first

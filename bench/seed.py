@@ -121,9 +121,11 @@ async def seed_recipients(
     count: int,
     kind: str = "expo",
     fallback: Callable[[int], str | None] = lambda i: None,
+    first: int = 0,
 ) -> None:
     """One user with one active ``kind`` device per message to come (so a token names a
-    message); ``fallback(i)``: the FCM token device ``i`` fails over to, if any.
+    message), numbered from ``first`` (as :func:`due_messages` takes it); ``fallback(i)``:
+    the FCM token device ``i`` fails over to, if any.
 
     Through the bulk writes, CHUNK records a round trip: one call per record, CHUNK at a
     time, opened more connections than a loaded MongoDB-wire server accepted in time.
@@ -131,8 +133,8 @@ async def seed_recipients(
     store = store_at(database)
     await store.open()
     try:
-        for start in range(0, count, CHUNK):
-            ids = range(start, min(start + CHUNK, count))
+        for start in range(first, first + count, CHUNK):
+            ids = range(start, min(start + CHUNK, first + count))
             await store.write_records(
                 [User(user_id=f"d{i:07d}", timezone="UTC") for i in ids],
                 [

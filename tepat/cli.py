@@ -274,6 +274,10 @@ def sandbox_expo(
     rate_limit: Annotated[
         float | None, typer.Option(help="Notifications/s before answering 429.", min=0)
     ] = None,
+    token_rate_limit: Annotated[
+        float | None,
+        typer.Option(help="Notifications/s per access token (per project) before 429.", min=0),
+    ] = None,
 ) -> None:
     """A local server that behaves like Expo's push API."""
     from tepat.sandbox.expo import ExpoSandbox
@@ -284,6 +288,7 @@ def sandbox_expo(
         receipt_delay_seconds=receipt_delay,
         access_token=access_token,
         rate_limit=rate_limit or None,
+        token_rate_limit=token_rate_limit or None,
     )
     serve_app(sandbox.app, host, port)
 

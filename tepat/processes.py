@@ -169,16 +169,14 @@ async def _default_app_gauges(apps: Apps, stop: asyncio.Event) -> None:
 
 
 async def run_scheduler(settings: Settings) -> None:
-    await run_parts(
-        settings, SCHEDULER_PARTS, once=[_default_app_gauges, *_metrics_parts(settings)]
-    )
+    await run_parts(settings, SCHEDULER_PARTS, once=[_default_app_gauges, *metrics_parts(settings)])
 
 
 async def run_consumers(settings: Settings) -> None:
-    await run_parts(settings, CONSUMER_PARTS, once=_metrics_parts(settings))
+    await run_parts(settings, CONSUMER_PARTS, once=metrics_parts(settings))
 
 
-def _metrics_parts(settings: Settings) -> list[OncePart]:
+def metrics_parts(settings: Settings) -> list[OncePart]:
     """A ``/metrics`` server on TEPAT_METRICS_PORT (none when it is 0). The port is
     bound now, before anything connects, so a taken port stops the start with one line."""
     if settings.metrics_port == 0:

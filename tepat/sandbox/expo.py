@@ -18,7 +18,9 @@ What it mimics (docs.expo.dev/push-notifications/sending-notifications, docs/PRI
 * With an access token configured, requests without ``Authorization: Bearer <token>`` get
   HTTP 401 ``UNAUTHORIZED``.
 * With a rate limit (notifications/s, token bucket on the clock), requests beyond it get HTTP 429
-  ``TOO_MANY_REQUESTS`` with a ``Retry-After`` header.
+  ``TOO_MANY_REQUESTS`` with a ``Retry-After`` header. With a per-token limit, each access
+  token (each Expo project; requests without one share a bucket) has a bucket of its own,
+  as Expo limits each project: one project over its limit gets 429s, another does not.
 
 What it adds for tests: per-token scripted ticket and receipt errors, on top of the sandbox
 kit's faults, log, counters and ``/_sandbox/`` controls (:mod:`tepat.sandbox.provider`,
@@ -27,6 +29,7 @@ kit's faults, log, counters and ``/_sandbox/`` controls (:mod:`tepat.sandbox.pro
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +49,7 @@ from tepat.adapters.expo_push import (
     SEND_PATH,
     payload_size,
 )
+from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.sandbox.expo_wire import (
     BadRequest,
@@ -83,6 +87,7 @@ class _Stats(Stats):
 class _State(SandboxState):
     tickets: dict[str, _Ticket] = field(default_factory=dict)
     stats: _Stats = field(default_factory=_Stats)
+    token_429s: dict[str, int] = field(default_factory=dict)  # by access_token_label
 
 
 class ExpoSandbox(FakeProvider[_State]):
@@ -101,10 +106,13 @@ class ExpoSandbox(FakeProvider[_State]):
         rate_limit: float | None = None,
         scripts: Mapping[str, TokenScript] | None = None,
         stall_limit_seconds: float = 60.0,
+        token_rate_limit: float | None = None,
     ) -> None:
         self.receipt_delay = timedelta(seconds=receipt_delay_seconds)
         self.receipt_ttl = timedelta(seconds=receipt_ttl_seconds)
         self.access_token = access_token
+        self.token_rate_limit = token_rate_limit
+        self._token_buckets: dict[str, TokenBucket] = {}  # by access_token_label
         routes = [
             Route(SEND_PATH, self._send, methods=["POST"]),
             Route(RECEIPTS_PATH, self._get_receipts, methods=["POST"]),
@@ -181,13 +189,31 @@ class ExpoSandbox(FakeProvider[_State]):
             )
         if "receipt_delay_seconds" in spec:
             self.set_receipt_delay(float(spec["receipt_delay_seconds"]))
+        if "token_rate_limit" in spec:
+            rate = spec["token_rate_limit"]
+            self.set_token_rate_limit(float(rate) if rate else None)
+
+    def reset(self) -> None:
+        super().reset()
+        self.set_token_rate_limit(self.token_rate_limit)
+
+    def set_token_rate_limit(self, rate: float | None) -> None:
+        """Notifications/s each access token may send before 429 (``None``: no such limit)."""
+        with self._lock:
+            self.token_rate_limit = rate
+            self._token_buckets.clear()
 
     def _script_from(self, outcome: dict[str, Any]) -> TokenScript | None:
         script = TokenScript(outcome.get("ticket_error"), outcome.get("receipt_error"))
         return None if script == TokenScript() else script
 
     def _describe_own(self) -> dict[str, Any]:
-        return {"receipt_delay_seconds": self.receipt_delay.total_seconds()}
+        return {
+            "receipt_delay_seconds": self.receipt_delay.total_seconds(),
+            "token_rate_limit": self.token_rate_limit,
+            # by access_token_label(token): never the token itself
+            "too_many_requests_by_token": dict(self._state.token_429s),
+        }
 
     # ---- Expo's words ----
 
@@ -248,6 +274,12 @@ class ExpoSandbox(FakeProvider[_State]):
         if wait := self._over_rate(count):
             message = f"You are exceeding the limit of {self.rate_limit:g} notifications per second"
             return request_errors("TOO_MANY_REQUESTS", message, 429, wait)
+        if wait := self._over_token_rate(request, count):
+            message = (
+                f"You are exceeding the limit of {self.token_rate_limit:g} notifications "
+                "per second for this project"
+            )
+            return request_errors("TOO_MANY_REQUESTS", message, 429, wait)
         encoding = request.headers.get("content-encoding")
         tickets, accepted = self._issue_tickets(messages, encoding)
         with self._lock:
@@ -255,6 +287,24 @@ class ExpoSandbox(FakeProvider[_State]):
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
         answer = JSONResponse({"data": tickets[0] if single else tickets})
         return await self.lose_or_answer(answer, request, accepted)
+
+    def _over_token_rate(self, request: Request, count: int) -> float:
+        """As :meth:`_over_rate`, on the bucket of the request's access token."""
+        rate = self.token_rate_limit
+        if not rate or not count:
+            return 0.0
+        label = access_token_label(request.headers.get("authorization", ""))
+        with self._lock:
+            bucket = self._token_buckets.get(label)
+            if bucket is None:
+                bucket = self._token_buckets[label] = TokenBucket(rate, self.clock)
+        wait = bucket.try_acquire(count)
+        if wait > 0:
+            with self._lock:
+                self._state.stats.too_many_requests += 1
+                counts = self._state.token_429s
+                counts[label] = counts.get(label, 0) + 1
+        return wait
 
     def _issue_tickets(
         self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None
@@ -318,3 +368,10 @@ class ExpoSandbox(FakeProvider[_State]):
                 if ready <= now < ticket.created_at + self.receipt_ttl:
                     data[ticket_id] = dict(ticket.receipt)
         return JSONResponse({"data": data})
+
+
+def access_token_label(authorization: str) -> str:
+    """How the sandbox names an access token in its figures (``Bearer <token>`` or the
+    token): a digest, so a token is never shown back."""
+    token = authorization.removeprefix("Bearer ")
+    return hashlib.sha256(token.encode()).hexdigest()[:12]

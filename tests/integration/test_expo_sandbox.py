@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tepat.clock import FakeClock
-from tepat.sandbox.expo import ExpoSandbox
+from tepat.sandbox.expo import ExpoSandbox, access_token_label
 from tepat.sandbox.expo_wire import TokenScript
 from tepat.sandbox.faults import AfterAccept
 from tepat.sandbox.server import RunningSandbox, running_sandbox
@@ -408,6 +408,30 @@ def test_rate_limit_answers_429_beyond_it_until_the_clock_moves(clock: FakeClock
         assert send(http, [{"to": tok(1)}]).status_code == 429
         assert sandbox.stats()["too_many_requests"] == 2
         assert sandbox.stats()["notifications"] == 150
+
+
+def test_a_per_token_limit_refuses_one_project_over_it_and_not_another(
+    clock: FakeClock,
+) -> None:
+    """As Expo limits each project: A's flood gets 429s, B's requests still go."""
+    sandbox = ExpoSandbox(clock=clock, token_rate_limit=100)
+    a, b = {"Authorization": "Bearer token-a"}, {"Authorization": "Bearer token-b"}
+    with running_sandbox(sandbox) as server, httpx.Client(base_url=server.base_url) as http:
+        assert send(http, [{"to": [tok(i) for i in range(100)]}], **a).status_code == 200
+        refused = send(http, [{"to": tok(1)}], **a)
+        assert refused.status_code == 429
+        assert refused.json()["errors"][0]["code"] == "TOO_MANY_REQUESTS"
+        assert refused.headers["retry-after"] == "1"
+        assert send(http, [{"to": [tok(i) for i in range(100)]}], **b).status_code == 200
+        clock.advance(0.5)
+        assert send(http, [{"to": [tok(i) for i in range(50)]}], **a).status_code == 200
+        assert send(http, [{"to": tok(1)}], **a).status_code == 429
+        counts = sandbox.describe()["too_many_requests_by_token"]
+        assert counts == {access_token_label("Bearer token-a"): 2}
+        assert sandbox.stats()["too_many_requests"] == 2
+        sandbox.reset()
+        assert sandbox.describe()["too_many_requests_by_token"] == {}
+        assert send(http, [{"to": [tok(i) for i in range(100)]}], **a).status_code == 200
 
 
 # ---- inspection ----
