@@ -34,89 +34,34 @@ KEY_ROLES: tuple[KeyRole, ...] = ("admin", "events")
 MAX_KEYS_PER_APP = 20
 MAX_APPS = 100
 
-# The settings an app may hold for itself; every other setting is the deployment's.
-# Provider accounts and ceilings, the end-user token secret, categories and event types.
-APP_SETTINGS: frozenset[str] = frozenset(
-    {
-        "expo_access_token",
-        "expo_url",
-        "expo_rate_limit",
-        "fcm_credentials_file",
-        "fcm_project_id",
-        "fcm_url",
-        "fcm_rate_limit",
-        "apns_key_file",
-        "apns_key_id",
-        "apns_team_id",
-        "apns_topic",
-        "apns_url",
-        "webpush_vapid_private_key_file",
-        "webpush_vapid_subject",
-        "twilio_account_sid",
-        "twilio_auth_token",
-        "twilio_from",
-        "twilio_messaging_service_sid",
-        "twilio_url",
-        "twilio_rate",
-        "smtp_host",
-        "smtp_port",
-        "smtp_from",
-        "smtp_username",
-        "smtp_password",
-        "smtp_rate",
-        "jwt_secret",
-        "jwt_issuer",
-        "jwt_audience",
-        "twilio_secondary_account_sid",
-        "twilio_secondary_auth_token",
-        "twilio_secondary_from",
-        "smtp_secondary_url",
-        "email_events_secret",
-        "email_events_topic_arns",
-        "unsubscribe_secret",
-        "categories",
-        "event_types",
-        "critical_reserve",
-    }
-)
-
-
-# Of APP_SETTINGS, the ones an app never takes from the deployment: its accounts and
-# secrets. Unset for an app, they are unset (no JWT for its users, Expo without an access
-# token, no SMS or e-mail account); the rest (URLs, ceilings, categories) are the
-# deployment's until the app sets its own. An app's unsubscribe links are signed with a key
-# of its own, derived from the deployment's unless it sets one, and its public URL (links,
-# provider callbacks) is the deployment's followed by /apps/<id> (tepat/tenancy.py).
+# The settings an app holds for itself and never takes from the deployment: its accounts
+# and secrets. Unset for an app, they are unset (no JWT for its users, Expo without an
+# access token, no SMS or e-mail account).
 APP_OWN_SETTINGS: frozenset[str] = frozenset(
     {
         "expo_access_token",
-        "fcm_credentials_file",
-        "fcm_project_id",
-        "apns_key_file",
-        "apns_key_id",
-        "apns_team_id",
-        "apns_topic",
-        "webpush_vapid_private_key_file",
-        "webpush_vapid_subject",
-        "twilio_account_sid",
-        "twilio_auth_token",
-        "twilio_from",
+        *("fcm_credentials_file", "fcm_project_id"),
+        *("apns_key_file", "apns_key_id", "apns_team_id", "apns_topic"),
+        *("webpush_vapid_private_key_file", "webpush_vapid_subject"),
+        *("twilio_account_sid", "twilio_auth_token", "twilio_from"),
         "twilio_messaging_service_sid",
-        "smtp_host",
-        "smtp_from",
-        "smtp_username",
-        "smtp_password",
-        "email_events_secret",
-        "email_events_topic_arns",
-        "jwt_secret",
-        "jwt_issuer",
-        "jwt_audience",
-        "twilio_secondary_account_sid",
-        "twilio_secondary_auth_token",
+        *("twilio_secondary_account_sid", "twilio_secondary_auth_token"),
         "twilio_secondary_from",
-        "smtp_secondary_url",
+        *("smtp_host", "smtp_from", "smtp_username", "smtp_password", "smtp_secondary_url"),
+        *("email_events_secret", "email_events_topic_arns"),
+        *("jwt_secret", "jwt_issuer", "jwt_audience"),
     }
 )
+# Every setting an app may hold: its own, and the endpoints, ceilings and rules that are
+# the deployment's until it sets them. An app's unsubscribe links are signed with a key of
+# its own, derived from the deployment's unless it sets one, and its public URL (links,
+# provider callbacks) is the deployment's followed by /apps/<id> (tepat/tenancy.py).
+# Every other setting is the deployment's.
+APP_SETTINGS: frozenset[str] = APP_OWN_SETTINGS | {
+    *("expo_url", "fcm_url", "apns_url", "twilio_url"),
+    *("expo_rate_limit", "fcm_rate_limit", "twilio_rate", "smtp_rate", "smtp_port"),
+    *("unsubscribe_secret", "categories", "event_types", "critical_reserve"),
+}
 
 
 def valid_app_id(app_id: str) -> bool:
