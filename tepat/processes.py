@@ -70,7 +70,7 @@ async def run_parts(
         apps.on_close.append(running.stop)
         if restore_embedded:
             await rt.recover_at_start()
-        default_tasks = await running.start(rt)
+        default_tasks = await running.start(rt, stop)  # the process's stop is the default app's
         await apps.refresh()
         # What is built so far (modules, the runtime) lives as long as the process: a
         # full collection scanning it again cost 30-65 ms of CPU, a stall every send in
@@ -111,10 +111,12 @@ class _AppParts:
         self._running: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]]]] = {}
         self._stopping: set[str] = set()
 
-    async def start(self, rt: Runtime) -> list[asyncio.Task[None]]:
+    async def start(
+        self, rt: Runtime, stop: asyncio.Event | None = None
+    ) -> list[asyncio.Task[None]]:
         if self._restore and rt.app_id != DEFAULT_APP:
             await rt.recover_at_start()
-        stop = asyncio.Event()
+        stop = stop or asyncio.Event()
         with app_context(rt.app_id):  # the app of every figure its tasks count
             tasks = [
                 asyncio.create_task(part(rt, stop), name=f"{part.__name__}[{rt.app_id}]")

@@ -13,6 +13,7 @@ a deployment from before apps runs unchanged. Its store also holds the registry
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
@@ -181,6 +182,12 @@ class Apps:
         """Open, reopen (a new version) and close runtimes to match the registry."""
         if self._registry is None:
             return
+        # In a context of its own: the runtimes opened and the loops started outlive the
+        # caller (a request to /v1/admin/apps), and must not carry its request id or span.
+        await asyncio.create_task(self._refresh(), context=contextvars.Context())
+
+    async def _refresh(self) -> None:
+        assert self._registry is not None
         async with self._lock:
             apps = {a.app_id: a for a in await self._registry.list_apps() if not a.disabled}
             keys: dict[str, AppKey] = {}

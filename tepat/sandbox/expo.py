@@ -20,9 +20,10 @@ What it mimics (docs.expo.dev/push-notifications/sending-notifications, docs/PRI
 * With a rate limit (notifications/s, token bucket on the clock), requests beyond it get HTTP 429
   ``TOO_MANY_REQUESTS`` with a ``Retry-After`` header.
 
-What it adds for tests: per-token scripted ticket and receipt errors, on top of the sandbox
-kit's faults, log, counters and ``/_sandbox/`` controls (:mod:`tepat.sandbox.provider`,
-:mod:`tepat.sandbox.faults`). The wire format lives in :mod:`tepat.sandbox.expo_wire`.
+What it adds for tests: the access token each notification came with (``access_token``
+in ``/_sandbox/received``: which account sent it), per-token scripted ticket and receipt
+errors, on top of the sandbox kit's faults, log, counters and ``/_sandbox/`` controls
+(:mod:`tepat.sandbox.provider`, :mod:`tepat.sandbox.faults`). The wire format lives in :mod:`tepat.sandbox.expo_wire`.
 """
 
 from __future__ import annotations
@@ -249,7 +250,8 @@ class ExpoSandbox(FakeProvider[_State]):
             message = f"You are exceeding the limit of {self.rate_limit:g} notifications per second"
             return request_errors("TOO_MANY_REQUESTS", message, 429, wait)
         encoding = request.headers.get("content-encoding")
-        tickets, accepted = self._issue_tickets(messages, encoding)
+        bearer = request.headers.get("authorization", "").removeprefix("Bearer ") or None
+        tickets, accepted = self._issue_tickets(messages, encoding, bearer)
         with self._lock:
             self._state.stats.send_requests += 1
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
@@ -257,9 +259,13 @@ class ExpoSandbox(FakeProvider[_State]):
         return await self.lose_or_answer(answer, request, accepted)
 
     def _issue_tickets(
-        self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None
+        self,
+        messages: list[tuple[dict[str, Any], list[str]]],
+        encoding: str | None,
+        bearer: str | None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The tickets answered, and the entries of the notifications accepted."""
+        """The tickets answered, and the entries of the notifications accepted (each with
+        the access token it came with: which account sent it)."""
         now = self.clock.now()
         tickets: list[dict[str, Any]] = []
         accepted: list[dict[str, Any]] = []
@@ -281,6 +287,7 @@ class ExpoSandbox(FakeProvider[_State]):
                         ticket = {"status": "ok", "id": ticket_id}
                     tickets.append(ticket)
                     entry = received_entry(message, token, ticket, now, encoding)
+                    entry["access_token"] = bearer
                     state.received.append(entry)
                     state.stats.notifications += 1
                     if ticket["status"] == "ok":
