@@ -195,6 +195,9 @@ class Apps:
                 for key in await self._registry.list_app_keys(app_id):
                     if key.active:
                         keys[key.key_hash] = key
+            # Before the opening: an app is answered for as soon as it is served (the
+            # keys of an app not served yet are refused by key()).
+            self._keys = keys
             for app_id, served in list(self._served.items()):
                 wanted = apps.get(app_id)
                 if wanted is None or wanted.version != served.app.version:
@@ -202,7 +205,6 @@ class Apps:
             for app_id, app in apps.items():
                 if app_id not in self._served and app_id != DEFAULT_APP:
                     await self._open(app)
-            self._keys = keys
 
     async def _open(self, app: App) -> None:
         stack = AsyncExitStack()
