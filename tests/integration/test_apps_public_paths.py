@@ -16,7 +16,7 @@ import pytest
 
 from tepat.domain.apps import DEFAULT_APP
 from tepat.wiring import build_unsubscribe_links
-from tests.support.app_deployment import PUBLIC_URL, add_user_with_device, app_id_for, deployment
+from tests.support.app_deployment import add_user_with_device, app_id_for, deployment
 from tests.support.provider_sandboxes import BROKERS
 
 pytestmark = pytest.mark.parametrize("broker", BROKERS)
@@ -43,7 +43,7 @@ async def test_an_apps_unsubscribe_link_acts_in_that_app_alone(
         assert links is not None
         link = links.url_for("ana", "custom", "email")
         token = link.rpartition("/u/")[2]
-        assert link == f"{PUBLIC_URL}/apps/{shop}/u/{token}"
+        assert link == f"{d.url}/apps/{shop}/u/{token}"
 
         async with httpx.AsyncClient(base_url=d.url, timeout=30) as public:  # no credentials
             for path in (f"/u/{token}", f"/apps/{other}/u/{token}"):
@@ -56,10 +56,10 @@ async def test_an_apps_unsubscribe_link_acts_in_that_app_alone(
             for app_id in (DEFAULT_APP, shop, other):
                 assert await d.runtime(app_id).store.get_preferences("ana") == {}
 
-            r = await public.post(link.removeprefix(PUBLIC_URL), **ONE_CLICK)  # type: ignore[arg-type]
+            r = await public.post(link.removeprefix(d.url), **ONE_CLICK)  # type: ignore[arg-type]
             assert r.status_code == 200, r.text
             assert r.json() == {"unsubscribed": True, "category": "custom", "channel": "email"}
-            page = await public.get(link.removeprefix(PUBLIC_URL))
+            page = await public.get(link.removeprefix(d.url))
             assert page.status_code == 200 and "custom" in page.text
 
         assert await shop_rt.store.get_preferences("ana") == {"custom.email": False}

@@ -36,7 +36,6 @@ OPERATOR_KEY = "apps-operator-key-0123456789abcdef"
 DEFAULT_TOKEN = "default-expo-token"
 # Real time: the apps are re-read this often, receipts polled soon after each send.
 REFRESH_SECONDS = 0.2
-PUBLIC_URL = "https://tepat.example"
 UNSUBSCRIBE_SECRET = "deployment-unsubscribe-secret-0123456789"
 
 
@@ -123,6 +122,7 @@ async def deployment(tmp_path: Path, broker: str, **overrides: Any) -> AsyncIter
     app the registry holds, until the block ends (then stopped as SIGTERM stops them)."""
     expo = ExpoSandbox()
     with running_sandbox(expo) as served:
+        port = _free_port()
         settings = Settings.model_validate(
             {
                 "database_url": f"sqlite:///{tmp_path}/tepat.db",
@@ -134,14 +134,14 @@ async def deployment(tmp_path: Path, broker: str, **overrides: Any) -> AsyncIter
                 "receipt_poll_interval_seconds": 0.2,
                 "outbox_interval_seconds": 0.2,
                 "sweep_interval_seconds": 1.0,
-                "public_url": PUBLIC_URL,
+                # Where links and provider callbacks lead: this process's API.
+                "public_url": f"http://127.0.0.1:{port}",
                 "unsubscribe_secret": SecretStr(UNSUBSCRIBE_SECRET),
                 "metrics_port": 0,
                 **broker_settings(broker),
                 **overrides,
             }
         )
-        port = _free_port()
         served_apps: asyncio.Future[Apps] = asyncio.get_running_loop().create_future()
         done = asyncio.Event()
 
