@@ -23,7 +23,8 @@ What it mimics (docs.expo.dev/push-notifications/sending-notifications, docs/PRI
 What it adds for tests: the access token each notification came with (``access_token``
 in ``/_sandbox/received``: which account sent it), per-token scripted ticket and receipt
 errors, on top of the sandbox kit's faults, log, counters and ``/_sandbox/`` controls
-(:mod:`tepat.sandbox.provider`, :mod:`tepat.sandbox.faults`). The wire format lives in :mod:`tepat.sandbox.expo_wire`.
+(:mod:`tepat.sandbox.provider`, :mod:`tepat.sandbox.faults`). The wire format lives in
+:mod:`tepat.sandbox.expo_wire`.
 """
 
 from __future__ import annotations

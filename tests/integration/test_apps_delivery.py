@@ -37,9 +37,7 @@ async def test_each_app_sends_with_its_own_account_into_its_own_store(
 ) -> None:
     async with deployment(tmp_path, broker) as d:
         shop = app_id_for(broker, "shop")
-        shop_key = await d.create_app(
-            shop, expo_access_token=SHOP_TOKEN, expo_url=d.expo_url
-        )
+        shop_key = await d.create_app(shop, expo_access_token=SHOP_TOKEN, expo_url=d.expo_url)
         # The same user id and device in both apps: two people, one in each.
         default_phone, shop_phone = "ExponentPushToken[default-ana]", "ExponentPushToken[shop-ana]"
         async with d.client(shop_key) as shop_api:
@@ -55,13 +53,16 @@ async def test_each_app_sends_with_its_own_account_into_its_own_store(
             )
 
         await eventually(both_done, timeout=30, what="both messages sent")
-        await eventually(lambda: d.received(shop_phone) and d.received(default_phone))
+        await eventually(lambda: bool(d.received(shop_phone) and d.received(default_phone)))
         assert await stays_false(
             lambda: len(d.received(shop_phone)) > 1 or len(d.received(default_phone)) > 1
         )
         [default_sent] = d.received(default_phone)
         [shop_sent] = d.received(shop_phone)
-        assert (default_sent["body"], default_sent["access_token"]) == ("from default", DEFAULT_TOKEN)
+        assert (default_sent["body"], default_sent["access_token"]) == (
+            "from default",
+            DEFAULT_TOKEN,
+        )
         assert (shop_sent["body"], shop_sent["access_token"]) == ("from shop", SHOP_TOKEN)
 
         default_store, shop_store = d.runtime(DEFAULT_APP).store, d.runtime(shop).store

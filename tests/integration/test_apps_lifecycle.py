@@ -64,7 +64,7 @@ async def _sent_with(d: Deployment, client: httpx.AsyncClient, key: str, token: 
     def arrived() -> list[dict[str, Any]]:
         return [r for r in d.received("ExponentPushToken[shop-ana]") if r["body"] == key]
 
-    await eventually(arrived, timeout=30, what=f"{key} sent")
+    await eventually(lambda: bool(arrived()), timeout=30, what=f"{key} sent")
     assert [r["access_token"] for r in arrived()] == [token]
     assert message_id
 

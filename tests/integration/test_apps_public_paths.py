@@ -26,9 +26,7 @@ ONE_CLICK = {
 }
 
 
-async def test_an_apps_unsubscribe_link_acts_in_that_app_alone(
-    tmp_path: Path, broker: str
-) -> None:
+async def test_an_apps_unsubscribe_link_acts_in_that_app_alone(tmp_path: Path, broker: str) -> None:
     async with deployment(tmp_path, broker) as d:
         shop, other = app_id_for(broker, "shop"), app_id_for(broker, "other")
         keys = {DEFAULT_APP: "", shop: await d.create_app(shop), other: await d.create_app(other)}
