@@ -70,13 +70,14 @@ async def run_parts(
         apps.on_close.append(running.stop)
         if restore_embedded:
             await rt.recover_at_start()
-        default_tasks = await running.start(rt, stop)  # the process's stop is the default app's
-        await apps.refresh()
-        # What is built so far (modules, the runtime) lives as long as the process: a
+        await apps.refresh()  # the other apps opened, their parts started
+        # What is built so far (modules, the runtimes) lives as long as the process: a
         # full collection scanning it again cost 30-65 ms of CPU, a stall every send in
         # hand waited out (the moderate-load p99). Frozen, it is never scanned again.
+        # (Before the default app's parts start: their first turn is not before it.)
         gc.collect()
         gc.freeze()
+        default_tasks = await running.start(rt, stop)  # the process's stop is the default app's
         process_tasks = [
             asyncio.create_task(part(apps, stop), name=part.__name__)
             for part in [*once, _refresh_apps]
