@@ -226,11 +226,13 @@ class Apps:
         await served.stack.aclose()
         log.info("app closed", app=app_id)
 
-    async def forget(self, app_id: str) -> None:
-        """Close the app now (its part failed); the next refresh opens it again."""
+    async def forget(self, runtime: Runtime) -> None:
+        """Close the app of ``runtime`` now (a part of it failed); the next refresh opens it
+        again. Not if the app was reopened since: its new runtime is not the one failing."""
         async with self._lock:
-            if app_id in self._served:
-                await self._close(app_id)
+            served = self._served.get(runtime.app_id)
+            if served is not None and served.runtime is runtime:
+                await self._close(runtime.app_id)
 
     async def close(self) -> None:
         async with self._lock:

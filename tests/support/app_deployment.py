@@ -24,7 +24,7 @@ from tepat.config import Settings
 from tepat.domain.categories import DEFAULT_CATEGORIES
 from tepat.domain.models import Message
 from tepat.ports.repositories.messages import MessageQuery
-from tepat.processes import CONSUMER_PARTS, SCHEDULER_PARTS, _http_part, run_parts
+from tepat.processes import CONSUMER_PARTS, SCHEDULER_PARTS, Part, _http_part, run_parts
 from tepat.runtime import Runtime
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import running_sandbox
@@ -117,9 +117,12 @@ async def send_one_off(client: httpx.AsyncClient, user_id: str, key: str, body: 
 
 
 @asynccontextmanager
-async def deployment(tmp_path: Path, broker: str, **overrides: Any) -> AsyncIterator[Deployment]:
-    """``tepat serve``'s parts for the default app (its Expo token DEFAULT_TOKEN) and every
-    app the registry holds, until the block ends (then stopped as SIGTERM stops them)."""
+async def deployment(
+    tmp_path: Path, broker: str, *, parts: list[Part] | None = None, **overrides: Any
+) -> AsyncIterator[Deployment]:
+    """``tepat serve``'s parts (or ``parts``) for the default app (its Expo token
+    DEFAULT_TOKEN) and every app the registry holds, until the block ends (then stopped
+    as SIGTERM stops them)."""
     expo = ExpoSandbox()
     with running_sandbox(expo) as served:
         port = _free_port()
@@ -152,7 +155,7 @@ async def deployment(tmp_path: Path, broker: str, **overrides: Any) -> AsyncIter
         process = asyncio.create_task(
             run_parts(
                 settings,
-                [*CONSUMER_PARTS, *SCHEDULER_PARTS],
+                [*CONSUMER_PARTS, *SCHEDULER_PARTS] if parts is None else parts,
                 once=[_http_part("127.0.0.1", port, OPERATOR_KEY), held],
                 restore_embedded=broker == "embedded",
             )
