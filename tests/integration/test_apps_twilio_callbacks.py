@@ -9,6 +9,7 @@ Twilio does; on both brokers.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ async def _suppressed(d: Deployment, app_id: str) -> bool:
 async def test_an_apps_twilio_callbacks_verify_with_its_own_auth_token(
     tmp_path: Path, broker: str
 ) -> None:
-    default_twilio = {
+    default_twilio: dict[str, Any] = {
         "twilio_account_sid": DEFAULT_ACCOUNT_SID,
         "twilio_auth_token": DEFAULT_AUTH_TOKEN,
         "twilio_from": "+15005550006",
