@@ -11,21 +11,25 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import httpx
 from pydantic import SecretStr
 
+from tepat import runtime
+from tepat.clock import Clock
 from tepat.config import Settings
 from tepat.domain.categories import DEFAULT_CATEGORIES
 from tepat.domain.models import Message
+from tepat.ports.broker import Broker
 from tepat.ports.repositories.messages import MessageQuery
 from tepat.processes import CONSUMER_PARTS, SCHEDULER_PARTS, Part, _http_part, run_parts
-from tepat.runtime import Runtime
+from tepat.runtime import Runtime, make_broker
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import running_sandbox
 from tepat.tenancy import Apps
@@ -45,14 +49,33 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def broker_settings(broker: str) -> dict[str, Any]:
-    """The embedded broker, or ActiveMQ with push queues of this test's own (the shared
-    broker holds other runs' queues; an app's queues are these in its namespace)."""
+def broker_settings(broker: str, prefix: str) -> dict[str, Any]:
+    """The embedded broker, or ActiveMQ with push queues of this test's own, named with
+    ``prefix`` (the shared broker holds other runs' queues; an app's queues are these in
+    its namespace)."""
     if broker == "embedded":
         return {"broker_url": "embedded://"}
-    prefix = f"t{uuid.uuid4().hex[:8]}."
     queues = {p.name: {"queue": f"{prefix}{p.name}"} for p in DEFAULT_CATEGORIES}
     return {"broker_url": stomp_url(), "categories": queues}
+
+
+def _own_queues_only(prefix: str) -> Callable[[Settings, Clock], Broker]:
+    """``make_broker`` whose consumers take this test's queues only: its push queues
+    (``prefix``) and its apps' (named after them, of this test's own: :func:`app_id_for`).
+    The shared broker's fixed queues (``tepat.webhooks``, ``tepat.push.critical`` …)
+    hold other tests' batches, which a consumer here would take and drop."""
+
+    def make(settings: Settings, clock: Clock) -> Broker:
+        broker = make_broker(settings, clock)
+        consume = broker.consume
+
+        def ours(queues: Sequence[str], prefetch: int) -> Any:
+            return consume([q for q in queues if q.startswith((prefix, "app."))], prefetch)
+
+        broker.consume = ours  # type: ignore[method-assign]
+        return broker
+
+    return make
 
 
 def app_id_for(broker: str, name: str) -> str:
@@ -124,8 +147,8 @@ async def deployment(
     DEFAULT_TOKEN) and every app the registry holds, until the block ends (then stopped
     as SIGTERM stops them)."""
     expo = ExpoSandbox()
-    with running_sandbox(expo) as served:
-        port = _free_port()
+    with running_sandbox(expo) as served, ExitStack() as stack:
+        port, prefix = _free_port(), f"t{uuid.uuid4().hex[:8]}."
         settings = Settings.model_validate(
             {
                 "database_url": f"sqlite:///{tmp_path}/tepat.db",
@@ -141,7 +164,7 @@ async def deployment(
                 "public_url": f"http://127.0.0.1:{port}",
                 "unsubscribe_secret": SecretStr(UNSUBSCRIBE_SECRET),
                 "metrics_port": 0,
-                **broker_settings(broker),
+                **broker_settings(broker, prefix),
                 **overrides,
             }
         )
@@ -152,6 +175,8 @@ async def deployment(
             served_apps.set_result(apps)
             await done.wait()  # its end stops the process's parts, as SIGTERM would
 
+        if broker != "embedded":
+            stack.enter_context(patch.object(runtime, "make_broker", _own_queues_only(prefix)))
         process = asyncio.create_task(
             run_parts(
                 settings,
