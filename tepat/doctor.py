@@ -14,9 +14,9 @@ relay when e-mail is configured (connect, TLS and login, then QUIT: nothing is s
 the tz database release. A check that cannot run because an earlier one failed is
 reported as skipped.
 
-The provider checks also run per app (issue 23): :func:`check_apps` takes each app's
-id and Settings and checks that app's accounts, its lines named ``app <id>: <check>``
-(the default app's read as they always have).
+The provider checks also run per app (issue 23): the enabled apps of the registry in the
+default app's store (:func:`registered_apps`), each with its Settings, its lines named
+``app <id>: <check>`` (the default app's read as they always have; :func:`check_apps`).
 
 The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
 category queue, so no consumer takes it and no notification is touched.
@@ -37,10 +37,12 @@ from enum import StrEnum
 from functools import partial
 from pathlib import Path
 
+from tepat.adapters.secret_box import SecretKeyError
 from tepat.adapters.stomp.url import redact
 from tepat.clock import Clock, SystemClock
 from tepat.config import ConfigError, Settings
 from tepat.domain.apps import DEFAULT_APP
+from tepat.domain.errors import DomainError
 from tepat.domain.zones import TZDATA_RELEASE
 from tepat.ports.broker import Broker, Delivery
 from tepat.ports.push import Receipts, Rejected
@@ -127,10 +129,43 @@ async def diagnose(
         else:
             yield await scheduler_check(broker, probe)
 
-        async for check in provider_checks(settings, clock, wait):
+        apps, refused = await registered_apps(settings, store)
+        for check in refused:
+            yield check
+        async for check in check_apps([(DEFAULT_APP, settings), *apps], clock=clock, wait=wait):
             yield check
 
         yield await tzdata_check(store, clock.now(), wait)
+
+
+async def registered_apps(
+    settings: Settings, store: Store | None
+) -> tuple[list[tuple[str, Settings]], list[Check]]:
+    """The enabled apps of the registry in the default app's store, each with its Settings
+    as a process would open it; and a failed check for each app whose settings are refused
+    (a process logs it 'app not opened' and serves the others), or for the registry if it
+    cannot be read. None without the store (its check failed)."""
+    from tepat.tenancy import app_settings
+    from tepat.wiring import app_repository
+
+    if store is None:
+        return [], []
+    try:
+        listed = await app_repository(settings, store).list_apps()
+    except SecretKeyError as e:
+        hint = "set TEPAT_SECRETS_KEY to the key the apps' settings were sealed with"
+        return [], [Check("apps", Status.FAIL, f"registry unreadable: {e}", hint)]
+    apps: list[tuple[str, Settings]] = []
+    refused: list[Check] = []
+    for app in listed:
+        if app.disabled:
+            continue
+        try:
+            apps.append((app.app_id, app_settings(settings, app)))
+        except DomainError as e:
+            hint = f"PATCH /v1/admin/apps/{app.app_id} with settings that hold, or disable it"
+            refused.append(Check(f"app {app.app_id}: config", Status.FAIL, str(e), hint))
+    return apps, refused
 
 
 async def provider_checks(settings: Settings, clock: Clock, wait: float) -> AsyncIterator[Check]:

@@ -112,6 +112,7 @@ class _AppParts:
         self._restore = restore_embedded
         self._running: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]]]] = {}
         self._stopping: set[str] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def start(self, rt: Runtime) -> None:
         """A registered app's parts, on a stop of their own (set when it closes)."""
@@ -128,20 +129,23 @@ class _AppParts:
             ]
         if rt.app_id != DEFAULT_APP:
             for task in tasks:
-                task.add_done_callback(partial(self._ended, rt.app_id))
+                task.add_done_callback(partial(self._ended, rt))
         self._running[rt.app_id] = (stop, tasks)
         return tasks
 
-    def _ended(self, app_id: str, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task.exception() is None or app_id in self._stopping:
+    def _ended(self, rt: Runtime, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None or rt.app_id in self._stopping:
             return
         log.error(
             "app part failed; the app is closed",
-            app=app_id,
+            app=rt.app_id,
             part=task.get_name(),
             error=repr(task.exception()),
         )
-        asyncio.get_running_loop().create_task(self._apps.forget(app_id))
+        closing = asyncio.get_running_loop().create_task(self._apps.forget(rt))
+        # The loop holds tasks weakly: one nobody refers to may vanish before it runs.
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     async def stop(self, rt: Runtime) -> None:
         stop, tasks = self._running.pop(rt.app_id, (asyncio.Event(), []))

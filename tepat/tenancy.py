@@ -13,6 +13,7 @@ a deployment from before apps runs unchanged. Its store also holds the registry
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
@@ -185,6 +186,12 @@ class Apps:
         """Open, reopen (a new version) and close runtimes to match the registry."""
         if self._registry is None:
             return
+        # In a context of its own: the runtimes opened and the loops started outlive the
+        # caller (a request to /v1/admin/apps), and must not carry its request id or span.
+        await asyncio.create_task(self._refresh(), context=contextvars.Context())
+
+    async def _refresh(self) -> None:
+        assert self._registry is not None
         async with self._lock:
             apps = {a.app_id: a for a in await self._registry.list_apps() if not a.disabled}
             keys: dict[str, AppKey] = {}
@@ -192,6 +199,9 @@ class Apps:
                 for key in await self._registry.list_app_keys(app_id):
                     if key.active:
                         keys[key.key_hash] = key
+            # Before the opening: an app is answered for as soon as it is served (the
+            # keys of an app not served yet are refused by key()).
+            self._keys = keys
             for app_id, served in list(self._served.items()):
                 wanted = apps.get(app_id)
                 if wanted is None or wanted.version != served.app.version:
@@ -199,7 +209,6 @@ class Apps:
             for app_id, app in apps.items():
                 if app_id not in self._served and app_id != DEFAULT_APP:
                     await self._open(app)
-            self._keys = keys
 
     async def _open(self, app: App) -> None:
         stack = AsyncExitStack()
@@ -221,11 +230,13 @@ class Apps:
         await served.stack.aclose()
         log.info("app closed", app=app_id)
 
-    async def forget(self, app_id: str) -> None:
-        """Close the app now (its part failed); the next refresh opens it again."""
+    async def forget(self, runtime: Runtime) -> None:
+        """Close the app of ``runtime`` now (a part of it failed); the next refresh opens it
+        again. Not if the app was reopened since: its new runtime is not the one failing."""
         async with self._lock:
-            if app_id in self._served:
-                await self._close(app_id)
+            served = self._served.get(runtime.app_id)
+            if served is not None and served.runtime is runtime:
+                await self._close(runtime.app_id)
 
     async def close(self) -> None:
         async with self._lock:

@@ -22,9 +22,11 @@ What it mimics (docs.expo.dev/push-notifications/sending-notifications, docs/PRI
   token (each Expo project; requests without one share a bucket) has a bucket of its own,
   as Expo limits each project: one project over its limit gets 429s, another does not.
 
-What it adds for tests: per-token scripted ticket and receipt errors, on top of the sandbox
-kit's faults, log, counters and ``/_sandbox/`` controls (:mod:`tepat.sandbox.provider`,
-:mod:`tepat.sandbox.faults`). The wire format lives in :mod:`tepat.sandbox.expo_wire`.
+What it adds for tests: the access token each notification came with (``access_token``
+in ``/_sandbox/received``: which account sent it), per-token scripted ticket and receipt
+errors, on top of the sandbox kit's faults, log, counters and ``/_sandbox/`` controls
+(:mod:`tepat.sandbox.provider`, :mod:`tepat.sandbox.faults`). The wire format lives in
+:mod:`tepat.sandbox.expo_wire`.
 """
 
 from __future__ import annotations
@@ -281,7 +283,8 @@ class ExpoSandbox(FakeProvider[_State]):
             )
             return request_errors("TOO_MANY_REQUESTS", message, 429, wait)
         encoding = request.headers.get("content-encoding")
-        tickets, accepted = self._issue_tickets(messages, encoding)
+        bearer = request.headers.get("authorization", "").removeprefix("Bearer ") or None
+        tickets, accepted = self._issue_tickets(messages, encoding, bearer)
         with self._lock:
             self._state.stats.send_requests += 1
         single = isinstance(body, dict) and isinstance(body.get("to"), str)
@@ -307,9 +310,13 @@ class ExpoSandbox(FakeProvider[_State]):
         return wait
 
     def _issue_tickets(
-        self, messages: list[tuple[dict[str, Any], list[str]]], encoding: str | None
+        self,
+        messages: list[tuple[dict[str, Any], list[str]]],
+        encoding: str | None,
+        bearer: str | None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The tickets answered, and the entries of the notifications accepted."""
+        """The tickets answered, and the entries of the notifications accepted (each with
+        the access token it came with: which account sent it)."""
         now = self.clock.now()
         tickets: list[dict[str, Any]] = []
         accepted: list[dict[str, Any]] = []
@@ -331,6 +338,7 @@ class ExpoSandbox(FakeProvider[_State]):
                         ticket = {"status": "ok", "id": ticket_id}
                     tickets.append(ticket)
                     entry = received_entry(message, token, ticket, now, encoding)
+                    entry["access_token"] = bearer
                     state.received.append(entry)
                     state.stats.notifications += 1
                     if ticket["status"] == "ok":
