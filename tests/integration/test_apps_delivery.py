@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pymongo import AsyncMongoClient
 
 from tepat.adapters.mongo.base import database_name
 from tepat.domain.apps import DEFAULT_APP
@@ -21,7 +20,7 @@ from tests.support.app_deployment import (
     deployment,
     send_one_off,
 )
-from tests.support.mongo_factory import server_database
+from tests.support.mongo_factory import drop_database, server_database
 from tests.support.provider_sandboxes import BROKERS
 from tests.support.waiting import eventually, stays_false
 
@@ -106,8 +105,4 @@ async def test_on_mongodb_each_app_has_a_database_of_its_own(tmp_path: Path) -> 
                 assert await d.runtime("shop").store.get_message(default_id) is None
                 assert await d.runtime(DEFAULT_APP).store.get_user("ana") is None
         finally:
-            admin: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(url)
-            try:
-                await admin.drop_database(shop_db)
-            finally:
-                await admin.close()
+            await drop_database(url, shop_db)

@@ -81,13 +81,17 @@ async def server_database(prefix: str = "tepat_test") -> AsyncIterator[str]:
     try:
         yield url
     finally:
-        # A client of its own: the store's is closed by now, and the drop must happen
-        # even when the test left the store in a bad state.
-        admin: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(url)
-        try:
-            await admin.drop_database(name)
-        finally:
-            await admin.close()
+        await drop_database(url, name)
+
+
+async def drop_database(url: str, name: str) -> None:
+    """Drop ``name`` on the server of ``url``: with a client of its own (the store's is
+    closed by now), whatever state the test left the store in."""
+    admin: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(url)
+    try:
+        await admin.drop_database(name)
+    finally:
+        await admin.close()
 
 
 @asynccontextmanager
