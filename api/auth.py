@@ -154,6 +154,19 @@ class Authenticator:
             raise AuthError(401, "expected 'Authorization: Bearer <token>'")
         return self._user_principal(token.strip())
 
+    async def authenticate_anew(self, headers: Headers) -> Principal:
+        """:meth:`authenticate`; a key it does not know is looked up again in the registry
+        first (made moments ago through another process), so that a new key is not
+        counted as a wrong one (the throttle) while this process has yet to read it."""
+        try:
+            return self.authenticate(headers)
+        except AuthError as e:
+            if e.status != 401 or "x-api-key" not in headers or self._apps is None:
+                raise
+            if not await self._apps.refresh_if_stale():
+                raise
+        return self.authenticate(headers)
+
     def _key_principal(self, api_key: str) -> Principal:
         given = api_key.encode()
         if hmac.compare_digest(given, self._admin_key):
@@ -319,7 +332,7 @@ class AuthMiddleware:
             if query_token is not None:
                 principal = self.authenticator.authenticate_query_token(query_token)
             else:
-                principal = self.authenticator.authenticate(headers)
+                principal = await self.authenticator.authenticate_anew(headers)
             authorize(principal, scope["path"])
         except AuthError as e:
             if e.status == 401 and "x-api-key" in headers:

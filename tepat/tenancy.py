@@ -35,6 +35,7 @@ from tepat.wiring import app_repository
 
 log = structlog.get_logger("tepat.apps")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+STALE_AFTER_SECONDS = 1.0
 
 
 def app_database_url(url: str, app_id: str) -> str:
@@ -151,6 +152,7 @@ class Apps:
         self._served: dict[str, _Served] = {}
         self._keys: dict[str, AppKey] = {}
         self._lock = asyncio.Lock()
+        self._refreshed_at: datetime | None = None
         self.on_open: list[Listener] = []
         self.on_close: list[Listener] = []
 
@@ -182,10 +184,24 @@ class Apps:
             return None
         return key
 
+    async def refresh_if_stale(self) -> bool:
+        """Refresh unless the last one began under ``STALE_AFTER_SECONDS`` ago; whether it
+        did. For a key this process does not know yet (made through another process): it
+        is looked up once more before it counts as wrong, at most once a second."""
+        now = self.default.clock.now()
+        last = self._refreshed_at
+        if self._registry is None or (
+            last is not None and (now - last).total_seconds() < STALE_AFTER_SECONDS
+        ):
+            return False
+        await self.refresh()
+        return True
+
     async def refresh(self) -> None:
         """Open, reopen (a new version) and close runtimes to match the registry."""
         if self._registry is None:
             return
+        self._refreshed_at = self.default.clock.now()
         # In a context of its own: the runtimes opened and the loops started outlive the
         # caller (a request to /v1/admin/apps), and must not carry its request id or span.
         await asyncio.create_task(self._refresh(), context=contextvars.Context())

@@ -30,7 +30,8 @@ from api.app import create_app
 from tepat.clock import FakeClock
 from tepat.domain.apps import App
 from tepat.runtime import Runtime, open_runtime
-from tepat.tenancy import Apps, app_database_url, app_settings, queue_namespace
+from tepat.services.apps import AppService
+from tepat.tenancy import Apps, app_database_url, app_settings, queue_namespace, settings_check
 from tepat.wiring import app_repository
 from tests.api.conftest import ADMIN, ADMIN_KEY, JWT_SECRET, make_settings
 from tests.api.helpers import notification_body, reminder_body
@@ -298,3 +299,21 @@ async def test_a_revoked_key_stops_at_once_and_a_disabled_app_is_not_served(
     assert r.json()["served"] is True
     # its data is where it was
     assert (await client.get("/v1/users/u", headers=second)).status_code == 200
+
+
+async def test_a_key_made_by_another_process_works_at_once(
+    deployment: tuple[httpx.AsyncClient, Apps], clock: FakeClock
+) -> None:
+    """Made in the registry behind this process's back (as another API process would):
+    looked up again on first use instead of refused, and not counted as a wrong key."""
+    client, apps = deployment
+    await _new_app(client, "alpha", ALPHA_SECRET)
+    clock.advance(timedelta(seconds=2))  # past the last refresh's second
+    assert apps.registry is not None
+    service = AppService(apps.registry, clock, settings_check(apps.base))
+    _, key = await service.add_key("alpha", "admin")
+    r = await client.put("/v1/users/u", json=USER, headers={"X-API-Key": key})
+    assert r.status_code == 201, r.text
+    # a wrong key is still refused, once looked up
+    r = await client.get("/v1/users/u", headers={"X-API-Key": key + "x"})
+    assert r.status_code == 401, r.text
