@@ -90,8 +90,9 @@ async def run_parts(
             return_when=asyncio.FIRST_COMPLETED,
         )
         stop.set()
-        await apps.close()
         results = await asyncio.gather(*default_tasks, *process_tasks, return_exceptions=True)
+        # After the API: the requests it was finishing may be another app's.
+        await apps.close()
         log.info("stopped cleanly")
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
@@ -256,9 +257,13 @@ async def _serve_asgi(
     await stop.wait()
     # Open inbox streams never finish by themselves: end them so uvicorn's wait for
     # in-flight requests does (clients reconnect elsewhere with Last-Event-ID).
-    inbox = getattr(getattr(app, "state", None), "inbox", None)
+    state = getattr(app, "state", None)
+    inbox = getattr(state, "inbox", None)
     if inbox is not None:
         inbox.notifier.close()
+    apps: Apps | None = getattr(state, "apps", None)
+    for other in apps.others() if apps is not None else []:  # every app's streams
+        other.inbox.notifier.close()
     server.should_exit = True  # stops accepting, lets in-flight requests finish
     await task
 
