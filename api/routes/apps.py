@@ -152,9 +152,8 @@ def _new_key(key: AppKey, plain: str) -> NewKeyOut:
 
 @router.post("", status_code=201, summary="Create an app and its first admin key")
 async def create_app(body: AppIn, _: Admin, service: Service, apps: Served) -> NewAppOut:
-    app, plain = await service.create(body.app_id, body.name, body.settings)
+    app, key, plain = await service.create(body.app_id, body.name, body.settings)
     await apps.refresh()
-    (key,) = await service.keys(app.app_id)
     served = apps.runtime(app.app_id) is not None
     return NewAppOut(app=AppOut.of(app, served), admin_key=_new_key(key, plain))
 

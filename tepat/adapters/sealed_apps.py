@@ -44,9 +44,7 @@ class SealedApps:
         self._inner = inner
         self._box = box
 
-    def _opened(self, app: App | None) -> App | None:
-        if app is None:
-            return None
+    def _opened(self, app: App) -> App:
         return dataclasses.replace(app, settings=open_settings(self._box, app.settings))
 
     async def create_app(self, app: App) -> bool:
@@ -54,13 +52,11 @@ class SealedApps:
         return await self._inner.create_app(sealed)
 
     async def get_app(self, app_id: str) -> App | None:
-        return self._opened(await self._inner.get_app(app_id))
+        app = await self._inner.get_app(app_id)
+        return None if app is None else self._opened(app)
 
     async def list_apps(self) -> list[App]:
-        return [
-            dataclasses.replace(a, settings=open_settings(self._box, a.settings))
-            for a in await self._inner.list_apps()
-        ]
+        return [self._opened(a) for a in await self._inner.list_apps()]
 
     async def update_app(
         self,
@@ -71,9 +67,8 @@ class SealedApps:
         disabled: bool | None = None,
     ) -> App | None:
         sealed = None if settings is None else seal_settings(self._box, settings)
-        return self._opened(
-            await self._inner.update_app(app_id, name=name, settings=sealed, disabled=disabled)
-        )
+        app = await self._inner.update_app(app_id, name=name, settings=sealed, disabled=disabled)
+        return None if app is None else self._opened(app)
 
     async def add_app_key(self, key: AppKey) -> None:
         await self._inner.add_app_key(key)

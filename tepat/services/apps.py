@@ -45,8 +45,11 @@ class AppService:
         self._clock = clock
         self._check_settings = check_settings
 
-    async def create(self, app_id: str, name: str, settings: dict[str, Any]) -> tuple[App, str]:
-        """The new app and its first admin key, in clear (the only time it is shown)."""
+    async def create(
+        self, app_id: str, name: str, settings: dict[str, Any]
+    ) -> tuple[App, AppKey, str]:
+        """The new app, its first admin key, and that key in clear (the only time it is
+        shown)."""
         if not valid_app_id(app_id):
             raise DomainError("app_id", f"expected {_ID_RULE}")
         if app_id == DEFAULT_APP:
@@ -56,8 +59,8 @@ class AppService:
             raise FieldConflict("app_id", f"a deployment holds at most {MAX_APPS} apps")
         if not await self._repo.create_app(app):
             raise FieldConflict("app_id", f"an app {app_id!r} exists")
-        _, key = await self._new_key(app_id, "admin", None, None)
-        return app, key
+        key, plain = await self._new_key(app_id, "admin", None, None)
+        return app, key, plain
 
     async def update(
         self,

@@ -53,7 +53,7 @@ def service(store: SqliteStore, clock: FakeClock) -> AppService:
 async def test_create_makes_the_app_and_its_first_admin_key_shown_once(
     service: AppService, store: SqliteStore
 ) -> None:
-    app, key = await service.create("shop", " Shop ", {"expo_rate_limit": 300})
+    app, made, key = await service.create("shop", " Shop ", {"expo_rate_limit": 300})
     assert app == App("shop", "Shop", T0, {"expo_rate_limit": 300})
     assert await service.get("shop") == app
     assert await service.list_apps() == [app]
@@ -62,7 +62,7 @@ async def test_create_makes_the_app_and_its_first_admin_key_shown_once(
     found = await store.find_app_key(hash_key(key))
     assert found is not None and found.app_id == "shop" and found.role == "admin"
     assert found.active and found.poster is None and found.event_types is None
-    assert await service.keys("shop") == [found]
+    assert await service.keys("shop") == [found] == [made]
     assert key not in repr(found)  # the registry keeps the hash only
 
 
@@ -77,7 +77,7 @@ async def test_create_refuses_the_default_app_and_a_taken_id(service: AppService
     with pytest.raises(FieldConflict) as e:
         await service.create("default", "Default", {})
     assert e.value.field == "app_id"
-    first, _ = await service.create("shop", "Shop", {})
+    first, _, _ = await service.create("shop", "Shop", {})
     with pytest.raises(FieldConflict) as e:
         await service.create("shop", "Other", {})
     assert e.value.field == "app_id"
