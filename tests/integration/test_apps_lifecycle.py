@@ -76,7 +76,7 @@ async def test_an_app_is_served_changed_and_disabled_without_a_restart(
         shop = app_id_for(broker, "shop")
         settings: dict[str, Any] = {"expo_access_token": "shop-token-1", "expo_url": d.expo_url}
         async with another_process(d) as elsewhere:
-            _, key = await elsewhere.create(shop, "Shop", settings)
+            _, _, key = await elsewhere.create(shop, "Shop", settings)
         async with d.client(key) as api:
             # Served within the refresh interval. (Asked of the operator: an address that
             # tries an unknown key again and again is locked out, 429.)
