@@ -149,13 +149,8 @@ class EmbeddedBroker:
         if message.first_failure is None:
             message.first_failure = now
         if self._redelivery.dead(message.first_failure, now):
-            self._dead[message.id] = DeadLetter(
-                id=message.id,
-                queue=message.queue,
-                body=message.body,
-                reason=reason,
-                attempts=message.nacks,
-            )
+            dead = DeadLetter(message.id, message.queue, message.body, reason, message.nacks)
+            self._dead[message.id] = dead
         else:
             message.redelivered = True
             message.due = now + timedelta(seconds=self._redelivery.delay(message.nacks))
@@ -172,15 +167,9 @@ class EmbeddedBroker:
         for queue in queues:
             heap = self._queues.get(queue, [])
             ready = sum(1 for due, _, _ in heap if due <= now)
-            result.append(
-                QueueStats(
-                    queue=queue,
-                    ready=ready,
-                    scheduled=len(heap) - ready,
-                    in_flight=sum(1 for e in self._in_flight.values() if e.message.queue == queue),
-                    dead_letters=sum(1 for d in self._dead.values() if d.queue == queue),
-                )
-            )
+            in_flight = sum(1 for e in self._in_flight.values() if e.message.queue == queue)
+            dead = sum(1 for d in self._dead.values() if d.queue == queue)
+            result.append(QueueStats(queue, ready, len(heap) - ready, in_flight, dead))
         return result
 
     async def dead_letters(self, queues: Sequence[str]) -> list[DeadLetter]:
@@ -234,13 +223,8 @@ class EmbeddedBroker:
         delivery_id = uuid.uuid4().hex  # per attempt, so a stale ack can't ack a redelivery
         self._in_flight[delivery_id] = _InFlight(message, consumer)
         consumer.unacked[delivery_id] = None
-        return Delivery(
-            queue=message.queue,
-            body=message.body,
-            delivery_id=delivery_id,
-            redelivered=message.redelivered,
-            headers={**message.headers, "message-id": message.id},
-        )
+        headers = {**message.headers, "message-id": message.id}
+        return Delivery(message.queue, message.body, delivery_id, message.redelivered, headers)
 
     def _release(self, consumer: _Consumer) -> None:
         consumer.closed = True

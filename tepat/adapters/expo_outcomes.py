@@ -152,10 +152,8 @@ def classify_response(response: httpx.Response, now: datetime) -> Any:
     if status == 429 or code == "TOO_MANY_REQUESTS":
         # Refused: nothing was accepted. The send rate adapts to it (adaptive_rate.py).
         return TryAgain(reason, retry_after, throttled=True)
-    if status == 408:
-        # The server gave up waiting for the request: it never had it whole.
-        return TryAgain(reason, retry_after)
-    if status == 503:
+    if status in (408, 503):
+        # 408: the server gave up waiting for the request: it never had it whole. 503,
         # "Service Unavailable" (RFC 9110 §15.6.4): the server is unable to handle the
         # request, so it did not; an overload or maintenance storm is not an unknown
         # outcome, and closing everything it touches as outcome_unknown would lose it all.
@@ -202,13 +200,9 @@ class SendProgress:
             self.body_sent = True
 
     def maybe_sent(self, error: httpx.HTTPError) -> bool:
-        if isinstance(error, BEFORE_SENDING):
-            return False
-        if self.traced:
-            return self.body_sent
         # A transport that does not trace (a mock, a custom one): assume the worst once
         # connecting is behind us.
-        return True
+        return not isinstance(error, BEFORE_SENDING) and (self.body_sent or not self.traced)
 
     def failure(self, error: httpx.HTTPError, provider: str = "Expo") -> TryAgain:
         """The outcome of a request that raised instead of answering."""

@@ -288,25 +288,19 @@ class ExpoPushProvider(PooledClient):
             ids[i : i + self.max_receipt_batch] for i in range(0, len(ids), self.max_receipt_batch)
         ]
         results = await asyncio.gather(*(self._receipt_chunk(c) for c in chunks))
-        merged: dict[str, Receipt] = {}
-        failures: list[TryAgain | Rejected] = []
-        for result in results:
-            if isinstance(result, Receipts):
-                merged.update(result.by_ticket)
-            else:
-                failures.append(result)
+        failures = [r for r in results if not isinstance(r, Receipts)]
         rejected = [f for f in failures if isinstance(f, Rejected)]
-        if rejected:
-            return rejected[0]
-        if failures and len(failures) == len(results):
-            return failures[0]
+        if rejected or len(failures) == len(results):
+            return (rejected or failures)[0]
         if failures:
             log.warning(
                 "%d of %d receipt requests failed; those ids will be asked again",
                 len(failures),
                 len(results),
             )
-        return Receipts(merged)
+        return Receipts(
+            {t: r for res in results if isinstance(res, Receipts) for t, r in res.by_ticket.items()}
+        )
 
     async def _receipt_chunk(self, ids: list[str]) -> ReceiptResult:
         body = await self._post(RECEIPTS_PATH, {"ids": ids})

@@ -102,10 +102,7 @@ class SmtpEmailChannel:
         self._closed = True
         idle, self._idle = self._idle, []
         for smtp in idle:
-            try:
-                await smtp.quit(timeout=min(self.config.timeout, 5.0))
-            except _TRANSPORT_ERRORS:
-                smtp.close()
+            await _quit(smtp, min(self.config.timeout, 5.0))
 
     async def probe(self) -> str:
         """Connect, upgrade to TLS and log in as a send would, then NOOP and QUIT:
@@ -117,10 +114,7 @@ class SmtpEmailChannel:
             greeting = smtp.last_ehlo_response.message if smtp.last_ehlo_response else ""
             return greeting.splitlines()[0] if greeting else ""
         finally:
-            try:
-                await smtp.quit()
-            except _TRANSPORT_ERRORS:
-                smtp.close()
+            await _quit(smtp, self.config.timeout)
 
     async def _send_one(self, item: Outgoing) -> ChannelOutcome | Withheld:
         if not item.target.isascii():
@@ -251,3 +245,10 @@ class SmtpEmailChannel:
             # The system's CAs, or only those of TEPAT_SMTP_CA_FILE (a relay's own CA).
             self._tls_context = ssl.create_default_context(cafile=self.config.ca_file)
         return self._tls_context
+
+
+async def _quit(smtp: aiosmtplib.SMTP, seconds: float) -> None:
+    try:
+        await smtp.quit(timeout=seconds)
+    except _TRANSPORT_ERRORS:
+        smtp.close()

@@ -93,8 +93,6 @@ class _State(SandboxState):
 
 
 class ExpoSandbox(FakeProvider[_State]):
-    """One fake Expo project (see the module's docstring)."""
-
     _scripts_key = "tokens"
     _script_type = TokenScript
 

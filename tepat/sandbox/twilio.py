@@ -104,8 +104,6 @@ class _State(SandboxState):
 
 
 class TwilioSandbox(FakeProvider[_State]):
-    """One fake Twilio account (see the module's docstring)."""
-
     _scripts_key = "numbers"
     _script_type = NumberScript
 

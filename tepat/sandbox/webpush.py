@@ -73,8 +73,6 @@ class _State(SandboxState):
 
 
 class WebPushSandbox(FakeProvider[_State]):
-    """One fake push service (see the module's docstring)."""
-
     _scripts_key = "subscriptions"
     _script_type = SubscriptionScript
 

@@ -84,8 +84,5 @@ class AppsMixin(MongoBase):
         return await self._fetch(_key, APP_KEYS, {"app_id": app_id}, sort=["created_at", "key_id"])
 
     async def revoke_app_key(self, app_id: str, key_id: str, at: datetime) -> bool:
-        result = await self._db[APP_KEYS].update_one(
-            {"app_id": app_id, "key_id": key_id, "revoked_at": None},
-            {"$set": {"revoked_at": bson_dt(at)}},
-        )
-        return bool(result.modified_count)
+        live = {"app_id": app_id, "key_id": key_id, "revoked_at": None}
+        return bool(await self._update(APP_KEYS, live, {"$set": {"revoked_at": bson_dt(at)}}))

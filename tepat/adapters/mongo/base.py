@@ -143,6 +143,15 @@ class MongoBase:
             return only_duplicates(exc)
         return set()
 
+    async def _update(
+        self, collection: str, query: Mapping[str, Any], update: Any, *, many: bool = False
+    ) -> int:
+        """How many documents ``update`` changed: the first that matches ``query``, or every
+        one with ``many``."""
+        documents = self._db[collection]
+        result = await (documents.update_many if many else documents.update_one)(query, update)
+        return int(result.modified_count)
+
     async def _count(
         self, collection: str, match: dict[str, Any], **by: Any
     ) -> list[tuple[dict[str, Any], int]]:

@@ -97,8 +97,7 @@ class InboxMixin(MongoBase):
         if up_to_seq is not None:
             query["seq"] = {"$lte": up_to_seq}
         update = read_update(now, await webhooks_active(self))
-        result = await self._db["inbox"].update_many(query, update)
-        return int(result.modified_count)
+        return await self._update("inbox", query, update, many=True)
 
     async def inbox_unread_count(self, user_id: str) -> int:
         count = await self._db["inbox"].count_documents({"user_id": user_id, "read_at": None})

@@ -37,9 +37,7 @@ class OpsViewsMixin(MongoBase):
         messages = {m["_id"]: m for m in found}
         return [
             SendSample(
-                category=m["category"],
-                scheduled_at=read_dt_required(m["scheduled_at"]),
-                sent_at=read_dt_required(t["sent_at"]),
+                m["category"], read_dt_required(m["scheduled_at"]), read_dt_required(t["sent_at"])
             )
             for t in tickets
             if (m := messages.get(t["message_id"])) is not None

@@ -33,17 +33,9 @@ class TicketsMixin(MongoBase):
     async def record_receipt(
         self, ticket_id: str, status: str, error: str | None, now: datetime
     ) -> bool:
-        result = await self._db["tickets"].update_one(
-            {"_id": ticket_id, "receipt_status": None},
-            {
-                "$set": {
-                    "receipt_status": status,
-                    "receipt_error": error,
-                    "checked_at": bson_dt(now),
-                }
-            },
-        )
-        return bool(result.modified_count)
+        receipt = {"receipt_status": status, "receipt_error": error, "checked_at": bson_dt(now)}
+        awaited = {"_id": ticket_id, "receipt_status": None}
+        return bool(await self._update("tickets", awaited, {"$set": receipt}))
 
     async def tickets_for_message(self, message_id: str) -> list[Ticket]:
         query = {"message_id": message_id}

@@ -240,23 +240,19 @@ class UsersMixin(MongoBase):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
-        result = await self._db["devices"].update_one(
-            {"_id": pair_id(user_id, device_id), "active": True},
-            {"$set": self._deactivation(reason)},
-        )
-        return bool(result.modified_count)
+        active = {"_id": pair_id(user_id, device_id), "active": True}
+        return bool(await self._update("devices", active, {"$set": self._deactivation(reason)}))
 
     async def deactivate_token(self, push_token: str, reason: str) -> int:
-        devices = self._db["devices"]
-        dead = await devices.update_many(
-            {"push_token": push_token, "active": True}, {"$set": self._deactivation(reason)}
+        active = {"push_token": push_token, "active": True}
+        dead = await self._update(
+            "devices", active, {"$set": self._deactivation(reason)}, many=True
         )
         no_fallback = {"fallback_kind": None, "fallback_token": None}
-        dropped = await devices.update_many(
-            {"fallback_token": push_token},
-            {"$set": {**no_fallback, "updated_at": bson_dt(self._clock.now())}},
+        update = {"$set": {**no_fallback, "updated_at": bson_dt(self._clock.now())}}
+        return dead + await self._update(
+            "devices", {"fallback_token": push_token}, update, many=True
         )
-        return int(dead.modified_count + dropped.modified_count)
 
     def _deactivation(self, reason: str) -> dict[str, Any]:
         return {
@@ -305,7 +301,6 @@ class UsersMixin(MongoBase):
         failures = int(doc["consecutive_failures"])
         if failures < max_failures:
             return DeviceFailure(deactivated=False, consecutive_failures=failures)
-        result = await devices.update_one(
-            {"_id": doc["_id"], "active": True}, {"$set": self._deactivation(reason)}
-        )
-        return DeviceFailure(deactivated=bool(result.modified_count), consecutive_failures=failures)
+        still = {"_id": doc["_id"], "active": True}
+        done = await self._update("devices", still, {"$set": self._deactivation(reason)})
+        return DeviceFailure(deactivated=bool(done), consecutive_failures=failures)

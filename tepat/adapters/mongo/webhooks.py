@@ -138,11 +138,11 @@ class WebhooksMixin(MongoBase):
     ) -> bool:
         fields = _sub_doc(sub)
         del fields["_id"], fields["created_at"]
-        result = await self._db[SUBSCRIPTIONS].update_one(
-            {"_id": sub.id, "version": expect_version}, {"$set": fields}
+        changed = await self._update(
+            SUBSCRIPTIONS, {"_id": sub.id, "version": expect_version}, {"$set": fields}
         )
         self._webhooks_active = None
-        return bool(result.modified_count)
+        return bool(changed)
 
     async def delete_webhook_subscription(self, subscription_id: str) -> bool:
         result = await self._db[SUBSCRIPTIONS].delete_one({"_id": subscription_id})
@@ -188,10 +188,8 @@ class WebhooksMixin(MongoBase):
         dropped = 0
         emptied: dict[str, list[str]] = defaultdict(list)
         for (collection, doc_id), statuses in grouped.items():
-            result = await self._db[collection].update_one(
-                {"_id": doc_id}, {"$pull": {JOURNAL_FIELD: {"s": {"$in": statuses}}}}
-            )
-            dropped += len(statuses) if result.modified_count else 0
+            pull = {"$pull": {JOURNAL_FIELD: {"s": {"$in": statuses}}}}
+            dropped += len(statuses) if await self._update(collection, {"_id": doc_id}, pull) else 0
             emptied[collection].append(doc_id)
         # Out of the partial index; an entry pushed since keeps the array (and the
         # document) there, since the filter is on the emptied array only.

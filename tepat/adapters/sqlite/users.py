@@ -69,17 +69,8 @@ def device_params(d: Device, now: str) -> tuple[Row, Row]:
     created = _ts_opt(d.created_at) or now
     updated = _ts_opt(d.updated_at) or now
     rotation = (REPLACED, updated, d.push_token, d.user_id, d.device_id)
-    fallback = (d.fallback_kind, d.fallback_token)
-    return rotation, (
-        d.user_id,
-        d.device_id,
-        d.push_token,
-        d.platform,
-        created,
-        updated,
-        d.kind,
-        *fallback,
-    )
+    binding = (d.user_id, d.device_id, d.push_token, d.platform, created, updated, d.kind)
+    return rotation, (*binding, d.fallback_kind, d.fallback_token)
 
 
 PLAN_TARGET = f"SELECT {_PLAN_COLUMNS} FROM users WHERE user_id = ?"

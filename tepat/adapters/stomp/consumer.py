@@ -99,17 +99,10 @@ class Consumer:
             return
         headers = {str(k): str(v) for k, v in frame.headers.items()}
         ack_id = headers.get("ack") or headers.get("message-id", "")
-        destination = headers.get("destination", "")
-        queue = destination.removeprefix("/queue/")
+        queue = headers.get("destination", "").removeprefix("/queue/")
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
-        delivery = Delivery(
-            queue=queue,
-            body=body,
-            delivery_id=ack_id,
-            redelivered=headers.get("redelivered") == "true"
-            or int_header(headers.get(H_NACKS)) > 0,
-            headers=headers,
-        )
+        again = headers.get("redelivered") == "true" or int_header(headers.get(H_NACKS)) > 0
+        delivery = Delivery(queue, body, ack_id, again, headers)
         self.broker.in_flight[ack_id] = (self, link)
         self.buffer.put_nowait((link.id, delivery))
 
