@@ -70,32 +70,21 @@ from tepat.clock import Clock
 
 log = logging.getLogger(__name__)
 
-# How far back accepted sends count when a 429 asks "what does the provider take?".
+# The figures the module's docstring names. KEEP_SECONDS: how long accepted sends are
+# remembered, since a refused request's answer can come back late (up to the client's
+# timeout), and it is measured from when it left.
 WINDOW_SECONDS = 3.0
-# How long accepted sends are remembered: a refused request's answer can come back late
-# (up to the client's timeout), and it is measured from when it left.
 KEEP_SECONDS = 30.0
-# A measurement over a shorter span is taken over this long: the provider lets a second's
-# worth through at once, so a burst says nothing about its rate.
 MIN_SPAN_SECONDS = 1.0
-# Probing above the known good rate: relative increase per second.
 PROBE_PER_SECOND = 0.002
-# No probing for this long after a refusal.
 HOLD_SECONDS = 60.0
-# Recovering up to the known good rate: factor per second.
 RECOVER_PER_SECOND = 1.5
-RECOVER_HORIZON_S = 60.0
-# A 429 with nothing accepted to measure from.
+RECOVER_HORIZON_S = 60.0  # see accepted(): 1.5**elapsed overflows after a long quiet spell
 DECREASE = 0.5
 DECREASE_GAP_SECONDS = 2.0
-# Aim this far under the measured rate.
 HEADROOM = 0.97
-# A refusal although the provider was measured taking this much of the rate: arrivals
-# bunched on the way, not a rate above the provider's (it only pauses).
 PACE_KEPT = 0.99
-# Never slower than this part of the ceiling (a storm must not outlast itself).
 FLOOR_SHARE = 0.05
-# The most of a second's rate one request may hold.
 REQUEST_SECONDS = 0.5
 
 

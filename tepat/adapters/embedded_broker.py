@@ -52,18 +52,11 @@ class _InFlight:
 class EmbeddedBroker:
     """Delay queues in memory, one heap of ``(due, seq, message)`` per queue.
 
-    * ``consume(queues, prefetch)``: when several listed queues have due
-      messages, the queue listed first wins (callers list queues in priority
-      order, so ``safety`` drains before ``meal``); within a queue, earliest due
-      first. Several consumers may share queues; each message goes to one.
-    * ``nack(reason)`` puts the message back (``redelivered=True``), due after
-      the :class:`~tepat.ports.broker.RedeliveryPolicy` delay for its number of
-      nacks; a nack once it has been failing for the retry age moves it to
-      ``DLQ.<queue>`` with the reason and the number of attempts.
-    * A consumer that leaves its context or is cancelled returns its unacked
-      deliveries with ``redelivered=True``. That does **not** count as a
-      failure: a crashing consumer is not the message's fault, and counting it
-      would dead-letter good batches during a bad deploy.
+    When several queues a consumer listed have due messages, the one listed first wins
+    (callers list queues in priority order, so ``safety`` drains before ``meal``); within
+    a queue, earliest due first. Deliveries a consumer hands back by leaving its context
+    do **not** count as a failure: a crashing consumer is not the message's fault, and
+    counting it would dead-letter good batches during a bad deploy.
     """
 
     def __init__(
@@ -177,8 +170,6 @@ class EmbeddedBroker:
         return [d for d in self._dead.values() if d.queue in wanted]
 
     async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
-        """As the port says; with ``queue_prefix`` only a letter that died on a queue whose
-        name starts with it (an app's namespace), else False."""
         dead = self._dead.get(dead_letter_id)
         if dead is None or not dead.queue.startswith(queue_prefix):
             return False
@@ -257,8 +248,6 @@ class EmbeddedBroker:
 
 @dataclass(eq=False)
 class _Consumer:
-    """One ``consume()`` subscription; iterate it for deliveries."""
-
     broker: EmbeddedBroker
     queues: tuple[str, ...]
     prefetch: int

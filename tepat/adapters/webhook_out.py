@@ -138,7 +138,9 @@ class WebhookChannel:
             return Refused("gone")
         reason = f"http_{code}"
         if code in _THROTTLING:
-            return TryAgain(reason, retry_after=_retry_after(response, self._clock), throttled=True)
+            wait = parse_retry_after(response.headers.get("retry-after"), self._clock.now())
+            wait = None if wait is None else min(wait, WEBHOOK_RETRY.cap_seconds)
+            return TryAgain(reason, retry_after=wait, throttled=True)
         return TryAgain(reason, maybe_sent=code >= 500)
 
     async def _disable(self, sub: WebhookSubscription, why: str) -> None:
@@ -150,8 +152,3 @@ class WebhookChannel:
         )
         if await self._store.update_webhook_subscription(off, expect_version=sub.version):
             log.warning("webhook subscription disabled", subscription=sub.id, reason=why)
-
-
-def _retry_after(response: httpx.Response, clock: Clock) -> float | None:
-    seconds = parse_retry_after(response.headers.get("retry-after"), clock.now())
-    return None if seconds is None else min(seconds, WEBHOOK_RETRY.cap_seconds)

@@ -172,9 +172,7 @@ class ExpoSandbox(FakeProvider[_State]):
          "fail_next": {"count": 1, "status": 400, "code": "PUSH_TOO_MANY_EXPERIENCE_IDS"},
          "receipt_delay_seconds": 900}
         """
-        retry_after = spec.get("retry_after", 1.0)
-        if retry_after is not None:
-            retry_after = float(retry_after)
+        retry_after = None if (wait := spec.get("retry_after", 1.0)) is None else float(wait)
         for status in (429, 500):
             if spec.get(f"next_{status}"):
                 self.fail_next(int(spec[f"next_{status}"]), status, retry_after)

@@ -229,10 +229,9 @@ class TwilioSandbox(FakeProvider[_State]):
         apply Twilio's own opt-out: STOP words make ``from_`` unsubscribed (21610), START
         words lift it. Returns the receiver's HTTP status."""
         word = body.strip().upper()
-        if word in STOP_WORDS:
-            self.unsubscribe(from_)
-        elif word in START_WORDS:
-            self.unsubscribe(from_, False)
+        opt_out = "STOP" if word in STOP_WORDS else "START" if word in START_WORDS else None
+        if opt_out:
+            self.unsubscribe(from_, opt_out == "STOP")
         sid = "SM" + uuid.uuid4().hex
         params = self._message_params(
             sid,
@@ -244,8 +243,8 @@ class TwilioSandbox(FakeProvider[_State]):
             NumSegments=str(max(1, count_segments(body).segments)),
             SmsMessageSid=sid,
         )
-        if word in STOP_WORDS or word in START_WORDS:
-            params.append(("OptOutType", "STOP" if word in STOP_WORDS else "START"))
+        if opt_out:
+            params.append(("OptOutType", opt_out))
         status, _ = await self._post_signed(url, params)
         with self._lock:
             self._state.stats.inbound_posted += 1

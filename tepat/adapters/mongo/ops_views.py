@@ -15,9 +15,7 @@ from tepat.adapters.mongo.base import MongoBase
 from tepat.adapters.mongo.codecs import bson_dt, read_dt_required
 from tepat.ports.repositories.ops_views import SendSample
 
-
-def _due_at(doc: dict[str, Any]) -> datetime:
-    return read_dt_required(doc["due_at"])
+_DUE_ONLY = {"due_at": True}  # a projection
 
 
 class OpsViewsMixin(MongoBase):
@@ -57,11 +55,11 @@ class OpsViewsMixin(MongoBase):
         pending = {"publish_pending": {"$in": [False, True]}, "status": "pending", "due_at": due}
         heads = [
             await self._fetch(
-                _due_at, "messages", match, projection={"due_at": True}, sort=["due_at"], limit=1
+                dict, "messages", match, projection=_DUE_ONLY, sort=["due_at"], limit=1
             )
             for match in (pending, {"status": "sending", "due_at": due})
         ]
-        return min((head[0] for head in heads if head), default=None)
+        return min((read_dt_required(h[0]["due_at"]) for h in heads if h), default=None)
 
     async def live_members(self, since: datetime) -> dict[str, int]:
         match = {"beat_at": {"$gte": bson_dt(since)}}

@@ -3,17 +3,8 @@
 The broker instance this expects is ``deploy/activemq/conf/activemq.xml``
 (started by ``scripts/activemq.sh``): ``schedulerSupport="true"`` (otherwise
 ``AMQ_SCHEDULED_DELAY`` is silently ignored), the redelivery plugin with an
-individual dead-letter queue ``DLQ.<queue>``, and the statistics plugin.
-
-One module per part, each documenting how its part maps onto ActiveMQ:
-
-* :mod:`.url`: broker URLs (``stomp://``, ``stomp+ssl://``), queue names, selector literals;
-* :mod:`.tls`: STOMP over TLS: trusted CAs, client certificate, why a connect failed;
-* :mod:`.frames`: the headers the adapter writes, decoding what it reads;
-* :mod:`.link`: one STOMP connection and its threads;
-* :mod:`.consumer`: one ``consume()`` context, its reconnects and iteration;
-* :mod:`.admin`: ``stats``, ``dead_letters``, ``replay_dead_letter``;
-* :mod:`.broker`: :class:`StompBroker`, which composes them (publish, ack, nack).
+individual dead-letter queue ``DLQ.<queue>``, and the statistics plugin. One module per
+part, each documenting how its part maps onto ActiveMQ; :mod:`.broker` composes them.
 """
 
 from tepat.adapters.stomp.broker import StompBroker

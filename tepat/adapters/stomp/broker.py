@@ -78,15 +78,9 @@ log = structlog.get_logger("tepat.broker.stomp")
 class StompBroker:
     """The :class:`~tepat.ports.broker.Broker` port on ActiveMQ Classic 5.17 over STOMP.
 
-    ``url``: ``stomp://[user:pass@]host[:61613]``, or
-    ``stomp+ssl://[user:pass@]host[:61614]`` with ``tls`` saying what to trust
-    and the client certificate (:mod:`.tls`; by default the system's CAs, the
-    broker's certificate and host name verified). ``redelivery`` says when a
-    nacked message comes back and when it is dead-lettered instead.
-    ``lead_seconds``: how much earlier than its delay a published message is
-    scheduled (the consumer holds it until its instant).
-    ``publish`` retries on a broken connection for up to
-    ``publish_retry_seconds`` before raising :class:`BrokerUnavailable`.
+    ``url`` and ``tls``: :func:`.url.parse_stomp_url` (by default the system's CAs, the
+    broker's certificate and host name verified). ``publish`` retries on a broken
+    connection for up to ``publish_retry_seconds`` before raising :class:`BrokerUnavailable`.
     """
 
     def __init__(
@@ -256,13 +250,7 @@ class StompBroker:
             )
 
     async def nack(self, delivery: Delivery, reason: str) -> None:
-        """Atomically requeue a copy after the policy's delay, or dead-letter it past the retry age.
-
-        One STOMP transaction on the consumer's connection sends the copy and
-        acks the original, so the message is never lost nor doubled by a crash
-        in between. The copy carries ``tepat_nacks``, ``tepat_first_failure_ms``
-        and ``tepat_reason``.
-        """
+        # One transaction: never lost nor doubled by a crash in between (the module's docstring).
         link = self._live(delivery)
         if link is None:
             return
@@ -313,6 +301,4 @@ class StompBroker:
         return await self._admin.dead_letters(queues)
 
     async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
-        """As the port says; with ``queue_prefix`` only a letter that died on a queue whose
-        name starts with it (an app's namespace, ending in ``.``), else False."""
         return await self._admin.replay_dead_letter(dead_letter_id, queue_prefix)
