@@ -113,13 +113,9 @@ class Vapid:
         self._key = key
         self._subject = subject
         self._clock = clock
-        self._public = b64url(public_key_bytes(key.public_key()))
+        # The key browsers subscribe with (``applicationServerKey``), base64url.
+        self.public_key = b64url(public_key_bytes(key.public_key()))
         self._tokens: dict[str, tuple[str, float]] = {}  # origin: (JWT, its exp)
-
-    @property
-    def public_key(self) -> str:
-        """The key browsers subscribe with (``applicationServerKey``), base64url."""
-        return self._public
 
     def header(self, origin: str) -> str:
         now = self._clock.now().timestamp()
