@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -60,6 +62,26 @@ _FOR_EMAIL = {
     "public_url": "the https URL recipients reach this API at (for the unsubscribe links)",
     "unsubscribe_secret": "the key of the unsubscribe links",
 }
+
+
+def _blank_is_unset(v: Any) -> Any:
+    return (v.strip() or None) if isinstance(v, str) else v
+
+
+def _empty_is_unset(v: SecretStr | None) -> SecretStr | None:
+    return v if v is not None and v.get_secret_value() else None
+
+
+def _hmac_key(v: SecretStr | None) -> SecretStr | None:
+    if v is not None and len(v.get_secret_value().encode()) < 32:
+        raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
+    return v
+
+
+# Settings where blank means unset, made None before the checks of their own.
+Text = Annotated[str | None, BeforeValidator(_blank_is_unset)]
+Secret = Annotated[SecretStr | None, AfterValidator(_empty_is_unset)]
+HmacKey = Annotated[SecretStr | None, AfterValidator(_empty_is_unset), AfterValidator(_hmac_key)]
 
 
 class CategorySetting(BaseModel):
@@ -110,11 +132,11 @@ class Settings(BaseSettings):
     and the `safety` category may use: other traffic gets the rest however much of it waits,
     so a flood cannot take the provider's budget from them. `0.2` keeps a fifth; `0`, the
     default, keeps none (see [Operations](../guides/operations.md#critical-reserve))."""
-    fcm_credentials_file: str | None = None
+    fcm_credentials_file: Text = None
     """Firebase Cloud Messaging (HTTP v1): the JSON key file of a service account allowed to
     send for the project (Firebase console → Project settings → Service accounts). Unset: no
     FCM provider."""
-    fcm_project_id: str | None = Field(default=None, validate_default=True)
+    fcm_project_id: Text = Field(default=None, validate_default=True)
     """The Firebase project to send for; unset: the `project_id` of
     `TEPAT_FCM_CREDENTIALS_FILE`."""
     fcm_url: str = "https://fcm.googleapis.com"
@@ -153,12 +175,12 @@ class Settings(BaseSettings):
     admin_api_key: SecretStr | None = None
     """`X-API-Key` for backends and operators. Unset: generated on first start and kept in
     `.tepat-admin-key` beside a SQLite database; required with MongoDB."""
-    jwt_secret: SecretStr | None = None
+    jwt_secret: HmacKey = None
     """HS256 secret of end-user tokens (`Authorization: Bearer`, `sub` = user id), at least 32
     bytes (RFC 7518 asks for a key as long as the hash). Unset: user tokens are refused."""
-    jwt_issuer: str | None = None
+    jwt_issuer: Text = None
     """When set, every end-user token must carry this `iss` claim."""
-    jwt_audience: str | None = None
+    jwt_audience: Text = None
     """When set, every end-user token must carry this `aud` claim (a string or a list holding
     it)."""
     jwt_max_lifetime_seconds: float = Field(default=86400, gt=0, le=366 * 86400)
@@ -302,7 +324,7 @@ class Settings(BaseSettings):
     """`true`: e-mail and SMS go only to contact points marked `verified`; others are skipped
     `no_contact` (see [Contacts](../guides/contacts.md))."""
     # --- email over SMTP (tepat/adapters/smtp_email.py); the channel is off without a host
-    smtp_host: str | None = None
+    smtp_host: Text = None
     """The SMTP relay's host. Unset: no e-mail channel. With it `TEPAT_SMTP_FROM`,
     `TEPAT_PUBLIC_URL` and `TEPAT_UNSUBSCRIBE_SECRET` are required (see
     [E-mail](../guides/channels/email.md))."""
@@ -319,9 +341,9 @@ class Settings(BaseSettings):
     smtp_username: str | None = None
     """The relay's login; set both `TEPAT_SMTP_USERNAME` and `TEPAT_SMTP_PASSWORD` or neither.
     Unset: no login."""
-    smtp_password: SecretStr | None = Field(default=None, validate_default=True)
+    smtp_password: Secret = Field(default=None, validate_default=True)
     """The relay's password (with `TEPAT_SMTP_USERNAME`)."""
-    smtp_from: str | None = Field(default=None, validate_default=True)
+    smtp_from: Text = Field(default=None, validate_default=True)
     """The sender, `no-reply@shop.example` or `Shop <no-reply@shop.example>`; its domain also
     ends each `Message-ID`."""
     smtp_ca_file: str | None = None
@@ -336,21 +358,21 @@ class Settings(BaseSettings):
     # One-click unsubscribe (RFC 8058): the HMAC key of the link tokens, the base URL the
     # links point at (this API, as recipients reach it), how long a link works, and a
     # mailto for the List-Unsubscribe header.
-    public_url: str | None = Field(default=None, validate_default=True)
+    public_url: Text = Field(default=None, validate_default=True)
     """The URL this API is reached at from outside (`https://…`; `http://` only for localhost):
     the base of one-click unsubscribe links and of Twilio's status callbacks, and the URL
     Twilio's signatures are checked against."""
-    unsubscribe_secret: SecretStr | None = Field(default=None, validate_default=True)
+    unsubscribe_secret: HmacKey = Field(default=None, validate_default=True)
     """HMAC key of the one-click unsubscribe links (32 bytes or more, e.g. `openssl rand -hex
     32`); changing it breaks the links already sent."""
-    unsubscribe_mailto: str | None = None
+    unsubscribe_mailto: Text = None
     """An address for the `mailto:` in `List-Unsubscribe` (the token in its subject); Tepat
     does not read that mailbox."""
     unsubscribe_link_days: int = Field(default=90, ge=1, le=3650)
     """How long an unsubscribe link works, in days."""
     # Self-hosted relays posting bounce/complaint/delivery events: the HMAC-SHA256 key of
     # their X-Tepat-Signature header (SES over SNS is verified by its own signature).
-    email_events_secret: SecretStr | None = None
+    email_events_secret: HmacKey = None
     """HMAC-SHA256 key of `X-Tepat-Signature` for bounce, complaint and delivery events posted
     by a relay of your own (32 bytes or more). Unset: such events are refused."""
     email_events_topic_arns: str | None = None
@@ -359,15 +381,15 @@ class Settings(BaseSettings):
     subscribe an endpoint to a topic). Unset: SNS is refused."""
     # --- SMS through Twilio (tepat/adapters/twilio_sms.py); the channel is off without
     # an account SID and auth token. Status callbacks go to TEPAT_PUBLIC_URL.
-    twilio_account_sid: str | None = None
+    twilio_account_sid: Text = None
     """The Twilio account (`AC` + 32 hex digits); set it and `TEPAT_TWILIO_AUTH_TOKEN` or
     neither. Unset: no SMS channel (see [SMS](../guides/channels/sms.md))."""
     twilio_auth_token: SecretStr | None = Field(default=None, validate_default=True)
     """The Twilio account's auth token; it also verifies Twilio's callbacks."""
-    twilio_from: str | None = None
+    twilio_from: Text = None
     """The sender: an E.164 number, a short code or an alphanumeric sender id. This or
     `TEPAT_TWILIO_MESSAGING_SERVICE_SID` is required with the account."""
-    twilio_messaging_service_sid: str | None = Field(default=None, validate_default=True)
+    twilio_messaging_service_sid: Text = Field(default=None, validate_default=True)
     """A Messaging Service (`MG…`) to send from, instead of `TEPAT_TWILIO_FROM`."""
     twilio_url: str = "https://api.twilio.com"
     """Base URL of Twilio's Messages API (the Twilio sandbox in tests and demos)."""
@@ -375,17 +397,17 @@ class Settings(BaseSettings):
     """SMS requests per second to Twilio, shared among the consumer processes."""
     # Failover (docs/guides/operations.md, "Failover"): a second account and a second
     # relay, used only while the first one fails for provider-side reasons.
-    twilio_secondary_account_sid: str | None = None
+    twilio_secondary_account_sid: Text = None
     """A second Twilio account, sent through when the first fails for provider-side reasons
     (failover); set it and `TEPAT_TWILIO_SECONDARY_AUTH_TOKEN` or neither."""
     twilio_secondary_auth_token: SecretStr | None = Field(default=None, validate_default=True)
     """The second Twilio account's auth token."""
-    twilio_secondary_from: str | None = Field(default=None, validate_default=True)
+    twilio_secondary_from: Text = Field(default=None, validate_default=True)
     """The second account's sender. Unset: `TEPAT_TWILIO_FROM` (required when the first
     account sends through a Messaging Service, which belongs to it)."""
     twilio_secondary_url: str | None = None
     """Base URL of the second account's Messages API. Unset: `TEPAT_TWILIO_URL`."""
-    smtp_secondary_url: str | None = None
+    smtp_secondary_url: Text = None
     """A second SMTP relay, `smtp://[user:password@]host[:port]`, sent through when the
     first fails for provider-side reasons (failover); TLS, sender and limits are the first
     relay's."""
@@ -414,24 +436,6 @@ class Settings(BaseSettings):
     store. Unset: they are stored in clear (see [Security](../guides/security.md)).
     Secrets written before it was set keep working and are encrypted at their next rotation;
     keep the key: without it the encrypted ones cannot sign."""
-
-    # Text settings where blank means unset: one place strips them (before the checks below).
-    @field_validator(
-        *("jwt_issuer", "jwt_audience", "smtp_host", "smtp_from", "public_url"),
-        *("unsubscribe_mailto", "twilio_account_sid", "twilio_from"),
-        *("twilio_messaging_service_sid", "fcm_credentials_file", "fcm_project_id"),
-        *("twilio_secondary_account_sid", "twilio_secondary_from", "smtp_secondary_url"),
-        mode="before",
-    )
-    @classmethod
-    def _blank_is_unset(cls, v: Any) -> Any:
-        return (v.strip() or None) if isinstance(v, str) else v
-
-    # Defined before the other checks of these fields, so those see an empty one as None.
-    @field_validator("jwt_secret", "email_events_secret", "unsubscribe_secret", "smtp_password")
-    @classmethod
-    def _empty_secret_is_unset(cls, v: SecretStr | None) -> SecretStr | None:
-        return v if v is not None and v.get_secret_value() else None
 
     @field_validator("secrets_key")
     @classmethod
@@ -696,13 +700,6 @@ class Settings(BaseSettings):
         for arn in arns:
             check_topic_arn(arn)
         return ",".join(arns) or None
-
-    @field_validator("jwt_secret", "email_events_secret", "unsubscribe_secret")
-    @classmethod
-    def _hmac_secret(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and len(v.get_secret_value().encode()) < 32:
-            raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
-        return v
 
     @field_validator("twilio_account_sid", "twilio_secondary_account_sid")
     @classmethod
