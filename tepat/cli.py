@@ -16,7 +16,6 @@ from tepat.config import ConfigError, Settings, load_settings
 from tepat.logging import configure_logging
 
 app = typer.Typer(
-    help="Tepat: every user's notifications at the right local moment, once.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

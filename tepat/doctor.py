@@ -1,25 +1,12 @@
 """``tepat doctor``: is this deployment able to send? One verdict per check, each with a fix.
 
-Checks run in order and each one reports as soon as it is done: the configuration,
-the store, the broker, the broker's scheduler (a probe published with a 1 s delay
-must arrive about 1 s later: a broker without ``schedulerSupport`` delivers it at
-once, and every notification would go out early), the Expo credentials (a
-``getReceipts`` call for an id that does not exist: it changes nothing and is
-refused when the access token is), FCM's service account when configured (a real token
-fetch from its token endpoint: nothing is sent), the APNs auth key when configured (it
-parses and signs a provider token; APNs has no request that checks a token without
-sending a notification, so Apple's verdict comes with the first send), the Twilio
-credentials when SMS is configured (a fetch of the account: nothing is sent), the SMTP
-relay when e-mail is configured (connect, TLS and login, then QUIT: nothing is sent), and
-the tz database release. A check that cannot run because an earlier one failed is
-reported as skipped.
-
-The provider checks also run per app (issue 23): the enabled apps of the registry in the
-default app's store (:func:`registered_apps`), each with its Settings, its lines named
-``app <id>: <check>`` (the default app's read as they always have; :func:`check_apps`).
-
-The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
-category queue, so no consumer takes it and no notification is touched.
+Checks run in order (:func:`diagnose`) and each one reports as soon as it is done; a
+check that cannot run because an earlier one failed is reported as skipped. None sends
+anything: the broker's scheduler is probed on a queue of its own (``tepat.doctor.<random>``,
+never a category queue, so no consumer takes it), and each provider's credentials by a
+request that changes nothing, where the provider has one. The provider checks also run
+per app (issue 23): each enabled app of the registry with its Settings, its lines named
+``app <id>: <check>`` (:func:`check_apps`).
 """
 
 from __future__ import annotations

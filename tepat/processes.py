@@ -81,7 +81,7 @@ async def run_parts(
         apps.on_close.append(running.stop)
         process_tasks = [
             asyncio.create_task(part(apps, stop), name=part.__name__)
-            for part in [*once, _refresh_apps]
+            for part in [*once, Apps.run_refresh]
         ]
         # One part failing is fatal: stop the others and surface the error. (A part of
         # another app failing closes that app alone: _AppParts.)
@@ -97,10 +97,6 @@ async def run_parts(
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 raise r
-
-
-async def _refresh_apps(apps: Apps, stop: asyncio.Event) -> None:
-    await apps.run_refresh(stop)
 
 
 class _AppParts:
@@ -353,14 +349,6 @@ DEMO_RECEIPT_DELAY_SECONDS = 10.0
 # --- `tepat api --workers N`: several API processes on one port ---------------------------
 
 
-def check_api_workers(settings: Settings, workers: int) -> None:
-    if workers > 1 and settings.broker_url == "embedded://":
-        raise ConfigError(
-            f"tepat: --workers {workers} needs a shared broker: the embedded broker lives "
-            "inside one process (set TEPAT_BROKER_URL=stomp://…, or run one worker)"
-        )
-
-
 # Far above any ordinary request; what it bounds is the wait for held-open streams.
 WORKER_GRACEFUL_SHUTDOWN_SECONDS = 10
 
@@ -373,7 +361,11 @@ def serve_api_workers(settings: Settings, host: str, port: int, workers: int) ->
     runtime in its lifespan. SIGTERM/SIGINT reach uvicorn's supervisor, which
     stops each worker the way one ``tepat api`` stops: accepted requests finish.
     """
-    check_api_workers(settings, workers)
+    if settings.broker_url == "embedded://":
+        raise ConfigError(
+            f"tepat: --workers {workers} needs a shared broker: the embedded broker lives "
+            "inside one process (set TEPAT_BROKER_URL=stomp://…, or run one worker)"
+        )
     _admin_key(settings)  # generated (and printed) once here, read by every worker
     uvicorn.run(
         "tepat.processes:api_worker_app",
