@@ -216,8 +216,6 @@ class Settings(BaseSettings):
     sweep_grace_seconds: float = Field(default=120, gt=0)
     """How late past its due instant a published batch may be before the sweeper counts it lost
     and publishes it again."""
-    # The outbox publisher's pass interval (a write in the same process publishes at once
-    # only what is due before this loop could: see tepat/services/outbox.py).
     outbox_interval_seconds: float = Field(default=1.0, gt=0)
     """How often the outbox publisher (in `scheduler` and `serve`) publishes what other
     processes stored; a write in the same process publishes at once what is due within max(5
@@ -255,8 +253,7 @@ class Settings(BaseSettings):
     the instant: ActiveMQ's scheduler firing late (~0.3 s) does not show, and on either broker
     who it goes to is read ahead, so only the claim and the send are left at the instant; `0`
     hands it over at the instant itself."""
-    # How long the broker hands a failing batch back (with growing delays) before
-    # dead-lettering it: longer than a store outage should last.
+    # Longer than a store outage should last.
     broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)
     """A batch the consumer hands back (nack) returns after 1 s, 2 s, 4 s … at most 60 s (±20
     %); once it has been failing this long it goes to the broker's DLQ (`tepat dlq list`)."""
@@ -274,7 +271,6 @@ class Settings(BaseSettings):
     access_log_level: str = "INFO"
     """Level of HTTP access lines, independent of `TEPAT_LOG_LEVEL`; probes and scrapes are
     logged at `DEBUG` (see [Logs](../guides/operations.md#logs))."""
-    # /metrics of `tepat scheduler` and `tepat consumers` (api and serve use their HTTP port).
     metrics_host: str = "127.0.0.1"
     """Where `tepat scheduler` and `tepat consumers` serve `/metrics` (`0.0.0.0` in a
     container); `api` and `serve` use their HTTP port (see
@@ -323,7 +319,7 @@ class Settings(BaseSettings):
     require_verified_contacts: bool = False
     """`true`: e-mail and SMS go only to contact points marked `verified`; others are skipped
     `no_contact` (see [Contacts](../guides/contacts.md))."""
-    # --- email over SMTP (tepat/adapters/smtp_email.py); the channel is off without a host
+    # --- e-mail over SMTP (tepat/adapters/smtp_email.py)
     smtp_host: Text = None
     """The SMTP relay's host. Unset: no e-mail channel. With it `TEPAT_SMTP_FROM`,
     `TEPAT_PUBLIC_URL` and `TEPAT_UNSUBSCRIBE_SECRET` are required (see
@@ -355,9 +351,6 @@ class Settings(BaseSettings):
     """Seconds to wait for the relay's answer to each command."""
     smtp_connections: int = Field(default=4, ge=1, le=64)
     """SMTP connections kept open to the relay, per process."""
-    # One-click unsubscribe (RFC 8058): the HMAC key of the link tokens, the base URL the
-    # links point at (this API, as recipients reach it), how long a link works, and a
-    # mailto for the List-Unsubscribe header.
     public_url: Text = Field(default=None, validate_default=True)
     """The URL this API is reached at from outside (`https://…`; `http://` only for localhost):
     the base of one-click unsubscribe links and of Twilio's status callbacks, and the URL
@@ -370,8 +363,6 @@ class Settings(BaseSettings):
     does not read that mailbox."""
     unsubscribe_link_days: int = Field(default=90, ge=1, le=3650)
     """How long an unsubscribe link works, in days."""
-    # Self-hosted relays posting bounce/complaint/delivery events: the HMAC-SHA256 key of
-    # their X-Tepat-Signature header (SES over SNS is verified by its own signature).
     email_events_secret: HmacKey = None
     """HMAC-SHA256 key of `X-Tepat-Signature` for bounce, complaint and delivery events posted
     by a relay of your own (32 bytes or more). Unset: such events are refused."""
@@ -379,8 +370,7 @@ class Settings(BaseSettings):
     """Comma-separated SNS topic ARNs whose signed SES events are taken at
     `/v1/providers/email/events` (a valid SNS signature only proves SNS sent it: anyone can
     subscribe an endpoint to a topic). Unset: SNS is refused."""
-    # --- SMS through Twilio (tepat/adapters/twilio_sms.py); the channel is off without
-    # an account SID and auth token. Status callbacks go to TEPAT_PUBLIC_URL.
+    # --- SMS through Twilio (tepat/adapters/twilio_sms.py)
     twilio_account_sid: Text = None
     """The Twilio account (`AC` + 32 hex digits); set it and `TEPAT_TWILIO_AUTH_TOKEN` or
     neither. Unset: no SMS channel (see [SMS](../guides/channels/sms.md))."""
@@ -395,8 +385,7 @@ class Settings(BaseSettings):
     """Base URL of Twilio's Messages API (the Twilio sandbox in tests and demos)."""
     twilio_rate: float = Field(default=10, gt=0, le=10_000)
     """SMS requests per second to Twilio, shared among the consumer processes."""
-    # Failover (docs/guides/operations.md, "Failover"): a second account and a second
-    # relay, used only while the first one fails for provider-side reasons.
+    # --- failover (docs/guides/operations.md, "Failover")
     twilio_secondary_account_sid: Text = None
     """A second Twilio account, sent through when the first fails for provider-side reasons
     (failover); set it and `TEPAT_TWILIO_SECONDARY_AUTH_TOKEN` or neither."""
@@ -415,8 +404,7 @@ class Settings(BaseSettings):
     """The most segments an SMS body may take (GSM-7: 160 characters in one, 153 per part;
     UCS-2: 70, then 67); a longer one fails `too_many_segments`."""
 
-    # --- status webhooks out (tepat/adapters/webhook_out.py): http:// URLs beyond loopback
-    # (a private network; signatures still apply), and how long one POST may take.
+    # --- status webhooks out (tepat/adapters/webhook_out.py)
     webhook_allow_http: bool = False
     """`true`: webhook URLs may be `http://` to any host (a private network; signatures still
     apply); otherwise `http://` only to a loopback host (see [Status
@@ -754,8 +742,19 @@ class Settings(BaseSettings):
         return v
 
     def category_policies(self) -> Categories:
-        """The configured categories; the defaults when ``TEPAT_CATEGORIES`` is unset."""
-        return _category_policies(self.categories)
+        """The seven defaults with ``TEPAT_CATEGORIES`` merged over them: a category named
+        there takes the keys given and keeps the rest of its built-in policy (or the general
+        defaults, for a new category); the categories it does not name stay as they are."""
+        policies = {p.name: p for p in DEFAULT_CATEGORIES}
+        for name, c in (self.categories or {}).items():
+            base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
+            given = c.model_dump(
+                exclude_unset=True, exclude_none=True, exclude={"missed_window_minutes"}
+            )
+            if "missed_window_minutes" in c.model_fields_set:
+                given["missed_window"] = timedelta(minutes=c.missed_window_minutes)
+            policies[name] = replace(base, **given)
+        return Categories(policies.values())
 
     def event_routing(self) -> EventTypes:
         """The configured event types; the defaults (tepat/domain/routing.py) when
@@ -774,22 +773,6 @@ class Settings(BaseSettings):
         if self.twilio_account_sid:
             on.add(Channel.SMS)
         return frozenset(on)
-
-
-def _category_policies(categories: dict[str, CategorySetting] | None) -> Categories:
-    """The seven defaults with ``TEPAT_CATEGORIES`` merged over them: a category named there
-    takes the keys given and keeps the rest of its built-in policy (or the general defaults,
-    for a new category); the categories it does not name stay as they are."""
-    policies = {p.name: p for p in DEFAULT_CATEGORIES}
-    for name, c in (categories or {}).items():
-        base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
-        given = c.model_dump(
-            exclude_unset=True, exclude_none=True, exclude={"missed_window_minutes"}
-        )
-        if "missed_window_minutes" in c.model_fields_set:
-            given["missed_window"] = timedelta(minutes=c.missed_window_minutes)
-        policies[name] = replace(base, **given)
-    return Categories(policies.values())
 
 
 def load_settings(**overrides: Any) -> Settings:

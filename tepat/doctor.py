@@ -164,12 +164,10 @@ async def provider_checks(settings: Settings, clock: Clock, wait: float) -> Asyn
         yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
     finally:
         await _quietly(push.close)
-    if (fcm := await fcm_check(settings, clock, wait)) is not None:
-        yield fcm
-    if (apns := apns_check(settings, clock)) is not None:
-        yield apns
-    if (webpush := webpush_check(settings, clock)) is not None:
-        yield webpush
+    fcm = await fcm_check(settings, clock, wait)
+    for check in (fcm, apns_check(settings, clock), webpush_check(settings, clock)):
+        if check is not None:
+            yield check
     for secondary in (False, True):  # failover's second account and relay too
         if (twilio := await twilio_check(settings, wait, secondary)) is not None:
             yield twilio
@@ -469,11 +467,8 @@ async def twilio_check(settings: Settings, wait: float, secondary: bool = False)
     channel = build_sms_channel(settings, SystemClock(), secondary)
     if channel is None:
         return None
-    name, var = (
-        ("twilio_secondary", "TEPAT_TWILIO_SECONDARY_")
-        if secondary
-        else ("twilio", "TEPAT_TWILIO_")
-    )
+    name = "twilio_secondary" if secondary else "twilio"
+    var = f"TEPAT_{name.upper()}_"
     where = (settings.twilio_secondary_url if secondary else None) or settings.twilio_url
     fail = partial(Check, name, Status.FAIL)
     try:
@@ -540,16 +535,12 @@ async def smtp_check(settings: Settings, wait: float, secondary: bool = False) -
     where = f"{config.host}:{config.resolved_port} ({config.tls})"
     name = "smtp_secondary" if secondary else "smtp"
     fail = partial(Check, name, Status.FAIL)
-    # The second relay's host, port and login are all in its URL.
-    host, at, login_vars = (
-        ("TEPAT_SMTP_SECONDARY_URL",) * 2 + ("TEPAT_SMTP_SECONDARY_URL's user and password",)
-        if secondary
-        else (
-            "TEPAT_SMTP_HOST",
-            "TEPAT_SMTP_HOST and TEPAT_SMTP_PORT",
-            "TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD",
-        )
-    )
+    if secondary:  # the second relay's host, port and login are all in its URL
+        host = at = "TEPAT_SMTP_SECONDARY_URL"
+        login_vars = f"{host}'s user and password"
+    else:
+        host, at = "TEPAT_SMTP_HOST", "TEPAT_SMTP_HOST and TEPAT_SMTP_PORT"
+        login_vars = "TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD"
     channel = SmtpEmailChannel(config, SystemClock())
     try:
         greeting = await asyncio.wait_for(channel.probe(), wait)

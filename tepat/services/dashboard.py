@@ -226,11 +226,7 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
     by_status: dict[str, Counter[str]] = {ch: Counter() for ch in channels}
     for (status, _, channel), n in counts.by_status_category_channel.items():
         by_status.setdefault(channel, Counter())[status] += n
-    answers: dict[str, dict[str, int]] = {}
-    for (channel, outcome), n in metrics.counter_totals(
-        metrics.SENDS, "channel", "outcome"
-    ).items():
-        answers.setdefault(channel, {})[outcome] = n
+    answers = metrics.counter_totals(metrics.SENDS, "channel", "outcome")
     errors = metrics.counter_totals(metrics.PROVIDER_ERRORS, "channel", "kind")
     retries = metrics.counter_totals(metrics.NOT_SENT_RETRIES, "channel")
     breakers = metrics.breaker_states()
@@ -240,7 +236,7 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
             channel=channel,
             provider=metrics.provider_of(channel),
             messages_by_status=dict(sorted(statuses.items())),
-            answers_by_outcome=dict(sorted(answers.get(channel, {}).items())),
+            answers_by_outcome={o: n for (of, o), n in sorted(answers.items()) if of == channel},
             throttled=errors.get((channel, "throttled"), 0),
             retries=retries.get((channel,), 0),
             breakers={
