@@ -296,7 +296,10 @@ def _with_sandboxes(
         TwilioSandbox,
     )
 
-    twilio_sock = _twilio_sandbox_socket(sandbox_port + 1)
+    try:  # the port after the Expo sandbox's, or any free one if that is taken
+        twilio_sock = socket.create_server(("127.0.0.1", sandbox_port + 1))
+    except OSError:
+        twilio_sock = socket.create_server(("127.0.0.1", 0))
     updates: dict[str, Any] = {
         "expo_url": f"http://127.0.0.1:{sandbox_port}",
         "twilio_url": f"http://127.0.0.1:{twilio_sock.getsockname()[1]}",
@@ -331,14 +334,6 @@ def _with_sandboxes(
     for name, url in (("Expo", settings.expo_url), ("Twilio", settings.twilio_url)):
         print(f"tepat: {name} sandbox at {url} ({url}/_sandbox/received)", flush=True)
     return settings, [expo_sandbox, twilio_sandbox]
-
-
-def _twilio_sandbox_socket(port: int) -> socket.socket:
-    """The port after the Expo sandbox's, or any free one if that is taken."""
-    try:
-        return socket.create_server(("127.0.0.1", port))
-    except OSError:
-        return socket.create_server(("127.0.0.1", 0))
 
 
 # With the in-process sandbox, receipts are polled after seconds, not Expo's 15 minutes,
