@@ -17,15 +17,6 @@ from tepat.config import ConfigError, Settings
 KEY_FILE_NAME = ".tepat-admin-key"
 
 
-def key_file_path(settings: Settings) -> Path | None:
-    """Where the generated key lives; None when the store is not SQLite."""
-    url = settings.database_url
-    if not url.startswith("sqlite:///"):
-        return None
-    db = Path(url.removeprefix("sqlite:///"))
-    return db.parent / KEY_FILE_NAME
-
-
 def resolve_admin_key(settings: Settings) -> tuple[str, bool]:
     """``(key, generated)``; print the key once when ``generated`` is True.
 
@@ -33,9 +24,10 @@ def resolve_admin_key(settings: Settings) -> tuple[str, bool]:
     """
     if settings.admin_api_key is not None and settings.admin_api_key.get_secret_value():
         return settings.admin_api_key.get_secret_value(), False
-    path = key_file_path(settings)
-    if path is None:
+    url = settings.database_url
+    if not url.startswith("sqlite:///"):
         raise ConfigError("tepat: bad configuration: TEPAT_ADMIN_API_KEY: required with MongoDB")
+    path = Path(url.removeprefix("sqlite:///")).parent / KEY_FILE_NAME
     if path.exists():
         return _read_key(path), False
     key = secrets.token_urlsafe(32)

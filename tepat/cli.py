@@ -16,7 +16,6 @@ from tepat.config import ConfigError, Settings, load_settings
 from tepat.logging import configure_logging
 
 app = typer.Typer(
-    help="Tepat: every user's notifications at the right local moment, once.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -261,6 +260,25 @@ def doctor() -> None:
         raise typer.Exit(1)
 
 
+@sandbox_app.callback()
+def _sandbox() -> None:
+    configure_logging()
+
+
+def _serve_sandbox(app: Any, host: str, port: int, says: str = "", *, h2c: bool = False) -> None:
+    """Serve a sandbox in the foreground, first printing ``says`` (how to point Tepat at it)."""
+    from tepat.sandbox.runner import serve_app, serve_h2c_app
+
+    if says:
+        print(f"tepat: {says}", flush=True)
+    (serve_h2c_app if h2c else serve_app)(app, host, port)
+
+
+def _private_file(path: Path | str, text: str) -> None:
+    Path(path).write_text(text)
+    Path(path).chmod(0o600)
+
+
 @sandbox_app.command("expo")
 def sandbox_expo(
     host: Host = "127.0.0.1",
@@ -281,16 +299,14 @@ def sandbox_expo(
 ) -> None:
     """A local server that behaves like Expo's push API."""
     from tepat.sandbox.expo import ExpoSandbox
-    from tepat.sandbox.runner import serve_app
 
-    configure_logging()
     sandbox = ExpoSandbox(
         receipt_delay_seconds=receipt_delay,
         access_token=access_token,
         rate_limit=rate_limit or None,
         token_rate_limit=token_rate_limit or None,
     )
-    serve_app(sandbox.app, host, port)
+    _serve_sandbox(sandbox.app, host, port)
 
 
 @sandbox_app.command("fcm")
@@ -308,19 +324,12 @@ def sandbox_fcm(
     import json
 
     from tepat.sandbox.fcm import FcmSandbox
-    from tepat.sandbox.runner import serve_h2c_app
 
-    configure_logging()
     sandbox = FcmSandbox(rate_limit=rate_limit or None)
     url = f"http://{host}:{port}"
-    credentials.write_text(json.dumps(sandbox.service_account(url)))
-    credentials.chmod(0o600)
-    print(
-        f"tepat: FCM sandbox at {url}"
-        f" (TEPAT_FCM_URL={url} TEPAT_FCM_CREDENTIALS_FILE={credentials})",
-        flush=True,
-    )
-    serve_h2c_app(sandbox.app, host, port)
+    _private_file(credentials, json.dumps(sandbox.service_account(url)))
+    says = f"FCM sandbox at {url} (TEPAT_FCM_URL={url} TEPAT_FCM_CREDENTIALS_FILE={credentials})"
+    _serve_sandbox(sandbox.app, host, port, says, h2c=True)
 
 
 @sandbox_app.command("twilio")
@@ -335,18 +344,14 @@ def sandbox_twilio(
     ] = 1.0,
 ) -> None:
     """A local server that behaves like Twilio's Messages API (SMS), with signed callbacks."""
-    from tepat.sandbox.runner import serve_app
     from tepat.sandbox.twilio import TwilioSandbox
 
-    configure_logging()
     sandbox = TwilioSandbox(rate_limit=rate_limit or None, callback_delay_seconds=callback_delay)
-    print(
-        f"tepat: Twilio sandbox at http://{host}:{port}"
-        f" (TEPAT_TWILIO_ACCOUNT_SID={sandbox.account_sid}"
-        f" TEPAT_TWILIO_AUTH_TOKEN={sandbox.auth_token})",
-        flush=True,
+    says = (
+        f"Twilio sandbox at http://{host}:{port} (TEPAT_TWILIO_ACCOUNT_SID={sandbox.account_sid}"
+        f" TEPAT_TWILIO_AUTH_TOKEN={sandbox.auth_token})"
     )
-    serve_app(sandbox.app, host, port)
+    _serve_sandbox(sandbox.app, host, port, says)
 
 
 @sandbox_app.command("apns")
@@ -361,23 +366,17 @@ def sandbox_apns(
     ] = "apns-sandbox.p8",
 ) -> None:
     """A local server that behaves like APNs (HTTP/2 without TLS, token auth)."""
-    from pathlib import Path
-
     from tepat.sandbox.apns import ApnsSandbox
-    from tepat.sandbox.runner import serve_h2c_app
 
-    configure_logging()
     sandbox = ApnsSandbox(rate_limit=rate_limit or None)
-    Path(key_file).write_text(sandbox.signing_key("SANDBOXKEY"))
-    Path(key_file).chmod(0o600)
+    _private_file(key_file, sandbox.signing_key("SANDBOXKEY"))
     url = f"http://{host}:{port}"
-    print(
-        f"tepat: APNs sandbox at {url} (TEPAT_APNS_URL={url} TEPAT_APNS_KEY_FILE={key_file}"
+    says = (
+        f"APNs sandbox at {url} (TEPAT_APNS_URL={url} TEPAT_APNS_KEY_FILE={key_file}"
         f" TEPAT_APNS_KEY_ID=SANDBOXKEY TEPAT_APNS_TEAM_ID={sandbox.team_id}"
-        f" TEPAT_APNS_TOPIC={sandbox.topic})",
-        flush=True,
+        f" TEPAT_APNS_TOPIC={sandbox.topic})"
     )
-    serve_h2c_app(sandbox.app, host, port)
+    _serve_sandbox(sandbox.app, host, port, says, h2c=True)
 
 
 @sandbox_app.command("webpush")
@@ -393,23 +392,17 @@ def sandbox_webpush(
 ) -> None:
     """A local server that behaves like a browser's Web Push service (VAPID, aes128gcm);
     `POST /_sandbox/subscribe` gives a subscription to register as a `webpush` device."""
-    from pathlib import Path
-
-    from tepat.sandbox.runner import serve_app
     from tepat.sandbox.webpush import WebPushSandbox
 
-    configure_logging()
     sandbox = WebPushSandbox(rate_limit=rate_limit or None)
-    Path(key_file).write_text(sandbox.vapid_key())
-    Path(key_file).chmod(0o600)
+    _private_file(key_file, sandbox.vapid_key())
     url = f"http://{host}:{port}"
-    print(
-        f"tepat: Web Push sandbox at {url} (TEPAT_WEBPUSH_URL={url}"
+    says = (
+        f"Web Push sandbox at {url} (TEPAT_WEBPUSH_URL={url}"
         f" TEPAT_WEBPUSH_VAPID_PRIVATE_KEY_FILE={key_file}"
-        " TEPAT_WEBPUSH_VAPID_SUBJECT=mailto:you@example.com)",
-        flush=True,
+        " TEPAT_WEBPUSH_VAPID_SUBJECT=mailto:you@example.com)"
     )
-    serve_app(sandbox.app, host, port)
+    _serve_sandbox(sandbox.app, host, port, says)
 
 
 @dlq_app.command("list")

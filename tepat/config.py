@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -60,6 +62,26 @@ _FOR_EMAIL = {
     "public_url": "the https URL recipients reach this API at (for the unsubscribe links)",
     "unsubscribe_secret": "the key of the unsubscribe links",
 }
+
+
+def _blank_is_unset(v: Any) -> Any:
+    return (v.strip() or None) if isinstance(v, str) else v
+
+
+def _empty_is_unset(v: SecretStr | None) -> SecretStr | None:
+    return v if v is not None and v.get_secret_value() else None
+
+
+def _hmac_key(v: SecretStr | None) -> SecretStr | None:
+    if v is not None and len(v.get_secret_value().encode()) < 32:
+        raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
+    return v
+
+
+# Settings where blank means unset, made None before the checks of their own.
+Text = Annotated[str | None, BeforeValidator(_blank_is_unset)]
+Secret = Annotated[SecretStr | None, AfterValidator(_empty_is_unset)]
+HmacKey = Annotated[SecretStr | None, AfterValidator(_empty_is_unset), AfterValidator(_hmac_key)]
 
 
 class CategorySetting(BaseModel):
@@ -110,11 +132,11 @@ class Settings(BaseSettings):
     and the `safety` category may use: other traffic gets the rest however much of it waits,
     so a flood cannot take the provider's budget from them. `0.2` keeps a fifth; `0`, the
     default, keeps none (see [Operations](../guides/operations.md#critical-reserve))."""
-    fcm_credentials_file: str | None = None
+    fcm_credentials_file: Text = None
     """Firebase Cloud Messaging (HTTP v1): the JSON key file of a service account allowed to
     send for the project (Firebase console → Project settings → Service accounts). Unset: no
     FCM provider."""
-    fcm_project_id: str | None = Field(default=None, validate_default=True)
+    fcm_project_id: Text = Field(default=None, validate_default=True)
     """The Firebase project to send for; unset: the `project_id` of
     `TEPAT_FCM_CREDENTIALS_FILE`."""
     fcm_url: str = "https://fcm.googleapis.com"
@@ -153,12 +175,12 @@ class Settings(BaseSettings):
     admin_api_key: SecretStr | None = None
     """`X-API-Key` for backends and operators. Unset: generated on first start and kept in
     `.tepat-admin-key` beside a SQLite database; required with MongoDB."""
-    jwt_secret: SecretStr | None = None
+    jwt_secret: HmacKey = None
     """HS256 secret of end-user tokens (`Authorization: Bearer`, `sub` = user id), at least 32
     bytes (RFC 7518 asks for a key as long as the hash). Unset: user tokens are refused."""
-    jwt_issuer: str | None = None
+    jwt_issuer: Text = None
     """When set, every end-user token must carry this `iss` claim."""
-    jwt_audience: str | None = None
+    jwt_audience: Text = None
     """When set, every end-user token must carry this `aud` claim (a string or a list holding
     it)."""
     jwt_max_lifetime_seconds: float = Field(default=86400, gt=0, le=366 * 86400)
@@ -194,8 +216,6 @@ class Settings(BaseSettings):
     sweep_grace_seconds: float = Field(default=120, gt=0)
     """How late past its due instant a published batch may be before the sweeper counts it lost
     and publishes it again."""
-    # The outbox publisher's pass interval (a write in the same process publishes at once
-    # only what is due before this loop could: see tepat/services/outbox.py).
     outbox_interval_seconds: float = Field(default=1.0, gt=0)
     """How often the outbox publisher (in `scheduler` and `serve`) publishes what other
     processes stored; a write in the same process publishes at once what is due within max(5
@@ -233,8 +253,7 @@ class Settings(BaseSettings):
     the instant: ActiveMQ's scheduler firing late (~0.3 s) does not show, and on either broker
     who it goes to is read ahead, so only the claim and the send are left at the instant; `0`
     hands it over at the instant itself."""
-    # How long the broker hands a failing batch back (with growing delays) before
-    # dead-lettering it: longer than a store outage should last.
+    # Longer than a store outage should last.
     broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)
     """A batch the consumer hands back (nack) returns after 1 s, 2 s, 4 s … at most 60 s (±20
     %); once it has been failing this long it goes to the broker's DLQ (`tepat dlq list`)."""
@@ -252,7 +271,6 @@ class Settings(BaseSettings):
     access_log_level: str = "INFO"
     """Level of HTTP access lines, independent of `TEPAT_LOG_LEVEL`; probes and scrapes are
     logged at `DEBUG` (see [Logs](../guides/operations.md#logs))."""
-    # /metrics of `tepat scheduler` and `tepat consumers` (api and serve use their HTTP port).
     metrics_host: str = "127.0.0.1"
     """Where `tepat scheduler` and `tepat consumers` serve `/metrics` (`0.0.0.0` in a
     container); `api` and `serve` use their HTTP port (see
@@ -301,8 +319,8 @@ class Settings(BaseSettings):
     require_verified_contacts: bool = False
     """`true`: e-mail and SMS go only to contact points marked `verified`; others are skipped
     `no_contact` (see [Contacts](../guides/contacts.md))."""
-    # --- email over SMTP (tepat/adapters/smtp_email.py); the channel is off without a host
-    smtp_host: str | None = None
+    # --- e-mail over SMTP (tepat/adapters/smtp_email.py)
+    smtp_host: Text = None
     """The SMTP relay's host. Unset: no e-mail channel. With it `TEPAT_SMTP_FROM`,
     `TEPAT_PUBLIC_URL` and `TEPAT_UNSUBSCRIBE_SECRET` are required (see
     [E-mail](../guides/channels/email.md))."""
@@ -319,9 +337,9 @@ class Settings(BaseSettings):
     smtp_username: str | None = None
     """The relay's login; set both `TEPAT_SMTP_USERNAME` and `TEPAT_SMTP_PASSWORD` or neither.
     Unset: no login."""
-    smtp_password: SecretStr | None = Field(default=None, validate_default=True)
+    smtp_password: Secret = Field(default=None, validate_default=True)
     """The relay's password (with `TEPAT_SMTP_USERNAME`)."""
-    smtp_from: str | None = Field(default=None, validate_default=True)
+    smtp_from: Text = Field(default=None, validate_default=True)
     """The sender, `no-reply@shop.example` or `Shop <no-reply@shop.example>`; its domain also
     ends each `Message-ID`."""
     smtp_ca_file: str | None = None
@@ -333,59 +351,52 @@ class Settings(BaseSettings):
     """Seconds to wait for the relay's answer to each command."""
     smtp_connections: int = Field(default=4, ge=1, le=64)
     """SMTP connections kept open to the relay, per process."""
-    # One-click unsubscribe (RFC 8058): the HMAC key of the link tokens, the base URL the
-    # links point at (this API, as recipients reach it), how long a link works, and a
-    # mailto for the List-Unsubscribe header.
-    public_url: str | None = Field(default=None, validate_default=True)
+    public_url: Text = Field(default=None, validate_default=True)
     """The URL this API is reached at from outside (`https://…`; `http://` only for localhost):
     the base of one-click unsubscribe links and of Twilio's status callbacks, and the URL
     Twilio's signatures are checked against."""
-    unsubscribe_secret: SecretStr | None = Field(default=None, validate_default=True)
+    unsubscribe_secret: HmacKey = Field(default=None, validate_default=True)
     """HMAC key of the one-click unsubscribe links (32 bytes or more, e.g. `openssl rand -hex
     32`); changing it breaks the links already sent."""
-    unsubscribe_mailto: str | None = None
+    unsubscribe_mailto: Text = None
     """An address for the `mailto:` in `List-Unsubscribe` (the token in its subject); Tepat
     does not read that mailbox."""
     unsubscribe_link_days: int = Field(default=90, ge=1, le=3650)
     """How long an unsubscribe link works, in days."""
-    # Self-hosted relays posting bounce/complaint/delivery events: the HMAC-SHA256 key of
-    # their X-Tepat-Signature header (SES over SNS is verified by its own signature).
-    email_events_secret: SecretStr | None = None
+    email_events_secret: HmacKey = None
     """HMAC-SHA256 key of `X-Tepat-Signature` for bounce, complaint and delivery events posted
     by a relay of your own (32 bytes or more). Unset: such events are refused."""
     email_events_topic_arns: str | None = None
     """Comma-separated SNS topic ARNs whose signed SES events are taken at
     `/v1/providers/email/events` (a valid SNS signature only proves SNS sent it: anyone can
     subscribe an endpoint to a topic). Unset: SNS is refused."""
-    # --- SMS through Twilio (tepat/adapters/twilio_sms.py); the channel is off without
-    # an account SID and auth token. Status callbacks go to TEPAT_PUBLIC_URL.
-    twilio_account_sid: str | None = None
+    # --- SMS through Twilio (tepat/adapters/twilio_sms.py)
+    twilio_account_sid: Text = None
     """The Twilio account (`AC` + 32 hex digits); set it and `TEPAT_TWILIO_AUTH_TOKEN` or
     neither. Unset: no SMS channel (see [SMS](../guides/channels/sms.md))."""
     twilio_auth_token: SecretStr | None = Field(default=None, validate_default=True)
     """The Twilio account's auth token; it also verifies Twilio's callbacks."""
-    twilio_from: str | None = None
+    twilio_from: Text = None
     """The sender: an E.164 number, a short code or an alphanumeric sender id. This or
     `TEPAT_TWILIO_MESSAGING_SERVICE_SID` is required with the account."""
-    twilio_messaging_service_sid: str | None = Field(default=None, validate_default=True)
+    twilio_messaging_service_sid: Text = Field(default=None, validate_default=True)
     """A Messaging Service (`MG…`) to send from, instead of `TEPAT_TWILIO_FROM`."""
     twilio_url: str = "https://api.twilio.com"
     """Base URL of Twilio's Messages API (the Twilio sandbox in tests and demos)."""
     twilio_rate: float = Field(default=10, gt=0, le=10_000)
     """SMS requests per second to Twilio, shared among the consumer processes."""
-    # Failover (docs/guides/operations.md, "Failover"): a second account and a second
-    # relay, used only while the first one fails for provider-side reasons.
-    twilio_secondary_account_sid: str | None = None
+    # --- failover (docs/guides/operations.md, "Failover")
+    twilio_secondary_account_sid: Text = None
     """A second Twilio account, sent through when the first fails for provider-side reasons
     (failover); set it and `TEPAT_TWILIO_SECONDARY_AUTH_TOKEN` or neither."""
     twilio_secondary_auth_token: SecretStr | None = Field(default=None, validate_default=True)
     """The second Twilio account's auth token."""
-    twilio_secondary_from: str | None = Field(default=None, validate_default=True)
+    twilio_secondary_from: Text = Field(default=None, validate_default=True)
     """The second account's sender. Unset: `TEPAT_TWILIO_FROM` (required when the first
     account sends through a Messaging Service, which belongs to it)."""
     twilio_secondary_url: str | None = None
     """Base URL of the second account's Messages API. Unset: `TEPAT_TWILIO_URL`."""
-    smtp_secondary_url: str | None = None
+    smtp_secondary_url: Text = None
     """A second SMTP relay, `smtp://[user:password@]host[:port]`, sent through when the
     first fails for provider-side reasons (failover); TLS, sender and limits are the first
     relay's."""
@@ -393,8 +404,7 @@ class Settings(BaseSettings):
     """The most segments an SMS body may take (GSM-7: 160 characters in one, 153 per part;
     UCS-2: 70, then 67); a longer one fails `too_many_segments`."""
 
-    # --- status webhooks out (tepat/adapters/webhook_out.py): http:// URLs beyond loopback
-    # (a private network; signatures still apply), and how long one POST may take.
+    # --- status webhooks out (tepat/adapters/webhook_out.py)
     webhook_allow_http: bool = False
     """`true`: webhook URLs may be `http://` to any host (a private network; signatures still
     apply); otherwise `http://` only to a loopback host (see [Status
@@ -414,24 +424,6 @@ class Settings(BaseSettings):
     store. Unset: they are stored in clear (see [Security](../guides/security.md)).
     Secrets written before it was set keep working and are encrypted at their next rotation;
     keep the key: without it the encrypted ones cannot sign."""
-
-    # Text settings where blank means unset: one place strips them (before the checks below).
-    @field_validator(
-        *("jwt_issuer", "jwt_audience", "smtp_host", "smtp_from", "public_url"),
-        *("unsubscribe_mailto", "twilio_account_sid", "twilio_from"),
-        *("twilio_messaging_service_sid", "fcm_credentials_file", "fcm_project_id"),
-        *("twilio_secondary_account_sid", "twilio_secondary_from", "smtp_secondary_url"),
-        mode="before",
-    )
-    @classmethod
-    def _blank_is_unset(cls, v: Any) -> Any:
-        return (v.strip() or None) if isinstance(v, str) else v
-
-    # Defined before the other checks of these fields, so those see an empty one as None.
-    @field_validator("jwt_secret", "email_events_secret", "unsubscribe_secret", "smtp_password")
-    @classmethod
-    def _empty_secret_is_unset(cls, v: SecretStr | None) -> SecretStr | None:
-        return v if v is not None and v.get_secret_value() else None
 
     @field_validator("secrets_key")
     @classmethod
@@ -697,13 +689,6 @@ class Settings(BaseSettings):
             check_topic_arn(arn)
         return ",".join(arns) or None
 
-    @field_validator("jwt_secret", "email_events_secret", "unsubscribe_secret")
-    @classmethod
-    def _hmac_secret(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and len(v.get_secret_value().encode()) < 32:
-            raise ValueError("too short: use at least 32 bytes (e.g. openssl rand -hex 32)")
-        return v
-
     @field_validator("twilio_account_sid", "twilio_secondary_account_sid")
     @classmethod
     def _twilio_account_sid(cls, v: str | None) -> str | None:
@@ -757,8 +742,19 @@ class Settings(BaseSettings):
         return v
 
     def category_policies(self) -> Categories:
-        """The configured categories; the defaults when ``TEPAT_CATEGORIES`` is unset."""
-        return _category_policies(self.categories)
+        """The seven defaults with ``TEPAT_CATEGORIES`` merged over them: a category named
+        there takes the keys given and keeps the rest of its built-in policy (or the general
+        defaults, for a new category); the categories it does not name stay as they are."""
+        policies = {p.name: p for p in DEFAULT_CATEGORIES}
+        for name, c in (self.categories or {}).items():
+            base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
+            given = c.model_dump(
+                exclude_unset=True, exclude_none=True, exclude={"missed_window_minutes"}
+            )
+            if "missed_window_minutes" in c.model_fields_set:
+                given["missed_window"] = timedelta(minutes=c.missed_window_minutes)
+            policies[name] = replace(base, **given)
+        return Categories(policies.values())
 
     def event_routing(self) -> EventTypes:
         """The configured event types; the defaults (tepat/domain/routing.py) when
@@ -777,22 +773,6 @@ class Settings(BaseSettings):
         if self.twilio_account_sid:
             on.add(Channel.SMS)
         return frozenset(on)
-
-
-def _category_policies(categories: dict[str, CategorySetting] | None) -> Categories:
-    """The seven defaults with ``TEPAT_CATEGORIES`` merged over them: a category named there
-    takes the keys given and keeps the rest of its built-in policy (or the general defaults,
-    for a new category); the categories it does not name stay as they are."""
-    policies = {p.name: p for p in DEFAULT_CATEGORIES}
-    for name, c in (categories or {}).items():
-        base = policies.get(name) or CategoryPolicy(name, maybe_sent=default_maybe_sent(name))
-        given = c.model_dump(
-            exclude_unset=True, exclude_none=True, exclude={"missed_window_minutes"}
-        )
-        if "missed_window_minutes" in c.model_fields_set:
-            given["missed_window"] = timedelta(minutes=c.missed_window_minutes)
-        policies[name] = replace(base, **given)
-    return Categories(policies.values())
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -1,25 +1,12 @@
 """``tepat doctor``: is this deployment able to send? One verdict per check, each with a fix.
 
-Checks run in order and each one reports as soon as it is done: the configuration,
-the store, the broker, the broker's scheduler (a probe published with a 1 s delay
-must arrive about 1 s later: a broker without ``schedulerSupport`` delivers it at
-once, and every notification would go out early), the Expo credentials (a
-``getReceipts`` call for an id that does not exist: it changes nothing and is
-refused when the access token is), FCM's service account when configured (a real token
-fetch from its token endpoint: nothing is sent), the APNs auth key when configured (it
-parses and signs a provider token; APNs has no request that checks a token without
-sending a notification, so Apple's verdict comes with the first send), the Twilio
-credentials when SMS is configured (a fetch of the account: nothing is sent), the SMTP
-relay when e-mail is configured (connect, TLS and login, then QUIT: nothing is sent), and
-the tz database release. A check that cannot run because an earlier one failed is
-reported as skipped.
-
-The provider checks also run per app (issue 23): the enabled apps of the registry in the
-default app's store (:func:`registered_apps`), each with its Settings, its lines named
-``app <id>: <check>`` (the default app's read as they always have; :func:`check_apps`).
-
-The probe goes to a queue of its own (``tepat.doctor.<random>``), never to a
-category queue, so no consumer takes it and no notification is touched.
+Checks run in order (:func:`diagnose`) and each one reports as soon as it is done; a
+check that cannot run because an earlier one failed is reported as skipped. None sends
+anything: the broker's scheduler is probed on a queue of its own (``tepat.doctor.<random>``,
+never a category queue, so no consumer takes it), and each provider's credentials by a
+request that changes nothing, where the provider has one. The provider checks also run
+per app (issue 23): each enabled app of the registry with its Settings, its lines named
+``app <id>: <check>`` (:func:`check_apps`).
 """
 
 from __future__ import annotations
@@ -177,12 +164,10 @@ async def provider_checks(settings: Settings, clock: Clock, wait: float) -> Asyn
         yield await expo_check(settings, push.receipts([PROBE_TICKET_ID]), wait)
     finally:
         await _quietly(push.close)
-    if (fcm := await fcm_check(settings, clock, wait)) is not None:
-        yield fcm
-    if (apns := apns_check(settings, clock)) is not None:
-        yield apns
-    if (webpush := webpush_check(settings, clock)) is not None:
-        yield webpush
+    fcm = await fcm_check(settings, clock, wait)
+    for check in (fcm, apns_check(settings, clock), webpush_check(settings, clock)):
+        if check is not None:
+            yield check
     for secondary in (False, True):  # failover's second account and relay too
         if (twilio := await twilio_check(settings, wait, secondary)) is not None:
             yield twilio
@@ -482,11 +467,8 @@ async def twilio_check(settings: Settings, wait: float, secondary: bool = False)
     channel = build_sms_channel(settings, SystemClock(), secondary)
     if channel is None:
         return None
-    name, var = (
-        ("twilio_secondary", "TEPAT_TWILIO_SECONDARY_")
-        if secondary
-        else ("twilio", "TEPAT_TWILIO_")
-    )
+    name = "twilio_secondary" if secondary else "twilio"
+    var = f"TEPAT_{name.upper()}_"
     where = (settings.twilio_secondary_url if secondary else None) or settings.twilio_url
     fail = partial(Check, name, Status.FAIL)
     try:
@@ -553,16 +535,12 @@ async def smtp_check(settings: Settings, wait: float, secondary: bool = False) -
     where = f"{config.host}:{config.resolved_port} ({config.tls})"
     name = "smtp_secondary" if secondary else "smtp"
     fail = partial(Check, name, Status.FAIL)
-    # The second relay's host, port and login are all in its URL.
-    host, at, login_vars = (
-        ("TEPAT_SMTP_SECONDARY_URL",) * 2 + ("TEPAT_SMTP_SECONDARY_URL's user and password",)
-        if secondary
-        else (
-            "TEPAT_SMTP_HOST",
-            "TEPAT_SMTP_HOST and TEPAT_SMTP_PORT",
-            "TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD",
-        )
-    )
+    if secondary:  # the second relay's host, port and login are all in its URL
+        host = at = "TEPAT_SMTP_SECONDARY_URL"
+        login_vars = f"{host}'s user and password"
+    else:
+        host, at = "TEPAT_SMTP_HOST", "TEPAT_SMTP_HOST and TEPAT_SMTP_PORT"
+        login_vars = "TEPAT_SMTP_USERNAME and TEPAT_SMTP_PASSWORD"
     channel = SmtpEmailChannel(config, SystemClock())
     try:
         greeting = await asyncio.wait_for(channel.probe(), wait)

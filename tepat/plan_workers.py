@@ -34,8 +34,7 @@ WorkerDone = Callable[[int, PlanResult], None]
 
 def ranges(bounds: list[str]) -> list[tuple[str, str | None]]:
     """``(after, until]`` ranges covering every user id, from the split points."""
-    edges: list[str | None] = ["", *bounds, None]
-    return [(str(edges[i]), edges[i + 1]) for i in range(len(edges) - 1)]
+    return list(zip(["", *bounds], [*bounds, None], strict=True))
 
 
 async def plan_parallel(
@@ -64,15 +63,14 @@ async def plan_parallel(
     # spawn: a forked child would inherit this process's threads and event loop.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=len(parts), mp_context=context) as pool:
-        futures = [
+        pending = {
             loop.run_in_executor(pool, _plan_range, start, end, after, until)
             for after, until in parts
-        ]
-        pending = set(futures)
+        }
         while pending:
             finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
             for f in finished:
-                result = PlanResult(*f.result())
+                result = f.result()
                 total += result
                 if done is not None:
                     done(result.users_planned, total)
@@ -81,9 +79,7 @@ async def plan_parallel(
     return total
 
 
-def _plan_range(
-    start: datetime, end: datetime, after: str, until: str | None
-) -> tuple[int, int, int, int]:
+def _plan_range(start: datetime, end: datetime, after: str, until: str | None) -> PlanResult:
     """One worker: its own settings (from the same environment), store and runtime."""
     from tepat.runtime import open_runtime
 
@@ -94,5 +90,4 @@ def _plan_range(
         async with open_runtime(settings) as rt:
             return await rt.creator.plan_window(start, end, publish=False, after=after, until=until)
 
-    r = asyncio.run(go())
-    return (r.created, r.existing, r.cancelled, r.users_planned)
+    return asyncio.run(go())

@@ -81,7 +81,7 @@ async def run_parts(
         apps.on_close.append(running.stop)
         process_tasks = [
             asyncio.create_task(part(apps, stop), name=part.__name__)
-            for part in [*once, _refresh_apps]
+            for part in [*once, Apps.run_refresh]
         ]
         # One part failing is fatal: stop the others and surface the error. (A part of
         # another app failing closes that app alone: _AppParts.)
@@ -97,10 +97,6 @@ async def run_parts(
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 raise r
-
-
-async def _refresh_apps(apps: Apps, stop: asyncio.Event) -> None:
-    await apps.run_refresh(stop)
 
 
 class _AppParts:
@@ -300,7 +296,10 @@ def _with_sandboxes(
         TwilioSandbox,
     )
 
-    twilio_sock = _twilio_sandbox_socket(sandbox_port + 1)
+    try:  # the port after the Expo sandbox's, or any free one if that is taken
+        twilio_sock = socket.create_server(("127.0.0.1", sandbox_port + 1))
+    except OSError:
+        twilio_sock = socket.create_server(("127.0.0.1", 0))
     updates: dict[str, Any] = {
         "expo_url": f"http://127.0.0.1:{sandbox_port}",
         "twilio_url": f"http://127.0.0.1:{twilio_sock.getsockname()[1]}",
@@ -337,28 +336,12 @@ def _with_sandboxes(
     return settings, [expo_sandbox, twilio_sandbox]
 
 
-def _twilio_sandbox_socket(port: int) -> socket.socket:
-    """The port after the Expo sandbox's, or any free one if that is taken."""
-    try:
-        return socket.create_server(("127.0.0.1", port))
-    except OSError:
-        return socket.create_server(("127.0.0.1", 0))
-
-
 # With the in-process sandbox, receipts are polled after seconds, not Expo's 15 minutes,
 # so the README walkthrough shows `delivered` while you watch.
 DEMO_RECEIPT_DELAY_SECONDS = 10.0
 
 
 # --- `tepat api --workers N`: several API processes on one port ---------------------------
-
-
-def check_api_workers(settings: Settings, workers: int) -> None:
-    if workers > 1 and settings.broker_url == "embedded://":
-        raise ConfigError(
-            f"tepat: --workers {workers} needs a shared broker: the embedded broker lives "
-            "inside one process (set TEPAT_BROKER_URL=stomp://…, or run one worker)"
-        )
 
 
 # Far above any ordinary request; what it bounds is the wait for held-open streams.
@@ -373,7 +356,11 @@ def serve_api_workers(settings: Settings, host: str, port: int, workers: int) ->
     runtime in its lifespan. SIGTERM/SIGINT reach uvicorn's supervisor, which
     stops each worker the way one ``tepat api`` stops: accepted requests finish.
     """
-    check_api_workers(settings, workers)
+    if settings.broker_url == "embedded://":
+        raise ConfigError(
+            f"tepat: --workers {workers} needs a shared broker: the embedded broker lives "
+            "inside one process (set TEPAT_BROKER_URL=stomp://…, or run one worker)"
+        )
     _admin_key(settings)  # generated (and printed) once here, read by every worker
     uvicorn.run(
         "tepat.processes:api_worker_app",

@@ -147,7 +147,8 @@ class Apps:
     ) -> None:
         self.base = base
         self.default = default
-        self._registry = registry
+        # None in a process that serves the default app alone (tests, ``create_app(rt)``).
+        self.registry = registry
         self._opener = opener or (lambda app: open_app_runtime(base, app, default))
         self._served: dict[str, _Served] = {}
         self._keys: dict[str, AppKey] = {}
@@ -161,11 +162,6 @@ class Apps:
         """Every registered app beside the default one, read from the default app's store
         (its settings sealed at rest: TEPAT_SECRETS_KEY)."""
         return cls(base, default, registry=app_repository(base, default.store))
-
-    @property
-    def registry(self) -> AppRepository | None:
-        """None in a process that serves the default app alone (tests, ``create_app(rt)``)."""
-        return self._registry
 
     def runtime(self, app_id: str) -> Runtime | None:
         if app_id == DEFAULT_APP:
@@ -190,7 +186,7 @@ class Apps:
         is looked up once more before it counts as wrong, at most once a second."""
         now = self.default.clock.now()
         last = self._refreshed_at
-        if self._registry is None or (
+        if self.registry is None or (
             last is not None and (now - last).total_seconds() < STALE_AFTER_SECONDS
         ):
             return False
@@ -199,7 +195,7 @@ class Apps:
 
     async def refresh(self) -> None:
         """Open, reopen (a new version) and close runtimes to match the registry."""
-        if self._registry is None:
+        if self.registry is None:
             return
         self._refreshed_at = self.default.clock.now()
         # In a context of its own: the runtimes opened and the loops started outlive the
@@ -207,12 +203,12 @@ class Apps:
         await asyncio.create_task(self._refresh(), context=contextvars.Context())
 
     async def _refresh(self) -> None:
-        assert self._registry is not None
+        assert self.registry is not None
         async with self._lock:
-            apps = {a.app_id: a for a in await self._registry.list_apps() if not a.disabled}
+            apps = {a.app_id: a for a in await self.registry.list_apps() if not a.disabled}
             keys: dict[str, AppKey] = {}
             for app_id in [DEFAULT_APP, *apps]:
-                for key in await self._registry.list_app_keys(app_id):
+                for key in await self.registry.list_app_keys(app_id):
                     if key.active:
                         keys[key.key_hash] = key
             # Before the opening: an app is answered for as soon as it is served (the

@@ -1,36 +1,17 @@
-"""The operator dashboard's figures, computed on the server and cached briefly.
+"""The operator dashboard's figures (:class:`Snapshot`), computed on the server and cached
+briefly.
 
-Everything comes from the sources of truth that every process shares (the
-store and the broker), never from one process's memory, so an API replica
-shows what the consumers did. A snapshot is computed at most once per
-``cache_seconds`` however many browsers poll it, and only while someone looks.
-
-- per queue of every channel (push's per category, the other channels' per priority
-  class, webhooks'): the broker's ready / scheduled / in flight / dead letters, in
-  batches;
-- sends per second over the last minute and lateness p50 / p99 over the last
-  five minutes, from the tickets (one per notification the provider accepted;
-  lateness = accepted - scheduled, as ``tepat_send_lateness_seconds``). At most
-  ``sample_limit`` tickets are read: past that the figures cover the newest
-  ones and say how many seconds they span;
-- failures in the last hour by provider code (``failure_code``);
-- devices deactivated since midnight UTC, by reason;
-- the tz database release; the broker's dead letters with reason and attempts;
-- per channel: messages by status (the store: every process's work, so the page can
-  draw sends over time from two polls), and this process's counters of provider
-  answers by outcome, 429s, retries and failovers by route (``tepat/metrics.py``: on
-  a split deployment the API process sends nothing, and the page says where each
-  figure comes from);
-- per push provider (a device kind: expo, fcm, apns…): this process's notifications by
-  answer, 429s among them (``tepat_push_sends_total``);
-- per app (tenant, issue 23; the ``app`` label of each): this process's sends, 429s,
-  critical reserve use, and lateness p50 / p99 estimated from the lateness histogram's
-  buckets since it started;
-- live consumers (the store's heartbeats) and the age of the oldest due-but-unsent
-  message (the store; as ``tepat_oldest_due_unsent_seconds``);
-- the store's health: a probe write (``metrics.probe_store``, as ``tepat_store_up``),
-  so a locked or unreachable store shows while it lasts. A store that cannot be read
-  leaves the page up: the last figures read stay, and ``problems`` says why.
+Everything comes from the sources of truth that every process shares (the store and the
+broker), never from one process's memory, so an API replica shows what the consumers did;
+but the counters of provider answers, 429s, retries, failovers and per-app figures are
+this process's (``tepat/metrics.py``: on a split deployment the API process sends
+nothing, and the page says where each figure comes from). A snapshot is computed at most
+once per ``cache_seconds`` however many browsers poll it, and only while someone looks.
+At most ``sample_limit`` tickets are read for the rates: past that the figures cover the
+newest ones and say how many seconds they span. The store's health is a probe write
+(``metrics.probe_store``, as ``tepat_store_up``), so a locked or unreachable store shows
+while it lasts; a store that cannot be read leaves the page up: the last figures read
+stay, and ``problems`` says why.
 """
 
 from __future__ import annotations
@@ -245,11 +226,7 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
     by_status: dict[str, Counter[str]] = {ch: Counter() for ch in channels}
     for (status, _, channel), n in counts.by_status_category_channel.items():
         by_status.setdefault(channel, Counter())[status] += n
-    answers: dict[str, dict[str, int]] = {}
-    for (channel, outcome), n in metrics.counter_totals(
-        metrics.SENDS, "channel", "outcome"
-    ).items():
-        answers.setdefault(channel, {})[outcome] = n
+    answers = metrics.counter_totals(metrics.SENDS, "channel", "outcome")
     errors = metrics.counter_totals(metrics.PROVIDER_ERRORS, "channel", "kind")
     retries = metrics.counter_totals(metrics.NOT_SENT_RETRIES, "channel")
     breakers = metrics.breaker_states()
@@ -259,7 +236,7 @@ def channel_lines(channels: Sequence[str], counts: Counts) -> list[ChannelLine]:
             channel=channel,
             provider=metrics.provider_of(channel),
             messages_by_status=dict(sorted(statuses.items())),
-            answers_by_outcome=dict(sorted(answers.get(channel, {}).items())),
+            answers_by_outcome={o: n for (of, o), n in sorted(answers.items()) if of == channel},
             throttled=errors.get((channel, "throttled"), 0),
             retries=retries.get((channel,), 0),
             breakers={
@@ -447,38 +424,28 @@ class Dashboard:
             live=await self.store.live_members(now - LIVE_TTL),
         )
 
+    def _category(self, queue: str) -> str | None:
+        policy = self.categories.by_queue().get(queue)
+        return policy.name if policy else None
+
     def _queue_lines(self, stats: dict[str, QueueStats]) -> list[QueueLine]:
         """Channel by channel, each channel's queues highest priority first."""
-        by_queue = self.categories.by_queue()
-        lines = []
-        for channel in self.channels:
-            for queue in queues_for_channels(self.categories, [channel]):
-                s = stats.get(queue)
-                policy = by_queue.get(queue)
-                lines.append(
-                    QueueLine(
-                        channel=channel,
-                        queue=queue,
-                        category=policy.name if policy else None,
-                        ready=s.ready if s else None,
-                        scheduled=s.scheduled if s else None,
-                        in_flight=s.in_flight if s else None,
-                        dead_letters=s.dead_letters if s else None,
-                    )
-                )
-        return lines
+        return [
+            QueueLine(channel, queue, self._category(queue), *_depths(stats.get(queue)))
+            for channel in self.channels
+            for queue in queues_for_channels(self.categories, [channel])
+        ]
 
     def _dead_line(self, d: DeadLetter) -> DeadLetterLine:
-        policy = self.categories.by_queue().get(d.queue)
         try:
             messages: int | None = len(decode_batch(d.queue, d.body).ids)
         except BadBatch:
             messages = None
         return DeadLetterLine(
-            id=d.id,
-            queue=d.queue,
-            category=policy.name if policy else None,
-            reason=d.reason,
-            attempts=d.attempts,
-            messages=messages,
+            d.id, d.queue, self._category(d.queue), d.reason, d.attempts, messages
         )
+
+
+def _depths(s: QueueStats | None) -> tuple[int | None, int | None, int | None, int | None]:
+    """A queue's ready, scheduled, in flight and dead letters; None each when unread."""
+    return (s.ready, s.scheduled, s.in_flight, s.dead_letters) if s else (None, None, None, None)
