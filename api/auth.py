@@ -152,7 +152,7 @@ class Authenticator:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError(401, "expected 'Authorization: Bearer <token>'")
-        return self._user_principal(token.strip())
+        return self.user_principal(token.strip())
 
     async def authenticate_anew(self, headers: Headers) -> Principal:
         """:meth:`authenticate`; a key it does not know is looked up again in the registry
@@ -185,12 +185,10 @@ class Authenticator:
             poster=key.poster or key.app_id, event_types=key.event_types, app_id=key.app_id
         )
 
-    def authenticate_query_token(self, token: str) -> Principal:
-        """A user JWT passed as ``?access_token=`` (the inbox stream only: see
-        :func:`stream_query_token`). Never the admin key: that stays out of URLs."""
-        return self._user_principal(token.strip())
-
-    def _user_principal(self, token: str) -> Principal:
+    def user_principal(self, token: str) -> Principal:
+        """The user of a JWT: from the ``Authorization`` header, or passed as
+        ``?access_token=`` (the inbox stream only: :func:`stream_query_token`; never the
+        admin key, which stays out of URLs)."""
         app_id = _claimed_app(token)
         rules = self._jwt_rules(app_id)
         return Principal(user_id=self._user_from_token(token, rules), app_id=app_id)
@@ -202,7 +200,7 @@ class Authenticator:
             return self._default_jwt
         runtime = self._apps.runtime(app_id) if self._apps is not None else None
         if runtime is None:
-            raise AuthError(401, "invalid token: no such app", _invalid_token("invalid token"))
+            raise _bad_token("invalid token: no such app", "invalid token")
         return _JwtRules.of(runtime.settings)
 
     def _user_from_token(self, token: str, rules: _JwtRules) -> str:
@@ -224,25 +222,22 @@ class Authenticator:
                 options={"require": required, "verify_exp": False, "verify_nbf": False},
             )
         except jwt.InvalidTokenError as e:
-            raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
+            raise _bad_token(f"invalid token: {e}", "invalid token") from None
         now = self._clock.now().timestamp()
         exp, nbf, sub = claims.get("exp"), claims.get("nbf", 0), claims.get("sub")
         if not _is_number(exp) or not _is_number(nbf):
-            raise AuthError(
-                401, "invalid token: exp and nbf must be numbers", _invalid_token("bad claims")
-            )
+            raise _bad_token("invalid token: exp and nbf must be numbers", "bad claims")
         if now > exp + JWT_LEEWAY_SECONDS:
-            raise AuthError(401, "token expired", _invalid_token("token expired"))
+            raise _bad_token("token expired", "token expired")
         if exp - now > rules.max_lifetime + JWT_LEEWAY_SECONDS:
-            raise AuthError(
-                401,
+            raise _bad_token(
                 "token lives too long: exp is over TEPAT_JWT_MAX_LIFETIME_SECONDS ahead",
-                _invalid_token("exp too far ahead"),
+                "exp too far ahead",
             )
         if now < nbf - JWT_LEEWAY_SECONDS:
-            raise AuthError(401, "token not yet valid", _invalid_token("token not yet valid"))
+            raise _bad_token("token not yet valid", "token not yet valid")
         if not isinstance(sub, str) or not sub:
-            raise AuthError(401, "invalid token: 'sub' must name a user", _invalid_token("no sub"))
+            raise _bad_token("invalid token: 'sub' must name a user", "no sub")
         return sub
 
 
@@ -252,10 +247,10 @@ def _claimed_app(token: str) -> str:
     try:
         claims = jwt.decode(token, options={"verify_signature": False})
     except jwt.InvalidTokenError as e:
-        raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
+        raise _bad_token(f"invalid token: {e}", "invalid token") from None
     app_id = claims.get("app", DEFAULT_APP)
     if not isinstance(app_id, str) or not valid_app_id(app_id):
-        raise AuthError(401, "invalid token: 'app' must name an app", _invalid_token("bad app"))
+        raise _bad_token("invalid token: 'app' must name an app", "bad app")
     return app_id
 
 
@@ -267,8 +262,9 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
-def _invalid_token(description: str) -> str:
-    return f'Bearer realm="tepat", error="invalid_token", error_description="{description}"'
+def _bad_token(detail: str, description: str) -> AuthError:
+    challenge = f'Bearer realm="tepat", error="invalid_token", error_description="{description}"'
+    return AuthError(401, detail, challenge)
 
 
 def authorize(principal: Principal, path: str) -> None:
@@ -330,7 +326,7 @@ class AuthMiddleware:
                 raise TooManyFailures(wait)
             query_token = stream_query_token(scope)
             if query_token is not None:
-                principal = self.authenticator.authenticate_query_token(query_token)
+                principal = self.authenticator.user_principal(query_token.strip())
             else:
                 principal = await self.authenticator.authenticate_anew(headers)
             authorize(principal, scope["path"])

@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, Field
 
-from api.deps import Admin
+from api.deps import Admin, app_state
 from api.problems import ProblemError, problem_responses
 from api.schemas import Request as RequestBody
-from api.schemas import Text
+from api.schemas import Text, read_fields
 from tepat.config import Settings
 from tepat.domain.apps import APP_ID_PATTERN, APP_SETTINGS, MAX_KEYS_PER_APP, App, AppKey
 from tepat.services.apps import AppService
@@ -74,15 +74,7 @@ class AppOut(BaseModel):
             name: "********" if name in _SECRET_SETTINGS and value else value
             for name, value in app.settings.items()
         }
-        return cls(
-            app_id=app.app_id,
-            name=app.name,
-            created_at=app.created_at,
-            version=app.version,
-            disabled=app.disabled,
-            settings=settings,
-            served=served,
-        )
+        return cls(**read_fields(cls, app, settings=settings, served=served))
 
 
 class KeyIn(RequestBody):
@@ -110,15 +102,7 @@ class KeyOut(BaseModel):
     @classmethod
     def of(cls, key: AppKey) -> KeyOut:
         types = sorted(key.event_types) if key.event_types is not None else None
-        return cls(
-            key_id=key.key_id,
-            app_id=key.app_id,
-            role=key.role,
-            poster=key.poster,
-            event_types=types,
-            created_at=key.created_at,
-            revoked_at=key.revoked_at,
-        )
+        return cls(**read_fields(cls, key, event_types=types))
 
 
 class NewKeyOut(KeyOut):
@@ -130,20 +114,15 @@ class NewAppOut(BaseModel):
     admin_key: NewKeyOut
 
 
-def _apps(request: Request) -> Apps:
-    apps: Apps = request.app.state.apps
-    return apps
-
-
 def _service(request: Request) -> AppService:
-    apps = _apps(request)
+    apps: Apps = request.app.state.apps
     if apps.registry is None:  # an API built over one runtime (create_app without apps)
         raise ProblemError(404, "this API serves the default app alone: no apps to manage")
     return AppService(apps.registry, apps.default.clock, settings_check(apps.base))
 
 
 Service = Annotated[AppService, Depends(_service)]
-Served = Annotated[Apps, Depends(_apps)]
+Served = Annotated[Apps, app_state("apps")]
 
 
 def _new_key(key: AppKey, plain: str) -> NewKeyOut:
