@@ -102,26 +102,6 @@ class TooManyFailures(AuthError):
         self.headers["Retry-After"] = str(wait)
 
 
-@dataclass(frozen=True, slots=True)
-class _JwtRules:
-    """What an app's end-user JWT must hold beyond a valid signature, ``sub`` and ``exp``."""
-
-    secret: str | None
-    issuer: str | None
-    audience: str | None
-    max_lifetime: float
-
-    @classmethod
-    def of(cls, settings: Settings) -> _JwtRules:
-        secret = settings.jwt_secret
-        return cls(
-            (secret.get_secret_value() if secret else None) or None,
-            settings.jwt_issuer,
-            settings.jwt_audience,
-            settings.jwt_max_lifetime_seconds,
-        )
-
-
 class Authenticator:
     """``apps``: the apps served (their keys, their JWT settings); the default app's alone
     when None."""
@@ -138,7 +118,7 @@ class Authenticator:
         self._app_event_types = {
             app: frozenset(types) for app, types in (settings.app_event_types or {}).items()
         }
-        self._default_jwt = _JwtRules.of(settings)
+        self._settings = settings
         self._apps = apps
         self._clock = clock
 
@@ -190,30 +170,32 @@ class Authenticator:
         ``?access_token=`` (the inbox stream only: :func:`stream_query_token`; never the
         admin key, which stays out of URLs)."""
         app_id = _claimed_app(token)
-        rules = self._jwt_rules(app_id)
-        return Principal(user_id=self._user_from_token(token, rules), app_id=app_id)
+        return Principal(
+            user_id=self._user_from_token(token, self._jwt_rules(app_id)), app_id=app_id
+        )
 
-    def _jwt_rules(self, app_id: str) -> _JwtRules:
-        """The app's JWT settings: the deployment's for the default app, the app's own
-        otherwise (never the deployment's secret: tepat/tenancy.py app_settings)."""
+    def _jwt_rules(self, app_id: str) -> Settings:
+        """The settings of the app's JWT: the deployment's for the default app, the app's
+        own otherwise (never the deployment's secret: tepat/tenancy.py app_settings)."""
         if app_id == DEFAULT_APP:
-            return self._default_jwt
+            return self._settings
         runtime = self._apps.runtime(app_id) if self._apps is not None else None
         if runtime is None:
             raise _bad_token("invalid token: no such app", "invalid token")
-        return _JwtRules.of(runtime.settings)
+        return runtime.settings
 
-    def _user_from_token(self, token: str, rules: _JwtRules) -> str:
-        if rules.secret is None:
+    def _user_from_token(self, token: str, settings: Settings) -> str:
+        secret = settings.jwt_secret.get_secret_value() if settings.jwt_secret else None
+        if not secret:
             raise AuthError(
                 401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)"
             )
-        issuer, audience = rules.issuer, rules.audience
+        issuer, audience = settings.jwt_issuer, settings.jwt_audience
         required = ["exp", "sub"] + ["iss"] * bool(issuer) + ["aud"] * bool(audience)
         try:
             claims = jwt.decode(
                 token,
-                rules.secret,
+                secret,
                 algorithms=["HS256"],
                 issuer=issuer,
                 audience=audience,
@@ -229,7 +211,7 @@ class Authenticator:
             raise _bad_token("invalid token: exp and nbf must be numbers", "bad claims")
         if now > exp + JWT_LEEWAY_SECONDS:
             raise _bad_token("token expired", "token expired")
-        if exp - now > rules.max_lifetime + JWT_LEEWAY_SECONDS:
+        if exp - now > settings.jwt_max_lifetime_seconds + JWT_LEEWAY_SECONDS:
             raise _bad_token(
                 "token lives too long: exp is over TEPAT_JWT_MAX_LIFETIME_SECONDS ahead",
                 "exp too far ahead",

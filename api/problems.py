@@ -130,16 +130,6 @@ def error_message(err: Mapping[str, Any]) -> str:
     return str(err.get("msg", "invalid value")).removeprefix("Value error, ")
 
 
-def validation_errors(exc: RequestValidationError) -> list[FieldError]:
-    out = []
-    for err in exc.errors():
-        if err.get("type") == "json_invalid":
-            out.append(FieldError(field="body", message="request body is not valid JSON"))
-            continue
-        out.append(FieldError(field=field_name(err.get("loc", ())), message=error_message(err)))
-    return out
-
-
 def summary(errors: Sequence[FieldError]) -> str:
     """The detail of an input error: its first field and message, and how many more."""
     first = errors[0]
@@ -169,7 +159,12 @@ def _allowed_methods(request: Request) -> list[str]:
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = validation_errors(exc) or [FieldError(field="body", message="invalid request")]
+    errors = [
+        FieldError(field="body", message="request body is not valid JSON")
+        if err.get("type") == "json_invalid"
+        else FieldError(field=field_name(err.get("loc", ())), message=error_message(err))
+        for err in exc.errors()
+    ] or [FieldError(field="body", message="invalid request")]
     return problem_response(422, summary(errors), errors=errors)
 
 

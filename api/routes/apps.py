@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import Depends, Path, Request, Response
 from pydantic import BaseModel, Field
 
-from api.deps import Admin, app_state
+from api.deps import admin_router, app_state
 from api.problems import ProblemError, problem_responses
 from api.schemas import Request as RequestBody
 from api.schemas import Text, read_fields
@@ -23,7 +23,7 @@ from tepat.domain.apps import APP_ID_PATTERN, APP_SETTINGS, MAX_KEYS_PER_APP, Ap
 from tepat.services.apps import AppService
 from tepat.tenancy import Apps, settings_check
 
-router = APIRouter(prefix="/v1/admin/apps", tags=["apps"], responses=problem_responses(404))
+router = admin_router("admin/apps", "apps", responses=problem_responses(404))
 
 AppId = Annotated[
     str,
@@ -130,7 +130,7 @@ def _new_key(key: AppKey, plain: str) -> NewKeyOut:
 
 
 @router.post("", status_code=201, summary="Create an app and its first admin key")
-async def create_app(body: AppIn, _: Admin, service: Service, apps: Served) -> NewAppOut:
+async def create_app(body: AppIn, service: Service, apps: Served) -> NewAppOut:
     app, key, plain = await service.create(body.app_id, body.name, body.settings)
     await apps.refresh()
     served = apps.runtime(app.app_id) is not None
@@ -138,19 +138,17 @@ async def create_app(body: AppIn, _: Admin, service: Service, apps: Served) -> N
 
 
 @router.get("", summary="Every app")
-async def list_apps(_: Admin, service: Service, apps: Served) -> list[AppOut]:
+async def list_apps(service: Service, apps: Served) -> list[AppOut]:
     return [AppOut.of(a, apps.runtime(a.app_id) is not None) for a in await service.list_apps()]
 
 
 @router.get("/{app_id}", summary="One app")
-async def get_app(app_id: AppId, _: Admin, service: Service, apps: Served) -> AppOut:
+async def get_app(app_id: AppId, service: Service, apps: Served) -> AppOut:
     return AppOut.of(await service.get(app_id), apps.runtime(app_id) is not None)
 
 
 @router.patch("/{app_id}", summary="Change an app's name or settings, or disable it")
-async def update_app(
-    app_id: AppId, body: AppPatch, _: Admin, service: Service, apps: Served
-) -> AppOut:
+async def update_app(app_id: AppId, body: AppPatch, service: Service, apps: Served) -> AppOut:
     app = await service.update(
         app_id, name=body.name, settings=body.settings, disabled=body.disabled
     )
@@ -159,7 +157,7 @@ async def update_app(
 
 
 @router.get("/{app_id}/keys", summary="The app's keys (never the keys themselves)")
-async def list_keys(app_id: AppId, _: Admin, service: Service) -> list[KeyOut]:
+async def list_keys(app_id: AppId, service: Service) -> list[KeyOut]:
     return [KeyOut.of(k) for k in await service.keys(app_id)]
 
 
@@ -168,9 +166,7 @@ async def list_keys(app_id: AppId, _: Admin, service: Service) -> list[KeyOut]:
     status_code=201,
     summary=f"Make a key (at most {MAX_KEYS_PER_APP} active per app); shown once",
 )
-async def add_key(
-    app_id: AppId, body: KeyIn, _: Admin, service: Service, apps: Served
-) -> NewKeyOut:
+async def add_key(app_id: AppId, body: KeyIn, service: Service, apps: Served) -> NewKeyOut:
     types = frozenset(body.event_types) if body.event_types is not None else None
     key, plain = await service.add_key(app_id, body.role, body.poster, types)
     await apps.refresh()
@@ -180,9 +176,7 @@ async def add_key(
 @router.delete(
     "/{app_id}/keys/{key_id}", status_code=204, summary="Revoke a key (at once in this process)"
 )
-async def revoke_key(
-    app_id: AppId, key_id: KeyId, _: Admin, service: Service, apps: Served
-) -> Response:
+async def revoke_key(app_id: AppId, key_id: KeyId, service: Service, apps: Served) -> Response:
     await service.revoke_key(app_id, key_id)
     await apps.refresh()
     return Response(status_code=204)

@@ -180,10 +180,10 @@ def _parse_item(index: int, obj: Any) -> UserItem | InvalidItem:
 
 
 def _item_out(r: ItemResult) -> BulkItemOut:
-    if not r.errors:
-        return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status)
-    errors = [FieldError(field=p.field, message=p.message) for p in r.errors]
-    problem = Problem(
-        title="Unprocessable Entity", status=422, detail=summary(errors), errors=errors
-    )
+    problem = None
+    if r.errors:
+        errors = [FieldError(field=p.field, message=p.message) for p in r.errors]
+        problem = Problem(
+            title="Unprocessable Entity", status=422, detail=summary(errors), errors=errors
+        )
     return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status, problem=problem)
