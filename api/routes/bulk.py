@@ -67,12 +67,11 @@ _BODY_DOC = {
 
 @router.post(
     "/users",
-    response_model=BulkImportOut,
     responses=problem_responses(415),
     summary="Import users with their devices and reminders",
     openapi_extra={"requestBody": _BODY_DOC},
 )
-async def import_users(request: Request, rt: RT) -> Any:
+async def import_users(request: Request, rt: RT) -> BulkImportOut:
     """Create or update each user, its devices and its reminders, as the single `PUT`s
     would (fields left out keep their value; devices and reminders not named are kept).
     Repeating an import changes nothing and plans nothing twice. Store writes are

@@ -141,9 +141,8 @@ async def login(request: Request, sessions: SessionsDep, throttle: Throttle) -> 
     if not sessions.key_ok((await _form_value(request, "key")).strip()):
         throttle.failed(ip)
         return _login_page("That is not the admin key.", status=401)
-    _, cookie = sessions.issue()
     response = RedirectResponse("/dashboard", status_code=303)
-    set_cookie(request, response, cookie)
+    set_cookie(request, response, sessions.issue())
     return response
 
 

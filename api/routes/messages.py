@@ -23,7 +23,6 @@ router = user_router("", tag="messages")
 
 @router.post(
     "/notifications",
-    response_model=NotificationOut,
     status_code=201,
     responses={
         200: {"model": NotificationOut, "description": "Already created with this idempotency_key"},

@@ -77,7 +77,6 @@ async def _signed_form(request: Request, rt: Runtime) -> dict[str, str]:
 @router.post(
     "/status",
     summary="Twilio SMS status callback (signed by Twilio; no API key)",
-    status_code=200,
     responses={**_SIGNED, 422: {"description": "MessageSid or MessageStatus missing"}},
 )
 async def twilio_status(
@@ -101,7 +100,6 @@ async def twilio_status(
 @router.post(
     "/inbound",
     summary="Twilio inbound SMS (signed by Twilio; no API key): STOP and START",
-    status_code=200,
     responses=_SIGNED,
 )
 async def twilio_inbound(request: Request, rt: RT) -> Response:
