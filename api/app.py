@@ -88,7 +88,6 @@ def create_app(rt: Runtime, admin_key: str, apps: Apps | None = None) -> FastAPI
     )
     if rt.settings.api_docs:
         app.include_router(docs_pages.router)
-    app.state.runtime = rt
     app.state.apps = apps
     app.state.served_apps = ServedApps(apps)
     # Wrong keys per client IP, for the API and the dashboard login alike.
@@ -96,7 +95,7 @@ def create_app(rt: Runtime, admin_key: str, apps: Apps | None = None) -> FastAPI
     # The default app's services, where api/deps.py service_of reads them (and some tests
     # replace them); other apps' are built by served_apps.
     default = AppServices.over(rt)
-    for name in ("templates", "inbox", "events", "unsubscribe", "email_events"):
+    for name in ("runtime", "templates", "inbox", "events", "unsubscribe", "email_events"):
         setattr(app.state, name, getattr(default, name))
     # /v1/providers/...: no API key, the provider's signature instead (api/auth.py)
     for module in (

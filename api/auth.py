@@ -31,11 +31,10 @@ from typing import TypeGuard
 from urllib.parse import parse_qs
 
 import jwt
-from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.problems import FieldError, ProblemError, problem_response
+from api.problems import ProblemError
 from api.throttle import FailureThrottle, client_ip
 from tepat.clock import Clock
 from tepat.config import Settings
@@ -86,12 +85,8 @@ class AuthError(ProblemError):
         self, status: int, detail: str, challenge: str = _CHALLENGE, *, field: str | None = None
     ) -> None:
         headers = {"WWW-Authenticate": challenge} if status == 401 else {}
-        super().__init__(status, detail, field=field, headers=headers)
-
-    def response(self) -> JSONResponse:
         # The detail is the refusal alone (no "<field>: " before it).
-        errors = [FieldError(field=self.field, message=self.detail)] if self.field else []
-        return problem_response(self.status, self.detail, headers=self.headers, errors=errors)
+        super().__init__(status, detail, field, headers=headers, field_in_detail=False)
 
 
 class TooManyFailures(AuthError):

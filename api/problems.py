@@ -83,7 +83,8 @@ def field_problem(status: int, field: str, message: str, **more: Any) -> JSONRes
 
 class ProblemError(Exception):
     """A refusal raised anywhere in a request; the app-wide handler answers its
-    :meth:`response` (a problem naming ``field``, when given)."""
+    :meth:`response` (a problem naming ``field``, when given, its detail
+    ``"<field>: <detail>"`` unless ``field_in_detail`` is false)."""
 
     def __init__(
         self,
@@ -92,17 +93,22 @@ class ProblemError(Exception):
         field: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
+        field_in_detail: bool = True,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.field = field
         self.headers = dict(headers or {})
+        self.field_in_detail = field_in_detail
 
     def response(self) -> JSONResponse:
         if self.field is None:
             return problem_response(self.status, self.detail, headers=self.headers)
-        return field_problem(self.status, self.field, self.detail, headers=self.headers)
+        if self.field_in_detail:
+            return field_problem(self.status, self.field, self.detail, headers=self.headers)
+        errors = [FieldError(field=self.field, message=self.detail)]
+        return problem_response(self.status, self.detail, headers=self.headers, errors=errors)
 
 
 async def _on_problem_error(request: Request, exc: Exception) -> JSONResponse:
