@@ -69,11 +69,12 @@ class AppOut(BaseModel):
     served: bool = Field(description="Whether this process serves the app now")
 
     @classmethod
-    def of(cls, app: App, served: bool) -> AppOut:
+    def of(cls, app: App, apps: Apps) -> AppOut:
         settings = {
             name: "********" if name in _SECRET_SETTINGS and value else value
             for name, value in app.settings.items()
         }
+        served = apps.runtime(app.app_id) is not None
         return cls(**read_fields(cls, app, settings=settings, served=served))
 
 
@@ -133,18 +134,17 @@ def _new_key(key: AppKey, plain: str) -> NewKeyOut:
 async def create_app(body: AppIn, service: Service, apps: Served) -> NewAppOut:
     app, key, plain = await service.create(body.app_id, body.name, body.settings)
     await apps.refresh()
-    served = apps.runtime(app.app_id) is not None
-    return NewAppOut(app=AppOut.of(app, served), admin_key=_new_key(key, plain))
+    return NewAppOut(app=AppOut.of(app, apps), admin_key=_new_key(key, plain))
 
 
 @router.get("", summary="Every app")
 async def list_apps(service: Service, apps: Served) -> list[AppOut]:
-    return [AppOut.of(a, apps.runtime(a.app_id) is not None) for a in await service.list_apps()]
+    return [AppOut.of(a, apps) for a in await service.list_apps()]
 
 
 @router.get("/{app_id}", summary="One app")
 async def get_app(app_id: AppId, service: Service, apps: Served) -> AppOut:
-    return AppOut.of(await service.get(app_id), apps.runtime(app_id) is not None)
+    return AppOut.of(await service.get(app_id), apps)
 
 
 @router.patch("/{app_id}", summary="Change an app's name or settings, or disable it")
@@ -153,7 +153,7 @@ async def update_app(app_id: AppId, body: AppPatch, service: Service, apps: Serv
         app_id, name=body.name, settings=body.settings, disabled=body.disabled
     )
     await apps.refresh()
-    return AppOut.of(app, apps.runtime(app_id) is not None)
+    return AppOut.of(app, apps)
 
 
 @router.get("/{app_id}/keys", summary="The app's keys (never the keys themselves)")
