@@ -17,9 +17,8 @@ from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs_pages
-from api.app_services import ServedApps
+from api.app_services import AppServices, ServedApps
 from api.auth import PATH_APP, PROVIDER_PREFIX, Authenticator, AuthMiddleware
-from api.email_endpoint import build_endpoint
 from api.problems import document_problems, install_problem_handlers, problem_response
 from api.request_id import RequestIdMiddleware
 from api.routes import (
@@ -48,10 +47,8 @@ from api.throttle import FailureThrottle
 from tepat import tracing
 from tepat.domain.apps import APP_PATH_PREFIX, DEFAULT_APP, valid_app_id
 from tepat.logging import redact
-from tepat.runtime import Runtime, event_service, template_service
-from tepat.services.email_events import EmailEvents
+from tepat.runtime import Runtime
 from tepat.tenancy import Apps
-from tepat.wiring import build_unsubscribe_links
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -91,20 +88,15 @@ def create_app(rt: Runtime, admin_key: str, apps: Apps | None = None) -> FastAPI
     )
     if rt.settings.api_docs:
         app.include_router(docs_pages.router)
-    app.state.runtime = rt
     app.state.apps = apps
     app.state.served_apps = ServedApps(apps)
     # Wrong keys per client IP, for the API and the dashboard login alike.
     app.state.auth_throttle = FailureThrottle(rt.settings.auth_failures_per_minute, rt.clock)
-    # The default app's services (api/deps.py app_service; other apps': served_apps).
-    app.state.templates = template_service(rt)
-    # The runtime's: its notifier wakes this process's inbox streams for items stored by
-    # the API, the inbox channel and the fan-out alike (tepat/services/inbox.py).
-    app.state.inbox = rt.inbox
-    app.state.events = event_service(rt, app.state.templates)
-    # /u/{token}: one-click unsubscribe, no credentials (the signed token is the key)
-    app.state.unsubscribe = build_unsubscribe_links(rt.settings, rt.clock)
-    app.state.email_events = build_endpoint(rt.settings, EmailEvents(rt.store, rt.clock))
+    # The default app's services, where api/deps.py service_of reads them (and some tests
+    # replace them); other apps' are built by served_apps.
+    default = AppServices.over(rt)
+    for name in ("runtime", "templates", "inbox", "events", "unsubscribe", "email_events"):
+        setattr(app.state, name, getattr(default, name))
     # /v1/providers/...: no API key, the provider's signature instead (api/auth.py)
     for module in (
         *(users, devices, reminders, preferences, messages, bulk, admin, app_registry, health),

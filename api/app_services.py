@@ -7,9 +7,10 @@ app the request's credentials belong to, so an id of another app is simply not t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from api.email_endpoint import EmailEventsEndpoint, build_endpoint
+from tepat.adapters.sns_verify import SnsVerifier
+from tepat.config import Settings
 from tepat.runtime import Runtime, event_service, template_service
 from tepat.services.email_events import EmailEvents
 from tepat.services.events import EventService
@@ -18,6 +19,28 @@ from tepat.services.templates import TemplateService
 from tepat.services.unsubscribe import UnsubscribeLinks
 from tepat.tenancy import Apps
 from tepat.wiring import build_unsubscribe_links
+
+
+@dataclass
+class EmailEventsEndpoint:
+    """What ``/v1/providers/email/events`` needs of an app (api/routes/providers_email.py):
+    its e-mail events service, the SNS topics it accepts, its relay's secret (tests swap
+    the certificate fetcher)."""
+
+    events: EmailEvents
+    topics: frozenset[str] = frozenset()
+    secret: bytes | None = None
+    verifier: SnsVerifier = field(default_factory=SnsVerifier)
+
+    @classmethod
+    def of(cls, settings: Settings, events: EmailEvents) -> EmailEventsEndpoint:
+        secret = settings.email_events_secret
+        topics = (settings.email_events_topic_arns or "").split(",")
+        return cls(
+            events,
+            frozenset(t for t in topics if t),
+            secret.get_secret_value().encode() if secret else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +64,7 @@ class AppServices:
             rt.inbox,
             event_service(rt, templates),
             build_unsubscribe_links(rt.settings, rt.clock),
-            build_endpoint(rt.settings, EmailEvents(rt.store, rt.clock)),
+            EmailEventsEndpoint.of(rt.settings, EmailEvents(rt.store, rt.clock)),
         )
 
 

@@ -31,11 +31,10 @@ from typing import TypeGuard
 from urllib.parse import parse_qs
 
 import jwt
-from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.problems import FieldError, ProblemError, problem_response
+from api.problems import ProblemError
 from api.throttle import FailureThrottle, client_ip
 from tepat.clock import Clock
 from tepat.config import Settings
@@ -86,12 +85,8 @@ class AuthError(ProblemError):
         self, status: int, detail: str, challenge: str = _CHALLENGE, *, field: str | None = None
     ) -> None:
         headers = {"WWW-Authenticate": challenge} if status == 401 else {}
-        super().__init__(status, detail, field=field, headers=headers)
-
-    def response(self) -> JSONResponse:
         # The detail is the refusal alone (no "<field>: " before it).
-        errors = [FieldError(field=self.field, message=self.detail)] if self.field else []
-        return problem_response(self.status, self.detail, headers=self.headers, errors=errors)
+        super().__init__(status, detail, field, headers=headers, field_in_detail=False)
 
 
 class TooManyFailures(AuthError):
@@ -100,26 +95,6 @@ class TooManyFailures(AuthError):
     def __init__(self, wait: int) -> None:
         super().__init__(429, "too many wrong keys from this address; try again later")
         self.headers["Retry-After"] = str(wait)
-
-
-@dataclass(frozen=True, slots=True)
-class _JwtRules:
-    """What an app's end-user JWT must hold beyond a valid signature, ``sub`` and ``exp``."""
-
-    secret: str | None
-    issuer: str | None
-    audience: str | None
-    max_lifetime: float
-
-    @classmethod
-    def of(cls, settings: Settings) -> _JwtRules:
-        secret = settings.jwt_secret
-        return cls(
-            (secret.get_secret_value() if secret else None) or None,
-            settings.jwt_issuer,
-            settings.jwt_audience,
-            settings.jwt_max_lifetime_seconds,
-        )
 
 
 class Authenticator:
@@ -138,7 +113,7 @@ class Authenticator:
         self._app_event_types = {
             app: frozenset(types) for app, types in (settings.app_event_types or {}).items()
         }
-        self._default_jwt = _JwtRules.of(settings)
+        self._settings = settings
         self._apps = apps
         self._clock = clock
 
@@ -152,7 +127,7 @@ class Authenticator:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError(401, "expected 'Authorization: Bearer <token>'")
-        return self._user_principal(token.strip())
+        return self.user_principal(token.strip())
 
     async def authenticate_anew(self, headers: Headers) -> Principal:
         """:meth:`authenticate`; a key it does not know is looked up again in the registry
@@ -185,37 +160,37 @@ class Authenticator:
             poster=key.poster or key.app_id, event_types=key.event_types, app_id=key.app_id
         )
 
-    def authenticate_query_token(self, token: str) -> Principal:
-        """A user JWT passed as ``?access_token=`` (the inbox stream only: see
-        :func:`stream_query_token`). Never the admin key: that stays out of URLs."""
-        return self._user_principal(token.strip())
-
-    def _user_principal(self, token: str) -> Principal:
+    def user_principal(self, token: str) -> Principal:
+        """The user of a JWT: from the ``Authorization`` header, or passed as
+        ``?access_token=`` (the inbox stream only: :func:`stream_query_token`; never the
+        admin key, which stays out of URLs)."""
         app_id = _claimed_app(token)
-        rules = self._jwt_rules(app_id)
-        return Principal(user_id=self._user_from_token(token, rules), app_id=app_id)
+        return Principal(
+            user_id=self._user_from_token(token, self._jwt_rules(app_id)), app_id=app_id
+        )
 
-    def _jwt_rules(self, app_id: str) -> _JwtRules:
-        """The app's JWT settings: the deployment's for the default app, the app's own
-        otherwise (never the deployment's secret: tepat/tenancy.py app_settings)."""
+    def _jwt_rules(self, app_id: str) -> Settings:
+        """The settings of the app's JWT: the deployment's for the default app, the app's
+        own otherwise (never the deployment's secret: tepat/tenancy.py app_settings)."""
         if app_id == DEFAULT_APP:
-            return self._default_jwt
+            return self._settings
         runtime = self._apps.runtime(app_id) if self._apps is not None else None
         if runtime is None:
-            raise AuthError(401, "invalid token: no such app", _invalid_token("invalid token"))
-        return _JwtRules.of(runtime.settings)
+            raise _bad_token("invalid token: no such app", "invalid token")
+        return runtime.settings
 
-    def _user_from_token(self, token: str, rules: _JwtRules) -> str:
-        if rules.secret is None:
+    def _user_from_token(self, token: str, settings: Settings) -> str:
+        secret = settings.jwt_secret.get_secret_value() if settings.jwt_secret else None
+        if not secret:
             raise AuthError(
                 401, "end-user tokens are not enabled on this server (TEPAT_JWT_SECRET)"
             )
-        issuer, audience = rules.issuer, rules.audience
+        issuer, audience = settings.jwt_issuer, settings.jwt_audience
         required = ["exp", "sub"] + ["iss"] * bool(issuer) + ["aud"] * bool(audience)
         try:
             claims = jwt.decode(
                 token,
-                rules.secret,
+                secret,
                 algorithms=["HS256"],
                 issuer=issuer,
                 audience=audience,
@@ -224,25 +199,22 @@ class Authenticator:
                 options={"require": required, "verify_exp": False, "verify_nbf": False},
             )
         except jwt.InvalidTokenError as e:
-            raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
+            raise _bad_token(f"invalid token: {e}", "invalid token") from None
         now = self._clock.now().timestamp()
         exp, nbf, sub = claims.get("exp"), claims.get("nbf", 0), claims.get("sub")
         if not _is_number(exp) or not _is_number(nbf):
-            raise AuthError(
-                401, "invalid token: exp and nbf must be numbers", _invalid_token("bad claims")
-            )
+            raise _bad_token("invalid token: exp and nbf must be numbers", "bad claims")
         if now > exp + JWT_LEEWAY_SECONDS:
-            raise AuthError(401, "token expired", _invalid_token("token expired"))
-        if exp - now > rules.max_lifetime + JWT_LEEWAY_SECONDS:
-            raise AuthError(
-                401,
+            raise _bad_token("token expired", "token expired")
+        if exp - now > settings.jwt_max_lifetime_seconds + JWT_LEEWAY_SECONDS:
+            raise _bad_token(
                 "token lives too long: exp is over TEPAT_JWT_MAX_LIFETIME_SECONDS ahead",
-                _invalid_token("exp too far ahead"),
+                "exp too far ahead",
             )
         if now < nbf - JWT_LEEWAY_SECONDS:
-            raise AuthError(401, "token not yet valid", _invalid_token("token not yet valid"))
+            raise _bad_token("token not yet valid", "token not yet valid")
         if not isinstance(sub, str) or not sub:
-            raise AuthError(401, "invalid token: 'sub' must name a user", _invalid_token("no sub"))
+            raise _bad_token("invalid token: 'sub' must name a user", "no sub")
         return sub
 
 
@@ -252,10 +224,10 @@ def _claimed_app(token: str) -> str:
     try:
         claims = jwt.decode(token, options={"verify_signature": False})
     except jwt.InvalidTokenError as e:
-        raise AuthError(401, f"invalid token: {e}", _invalid_token("invalid token")) from None
+        raise _bad_token(f"invalid token: {e}", "invalid token") from None
     app_id = claims.get("app", DEFAULT_APP)
     if not isinstance(app_id, str) or not valid_app_id(app_id):
-        raise AuthError(401, "invalid token: 'app' must name an app", _invalid_token("bad app"))
+        raise _bad_token("invalid token: 'app' must name an app", "bad app")
     return app_id
 
 
@@ -267,8 +239,9 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
-def _invalid_token(description: str) -> str:
-    return f'Bearer realm="tepat", error="invalid_token", error_description="{description}"'
+def _bad_token(detail: str, description: str) -> AuthError:
+    challenge = f'Bearer realm="tepat", error="invalid_token", error_description="{description}"'
+    return AuthError(401, detail, challenge)
 
 
 def authorize(principal: Principal, path: str) -> None:
@@ -330,7 +303,7 @@ class AuthMiddleware:
                 raise TooManyFailures(wait)
             query_token = stream_query_token(scope)
             if query_token is not None:
-                principal = self.authenticator.authenticate_query_token(query_token)
+                principal = self.authenticator.user_principal(query_token.strip())
             else:
                 principal = await self.authenticator.authenticate_anew(headers)
             authorize(principal, scope["path"])

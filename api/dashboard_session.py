@@ -61,12 +61,11 @@ class Sessions:
     def key_ok(self, key: str | None) -> bool:
         return key is not None and hmac.compare_digest(key.encode(), self._admin_key)
 
-    def issue(self) -> tuple[Session, str]:
-        """A new session and its cookie value."""
+    def issue(self) -> str:
+        """A new session's cookie value."""
         expires = int(self._clock.now().timestamp()) + SESSION_SECONDS
-        session = Session(secrets.token_urlsafe(18), expires)
-        payload = f"{session.expires}.{session.nonce}"
-        return session, f"{payload}.{self._sign('session', payload)}"
+        payload = f"{expires}.{secrets.token_urlsafe(18)}"
+        return f"{payload}.{self._sign('session', payload)}"
 
     async def read(self, request: Request) -> Session | None:
         """The request's valid, unexpired session, if it has one."""

@@ -182,9 +182,9 @@ def user_router(resource: str, tag: str) -> APIRouter:
     )
 
 
-def admin_router(resource: str, tag: str) -> APIRouter:
+def admin_router(resource: str, tag: str, **more: Any) -> APIRouter:
     """The routes of ``/v1/<resource>``, for the admin API key only."""
-    return APIRouter(prefix=f"/v1/{resource}", tags=[tag], dependencies=[_admin])
+    return APIRouter(prefix=f"/v1/{resource}", tags=[tag], dependencies=[_admin], **more)
 
 
 def answer_created(response: Response, created: bool) -> None:

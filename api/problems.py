@@ -83,7 +83,8 @@ def field_problem(status: int, field: str, message: str, **more: Any) -> JSONRes
 
 class ProblemError(Exception):
     """A refusal raised anywhere in a request; the app-wide handler answers its
-    :meth:`response` (a problem naming ``field``, when given)."""
+    :meth:`response` (a problem naming ``field``, when given, its detail
+    ``"<field>: <detail>"`` unless ``field_in_detail`` is false)."""
 
     def __init__(
         self,
@@ -92,17 +93,22 @@ class ProblemError(Exception):
         field: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
+        field_in_detail: bool = True,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.field = field
         self.headers = dict(headers or {})
+        self.field_in_detail = field_in_detail
 
     def response(self) -> JSONResponse:
         if self.field is None:
             return problem_response(self.status, self.detail, headers=self.headers)
-        return field_problem(self.status, self.field, self.detail, headers=self.headers)
+        if self.field_in_detail:
+            return field_problem(self.status, self.field, self.detail, headers=self.headers)
+        errors = [FieldError(field=self.field, message=self.detail)]
+        return problem_response(self.status, self.detail, headers=self.headers, errors=errors)
 
 
 async def _on_problem_error(request: Request, exc: Exception) -> JSONResponse:
@@ -128,16 +134,6 @@ def field_name(loc: Sequence[int | str]) -> str:
 def error_message(err: Mapping[str, Any]) -> str:
     # pydantic prefixes messages raised by validators with "Value error, ".
     return str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-
-
-def validation_errors(exc: RequestValidationError) -> list[FieldError]:
-    out = []
-    for err in exc.errors():
-        if err.get("type") == "json_invalid":
-            out.append(FieldError(field="body", message="request body is not valid JSON"))
-            continue
-        out.append(FieldError(field=field_name(err.get("loc", ())), message=error_message(err)))
-    return out
 
 
 def summary(errors: Sequence[FieldError]) -> str:
@@ -169,7 +165,12 @@ def _allowed_methods(request: Request) -> list[str]:
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = validation_errors(exc) or [FieldError(field="body", message="invalid request")]
+    errors = [
+        FieldError(field="body", message="request body is not valid JSON")
+        if err.get("type") == "json_invalid"
+        else FieldError(field=field_name(err.get("loc", ())), message=error_message(err))
+        for err in exc.errors()
+    ] or [FieldError(field="body", message="invalid request")]
     return problem_response(422, summary(errors), errors=errors)
 
 

@@ -11,19 +11,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import Depends, Path, Request, Response
 from pydantic import BaseModel, Field
 
-from api.deps import Admin
+from api.deps import admin_router, app_state
 from api.problems import ProblemError, problem_responses
 from api.schemas import Request as RequestBody
-from api.schemas import Text
+from api.schemas import Text, read_fields
 from tepat.config import Settings
 from tepat.domain.apps import APP_ID_PATTERN, APP_SETTINGS, MAX_KEYS_PER_APP, App, AppKey
 from tepat.services.apps import AppService
 from tepat.tenancy import Apps, settings_check
 
-router = APIRouter(prefix="/v1/admin/apps", tags=["apps"], responses=problem_responses(404))
+router = admin_router("admin/apps", "apps", responses=problem_responses(404))
 
 AppId = Annotated[
     str,
@@ -69,20 +69,13 @@ class AppOut(BaseModel):
     served: bool = Field(description="Whether this process serves the app now")
 
     @classmethod
-    def of(cls, app: App, served: bool) -> AppOut:
+    def of(cls, app: App, apps: Apps) -> AppOut:
         settings = {
             name: "********" if name in _SECRET_SETTINGS and value else value
             for name, value in app.settings.items()
         }
-        return cls(
-            app_id=app.app_id,
-            name=app.name,
-            created_at=app.created_at,
-            version=app.version,
-            disabled=app.disabled,
-            settings=settings,
-            served=served,
-        )
+        served = apps.runtime(app.app_id) is not None
+        return cls(**read_fields(cls, app, settings=settings, served=served))
 
 
 class KeyIn(RequestBody):
@@ -110,15 +103,7 @@ class KeyOut(BaseModel):
     @classmethod
     def of(cls, key: AppKey) -> KeyOut:
         types = sorted(key.event_types) if key.event_types is not None else None
-        return cls(
-            key_id=key.key_id,
-            app_id=key.app_id,
-            role=key.role,
-            poster=key.poster,
-            event_types=types,
-            created_at=key.created_at,
-            revoked_at=key.revoked_at,
-        )
+        return cls(**read_fields(cls, key, event_types=types))
 
 
 class NewKeyOut(KeyOut):
@@ -130,20 +115,15 @@ class NewAppOut(BaseModel):
     admin_key: NewKeyOut
 
 
-def _apps(request: Request) -> Apps:
-    apps: Apps = request.app.state.apps
-    return apps
-
-
 def _service(request: Request) -> AppService:
-    apps = _apps(request)
+    apps: Apps = request.app.state.apps
     if apps.registry is None:  # an API built over one runtime (create_app without apps)
         raise ProblemError(404, "this API serves the default app alone: no apps to manage")
     return AppService(apps.registry, apps.default.clock, settings_check(apps.base))
 
 
 Service = Annotated[AppService, Depends(_service)]
-Served = Annotated[Apps, Depends(_apps)]
+Served = Annotated[Apps, app_state("apps")]
 
 
 def _new_key(key: AppKey, plain: str) -> NewKeyOut:
@@ -151,36 +131,33 @@ def _new_key(key: AppKey, plain: str) -> NewKeyOut:
 
 
 @router.post("", status_code=201, summary="Create an app and its first admin key")
-async def create_app(body: AppIn, _: Admin, service: Service, apps: Served) -> NewAppOut:
+async def create_app(body: AppIn, service: Service, apps: Served) -> NewAppOut:
     app, key, plain = await service.create(body.app_id, body.name, body.settings)
     await apps.refresh()
-    served = apps.runtime(app.app_id) is not None
-    return NewAppOut(app=AppOut.of(app, served), admin_key=_new_key(key, plain))
+    return NewAppOut(app=AppOut.of(app, apps), admin_key=_new_key(key, plain))
 
 
 @router.get("", summary="Every app")
-async def list_apps(_: Admin, service: Service, apps: Served) -> list[AppOut]:
-    return [AppOut.of(a, apps.runtime(a.app_id) is not None) for a in await service.list_apps()]
+async def list_apps(service: Service, apps: Served) -> list[AppOut]:
+    return [AppOut.of(a, apps) for a in await service.list_apps()]
 
 
 @router.get("/{app_id}", summary="One app")
-async def get_app(app_id: AppId, _: Admin, service: Service, apps: Served) -> AppOut:
-    return AppOut.of(await service.get(app_id), apps.runtime(app_id) is not None)
+async def get_app(app_id: AppId, service: Service, apps: Served) -> AppOut:
+    return AppOut.of(await service.get(app_id), apps)
 
 
 @router.patch("/{app_id}", summary="Change an app's name or settings, or disable it")
-async def update_app(
-    app_id: AppId, body: AppPatch, _: Admin, service: Service, apps: Served
-) -> AppOut:
+async def update_app(app_id: AppId, body: AppPatch, service: Service, apps: Served) -> AppOut:
     app = await service.update(
         app_id, name=body.name, settings=body.settings, disabled=body.disabled
     )
     await apps.refresh()
-    return AppOut.of(app, apps.runtime(app_id) is not None)
+    return AppOut.of(app, apps)
 
 
 @router.get("/{app_id}/keys", summary="The app's keys (never the keys themselves)")
-async def list_keys(app_id: AppId, _: Admin, service: Service) -> list[KeyOut]:
+async def list_keys(app_id: AppId, service: Service) -> list[KeyOut]:
     return [KeyOut.of(k) for k in await service.keys(app_id)]
 
 
@@ -189,9 +166,7 @@ async def list_keys(app_id: AppId, _: Admin, service: Service) -> list[KeyOut]:
     status_code=201,
     summary=f"Make a key (at most {MAX_KEYS_PER_APP} active per app); shown once",
 )
-async def add_key(
-    app_id: AppId, body: KeyIn, _: Admin, service: Service, apps: Served
-) -> NewKeyOut:
+async def add_key(app_id: AppId, body: KeyIn, service: Service, apps: Served) -> NewKeyOut:
     types = frozenset(body.event_types) if body.event_types is not None else None
     key, plain = await service.add_key(app_id, body.role, body.poster, types)
     await apps.refresh()
@@ -201,9 +176,7 @@ async def add_key(
 @router.delete(
     "/{app_id}/keys/{key_id}", status_code=204, summary="Revoke a key (at once in this process)"
 )
-async def revoke_key(
-    app_id: AppId, key_id: KeyId, _: Admin, service: Service, apps: Served
-) -> Response:
+async def revoke_key(app_id: AppId, key_id: KeyId, service: Service, apps: Served) -> Response:
     await service.revoke_key(app_id, key_id)
     await apps.refresh()
     return Response(status_code=204)

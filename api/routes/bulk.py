@@ -67,12 +67,11 @@ _BODY_DOC = {
 
 @router.post(
     "/users",
-    response_model=BulkImportOut,
     responses=problem_responses(415),
     summary="Import users with their devices and reminders",
     openapi_extra={"requestBody": _BODY_DOC},
 )
-async def import_users(request: Request, rt: RT) -> Any:
+async def import_users(request: Request, rt: RT) -> BulkImportOut:
     """Create or update each user, its devices and its reminders, as the single `PUT`s
     would (fields left out keep their value; devices and reminders not named are kept).
     Repeating an import changes nothing and plans nothing twice. Store writes are
@@ -180,10 +179,10 @@ def _parse_item(index: int, obj: Any) -> UserItem | InvalidItem:
 
 
 def _item_out(r: ItemResult) -> BulkItemOut:
-    if not r.errors:
-        return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status)
-    errors = [FieldError(field=p.field, message=p.message) for p in r.errors]
-    problem = Problem(
-        title="Unprocessable Entity", status=422, detail=summary(errors), errors=errors
-    )
+    problem = None
+    if r.errors:
+        errors = [FieldError(field=p.field, message=p.message) for p in r.errors]
+        problem = Problem(
+            title="Unprocessable Entity", status=422, detail=summary(errors), errors=errors
+        )
     return BulkItemOut(index=r.index, user_id=r.user_id, status=r.status, problem=problem)

@@ -138,14 +138,11 @@ async def login(request: Request, sessions: SessionsDep, throttle: Throttle) -> 
         page = _login_page("Too many wrong keys: try again in a minute.", status=429)
         page.headers["Retry-After"] = str(wait)
         return page
-    form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
-    key = (form.get("key") or [""])[0].strip()
-    if not sessions.key_ok(key):
+    if not sessions.key_ok((await _form_value(request, "key")).strip()):
         throttle.failed(ip)
         return _login_page("That is not the admin key.", status=401)
-    _, cookie = sessions.issue()
     response = RedirectResponse("/dashboard", status_code=303)
-    set_cookie(request, response, cookie)
+    set_cookie(request, response, sessions.issue())
     return response
 
 
@@ -153,10 +150,9 @@ async def login(request: Request, sessions: SessionsDep, throttle: Throttle) -> 
 async def logout(request: Request, sessions: SessionsDep) -> Response:
     # A plain form post: the token travels in the form rather than a header.
     session = await sessions.read(request)
-    form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
-    if session is not None and not sessions.csrf_ok(session, (form.get("csrf") or [""])[0]):
-        raise AuthError(403, "missing or wrong CSRF token: reload the dashboard")
     if session is not None:
+        if not sessions.csrf_ok(session, await _form_value(request, "csrf")):
+            raise AuthError(403, "missing or wrong CSRF token: reload the dashboard")
         await sessions.revoke(session)
     response = RedirectResponse("/dashboard/login", status_code=303)
     clear_cookie(request, response)
@@ -216,6 +212,11 @@ async def replay(
     replayed = await admin.replay(dead_letter_id, rt)
     dashboard.invalidate()
     return replayed
+
+
+async def _form_value(request: Request, name: str) -> str:
+    form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
+    return (form.get(name) or [""])[0]
 
 
 def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:

@@ -76,7 +76,6 @@ async def read_all(
 
 @router.post(
     "",
-    response_model=InboxItemOut,
     status_code=201,
     responses={
         200: {"model": InboxItemOut, "description": "Already stored with this idempotency_key"}

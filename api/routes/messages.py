@@ -23,7 +23,6 @@ router = user_router("", tag="messages")
 
 @router.post(
     "/notifications",
-    response_model=NotificationOut,
     status_code=201,
     responses={
         200: {"model": NotificationOut, "description": "Already created with this idempotency_key"},
@@ -45,16 +44,7 @@ async def post_notification(
             "one-off notifications are sent by the backend (admin key); this server does"
             " not let users send them (TEPAT_ALLOW_USER_NOTIFICATIONS)",
         )
-    message, created = await accounts.create_oneoff(
-        rt,
-        user_id,
-        body.idempotency_key,
-        body.category,
-        body.title,
-        body.body,
-        body.data,
-        body.send_at,
-    )
+    message, created = await accounts.create_oneoff(rt, user_id, **body.model_dump())
     # on this request's access line (api/request_id.py): the line that created it names it
     structlog.contextvars.bind_contextvars(
         message_id=message.id, user_id=user_id, channel=message.channel

@@ -33,8 +33,8 @@ import structlog
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from api.app_services import EmailEventsEndpoint
 from api.deps import service_of
-from api.email_endpoint import EmailEventsEndpoint
 from api.problems import ProblemError, problem_responses
 from tepat.adapters.sns_verify import CertificateUnavailable
 from tepat.domain import sns

@@ -24,7 +24,7 @@ import structlog
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import RT
-from api.problems import FieldError, ProblemError, problem_response
+from api.problems import ProblemError
 from tepat.adapters.twilio_signature import valid_twilio_signature
 from tepat.domain.errors import DomainError
 from tepat.runtime import Runtime
@@ -77,7 +77,6 @@ async def _signed_form(request: Request, rt: Runtime) -> dict[str, str]:
 @router.post(
     "/status",
     summary="Twilio SMS status callback (signed by Twilio; no API key)",
-    status_code=200,
     responses={**_SIGNED, 422: {"description": "MessageSid or MessageStatus missing"}},
 )
 async def twilio_status(
@@ -91,9 +90,7 @@ async def twilio_status(
     try:
         callback = StatusCallback.from_params(m, form)
     except DomainError as e:
-        return problem_response(
-            422, e.message, errors=[FieldError(field=e.field, message=e.message)]
-        )
+        raise ProblemError(422, e.message, e.field, field_in_detail=False) from None
     outcome = await apply_status(rt.store, rt.clock, callback)
     return Response(status_code=200, headers={"X-Tepat-Outcome": str(outcome)})
 
@@ -101,7 +98,6 @@ async def twilio_status(
 @router.post(
     "/inbound",
     summary="Twilio inbound SMS (signed by Twilio; no API key): STOP and START",
-    status_code=200,
     responses=_SIGNED,
 )
 async def twilio_inbound(request: Request, rt: RT) -> Response:

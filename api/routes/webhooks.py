@@ -115,7 +115,6 @@ Webhooks = Annotated[WebhookService, Depends(_service)]
 
 @router.post(
     "",
-    response_model=WebhookWithSecret,
     status_code=201,
     summary="Subscribe a URL to message status events",
 )
