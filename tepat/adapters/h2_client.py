@@ -74,9 +74,10 @@ class H2Response:
 
 
 class StreamFailed(Exception):
-    def __init__(self, what: str, maybe_sent: bool) -> None:
+    def __init__(self, what: str, maybe_sent: bool, elsewhere: bool = False) -> None:
         super().__init__(what)
         self.maybe_sent = maybe_sent
+        self.elsewhere = elsewhere  # never started: it may go on another connection
 
 
 class ProtocolError(Exception):
@@ -241,6 +242,41 @@ class _Encoder:
         self.inserted += 1
 
 
+class _Decoder:
+    """``hpack``'s decoder, with the answer of a header block remembered while the
+    dynamic table stays as it was: a server answers the same headers again and again
+    (FCM's ``200``: the same block until the ``date`` changes), and a block that changed
+    nothing in the table means the same thing the next time, until one changes it."""
+
+    def __init__(self) -> None:
+        self.hpack = hpack.Decoder()
+        self.known: dict[bytes, tuple[int, dict[str, str]]] = {}
+
+    def decode(self, block: bytes) -> tuple[int, dict[str, str]]:
+        """The ``:status`` (0 when absent) and the other headers of a header block."""
+        if (known := self.known.get(block)) is not None:
+            return known
+        table = self.hpack.header_table
+        entries = table.dynamic_entries
+        before = (entries[0] if entries else None, len(entries), table.maxsize)
+        status, headers = 0, {}
+        for name, value in self.hpack.decode(block, raw=True):
+            if name == b":status":
+                status = int(value)
+            else:
+                headers[bytes(name).decode()] = bytes(value).decode("latin-1")
+        if (entries[0] if entries else None, len(entries), table.maxsize) != before:
+            self.known.clear()
+        elif len(self.known) < 64:
+            self.known[block] = status, headers
+        return status, headers
+
+
+# a request waiting for a stream: its answer, path, headers, varying headers,
+# index_path, body (H2Client._post_h2)
+_Request = tuple["asyncio.Future[H2Response]", str, Headers, Headers, bool, bytes]
+
+
 class _Stream:
     __slots__ = ("answer", "body", "headers", "received", "status", "window", "written")
 
@@ -257,14 +293,21 @@ class _Stream:
 class _Connection(asyncio.Protocol):
     """The frames of one connection; streams end in their ``answer`` future."""
 
-    def __init__(self, timeout: float, pseudo: Headers, user_agent: str, base_path: str) -> None:
+    def __init__(
+        self, timeout: float, limit: int, pseudo: Headers, user_agent: str, base_path: str
+    ) -> None:
         self.timeout = timeout
+        self.own_limit = limit
+        self.limit = limit  # streams at once: ours, or the server's if lower
         self.pseudo = pseudo  # :method, :scheme, :authority
         self.user_agent = ("user-agent", user_agent)
         self.base_path = base_path
         self.encoder = _Encoder()
-        self.decoder = hpack.Decoder()
+        self.decoder = _Decoder()
         self.streams: dict[int, _Stream] = {}
+        # Requests waiting for a stream, started as others end: no task or future of
+        # their own to wake, and no wait for the next turn of the loop.
+        self.queued: deque[_Request] = deque()
         self.next_id = 1
         self.unsent: dict[int, memoryview] = {}  # bodies the flow-control windows hold back
         self.out: list[bytes] = []  # frames for the next write
@@ -272,12 +315,10 @@ class _Connection(asyncio.Protocol):
         self.started: list[int] = []  # streams opened since the last write, to time out
         self.usable = True  # False once lost or told to go away: new streams go elsewhere
         self.transport: asyncio.Transport | None = None
-        self.room: asyncio.Future[None] | None = None
         self._flush_due = False
         self.buffer = b""
         self.continuing: tuple[int, int, list[bytes]] | None = None  # stream, flags, block
         # the server's settings (RFC 9113, 6.5.2)
-        self.max_streams = 2**31
         self.initial_window = _DEFAULT_WINDOW
         self.max_frame = _MIN_FRAME
         self.window = _DEFAULT_WINDOW  # the connection's, for what we send
@@ -317,7 +358,7 @@ class _Connection(asyncio.Protocol):
     def eof_received(self) -> None:
         # The server closed (an idle connection, say): the loop may run a new request
         # before connection_lost, and it must not go here.
-        self.usable = False
+        self._retire()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(f"connection lost ({exc or 'closed by the server'})")
@@ -327,17 +368,21 @@ class _Connection(asyncio.Protocol):
     async def request(
         self, path: str, headers: Headers, varying: Headers, index_path: bool, body: bytes
     ) -> H2Response:
-        while len(self.streams) >= self.max_streams:
-            self.room = self.room or asyncio.get_running_loop().create_future()
-            await self.room
-            if not self.usable:
-                raise StreamFailed("connection closed before the request", maybe_sent=False)
+        answer = asyncio.get_running_loop().create_future()
+        request = (answer, path, headers, varying, index_path, body)
+        if self.queued or len(self.streams) >= self.limit:
+            self.queued.append(request)
+        else:
+            self._start(request)
+        return await answer
+
+    def _start(self, request: _Request) -> None:
+        answer, path, headers, varying, index_path, body = request
         stream_id = self.next_id
         self.next_id += 2
         if self.next_id > _MAX_WINDOW:
-            self.usable = False  # stream ids used up: the next request opens another
-        loop = asyncio.get_running_loop()
-        stream = self.streams[stream_id] = _Stream(loop.create_future(), self.initial_window)
+            self._retire()  # stream ids used up: the next request opens another connection
+        stream = self.streams[stream_id] = _Stream(answer, self.initial_window)
         # Encoded right before its frame is queued: blocks must reach the server in the
         # order they were encoded (the dynamic table is in both's view of it).
         self._send_headers(stream_id, self._block(path, headers, varying, index_path), not body)
@@ -360,8 +405,21 @@ class _Connection(asyncio.Protocol):
         if not self._flush_due:
             # One write for every request started in this turn of the loop.
             self._flush_due = True
-            loop.call_soon(self._flush)
-        return await stream.answer
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _start_queued(self) -> None:
+        while self.queued and self.usable and len(self.streams) < self.limit:
+            request = self.queued.popleft()
+            if not request[0].done():  # its caller gave up waiting
+                self._start(request)
+
+    def _retire(self) -> None:
+        """No new streams here: the waiting requests go to another connection."""
+        self.usable = False
+        while self.queued:
+            answer = self.queued.popleft()[0]
+            if not answer.done():
+                answer.set_exception(StreamFailed("connection closing", False, elsewhere=True))
 
     def _block(self, path: str, headers: Headers, varying: Headers, index_path: bool) -> bytes:
         key = (path if index_path else None, headers)
@@ -469,17 +527,11 @@ class _Connection(asyncio.Protocol):
 
     def _headers(self, stream_id: int, flags: int, block: bytes) -> None:
         # Decoded even for a stream we no longer wait on: the table is the connection's.
-        fields = self.decoder.decode(block, raw=True)
+        status, headers = self.decoder.decode(block)
         stream = self.streams.get(stream_id)
-        if stream is not None and not stream.status:  # else trailers: nothing we read
-            status, headers = 0, {}
-            for name, value in fields:
-                if name == b":status":
-                    status = int(value)
-                else:
-                    headers[bytes(name).decode()] = bytes(value).decode("latin-1")
-            if not 100 <= status < 200:  # an informational answer comes before the answer
-                stream.status, stream.headers = status, headers
+        # An informational answer comes before the answer; after it, trailers: unread.
+        if stream is not None and not stream.status and not 100 <= status < 200:
+            stream.status, stream.headers = status, dict(headers)
         if flags & _END_STREAM:
             self._answered(stream_id)
 
@@ -509,7 +561,7 @@ class _Connection(asyncio.Protocol):
             if code == 1:  # HEADER_TABLE_SIZE
                 self.encoder.server_table_size(value)
             elif code == 3:  # MAX_CONCURRENT_STREAMS
-                self.max_streams = value
+                self.limit = min(self.own_limit, value)
             elif code == 4:  # INITIAL_WINDOW_SIZE: open streams' windows move by the change
                 if value > _MAX_WINDOW:
                     raise ProtocolError("SETTINGS_INITIAL_WINDOW_SIZE too large", 3)
@@ -522,7 +574,7 @@ class _Connection(asyncio.Protocol):
                 self.max_frame = value
         self.out.append(_frame(_SETTINGS, _ACK, 0))
         self._send_bodies()
-        self._wake()
+        self._start_queued()
 
     def _window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
@@ -547,11 +599,10 @@ class _Connection(asyncio.Protocol):
             raise ProtocolError("a malformed GOAWAY", 6)
         last, code = struct.unpack_from(">LL", payload)
         last &= _MAX_WINDOW
-        self.usable = False
+        self._retire()
         what = f"the server went away (GOAWAY {_error_name(code)})"
         for stream_id in [s for s in self.streams if s > last]:
             self._fail(stream_id, what, False)  # never processed: RFC 9113, 6.8
-        self._wake()
         if not self.streams and self.transport is not None:
             self.transport.close()
 
@@ -567,8 +618,8 @@ class _Connection(asyncio.Protocol):
         if self.unsent.pop(stream_id, None) is not None and reset:
             # Ended before its whole body went: close our side too (RFC 9113, 8.1).
             self._reset(stream_id, 0)  # NO_ERROR
-        if self.room is not None:
-            self._wake()
+        if self.queued:
+            self._start_queued()
         if not self.usable and not self.streams and self.transport is not None:
             self.transport.close()  # gone away, its last stream answered
         return stream if stream is not None and not stream.answer.done() else None
@@ -593,17 +644,11 @@ class _Connection(asyncio.Protocol):
         self.out.append(_frame(_RST, 0, stream_id, code.to_bytes(4, "big")))
 
     def _fail_all(self, what: str) -> None:
-        self.usable = False
+        self._retire()
         for stream_id in list(self.streams):
             self._fail(stream_id, what, True)
-        self._wake()
         if self.transport is not None:
             self.transport.close()
-
-    def _wake(self) -> None:
-        if self.room is not None and not self.room.done():
-            self.room.set_result(None)
-        self.room = None
 
 
 _ERRORS = (
@@ -630,8 +675,9 @@ def _error_name(code: int) -> str:
 
 class H2Client:
     """Base of an adapter that sends over one HTTP/2 connection to ``base_url``, at most
-    ``max_streams`` requests in flight (``http://``: h2c with prior knowledge, as the
-    sandboxes serve; ``https://``: TLS with ALPN ``h2``)."""
+    ``max_streams`` requests in flight on it, the others waiting their turn
+    (``http://``: h2c with prior knowledge, as the sandboxes serve; ``https://``: TLS with
+    ALPN ``h2``). Waiting for a stream is no failure: the timeout counts once it opens."""
 
     def __init__(self, base_url: str, *, max_streams: int, timeout: float, user_agent: str) -> None:
         self.base_url = base_url.rstrip("/")
@@ -641,8 +687,7 @@ class H2Client:
         self._user_agent = user_agent
         self._pseudo = ((":method", "POST"), (":scheme", url.scheme), (":authority", url.netloc))
         self.timeout = timeout  # seconds: to connect, and for a stream's answer
-        # Wait for a stream here, not against the timeout: a busy moment is no failure.
-        self._slots = asyncio.Semaphore(max_streams)
+        self._max_streams = max_streams
         self._connection: _Connection | None = None
         self._connecting = asyncio.Lock()
 
@@ -660,14 +705,18 @@ class H2Client:
         ``headers`` (and the path, unless ``index_path`` is false) should stay the same
         from one request to the next: they are entered into HPACK's dynamic table;
         ``varying`` are not."""
-        async with self._slots:
+        headers = tuple(headers)
+        for _ in range(3):  # a request that waited on a connection that went: another one
             try:
                 connection = await self._connected()
-                return await connection.request(path, tuple(headers), varying, index_path, body)
+                return await connection.request(path, headers, varying, index_path, body)
             except (OSError, TimeoutError, ssl.SSLError) as e:
                 failure = StreamFailed(f"cannot connect ({type(e).__name__}: {e})", False)
+                break
             except StreamFailed as e:
                 failure = e
+                if not e.elsewhere:
+                    break
         when = "after the request was sent" if failure.maybe_sent else "before it was sent"
         return TryAgain(f"{failure} talking to {provider} {when}", maybe_sent=failure.maybe_sent)
 
@@ -694,7 +743,9 @@ class H2Client:
             if context is not None:
                 where["server_hostname"] = host
         transport, connection = await loop.create_connection(
-            lambda: _Connection(self.timeout, self._pseudo, self._user_agent, self._url.path),
+            lambda: _Connection(
+                self.timeout, self._max_streams, self._pseudo, self._user_agent, self._url.path
+            ),
             ssl=context,
             **where,
         )
