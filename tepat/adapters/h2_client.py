@@ -52,6 +52,8 @@ from hpack.table import HeaderTable
 from tepat.ports.try_again import TryAgain
 
 Headers = Sequence[tuple[str, str]]
+# a POST: path, headers, varying headers, index_path, body (H2Client._post_h2)
+Post = tuple[str, Headers, Headers, bool, bytes]
 
 
 class H2Response:
@@ -272,8 +274,7 @@ class _Decoder:
         return status, headers
 
 
-# a request waiting for a stream: its answer, path, headers, varying headers,
-# index_path, body (H2Client._post_h2)
+# a request waiting for a stream: its answer's future, then a Post's parts
 _Request = tuple["asyncio.Future[H2Response]", str, Headers, Headers, bool, bytes]
 
 
@@ -365,16 +366,17 @@ class _Connection(asyncio.Protocol):
 
     # ---- a request ----
 
-    async def request(
+    def submit(
         self, path: str, headers: Headers, varying: Headers, index_path: bool, body: bytes
-    ) -> H2Response:
-        answer = asyncio.get_running_loop().create_future()
+    ) -> asyncio.Future[H2Response]:
+        """A request, started at once or when a stream is free; its answer's future."""
+        answer: asyncio.Future[H2Response] = asyncio.get_running_loop().create_future()
         request = (answer, path, headers, varying, index_path, body)
         if self.queued or len(self.streams) >= self.limit:
             self.queued.append(request)
         else:
             self._start(request)
-        return await answer
+        return answer
 
     def _start(self, request: _Request) -> None:
         answer, path, headers, varying, index_path, body = request
@@ -705,20 +707,43 @@ class H2Client:
         ``headers`` (and the path, unless ``index_path`` is false) should stay the same
         from one request to the next: they are entered into HPACK's dynamic table;
         ``varying`` are not."""
-        headers = tuple(headers)
-        for _ in range(3):  # a request that waited on a connection that went: another one
+        return (
+            await self._post_many(provider, [(path, tuple(headers), varying, index_path, body)])
+        )[0]
+
+    async def _post_many(
+        self, provider: str, requests: Sequence[Post]
+    ) -> list[H2Response | TryAgain]:
+        """Each of ``requests`` as :meth:`_post_h2` sends it, all at once: their answers
+        in order (no task of their own: the answers are futures this one waits on)."""
+        answers: dict[int, H2Response | TryAgain] = {}
+        todo = list(range(len(requests)))
+        for _ in range(3):  # requests that waited on a connection that went: another one
             try:
                 connection = await self._connected()
-                return await connection.request(path, headers, varying, index_path, body)
             except (OSError, TimeoutError, ssl.SSLError) as e:
                 failure = StreamFailed(f"cannot connect ({type(e).__name__}: {e})", False)
+                for i in todo:
+                    answers[i] = _try_again(failure, provider)
                 break
-            except StreamFailed as e:
-                failure = e
-                if not e.elsewhere:
-                    break
-        when = "after the request was sent" if failure.maybe_sent else "before it was sent"
-        return TryAgain(f"{failure} talking to {provider} {when}", maybe_sent=failure.maybe_sent)
+            futures = [(i, connection.submit(*requests[i])) for i in todo]
+            todo = []
+            try:
+                for i, future in futures:
+                    try:
+                        answer: H2Response | TryAgain = await future
+                    except StreamFailed as e:
+                        answer = _try_again(e, provider)
+                        if e.elsewhere:
+                            todo.append(i)
+                    answers[i] = answer
+            except BaseException:
+                for _, future in futures:
+                    future.cancel()  # a cancelled wait: their answers are no one's now
+                raise
+            if not todo:
+                break
+        return [answers[i] for i in range(len(requests))]
 
     async def _connected(self) -> _Connection:
         if self._connection is not None and self._connection.usable:
@@ -765,6 +790,11 @@ class H2Client:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _try_again(failure: StreamFailed, provider: str) -> TryAgain:
+    when = "after the request was sent" if failure.maybe_sent else "before it was sent"
+    return TryAgain(f"{failure} talking to {provider} {when}", maybe_sent=failure.maybe_sent)
 
 
 def _proxy_for(scheme: str, host: str) -> SplitResult | None:
