@@ -264,8 +264,10 @@ class FcmPushProvider(H2Client):
         if stale:
             # The token lapsed or was revoked early: one new token, one more try.
             fresh = await self.auth.token(stale=token)
-            again = [fresh] * len(stale)
-            if not isinstance(fresh, TryAgain | Rejected):
+            again: list[Answer]
+            if isinstance(fresh, TryAgain | Rejected):
+                again = [fresh] * len(stale)
+            else:
                 again = await self._post([batch[i] for i in stale], fresh)
                 if refused := next((a for a in again if isinstance(a, Rejected)), None):
                     log.error("FCM refused a new access token too (%s)", refused.reason)

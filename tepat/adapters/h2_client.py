@@ -110,7 +110,7 @@ _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _TABLE_SIZE = 4096  # the most of the server's HPACK table our header blocks use
 
 
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
     n = len(payload)
     return _FRAME.pack(n >> 8, n & 0xFF, kind, flags, stream_id) + payload
 
@@ -170,9 +170,15 @@ def _literal(name: bytes, value: bytes, indexing: bool) -> bytes:
     return head + _string(value)
 
 
+_LITERAL_NAMES: dict[str, bytes] = {}
+
+
 def literal(name: str, value: str) -> bytes:
     """A header that changes from one request to the next: never in the dynamic table."""
-    return _literal(name.encode(), value.encode(), False)
+    if (head := _LITERAL_NAMES.get(name)) is None:
+        head = _LITERAL_NAMES[name] = _literal(name.encode(), b"", False)[:-1]
+    raw = value.encode()
+    return head + (bytes((len(raw),)) if len(raw) < 127 else _integer(len(raw), 7, 0)) + raw
 
 
 class _Encoder:
