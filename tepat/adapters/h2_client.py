@@ -266,14 +266,17 @@ class _Decoder:
             return known
         table = self.hpack.header_table
         entries = table.dynamic_entries
-        before = (entries[0] if entries else None, len(entries), table.maxsize)
+        newest, count, size = entries[0] if entries else None, len(entries), table.maxsize
         status, headers = 0, {}
         for name, value in self.hpack.decode(block, raw=True):
             if name == b":status":
                 status = int(value)
             else:
                 headers[bytes(name).decode()] = bytes(value).decode("latin-1")
-        if (entries[0] if entries else None, len(entries), table.maxsize) != before:
+        # An entry added is a new tuple (``is``, not ``==``: the same field added again
+        # is a change too).
+        added = (entries[0] if entries else None) is not newest
+        if added or len(entries) != count or table.maxsize != size:
             self.known.clear()
         elif len(self.known) < 64:
             self.known[block] = status, headers
@@ -610,14 +613,17 @@ class _Connection(asyncio.Protocol):
         self._retire()
         what = f"the server went away (GOAWAY {_error_name(code)})"
         for stream_id in [s for s in self.streams if s > last]:
-            self._fail(stream_id, what, False)  # never processed: RFC 9113, 6.8
+            # Never processed (RFC 9113, 6.8); one not even written yet goes elsewhere.
+            elsewhere = stream_id in self.started
+            self._fail(stream_id, what, False, elsewhere=elsewhere)
         if not self.streams and self.transport is not None:
             self.transport.close()
 
     def _answered(self, stream_id: int) -> None:
         if stream := self._end(stream_id):
             if not stream.status:
-                self._fail_stream(stream, "an answer without a :status", True)
+                failure = StreamFailed("an answer without a :status", stream.written)
+                stream.answer.set_exception(failure)
             else:
                 stream.answer.set_result(H2Response(stream.status, stream.headers, stream.body))
 
@@ -632,13 +638,11 @@ class _Connection(asyncio.Protocol):
             self.transport.close()  # gone away, its last stream answered
         return stream if stream is not None and not stream.answer.done() else None
 
-    def _fail(self, stream_id: int, what: str, maybe: bool, reset: bool = True) -> None:
+    def _fail(
+        self, stream_id: int, what: str, maybe: bool, reset: bool = True, elsewhere: bool = False
+    ) -> None:
         if stream := self._end(stream_id, reset):
-            self._fail_stream(stream, what, maybe)
-
-    @staticmethod
-    def _fail_stream(stream: _Stream, what: str, maybe: bool) -> None:
-        stream.answer.set_exception(StreamFailed(what, maybe and stream.written))
+            stream.answer.set_exception(StreamFailed(what, maybe and stream.written, elsewhere))
 
     def _time_out(self, stream_ids: list[int]) -> None:
         late = [s for s in stream_ids if s in self.streams]
