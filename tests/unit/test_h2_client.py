@@ -133,7 +133,9 @@ async def test_the_headers_reach_the_server_as_sent_whatever_its_hpack_table_siz
     # The unchanging headers go into the server's HPACK table once, then by index; a
     # server with a small table (or none) must read the same.
     for size in (None, 0, 200):
-        settings = None if size is None else {h2.settings.SettingCodes.HEADER_TABLE_SIZE: size}
+        settings: dict[int, int] | None = None
+        if size is not None:
+            settings = {h2.settings.SettingCodes.HEADER_TABLE_SIZE: size}
         async with serving(settings=settings) as (client, connections):
             tokens = ["a" * 150, "b" * 150, "a" * 150]  # a token renewed, then the old one
             for token in tokens:
@@ -165,7 +167,7 @@ async def test_it_keeps_to_the_servers_stream_limit_and_acks_its_pings() -> None
         server.answer(stream_id, body)
         server.h2.ping(b"12345678")
 
-    limit = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 3}
+    limit: dict[int, int] = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 3}
     async with serving(answer_and_ping, settings=limit) as (client, connections):
         answers = await asyncio.gather(*(post(client, b"%d" % i) for i in range(20)))
         assert [a.content for a in answers if isinstance(a, H2Response)] == [
@@ -194,7 +196,7 @@ async def test_requests_waiting_for_a_stream_go_to_a_new_connection_after_goaway
             server.flush()
             server.transport.close()
 
-    limit = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1}
+    limit: dict[int, int] = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1}
     async with serving(go_away_at_zero, settings=limit) as (client, connections):
         assert isinstance(await post(client, b"connects"), H2Response)
         # One stream at a time: 1 and 2 wait, never sent when the server goes away.
