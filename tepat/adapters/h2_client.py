@@ -18,14 +18,20 @@ ways (our windows opened by WINDOW_UPDATE, the server's windows and
 ``SETTINGS_INITIAL_WINDOW_SIZE`` respected, bodies held back until they open),
 ``SETTINGS_MAX_CONCURRENT_STREAMS``, ``SETTINGS_MAX_FRAME_SIZE`` (CONTINUATION frames
 both ways), ``SETTINGS_HEADER_TABLE_SIZE`` (a dynamic table size update), padding,
-informational answers and trailers, RST_STREAM and GOAWAY. Figures: bench/push_client.py.
+informational answers and trailers, RST_STREAM and GOAWAY. A request beyond the stream
+limit waits in the connection's queue and starts as another ends (no task, lock or
+wake-up of its own). The adapter alone (``python -m bench.push_client``, 5,000 FCM /
+3,000 APNs sends, a busy machine): FCM 0.47-0.52 ms of CPU a notification over ``h2``,
+0.11 here; APNs 0.72-0.77, 0.13-0.18 (half of it now ``hpack``'s decoding of each
+answer's own ``apns-id``).
 
 What a failure says (the request's ``TryAgain``): a stream whose whole request (HEADERS
 and the DATA ending it) was handed to the socket may have been acted on
 (``maybe_sent``); one refused with ``REFUSED_STREAM``, above a GOAWAY's last stream, or
 never written, was not. A lost connection, a protocol error or a timeout ends every stream
 still open on it that way; the next request opens a new connection. A GOAWAY lets the
-streams it covers finish, and new ones go to a new connection. ``HTTPS_PROXY`` /
+streams it covers finish, and new ones go to a new connection, as do the requests still
+waiting there (or not yet written). ``HTTPS_PROXY`` /
 ``HTTP_PROXY`` (and ``NO_PROXY``) are honoured as httpx honours them: through a CONNECT
 tunnel.
 """
