@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -48,8 +49,8 @@ from typing import Any
 
 from tepat.adapters.apns_auth import ProviderToken
 from tepat.adapters.expo_outcomes import parse_retry_after
-from tepat.adapters.h2_client import H2Client, H2Response
-from tepat.adapters.push_answers import Answer, send_each
+from tepat.adapters.h2_client import H2Client, H2Response, Headers
+from tepat.adapters.push_answers import Answer, send_together
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
@@ -76,6 +77,7 @@ THROTTLED_BACKOFF_SECONDS = 10.0
 _DEACTIVATE = frozenset({"BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic"})
 _STALE_TOKEN = frozenset({"ExpiredProviderToken", "InvalidProviderToken"})
 _CONFIGURATION = frozenset({"BadTopic", "MissingTopic", "TopicDisallowed", "BadCertificate"})
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def to_apns_payload(request: PushRequest) -> dict[str, Any]:
@@ -92,22 +94,23 @@ def apns_expiration(ttl_seconds: int, now: datetime) -> str:
     return str(int(now.timestamp()) + ttl_seconds if ttl_seconds else 0)
 
 
-def apns_headers(request: PushRequest, topic: str, now: datetime) -> dict[str, str]:
-    headers = {
-        "apns-topic": topic,
-        "apns-push-type": "alert",
-        # 5 lets the device save power (delivered in groups); 10 is "now".
-        "apns-priority": "5" if request.priority == "normal" else "10",
-    }
+def apns_headers(request: PushRequest, now: datetime) -> list[tuple[str, str]]:
+    """The headers of one notification that are its own (those of every notification:
+    :meth:`ApnsPushProvider._fixed`)."""
+    headers = []
     if request.ttl_seconds is not None:
-        headers["apns-expiration"] = apns_expiration(request.ttl_seconds, now)
-    if len(request.message_id.encode()) <= MAX_COLLAPSE_ID_BYTES:
+        headers.append(("apns-expiration", apns_expiration(request.ttl_seconds, now)))
+    message_id = request.message_id
+    if len(message_id.encode()) <= MAX_COLLAPSE_ID_BYTES:
         # A second copy of one message (sent again after a maybe-sent answer) replaces
         # the first on the device instead of showing twice.
-        headers["apns-collapse-id"] = request.message_id
+        headers.append(("apns-collapse-id", message_id))
     # APNs echoes an apns-id it was given, so a ticket names its message.
-    with contextlib.suppress(ValueError):
-        headers["apns-id"] = str(uuid.UUID(request.message_id))
+    if _CANONICAL_UUID.fullmatch(message_id):
+        headers.append(("apns-id", message_id))
+    else:
+        with contextlib.suppress(ValueError):
+            headers.append(("apns-id", str(uuid.UUID(message_id))))
     return headers
 
 
@@ -162,6 +165,7 @@ class ApnsPushProvider(H2Client):
         self.token = token
         self.topic = topic
         self.clock = clock
+        self._fixed_headers: dict[tuple[str, str], Headers] = {}
         # One connection, its streams multiplexed, as Apple asks (``http://``, the
         # sandbox: h2c with prior knowledge).
         super().__init__(
@@ -169,27 +173,63 @@ class ApnsPushProvider(H2Client):
         )
 
     async def send(self, batch: Sequence[PushRequest]) -> SendResult:
-        return await send_each(batch, MAX_BATCH, _refused_before_sending, self._send_one)
+        bodies: dict[int, bytes] = {}  # each request's, encoded once: checked, then sent
 
-    async def _send_one(self, request: PushRequest) -> Answer:
+        def refused(request: PushRequest) -> TicketError | None:
+            refusal, bodies[id(request)] = _refused_before_sending(request)
+            return refusal
+
+        async def send_all(requests: list[PushRequest]) -> list[Answer]:
+            return await self._send_all(requests, bodies)
+
+        return await send_together(batch, MAX_BATCH, refused, send_all)
+
+    async def _send_all(
+        self, requests: list[PushRequest], bodies: dict[int, bytes]
+    ) -> list[Answer]:
         token = self.token.current()
-        response = await self._post(request, token)
-        if (
-            isinstance(response, H2Response)
-            and response.status_code == 403
-            and apns_reason(response) in _STALE_TOKEN
-        ):
-            response = await self._post(request, self.token.renew(token))
-        if isinstance(response, TryAgain):
-            return response
-        return classify(response, self.clock.now())
+        responses = await self._post(requests, bodies, token)
+        stale = [
+            i
+            for i, r in enumerate(responses)
+            if isinstance(r, H2Response) and r.status_code == 403 and apns_reason(r) in _STALE_TOKEN
+        ]
+        if stale:
+            again = await self._post([requests[i] for i in stale], bodies, self.token.renew(token))
+            for i, response in zip(stale, again, strict=True):
+                responses[i] = response
+        now = self.clock.now()
+        return [r if isinstance(r, TryAgain) else classify(r, now) for r in responses]
 
-    async def _post(self, request: PushRequest, token: str) -> H2Response | TryAgain:
-        headers = apns_headers(request, self.topic, self.clock.now())
-        headers["authorization"] = f"bearer {token}"
-        path = SEND_PATH.format(token=request.push_token)
-        body = _json(to_apns_payload(request))
-        return await self._post_h2(path, "APNs", list(headers.items()), body)
+    async def _post(
+        self, requests: list[PushRequest], bodies: dict[int, bytes], token: str
+    ) -> list[H2Response | TryAgain]:
+        now = self.clock.now()
+        posts = [
+            (
+                SEND_PATH.format(token=r.push_token),
+                self._fixed(token, r.priority),
+                apns_headers(r, now),
+                False,  # a path per device: not worth a place in HPACK's table
+                bodies[id(r)],
+            )
+            for r in requests
+        ]
+        return await self._post_many("APNs", posts)
+
+    def _fixed(self, token: str, priority: str) -> Headers:
+        """The headers every notification of one priority carries, built once."""
+        if (headers := self._fixed_headers.get((token, priority))) is None:
+            if len(self._fixed_headers) > 4:
+                self._fixed_headers.clear()  # those of tokens renewed since
+            headers = self._fixed_headers[token, priority] = (
+                ("apns-topic", self.topic),
+                ("apns-push-type", "alert"),
+                # 5 lets the device save power (delivered in groups); 10 is "now".
+                ("apns-priority", "5" if priority == "normal" else "10"),
+                ("authorization", f"bearer {token}"),
+            )
+        return headers
 
     def set_rate_share(self, share: float) -> None:
         """APNs publishes no rate ceiling to share: the streams of one connection bound it."""
@@ -199,16 +239,21 @@ class ApnsPushProvider(H2Client):
 
 
 def _json(payload: Mapping[str, Any]) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _encode(payload).encode()
 
 
-def _refused_before_sending(request: PushRequest) -> TicketError | None:
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode
+
+
+def _refused_before_sending(request: PushRequest) -> tuple[TicketError | None, bytes]:
+    """Why ``request`` is not sent, if it is not; its body."""
+    body = _json(to_apns_payload(request))
     try:
         check_push_token(request.push_token, "apns")
     except DomainError as e:
-        return TicketError("BadDeviceToken", e.message, permanent=True, deactivate_device=True)
-    size = len(_json(to_apns_payload(request)))
-    if size > MAX_PAYLOAD_BYTES:
-        message = f"payload is {size} bytes, over APNs's {MAX_PAYLOAD_BYTES}; not sent"
-        return TicketError("PayloadTooLarge", message, permanent=True)
-    return None
+        refusal = TicketError("BadDeviceToken", e.message, permanent=True, deactivate_device=True)
+        return refusal, body
+    if len(body) > MAX_PAYLOAD_BYTES:
+        message = f"payload is {len(body)} bytes, over APNs's {MAX_PAYLOAD_BYTES}; not sent"
+        return TicketError("PayloadTooLarge", message, permanent=True), body
+    return None, body

@@ -46,9 +46,10 @@ message that failed for the moment keeps its own ``TryAgain`` beside the others'
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,7 +58,7 @@ from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.apns_push import apns_expiration
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
-from tepat.adapters.h2_client import H2Client, H2Response
+from tepat.adapters.h2_client import H2Client, H2Response, Headers
 from tepat.adapters.push_answers import Answer, batch_result
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
@@ -85,30 +86,48 @@ _FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 
 
-def to_fcm_message(request: PushRequest, now: datetime) -> dict[str, Any]:
-    """The v1 ``message`` for a :class:`~tepat.ports.push.PushRequest` sent at ``now``;
-    its time to live is both Android's ``ttl`` and the APNs expiry FCM passes on."""
-    android: dict[str, Any] = {"priority": "normal" if request.priority == "normal" else "high"}
-    apns_headers = {"apns-priority": "5" if request.priority == "normal" else "10"}
+def fcm_body(request: PushRequest, now: datetime) -> bytes:
+    """The request's body, ``{"message": ...}``: FCM v1's message for a
+    :class:`~tepat.ports.push.PushRequest` sent at ``now``; its time to live is both
+    Android's ``ttl`` and the APNs expiry FCM passes on."""
+    expiration = None
     if request.ttl_seconds is not None:
-        android["ttl"] = f"{request.ttl_seconds}s"
-        apns_headers["apns-expiration"] = apns_expiration(request.ttl_seconds, now)
-    message: dict[str, Any] = {
-        "token": request.push_token,
-        "notification": {"title": request.title, "body": request.body},
-        # FCM's data is a map of strings only.
-        "data": {str(k): v if isinstance(v, str) else _json(v) for k, v in request.data.items()},
-        "android": android,
-        "apns": {"headers": apns_headers},
-    }
-    if request.sound is not None:
-        android["notification"] = {"sound": request.sound}
-        message["apns"]["payload"] = {"aps": {"sound": request.sound}}
-    return message
+        expiration = apns_expiration(request.ttl_seconds, now)
+    head = _json(
+        {
+            "token": request.push_token,
+            "notification": {"title": request.title, "body": request.body},
+            # FCM's data is a map of strings only.
+            "data": {
+                str(k): v if isinstance(v, str) else _json(v) for k, v in request.data.items()
+            },
+        }
+    )
+    tail = _delivery(request.priority, request.ttl_seconds, request.sound, expiration)
+    return f'{{"message":{head[:-1]}{tail}'.encode()
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+@functools.lru_cache(maxsize=64)
+def _delivery(
+    priority: str, ttl_seconds: int | None, sound: str | None, expiration: str | None
+) -> str:
+    """The end of a body, ``,"android":…,"apns":…}}``: the same for every message of one
+    priority, time to live and sound sent in one second, so encoded once for them."""
+    android: dict[str, Any] = {"priority": "normal" if priority == "normal" else "high"}
+    apns_headers = {"apns-priority": "5" if priority == "normal" else "10"}
+    if ttl_seconds is not None and expiration is not None:
+        android["ttl"] = f"{ttl_seconds}s"
+        apns_headers["apns-expiration"] = expiration
+    apns: dict[str, Any] = {"headers": apns_headers}
+    if sound is not None:
+        android["notification"] = {"sound": sound}
+        apns["payload"] = {"aps": {"sound": sound}}
+    return f",{_json({'android': android, 'apns': apns})[1:]}}}"
+
+
+_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode
+# FCM's accepted answer, ``{"name": "projects/…/messages/…"}``, read without a JSON parser.
+_NAME = re.compile(rb'\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*\}\s*')
 
 
 def fcm_error(response: H2Response) -> tuple[str, str, bool]:
@@ -142,6 +161,8 @@ def classify(response: H2Response, now: Any) -> Answer:
     """One message's answer (``now``: when it came, for a dated ``Retry-After``)."""
     status = response.status_code
     if status == 200:
+        if plain := _NAME.fullmatch(response.content):
+            return TicketOk(plain[1].decode())
         try:
             name = response.json().get("name")
         except (ValueError, AttributeError):
@@ -192,6 +213,7 @@ class FcmPushProvider(H2Client):
         self.auth = auth
         self.clock = clock
         self._send_path = f"/v1/projects/{project}/messages:send"
+        self._headers: tuple[str, Headers] = ("", ())  # the token they carry, the headers
         self.limiter = TokenBucket(
             rate_limit,
             clock,
@@ -225,7 +247,7 @@ class FcmPushProvider(H2Client):
         if closed:
             raise GateClosed(closed)
         sent_at = self.clock.now()
-        answers = list(await asyncio.gather(*(self._send_one(r, token) for r in batch)))
+        answers = await self._post_all(batch, token)
         throttled = [a for a in answers if isinstance(a, TryAgain) and a.throttled]
         if throttled:
             wait = max(a.retry_after or 0.0 for a in throttled)
@@ -236,29 +258,32 @@ class FcmPushProvider(H2Client):
         self.max_batch = self.adaptive.request_size(MAX_BATCH)
         return batch_result(answers)
 
-    async def _send_one(self, request: PushRequest, token: str) -> Answer:
-        answer = await self._post(request, token)
-        if isinstance(answer, Rejected) and answer.reason.startswith("UNAUTHENTICATED"):
+    async def _post_all(self, batch: Sequence[PushRequest], token: str) -> list[Answer]:
+        answers = await self._post(batch, token)
+        stale = [i for i, a in enumerate(answers) if _unauthenticated(a)]
+        if stale:
             # The token lapsed or was revoked early: one new token, one more try.
             fresh = await self.auth.token(stale=token)
+            again: list[Answer]
             if isinstance(fresh, TryAgain | Rejected):
-                return fresh
-            answer = await self._post(request, fresh)
-            if isinstance(answer, Rejected):
-                log.error("FCM refused a new access token too (%s)", answer.reason)
-        return answer
+                again = [fresh] * len(stale)
+            else:
+                again = await self._post([batch[i] for i in stale], fresh)
+                if refused := next((a for a in again if isinstance(a, Rejected)), None):
+                    log.error("FCM refused a new access token too (%s)", refused.reason)
+            for i, answer in zip(stale, again, strict=True):
+                answers[i] = answer
+        return answers
 
-    async def _post(self, request: PushRequest, token: str) -> Answer:
-        message = _json({"message": to_fcm_message(request, self.clock.now())})
-        headers = [("authorization", f"Bearer {token}"), ("content-type", "application/json")]
-        response = await self._post_h2(self._send_path, "FCM", headers, message.encode())
-        if isinstance(response, TryAgain):
-            return response
-        if response.status_code == 401:
-            code, message, _ = fcm_error(response)
-            if code != "THIRD_PARTY_AUTH_ERROR":
-                return Rejected(f"UNAUTHENTICATED: {message}")
-        return classify(response, self.clock.now())
+    async def _post(self, batch: Sequence[PushRequest], token: str) -> list[Answer]:
+        if self._headers[0] != token:
+            authorization = ("authorization", f"Bearer {token}")
+            self._headers = (token, (authorization, ("content-type", "application/json")))
+        headers, now = self._headers[1], self.clock.now()
+        posts = [(self._send_path, headers, (), True, fcm_body(r, now)) for r in batch]
+        responses = await self._post_many("FCM", posts)
+        now = self.clock.now()
+        return [r if isinstance(r, TryAgain) else _answer(r, now) for r in responses]
 
     def set_rate_share(self, share: float) -> None:
         self.adaptive.set_share(share)
@@ -267,3 +292,15 @@ class FcmPushProvider(H2Client):
     async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
         """None: FCM's answer at send time is final (``max_receipt_batch`` 0)."""
         return Receipts({})
+
+
+def _answer(response: H2Response, now: datetime) -> Answer:
+    if response.status_code == 401:
+        code, message, _ = fcm_error(response)
+        if code != "THIRD_PARTY_AUTH_ERROR":
+            return Rejected(f"UNAUTHENTICATED: {message}")
+    return classify(response, now)
+
+
+def _unauthenticated(answer: Answer) -> bool:
+    return isinstance(answer, Rejected) and answer.reason.startswith("UNAUTHENTICATED")

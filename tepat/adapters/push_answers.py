@@ -36,6 +36,21 @@ async def send_each(
     """Send each notification of ``batch`` that ``refused_before_sending`` lets through
     (a malformed token, a payload too large) as its own concurrent request; GateClosed
     before any goes out when one may no longer be sent."""
+
+    async def send_all(requests: list[PushRequest]) -> list[Answer]:
+        return list(await asyncio.gather(*(send_one(r) for r in requests)))
+
+    return await send_together(batch, max_batch, refused_before_sending, send_all)
+
+
+async def send_together(
+    batch: Sequence[PushRequest],
+    max_batch: int,
+    refused_before_sending: Callable[[PushRequest], TicketError | None],
+    send_all: Callable[[list[PushRequest]], Awaitable[list[Answer]]],
+) -> SendResult:
+    """As :func:`send_each`, ``send_all`` sending the notifications let through at once
+    and answering each, in order."""
     if len(batch) > max_batch:
         raise ValueError(f"at most {max_batch} notifications per send, got {len(batch)}")
     answers: list[Answer | None] = [refused_before_sending(r) for r in batch]
@@ -43,7 +58,7 @@ async def send_each(
     closed = {batch[i].message_id for i in to_send if not batch[i].still_sendable()}
     if closed:
         raise GateClosed(closed)
-    sent = await asyncio.gather(*(send_one(batch[i]) for i in to_send))
+    sent = await send_all([batch[i] for i in to_send])
     for i, answer in zip(to_send, sent, strict=True):
         answers[i] = answer
     return batch_result([a for a in answers if a is not None])

@@ -26,11 +26,20 @@ Script = Callable[["Server", int, bytes], None]
 
 
 class Server(asyncio.Protocol):
-    def __init__(self, script: Script | None, window: int | None, connections: list[Server]):
+    def __init__(
+        self,
+        script: Script | None,
+        window: int | None,
+        connections: list[Server],
+        settings: dict[int, int] | None = None,
+    ):
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-        self.script, self.window = script, window
+        self.script, self.window, self.settings = script, window, settings
         self.bodies: dict[int, bytearray] = {}
+        self.headers: dict[int, dict[str, str]] = {}  # each request's, as the server read them
         self.done: list[bytes] = []
+        self.most_open = 0  # streams open at once, at most
+        self.events: list[h2.events.Event] = []
         connections.append(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -38,12 +47,19 @@ class Server(asyncio.Protocol):
         self.h2.initiate_connection()
         if self.window is not None:
             self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window})
+        if self.settings:
+            self.h2.update_settings(self.settings)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
         for event in self.h2.receive_data(data):
+            self.events.append(event)
             if isinstance(event, h2.events.RequestReceived):
                 self.bodies[event.stream_id] = bytearray()
+                self.headers[event.stream_id] = {
+                    bytes(k).decode(): bytes(v).decode() for k, v in event.headers or ()
+                }
+                self.most_open = max(self.most_open, self.h2.open_inbound_streams)
                 if self.window == 0:  # the body can never come
                     self.transport.close()
                     return
@@ -70,11 +86,16 @@ class Server(asyncio.Protocol):
 
 @asynccontextmanager
 async def serving(
-    script: Script | None = None, window: int | None = None, answer_within: float = 10.0
+    script: Script | None = None,
+    window: int | None = None,
+    answer_within: float = 10.0,
+    settings: dict[int, int] | None = None,
 ) -> AsyncIterator[tuple[H2Client, list[Server]]]:
     connections: list[Server] = []
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Server(script, window, connections), "127.0.0.1")
+    server = await loop.create_server(
+        lambda: Server(script, window, connections, settings), "127.0.0.1"
+    )
     port = server.sockets[0].getsockname()[1]
     client = H2Client(
         f"http://127.0.0.1:{port}", max_streams=50, timeout=answer_within, user_agent="test"
@@ -106,6 +127,83 @@ def test_it_sends_on_uvloop_as_tepat_serve_runs() -> None:
 
     answer = uvloop.run(one())
     assert isinstance(answer, H2Response) and answer.content == b"on uvloop"
+
+
+async def test_the_headers_reach_the_server_as_sent_whatever_its_hpack_table_size() -> None:
+    # The unchanging headers go into the server's HPACK table once, then by index; a
+    # server with a small table (or none) must read the same.
+    for size in (None, 0, 200):
+        settings: dict[int, int] | None = None
+        if size is not None:
+            settings = {h2.settings.SettingCodes.HEADER_TABLE_SIZE: size}
+        async with serving(settings=settings) as (client, connections):
+            tokens = ["a" * 150, "b" * 150, "a" * 150]  # a token renewed, then the old one
+            for token in tokens:
+                answers = await asyncio.gather(
+                    *(
+                        client._post_h2(
+                            f"/send/{i % 2}",
+                            "Test",
+                            [("authorization", f"Bearer {token}"), ("x-big", "v" * 5000)],
+                            b"x",
+                            varying=[("x-id", str(i))],
+                            index_path=i % 2 == 0,
+                        )
+                        for i in range(6)
+                    )
+                )
+                assert all(isinstance(a, H2Response) for a in answers), answers
+            seen = list(connections[0].headers.values())
+        assert len(seen) == 18, size
+        for n, headers in enumerate(seen):
+            assert headers[":path"] == f"/send/{n % 6 % 2}" and headers["x-id"] == str(n % 6)
+            assert headers["authorization"] == f"Bearer {tokens[n // 6]}"
+            assert (headers[":method"], headers["user-agent"]) == ("POST", "test")
+            assert headers["x-big"] == "v" * 5000
+
+
+async def test_it_keeps_to_the_servers_stream_limit_and_acks_its_pings() -> None:
+    def answer_and_ping(server: Server, stream_id: int, body: bytes) -> None:
+        server.answer(stream_id, body)
+        server.h2.ping(b"12345678")
+
+    limit: dict[int, int] = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 3}
+    async with serving(answer_and_ping, settings=limit) as (client, connections):
+        answers = await asyncio.gather(*(post(client, b"%d" % i) for i in range(20)))
+        assert [a.content for a in answers if isinstance(a, H2Response)] == [
+            b"%d" % i for i in range(20)
+        ]
+        assert connections[0].most_open <= 3
+        acks = [e for e in connections[0].events if isinstance(e, h2.events.PingAckReceived)]
+        assert acks
+
+
+async def test_headers_larger_than_a_frame_come_in_continuation_frames() -> None:
+    def big_headers(server: Server, stream_id: int, body: bytes) -> None:
+        server.h2.send_headers(stream_id, [(":status", "200"), ("x-big", "z" * 40_000)])
+        server.h2.send_data(stream_id, body, end_stream=True)
+
+    async with serving(big_headers) as (client, _):
+        answers = await asyncio.gather(post(client, b"one"), post(client, b"two"))
+    assert [a.headers["x-big"] for a in answers if isinstance(a, H2Response)] == ["z" * 40_000] * 2
+
+
+async def test_requests_waiting_for_a_stream_go_to_a_new_connection_after_goaway() -> None:
+    def go_away_at_zero(server: Server, stream_id: int, body: bytes) -> None:
+        server.answer(stream_id, body)
+        if body == b"0":
+            server.h2.close_connection(last_stream_id=stream_id)
+            server.flush()
+            server.transport.close()
+
+    limit: dict[int, int] = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1}
+    async with serving(go_away_at_zero, settings=limit) as (client, connections):
+        assert isinstance(await post(client, b"connects"), H2Response)
+        # One stream at a time: 1 and 2 wait, never sent when the server goes away.
+        answers = await asyncio.gather(*(post(client, b"%d" % i) for i in range(3)))
+        assert [a.content for a in answers if isinstance(a, H2Response)] == [b"0", b"1", b"2"]
+        assert len(connections) == 2 and connections[0].most_open == 1
+        assert connections[0].done == [b"connects", b"0"]
 
 
 async def test_a_body_larger_than_the_window_goes_as_the_server_opens_it() -> None:
