@@ -19,7 +19,7 @@ from datetime import datetime
 import email_validator
 import phonenumbers
 
-from tepat.domain.errors import DomainError
+from tepat.domain.errors import DomainError, enum_member
 
 #: The channels a contact point or a suppression can name.
 CONTACT_CHANNELS: tuple[str, ...] = ("email", "sms")
@@ -84,11 +84,8 @@ def check_channel(value: object, field: str) -> str:
 
 
 def check_reason(value: object, field: str) -> SuppressionReason:
-    try:
-        return SuppressionReason(str(value))
-    except ValueError:
-        names = ", ".join(r.value for r in SuppressionReason)
-        raise DomainError(field, f"must be one of {names}") from None
+    names = ", ".join(SuppressionReason)
+    return enum_member(SuppressionReason, str(value), field, f"must be one of {names}")
 
 
 def normalise_email(value: object, field: str) -> str:

@@ -126,21 +126,20 @@ def intended_on(
     user: User, reminder: Reminder, categories: Categories, day: date, now: datetime
 ) -> Message | None:
     """:func:`plan_reminder_on` under the reminder's own category policy; None when that
-    category is no longer configured (nothing to plan, as in :func:`plan_users`)."""
+    category is no longer configured (nothing to plan, as in :func:`plan_user`)."""
     if reminder.category not in categories:
         return None
     return plan_reminder_on(user, reminder, categories.get(reminder.category), day, now)
 
 
 def same_intent(a: Message, b: Message) -> bool:
-    """Whether two messages for one (user, reminder, local date) would notify alike:
-    same nominal instant, category, label and content. A re-plan keeps a message
-    that is still what the reminder intends, and replaces one that is not."""
-
-    def intent(m: Message) -> tuple[object, ...]:
-        return (m.nominal, m.category, m.label, m.title, m.body, m.data, m.timezone)
-
-    return intent(a) == intent(b)
+    """Whether two messages for one (user, reminder, local date) would notify alike. A
+    re-plan keeps a message that is still what the reminder intends, and replaces one
+    that is not."""
+    return all(
+        getattr(a, f) == getattr(b, f)
+        for f in ("nominal", "category", "label", "title", "body", "data", "timezone")
+    )
 
 
 def still_placed(expected: Message, pending: Message, now: datetime) -> bool:
@@ -151,17 +150,6 @@ def still_placed(expected: Message, pending: Message, now: datetime) -> bool:
     A message planned while quiet hours covered its local time waits for their end; once
     the quiet hours are removed or moved off it, its own instant is due again."""
     return expected.due == pending.due or expected.due <= now
-
-
-def plan_users(
-    users: Iterable[tuple[User, list[Reminder]]],
-    categories: Categories,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-) -> Iterator[Message]:
-    for user, reminders in users:
-        yield from plan_user(user, reminders, categories, start, end, now)
 
 
 def plan_user(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tepat.domain.categories import Categories
-from tepat.domain.errors import DomainError
+from tepat.domain.errors import DomainError, enum_member
 
 
 class Channel(enum.StrEnum):
@@ -36,6 +36,9 @@ class Priority(enum.StrEnum):
     CRITICAL = "critical"  # OTP, safety: their own queues, never behind bulk
     NORMAL = "normal"
     BULK = "bulk"  # campaigns
+
+
+PRIORITY_ERROR = "expected critical, normal or bulk"
 
 
 class Condition(enum.StrEnum):
@@ -72,18 +75,16 @@ def parse_channel(
 ) -> Channel:
     """A channel name that is enabled; a recognised but disabled one says so."""
     try:
-        if not isinstance(value, str):
-            raise ValueError(value)
         channel = Channel(value)
     except ValueError:
         known = ", ".join(sorted(Channel))
         raise DomainError(field, f"unknown channel {value!r} (available: {known})") from None
-    on = ", ".join(sorted(enabled))
     if channel not in enabled:
         raise DomainError(
             field,
-            f"channel {channel.value!r} has no provider configured (available: {on};"
-            " e-mail needs TEPAT_SMTP_HOST, SMS TEPAT_TWILIO_ACCOUNT_SID)",
+            f"channel {channel.value!r} has no provider configured (available:"
+            f" {', '.join(sorted(enabled))}; e-mail needs TEPAT_SMTP_HOST, SMS"
+            " TEPAT_TWILIO_ACCOUNT_SID)",
         )
     return channel
 
@@ -216,10 +217,9 @@ def _parse_one(
     if not isinstance(category, str) or category not in categories:
         known = ", ".join(sorted(categories.names))
         raise DomainError(f"{name}.category", f"expected a configured category ({known})")
-    try:
-        priority = Priority(spec.get("priority", Priority.NORMAL))
-    except ValueError:
-        raise DomainError(f"{name}.priority", "expected critical, normal or bulk") from None
+    priority = enum_member(
+        Priority, spec.get("priority", Priority.NORMAL), f"{name}.priority", PRIORITY_ERROR
+    )
     routes = spec.get("channels")
     if not isinstance(routes, list) or not 1 <= len(routes) <= MAX_ROUTES:
         raise DomainError(f"{name}.channels", f"expected a list of 1 to {MAX_ROUTES} routes")
@@ -233,11 +233,7 @@ def _parse_one(
         channel = parse_channel(route.get("channel"), f"{where}.channel", enabled)
         if any(r.channel is channel for r in parsed):
             raise DomainError(f"{where}.channel", f"{channel.value!r} is routed twice")
-        try:
-            when = Condition(route.get("when", Condition.ALWAYS))
-        except ValueError:
-            raise DomainError(
-                f"{where}.when", "expected always, active_device or fallback"
-            ) from None
-        parsed.append(Route(channel, when))
+        when = route.get("when", Condition.ALWAYS)
+        expected = "expected always, active_device or fallback"
+        parsed.append(Route(channel, enum_member(Condition, when, f"{where}.when", expected)))
     return EventType(name, category, priority, tuple(parsed))

@@ -310,15 +310,15 @@ def _compile(env: Sandbox, source: str, where: str, variables: set[str]) -> jinj
     except TemplateError:
         raise
     except Exception as e:  # RecursionError, MemoryError too: a 422, never a 500
-        raise _compile_error(where, e) from None
-
-
-def _compile_error(where: str, e: Exception) -> TemplateError:
-    if isinstance(e, TemplateSyntaxError):
-        message = f"does not compile: line {e.lineno}: {e.message}"
-    else:  # a pathological source can exhaust the parser (RecursionError)
-        message = f"does not compile: {type(e).__name__}"
-    return TemplateError(where, message, TemplateFailure.COMPILE_ERROR)
+        # (a pathological source can exhaust the parser)
+        why = (
+            f"line {e.lineno}: {e.message}"
+            if isinstance(e, TemplateSyntaxError)
+            else type(e).__name__
+        )
+        raise TemplateError(
+            where, f"does not compile: {why}", TemplateFailure.COMPILE_ERROR
+        ) from None
 
 
 # ---------------------------------------------------------------- rendering
@@ -398,9 +398,29 @@ def _render_one(
     deadline: float,  # time.monotonic()
     seconds: float,
 ) -> str:
+    chunks: list[str] = []
+    size = 0
     try:
         with budget(deadline, seconds):
-            return _generate(template, context, where, limit, deadline, seconds)
+            # Streamed, so an oversized or slow render stops at the limit instead of finishing.
+            for chunk in template.generate(context):
+                size += len(chunk)
+                if size > limit:
+                    raise TemplateError(
+                        where,
+                        f"rendered text over the limit of {limit} characters",
+                        TemplateFailure.RENDER_ERROR,
+                    )
+                if time.monotonic() > deadline:
+                    raise TemplateError(
+                        where,
+                        f"rendering took over {seconds:g} s: templates must stay small",
+                        TemplateFailure.RENDER_ERROR,
+                    )
+                chunks.append(chunk)
+            text = "".join(chunks)
+            text.encode()  # a lone surrogate from the data cannot be stored or sent
+            return text
     except TemplateError:
         raise
     except UndefinedError as e:
@@ -423,37 +443,6 @@ def _render_one(
             f"render failed{_template_line(e)}: {type(e).__name__}: {e}"[:500],
             TemplateFailure.RENDER_ERROR,
         ) from None
-
-
-def _generate(
-    template: jinja2.Template,
-    context: dict[str, Any],
-    where: str,
-    limit: int,
-    deadline: float,
-    seconds: float,
-) -> str:
-    chunks: list[str] = []
-    size = 0
-    # Streamed, so an oversized or slow render stops at the limit instead of finishing.
-    for chunk in template.generate(context):
-        size += len(chunk)
-        if size > limit:
-            raise TemplateError(
-                where,
-                f"rendered text over the limit of {limit} characters",
-                TemplateFailure.RENDER_ERROR,
-            )
-        if time.monotonic() > deadline:
-            raise TemplateError(
-                where,
-                f"rendering took over {seconds:g} s: templates must stay small",
-                TemplateFailure.RENDER_ERROR,
-            )
-        chunks.append(chunk)
-    text = "".join(chunks)
-    text.encode()  # a lone surrogate from the data cannot be stored or sent
-    return text
 
 
 def _template_line(exc: BaseException) -> str:

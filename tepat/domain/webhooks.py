@@ -168,14 +168,12 @@ def rotate(sub: WebhookSubscription, secret: str, now: datetime) -> WebhookSubsc
     """A new current secret; the ones signing until now keep signing for
     :data:`ROTATION_OVERLAP` (or less, if they were already due to stop), expired ones
     are dropped."""
-    kept: list[WebhookSecret] = []
-    for s in sub.secrets:
-        if not s.valid_at(now):
-            continue
-        ends = now + ROTATION_OVERLAP
-        kept.append(
-            replace(s, expires_at=ends if s.expires_at is None else min(s.expires_at, ends))
-        )
+    ends = now + ROTATION_OVERLAP
+    kept = [
+        replace(s, expires_at=ends if s.expires_at is None else min(s.expires_at, ends))
+        for s in sub.secrets
+        if s.valid_at(now)
+    ]
     if len(kept) + 1 > MAX_SECRETS:
         raise DomainError(
             "secret", f"at most {MAX_SECRETS} secrets sign at once; wait for one to expire"
@@ -190,11 +188,10 @@ def rotate(sub: WebhookSubscription, secret: str, now: datetime) -> WebhookSubsc
 
 # --- input checks -----------------------------------------------------------------
 
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
-
 
 def _loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+    name = host.lower()
+    if name in ("localhost", "localhost.localdomain") or name.endswith(".localhost"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -337,20 +334,18 @@ def check_event_types(values: Iterable[str]) -> tuple[str, ...]:
     chosen = list(dict.fromkeys(values))
     if not chosen:
         raise DomainError("event_types", f"name at least one of {', '.join(EVENT_TYPES)}")
-    for v in chosen:
-        if v not in EVENT_TYPES:
-            raise DomainError(
-                "event_types", f"unknown event type {v!r}; one of {', '.join(EVENT_TYPES)}"
-            )
+    if unknown := [v for v in chosen if v not in EVENT_TYPES]:
+        raise DomainError(
+            "event_types", f"unknown event type {unknown[0]!r}; one of {', '.join(EVENT_TYPES)}"
+        )
     return tuple(t for t in EVENT_TYPES if t in chosen)
 
 
 def check_categories(values: Iterable[str], known: Iterable[str]) -> tuple[str, ...]:
     names = set(known)
     chosen = tuple(dict.fromkeys(values))
-    for v in chosen:
-        if v not in names:
-            raise DomainError("categories", f"unknown category {v!r}")
+    if unknown := [v for v in chosen if v not in names]:
+        raise DomainError("categories", f"unknown category {unknown[0]!r}")
     return chosen
 
 
@@ -360,8 +355,7 @@ def check_categories(values: Iterable[str], known: Iterable[str]) -> tuple[str, 
 def status_event_id(message_id: str, status: str) -> str:
     """The event's stable id (``webhook-id``): one per (message, status), since a status
     is reached at most once (forward-only). No ``.`` in it, as the spec asks."""
-    digest = hashlib.blake2b(f"{message_id}|{status}".encode(), digest_size=16).hexdigest()
-    return f"msg_{digest}"
+    return "msg_" + hashlib.blake2b(f"{message_id}|{status}".encode(), digest_size=16).hexdigest()
 
 
 def business_event_id(dedup_key: str) -> str | None:

@@ -302,13 +302,9 @@ async def _past_device_quota(
     if max_devices is None:
         return None
     active = {d.device_id for d in await rt.store.list_devices(user_id) if d.active}
-    if not (ours or device_id not in active) or len(active - {device_id}) < max_devices:
+    if not (ours or device_id not in active):
         return None
-    return FieldConflict(
-        "device_id",
-        f"the user has reached {max_devices} active devices, the most allowed"
-        " (TEPAT_MAX_DEVICES_PER_USER): delete one first",
-    )
+    return _quota_refusal(len(active - {device_id}), max_devices, "device_id", "active devices")
 
 
 async def deactivate_device(rt: AccountParts, user_id: str, device_id: str) -> None:
@@ -357,7 +353,7 @@ async def put_reminder(
     else:  # one read for both: this reminder as stored, and how many the user has
         theirs = await rt.store.list_reminders(user_id)
         old = next((r for r in theirs if r.reminder_id == reminder_id), None)
-        if old is None and (refused := _reminder_quota_refusal(len(theirs), max_reminders)):
+        if old is None and (refused := _quota_refusal(len(theirs), max_reminders)):
             raise refused
     reminder = revised_reminder(old, new)
     if reminder is None:
@@ -370,7 +366,7 @@ async def put_reminder(
     refused = None
     if inserted and max_reminders is not None:
         others = len(await rt.store.list_reminders(user_id)) - 1
-        refused = _reminder_quota_refusal(others, max_reminders)
+        refused = _quota_refusal(others, max_reminders)
     if refused:
         await rt.store.delete_reminder(user_id, reminder_id)
     # After an undo too: it cancels what a plan run may have made of the undone reminder.
@@ -380,14 +376,17 @@ async def put_reminder(
     return reminder, inserted
 
 
-def _reminder_quota_refusal(others: int, max_reminders: int) -> FieldConflict | None:
-    """The refusal of a new reminder if the user's ``others`` already reach the cap."""
-    if others < max_reminders:
+def _quota_refusal(
+    others: int, cap: int, field: str = "reminder_id", what: str = "reminders"
+) -> FieldConflict | None:
+    """The refusal of one more if the user's ``others`` already reach the cap."""
+    if others < cap:
         return None
+    setting = (
+        "TEPAT_MAX_DEVICES_PER_USER" if field == "device_id" else "TEPAT_MAX_REMINDERS_PER_USER"
+    )
     return FieldConflict(
-        "reminder_id",
-        f"the user has reached {max_reminders} reminders, the most allowed"
-        " (TEPAT_MAX_REMINDERS_PER_USER): delete one first",
+        field, f"the user has reached {cap} {what}, the most allowed ({setting}): delete one first"
     )
 
 

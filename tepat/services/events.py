@@ -27,7 +27,7 @@ import structlog
 
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
-from tepat.domain.errors import DomainError
+from tepat.domain.errors import DomainError, enum_member
 from tepat.domain.events import (
     MAX_DATA_BYTES,
     MAX_USER_IDS,
@@ -40,6 +40,7 @@ from tepat.domain.locales import fallback_chain
 from tepat.domain.models import Message, User
 from tepat.domain.planning import _whole_ms_up, request_fingerprint
 from tepat.domain.routing import (
+    PRIORITY_ERROR,
     Channel,
     Condition,
     EventTypes,
@@ -335,12 +336,7 @@ def _check_data(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_priority(value: str | None, default: Priority) -> Priority:
-    if value is None:
-        return default
-    try:
-        return Priority(value)
-    except ValueError:
-        raise DomainError("priority", "expected critical, normal or bulk") from None
+    return default if value is None else enum_member(Priority, value, "priority", PRIORITY_ERROR)
 
 
 def _check_when(
