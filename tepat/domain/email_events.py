@@ -71,9 +71,7 @@ def parse_ses_event(obj: Any) -> EmailEvent:
         bounce_type = _text(bounce.get("bounceType")) or ""
         parts = [bounce_type, _text(bounce.get("bounceSubType")) or ""]
         diagnostics = [
-            _text(r.get("diagnosticCode"))
-            for r in _list(bounce.get("bouncedRecipients"))
-            if isinstance(r, dict)
+            _text(_dict(r).get("diagnosticCode")) for r in _list(bounce.get("bouncedRecipients"))
         ]
         detail = "/".join(p for p in parts if p) + "".join(f": {d}" for d in diagnostics if d)
         return EmailEvent(
@@ -91,9 +89,8 @@ def parse_ses_event(obj: Any) -> EmailEvent:
         return EmailEvent("complaint", type_name, message_id, provider_id, recipients)
     if type_name == "Delivery":
         delivery = _dict(doc.get("delivery"))
-        recipients = tuple(r for r in (_text(x) for x in _list(delivery.get("recipients"))) if r)[
-            :MAX_RECIPIENTS
-        ]
+        found = (_text(x) for x in _list(delivery.get("recipients")))
+        recipients = tuple(r for r in found if r)[:MAX_RECIPIENTS]
         return EmailEvent("delivery", type_name, message_id, provider_id, recipients)
     return EmailEvent("other", type_name[:64], message_id, provider_id)
 
@@ -113,12 +110,8 @@ def _our_message_id(mail: dict[str, Any]) -> str | None:
 
 
 def _addresses(value: Any) -> tuple[str, ...]:
-    out = []
-    for r in _list(value)[:MAX_RECIPIENTS]:
-        address = _text(r.get("emailAddress")) if isinstance(r, dict) else None
-        if address:
-            out.append(address)
-    return tuple(out)
+    found = (_text(_dict(r).get("emailAddress")) for r in _list(value)[:MAX_RECIPIENTS])
+    return tuple(a for a in found if a)
 
 
 def _text(value: Any) -> str | None:

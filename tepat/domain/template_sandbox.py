@@ -1,17 +1,13 @@
 """The sandbox templates render in: Jinja's immutable sandbox, with size, steps and time bounded.
 
-Jinja's sandbox keeps templates away from Python internals; it does not stop a template
-from building a gigabyte string or spinning. Here every way a template builds text is
-checked *before* the text is built: sizes given as arguments (:data:`MAX_STRING`; ``*``
-widths are refused), any text or list a step makes (:data:`MAX_TEXT`, counted by
-:func:`weight`), loop iterations and calls (:data:`MAX_STEPS`), time (checked at every
-step, so even a template within the other limits cannot hold a thread) and nesting
-(:data:`MAX_NESTING`, refused at save time instead of exhausting Python's recursion
-limit). ``lipsum`` is not offered, and lists and dicts cannot be changed in place (no
-``append`` doubling a list at every step).
-
-Every check raises :class:`~jinja2.exceptions.SecurityError`, which the caller turns
-into a ``render_error`` naming the template part.
+Jinja's sandbox keeps templates away from Python internals, not from building a gigabyte
+string or spinning. Here every way a template builds text is checked *before* the text
+is built: sizes given as arguments (:data:`MAX_STRING`; ``*`` widths are refused), any
+text or list a step makes (:data:`MAX_TEXT`, by :func:`weight`), loop iterations and
+calls (:data:`MAX_STEPS`), time (at every step) and nesting (:data:`MAX_NESTING`, refused
+at save time instead of exhausting Python's recursion limit). ``lipsum`` is not offered,
+and lists and dicts cannot be changed in place. Every check raises
+:class:`~jinja2.exceptions.SecurityError`.
 """
 
 from __future__ import annotations

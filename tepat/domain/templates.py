@@ -1,13 +1,10 @@
 """Message templates: per (event type, channel, locale), versioned, rendered in a sandbox.
 
-A template holds one source per *part* of its channel (:data:`CHANNEL_PARTS`). Sources
-are Jinja2, compiled when saved (a syntax error is refused then, with its line) in the
-sandbox of ``tepat/domain/template_sandbox.py``, with :class:`~jinja2.StrictUndefined`: a
-variable missing from the data fails the render (:class:`TemplateError`, reason
-``render_error``) instead of printing a blank. Sources are written by admin-key holders
-and data comes from events, so sizes are bounded at save and at render (the limits
-below); the service renders in a worker thread, so even a render at its limits never
-holds the event loop.
+A template holds one Jinja2 source per *part* of its channel (:data:`CHANNEL_PARTS`),
+compiled when saved (a syntax error is refused then, with its line) in the sandbox of
+``tepat/domain/template_sandbox.py``, with :class:`~jinja2.StrictUndefined`: a variable
+missing from the data fails the render instead of printing a blank. Sources come from
+admin-key holders and data from events, so sizes are bounded at save and at render.
 
 Stored versions are immutable; :func:`template_id` names one (``order.paid:push:en:3``),
 which a message pins so a retry renders the same text.
@@ -83,10 +80,8 @@ class TemplateFailure(enum.StrEnum):
 
 
 class TemplateError(DomainError):
-    """A template problem naming the field (``body``, ``data.order``) and its reason.
-
-    ``variable`` is the missing variable when a render failed on one.
-    """
+    """A template problem naming the field (``body``, ``data.order``), its reason and the
+    missing ``variable`` when a render failed on one."""
 
     def __init__(
         self,
@@ -182,13 +177,10 @@ def content_hash(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-# ---------------------------------------------------------------- the sandbox
+# ---------------------------------------------------------------- checking at save time
 
 _TEXT = environment(autoescape=False)
 _HTML = environment(autoescape=True)
-
-
-# ---------------------------------------------------------------- checking at save time
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +194,8 @@ class CompiledTemplate:
 
 
 def check_parts(channel: Channel, parts: object, prefix: str = "") -> dict[str, Any]:
-    """Validate a template's parts for ``channel``: shape, sizes, and that each compiles.
-
-    Returns the parts as stored (optional parts left out or null are absent).
-    Raises :class:`TemplateError` naming ``prefix + part`` (``data.<key>`` for push data).
-    """
+    """The parts as stored (optional ones left out or null are absent), checked for
+    ``channel``: shape, sizes, and that each compiles; errors name ``prefix + part``."""
     specs = {s.name: s for s in CHANNEL_PARTS[channel]}
     if not isinstance(parts, Mapping):
         raise TemplateError(

@@ -1,17 +1,13 @@
 """Signed status webhooks out (issue 12, item 5), following the Standard Webhooks spec.
 
-An app subscribes a URL to status changes of messages. Each change becomes one *status
-event* whose id (:func:`status_event_id`) is the same across retries and across
-subscriptions, so a receiver dedups on it (the ``webhook-id`` header). Each (subscription,
-event) becomes one webhook *delivery message* (:func:`delivery_message`): a
-:class:`~tepat.domain.models.Message` on channel ``webhook`` that rides the outbox, the
-queues, the claim, the retries and the dead-lettering of every other message.
+Each status change of a message becomes one *status event* whose id
+(:func:`status_event_id`) is the same across retries and subscriptions, so a receiver
+dedups on it (``webhook-id``). Each (subscription, event) becomes one *delivery message*
+(:func:`delivery_message`) on channel ``webhook``, which rides the outbox, queues,
+claim, retries and dead-lettering of every other message.
 
-Signing follows https://www.standardwebhooks.com, "Signature scheme" (:func:`sign`). While
-a rotated secret is still valid every valid secret signs, so a receiver that knows either
-verifies.
-
-Pure: no I/O; the clock and the randomness come from the caller.
+Signing follows https://www.standardwebhooks.com (:func:`sign`). While a rotated secret
+is still valid every valid secret signs, so a receiver that knows either verifies. Pure.
 """
 
 from __future__ import annotations
@@ -109,12 +105,9 @@ class WebhookSubscription:
 
 @dataclass(frozen=True, slots=True)
 class StatusChangeEntry:
-    """One status change waiting to become webhooks (the store's journal).
-
-    Written in the same write as the change itself, so a change is never lost between
-    its write and its webhook. ``channel`` is None where the journal does not know it
-    (the emitter reads it from the message). ``key`` is the store's handle to drop it.
-    """
+    """One status change waiting to become webhooks (the store's journal), written in
+    the same write as the change. ``channel`` is None where the journal does not know it;
+    ``key`` is the store's handle to drop it."""
 
     key: str
     message_id: str

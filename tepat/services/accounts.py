@@ -85,8 +85,7 @@ class AccountParts(Protocol):
 
     @property
     def push_kinds(self) -> Collection[str]:
-        """The device kinds this deployment has a push provider for: a device of
-        another kind is refused, as nothing could send to it."""
+        """The device kinds a push provider is configured for (nothing sends to others)."""
         ...
 
 
@@ -154,24 +153,20 @@ async def put_user(
         return old, False  # a repeated PUT: no write, nothing to re-plan
     stored, inserted = await rt.store.upsert_user(user)
     # A user new to this request has nothing planned, unless a concurrent request
-    # created it first and a reminder was planned under that one's zone: then it has
-    # reminders (a reminder's own re-plan, written after this read, reads this zone).
-    # The write that inserted it need not look: a reminder needs its user first, so
-    # any reminder's re-plan comes after this insert and reads this zone.
-    # The plan run marks a user with no reminders; the PUT need not.
+    # created it first and a reminder was planned under that one's zone. The write that
+    # inserted it need not look: a reminder needs its user first, so its re-plan comes
+    # after this insert and reads this zone.
     if (
         plan_changed(old, user)
         if old is not None
         else not inserted and bool(await rt.store.list_reminders(user_id))
     ):
-        # The re-plan takes a new plan version from the store (atomically), so a
-        # retried or overlapping PUT never reuses the keys of another's plan.
+        # A new plan version, taken atomically: an overlapping PUT never reuses its keys.
         await rt.creator.replan_user(user_id)
         again = await rt.store.get_user(user_id)  # with the version the re-plan took
         assert again is not None
         stored = again
-    # Of two concurrent creates, the one whose write inserted answers "created".
-    return stored, inserted
+    return stored, inserted  # of two concurrent creates, the one whose write inserted
 
 
 def merged_user(
@@ -220,13 +215,11 @@ async def register_device(
 ) -> Device:
     """Register or rotate a device's token (the store keeps one active binding each).
 
-    ``check_endpoint`` (I/O: it resolves the host) refuses a Web Push endpoint Tepat may
-    not connect to, as a :class:`DomainError` naming ``push_token`` (or ``fallback.token``).
-
+    ``check_endpoint`` (I/O) refuses a Web Push endpoint Tepat may not connect to.
     ``from_other_users=False`` (an end user's own token) refuses a token active on another
     user's device: tokens are not secrets, so a user must not pull another's phone onto
-    their account; the backend may (a phone that changed hands). A new device past
-    ``max_devices`` active ones is refused. Both are :class:`FieldConflict`.
+    their account; the backend may (a phone that changed hands). So is a new device past
+    ``max_devices`` active ones: both are :class:`FieldConflict`.
     """
     await get_user(rt, user_id)
     now = rt.clock.now()
@@ -272,9 +265,8 @@ def checked_device(
     push_kinds: Collection[str],
     fallback: tuple[str, str] | None = None,
 ) -> Device:
-    """A ``kind`` device, refused unless ``push_kinds`` (the kinds a provider is
-    configured for) has its kind and its token is shaped for it; its ``fallback``
-    (kind, token) alike."""
+    """A ``kind`` device whose kind is in ``push_kinds`` and whose token is shaped for it;
+    its ``fallback`` (kind, token) alike."""
     check_identifier(device_id, "device_id")
     check_push_token(push_token, check_push_kind(kind, push_kinds))
     fallback_kind = fallback_token = None
@@ -340,9 +332,8 @@ async def put_reminder(
     enabled: bool = True,
     max_reminders: int | None = None,
 ) -> tuple[Reminder, bool]:
-    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``,
-    ``created`` only for the request whose write inserted it. A new one past
-    ``max_reminders`` is a :class:`FieldConflict`."""
+    """Create or replace a reminder and re-plan; ``(reminder, created)``, ``created`` only
+    for the request whose write inserted it. One past ``max_reminders``: FieldConflict."""
     await get_user(rt, user_id)
     fields = ReminderItem(
         reminder_id, category, local_time, title, body, label, days, data, enabled
@@ -392,7 +383,7 @@ def _quota_refusal(
 
 @dataclass(frozen=True, slots=True)
 class ReminderItem:
-    """A reminder as a request gives it, before :func:`checked_reminder`."""
+    """A reminder as a request gives it."""
 
     reminder_id: str
     category: str
@@ -510,9 +501,8 @@ async def create_oneoff(
 ) -> tuple[Message, bool]:
     """A one-off message now or at ``send_at``; returns ``(message, created)``.
 
-    The idempotency key names the intent; the store's unique index on the
-    message's live key decides which of several concurrent requests creates
-    it (no check-then-insert). A repeat with the same request returns the
+    The idempotency key names the intent; the unique index on the live key decides which
+    of concurrent requests creates it. A repeat with the same request returns the
     existing message; the same key with a different request is a conflict.
     """
     user = await get_user(rt, user_id)
@@ -535,9 +525,8 @@ async def create_oneoff(
     )
     result = await rt.store.insert_messages([msg])
     if result.created:
-        # Stored with its outbox mark: from here on nothing loses it, so a broker
-        # failure is left to the publisher loop, not reported to the client. Only
-        # what is due within seconds: the loop batches later ones per due second.
+        # Stored with its outbox mark: a broker failure is the publisher loop's, not the
+        # client's.
         await rt.outbox.flush_soon()
         return result.created[0], True
     assert msg.live_key is not None

@@ -301,11 +301,7 @@ def _diff(
     active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
     for d in v.devices:
         prior_d = active.get(d.device_id)
-        if prior_d is not None and (prior_d.push_token, prior_d.platform, prior_d.kind) == (
-            d.push_token,
-            d.platform,
-            d.kind,
-        ):
+        if prior_d is not None and _device_fields(prior_d) == _device_fields(d):
             continue  # already this device's active binding
         w.devices.append(d)
         changed = True
@@ -314,6 +310,10 @@ def _diff(
 
 def _user_fields(u: User) -> tuple[object, ...]:
     return (u.timezone, u.locale, u.quiet_hours, u.enabled)
+
+
+def _device_fields(d: Device) -> tuple[object, ...]:
+    return (d.push_token, d.platform, d.kind)
 
 
 def _plan_presumed_new(
@@ -348,13 +348,11 @@ async def _plan_new_users(
     """One planning pass over the creator's horizon for every user this import created,
     leaving each a planning mark, as :meth:`Creator.replan_user` does.
 
-    A new user has no pending message, so there is nothing to reconcile: the
-    messages go in one batched insert (with their outbox marks), and the unique
-    indexes refuse anything a concurrent planner already wrote. The users (with
-    their change stamps) are read before their reminders, so a mark planned from
-    reminders older than a later change is refused by the store (compare-and-set).
-    A user whose stamp is still the one the import's own write left (``stamps``)
-    has exactly the reminders it wrote: those are planned without reading them back.
+    A new user has no pending message: nothing to reconcile, one batched insert. The users
+    (with their change stamps) are read before their reminders, so a mark planned from
+    reminders older than a later change is refused (compare-and-set). A user whose stamp
+    is still the one the import's write left has exactly the reminders it wrote: those
+    are planned without reading them back.
     """
     if not user_ids:
         return
@@ -391,8 +389,6 @@ async def _plan_new_users(
 
 
 async def _replan(rt: ImportParts, user_ids: Sequence[str]) -> None:
-    if not user_ids:
-        return
     gate = asyncio.Semaphore(REPLAN_CONCURRENCY)
 
     async def one(user_id: str) -> None:

@@ -2,16 +2,14 @@
 
 :meth:`EventService.accept` stores the event (and its listed recipients) once per
 ``event_id`` and returns at once; the fan-out loop (``scheduler/jobs.py``) then pages
-through the recipients in user-id order (:meth:`EventService.fan_out_page`): one read
-each of users, devices and preferences, a route per recipient, a render per (channel,
-locale), one idempotent bulk insert of the page's messages, and only then the event's
-cursor moves, compare-and-set. A crash before the move does the page again: the keys
-make every write a no-op the second time and the counts are added once, with the
-cursor. Memory holds one page.
+through the recipients in user-id order (:meth:`EventService.fan_out_page`): one
+idempotent bulk insert of the page's messages, and only then the event's cursor moves,
+compare-and-set. A crash before the move does the page again: the keys make every write
+a no-op the second time and the counts are added once, with the cursor.
 
-Messages are stored rendered with the pinned template version, as a one-off is, so a
-retry sends the same text. A render error (or no template in the locale chain) is that
-recipient's message stored ``failed``/``render_error``; the event carries on.
+Messages are stored rendered with the pinned template version, so a retry sends the
+same text. A render error (or no template in the locale chain) is that recipient's
+message stored ``failed``/``render_error``; the event carries on.
 """
 
 from __future__ import annotations
@@ -117,8 +115,9 @@ class _Page:
     counts: Counter[str] = field(default_factory=Counter)
 
 
-class EventRecords(EventRepository, UserRepository, DeviceRepository, MessageRepository, Protocol):
-    """The events, their recipients (users and their devices) and the messages made."""
+class EventRecords(
+    EventRepository, UserRepository, DeviceRepository, MessageRepository, Protocol
+): ...
 
 
 @dataclass(eq=False)
@@ -264,10 +263,7 @@ class EventService:
     def _message(
         self, event: Event, user: User, channel: Channel, rendered: Rendered | str, now: datetime
     ) -> Message:
-        """Every channel's message is stored rendered with the pinned version, and goes
-        through the outbox, the channel's queue and the consumers at its instant; the
-        send-time checks (user, the (category, channel) preference, quiet hours, the
-        target) are taken then."""
+        """Stored rendered with the pinned version; the send-time checks come later."""
         policy = self.categories.get(event.category)
         error: str | None = None
         if isinstance(rendered, str):
@@ -285,9 +281,8 @@ class EventService:
         locale: str,
         renders: dict[tuple[Channel, str], Rendered | str],
     ) -> Rendered | str:
-        """The rendered parts for a recipient of ``locale``, or why not (render_error).
-        The event's data is the same for every recipient, so one render per resolved
-        (channel, locale) serves the page."""
+        """The rendered parts for ``locale``, or why not (render_error): one render per
+        (channel, locale) serves the page, the data being the same for every recipient."""
         if (channel, locale) in renders:
             return renders[(channel, locale)]
         pinned = await self.templates.resolve(event.type, channel, locale)
@@ -331,8 +326,7 @@ def _check_data(data: Mapping[str, Any]) -> dict[str, Any]:
         raise DomainError("data", "must be valid JSON (no NaN, no lone surrogates)") from None
     if size > MAX_DATA_BYTES:
         raise DomainError("data", f"at most {MAX_DATA_BYTES} bytes as JSON, got {size}")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
+    return dict(json.loads(text))
 
 
 def _check_priority(value: str | None, default: Priority) -> Priority:

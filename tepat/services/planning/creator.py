@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -46,12 +46,7 @@ class PlanResult:
     users_planned: int = 0
 
     def __add__(self, other: PlanResult) -> PlanResult:
-        return PlanResult(
-            self.created + other.created,
-            self.existing + other.existing,
-            self.cancelled + other.cancelled,
-            self.users_planned + other.users_planned,
-        )
+        return PlanResult(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,14 +269,12 @@ class Creator:
         return PlanResult(created=created, cancelled=cancelled)
 
     async def replan_if_tzdata_changed(self, release: str) -> PlanResult | None:
-        """Re-plan every user's pending messages when the tz database release changed.
+        """Re-plan every user's pending messages when the tz database release changed
+        (zone rules change between releases: old plans would fire at the wrong local time).
 
-        Zone rules change between releases (a country drops DST, shifts its offset),
-        and messages planned under the old rules would fire at the wrong local time.
-        The new release is recorded only once every user is re-planned; progress is
-        kept per user, so a failure or restart part-way resumes where it stopped.
-        Each user is re-planned from fresh reads (``replan_user``), never from a
-        snapshot that could undo a concurrent edit.
+        The release is recorded once every user is re-planned; progress is kept per user,
+        so a restart resumes where it stopped. Each user is re-planned from fresh reads,
+        never from a snapshot that could undo a concurrent edit.
         """
         previous = await self.store.get_meta(TZDATA_META_KEY)
         if previous == release:
