@@ -1,12 +1,9 @@
 """Apps: the tenants of one deployment (issue 23).
 
-An app owns its users, devices, reminders, events, templates, categories, keys and
-provider accounts. Each app's records live in a store of their own (a SQLite file, a
-MongoDB database) and its messages on broker queues of their own: the app is the
-namespace of every record and every unique index, so one app's ids never meet another's
-and a credential scoped to one app has no path to another's data
-(docs/guides/apps.md). The default app is the deployment as it was before apps: its
-store, queues and keys are today's, so an existing deployment upgrades in place.
+Each app's records live in a store of their own and its messages on broker queues of
+their own, so one app's ids never meet another's and a credential scoped to one app has
+no path to another's data (docs/guides/apps.md). The default app is the deployment as it
+was before apps, so an existing deployment upgrades in place.
 
 Keys are stored as their SHA-256 only: a key is shown once, when it is made.
 """

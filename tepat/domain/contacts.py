@@ -1,13 +1,10 @@
 """Contact points and suppressions (issue 13, items 4 and 5).
 
-A user has at most one contact point per channel: an e-mail address and a phone number
-(E.164), each with a verified flag, set through the API. A suppression is separate from
-preferences: it comes from a provider (a hard bounce, a complaint, a STOP reply) or an
-operator, names an address rather than a user, and makes a send to that address end
-``skipped`` with reason ``suppressed`` whoever the user is.
-
-Addresses are normalised before they are stored or looked up, so the contact a user set
-and the suppression a provider reported meet on the same string.
+A user has at most one contact point per channel (an e-mail address, an E.164 phone
+number), each with a verified flag. A suppression comes from a provider (a hard bounce,
+a complaint, a STOP reply) or an operator, names an address rather than a user, and
+makes a send to that address end ``skipped``/``suppressed`` whoever the user is.
+Addresses are normalised, so a user's contact and a provider's report meet on one string.
 """
 
 from __future__ import annotations
@@ -54,8 +51,7 @@ _RANK: dict[SuppressionReason, int] = {
 
 def overrides(new: SuppressionReason, old: SuppressionReason) -> bool:
     """Whether a suppression reported again with ``new`` replaces the stored ``old``
-    reason: only a strictly stronger one does (complaint > hard_bounce > the rest), so
-    an address keeps its first reason unless it gets worse. ``added_at`` never moves."""
+    reason: only a strictly stronger one (``added_at`` never moves)."""
     return _RANK[new] > _RANK[old]
 
 
@@ -108,11 +104,9 @@ def normalise_email(value: object, field: str) -> str:
 
 
 def normalise_phone(value: object, field: str, default_region: str | None = None) -> str:
-    """The number in E.164 (``+14155550100``). Without ``default_region`` the number
-    must be international (a leading ``+``); with one (ISO 3166 alpha-2, ``"GB"``) a
-    national number of that region is accepted too. Rejects what ``phonenumbers``
-    does not consider a valid number (wrong length or an unassigned range), since a
-    provider would refuse it (Twilio 21211) after we paid for the attempt."""
+    """The number in E.164 (``+14155550100``): international, or national to
+    ``default_region`` (ISO 3166 alpha-2) when given. A number ``phonenumbers`` deems
+    invalid is refused: a provider would refuse it (Twilio 21211) after we paid."""
     text = _address_text(value, field, 64)
     try:
         number = phonenumbers.parse(text, default_region)

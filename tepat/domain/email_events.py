@@ -10,15 +10,10 @@ SES sends (through SNS, or a self-hosted relay posts the same JSON) one object p
      "mail": {"messageId": <SES's id>, "headers": [{"name": ..., "value": ...}],
               "commonHeaders": {"messageId": "<...>"}}}
 
-Which Tepat message it is about: the ``X-Tepat-Message-Id`` header among
-``mail.headers`` (SES includes the original headers when the notification is set to),
-else ``mail.commonHeaders.messageId`` when it is the ``<id@domain>`` Tepat set. SES
-replaces the ``Message-ID`` of mail it sends, so behind SES the first is the one that
-works.
-
-:func:`parse_ses_event` never raises on content: an unknown type, a missing or mistyped
-field gives an event of kind ``other`` or with fewer recipients, so an extension of
-the format never breaks the endpoint.
+The Tepat message it is about: the ``X-Tepat-Message-Id`` header among ``mail.headers``
+(SES replaces the ``Message-ID`` of mail it sends), else the ``<id@domain>``
+``Message-ID`` Tepat set. :func:`parse_ses_event` never raises on content: an unknown
+type or a bad field gives kind ``other`` or fewer recipients.
 """
 
 from __future__ import annotations

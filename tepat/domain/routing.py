@@ -1,10 +1,8 @@
 """Event types and where their messages go: category, priority, channel routes.
 
-Configured by ``TEPAT_EVENT_TYPES`` (see :func:`parse_event_types`); fan-out evaluates
-each route's condition per recipient with :func:`select_channels`. A route may name
-``email`` or ``sms`` only when its provider is configured (``Settings.enabled_channels``),
-so a configuration routing to a channel nobody can send on stops the process instead of
-leaving its messages pending forever.
+Configured by ``TEPAT_EVENT_TYPES`` (:func:`parse_event_types`). A route may name
+``email`` or ``sms`` only when its provider is configured, so a configuration routing to
+a channel nobody can send on stops the process instead of leaving messages pending.
 """
 
 from __future__ import annotations
@@ -152,12 +150,8 @@ class EventTypes:
 
 
 def default_event_types(categories: Categories) -> EventTypes:
-    """The built-in set, used when ``TEPAT_EVENT_TYPES`` is unset.
-
-    Each names a built-in category; one whose category is not configured
-    (``TEPAT_CATEGORIES`` without it) is left out rather than stopping the process,
-    since the operator did not ask for it.
-    """
+    """The built-in set, used when ``TEPAT_EVENT_TYPES`` is unset; one whose category is
+    not configured is left out rather than stopping the process (nobody asked for it)."""
     return EventTypes(t for t in DEFAULT_EVENT_TYPES if t.category in categories)
 
 

@@ -1,10 +1,8 @@
 """The Broker port: delay queues that carry timing, not truth.
 
-The broker holds batches of message ids, each delivered at (or slightly
-after) its due instant. Delivery is at least once: a batch that was not acked
-comes back, and the consumer's atomic claim in the store makes a repeat harmless.
-Shaped after dramatiq's broker interface: a small surface, real adapters
-(embedded, ActiveMQ) and one contract suite (``tests/contract/test_broker_contract.py``).
+Batches of message ids, each delivered at (or slightly after) its due instant, at least
+once: a batch not acked comes back, and the consumer's atomic claim makes a repeat
+harmless.
 """
 
 from __future__ import annotations
@@ -54,13 +52,11 @@ class DeadLetter:
 class RedeliveryPolicy:
     """When a nacked delivery comes back, and when it is dead-lettered instead.
 
-    The ``n``-th nack hands the message back after ``base * 2**(n-1)`` seconds,
-    capped at ``cap``, each delay drawn within ``±jitter`` of that (never above
-    ``cap``) so that batches nacked together by one outage do not all return
-    at once. A nack dead-letters the message only once it has been failing for
-    ``retry_age``, counted from its first nack; consumer crashes never start
-    that count. So a store outage shorter than the retry age only delays the
-    batches in flight, while a poison batch still reaches the DLQ.
+    The ``n``-th nack hands the message back after ``base * 2**(n-1)`` seconds, capped,
+    within ``±jitter`` so batches nacked together by one outage do not all return at
+    once. A nack dead-letters only once the message has been failing for ``retry_age``
+    since its first nack: a store outage shorter than that only delays the batches in
+    flight, while a poison batch still reaches the DLQ.
     """
 
     base_seconds: float = 1.0

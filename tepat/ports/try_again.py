@@ -1,9 +1,5 @@
-"""The one "try again" answer of every provider port (push, e-mail, SMS, webhooks).
-
-Kept apart from both ports so that :mod:`tepat.ports.push` and
-:mod:`tepat.ports.channel` name the same type: a temporary failure means the same
-thing whichever provider gave it, and one recorder reads it for every channel
-(:mod:`tepat.services.sending.recording`).
+"""The one "try again" answer of every provider port (push, e-mail, SMS, webhooks): a
+temporary failure means the same whichever provider gave it, and one recorder reads it.
 """
 
 from __future__ import annotations
@@ -28,13 +24,9 @@ class TryAgain:
       of it, so sending again may deliver a second copy; whether to do so is the
       category's ``maybe_sent`` policy (:class:`tepat.domain.categories.MaybeSentPolicy`).
 
-    ``server_error`` marks a 5xx the provider's documentation says to retry (Expo: "retry
-    429 and 5xx with exponential backoff"). It is retried like any not-sent answer,
-    whatever the category's policy, because that is the common, transient case; the rare
-    one where the provider had acted before failing is a possible duplicate, counted in
-    ``tepat_maybe_sent_total{action="retried_5xx"}``.
-
-    Only a send gives the flags a meaning; reading receipts is idempotent.
+    ``server_error`` marks a 5xx the provider documents as retryable: retried whatever the
+    category's policy (the common, transient case); the rare one where the provider had
+    acted is a possible duplicate, counted in ``tepat_maybe_sent_total{action="retried_5xx"}``.
     """
 
     reason: str

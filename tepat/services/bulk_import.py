@@ -1,15 +1,12 @@
 """Importing many whole users at once: user, devices and reminders per item.
 
-The same rules as the single use cases in :mod:`tepat.services.accounts` (same parsers,
-same field names, same "re-plan only what planning sees changed"), but the store is read
-a request at a time, written in one batch per kind (in one transaction where the store
-has them), and the users the import creates are planned together in one pass
-(:func:`_plan_new_users`); an existing user whose plan changed goes through
-:meth:`Creator.replan_user`, which reconciles.
+The same rules as the single use cases in :mod:`tepat.services.accounts`, but the store is
+read a request at a time, written in one batch per kind (one transaction where it can),
+and the users the import creates are planned together in one pass; an existing user
+whose plan changed is re-planned by the creator, which reconciles.
 
-An item is applied whole or not at all: a bad field fails its own item (the error names
-it, ``items[3].reminders[0].local_time``) and never the others. Repeating an import
-changes nothing: what is unchanged is not written, so nothing is re-planned.
+A bad field fails its own item (``items[3].reminders[0].local_time``), never the others.
+What is unchanged is not written, so repeating an import changes nothing.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """In-app inbox use cases: deliver an item, list, count, read, and the live stream.
 
-The live stream wakes two ways, and needs both: :class:`InboxNotifier` wakes the open
-streams *of this process* the moment this process stores an item for their user; items
-stored by other processes (``tepat api --workers N``, the consumers' inbox channel) are
-found by polling the store after the stream's last seq every ``poll`` seconds. The
-store, not the notifier, is the truth: a missed or spurious wake costs at most one poll.
-
-A stream re-reads a short window behind its position (``settle``): on MongoDB, two
-writers may commit seqs out of order (see ``tepat/adapters/mongo/inbox.py``), and an
-item whose seq is below one already sent must still be sent once.
+The live stream wakes two ways: :class:`InboxNotifier` wakes this process's streams when
+this process stores an item for their user; items other processes store are found by
+polling every ``poll`` seconds. The store is the truth: a missed wake costs one poll.
+A stream re-reads a short window behind its position (``settle``): on MongoDB two
+writers may commit seqs out of order, and an item below one already sent is still sent.
 """
 
 from __future__ import annotations
@@ -70,12 +66,9 @@ class InboxPage:
 
 
 class InboxNotifier:
-    """Wakes this process's open streams of a user; :meth:`close` ends them all.
-
-    Also holds the stream caps (``TEPAT_INBOX_MAX_STREAMS`` in all,
-    ``TEPAT_INBOX_MAX_STREAMS_PER_USER``): :meth:`reserve` takes a slot before the response
-    starts, so a refusal is an HTTP status, not a stream that ends at once.
-    """
+    """Wakes this process's open streams of a user; :meth:`close` ends them all. Holds
+    the stream caps: :meth:`reserve` takes a slot before the response starts, so a
+    refusal is an HTTP status, not a stream that ends at once."""
 
     def __init__(self, max_streams: int = 500, max_streams_per_user: int = 5) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = {}

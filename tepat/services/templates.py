@@ -1,16 +1,10 @@
 """Template use cases: save a version, read, list, preview, and pin for sending.
 
-Pinning (for the events slice of issue 12): when a message is created,
-:meth:`TemplateService.resolve` picks the template version for the recipient's
-locale (``pt-BR`` -> ``pt`` -> ``TEPAT_DEFAULT_LOCALE``) and the message carries its
-id; :meth:`TemplateService.render_pinned` renders exactly that version at send time,
-so a retry an hour later, after the template was edited, renders the same text.
-Versions are immutable, so compiled ones are cached by id.
-
-Renders (and the compiling of sources sent to save or preview) run on a small pool of
-worker threads, never on the event loop: a template at its limits (see
-``tepat/domain/template_sandbox.py``: size, steps, nesting, a second of time) costs a
-worker thread up to that second, while the API keeps answering.
+:meth:`TemplateService.resolve` picks the version for the recipient's locale (``pt-BR``
+-> ``pt`` -> ``TEPAT_DEFAULT_LOCALE``) and the message carries its id, so a retry after
+the template was edited renders the same text. Versions are immutable, so compiled ones
+are cached by id. Renders and compiles run on a small pool of worker threads: a template
+at its limits costs a worker up to a second, while the API keeps answering.
 """
 
 from __future__ import annotations

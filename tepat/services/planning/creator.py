@@ -1,13 +1,9 @@
 """The creator job: plan reminders into pending messages (published through the outbox).
 
-Idempotent by construction: message ids and keys are deterministic and the
-store's unique indexes refuse a second copy, so running a window twice, or two
-jobs at once over overlapping windows, creates nothing new.
-
-Incremental: each user carries a planning mark (ports/store.py, UserRepository) saying
-which nominal instants are already planned from their current records. A run
-reads only the users whose mark does not cover its window, and plans each from
-where the mark ends. Marks only save work; the unique indexes keep runs exact.
+Idempotent: message ids and keys are deterministic and the unique indexes refuse a
+second copy, so overlapping runs create nothing new. Incremental: each user's planning
+mark says which nominal instants are planned from their current records; a run reads
+only the users whose mark does not cover its window. Marks only save work.
 """
 
 from __future__ import annotations
