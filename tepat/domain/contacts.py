@@ -85,14 +85,10 @@ def check_reason(value: object, field: str) -> SuppressionReason:
 
 
 def normalise_email(value: object, field: str) -> str:
-    """``local@domain`` with the domain lower-cased (domains are case-insensitive; the
-    local part is the receiving server's business, so its case is kept), checked by
-    ``email-validator`` (RFC 5321/5322 syntax, no DNS: the domain stays pure): a
-    dot-atom local part (no quoted ones, which no real mailbox uses and which invite
-    header injection), no control character or line break anywhere, a domain of at
-    least two labels that is not special-use (``localhost``, ``.test``). Internationalised
-    domains are accepted in their Unicode or ``xn--`` form and stored as ``xn--`` (what
-    DNS and SMTP see)."""
+    """``local@domain`` with the domain lower-cased (the local part's case is the
+    receiving server's business), checked by ``email-validator`` without DNS: no quoted
+    local part (no real mailbox uses one; they invite header injection), no special-use
+    domain; an internationalised domain is stored as ``xn--`` (what DNS and SMTP see)."""
     text = _address_text(value, field, _MAX_EMAIL)
     try:
         checked = email_validator.validate_email(

@@ -70,13 +70,10 @@ def after_failure(
     rng: random.Random,
     not_tried: bool = False,
 ) -> Next:
-    """A temporary failure (``error``): close it, give up, or try again later.
-
-    ``maybe_sent`` (the request went out and its answer was lost) weighs a possible
-    duplicate (retry) against a possibly missing notification (close): the category's
-    ``policy`` decides. ``rng`` draws the backoff's jitter. ``not_tried`` (the provider
-    was never called: its breaker is open) gives back the attempt the claim counted.
-    """
+    """A temporary failure (``error``): close it, give up, or try again later. On
+    ``maybe_sent`` the category's ``policy`` weighs a possible duplicate against a
+    possibly missing notification; ``not_tried`` (the breaker was open) gives back the
+    attempt the claim counted."""
     if maybe_sent and policy is MaybeSentPolicy.CLOSE:
         return Next(MessageStatus.FAILED, OUTCOME_UNKNOWN, last_error=error)
     spent = max(0, message.attempts - 1) if not_tried else message.attempts

@@ -144,11 +144,8 @@ def same_intent(a: Message, b: Message) -> bool:
 
 def still_placed(expected: Message, pending: Message, now: datetime) -> bool:
     """Whether a pending message is still where the user's settings place it now: at the
-    same instant, or at one the new placement could no longer bring forward because it
-    has already passed (a send-time deferral or a retry keeps its own instant then).
-
-    A message planned while quiet hours covered its local time waits for their end; once
-    the quiet hours are removed or moved off it, its own instant is due again."""
+    same instant, or at one that has already passed (a deferral or retry keeps its own).
+    A message deferred by quiet hours since removed is due at its own instant again."""
     return expected.due == pending.due or expected.due <= now
 
 
@@ -270,11 +267,8 @@ def next_nominal_from(
     now: datetime,
 ) -> datetime:
     """The first nominal instant at or after ``instant`` that ``user``'s reminders
-    intend (weekdays and DST honoured), or :data:`NOTHING_AHEAD`.
-
-    Looks from the local date before ``instant``'s (a time skipped by a DST gap can
-    move a date's instant into the next date) to eight days after: a reminder
-    fires at least once in any seven consecutive dates, or never.
+    intend, or :data:`NOTHING_AHEAD`. Looks from the local date before ``instant``'s (a
+    DST gap can move a date's instant into the next date) to eight days after.
     """
     if not user.enabled:
         return NOTHING_AHEAD

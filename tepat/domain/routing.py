@@ -179,17 +179,10 @@ def parse_event_types(
     categories: Categories,
     enabled: frozenset[Channel] = ALWAYS_ENABLED,
 ) -> EventTypes:
-    """``TEPAT_EVENT_TYPES`` as read from JSON; errors name the place, e.g.
-    ``order.paid.channels[1].when``.
-
-    Shape::
-
-        {"order.paid": {"category": "custom", "priority": "normal",
-                        "channels": [{"channel": "inbox", "when": "always"},
-                                     {"channel": "push", "when": "active_device"}]}}
-
-    ``priority`` defaults to ``normal``, ``when`` to ``always``; unknown keys are refused
-    (a misspelt ``"chanels"`` must not silently route nowhere).
+    """``TEPAT_EVENT_TYPES`` as read from JSON (``{"order.paid": {"category": "custom",
+    "priority": "normal", "channels": [{"channel": "inbox", "when": "always"}]}}``);
+    errors name the place (``order.paid.channels[1].when``). Unknown keys are refused:
+    a misspelt ``"chanels"`` must not silently route nowhere.
     """
     if not isinstance(raw, Mapping):
         raise DomainError("", "expected a JSON object of event types")

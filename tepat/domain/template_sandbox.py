@@ -50,9 +50,6 @@ _SIZED_STR_METHODS = frozenset(
 )
 
 
-# ---------------------------------------------------------------- the budget of a render
-
-
 @dataclass(slots=True)
 class _Budget:
     steps: int
@@ -94,9 +91,6 @@ def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
     for item in iterable:
         step()
         yield item
-
-
-# ---------------------------------------------------------------- sizes
 
 
 def weight(value: object, limit: int = MAX_TEXT) -> int:
@@ -153,9 +147,6 @@ def _read_join(items: Iterable[Any], separator: object) -> list[Any]:
     read = list(items)
     _within(weight(read) + weight(separator) * len(read), "a joined string of")
     return read
-
-
-# ---------------------------------------------------------------- filters
 
 
 def _join(value: Any, d: object = "", attribute: object = None) -> tuple[Any, ...]:
@@ -229,9 +220,6 @@ def _guarded(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         return original(*context, *given, **kwargs)
 
     return guarded
-
-
-# ---------------------------------------------------------------- the environment
 
 
 def _safe_range(*args: int) -> range:

@@ -44,8 +44,6 @@ from tepat.domain.template_sandbox import (
     uses_reserved_name,
 )
 
-# ---------------------------------------------------------------- limits
-
 MAX_SOURCE_BYTES: Final = 16 * 1024
 MAX_PART_CHARS: Final = 8 * 1024
 MAX_DATA_KEYS: Final = 32
@@ -126,9 +124,6 @@ CHANNEL_PARTS: Final[Mapping[Channel, tuple[PartSpec, ...]]] = {
 }
 
 
-# ---------------------------------------------------------------- identity
-
-
 @dataclass(frozen=True, slots=True)
 class TemplateKey:
     event_type: str
@@ -176,8 +171,6 @@ def content_hash(parts: Mapping[str, Any]) -> str:
     canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
-
-# ---------------------------------------------------------------- checking at save time
 
 _TEXT = environment(autoescape=False)
 _HTML = environment(autoescape=True)
@@ -308,9 +301,6 @@ def _compile(env: Sandbox, source: str, where: str, variables: set[str]) -> jinj
         raise TemplateError(
             where, f"does not compile: {why}", TemplateFailure.COMPILE_ERROR
         ) from None
-
-
-# ---------------------------------------------------------------- rendering
 
 
 @dataclass(frozen=True, slots=True)

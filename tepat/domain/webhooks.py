@@ -119,9 +119,6 @@ class StatusChangeEntry:
     channel: str | None = None
 
 
-# --- secrets and signing ----------------------------------------------------------
-
-
 def new_secret(random_bytes: bytes) -> str:
     """``whsec_`` + base64 of the caller's random bytes (``secrets.token_bytes``)."""
     if not 24 <= len(random_bytes) <= 64:
@@ -179,9 +176,6 @@ def rotate(sub: WebhookSubscription, secret: str, now: datetime) -> WebhookSubsc
     )
 
 
-# --- input checks -----------------------------------------------------------------
-
-
 def _loopback(host: str) -> bool:
     name = host.lower()
     if name in ("localhost", "localhost.localdomain") or name.endswith(".localhost"):
@@ -219,8 +213,6 @@ def check_url(value: str, allow_http: bool = False) -> str:
         )
     return url
 
-
-# --- where a webhook may go (SSRF) ---------------------------------------------------
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -340,9 +332,6 @@ def check_categories(values: Iterable[str], known: Iterable[str]) -> tuple[str, 
     if unknown := [v for v in chosen if v not in names]:
         raise DomainError("categories", f"unknown category {unknown[0]!r}")
     return chosen
-
-
-# --- status events and their deliveries ---------------------------------------------
 
 
 def status_event_id(message_id: str, status: str) -> str:

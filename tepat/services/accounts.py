@@ -117,9 +117,6 @@ class _Keep(enum.Enum):
 KEEP: Final = _Keep.KEEP  # "leave this field as it is" in partial updates
 
 
-# ---------------------------------------------------------------- users
-
-
 async def get_user(rt: HasUsers, user_id: str) -> User:
     user = await rt.store.get_user(check_identifier(user_id, "user_id"))
     if user is None:
@@ -195,9 +192,6 @@ def plan_changed(old: User, new: User) -> bool:
     return (old.timezone, old.quiet_hours) != (new.timezone, new.quiet_hours) or (
         new.enabled and not old.enabled  # re-enabled: plan what was skipped meanwhile
     )
-
-
-# ---------------------------------------------------------------- devices
 
 
 async def register_device(
@@ -312,9 +306,6 @@ async def deactivate_device(rt: AccountParts, user_id: str, device_id: str) -> N
 async def list_devices(rt: AccountParts, user_id: str) -> list[Device]:
     await get_user(rt, user_id)
     return await rt.store.list_devices(user_id)
-
-
-# ---------------------------------------------------------------- reminders
 
 
 async def put_reminder(
@@ -447,9 +438,6 @@ async def list_reminders(rt: AccountParts, user_id: str) -> list[Reminder]:
     return await rt.store.list_reminders(user_id)
 
 
-# ---------------------------------------------------------------- preferences
-
-
 async def set_preferences(
     rt: AccountParts, user_id: str, categories: Mapping[str, bool]
 ) -> dict[str, bool]:
@@ -469,9 +457,6 @@ async def get_preferences(rt: AccountParts, user_id: str) -> dict[str, bool]:
     return preferences.view(await rt.store.get_preferences(user_id), rt.categories.names)
 
 
-# ---------------------------------------------------------------- messages
-
-
 async def list_messages(rt: AccountParts, query: MessageQuery) -> MessagePage:
     await get_user(rt, query.user_id)
     if query.scheduled_from and query.scheduled_to and query.scheduled_to < query.scheduled_from:
@@ -484,9 +469,6 @@ async def list_messages(rt: AccountParts, query: MessageQuery) -> MessagePage:
         if query.cursor is None:
             raise
         raise DomainError("cursor", "not a cursor this API returned") from None
-
-
-# ---------------------------------------------------------------- one-off notifications
 
 
 async def create_oneoff(

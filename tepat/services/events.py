@@ -130,8 +130,6 @@ class EventService:
     outbox: Outbox
     page_size: int = PAGE_SIZE
 
-    # ------------------------------------------------------------------ accepting
-
     async def accept(self, req: EventRequest) -> tuple[Event, bool]:
         """Store the event once per ``event_id``: ``(event, created)``. The same id with
         another request is an :class:`IdempotencyConflict`."""
@@ -182,8 +180,6 @@ class EventService:
         if event is None:
             raise NotFound("event", event_id)
         return EventStatus(event, await self.store.event_message_counts(stored_id))
-
-    # ------------------------------------------------------------------ fan-out
 
     async def fan_out_once(self) -> int:
         """One page of each event still fanning out; how many pages were done."""
@@ -297,9 +293,6 @@ class EventService:
                 result = f"{pinned.template_id}: {e}"
         renders[(channel, locale)] = result
         return result
-
-
-# ---------------------------------------------------------------------- checks
 
 
 def _check_recipients(user_ids: Sequence[str] | None, all_users: bool) -> list[str]:

@@ -158,8 +158,6 @@ class InboxService:
         self.timing = timing or StreamTiming()
         self._monotonic = monotonic
 
-    # ------------------------------------------------------------------ writing
-
     async def deliver(
         self,
         user_id: str,
@@ -198,8 +196,6 @@ class InboxService:
             self.notifier.notify(user_id)
         return Delivered(stored, created)
 
-    # ------------------------------------------------------------------ reading
-
     async def page(
         self, user_id: str, cursor: str | None, limit: int, unread_only: bool = False
     ) -> InboxPage:
@@ -236,8 +232,6 @@ class InboxService:
     async def read_all(self, user_id: str, up_to_seq: int | None = None) -> int:
         await get_user(self, user_id)
         return await self.store.mark_inbox_read_all(user_id, self._clock.now(), up_to_seq)
-
-    # ------------------------------------------------------------------ streaming
 
     async def open_stream(
         self, user_id: str, after_seq: int

@@ -81,8 +81,6 @@ class TemplateService:
         self._compiled: OrderedDict[str, CompiledTemplate] = OrderedDict()
         self._cache_size = cache_size
 
-    # ------------------------------------------------------------ admin
-
     def key(self, event_type: str, channel: str, locale: str) -> TemplateKey:
         """A key for a configured event type and a channel it routes to."""
         key = TemplateKey.parse(event_type, channel, locale)
@@ -116,8 +114,6 @@ class TemplateService:
     def variables(self, template: Template) -> tuple[str, ...]:
         return self._compile(template).variables
 
-    # ------------------------------------------------------------ pinning
-
     async def resolve(
         self, event_type: str, channel: Channel | str, user_locale: str | None
     ) -> Pinned | None:
@@ -140,8 +136,6 @@ class TemplateService:
         else:
             self._compiled.move_to_end(template_id)
         return await _off_loop(render, compiled, data)
-
-    # ------------------------------------------------------------ preview
 
     async def preview_stored(
         self,
@@ -178,8 +172,6 @@ class TemplateService:
     ) -> Preview:
         key = self.key(event_type, channel, locale)
         return await _off_loop(_preview_inline, key, parts, data)
-
-    # ------------------------------------------------------------ cache
 
     def _compile(self, template: Template) -> CompiledTemplate:
         compiled = self._compiled.get(template.id)

@@ -73,8 +73,7 @@ class Counts:
 class MessageRepository(Protocol):
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
         """Insert in bulk; a message that violates any unique index is counted as
-        existing, not raised. Safe to run concurrently from several processes.
-        """
+        existing, not raised (safe from several processes at once)."""
 
     async def get_message(self, message_id: str) -> Message | None: ...
 
@@ -112,15 +111,11 @@ class MessageRepository(Protocol):
         release_live_key: bool = False,
         due_at: datetime | None = None,
     ) -> bool:
-        """Conditional update: only if the current status is in ``expect`` *and* the
-        domain's transition table (``tepat.domain.models.ALLOWED_TRANSITIONS``) allows
-        the move from it to ``to``; any other change is refused like a lost
-        compare-and-set (nothing written, False).
-
-        ``release_live_key`` clears ``live_key`` (used when cancelling, so the same
-        local date can be planned again). Moving to ``pending`` sets ``due_at``
-        (``due_at``, else ``scheduled_at``, else ``now``) and the outbox mark.
-        Returns whether the update happened.
+        """Conditional update, only if the current status is in ``expect`` *and* the
+        transition table allows the move; else refused like a lost compare-and-set (False).
+        ``release_live_key`` clears ``live_key`` (a cancelled date can be planned again).
+        Moving to ``pending`` sets ``due_at`` (else ``scheduled_at``, else ``now``) and
+        the outbox mark.
         """
 
     async def transition_many(

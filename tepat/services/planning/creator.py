@@ -87,12 +87,9 @@ class Creator:
         until: str | None = None,
     ) -> PlanResult:
         """Plan every enabled reminder whose nominal instant falls in ``[start, end)``
-        (of the users whose id is in ``(after, until]``: a worker's range), in pages of
-        users whose mark does not cover the window, so memory stays flat.
-
-        Unless ``publish`` is off (a ``tepat plan`` process beside an embedded broker it
-        cannot reach, whose own outbox loop will publish them), the outbox publishes the
-        messages due soon as the run goes and once more at the end.
+        (of the users whose id is in ``(after, until]``), in pages of users whose mark does
+        not cover the window. ``publish`` off: a ``tepat plan`` process beside an embedded
+        broker it cannot reach leaves publishing to that one's outbox loop.
         """
         if end <= start:
             raise ValueError("end must be after start")
@@ -172,25 +169,17 @@ class Creator:
         return await self.plan_window(now, now + self.horizon)
 
     async def replan_user(self, user_id: str, reason: str = SkipReason.SUPERSEDED) -> PlanResult:
-        """Re-plan one user after a change to their zone, quiet hours or reminders.
+        """Re-plan one user after a change to their zone, quiet hours or reminders, by
+        replacements, never deletions:
 
-        Re-plans are replacements, never deletions. Steps:
-
-        1. take a new plan version from the store (atomic: two overlapping
-           re-plans, a client's retried PUT, never share one, so their dedup keys
-           never collide);
-        2. read the user and reminders *after* that, so the newest version has
-           read the newest state;
-        3. compare each pending message of an older version with what its
-           reminder intends now for the same local date (by its nominal instant,
-           not a deferred ``scheduled_at``): keep it if unchanged, else cancel it
-           and plan the replacement (or record why none is due). A message of a
-           newer version belongs to a later re-plan and is left alone;
-        4. plan the horizon ahead at the new version and write the user's mark; a
-           local date still held by a kept, claimed or sent message is refused by its
-           live key;
-        5. repeat 3 once more: a slower concurrent re-plan may have written an
-           older plan after step 3 read.
+        1. take a new plan version (atomic: overlapping re-plans never share one, so
+           their dedup keys never collide), and read the user and reminders after it;
+        2. compare each pending message of an older version with what its reminder
+           intends now for its local date: keep it if unchanged, else cancel it and plan
+           the replacement (a newer version's message is a later re-plan's);
+        3. plan the horizon at the new version and write the mark (a local date still
+           held by a kept, claimed or sent message is refused by its live key);
+        4. repeat 2: a slower concurrent re-plan may have written an older plan since.
         """
         start = await self.store.start_replan(user_id)
         if start is None:
