@@ -50,10 +50,7 @@ APP_OWN_SETTINGS: frozenset[str] = frozenset(
     }
 )
 # Every setting an app may hold: its own, and the endpoints, ceilings and rules that are
-# the deployment's until it sets them. An app's unsubscribe links are signed with a key of
-# its own, derived from the deployment's unless it sets one, and its public URL (links,
-# provider callbacks) is the deployment's followed by /apps/<id> (tepat/tenancy.py).
-# Every other setting is the deployment's.
+# the deployment's until it sets them (tepat/tenancy.py). Every other is the deployment's.
 APP_SETTINGS: frozenset[str] = APP_OWN_SETTINGS | {
     *("expo_url", "fcm_url", "apns_url", "twilio_url"),
     *("expo_rate_limit", "fcm_rate_limit", "twilio_rate", "smtp_rate", "smtp_port"),

@@ -88,9 +88,8 @@ def plan_reminder_on(
     nominal = local_to_utc(day, reminder.local_time, zone)
     placement = place(nominal, user, policy)
     live_key = reminder_live_key(user.user_id, reminder.reminder_id, day)
-    # The plan version alone versions the key: the store increments it at every
-    # re-plan of the user, so it never repeats (a reminder's own version would
-    # restart at 1 when it is deleted and created again).
+    # The plan version alone versions the key: it never repeats (a reminder's own
+    # version restarts at 1 when it is deleted and created again).
     dedup_key = f"{live_key}|p{user.plan_version}"
     m = Message(
         id=message_id_for(dedup_key),

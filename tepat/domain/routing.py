@@ -73,6 +73,8 @@ def parse_channel(
 ) -> Channel:
     """A channel name that is enabled; a recognised but disabled one says so."""
     try:
+        if not isinstance(value, str):
+            raise ValueError(value)
         channel = Channel(value)
     except ValueError:
         known = ", ".join(sorted(Channel))

@@ -30,9 +30,8 @@ from jinja2.utils import Namespace
 MAX_RANGE: Final = 1000
 MAX_STRING: Final = 64 * 1024  # the largest size one argument may ask for (width, repetition)
 MAX_TEXT: Final = 512 * 1024  # the most characters one step may build (= the largest part)
-# Steps in one render of one part: a loop iteration is one, a call (macro, function)
-# CALL_STEPS, about their relative cost; nested loops or a doubly recursive macro stop
-# within a few tens of milliseconds.
+# Steps in one render of one part: a loop iteration is one, a call CALL_STEPS (about
+# their relative cost): nested loops or a doubly recursive macro stop within tens of ms.
 MAX_STEPS: Final = 100_000
 CALL_STEPS: Final = 10
 MAX_NESTING: Final = 100  # levels of expressions and blocks in one source

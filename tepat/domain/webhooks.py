@@ -42,9 +42,8 @@ ROTATION_OVERLAP = timedelta(hours=24)
 MAX_URL_LENGTH = 2048
 MAX_SECRETS = 8  # rotations within one overlap window pile up; beyond this, refuse
 
-#: Status -> event type. ``missed`` (past its category's window) is a kind of skip for a
-#: receiver: it arrives as ``message.skipped`` with ``status: "missed"``. ``read`` comes
-#: from the inbox. ``pending``, ``sending`` and ``cancelled`` (a re-plan's replacement)
+#: Status -> event type: ``missed`` arrives as ``message.skipped`` with ``status:
+#: "missed"``; ``read`` comes from the inbox; ``pending``, ``sending`` and ``cancelled``
 #: are internal and never sent.
 STATUS_EVENT_TYPES: Mapping[str, str] = {
     "sent": "message.sent",
@@ -56,9 +55,8 @@ STATUS_EVENT_TYPES: Mapping[str, str] = {
 }
 EVENT_TYPES: tuple[str, ...] = tuple(dict.fromkeys(STATUS_EVENT_TYPES.values()))
 
-#: A receiver down for an hour loses nothing: full-jitter backoff from 5 s, at most an
-#: hour between attempts, given up after 3 days (the spec's example schedule spans about
-#: three days too). The attempt count is not the limit: age is.
+#: A receiver down for an hour loses nothing: backoff from 5 s up to an hour, given up
+#: after 3 days (as the spec's example schedule); age is the limit, not attempts.
 WEBHOOK_RETRY = RetryPolicy(
     base_seconds=5.0, cap_seconds=3600.0, max_attempts=1000, max_age=timedelta(days=3)
 )

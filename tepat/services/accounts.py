@@ -343,8 +343,7 @@ async def put_reminder(
         return old, False  # nothing that planning sees changed: keep the pending messages
     reminder, inserted = await rt.store.upsert_reminder(reminder)
     # Concurrent creates all pass the check above, so each that inserted counts again and
-    # undoes its own insert past the cap. The last kept insert counts every kept one, so
-    # the cap holds (a race may refuse one that would have fitted, never admit one more).
+    # undoes its own insert past the cap: a race may refuse one that fits, never admit more.
     refused = None
     if inserted and max_reminders is not None:
         others = len(await rt.store.list_reminders(user_id)) - 1
@@ -546,8 +545,8 @@ _PAYLOAD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
     """The notification must be JSON and fit Expo's payload limit; returns ``data`` as a dict."""
     payload = dict(data or {})
-    # One encoding for the usual valid notification (a bulk import checks thousands): when
-    # it succeeds and fits, so would each part alone; else the checks below name the field.
+    # One encoding for the usual valid notification (a bulk import checks thousands); the
+    # checks below only name the field at fault.
     try:
         whole = {"title": title, "body": body, "data": payload}
         if len(_PAYLOAD_ENCODER.encode(whole).encode()) <= MAX_PAYLOAD_BYTES:

@@ -234,8 +234,7 @@ async def _apply(rt: ImportParts, valid: Sequence[_Valid], now: datetime) -> dic
     for v in valid:
         _diff(v, old_users, old_reminders, old_devices, now, w)
 
-    # Users before what hangs off them, in one batch each and one transaction for all,
-    # with the plan of the users none of which was stored (in it, where the store can).
+    # One batch per kind in one transaction, with the plan of the users not yet stored.
     presumed_new = [u for u in w.users if u.user_id not in old_users]
     plans: list[NewUsersPlan] = []
 

@@ -99,9 +99,8 @@ class Creator:
             start, end, fingerprint, self.page_size, after=after, until=until
         )
 
-        # Page k is planned (CPU, this thread) while page k-1 is written (the store's
-        # thread, which sqlite3 runs without the GIL): page k is read first, so the
-        # read does not queue behind the write.
+        # Page k is planned (CPU) while page k-1 is written (the store's thread, without
+        # the GIL); page k is read first, so the read does not queue behind the write.
         async def write(page: _PlannedPage) -> None:
             nonlocal total
             total += await self._write_page(page, publish)
@@ -199,10 +198,8 @@ class Creator:
         result, pending = await self.store.finish_replan(user_id, planned, mark)
         total += PlanResult(len(result.created), result.existing)
         total += await self._reconcile(user, reminders, version, reason, now, pending)
-        # Only what is due within seconds: the publisher loop batches the rest with
-        # the other re-plans of its second (one broker message per user otherwise).
-        # A re-plan that made nothing due that soon (a new daily reminder) skips the
-        # flush's read; a replacement of a cancelled message may be due now.
+        # Only what is due within seconds: the publisher loop batches the rest with the
+        # other re-plans of its second; nothing due that soon skips the flush's read.
         soon = now + self.outbox.publish_soon
         if total.cancelled or any(m.due <= soon for m in planned):
             await self.outbox.flush_soon()
