@@ -101,20 +101,14 @@ class Broker(Protocol):
     def consume(
         self, queues: Sequence[str], prefetch: int
     ) -> AbstractAsyncContextManager[AsyncIterator[Delivery]]:
-        """Deliveries from ``queues`` with at most ``prefetch`` unacked at once.
-
-        Leaving the context (or the task being cancelled) returns every unacked
-        delivery to its queue for redelivery.
-        """
+        """Deliveries from ``queues`` with at most ``prefetch`` unacked at once; leaving
+        the context returns every unacked delivery to its queue for redelivery."""
 
     async def ack(self, delivery: Delivery) -> None: ...
 
     async def nack(self, delivery: Delivery, reason: str) -> None:
-        """Hand the delivery back, due again after the adapter's :class:`RedeliveryPolicy` delay.
-
-        Once the message has been failing for the policy's retry age it goes to
-        the queue's DLQ instead, with ``reason`` and the number of nacks.
-        """
+        """Hand the delivery back, due again after the :class:`RedeliveryPolicy` delay (to
+        the queue's DLQ, with ``reason``, once it has been failing for the retry age)."""
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]: ...
 
