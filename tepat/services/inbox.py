@@ -241,9 +241,8 @@ class InboxService:
         return self.stream(user_id, after_seq)
 
     async def stream(self, user_id: str, after_seq: int) -> AsyncGenerator[InboxItem | None, None]:
-        """The user's items with a seq above ``after_seq``, each once, oldest first, and
-        then as they arrive; ``None`` when a heartbeat is due. Ends on :meth:`InboxNotifier.close`.
-        """
+        """The user's items with a seq above ``after_seq``, each once, oldest first, then
+        as they arrive; ``None`` when a heartbeat is due. Ends on the notifier's close."""
         timing, now = self.timing, self._monotonic
         position = after_seq  # the highest seq sent (the resume point)
         # (when the position moved, where it was before): the floor of the re-read window.

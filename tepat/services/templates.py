@@ -117,8 +117,7 @@ class TemplateService:
     async def resolve(
         self, event_type: str, channel: Channel | str, user_locale: str | None
     ) -> Pinned | None:
-        """The latest version for the first locale of the fallback chain that has one,
-        or None when no locale of the chain has a template."""
+        """The latest version for the first locale of the fallback chain that has one."""
         ch = parse_channel(channel, "channel")
         for locale in fallback_chain(user_locale, self.default_locale):
             template = await self._store.get_template(TemplateKey(event_type, ch, locale))
@@ -127,8 +126,7 @@ class TemplateService:
         return None
 
     async def render_pinned(self, template_id: str, data: Mapping[str, Any]) -> Rendered:
-        """Render the version ``template_id`` names (raises :class:`TemplateError`,
-        reason ``render_error``, when the data does not fit it)."""
+        """Render the version ``template_id`` names (TemplateError: ``render_error``)."""
         compiled = self._compiled.get(template_id)
         if compiled is None:
             key, version = parse_template_id(template_id)
