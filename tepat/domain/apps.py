@@ -1,12 +1,9 @@
 """Apps: the tenants of one deployment (issue 23).
 
-An app owns its users, devices, reminders, events, templates, categories, keys and
-provider accounts. Each app's records live in a store of their own (a SQLite file, a
-MongoDB database) and its messages on broker queues of their own: the app is the
-namespace of every record and every unique index, so one app's ids never meet another's
-and a credential scoped to one app has no path to another's data
-(docs/guides/apps.md). The default app is the deployment as it was before apps: its
-store, queues and keys are today's, so an existing deployment upgrades in place.
+Each app's records live in a store of their own and its messages on broker queues of
+their own, so one app's ids never meet another's and a credential scoped to one app has
+no path to another's data (docs/guides/apps.md). The default app is the deployment as it
+was before apps, so an existing deployment upgrades in place.
 
 Keys are stored as their SHA-256 only: a key is shown once, when it is made.
 """
@@ -53,10 +50,7 @@ APP_OWN_SETTINGS: frozenset[str] = frozenset(
     }
 )
 # Every setting an app may hold: its own, and the endpoints, ceilings and rules that are
-# the deployment's until it sets them. An app's unsubscribe links are signed with a key of
-# its own, derived from the deployment's unless it sets one, and its public URL (links,
-# provider callbacks) is the deployment's followed by /apps/<id> (tepat/tenancy.py).
-# Every other setting is the deployment's.
+# the deployment's until it sets them (tepat/tenancy.py). Every other is the deployment's.
 APP_SETTINGS: frozenset[str] = APP_OWN_SETTINGS | {
     *("expo_url", "fcm_url", "apns_url", "twilio_url"),
     *("expo_rate_limit", "fcm_rate_limit", "twilio_rate", "smtp_rate", "smtp_port"),

@@ -50,12 +50,9 @@ def decode_batch(queue: str, body: bytes) -> Batch:
 
 
 class BatchBuilder:
-    """Groups message ids per (queue, due second) across many calls.
-
-    Full batches are handed out as soon as they fill, so a creator job planning
-    a long window page by page still sends about one broker message per
-    (queue, second) - not one per page - while holding only partial batches.
-    """
+    """Groups message ids per (queue, due second) across many calls, handing out full
+    batches as they fill: a long planning run sends about one broker message per
+    (queue, second), not one per page, holding only partial batches."""
 
     def __init__(self, categories: Categories) -> None:
         self._categories = categories

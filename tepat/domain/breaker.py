@@ -1,17 +1,12 @@
 """The circuit breaker of one provider: stop calling a provider that is down, probe it
-after a cool-down, and call it again once it answers.
-
-Pure rule (no I/O, no clock of its own: every call takes ``now``); the adapter that
-guards a provider with it, and decides which answers are provider-side failures
-(``verdict_of``), is :mod:`tepat.adapters.breaker_guard`.
+after a cool-down, and call it again once it answers. Pure (every call takes ``now``);
+:mod:`tepat.adapters.breaker_guard` guards a provider with it.
 
 It opens after ``threshold`` *consecutive* provider-side failures rather than over a
-failure ratio in a window: a ratio needs a minimum volume to mean anything, so at the
-trickle of a quiet deployment it either never opens or opens on two bad answers, while
-"N in a row with no success between" means the same at 1 msg/min and at 1,000 msg/s, and
-one success (the provider is up) resets it. It also keeps a recipient-side temporary
-answer that slips through as a ``TryAgain`` (an SMTP 452 "mailbox full") from opening
-it: the other recipients' successes between reset the count.
+failure ratio: a ratio needs a minimum volume to mean anything, while "N in a row with
+no success between" means the same at 1 msg/min and at 1,000 msg/s. It also keeps a
+recipient-side temporary answer (an SMTP 452 "mailbox full") from opening it: the other
+recipients' successes between reset the count.
 """
 
 from __future__ import annotations

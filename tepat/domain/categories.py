@@ -17,16 +17,12 @@ class QuietPolicy(enum.StrEnum):
 
 
 class MaybeSentPolicy(enum.StrEnum):
-    """What to do with a message whose provider request may have been accepted.
-
-    A read timeout or a connection dropped after the request went out
-    (``TryAgain.maybe_sent``) leaves the outcome unknown: the notification may already be
-    on the phone. A 5xx the provider documents as retryable is not one: it is retried
-    whatever the policy (``TryAgain.server_error``).
+    """What to do with a message whose provider request may have been accepted
+    (``TryAgain.maybe_sent``: the notification may already be on the phone).
 
     ``close`` is the default: the answer was lost after a whole request, so the provider
-    most likely has it. A closed message is not silent: ``failed``/``outcome_unknown`` in
-    the API and its ``message.failed`` webhook, counted and logged.
+    most likely has it. A closed message is not silent: ``failed``/``outcome_unknown``,
+    its ``message.failed`` webhook, counted and logged.
     """
 
     RETRY = "retry"  # send again: a duplicate is better than a missing one (safety)
@@ -66,11 +62,9 @@ DEFAULT_CATEGORIES: tuple[CategoryPolicy, ...] = (
 
 
 def default_maybe_sent(name: str) -> MaybeSentPolicy:
-    """The ``maybe_sent`` policy of a category configured without one.
-
-    The built-in category's when the name is one (``safety`` retries), else ``close``:
-    leaving it out of ``TEPAT_CATEGORIES`` must not quietly stop retrying safety messages.
-    """
+    """The ``maybe_sent`` policy of a category configured without one: the built-in
+    category's of that name (configuring ``safety`` must not quietly stop its retries),
+    else ``close``."""
     built_in = (p.maybe_sent for p in DEFAULT_CATEGORIES if p.name == name)
     return next(built_in, MaybeSentPolicy.CLOSE)
 

@@ -1,13 +1,10 @@
 """Contact points and suppressions (issue 13, items 4 and 5).
 
-A user has at most one contact point per channel: an e-mail address and a phone number
-(E.164), each with a verified flag, set through the API. A suppression is separate from
-preferences: it comes from a provider (a hard bounce, a complaint, a STOP reply) or an
-operator, names an address rather than a user, and makes a send to that address end
-``skipped`` with reason ``suppressed`` whoever the user is.
-
-Addresses are normalised before they are stored or looked up, so the contact a user set
-and the suppression a provider reported meet on the same string.
+A user has at most one contact point per channel (an e-mail address, an E.164 phone
+number), each with a verified flag. A suppression comes from a provider (a hard bounce,
+a complaint, a STOP reply) or an operator, names an address rather than a user, and
+makes a send to that address end ``skipped``/``suppressed`` whoever the user is.
+Addresses are normalised, so a user's contact and a provider's report meet on one string.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from datetime import datetime
 import email_validator
 import phonenumbers
 
-from tepat.domain.errors import DomainError
+from tepat.domain.errors import DomainError, enum_member
 
 #: The channels a contact point or a suppression can name.
 CONTACT_CHANNELS: tuple[str, ...] = ("email", "sms")
@@ -54,8 +51,7 @@ _RANK: dict[SuppressionReason, int] = {
 
 def overrides(new: SuppressionReason, old: SuppressionReason) -> bool:
     """Whether a suppression reported again with ``new`` replaces the stored ``old``
-    reason: only a strictly stronger one does (complaint > hard_bounce > the rest), so
-    an address keeps its first reason unless it gets worse. ``added_at`` never moves."""
+    reason: only a strictly stronger one (``added_at`` never moves)."""
     return _RANK[new] > _RANK[old]
 
 
@@ -84,22 +80,15 @@ def check_channel(value: object, field: str) -> str:
 
 
 def check_reason(value: object, field: str) -> SuppressionReason:
-    try:
-        return SuppressionReason(str(value))
-    except ValueError:
-        names = ", ".join(r.value for r in SuppressionReason)
-        raise DomainError(field, f"must be one of {names}") from None
+    names = ", ".join(SuppressionReason)
+    return enum_member(SuppressionReason, str(value), field, f"must be one of {names}")
 
 
 def normalise_email(value: object, field: str) -> str:
-    """``local@domain`` with the domain lower-cased (domains are case-insensitive; the
-    local part is the receiving server's business, so its case is kept), checked by
-    ``email-validator`` (RFC 5321/5322 syntax, no DNS: the domain stays pure): a
-    dot-atom local part (no quoted ones, which no real mailbox uses and which invite
-    header injection), no control character or line break anywhere, a domain of at
-    least two labels that is not special-use (``localhost``, ``.test``). Internationalised
-    domains are accepted in their Unicode or ``xn--`` form and stored as ``xn--`` (what
-    DNS and SMTP see)."""
+    """``local@domain`` with the domain lower-cased (the local part's case is the
+    receiving server's business), checked by ``email-validator`` without DNS: no quoted
+    local part (no real mailbox uses one; they invite header injection), no special-use
+    domain; an internationalised domain is stored as ``xn--`` (what DNS and SMTP see)."""
     text = _address_text(value, field, _MAX_EMAIL)
     try:
         checked = email_validator.validate_email(
@@ -111,11 +100,9 @@ def normalise_email(value: object, field: str) -> str:
 
 
 def normalise_phone(value: object, field: str, default_region: str | None = None) -> str:
-    """The number in E.164 (``+14155550100``). Without ``default_region`` the number
-    must be international (a leading ``+``); with one (ISO 3166 alpha-2, ``"GB"``) a
-    national number of that region is accepted too. Rejects what ``phonenumbers``
-    does not consider a valid number (wrong length or an unassigned range), since a
-    provider would refuse it (Twilio 21211) after we paid for the attempt."""
+    """The number in E.164 (``+14155550100``): international, or national to
+    ``default_region`` (ISO 3166 alpha-2) when given. A number ``phonenumbers`` deems
+    invalid is refused: a provider would refuse it (Twilio 21211) after we paid."""
     text = _address_text(value, field, 64)
     try:
         number = phonenumbers.parse(text, default_region)

@@ -10,15 +10,10 @@ SES sends (through SNS, or a self-hosted relay posts the same JSON) one object p
      "mail": {"messageId": <SES's id>, "headers": [{"name": ..., "value": ...}],
               "commonHeaders": {"messageId": "<...>"}}}
 
-Which Tepat message it is about: the ``X-Tepat-Message-Id`` header among
-``mail.headers`` (SES includes the original headers when the notification is set to),
-else ``mail.commonHeaders.messageId`` when it is the ``<id@domain>`` Tepat set. SES
-replaces the ``Message-ID`` of mail it sends, so behind SES the first is the one that
-works.
-
-:func:`parse_ses_event` never raises on content: an unknown type, a missing or mistyped
-field gives an event of kind ``other`` or with fewer recipients, so an extension of
-the format never breaks the endpoint.
+The Tepat message it is about: the ``X-Tepat-Message-Id`` header among ``mail.headers``
+(SES replaces the ``Message-ID`` of mail it sends), else the ``<id@domain>``
+``Message-ID`` Tepat set. :func:`parse_ses_event` never raises on content: an unknown
+type or a bad field gives kind ``other`` or fewer recipients.
 """
 
 from __future__ import annotations
@@ -71,9 +66,7 @@ def parse_ses_event(obj: Any) -> EmailEvent:
         bounce_type = _text(bounce.get("bounceType")) or ""
         parts = [bounce_type, _text(bounce.get("bounceSubType")) or ""]
         diagnostics = [
-            _text(r.get("diagnosticCode"))
-            for r in _list(bounce.get("bouncedRecipients"))
-            if isinstance(r, dict)
+            _text(_dict(r).get("diagnosticCode")) for r in _list(bounce.get("bouncedRecipients"))
         ]
         detail = "/".join(p for p in parts if p) + "".join(f": {d}" for d in diagnostics if d)
         return EmailEvent(
@@ -91,9 +84,8 @@ def parse_ses_event(obj: Any) -> EmailEvent:
         return EmailEvent("complaint", type_name, message_id, provider_id, recipients)
     if type_name == "Delivery":
         delivery = _dict(doc.get("delivery"))
-        recipients = tuple(r for r in (_text(x) for x in _list(delivery.get("recipients"))) if r)[
-            :MAX_RECIPIENTS
-        ]
+        found = (_text(x) for x in _list(delivery.get("recipients")))
+        recipients = tuple(r for r in found if r)[:MAX_RECIPIENTS]
         return EmailEvent("delivery", type_name, message_id, provider_id, recipients)
     return EmailEvent("other", type_name[:64], message_id, provider_id)
 
@@ -113,12 +105,8 @@ def _our_message_id(mail: dict[str, Any]) -> str | None:
 
 
 def _addresses(value: Any) -> tuple[str, ...]:
-    out = []
-    for r in _list(value)[:MAX_RECIPIENTS]:
-        address = _text(r.get("emailAddress")) if isinstance(r, dict) else None
-        if address:
-            out.append(address)
-    return tuple(out)
+    found = (_text(_dict(r).get("emailAddress")) for r in _list(value)[:MAX_RECIPIENTS])
+    return tuple(a for a in found if a)
 
 
 def _text(value: Any) -> str | None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import enum
+from typing import TypeVar
+
+E = TypeVar("E", bound=enum.Enum)
+
 
 class DomainError(ValueError):
     """Invalid input, naming the offending field so callers can report it."""
@@ -10,6 +15,14 @@ class DomainError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+def enum_member(kind: type[E], value: object, field: str, message: str) -> E:
+    """``kind(value)``, or a DomainError naming ``field`` with ``message``."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise DomainError(field, message) from None
 
 
 class ConfigError(SystemExit):

@@ -1,16 +1,14 @@
 """Business events (issue 12, part 1): an event, its recipients and its fan-out (pure).
 
 An event (``order.paid`` for user 42, or a campaign to every user) is accepted once per
-``event_id`` and fanned out in pages of recipients, in user-id order, by the fan-out loop
-(``tepat/services/events.py``). The event keeps a cursor, the last recipient id done, so
-a crash resumes after the last page recorded.
+``event_id`` and fanned out in pages of recipients, in user-id order
+(``tepat/services/events.py``); its cursor, the last recipient id done, lets a crash
+resume after the last page recorded.
 
-Identity: every (event, user, channel) has one key, ``e|event|user|channel``
-(:func:`event_message_key`). A push message carries it as its dedup, live and slot key
-and an inbox item as its message id, so the store's unique indexes make each at most
-once whatever runs twice. The keys of one event share the prefix
-:func:`event_key_prefix`, which is how the event's messages are counted (a range of the
-unique dedup index).
+Every (event, user, channel) has one key, ``e|event|user|channel``
+(:func:`event_message_key`): the message's dedup, live and slot key, so the unique
+indexes make each at most once whatever runs twice. The keys of one event share a prefix
+(:func:`event_key_prefix`): a range of the dedup index counts the event's messages.
 """
 
 from __future__ import annotations
@@ -127,10 +125,9 @@ def plan_event_message(
     render_error: str | None = None,
 ) -> Message:
     """The message of ``event`` for ``user`` on ``channel``: pending at its instant (quiet
-    hours placed by ``planning.place``, except for a critical event), or already
-    ``failed``/``render_error`` when its template did not render (recorded, so the key is
-    taken and the event's counts see it). ``content``: the channel's other rendered parts
-    (html, link), pinned like title and body."""
+    hours placed, except for a critical event), or already ``failed``/``render_error``
+    when its template did not render (recorded, so the key is taken and counted).
+    ``content``: the channel's other rendered parts (html, link)."""
     nominal = recipient_instant(user, event.send_at, event.local_time, now)
     if event.priority is Priority.CRITICAL:
         policy = replace(policy, quiet_hours=QuietPolicy.BYPASS)

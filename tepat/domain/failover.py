@@ -1,14 +1,10 @@
 """Failover: whether one provider's answer may be sent again through a channel's
-secondary provider (a second relay, a second Twilio account, a device's other push
-token). Pure rule; the wrapper that applies it to every channel is
-:mod:`tepat.services.sending.failover`.
+secondary provider (a second relay or Twilio account, a device's other push token).
 
-Only the provider's own failure fails over (the breaker's :attr:`Verdict.DOWN`: connect
-errors, timeouts, 5xx, "unavailable", the breaker itself open): a recipient's refusal
+Only the provider's own failure fails over (:attr:`Verdict.DOWN`): a recipient's refusal
 would be refused by the secondary too, and a 429 is the provider working as designed.
-An ambiguous answer (the request went out, its answer was lost) may have been sent
-already: it fails over only where the category retries such answers anyway, and is then
-a possible duplicate.
+An answer that may have been sent already fails over only where the category retries
+such answers anyway, as a possible duplicate.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The in-app inbox (issue 12, item 4): one item per (user, message), stored per user.
 
-An item is ``delivered`` once stored and ``read`` once read; the status only moves
-forward (reading twice keeps the first ``read_at``). ``seq`` is assigned by the store,
-increasing across the whole store: it orders a user's items, pages the list (newest
-first) and is the ``id:`` of the live stream's events, so a client resumes after the
-last one it saw.
+An item is ``delivered`` once stored and ``read`` once read (the first ``read_at``
+stays). ``seq``, increasing across the store, orders a user's items, pages the list and
+is the ``id:`` of the live stream's events, so a client resumes after the last it saw.
 """
 
 from __future__ import annotations

@@ -34,12 +34,8 @@ def canonical_locale(value: object, field: str = "locale") -> str:
 
 
 def fallback_chain(locale: str | None, default: str) -> list[str]:
-    """Where to look, most specific first: ``pt-BR`` -> ``pt`` -> the default.
-
-    A user locale that is not a tag we read (users keep what their app sent, which may
-    carry extensions such as ``en-US-u-ca-gregory``) is cut to its leading subtags that
-    are; failing that only the default is tried.
-    """
+    """Where to look, most specific first: ``pt-BR`` -> ``pt`` -> the default. A locale
+    with extensions (``en-US-u-ca-gregory``) is cut to its leading subtags we read."""
     chain: list[str] = []
     subtags = (locale or "").replace("_", "-").split("-")
     for n in range(min(len(subtags), 3), 0, -1):

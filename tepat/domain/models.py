@@ -32,31 +32,26 @@ class MessageStatus(enum.StrEnum):
         return self in TERMINAL_STATUSES
 
 
-# Every status change a message may make; the store adapters enforce it (a change
-# whose (from, to) is not here is refused: the message stays as it is and the change
-# counts as not applied, exactly like a compare-and-set that lost). Callers still pass
-# ``expect``, the statuses *they* accept, which is narrower: the adapters keep only
-# those of ``expect`` this table allows (``allowed_sources``). Who makes each change:
+# Every status change a message may make; the store adapters refuse any other like a
+# lost compare-and-set, keeping only the statuses of a caller's ``expect`` this table
+# allows (``allowed_sources``). Who makes each change:
 #
 #   pending  -> sending    a consumer's claim
 #   pending  -> cancelled  a re-plan drops a message it no longer intends
 #   pending  -> sent, delivered
-#                          a provider's late answer, or a delivery callback (Twilio),
-#                          about a message already released for a retry: the truth wins
+#                          a late answer or a delivery callback about a message already
+#                          released for a retry: the truth wins
 #   pending  -> failed, skipped, missed
-#                          a message closed before any consumer claimed it (no product
-#                          path does this today; the store's contract relies on it)
+#                          closed before any claim (no product path today; the store's
+#                          contract relies on it)
 #   sending  -> sent, delivered, failed, skipped, missed
-#                          the consumer records the provider's answer or its send-time
-#                          checks (delivered: a channel final at once, inbox or webhook)
+#                          the consumer records the answer or its send-time checks
 #   sending  -> pending    a retryable failure, or the sweeper re-driving an expired
-#                          lease: the one step back, never visible as a sent message
-#                          going back
+#                          lease: the one step back
 #   sent     -> delivered, failed
 #                          push receipts, e-mail events, Twilio status callbacks
 #
-# Terminal statuses never change again, so a repeated or older provider event finds
-# nothing to do.
+# Terminal statuses never change again: a repeated or older provider event does nothing.
 ALLOWED_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {
     MessageStatus(src): frozenset(MessageStatus(dst) for dst in targets.split())
     for src, targets in {
@@ -174,18 +169,15 @@ class Reminder:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One intended notification (the seed's NotificationMessage).
+    """One intended notification.
 
-    ``dedup_key`` names the intent and plan version and is unique forever;
-    ``live_key`` names the intent alone (user, reminder, local date) and is
-    unique among messages that were not cancelled, so a local date is sent at
-    most once even across re-plans.
+    ``dedup_key`` names the intent and plan version, unique forever; ``live_key`` the
+    intent alone (user, reminder, local date), unique among messages not cancelled, so
+    a local date is sent at most once even across re-plans.
 
-    Three instants: ``nominal_at`` is what the intent asked for (the reminder's
-    local time on its date, or a one-off's ``send_at``) and never moves;
-    ``scheduled_at`` is where quiet hours put it (lateness and the missed
-    window count from it); ``due_at`` is when it is next dispatched (a retry
-    or re-drive moves it, nothing else does).
+    Three instants: ``nominal_at``, what the intent asked for, never moves;
+    ``scheduled_at``, where quiet hours put it (lateness counts from it); ``due_at``,
+    when it is next dispatched (only a retry or re-drive moves it).
     """
 
     id: str
@@ -214,18 +206,14 @@ class Message:
     claimed_at: datetime | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
-    # Defaults derive from ``scheduled_at`` (see ``nominal`` / ``due`` / ``slot``),
-    # so a message built by hand in a test stays valid.
+    # Defaults derive from ``scheduled_at`` (``nominal``, ``due``, ``slot``).
     nominal_at: datetime | None = None
     due_at: datetime | None = None
     # The pending-slot identity (unique among pending messages): see ``slot_key_for``.
     slot_key: str | None = None
-    # Where it goes (tepat.domain.routing.Channel's values, and "webhook" for status
-    # events out): push messages go to every active device; every other channel to one
-    # target resolved at send time (tepat/ports/channel.py).
+    # tepat.domain.routing.Channel's values, and "webhook" for status events out.
     channel: str = "push"
-    # The channel's rendered parts besides title and body (inbox: html, link; email:
-    # html), pinned when the message is created, like title and body.
+    # The channel's rendered parts besides title and body (html, link), pinned.
     content: dict[str, Any] = field(default_factory=dict)
     # An event's priority ("critical": the channel's critical queue, never behind bulk).
     priority: str | None = None
@@ -247,14 +235,10 @@ class Message:
 
 
 def slot_key_for(m: Message) -> str:
-    """The pending slot a message takes.
-
-    A one-off's slot is its own intent (live key): distinct requests never
-    collide, whatever their instant. A reminder's slot is (user, device,
-    category, label, *nominal* instant): two reminders with one label at one
-    time are one notification (the spec's pending-slot index), and a deferral
-    keeps the nominal instant, so deferring several messages to the same end
-    of quiet hours collides with nothing.
+    """The pending slot a message takes: a one-off's is its own intent (live key); a
+    reminder's is (user, device, category, label, *nominal* instant), so two reminders
+    with one label at one time are one notification, and deferring several messages to
+    the same end of quiet hours collides with nothing.
     """
     if m.reminder_id is None and m.live_key is not None:
         return m.live_key

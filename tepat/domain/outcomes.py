@@ -1,9 +1,6 @@
-"""What a provider's answer makes of a message being sent: the exactly-once rules.
-
-One set of rules for every channel (push, inbox, e-mail, SMS, webhooks), with no I/O:
-:mod:`tepat.services.sending.recording` reads each answer, asks these functions what it
-means and writes the results stage by stage (:class:`Stage`). A temporary failure is
-the only hard case (:func:`after_failure`).
+"""What a provider's answer makes of a message being sent: the exactly-once rules, one
+set for every channel, pure (:mod:`tepat.services.sending.recording` writes the results
+stage by stage). A temporary failure is the only hard case (:func:`after_failure`).
 """
 
 from __future__ import annotations
@@ -30,11 +27,8 @@ class Stage(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Next:
-    """The status a message moves to after its answer, with what is recorded on it.
-
-    ``due_at`` is set when it goes back to ``pending`` (a retry): the store marks it for
-    the outbox in the same write.
-    """
+    """The status a message moves to after its answer, with what is recorded on it
+    (``due_at``: back to ``pending``, marked for the outbox in the same write)."""
 
     to: MessageStatus
     reason: str | None = None
@@ -76,13 +70,10 @@ def after_failure(
     rng: random.Random,
     not_tried: bool = False,
 ) -> Next:
-    """A temporary failure (``error``): close it, give up, or try again later.
-
-    ``maybe_sent`` (the request went out and its answer was lost) weighs a possible
-    duplicate (retry) against a possibly missing notification (close): the category's
-    ``policy`` decides. ``rng`` draws the backoff's jitter. ``not_tried`` (the provider
-    was never called: its breaker is open) gives back the attempt the claim counted.
-    """
+    """A temporary failure (``error``): close it, give up, or try again later. On
+    ``maybe_sent`` the category's ``policy`` weighs a possible duplicate against a
+    possibly missing notification; ``not_tried`` (the breaker was open) gives back the
+    attempt the claim counted."""
     if maybe_sent and policy is MaybeSentPolicy.CLOSE:
         return Next(MessageStatus.FAILED, OUTCOME_UNKNOWN, last_error=error)
     spent = max(0, message.attempts - 1) if not_tried else message.attempts
@@ -99,22 +90,16 @@ def after_failure(
 
 
 def maybe_sent_matters(channel: str, maybe_sent: bool) -> bool:
-    """Whether a maybe-sent answer is one: the category's policy applies and it is counted.
-
-    A webhook delivery carries an id its receiver dedupes on, so a second copy is no
-    duplicate in effect: it is simply tried again, whatever the category says.
-    """
+    """Whether a maybe-sent answer is one (the category's policy applies): not for a
+    webhook delivery, whose receiver dedupes on its id."""
     return maybe_sent and channel != WEBHOOK
 
 
 def expected_from(stage: Stage) -> tuple[MessageStatus, ...]:
-    """The statuses a message may be in for a result of ``stage`` to be written.
-
-    A late acceptance is still the truth: if the lease ran out while the request
-    waited (a slow provider, a throttled rate) and the sweeper put the message back
-    to ``pending``, recording it ``sent`` now stops a second send. Anything else is
-    written only over the ``sending`` this process claimed.
-    """
+    """The statuses a message may be in for a result of ``stage`` to be written: a late
+    acceptance is still the truth, even over the ``pending`` the sweeper put it back to
+    when the lease ran out (recording it ``sent`` stops a second send); anything else
+    only over the ``sending`` this process claimed."""
     if stage is Stage.ACCEPTED:
         return (MessageStatus.SENDING, MessageStatus.PENDING)
     return (MessageStatus.SENDING,)

@@ -88,9 +88,8 @@ def plan_reminder_on(
     nominal = local_to_utc(day, reminder.local_time, zone)
     placement = place(nominal, user, policy)
     live_key = reminder_live_key(user.user_id, reminder.reminder_id, day)
-    # The plan version alone versions the key: the store increments it at every
-    # re-plan of the user, so it never repeats (a reminder's own version would
-    # restart at 1 when it is deleted and created again).
+    # The plan version alone versions the key: it never repeats (a reminder's own
+    # version restarts at 1 when it is deleted and created again).
     dedup_key = f"{live_key}|p{user.plan_version}"
     m = Message(
         id=message_id_for(dedup_key),
@@ -126,42 +125,27 @@ def intended_on(
     user: User, reminder: Reminder, categories: Categories, day: date, now: datetime
 ) -> Message | None:
     """:func:`plan_reminder_on` under the reminder's own category policy; None when that
-    category is no longer configured (nothing to plan, as in :func:`plan_users`)."""
+    category is no longer configured (nothing to plan, as in :func:`plan_user`)."""
     if reminder.category not in categories:
         return None
     return plan_reminder_on(user, reminder, categories.get(reminder.category), day, now)
 
 
 def same_intent(a: Message, b: Message) -> bool:
-    """Whether two messages for one (user, reminder, local date) would notify alike:
-    same nominal instant, category, label and content. A re-plan keeps a message
-    that is still what the reminder intends, and replaces one that is not."""
-
-    def intent(m: Message) -> tuple[object, ...]:
-        return (m.nominal, m.category, m.label, m.title, m.body, m.data, m.timezone)
-
-    return intent(a) == intent(b)
+    """Whether two messages for one (user, reminder, local date) would notify alike. A
+    re-plan keeps a message that is still what the reminder intends, and replaces one
+    that is not."""
+    return all(
+        getattr(a, f) == getattr(b, f)
+        for f in ("nominal", "category", "label", "title", "body", "data", "timezone")
+    )
 
 
 def still_placed(expected: Message, pending: Message, now: datetime) -> bool:
     """Whether a pending message is still where the user's settings place it now: at the
-    same instant, or at one the new placement could no longer bring forward because it
-    has already passed (a send-time deferral or a retry keeps its own instant then).
-
-    A message planned while quiet hours covered its local time waits for their end; once
-    the quiet hours are removed or moved off it, its own instant is due again."""
+    same instant, or at one that has already passed (a deferral or retry keeps its own).
+    A message deferred by quiet hours since removed is due at its own instant again."""
     return expected.due == pending.due or expected.due <= now
-
-
-def plan_users(
-    users: Iterable[tuple[User, list[Reminder]]],
-    categories: Categories,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-) -> Iterator[Message]:
-    for user, reminders in users:
-        yield from plan_user(user, reminders, categories, start, end, now)
 
 
 def plan_user(
@@ -282,11 +266,8 @@ def next_nominal_from(
     now: datetime,
 ) -> datetime:
     """The first nominal instant at or after ``instant`` that ``user``'s reminders
-    intend (weekdays and DST honoured), or :data:`NOTHING_AHEAD`.
-
-    Looks from the local date before ``instant``'s (a time skipped by a DST gap can
-    move a date's instant into the next date) to eight days after: a reminder
-    fires at least once in any seven consecutive dates, or never.
+    intend, or :data:`NOTHING_AHEAD`. Looks from the local date before ``instant``'s (a
+    DST gap can move a date's instant into the next date) to eight days after.
     """
     if not user.enabled:
         return NOTHING_AHEAD

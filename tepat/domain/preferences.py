@@ -5,9 +5,8 @@ A user's preferences are one flat mapping of keys to booleans, stored as before:
 - ``"<category>"``: the category on every channel (the switch that existed first);
 - ``"<category>.<channel>"``: the category on one channel (``"marketing.email"``).
 
-The channel key wins where it is set, then the category key, then the default (on).
-So ``{"meal": False, "meal.inbox": True}`` means the inbox only, and an old client
-that only knows category keys keeps working unchanged.
+The channel key wins where it is set, then the category key, then the default (on):
+``{"meal": False, "meal.inbox": True}`` means the inbox only.
 """
 
 from __future__ import annotations

@@ -18,13 +18,9 @@ class PushTerms:
 
 
 def push_terms(message: Message, policy: CategoryPolicy, now: datetime) -> PushTerms:
-    """High priority unless the message is bulk (no moment to hit) in a category that
-    keeps quiet hours; one that may break them (safety) is urgent whatever it is marked.
-
-    The time to live is what is left of the category's missed window, counted as
-    :func:`tepat.domain.sendcheck.decide` counts it: a provider holding the notification
-    for an offline device never delivers it later than it would have been skipped as
-    missed had it been sent then.
+    """High priority unless the message is bulk in a category that keeps quiet hours.
+    The time to live is what is left of the missed window: a provider holding it for an
+    offline device never delivers it later than it would have been skipped as missed.
     """
     urgent = message.priority != BULK or policy.quiet_hours is QuietPolicy.BYPASS
     left = message.scheduled_at + policy.missed_window - now

@@ -1,14 +1,8 @@
-"""Which broker queue a message waits on (:func:`queue_for`): one per category for push
-(as before channels existed), one per (channel, priority class) for the other channels
-(a campaign of 100k e-mails never sits in front of a password reset), a critical queue
-per channel, and one for webhook deliveries.
-
-The name is a pure function of the message, so every publisher (creator, API, outbox,
-retries) and every consumer agree without sharing state. The consumer's order between
-batches in hand (``consumers/worker.py`` ``PriorityHold``) comes from
-:func:`queue_priority`: critical queues before every category, bulk and webhooks last.
-At the provider, :func:`may_use_critical_reserve` says which messages may use the share
-of its rate kept from everything else (``TEPAT_CRITICAL_RESERVE``).
+"""Which broker queue a message waits on (:func:`queue_for`): one per category for push,
+one per (channel, priority class) for the other channels (a campaign of 100k e-mails
+never sits in front of a password reset), a critical queue per channel, and one for
+webhook deliveries. A pure function of the message, so publishers and consumers agree
+without sharing state; :func:`queue_priority` orders the consumer's batches in hand.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Event types and where their messages go: category, priority, channel routes.
 
-Configured by ``TEPAT_EVENT_TYPES`` (see :func:`parse_event_types`); fan-out evaluates
-each route's condition per recipient with :func:`select_channels`. A route may name
-``email`` or ``sms`` only when its provider is configured (``Settings.enabled_channels``),
-so a configuration routing to a channel nobody can send on stops the process instead of
-leaving its messages pending forever.
+Configured by ``TEPAT_EVENT_TYPES`` (:func:`parse_event_types`). A route may name
+``email`` or ``sms`` only when its provider is configured, so a configuration routing to
+a channel nobody can send on stops the process instead of leaving messages pending.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tepat.domain.categories import Categories
-from tepat.domain.errors import DomainError
+from tepat.domain.errors import DomainError, enum_member
 
 
 class Channel(enum.StrEnum):
@@ -36,6 +34,9 @@ class Priority(enum.StrEnum):
     CRITICAL = "critical"  # OTP, safety: their own queues, never behind bulk
     NORMAL = "normal"
     BULK = "bulk"  # campaigns
+
+
+PRIORITY_ERROR = "expected critical, normal or bulk"
 
 
 class Condition(enum.StrEnum):
@@ -78,12 +79,12 @@ def parse_channel(
     except ValueError:
         known = ", ".join(sorted(Channel))
         raise DomainError(field, f"unknown channel {value!r} (available: {known})") from None
-    on = ", ".join(sorted(enabled))
     if channel not in enabled:
         raise DomainError(
             field,
-            f"channel {channel.value!r} has no provider configured (available: {on};"
-            " e-mail needs TEPAT_SMTP_HOST, SMS TEPAT_TWILIO_ACCOUNT_SID)",
+            f"channel {channel.value!r} has no provider configured (available:"
+            f" {', '.join(sorted(enabled))}; e-mail needs TEPAT_SMTP_HOST, SMS"
+            " TEPAT_TWILIO_ACCOUNT_SID)",
         )
     return channel
 
@@ -151,12 +152,8 @@ class EventTypes:
 
 
 def default_event_types(categories: Categories) -> EventTypes:
-    """The built-in set, used when ``TEPAT_EVENT_TYPES`` is unset.
-
-    Each names a built-in category; one whose category is not configured
-    (``TEPAT_CATEGORIES`` without it) is left out rather than stopping the process,
-    since the operator did not ask for it.
-    """
+    """The built-in set, used when ``TEPAT_EVENT_TYPES`` is unset; one whose category is
+    not configured is left out rather than stopping the process (nobody asked for it)."""
     return EventTypes(t for t in DEFAULT_EVENT_TYPES if t.category in categories)
 
 
@@ -184,17 +181,10 @@ def parse_event_types(
     categories: Categories,
     enabled: frozenset[Channel] = ALWAYS_ENABLED,
 ) -> EventTypes:
-    """``TEPAT_EVENT_TYPES`` as read from JSON; errors name the place, e.g.
-    ``order.paid.channels[1].when``.
-
-    Shape::
-
-        {"order.paid": {"category": "custom", "priority": "normal",
-                        "channels": [{"channel": "inbox", "when": "always"},
-                                     {"channel": "push", "when": "active_device"}]}}
-
-    ``priority`` defaults to ``normal``, ``when`` to ``always``; unknown keys are refused
-    (a misspelt ``"chanels"`` must not silently route nowhere).
+    """``TEPAT_EVENT_TYPES`` as read from JSON (``{"order.paid": {"category": "custom",
+    "priority": "normal", "channels": [{"channel": "inbox", "when": "always"}]}}``);
+    errors name the place (``order.paid.channels[1].when``). Unknown keys are refused:
+    a misspelt ``"chanels"`` must not silently route nowhere.
     """
     if not isinstance(raw, Mapping):
         raise DomainError("", "expected a JSON object of event types")
@@ -216,10 +206,9 @@ def _parse_one(
     if not isinstance(category, str) or category not in categories:
         known = ", ".join(sorted(categories.names))
         raise DomainError(f"{name}.category", f"expected a configured category ({known})")
-    try:
-        priority = Priority(spec.get("priority", Priority.NORMAL))
-    except ValueError:
-        raise DomainError(f"{name}.priority", "expected critical, normal or bulk") from None
+    priority = enum_member(
+        Priority, spec.get("priority", Priority.NORMAL), f"{name}.priority", PRIORITY_ERROR
+    )
     routes = spec.get("channels")
     if not isinstance(routes, list) or not 1 <= len(routes) <= MAX_ROUTES:
         raise DomainError(f"{name}.channels", f"expected a list of 1 to {MAX_ROUTES} routes")
@@ -233,11 +222,7 @@ def _parse_one(
         channel = parse_channel(route.get("channel"), f"{where}.channel", enabled)
         if any(r.channel is channel for r in parsed):
             raise DomainError(f"{where}.channel", f"{channel.value!r} is routed twice")
-        try:
-            when = Condition(route.get("when", Condition.ALWAYS))
-        except ValueError:
-            raise DomainError(
-                f"{where}.when", "expected always, active_device or fallback"
-            ) from None
-        parsed.append(Route(channel, when))
+        when = route.get("when", Condition.ALWAYS)
+        expected = "expected always, active_device or fallback"
+        parsed.append(Route(channel, enum_member(Condition, when, f"{where}.when", expected)))
     return EventType(name, category, priority, tuple(parsed))

@@ -29,12 +29,8 @@ class Skip:
 
 @dataclass(frozen=True, slots=True)
 class Supersede:
-    """The reminder no longer intends this message (deleted, disabled, moved, re-zoned).
-
-    It ends ``skipped`` (superseded) and releases its live key, so ``replacement``,
-    what the reminder intends now for the same local date, can take its place.
-    None when nothing is due any more for that date.
-    """
+    """The reminder no longer intends this message: it ends ``skipped`` (superseded) and
+    releases its live key for ``replacement`` (None: nothing is due for that date)."""
 
     replacement: Message | None
 
@@ -59,13 +55,9 @@ def check_still_intended(
     policy: CategoryPolicy,
     now: datetime,
 ) -> Supersede | None:
-    """Compare a reminder message with what its reminder intends *now* for its local date.
-
-    The question is semantic, not a version number: a message that a re-plan
-    could not cancel (it was already claimed) or that a slower concurrent plan
-    wrote is judged by the current user and reminder. Only the timing intent
-    matters here (the instant, the category); a text edit that reaches a message
-    already due is not worth losing the notification for.
+    """Compare a reminder message with what its reminder intends *now* for its local date
+    (not by version: a message a re-plan could not cancel is judged too). Only the timing
+    intent matters; a text edit reaching a message already due is not worth losing it.
     """
     if message.local_date is None:
         return None

@@ -73,13 +73,10 @@ def count_segments(body: str) -> Segments:
     encoding = encoding_of(body)
     widths = _widths(body, encoding)
     units = sum(widths)
-    single, part = (
-        (GSM7_SINGLE, GSM7_PART) if encoding is Encoding.GSM7 else (UCS2_SINGLE, UCS2_PART)
-    )
-    if units == 0:
-        return Segments(encoding, 0, 0)
-    if units <= single:
-        return Segments(encoding, units, 1)
+    gsm7 = encoding is Encoding.GSM7
+    if units <= (GSM7_SINGLE if gsm7 else UCS2_SINGLE):
+        return Segments(encoding, units, 1 if units else 0)
+    part = GSM7_PART if gsm7 else UCS2_PART
     segments, used = 1, 0
     for width in widths:
         if used + width > part:
@@ -98,16 +95,12 @@ def check_segments(body: str, max_segments: int, field: str) -> Segments:
     if info.segments == 0:
         raise DomainError(field, "an SMS needs a body")
     if info.segments > max_segments:
-        single = GSM7_SINGLE if info.encoding is Encoding.GSM7 else UCS2_SINGLE
+        gsm7 = info.encoding is Encoding.GSM7
+        why = "" if gsm7 else "; a character outside GSM-7 makes the body UCS-2"
         raise DomainError(
             field,
             f"{info.segments} SMS segments ({info.units} {info.encoding} units), at most"
-            f" {max_segments} allowed ({single} units fit one segment"
-            + (
-                ""
-                if info.encoding is Encoding.GSM7
-                else "; a character outside GSM-7 makes the body UCS-2"
-            )
-            + ")",
+            f" {max_segments} allowed ({GSM7_SINGLE if gsm7 else UCS2_SINGLE} units fit"
+            f" one segment{why})",
         )
     return info

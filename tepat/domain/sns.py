@@ -1,14 +1,10 @@
 """Amazon SNS HTTP(S) messages: their shape, the string they are signed over, the URLs
-they may name. Pure; the signature itself is checked in :mod:`tepat.adapters.sns_verify`.
+they may name. Pure; the signature is checked in :mod:`tepat.adapters.sns_verify`.
 
-As AWS documents it ("Verifying the signatures of Amazon SNS messages"), the signed
-string is ``name\\nvalue\\n`` for each of a fixed list of fields per message type
-(``_SIGNED_FIELDS``), in byte order; ``SignatureVersion`` 1 is RSA PKCS#1 v1.5 over
-SHA-1, 2 over SHA-256; and the certificate must come from an https URL on SNS's own
-host (``sns.<region>.amazonaws.com``), or anybody could sign with their own key.
-
-A valid signature proves SNS sent the message, not that *our* topic did: anyone can
-make a topic and subscribe our URL to it. So only the topics in
+As AWS documents it, the signed string is ``name\\nvalue\\n`` for each of a fixed list
+of fields per message type (``_SIGNED_FIELDS``); and the certificate must come from an
+https URL on SNS's own host, or anybody could sign with their own key. A valid signature
+proves SNS sent the message, not that *our* topic did: only the topics in
 ``TEPAT_EMAIL_EVENTS_TOPIC_ARNS`` are believed (:func:`check_topic`).
 """
 
@@ -97,13 +93,10 @@ def parse_message(body: Any) -> SnsMessage:
 
 def string_to_sign(message: SnsMessage) -> bytes:
     """The bytes SNS signed for ``message`` (see the module's docstring)."""
-    out = []
-    for name in _SIGNED_FIELDS[message.type]:
-        value = message.fields.get(name)
-        if value is None:
-            continue  # only Subject may be absent
-        out.append(f"{name}\n{value}\n")
-    return "".join(out).encode()
+    fields = message.fields  # only Subject may be absent
+    return "".join(
+        f"{n}\n{fields[n]}\n" for n in _SIGNED_FIELDS[message.type] if n in fields
+    ).encode()
 
 
 def check_sns_url(url: str, field: str) -> str:

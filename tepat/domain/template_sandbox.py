@@ -1,17 +1,13 @@
 """The sandbox templates render in: Jinja's immutable sandbox, with size, steps and time bounded.
 
-Jinja's sandbox keeps templates away from Python internals; it does not stop a template
-from building a gigabyte string or spinning. Here every way a template builds text is
-checked *before* the text is built: sizes given as arguments (:data:`MAX_STRING`; ``*``
-widths are refused), any text or list a step makes (:data:`MAX_TEXT`, counted by
-:func:`weight`), loop iterations and calls (:data:`MAX_STEPS`), time (checked at every
-step, so even a template within the other limits cannot hold a thread) and nesting
-(:data:`MAX_NESTING`, refused at save time instead of exhausting Python's recursion
-limit). ``lipsum`` is not offered, and lists and dicts cannot be changed in place (no
-``append`` doubling a list at every step).
-
-Every check raises :class:`~jinja2.exceptions.SecurityError`, which the caller turns
-into a ``render_error`` naming the template part.
+Jinja's sandbox keeps templates away from Python internals, not from building a gigabyte
+string or spinning. Here every way a template builds text is checked *before* the text
+is built: sizes given as arguments (:data:`MAX_STRING`; ``*`` widths are refused), any
+text or list a step makes (:data:`MAX_TEXT`, by :func:`weight`), loop iterations and
+calls (:data:`MAX_STEPS`), time (at every step) and nesting (:data:`MAX_NESTING`, refused
+at save time instead of exhausting Python's recursion limit). ``lipsum`` is not offered,
+and lists and dicts cannot be changed in place. Every check raises
+:class:`~jinja2.exceptions.SecurityError`.
 """
 
 from __future__ import annotations
@@ -34,9 +30,8 @@ from jinja2.utils import Namespace
 MAX_RANGE: Final = 1000
 MAX_STRING: Final = 64 * 1024  # the largest size one argument may ask for (width, repetition)
 MAX_TEXT: Final = 512 * 1024  # the most characters one step may build (= the largest part)
-# Steps in one render of one part: a loop iteration is one, a call (macro, function)
-# CALL_STEPS, about their relative cost; nested loops or a doubly recursive macro stop
-# within a few tens of milliseconds.
+# Steps in one render of one part: a loop iteration is one, a call CALL_STEPS (about
+# their relative cost): nested loops or a doubly recursive macro stop within tens of ms.
 MAX_STEPS: Final = 100_000
 CALL_STEPS: Final = 10
 MAX_NESTING: Final = 100  # levels of expressions and blocks in one source
@@ -52,9 +47,6 @@ _SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
 _SIZED_STR_METHODS = frozenset(
     {"center", "ljust", "rjust", "zfill", "expandtabs", "format", "format_map", "replace"}
 )
-
-
-# ---------------------------------------------------------------- the budget of a render
 
 
 @dataclass(slots=True)
@@ -98,9 +90,6 @@ def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
     for item in iterable:
         step()
         yield item
-
-
-# ---------------------------------------------------------------- sizes
 
 
 def weight(value: object, limit: int = MAX_TEXT) -> int:
@@ -157,9 +146,6 @@ def _read_join(items: Iterable[Any], separator: object) -> list[Any]:
     read = list(items)
     _within(weight(read) + weight(separator) * len(read), "a joined string of")
     return read
-
-
-# ---------------------------------------------------------------- filters
 
 
 def _join(value: Any, d: object = "", attribute: object = None) -> tuple[Any, ...]:
@@ -233,9 +219,6 @@ def _guarded(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         return original(*context, *given, **kwargs)
 
     return guarded
-
-
-# ---------------------------------------------------------------- the environment
 
 
 def _safe_range(*args: int) -> range:

@@ -1,13 +1,10 @@
 """Message templates: per (event type, channel, locale), versioned, rendered in a sandbox.
 
-A template holds one source per *part* of its channel (:data:`CHANNEL_PARTS`). Sources
-are Jinja2, compiled when saved (a syntax error is refused then, with its line) in the
-sandbox of ``tepat/domain/template_sandbox.py``, with :class:`~jinja2.StrictUndefined`: a
-variable missing from the data fails the render (:class:`TemplateError`, reason
-``render_error``) instead of printing a blank. Sources are written by admin-key holders
-and data comes from events, so sizes are bounded at save and at render (the limits
-below); the service renders in a worker thread, so even a render at its limits never
-holds the event loop.
+A template holds one Jinja2 source per *part* of its channel (:data:`CHANNEL_PARTS`),
+compiled when saved (a syntax error is refused then, with its line) in the sandbox of
+``tepat/domain/template_sandbox.py``, with :class:`~jinja2.StrictUndefined`: a variable
+missing from the data fails the render instead of printing a blank. Sources come from
+admin-key holders and data from events, so sizes are bounded at save and at render.
 
 Stored versions are immutable; :func:`template_id` names one (``order.paid:push:en:3``),
 which a message pins so a retry renders the same text.
@@ -16,6 +13,7 @@ which a message pins so a retry renders the same text.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import json
 import re
@@ -46,8 +44,6 @@ from tepat.domain.template_sandbox import (
     nesting,
     uses_reserved_name,
 )
-
-# ---------------------------------------------------------------- limits
 
 MAX_SOURCE_BYTES: Final = 16 * 1024
 MAX_PART_CHARS: Final = 8 * 1024
@@ -83,10 +79,8 @@ class TemplateFailure(enum.StrEnum):
 
 
 class TemplateError(DomainError):
-    """A template problem naming the field (``body``, ``data.order``) and its reason.
-
-    ``variable`` is the missing variable when a render failed on one.
-    """
+    """A template problem naming the field (``body``, ``data.order``), its reason and the
+    missing ``variable`` when a render failed on one."""
 
     def __init__(
         self,
@@ -99,6 +93,12 @@ class TemplateError(DomainError):
         super().__init__(field, message)
         self.reason = reason
         self.variable = variable
+
+
+_compile_error = functools.partial(TemplateError, reason=TemplateFailure.COMPILE_ERROR)
+_invalid = functools.partial(TemplateError, reason=TemplateFailure.INVALID)
+_too_large = functools.partial(TemplateError, reason=TemplateFailure.TOO_LARGE)
+_render_error = functools.partial(TemplateError, reason=TemplateFailure.RENDER_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +129,6 @@ CHANNEL_PARTS: Final[Mapping[Channel, tuple[PartSpec, ...]]] = {
     ),
     Channel.SMS: (PartSpec("body", True),),
 }
-
-
-# ---------------------------------------------------------------- identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,13 +179,8 @@ def content_hash(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-# ---------------------------------------------------------------- the sandbox
-
 _TEXT = environment(autoescape=False)
 _HTML = environment(autoescape=True)
-
-
-# ---------------------------------------------------------------- checking at save time
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,29 +194,21 @@ class CompiledTemplate:
 
 
 def check_parts(channel: Channel, parts: object, prefix: str = "") -> dict[str, Any]:
-    """Validate a template's parts for ``channel``: shape, sizes, and that each compiles.
-
-    Returns the parts as stored (optional parts left out or null are absent).
-    Raises :class:`TemplateError` naming ``prefix + part`` (``data.<key>`` for push data).
-    """
+    """The parts as stored (optional ones left out or null are absent), checked for
+    ``channel``: shape, sizes, and that each compiles; errors name ``prefix + part``."""
     specs = {s.name: s for s in CHANNEL_PARTS[channel]}
     if not isinstance(parts, Mapping):
-        raise TemplateError(
-            prefix.rstrip(".") or "body", "expected an object", TemplateFailure.INVALID
-        )
+        raise _invalid(prefix.rstrip(".") or "body", "expected an object")
     if unknown := [name for name in parts if name not in specs]:
-        raise TemplateError(
-            f"{prefix}{unknown[0]}",
-            f"not a part of a {channel.value} template (parts: {', '.join(specs)})",
-            TemplateFailure.INVALID,
-        )
+        parts_of = f"not a part of a {channel.value} template (parts: {', '.join(specs)})"
+        raise _invalid(f"{prefix}{unknown[0]}", parts_of)
     out: dict[str, Any] = {}
     for spec in specs.values():
         value = parts.get(spec.name)
         where = f"{prefix}{spec.name}"
         if value is None:
             if spec.required:
-                raise TemplateError(where, "required", TemplateFailure.INVALID)
+                raise _invalid(where, "required")
             continue
         if spec.mapping:
             out[spec.name] = _check_mapping(value, where)
@@ -232,10 +216,9 @@ def check_parts(channel: Channel, parts: object, prefix: str = "") -> dict[str, 
             out[spec.name] = _check_source(value, where)
     size = len(json.dumps(out, ensure_ascii=False).encode())
     if size > MAX_SOURCE_BYTES:
-        raise TemplateError(
+        raise _too_large(
             prefix.rstrip(".") or "body",
             f"template too large: {size} bytes of source (at most {MAX_SOURCE_BYTES})",
-            TemplateFailure.TOO_LARGE,
         )
     compile_parts(channel, out, prefix)  # syntax errors, with their line
     return out
@@ -243,35 +226,29 @@ def check_parts(channel: Channel, parts: object, prefix: str = "") -> dict[str, 
 
 def _check_source(value: object, where: str) -> str:
     if not isinstance(value, str):
-        raise TemplateError(where, "expected a string (a Jinja2 template)", TemplateFailure.INVALID)
+        raise _invalid(where, "expected a string (a Jinja2 template)")
     if len(value) > MAX_PART_CHARS:
-        raise TemplateError(
+        raise _too_large(
             where,
             f"template too large: {len(value)} characters (at most {MAX_PART_CHARS} per part)",
-            TemplateFailure.TOO_LARGE,
         )
     try:
         value.encode()
     except UnicodeEncodeError:
-        raise TemplateError(where, "must be valid Unicode text", TemplateFailure.INVALID) from None
+        raise _invalid(where, "must be valid Unicode text") from None
     return value
 
 
 def _check_mapping(value: object, where: str) -> dict[str, str]:
     if not isinstance(value, Mapping):
-        raise TemplateError(
-            where, "expected an object of string templates", TemplateFailure.INVALID
-        )
+        raise _invalid(where, "expected an object of string templates")
     if len(value) > MAX_DATA_KEYS:
-        raise TemplateError(where, f"at most {MAX_DATA_KEYS} keys", TemplateFailure.TOO_LARGE)
+        raise _too_large(where, f"at most {MAX_DATA_KEYS} keys")
     out = {}
     for key, source in value.items():
         if not isinstance(key, str) or not _DATA_KEY.fullmatch(key):
-            raise TemplateError(
-                f"{where}.{key}",
-                "keys are 1-64 letters, digits and _.- starting with a letter or _",
-                TemplateFailure.INVALID,
-            )
+            rule = "keys are 1-64 letters, digits and _.- starting with a letter or _"
+            raise _invalid(f"{where}.{key}", rule)
         out[key] = _check_source(source, f"{where}.{key}")
     return out
 
@@ -296,32 +273,22 @@ def _compile(env: Sandbox, source: str, where: str, variables: set[str]) -> jinj
     try:
         ast: nodes.Template = env.parse(source)
         if nesting(ast) > MAX_NESTING:
-            raise TemplateError(
+            raise _compile_error(
                 where,
                 f"does not compile: nested over {MAX_NESTING} levels deep (a long chain of"
                 " attributes, filters or operators?)",
-                TemplateFailure.COMPILE_ERROR,
             )
         if uses_reserved_name(ast):
-            raise TemplateError(where, f"{LOOP_GUARD} is a reserved name", TemplateFailure.INVALID)
+            raise _invalid(where, f"{LOOP_GUARD} is a reserved name")
         variables |= meta.find_undeclared_variables(ast)
         guard_loops(ast)  # each iteration takes a step of the render's budget
         return env.from_string(ast)
     except TemplateError:
         raise
-    except Exception as e:  # RecursionError, MemoryError too: a 422, never a 500
-        raise _compile_error(where, e) from None
-
-
-def _compile_error(where: str, e: Exception) -> TemplateError:
-    if isinstance(e, TemplateSyntaxError):
-        message = f"does not compile: line {e.lineno}: {e.message}"
-    else:  # a pathological source can exhaust the parser (RecursionError)
-        message = f"does not compile: {type(e).__name__}"
-    return TemplateError(where, message, TemplateFailure.COMPILE_ERROR)
-
-
-# ---------------------------------------------------------------- rendering
+    except TemplateSyntaxError as e:
+        raise _compile_error(where, f"does not compile: line {e.lineno}: {e.message}") from None
+    except Exception as e:  # a pathological source can exhaust the parser: a 422, not a 500
+        raise _compile_error(where, f"does not compile: {type(e).__name__}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,8 +327,37 @@ def render(
     context = dict(data)
     deadline = time.monotonic() + seconds
 
-    def one(t: jinja2.Template, where: str, limit: int) -> str:
-        return _render_one(t, context, f"{prefix}{where}", data_field, limit, deadline, seconds)
+    def one(template: jinja2.Template, part: str, limit: int) -> str:
+        where, size = f"{prefix}{part}", 0
+        chunks: list[str] = []
+        try:
+            with budget(deadline, seconds):
+                # Streamed, so an oversized or slow render stops at the limit, unfinished.
+                for chunk in template.generate(context):
+                    size += len(chunk)
+                    if size > limit:
+                        raise _render_error(
+                            where, f"rendered text over the limit of {limit} characters"
+                        )
+                    if time.monotonic() > deadline:
+                        took = f"rendering took over {seconds:g} s: templates must stay small"
+                        raise _render_error(where, took)
+                    chunks.append(chunk)
+                text = "".join(chunks)
+                text.encode()  # a lone surrogate from the data cannot be stored or sent
+                return text
+        except TemplateError:
+            raise
+        except UndefinedError as e:
+            line = _template_line(e)
+            if m := _UNDEFINED_NAME.match(str(e)):
+                name = m.group(1)
+                missing = f"missing variable {name!r}, used by {where}{line}"
+                raise _render_error(f"{data_field}.{name}", missing, variable=name) from None
+            raise _render_error(data_field, f"{e} (in {where}{line})") from None
+        except Exception as e:  # template code can raise anything (RecursionError, MemoryError)
+            failed = f"render failed{_template_line(e)}: {type(e).__name__}: {e}"
+            raise _render_error(where, failed[:500]) from None
 
     parts = {
         name: one(t, name, _limit(compiled.channel, name)) for name, t in compiled.parts.items()
@@ -389,73 +385,6 @@ def _limit(channel: Channel, part: str) -> int:
     return INBOX_LIMITS[part]
 
 
-def _render_one(
-    template: jinja2.Template,
-    context: dict[str, Any],
-    where: str,
-    data_field: str,
-    limit: int,
-    deadline: float,  # time.monotonic()
-    seconds: float,
-) -> str:
-    try:
-        with budget(deadline, seconds):
-            return _generate(template, context, where, limit, deadline, seconds)
-    except TemplateError:
-        raise
-    except UndefinedError as e:
-        line = _template_line(e)
-        m = _UNDEFINED_NAME.match(str(e))
-        if m:
-            variable = m.group(1)
-            raise TemplateError(
-                f"{data_field}.{variable}",
-                f"missing variable {variable!r}, used by {where}{line}",
-                TemplateFailure.RENDER_ERROR,
-                variable=variable,
-            ) from None
-        raise TemplateError(
-            data_field, f"{e} (in {where}{line})", TemplateFailure.RENDER_ERROR
-        ) from None
-    except Exception as e:  # template code can raise anything (RecursionError, MemoryError)
-        raise TemplateError(
-            where,
-            f"render failed{_template_line(e)}: {type(e).__name__}: {e}"[:500],
-            TemplateFailure.RENDER_ERROR,
-        ) from None
-
-
-def _generate(
-    template: jinja2.Template,
-    context: dict[str, Any],
-    where: str,
-    limit: int,
-    deadline: float,
-    seconds: float,
-) -> str:
-    chunks: list[str] = []
-    size = 0
-    # Streamed, so an oversized or slow render stops at the limit instead of finishing.
-    for chunk in template.generate(context):
-        size += len(chunk)
-        if size > limit:
-            raise TemplateError(
-                where,
-                f"rendered text over the limit of {limit} characters",
-                TemplateFailure.RENDER_ERROR,
-            )
-        if time.monotonic() > deadline:
-            raise TemplateError(
-                where,
-                f"rendering took over {seconds:g} s: templates must stay small",
-                TemplateFailure.RENDER_ERROR,
-            )
-        chunks.append(chunk)
-    text = "".join(chunks)
-    text.encode()  # a lone surrogate from the data cannot be stored or sent
-    return text
-
-
 def _template_line(exc: BaseException) -> str:
     """`` at line N`` of the template, from Jinja's rewritten traceback."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
@@ -469,7 +398,7 @@ def _check_rendered(r: Rendered, prefix: str) -> None:
         try:
             check_segments(r.body, SMS_MAX_SEGMENTS, f"{prefix}body")
         except DomainError as e:
-            raise TemplateError(e.field, e.message, TemplateFailure.RENDER_ERROR) from None
+            raise _render_error(e.field, e.message) from None
         return
     if r.channel is Channel.PUSH:
         size = len(
@@ -478,19 +407,17 @@ def _check_rendered(r: Rendered, prefix: str) -> None:
             ).encode("utf-8", "surrogatepass")
         )
         if size > PUSH_MAX_BYTES:
-            raise TemplateError(
+            raise _render_error(
                 f"{prefix}body",
                 f"rendered notification too large: {size} bytes (at most {PUSH_MAX_BYTES})",
-                TemplateFailure.RENDER_ERROR,
             )
         return
     if r.link is not None:
         try:
             check_link(r.link)
         except DomainError:
-            raise TemplateError(
+            raise _render_error(
                 f"{prefix}link",
                 "rendered link must be a URL or a path starting with '/',"
                 f" got {r.link.strip()[:100]!r}",
-                TemplateFailure.RENDER_ERROR,
             ) from None

@@ -7,10 +7,8 @@
   before the gap, so 02:30 on New York's spring-forward day is 07:30Z.
 - Quiet hours are local ``[start, end)`` and wrap midnight when end <= start.
 
-PEP 495 gives exactly these two rules with ``fold=0``: for a repeated wall time
-it selects the earlier instant, and for a skipped one it applies the offset
-from before the transition. The property tests check that claim against an
-independent computation over every IANA zone.
+PEP 495's ``fold=0`` gives exactly the two rules; the property tests check that against
+an independent computation over every IANA zone.
 """
 
 from __future__ import annotations
@@ -44,10 +42,7 @@ def in_quiet_hours(at: time, quiet: QuietHours | None) -> bool:
 
 
 def quiet_period_end(local: datetime, quiet: QuietHours, zone: tzinfo) -> datetime:
-    """The UTC instant ending the quiet period that contains wall time ``local``.
-
-    Only meaningful when ``in_quiet_hours(local.time(), quiet)``.
-    """
+    """The UTC instant ending the quiet period that contains wall time ``local``."""
     instant = local.replace(tzinfo=zone).astimezone(UTC)
     # The next instant the wall clock reads quiet.end: today's or tomorrow's, either
     # pass through a repeated hour. In a fall-back night the clock can read the end
@@ -63,10 +58,8 @@ def quiet_period_end(local: datetime, quiet: QuietHours, zone: tzinfo) -> dateti
 
 
 def local_dates_covering(start: datetime, end: datetime, zone: tzinfo) -> list[date]:
-    """Every local date in ``zone`` whose instants may fall in ``[start, end)``.
-
-    One day of margin each side absorbs offsets up to ±26 h and DST shifts.
-    """
+    """Every local date in ``zone`` whose instants may fall in ``[start, end)`` (a day
+    of margin each side absorbs offsets up to ±26 h and DST shifts)."""
     first = utc_to_local(start, zone).date() - timedelta(days=1)
     last = utc_to_local(end, zone).date() + timedelta(days=1)
     return [first + timedelta(days=n) for n in range((last - first).days + 1)]

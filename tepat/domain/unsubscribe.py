@@ -1,22 +1,18 @@
 """One-click unsubscribe tokens (RFC 8058): who may be opted out of what, signed.
 
 The link in a bulk e-mail's ``List-Unsubscribe`` header is ``{public_url}/u/{token}``.
-A mail provider (Gmail, Yahoo) POSTs to it with no cookie and no login, so the token
-itself is the authority: it names the user, the category and the channel, carries an
-expiry, and is signed with HMAC-SHA256 under ``TEPAT_UNSUBSCRIBE_SECRET``. Nobody without
-the secret can make one, or change one into another user's.
+A mail provider POSTs to it with no cookie and no login, so the token itself is the
+authority: it names the user, the category and the channel, carries an expiry, and is
+signed with HMAC-SHA256 under ``TEPAT_UNSUBSCRIBE_SECRET``.
 
 The format is compact and URL-safe (base64url, no padding)::
 
     base64url("1\\n" expiry "\\n" channel "\\n" category "\\n" user_id) "." base64url(mac[:16])
 
 ``1`` is the format version; ``expiry`` is Unix seconds. The MAC is over a fixed prefix
-and the payload bytes, truncated to 128 bits (ample against forgery: an attacker gets one
-guess per request). Reading checks, in order, the shape (:class:`TokenMalformed`), the
-signature (:class:`TokenForged`), then the expiry (:class:`TokenExpired`): an expiry is
-only believed once the signature holds.
-
-Pure: the secret and the instant are passed in.
+and the payload bytes, truncated to 128 bits (ample: an attacker gets one guess per
+request). Reading checks the shape, the signature, then the expiry: an expiry is only
+believed once the signature holds. Pure.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Signed status webhooks out (issue 12, item 5), following the Standard Webhooks spec.
 
-An app subscribes a URL to status changes of messages. Each change becomes one *status
-event* whose id (:func:`status_event_id`) is the same across retries and across
-subscriptions, so a receiver dedups on it (the ``webhook-id`` header). Each (subscription,
-event) becomes one webhook *delivery message* (:func:`delivery_message`): a
-:class:`~tepat.domain.models.Message` on channel ``webhook`` that rides the outbox, the
-queues, the claim, the retries and the dead-lettering of every other message.
+Each status change of a message becomes one *status event* whose id
+(:func:`status_event_id`) is the same across retries and subscriptions, so a receiver
+dedups on it (``webhook-id``). Each (subscription, event) becomes one *delivery message*
+(:func:`delivery_message`) on channel ``webhook``, which rides the outbox, queues,
+claim, retries and dead-lettering of every other message.
 
-Signing follows https://www.standardwebhooks.com, "Signature scheme" (:func:`sign`). While
-a rotated secret is still valid every valid secret signs, so a receiver that knows either
-verifies.
-
-Pure: no I/O; the clock and the randomness come from the caller.
+Signing follows https://www.standardwebhooks.com (:func:`sign`). While a rotated secret
+is still valid every valid secret signs, so a receiver that knows either verifies. Pure.
 """
 
 from __future__ import annotations
@@ -46,9 +42,8 @@ ROTATION_OVERLAP = timedelta(hours=24)
 MAX_URL_LENGTH = 2048
 MAX_SECRETS = 8  # rotations within one overlap window pile up; beyond this, refuse
 
-#: Status -> event type. ``missed`` (past its category's window) is a kind of skip for a
-#: receiver: it arrives as ``message.skipped`` with ``status: "missed"``. ``read`` comes
-#: from the inbox. ``pending``, ``sending`` and ``cancelled`` (a re-plan's replacement)
+#: Status -> event type: ``missed`` arrives as ``message.skipped`` with ``status:
+#: "missed"``; ``read`` comes from the inbox; ``pending``, ``sending`` and ``cancelled``
 #: are internal and never sent.
 STATUS_EVENT_TYPES: Mapping[str, str] = {
     "sent": "message.sent",
@@ -60,9 +55,8 @@ STATUS_EVENT_TYPES: Mapping[str, str] = {
 }
 EVENT_TYPES: tuple[str, ...] = tuple(dict.fromkeys(STATUS_EVENT_TYPES.values()))
 
-#: A receiver down for an hour loses nothing: full-jitter backoff from 5 s, at most an
-#: hour between attempts, given up after 3 days (the spec's example schedule spans about
-#: three days too). The attempt count is not the limit: age is.
+#: A receiver down for an hour loses nothing: backoff from 5 s up to an hour, given up
+#: after 3 days (as the spec's example schedule); age is the limit, not attempts.
 WEBHOOK_RETRY = RetryPolicy(
     base_seconds=5.0, cap_seconds=3600.0, max_attempts=1000, max_age=timedelta(days=3)
 )
@@ -109,12 +103,9 @@ class WebhookSubscription:
 
 @dataclass(frozen=True, slots=True)
 class StatusChangeEntry:
-    """One status change waiting to become webhooks (the store's journal).
-
-    Written in the same write as the change itself, so a change is never lost between
-    its write and its webhook. ``channel`` is None where the journal does not know it
-    (the emitter reads it from the message). ``key`` is the store's handle to drop it.
-    """
+    """One status change waiting to become webhooks (the store's journal), written in
+    the same write as the change. ``channel`` is None where the journal does not know it;
+    ``key`` is the store's handle to drop it."""
 
     key: str
     message_id: str
@@ -124,9 +115,6 @@ class StatusChangeEntry:
     at: datetime
     reason: str | None = None
     channel: str | None = None
-
-
-# --- secrets and signing ----------------------------------------------------------
 
 
 def new_secret(random_bytes: bytes) -> str:
@@ -168,14 +156,12 @@ def rotate(sub: WebhookSubscription, secret: str, now: datetime) -> WebhookSubsc
     """A new current secret; the ones signing until now keep signing for
     :data:`ROTATION_OVERLAP` (or less, if they were already due to stop), expired ones
     are dropped."""
-    kept: list[WebhookSecret] = []
-    for s in sub.secrets:
-        if not s.valid_at(now):
-            continue
-        ends = now + ROTATION_OVERLAP
-        kept.append(
-            replace(s, expires_at=ends if s.expires_at is None else min(s.expires_at, ends))
-        )
+    ends = now + ROTATION_OVERLAP
+    kept = [
+        replace(s, expires_at=ends if s.expires_at is None else min(s.expires_at, ends))
+        for s in sub.secrets
+        if s.valid_at(now)
+    ]
     if len(kept) + 1 > MAX_SECRETS:
         raise DomainError(
             "secret", f"at most {MAX_SECRETS} secrets sign at once; wait for one to expire"
@@ -188,13 +174,9 @@ def rotate(sub: WebhookSubscription, secret: str, now: datetime) -> WebhookSubsc
     )
 
 
-# --- input checks -----------------------------------------------------------------
-
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
-
-
 def _loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+    name = host.lower()
+    if name in ("localhost", "localhost.localdomain") or name.endswith(".localhost"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -229,8 +211,6 @@ def check_url(value: str, allow_http: bool = False) -> str:
         )
     return url
 
-
-# --- where a webhook may go (SSRF) ---------------------------------------------------
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -337,31 +317,25 @@ def check_event_types(values: Iterable[str]) -> tuple[str, ...]:
     chosen = list(dict.fromkeys(values))
     if not chosen:
         raise DomainError("event_types", f"name at least one of {', '.join(EVENT_TYPES)}")
-    for v in chosen:
-        if v not in EVENT_TYPES:
-            raise DomainError(
-                "event_types", f"unknown event type {v!r}; one of {', '.join(EVENT_TYPES)}"
-            )
+    if unknown := [v for v in chosen if v not in EVENT_TYPES]:
+        raise DomainError(
+            "event_types", f"unknown event type {unknown[0]!r}; one of {', '.join(EVENT_TYPES)}"
+        )
     return tuple(t for t in EVENT_TYPES if t in chosen)
 
 
 def check_categories(values: Iterable[str], known: Iterable[str]) -> tuple[str, ...]:
     names = set(known)
     chosen = tuple(dict.fromkeys(values))
-    for v in chosen:
-        if v not in names:
-            raise DomainError("categories", f"unknown category {v!r}")
+    if unknown := [v for v in chosen if v not in names]:
+        raise DomainError("categories", f"unknown category {unknown[0]!r}")
     return chosen
-
-
-# --- status events and their deliveries ---------------------------------------------
 
 
 def status_event_id(message_id: str, status: str) -> str:
     """The event's stable id (``webhook-id``): one per (message, status), since a status
     is reached at most once (forward-only). No ``.`` in it, as the spec asks."""
-    digest = hashlib.blake2b(f"{message_id}|{status}".encode(), digest_size=16).hexdigest()
-    return f"msg_{digest}"
+    return "msg_" + hashlib.blake2b(f"{message_id}|{status}".encode(), digest_size=16).hexdigest()
 
 
 def business_event_id(dedup_key: str) -> str | None:

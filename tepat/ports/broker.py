@@ -1,10 +1,8 @@
 """The Broker port: delay queues that carry timing, not truth.
 
-The broker holds batches of message ids, each delivered at (or slightly
-after) its due instant. Delivery is at least once: a batch that was not acked
-comes back, and the consumer's atomic claim in the store makes a repeat harmless.
-Shaped after dramatiq's broker interface: a small surface, real adapters
-(embedded, ActiveMQ) and one contract suite (``tests/contract/test_broker_contract.py``).
+Batches of message ids, each delivered at (or slightly after) its due instant, at least
+once: a batch not acked comes back, and the consumer's atomic claim makes a repeat
+harmless.
 """
 
 from __future__ import annotations
@@ -54,13 +52,11 @@ class DeadLetter:
 class RedeliveryPolicy:
     """When a nacked delivery comes back, and when it is dead-lettered instead.
 
-    The ``n``-th nack hands the message back after ``base * 2**(n-1)`` seconds,
-    capped at ``cap``, each delay drawn within ``±jitter`` of that (never above
-    ``cap``) so that batches nacked together by one outage do not all return
-    at once. A nack dead-letters the message only once it has been failing for
-    ``retry_age``, counted from its first nack; consumer crashes never start
-    that count. So a store outage shorter than the retry age only delays the
-    batches in flight, while a poison batch still reaches the DLQ.
+    The ``n``-th nack hands the message back after ``base * 2**(n-1)`` seconds, capped,
+    within ``±jitter`` so batches nacked together by one outage do not all return at
+    once. A nack dead-letters only once the message has been failing for ``retry_age``
+    since its first nack: a store outage shorter than that only delays the batches in
+    flight, while a poison batch still reaches the DLQ.
     """
 
     base_seconds: float = 1.0
@@ -105,20 +101,14 @@ class Broker(Protocol):
     def consume(
         self, queues: Sequence[str], prefetch: int
     ) -> AbstractAsyncContextManager[AsyncIterator[Delivery]]:
-        """Deliveries from ``queues`` with at most ``prefetch`` unacked at once.
-
-        Leaving the context (or the task being cancelled) returns every unacked
-        delivery to its queue for redelivery.
-        """
+        """Deliveries from ``queues`` with at most ``prefetch`` unacked at once; leaving
+        the context returns every unacked delivery to its queue for redelivery."""
 
     async def ack(self, delivery: Delivery) -> None: ...
 
     async def nack(self, delivery: Delivery, reason: str) -> None:
-        """Hand the delivery back, due again after the adapter's :class:`RedeliveryPolicy` delay.
-
-        Once the message has been failing for the policy's retry age it goes to
-        the queue's DLQ instead, with ``reason`` and the number of nacks.
-        """
+        """Hand the delivery back, due again after the :class:`RedeliveryPolicy` delay (to
+        the queue's DLQ, with ``reason``, once it has been failing for the retry age)."""
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]: ...
 

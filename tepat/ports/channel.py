@@ -1,15 +1,7 @@
 """The Channel port: hand rendered messages to one channel (push, inbox, e-mail, SMS,
-webhooks), with typed outcomes.
-
-Every channel goes through the one send path (``tepat/services/sending/channel_sender.py``):
-claim, the send-time checks, the target (resolved and checked against suppressions at
-send time), the send, and one recorder for the answers
-(:mod:`tepat.services.sending.recording`) under one set of rules
-(:mod:`tepat.domain.outcomes`). Push's fan-out to devices and its coalescing of requests
-across batches are its adapter's own (``tepat/services/sending/push_channel.py``).
-
-An adapter never raises for a provider-side problem: it returns what happened, one
-outcome per item, in order (docs/PRINCIPLES.md principle 4).
+webhooks), with typed outcomes, through the one send path
+(``tepat/services/sending/channel_sender.py``). An adapter never raises for a
+provider-side problem: it returns one outcome per item, in order.
 """
 
 from __future__ import annotations
@@ -26,13 +18,11 @@ from tepat.ports.try_again import TryAgain
 class Outgoing:
     """One message to one target, with everything the adapter needs to send it.
 
-    ``message`` carries the rendered parts pinned at creation: ``title`` (the e-mail
-    subject, the inbox title), ``body`` (the text part, the SMS body) and
-    ``message.content`` (``html``, ``link``: channel-specific parts). ``target`` is what
-    the channel addresses: a user id (inbox, push), an e-mail address, an E.164 number;
-    ``devices``, push's: the user's active devices the message goes to.
-    ``unsubscribe_url`` is set for bulk categories on channels that offer one-click
-    unsubscribe (RFC 8058), signed for this (user, category, channel).
+    ``message`` carries the rendered parts pinned at creation (``title``, ``body``,
+    ``content``: ``html``, ``link``). ``target`` is what the channel addresses: a user id
+    (inbox, push), an e-mail address, an E.164 number; ``devices``, push's: the user's
+    active devices. ``unsubscribe_url``: for bulk categories on channels that offer
+    one-click unsubscribe (RFC 8058).
     """
 
     message: Message

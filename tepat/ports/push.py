@@ -1,8 +1,5 @@
-"""The PushProvider port: hand notifications to a push service, with typed outcomes.
-
-A provider call never raises for a provider-side problem: it returns what
-happened (docs/PRINCIPLES.md §1, principle 4), so callers only branch on types. A
-temporary failure is :class:`~tepat.ports.try_again.TryAgain`, as on every channel.
+"""The PushProvider port: hand notifications to a push service, with typed outcomes (a
+call never raises for a provider-side problem; a temporary failure is ``TryAgain``).
 """
 
 from __future__ import annotations

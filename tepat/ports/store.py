@@ -1,9 +1,5 @@
-"""The Store port: every repository of ``tepat/ports/repositories/`` in one object.
-
-The store is the source of truth (docs/PRINCIPLES.md §1). Each adapter
-(``tepat/adapters/sqlite/``, ``tepat/adapters/mongo/``) provides the whole of it and
-passes one contract suite per repository (``tests/contract/``); services name only the
-repositories they use.
+"""The Store port, the source of truth: every repository of ``tepat/ports/repositories/``
+in one object, which each adapter provides whole; services name only the ones they use.
 """
 
 from __future__ import annotations
@@ -63,6 +59,5 @@ class Store(
 
     @property
     def unavailable_errors(self) -> tuple[type[Exception], ...]:
-        """The exceptions that mean "the store cannot answer now, try again later"
-        (a server down, unreachable or too slow), as opposed to a bug or bad data.
-        The API answers them 503 with Retry-After instead of 500."""
+        """The exceptions that mean "the store cannot answer now, try again later", not a
+        bug or bad data: the API answers them 503 with Retry-After."""

@@ -1,9 +1,5 @@
-"""The one "try again" answer of every provider port (push, e-mail, SMS, webhooks).
-
-Kept apart from both ports so that :mod:`tepat.ports.push` and
-:mod:`tepat.ports.channel` name the same type: a temporary failure means the same
-thing whichever provider gave it, and one recorder reads it for every channel
-(:mod:`tepat.services.sending.recording`).
+"""The one "try again" answer of every provider port (push, e-mail, SMS, webhooks): a
+temporary failure means the same whichever provider gave it, and one recorder reads it.
 """
 
 from __future__ import annotations
@@ -19,22 +15,15 @@ class TryAgain:
 
     ``maybe_sent`` says whether the provider may have acted on the request anyway:
 
-    * ``False``, *not sent*: the request never reached the provider whole (no connection,
-      pool timeout, an error while the body was still being written) or the provider
-      refused it without acting (429, 408, 503). Sending again cannot duplicate anything.
-    * ``True``, *maybe sent*: the whole request went out and the answer was lost (read
-      timeout, connection dropped while waiting, an unreadable 200, a 5xx the provider
-      does not document as safe to retry). The provider may have accepted some or all
-      of it, so sending again may deliver a second copy; whether to do so is the
-      category's ``maybe_sent`` policy (:class:`tepat.domain.categories.MaybeSentPolicy`).
+    * ``False``, *not sent*: the request never reached the provider whole, or the provider
+      refused it without acting (429, 408, 503): sending again duplicates nothing.
+    * ``True``, *maybe sent*: the whole request went out and the answer was lost (a read
+      timeout, an unreadable 200, an undocumented 5xx): sending again may deliver a
+      second copy, as the category's ``maybe_sent`` policy decides.
 
-    ``server_error`` marks a 5xx the provider's documentation says to retry (Expo: "retry
-    429 and 5xx with exponential backoff"). It is retried like any not-sent answer,
-    whatever the category's policy, because that is the common, transient case; the rare
-    one where the provider had acted before failing is a possible duplicate, counted in
-    ``tepat_maybe_sent_total{action="retried_5xx"}``.
-
-    Only a send gives the flags a meaning; reading receipts is idempotent.
+    ``server_error`` marks a 5xx the provider documents as retryable: retried whatever the
+    category's policy (the common, transient case); the rare one where the provider had
+    acted is a possible duplicate, counted in ``tepat_maybe_sent_total{action="retried_5xx"}``.
     """
 
     reason: str

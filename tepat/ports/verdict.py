@@ -13,17 +13,11 @@ from tepat.ports.try_again import TryAgain
 
 
 def verdict_of(answer: object) -> Verdict:
-    """The one place that decides which answers count as a provider-side failure.
-
-    * :class:`TryAgain` is a failure (connect errors, timeouts, 5xx, the provider's own
-      "unavailable", a lost answer), *except* when ``throttled``: a 429 is the provider
-      working as designed, and the adaptive rate already slows down for it.
-    * An acceptance, a recipient's refusal (:class:`Refused`, push :class:`Tickets` even
-      with a dead token's error, or that one notification's ticket: failover reads
-      per device) and a :class:`Rejected` whole request (bad credentials, a
-      malformed request) say the provider is up: it answered, and a breaker can fix
-      neither a recipient nor a configuration.
-    * :class:`Withheld` (nothing went out) says nothing.
+    """The one place that decides which answers count as a provider-side failure:
+    :class:`TryAgain`, *except* when ``throttled`` (a 429 is the provider working as
+    designed). An acceptance, a recipient's refusal and a :class:`Rejected` request say
+    the provider is up (a breaker can fix neither a recipient nor a configuration);
+    :class:`Withheld` (nothing went out) says nothing.
     """
     match answer:
         case TryAgain(throttled=False):

@@ -85,8 +85,7 @@ class AccountParts(Protocol):
 
     @property
     def push_kinds(self) -> Collection[str]:
-        """The device kinds this deployment has a push provider for: a device of
-        another kind is refused, as nothing could send to it."""
+        """The device kinds a push provider is configured for (nothing sends to others)."""
         ...
 
 
@@ -116,9 +115,6 @@ class _Keep(enum.Enum):
 
 
 KEEP: Final = _Keep.KEEP  # "leave this field as it is" in partial updates
-
-
-# ---------------------------------------------------------------- users
 
 
 async def get_user(rt: HasUsers, user_id: str) -> User:
@@ -154,24 +150,20 @@ async def put_user(
         return old, False  # a repeated PUT: no write, nothing to re-plan
     stored, inserted = await rt.store.upsert_user(user)
     # A user new to this request has nothing planned, unless a concurrent request
-    # created it first and a reminder was planned under that one's zone: then it has
-    # reminders (a reminder's own re-plan, written after this read, reads this zone).
-    # The write that inserted it need not look: a reminder needs its user first, so
-    # any reminder's re-plan comes after this insert and reads this zone.
-    # The plan run marks a user with no reminders; the PUT need not.
+    # created it first and a reminder was planned under that one's zone. The write that
+    # inserted it need not look: a reminder needs its user first, so its re-plan comes
+    # after this insert and reads this zone.
     if (
         plan_changed(old, user)
         if old is not None
         else not inserted and bool(await rt.store.list_reminders(user_id))
     ):
-        # The re-plan takes a new plan version from the store (atomically), so a
-        # retried or overlapping PUT never reuses the keys of another's plan.
+        # A new plan version, taken atomically: an overlapping PUT never reuses its keys.
         await rt.creator.replan_user(user_id)
         again = await rt.store.get_user(user_id)  # with the version the re-plan took
         assert again is not None
         stored = again
-    # Of two concurrent creates, the one whose write inserted answers "created".
-    return stored, inserted
+    return stored, inserted  # of two concurrent creates, the one whose write inserted
 
 
 def merged_user(
@@ -202,9 +194,6 @@ def plan_changed(old: User, new: User) -> bool:
     )
 
 
-# ---------------------------------------------------------------- devices
-
-
 async def register_device(
     rt: AccountParts,
     user_id: str,
@@ -220,13 +209,11 @@ async def register_device(
 ) -> Device:
     """Register or rotate a device's token (the store keeps one active binding each).
 
-    ``check_endpoint`` (I/O: it resolves the host) refuses a Web Push endpoint Tepat may
-    not connect to, as a :class:`DomainError` naming ``push_token`` (or ``fallback.token``).
-
+    ``check_endpoint`` (I/O) refuses a Web Push endpoint Tepat may not connect to.
     ``from_other_users=False`` (an end user's own token) refuses a token active on another
     user's device: tokens are not secrets, so a user must not pull another's phone onto
-    their account; the backend may (a phone that changed hands). A new device past
-    ``max_devices`` active ones is refused. Both are :class:`FieldConflict`.
+    their account; the backend may (a phone that changed hands). So is a new device past
+    ``max_devices`` active ones: both are :class:`FieldConflict`.
     """
     await get_user(rt, user_id)
     now = rt.clock.now()
@@ -272,9 +259,8 @@ def checked_device(
     push_kinds: Collection[str],
     fallback: tuple[str, str] | None = None,
 ) -> Device:
-    """A ``kind`` device, refused unless ``push_kinds`` (the kinds a provider is
-    configured for) has its kind and its token is shaped for it; its ``fallback``
-    (kind, token) alike."""
+    """A ``kind`` device whose kind is in ``push_kinds`` and whose token is shaped for it;
+    its ``fallback`` (kind, token) alike."""
     check_identifier(device_id, "device_id")
     check_push_token(push_token, check_push_kind(kind, push_kinds))
     fallback_kind = fallback_token = None
@@ -302,13 +288,9 @@ async def _past_device_quota(
     if max_devices is None:
         return None
     active = {d.device_id for d in await rt.store.list_devices(user_id) if d.active}
-    if not (ours or device_id not in active) or len(active - {device_id}) < max_devices:
+    if not (ours or device_id not in active):
         return None
-    return FieldConflict(
-        "device_id",
-        f"the user has reached {max_devices} active devices, the most allowed"
-        " (TEPAT_MAX_DEVICES_PER_USER): delete one first",
-    )
+    return _quota_refusal(len(active - {device_id}), max_devices, "device_id", "active devices")
 
 
 async def deactivate_device(rt: AccountParts, user_id: str, device_id: str) -> None:
@@ -326,9 +308,6 @@ async def list_devices(rt: AccountParts, user_id: str) -> list[Device]:
     return await rt.store.list_devices(user_id)
 
 
-# ---------------------------------------------------------------- reminders
-
-
 async def put_reminder(
     rt: AccountParts,
     user_id: str,
@@ -344,9 +323,8 @@ async def put_reminder(
     enabled: bool = True,
     max_reminders: int | None = None,
 ) -> tuple[Reminder, bool]:
-    """Create or replace a reminder and re-plan its pending messages; ``(reminder, created)``,
-    ``created`` only for the request whose write inserted it. A new one past
-    ``max_reminders`` is a :class:`FieldConflict`."""
+    """Create or replace a reminder and re-plan; ``(reminder, created)``, ``created`` only
+    for the request whose write inserted it. One past ``max_reminders``: FieldConflict."""
     await get_user(rt, user_id)
     fields = ReminderItem(
         reminder_id, category, local_time, title, body, label, days, data, enabled
@@ -357,7 +335,7 @@ async def put_reminder(
     else:  # one read for both: this reminder as stored, and how many the user has
         theirs = await rt.store.list_reminders(user_id)
         old = next((r for r in theirs if r.reminder_id == reminder_id), None)
-        if old is None and (refused := _reminder_quota_refusal(len(theirs), max_reminders)):
+        if old is None and (refused := _quota_refusal(len(theirs), max_reminders)):
             raise refused
     reminder = revised_reminder(old, new)
     if reminder is None:
@@ -365,12 +343,11 @@ async def put_reminder(
         return old, False  # nothing that planning sees changed: keep the pending messages
     reminder, inserted = await rt.store.upsert_reminder(reminder)
     # Concurrent creates all pass the check above, so each that inserted counts again and
-    # undoes its own insert past the cap. The last kept insert counts every kept one, so
-    # the cap holds (a race may refuse one that would have fitted, never admit one more).
+    # undoes its own insert past the cap: a race may refuse one that fits, never admit more.
     refused = None
     if inserted and max_reminders is not None:
         others = len(await rt.store.list_reminders(user_id)) - 1
-        refused = _reminder_quota_refusal(others, max_reminders)
+        refused = _quota_refusal(others, max_reminders)
     if refused:
         await rt.store.delete_reminder(user_id, reminder_id)
     # After an undo too: it cancels what a plan run may have made of the undone reminder.
@@ -380,20 +357,23 @@ async def put_reminder(
     return reminder, inserted
 
 
-def _reminder_quota_refusal(others: int, max_reminders: int) -> FieldConflict | None:
-    """The refusal of a new reminder if the user's ``others`` already reach the cap."""
-    if others < max_reminders:
+def _quota_refusal(
+    others: int, cap: int, field: str = "reminder_id", what: str = "reminders"
+) -> FieldConflict | None:
+    """The refusal of one more if the user's ``others`` already reach the cap."""
+    if others < cap:
         return None
+    setting = (
+        "TEPAT_MAX_DEVICES_PER_USER" if field == "device_id" else "TEPAT_MAX_REMINDERS_PER_USER"
+    )
     return FieldConflict(
-        "reminder_id",
-        f"the user has reached {max_reminders} reminders, the most allowed"
-        " (TEPAT_MAX_REMINDERS_PER_USER): delete one first",
+        field, f"the user has reached {cap} {what}, the most allowed ({setting}): delete one first"
     )
 
 
 @dataclass(frozen=True, slots=True)
 class ReminderItem:
-    """A reminder as a request gives it, before :func:`checked_reminder`."""
+    """A reminder as a request gives it."""
 
     reminder_id: str
     category: str
@@ -457,9 +437,6 @@ async def list_reminders(rt: AccountParts, user_id: str) -> list[Reminder]:
     return await rt.store.list_reminders(user_id)
 
 
-# ---------------------------------------------------------------- preferences
-
-
 async def set_preferences(
     rt: AccountParts, user_id: str, categories: Mapping[str, bool]
 ) -> dict[str, bool]:
@@ -479,9 +456,6 @@ async def get_preferences(rt: AccountParts, user_id: str) -> dict[str, bool]:
     return preferences.view(await rt.store.get_preferences(user_id), rt.categories.names)
 
 
-# ---------------------------------------------------------------- messages
-
-
 async def list_messages(rt: AccountParts, query: MessageQuery) -> MessagePage:
     await get_user(rt, query.user_id)
     if query.scheduled_from and query.scheduled_to and query.scheduled_to < query.scheduled_from:
@@ -496,9 +470,6 @@ async def list_messages(rt: AccountParts, query: MessageQuery) -> MessagePage:
         raise DomainError("cursor", "not a cursor this API returned") from None
 
 
-# ---------------------------------------------------------------- one-off notifications
-
-
 async def create_oneoff(
     rt: AccountParts,
     user_id: str,
@@ -511,9 +482,8 @@ async def create_oneoff(
 ) -> tuple[Message, bool]:
     """A one-off message now or at ``send_at``; returns ``(message, created)``.
 
-    The idempotency key names the intent; the store's unique index on the
-    message's live key decides which of several concurrent requests creates
-    it (no check-then-insert). A repeat with the same request returns the
+    The idempotency key names the intent; the unique index on the live key decides which
+    of concurrent requests creates it. A repeat with the same request returns the
     existing message; the same key with a different request is a conflict.
     """
     user = await get_user(rt, user_id)
@@ -536,9 +506,8 @@ async def create_oneoff(
     )
     result = await rt.store.insert_messages([msg])
     if result.created:
-        # Stored with its outbox mark: from here on nothing loses it, so a broker
-        # failure is left to the publisher loop, not reported to the client. Only
-        # what is due within seconds: the loop batches later ones per due second.
+        # Stored with its outbox mark: a broker failure is the publisher loop's, not the
+        # client's.
         await rt.outbox.flush_soon()
         return result.created[0], True
     assert msg.live_key is not None
@@ -576,8 +545,8 @@ _PAYLOAD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
     """The notification must be JSON and fit Expo's payload limit; returns ``data`` as a dict."""
     payload = dict(data or {})
-    # One encoding for the usual valid notification (a bulk import checks thousands): when
-    # it succeeds and fits, so would each part alone; else the checks below name the field.
+    # One encoding for the usual valid notification (a bulk import checks thousands); the
+    # checks below only name the field at fault.
     try:
         whole = {"title": title, "body": body, "data": payload}
         if len(_PAYLOAD_ENCODER.encode(whole).encode()) <= MAX_PAYLOAD_BYTES:

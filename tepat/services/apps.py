@@ -48,8 +48,7 @@ class AppService:
     async def create(
         self, app_id: str, name: str, settings: dict[str, Any]
     ) -> tuple[App, AppKey, str]:
-        """The new app, its first admin key, and that key in clear (the only time it is
-        shown)."""
+        """The new app, its first admin key, and that key in clear (shown only now)."""
         if not valid_app_id(app_id):
             raise DomainError("app_id", f"expected {_ID_RULE}")
         if app_id == DEFAULT_APP:

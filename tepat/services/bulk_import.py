@@ -1,15 +1,12 @@
 """Importing many whole users at once: user, devices and reminders per item.
 
-The same rules as the single use cases in :mod:`tepat.services.accounts` (same parsers,
-same field names, same "re-plan only what planning sees changed"), but the store is read
-a request at a time, written in one batch per kind (in one transaction where the store
-has them), and the users the import creates are planned together in one pass
-(:func:`_plan_new_users`); an existing user whose plan changed goes through
-:meth:`Creator.replan_user`, which reconciles.
+The same rules as the single use cases in :mod:`tepat.services.accounts`, but the store is
+read a request at a time, written in one batch per kind (one transaction where it can),
+and the users the import creates are planned together in one pass; an existing user
+whose plan changed is re-planned by the creator, which reconciles.
 
-An item is applied whole or not at all: a bad field fails its own item (the error names
-it, ``items[3].reminders[0].local_time``) and never the others. Repeating an import
-changes nothing: what is unchanged is not written, so nothing is re-planned.
+A bad field fails its own item (``items[3].reminders[0].local_time``), never the others.
+What is unchanged is not written, so repeating an import changes nothing.
 """
 
 from __future__ import annotations
@@ -237,8 +234,7 @@ async def _apply(rt: ImportParts, valid: Sequence[_Valid], now: datetime) -> dic
     for v in valid:
         _diff(v, old_users, old_reminders, old_devices, now, w)
 
-    # Users before what hangs off them, in one batch each and one transaction for all,
-    # with the plan of the users none of which was stored (in it, where the store can).
+    # One batch per kind in one transaction, with the plan of the users not yet stored.
     presumed_new = [u for u in w.users if u.user_id not in old_users]
     plans: list[NewUsersPlan] = []
 
@@ -301,11 +297,7 @@ def _diff(
     active = {d.device_id: d for d in old_devices.get(item.user_id, [])}
     for d in v.devices:
         prior_d = active.get(d.device_id)
-        if prior_d is not None and (prior_d.push_token, prior_d.platform, prior_d.kind) == (
-            d.push_token,
-            d.platform,
-            d.kind,
-        ):
+        if prior_d is not None and _device_fields(prior_d) == _device_fields(d):
             continue  # already this device's active binding
         w.devices.append(d)
         changed = True
@@ -314,6 +306,10 @@ def _diff(
 
 def _user_fields(u: User) -> tuple[object, ...]:
     return (u.timezone, u.locale, u.quiet_hours, u.enabled)
+
+
+def _device_fields(d: Device) -> tuple[object, ...]:
+    return (d.push_token, d.platform, d.kind)
 
 
 def _plan_presumed_new(
@@ -348,13 +344,11 @@ async def _plan_new_users(
     """One planning pass over the creator's horizon for every user this import created,
     leaving each a planning mark, as :meth:`Creator.replan_user` does.
 
-    A new user has no pending message, so there is nothing to reconcile: the
-    messages go in one batched insert (with their outbox marks), and the unique
-    indexes refuse anything a concurrent planner already wrote. The users (with
-    their change stamps) are read before their reminders, so a mark planned from
-    reminders older than a later change is refused by the store (compare-and-set).
-    A user whose stamp is still the one the import's own write left (``stamps``)
-    has exactly the reminders it wrote: those are planned without reading them back.
+    A new user has no pending message: nothing to reconcile, one batched insert. The users
+    (with their change stamps) are read before their reminders, so a mark planned from
+    reminders older than a later change is refused (compare-and-set). A user whose stamp
+    is still the one the import's write left has exactly the reminders it wrote: those
+    are planned without reading them back.
     """
     if not user_ids:
         return
@@ -391,8 +385,6 @@ async def _plan_new_users(
 
 
 async def _replan(rt: ImportParts, user_ids: Sequence[str]) -> None:
-    if not user_ids:
-        return
     gate = asyncio.Semaphore(REPLAN_CONCURRENCY)
 
     async def one(user_id: str) -> None:

@@ -111,8 +111,7 @@ async def list_suppressions(
 
 
 def encode_cursor(channel: str, address: str) -> str:
-    raw = f"{channel}\n{address}".encode()
-    return b64url(raw)
+    return b64url(f"{channel}\n{address}".encode())
 
 
 def decode_cursor(cursor: str) -> tuple[str, str]:

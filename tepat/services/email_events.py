@@ -10,15 +10,11 @@ Delivery                    ``sent`` -> ``delivered``              -
 anything else               unchanged                              -
 =========================== ====================================== =======================
 
-Each event is acted on, then recorded (:mod:`tepat.services.provider_events`). Changes
-are conditional on ``sent``, so an event older than one already applied (a Delivery
-after a Bounce, in any order) changes nothing.
-
-Only events about a Tepat e-mail (the id found in the mail's headers, and a message of
-the ``email`` channel by that id) touch anything: a topic shared with other senders
-does not suppress addresses for mail Tepat never sent. And only the message's own
-recipient (its user's e-mail contact) is suppressed: an event naming other addresses,
-signed or not, never suppresses them.
+Changes are conditional on ``sent``, so an event older than one already applied (a
+Delivery after a Bounce, in any order) changes nothing. Only events about a Tepat e-mail
+(by the id in its headers) touch anything, so a topic shared with other senders does not
+suppress addresses for mail Tepat never sent; and only the message's own recipient is
+suppressed, never other addresses an event names.
 """
 
 from __future__ import annotations
@@ -98,10 +94,8 @@ class EmailEvents:
         self, message_id: str, to: MessageStatus, reason: str | None, last_error: str | None
     ) -> bool:
         change = StatusChange(message_id, to, reason=reason, last_error=last_error)
-        applied = await self.store.transition_many(
-            [change], self.clock.now(), expect=[MessageStatus.SENT]
-        )
-        return applied > 0
+        now = self.clock.now()
+        return await self.store.transition_many([change], now, expect=[MessageStatus.SENT]) > 0
 
     async def _suppress(
         self, message: Message, event: EmailEvent, reason: SuppressionReason, provider: str

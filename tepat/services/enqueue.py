@@ -31,11 +31,7 @@ class Enqueuer:
 
     async def enqueue(self, messages: Iterable[Message], due: datetime | None = None) -> int:
         """Publish batches for the pending ``messages``; returns how many batches.
-
-        ``due`` overrides each message's own instant: a retry, deferral or
-        re-drive goes out at that instant while the stored ``scheduled_at``
-        keeps the original one (lateness and the missed window count from it).
-        """
+        ``due`` overrides each message's own instant."""
         if due is not None:
             messages = [
                 replace(m, status=MessageStatus.PENDING, scheduled_at=due) for m in messages

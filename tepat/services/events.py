@@ -2,16 +2,14 @@
 
 :meth:`EventService.accept` stores the event (and its listed recipients) once per
 ``event_id`` and returns at once; the fan-out loop (``scheduler/jobs.py``) then pages
-through the recipients in user-id order (:meth:`EventService.fan_out_page`): one read
-each of users, devices and preferences, a route per recipient, a render per (channel,
-locale), one idempotent bulk insert of the page's messages, and only then the event's
-cursor moves, compare-and-set. A crash before the move does the page again: the keys
-make every write a no-op the second time and the counts are added once, with the
-cursor. Memory holds one page.
+through the recipients in user-id order (:meth:`EventService.fan_out_page`): one
+idempotent bulk insert of the page's messages, and only then the event's cursor moves,
+compare-and-set. A crash before the move does the page again: the keys make every write
+a no-op the second time and the counts are added once, with the cursor.
 
-Messages are stored rendered with the pinned template version, as a one-off is, so a
-retry sends the same text. A render error (or no template in the locale chain) is that
-recipient's message stored ``failed``/``render_error``; the event carries on.
+Messages are stored rendered with the pinned template version, so a retry sends the
+same text. A render error (or no template in the locale chain) is that recipient's
+message stored ``failed``/``render_error``; the event carries on.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import structlog
 
 from tepat.clock import Clock
 from tepat.domain.categories import Categories
-from tepat.domain.errors import DomainError
+from tepat.domain.errors import DomainError, enum_member
 from tepat.domain.events import (
     MAX_DATA_BYTES,
     MAX_USER_IDS,
@@ -40,6 +38,7 @@ from tepat.domain.locales import fallback_chain
 from tepat.domain.models import Message, User
 from tepat.domain.planning import _whole_ms_up, request_fingerprint
 from tepat.domain.routing import (
+    PRIORITY_ERROR,
     Channel,
     Condition,
     EventTypes,
@@ -116,8 +115,9 @@ class _Page:
     counts: Counter[str] = field(default_factory=Counter)
 
 
-class EventRecords(EventRepository, UserRepository, DeviceRepository, MessageRepository, Protocol):
-    """The events, their recipients (users and their devices) and the messages made."""
+class EventRecords(
+    EventRepository, UserRepository, DeviceRepository, MessageRepository, Protocol
+): ...
 
 
 @dataclass(eq=False)
@@ -129,8 +129,6 @@ class EventService:
     templates: TemplateService
     outbox: Outbox
     page_size: int = PAGE_SIZE
-
-    # ------------------------------------------------------------------ accepting
 
     async def accept(self, req: EventRequest) -> tuple[Event, bool]:
         """Store the event once per ``event_id``: ``(event, created)``. The same id with
@@ -182,8 +180,6 @@ class EventService:
         if event is None:
             raise NotFound("event", event_id)
         return EventStatus(event, await self.store.event_message_counts(stored_id))
-
-    # ------------------------------------------------------------------ fan-out
 
     async def fan_out_once(self) -> int:
         """One page of each event still fanning out; how many pages were done."""
@@ -263,10 +259,7 @@ class EventService:
     def _message(
         self, event: Event, user: User, channel: Channel, rendered: Rendered | str, now: datetime
     ) -> Message:
-        """Every channel's message is stored rendered with the pinned version, and goes
-        through the outbox, the channel's queue and the consumers at its instant; the
-        send-time checks (user, the (category, channel) preference, quiet hours, the
-        target) are taken then."""
+        """Stored rendered with the pinned version; the send-time checks come later."""
         policy = self.categories.get(event.category)
         error: str | None = None
         if isinstance(rendered, str):
@@ -284,9 +277,8 @@ class EventService:
         locale: str,
         renders: dict[tuple[Channel, str], Rendered | str],
     ) -> Rendered | str:
-        """The rendered parts for a recipient of ``locale``, or why not (render_error).
-        The event's data is the same for every recipient, so one render per resolved
-        (channel, locale) serves the page."""
+        """The rendered parts for ``locale``, or why not (render_error): one render per
+        (channel, locale) serves the page, the data being the same for every recipient."""
         if (channel, locale) in renders:
             return renders[(channel, locale)]
         pinned = await self.templates.resolve(event.type, channel, locale)
@@ -301,9 +293,6 @@ class EventService:
                 result = f"{pinned.template_id}: {e}"
         renders[(channel, locale)] = result
         return result
-
-
-# ---------------------------------------------------------------------- checks
 
 
 def _check_recipients(user_ids: Sequence[str] | None, all_users: bool) -> list[str]:
@@ -330,17 +319,11 @@ def _check_data(data: Mapping[str, Any]) -> dict[str, Any]:
         raise DomainError("data", "must be valid JSON (no NaN, no lone surrogates)") from None
     if size > MAX_DATA_BYTES:
         raise DomainError("data", f"at most {MAX_DATA_BYTES} bytes as JSON, got {size}")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
+    return dict(json.loads(text))
 
 
 def _check_priority(value: str | None, default: Priority) -> Priority:
-    if value is None:
-        return default
-    try:
-        return Priority(value)
-    except ValueError:
-        raise DomainError("priority", "expected critical, normal or bulk") from None
+    return default if value is None else enum_member(Priority, value, "priority", PRIORITY_ERROR)
 
 
 def _check_when(

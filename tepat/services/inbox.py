@@ -1,14 +1,10 @@
 """In-app inbox use cases: deliver an item, list, count, read, and the live stream.
 
-The live stream wakes two ways, and needs both: :class:`InboxNotifier` wakes the open
-streams *of this process* the moment this process stores an item for their user; items
-stored by other processes (``tepat api --workers N``, the consumers' inbox channel) are
-found by polling the store after the stream's last seq every ``poll`` seconds. The
-store, not the notifier, is the truth: a missed or spurious wake costs at most one poll.
-
-A stream re-reads a short window behind its position (``settle``): on MongoDB, two
-writers may commit seqs out of order (see ``tepat/adapters/mongo/inbox.py``), and an
-item whose seq is below one already sent must still be sent once.
+The live stream wakes two ways: :class:`InboxNotifier` wakes this process's streams when
+this process stores an item for their user; items other processes store are found by
+polling every ``poll`` seconds. The store is the truth: a missed wake costs one poll.
+A stream re-reads a short window behind its position (``settle``): on MongoDB two
+writers may commit seqs out of order, and an item below one already sent is still sent.
 """
 
 from __future__ import annotations
@@ -70,12 +66,9 @@ class InboxPage:
 
 
 class InboxNotifier:
-    """Wakes this process's open streams of a user; :meth:`close` ends them all.
-
-    Also holds the stream caps (``TEPAT_INBOX_MAX_STREAMS`` in all,
-    ``TEPAT_INBOX_MAX_STREAMS_PER_USER``): :meth:`reserve` takes a slot before the response
-    starts, so a refusal is an HTTP status, not a stream that ends at once.
-    """
+    """Wakes this process's open streams of a user; :meth:`close` ends them all. Holds
+    the stream caps: :meth:`reserve` takes a slot before the response starts, so a
+    refusal is an HTTP status, not a stream that ends at once."""
 
     def __init__(self, max_streams: int = 500, max_streams_per_user: int = 5) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = {}
@@ -165,8 +158,6 @@ class InboxService:
         self.timing = timing or StreamTiming()
         self._monotonic = monotonic
 
-    # ------------------------------------------------------------------ writing
-
     async def deliver(
         self,
         user_id: str,
@@ -205,8 +196,6 @@ class InboxService:
             self.notifier.notify(user_id)
         return Delivered(stored, created)
 
-    # ------------------------------------------------------------------ reading
-
     async def page(
         self, user_id: str, cursor: str | None, limit: int, unread_only: bool = False
     ) -> InboxPage:
@@ -244,8 +233,6 @@ class InboxService:
         await get_user(self, user_id)
         return await self.store.mark_inbox_read_all(user_id, self._clock.now(), up_to_seq)
 
-    # ------------------------------------------------------------------ streaming
-
     async def open_stream(
         self, user_id: str, after_seq: int
     ) -> AsyncGenerator[InboxItem | None, None]:
@@ -254,9 +241,8 @@ class InboxService:
         return self.stream(user_id, after_seq)
 
     async def stream(self, user_id: str, after_seq: int) -> AsyncGenerator[InboxItem | None, None]:
-        """The user's items with a seq above ``after_seq``, each once, oldest first, and
-        then as they arrive; ``None`` when a heartbeat is due. Ends on :meth:`InboxNotifier.close`.
-        """
+        """The user's items with a seq above ``after_seq``, each once, oldest first, then
+        as they arrive; ``None`` when a heartbeat is due. Ends on the notifier's close."""
         timing, now = self.timing, self._monotonic
         position = after_seq  # the highest seq sent (the resume point)
         # (when the position moved, where it was before): the floor of the re-read window.

@@ -1,20 +1,16 @@
 """The transactional outbox: every pending message reaches the broker, batched.
 
 A message is written with an "unpublished" mark in the same store write that inserts it
-or puts it back to ``pending`` (a retry, a deferral, a re-drive). This publisher takes
-the marked messages, groups them per (queue, due second) in broker messages of at most
-100 ids, publishes them and clears the marks. So every path batches, and a crash or
-broker failure between the write and the publish loses nothing: the mark stays for the
-next pass (the loop in ``scheduler/jobs.py``, or the next write in this process).
-Publishing twice is harmless: the consumer's atomic claim decides.
+or puts it back to ``pending``. This publisher groups the marked messages per (queue, due
+second), at most 100 ids a broker message, publishes them and clears the marks: a crash
+or broker failure in between loses nothing (the mark stays for the next pass), and
+publishing twice is harmless (the consumer's atomic claim decides).
 
-A message is published once it is due within ``publish_ahead`` (10 minutes), not when
-it is written, and beyond ``publish_soon`` (seconds) only in *full* batches; a single
-write (an API re-plan, a one-off) publishes at once only what is due within
-``publish_soon`` (:meth:`Outbox.flush_soon`). Otherwise K API calls for one instant
-would each leave as a one-id broker message, and the consumer, holding a prefetch of
-broker messages, would have a few dozen notifications in hand at a time (issue 10):
-this way they reach the broker in about K/100 broker messages.
+A message is published once due within ``publish_ahead``, and beyond ``publish_soon``
+only in *full* batches; a single write (an API re-plan, a one-off) publishes at once
+only what is due within ``publish_soon``. Otherwise K API calls for one instant would
+each leave as a one-id broker message, and the consumer would hold a few dozen
+notifications at a time (issue 10) instead of about K/100 full batches.
 """
 
 from __future__ import annotations
@@ -55,8 +51,7 @@ class Outbox:
 
     async def flush(self, everything: bool = False, within: timedelta | None = None) -> int:
         """Publish the marked messages due within ``within`` (by default
-        ``publish_ahead``; all of them when ``everything``); returns how many.
-        Beyond ``publish_soon`` only full batches go (see the module)."""
+        ``publish_ahead``; all of them when ``everything``); returns how many."""
         ahead = self.publish_ahead if within is None else within
         async with self._lock:
             if everything:
@@ -83,10 +78,8 @@ class Outbox:
                 return total
 
     async def _publish_full(self, start: datetime, horizon: datetime) -> int:
-        """Publish the full batches among the marked messages due in [start, horizon).
-
-        Counted in the store first: only the seconds holding a full batch are read,
-        so a pass over a window of batches still filling costs one aggregate query."""
+        """Publish the full batches among the marked messages due in [start, horizon):
+        only the seconds the store counts a full batch in are read."""
         per_batch: collections.Counter[tuple[int, str]] = collections.Counter()
         counts = await self.store.unpublished_counts(start, horizon)
         for (due, category, channel, priority), n in counts.items():
@@ -102,8 +95,7 @@ class Outbox:
 
     async def _publish_full_second(self, start: datetime, end: datetime) -> int:
         builder = BatchBuilder(self.categories)
-        # the read due_at of each message, to clear its mark only for that due_at (a
-        # message moved meanwhile keeps its mark)
+        # the due_at read: a message moved meanwhile keeps its mark
         read: dict[str, datetime] = {}
         traces: dict[str, str | None] = {}
         total = 0
@@ -133,6 +125,5 @@ class Outbox:
 
     async def flush_soon(self) -> None:
         """After a single write: publish what is due within ``publish_soon``, quietly;
-        the publisher loop, which runs more often than that, publishes the rest with
-        whatever else was written meanwhile."""
+        the publisher loop batches the rest with whatever else was written meanwhile."""
         await self.flush_quietly(within=self.publish_soon)

@@ -1,21 +1,18 @@
 """The one order in which every provider callback is handled: look, act, record.
 
-Providers (SES over SNS, a signed relay, Twilio) deliver each event at least once, and
-send again what they did not see answered. So an event is:
+Providers (SES over SNS, a signed relay, Twilio) deliver each event at least once. So an
+event is:
 
 1. looked up: one already recorded is not acted on again (a replay, even long after a
    suppression it caused was lifted, changes nothing);
-2. acted on: the status change and the suppressions. Acting must be idempotent, since a
-   process that dies between 2 and 3 leaves the event unrecorded and the provider's
-   retry acts again: a suppression added twice is one, and a status only moves forward
-   along the transition table (``tepat.domain.models``), so an event whose change
-   already landed finds nothing to do;
-3. recorded (``record_provider_event``), last: only an event whose act finished may
-   make the next delivery a duplicate. Recording first would turn the retry of a
-   process that died in between into a "duplicate" and lose the bounce or complaint.
+2. acted on, idempotently (a process that dies before 3 leaves the event unrecorded and
+   the retry acts again): a suppression added twice is one, and a status only moves
+   forward, so a change that already landed finds nothing to do;
+3. recorded, last: recording first would turn the retry of a process that died in
+   between into a "duplicate" and lose the bounce or complaint.
 
-Two processes handed the same event at once both act (harmless, as above); the record
-tells them apart.
+Two processes handed the same event at once both act (harmless); the record tells them
+apart.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ T = TypeVar("T")
 
 
 class CallbackRecords(MessageRepository, ContactRepository, ProviderEventRepository, Protocol):
-    """What a provider's status callbacks touch: the message, its address's suppression and
-    the record of the event."""
+    """What a provider's status callbacks touch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +63,9 @@ async def suppress_recipient(
     source: str,
 ) -> bool:
     """Suppress ``address`` (normalised) on the message's channel if it is the message's
-    own recipient (its user's contact); whether it was. An event naming another address,
-    signed or not, never suppresses it."""
-    contact = (await store.contacts_for_users([message.user_id], message.channel)).get(
-        message.user_id
-    )
+    own recipient (its user's contact); whether it was."""
+    contacts = await store.contacts_for_users([message.user_id], message.channel)
+    contact = contacts.get(message.user_id)
     if contact is None or contact.address != address:
         return False
     await store.add_suppression(message.channel, address, reason, now, source=source)

@@ -35,13 +35,7 @@ async def resolve_targets(
     suppressed = (
         await store.suppressions_for(channel, sorted(set(usable.values()))) if usable else {}
     )
-    out: dict[str, str] = {}
-    for uid in user_ids:
-        address = usable.get(uid)
-        if address is None:
-            out[uid] = NO_CONTACT
-        elif address in suppressed:
-            out[uid] = SUPPRESSED
-        else:
-            out[uid] = address
-    return out
+    return {
+        uid: NO_CONTACT if (a := usable.get(uid)) is None else SUPPRESSED if a in suppressed else a
+        for uid in user_ids
+    }

@@ -1,16 +1,10 @@
 """Template use cases: save a version, read, list, preview, and pin for sending.
 
-Pinning (for the events slice of issue 12): when a message is created,
-:meth:`TemplateService.resolve` picks the template version for the recipient's
-locale (``pt-BR`` -> ``pt`` -> ``TEPAT_DEFAULT_LOCALE``) and the message carries its
-id; :meth:`TemplateService.render_pinned` renders exactly that version at send time,
-so a retry an hour later, after the template was edited, renders the same text.
-Versions are immutable, so compiled ones are cached by id.
-
-Renders (and the compiling of sources sent to save or preview) run on a small pool of
-worker threads, never on the event loop: a template at its limits (see
-``tepat/domain/template_sandbox.py``: size, steps, nesting, a second of time) costs a
-worker thread up to that second, while the API keeps answering.
+:meth:`TemplateService.resolve` picks the version for the recipient's locale (``pt-BR``
+-> ``pt`` -> ``TEPAT_DEFAULT_LOCALE``) and the message carries its id, so a retry after
+the template was edited renders the same text. Versions are immutable, so compiled ones
+are cached by id. Renders and compiles run on a small pool of worker threads: a template
+at its limits costs a worker up to a second, while the API keeps answering.
 """
 
 from __future__ import annotations
@@ -87,8 +81,6 @@ class TemplateService:
         self._compiled: OrderedDict[str, CompiledTemplate] = OrderedDict()
         self._cache_size = cache_size
 
-    # ------------------------------------------------------------ admin
-
     def key(self, event_type: str, channel: str, locale: str) -> TemplateKey:
         """A key for a configured event type and a channel it routes to."""
         key = TemplateKey.parse(event_type, channel, locale)
@@ -122,13 +114,10 @@ class TemplateService:
     def variables(self, template: Template) -> tuple[str, ...]:
         return self._compile(template).variables
 
-    # ------------------------------------------------------------ pinning
-
     async def resolve(
         self, event_type: str, channel: Channel | str, user_locale: str | None
     ) -> Pinned | None:
-        """The latest version for the first locale of the fallback chain that has one,
-        or None when no locale of the chain has a template."""
+        """The latest version for the first locale of the fallback chain that has one."""
         ch = parse_channel(channel, "channel")
         for locale in fallback_chain(user_locale, self.default_locale):
             template = await self._store.get_template(TemplateKey(event_type, ch, locale))
@@ -137,8 +126,7 @@ class TemplateService:
         return None
 
     async def render_pinned(self, template_id: str, data: Mapping[str, Any]) -> Rendered:
-        """Render the version ``template_id`` names (raises :class:`TemplateError`,
-        reason ``render_error``, when the data does not fit it)."""
+        """Render the version ``template_id`` names (TemplateError: ``render_error``)."""
         compiled = self._compiled.get(template_id)
         if compiled is None:
             key, version = parse_template_id(template_id)
@@ -146,8 +134,6 @@ class TemplateService:
         else:
             self._compiled.move_to_end(template_id)
         return await _off_loop(render, compiled, data)
-
-    # ------------------------------------------------------------ preview
 
     async def preview_stored(
         self,
@@ -184,8 +170,6 @@ class TemplateService:
     ) -> Preview:
         key = self.key(event_type, channel, locale)
         return await _off_loop(_preview_inline, key, parts, data)
-
-    # ------------------------------------------------------------ cache
 
     def _compile(self, template: Template) -> CompiledTemplate:
         compiled = self._compiled.get(template.id)

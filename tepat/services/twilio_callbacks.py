@@ -1,17 +1,14 @@
 """What Twilio's callbacks do to the store: SMS status changes and STOP/START replies.
 
-The route (api/routes/providers_twilio.py) has already checked the signature; this module
-decides and writes. Every status change is conditional on the current status
-(:func:`change_for`), so a repeated or older callback changes nothing. ``delivered``
-applies from ``sending`` and ``pending`` too: the callback beat the sender's own record, or
-the answer was lost and a retry waits, and the truth wins as in the sender. ``failed``
-does not apply to a message waiting for a retry, which may still get through. Callbacks
-are acted on, then recorded (:mod:`tepat.services.provider_events`).
+The route has already checked the signature. Every status change is conditional on the
+current status (:func:`change_for`), so a repeated or older callback changes nothing.
+``delivered`` applies from ``sending`` and ``pending`` too (the callback beat the
+sender's own record, or the answer was lost and a retry waits: the truth wins);
+``failed`` does not apply to a message waiting for a retry, which may still get through.
 
 A callback acts only on the SMS it names (once the message holds Twilio's SID, that
-SID). A dead-number error suppresses only ``To`` when it is the message's recipient,
-never another number the callback names; also when the failure landed before (a retry
-after a process died between the two writes).
+SID). A dead-number error suppresses only ``To`` when it is the message's recipient;
+also when the failure landed before (a process died between the two writes).
 """
 
 from __future__ import annotations

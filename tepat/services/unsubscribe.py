@@ -1,11 +1,8 @@
 """One-click unsubscribe: the links bulk e-mail carries, and what following one does.
 
 :class:`UnsubscribeLinks` makes ``{TEPAT_PUBLIC_URL}/u/{token}`` for a (user, category,
-channel) (the channel sender calls :meth:`UnsubscribeLinks.url_for` for bulk e-mail, and
-the e-mail adapter puts it in ``List-Unsubscribe``); :func:`opt_out` is what
-``POST /u/{token}`` does with a valid one: the preference ``"<category>.<channel>"`` set
-to false, so the next message of that category on that channel ends ``skipped``
-``opted_out``, and the other channels of the category are untouched.
+channel); :func:`opt_out` is what ``POST /u/{token}`` does with a valid one: the
+preference ``"<category>.<channel>"`` set to false, the category's other channels kept.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Status webhooks: managing subscriptions, and turning the status journal into deliveries.
 
-The emitter (:class:`WebhookEmitter`, run by ``scheduler/jobs.py`` ``run_webhook_emitter``)
-reads journal entries (written by the store in the same write as each status change),
-makes one delivery message per (entry, subscription that wants it), inserts them
-(idempotent: their keys are (subscription, event)), and only then drops the entries. A
-crash in between inserts the same deliveries again, which the unique keys turn into
-nothing. From there a delivery is a message like any other: outbox, queue, claim,
-``tepat/adapters/webhook_out.py``, retries and dead-lettering.
+:class:`WebhookEmitter` makes one delivery message per (journal entry, subscription that
+wants it), inserts them, and only then drops the entries: a crash in between inserts the
+same deliveries again, which their unique (subscription, event) keys turn into nothing.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pytest
 from tepat.clock import FakeClock
 from tepat.domain.categories import Categories, CategoryPolicy, QuietPolicy
 from tepat.domain.models import MessageStatus, Reminder, User
-from tepat.domain.planning import plan_users
+from tepat.domain.planning import plan_user
 from tepat.ports.repositories.messages import MessageQuery
 from tepat.runtime import Runtime, open_runtime
 from tepat.services import accounts
@@ -88,7 +88,8 @@ async def intended(rt: Runtime, since: datetime, until: datetime) -> Counter[Int
             m.local_date.isoformat() if m.local_date else "",
             m.nominal,
         )
-        for m in plan_users(pairs, rt.categories, since, until, since)
+        for user, reminders in pairs
+        for m in plan_user(user, reminders, rt.categories, since, until, since)
     )
 
 

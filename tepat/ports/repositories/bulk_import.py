@@ -22,12 +22,10 @@ class NewUsersPlan:
 
 @dataclass(frozen=True, slots=True)
 class RecordsWritten:
-    """What :meth:`BulkImportRepository.write_records` did: ``created``, in input order,
-    whether the write created each user (exactly one of several concurrent imports of a new
-    user sees ``True``; the same id twice: only the first), and for users it created, their
-    change stamp as the write left them, where the store reads it in the same transaction
-    (SQLite; empty where it cannot). A later :class:`PlanTarget` with that stamp means
-    nothing planning reads changed since: the user has exactly the reminders written."""
+    """What ``write_records`` did: ``created``, in input order, whether the write created
+    each user (of concurrent imports of a new user exactly one), and the change stamps of
+    the users it created as it left them, where the store reads them in the transaction:
+    a later :class:`PlanTarget` with that stamp has exactly the reminders written."""
 
     created: list[bool]
     stamps: dict[str, int] = field(default_factory=dict)
@@ -47,16 +45,11 @@ class BulkImportRepository(Protocol):
         reminders: Sequence[Reminder],
         plan: Callable[[], NewUsersPlan] | None = None,
     ) -> RecordsWritten:
-        """:meth:`UserRepository.upsert_user` for each user, then
-        :meth:`DeviceRepository.register_device` for each device in input order (a token
-        named twice ends bound to the later device), then
-        :meth:`ReminderRepository.upsert_reminder` for each reminder (users before what
-        hangs off them), in one transaction where the database allows (see
-        :class:`RecordsWritten`). Where it does, ``plan()``'s messages and marks of the
-        users this write creates go in the same transaction (``planned``): nothing can
-        change those users in between, so their marks hold; the messages of a user it
-        did not create (a concurrent import did) are left out. Elsewhere, or when the
-        plan is larger than one transaction should hold, ``planned`` is false and the
+        """``upsert_user`` for each user, ``register_device`` for each device in input
+        order, then ``upsert_reminder`` for each reminder, in one transaction where the
+        database allows. There, ``plan()``'s messages and marks of the users this write
+        creates go in too (``planned``): nothing can change those users in between, so
+        their marks hold. Elsewhere, or for a plan too large for one transaction, the
         caller plans after the write."""
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:

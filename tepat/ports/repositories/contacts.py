@@ -10,12 +10,8 @@ from tepat.domain.contacts import Contact, Suppression, SuppressionReason
 
 
 class ContactRepository(Protocol):
-    """Contact points and suppressions (``tepat/domain/contacts.py``).
-
-    Addresses arrive normalised (``normalise_address``): the store compares strings.
-    One contact per (user, channel); one suppression per (channel, address), each held
-    by a unique key.
-    """
+    """Contact points and suppressions, addresses normalised (the store compares
+    strings): one contact per (user, channel), one suppression per (channel, address)."""
 
     async def set_contact(
         self, user_id: str, channel: str, address: str | None, verified: bool, now: datetime
@@ -37,11 +33,9 @@ class ContactRepository(Protocol):
         now: datetime,
         source: str | None = None,
     ) -> bool:
-        """Suppress ``address`` on ``channel``; True if it was not suppressed before.
-        An existing suppression keeps its ``added_at`` and its reason, except that a
-        stronger reason replaces a weaker one (``tepat.domain.contacts.overrides``:
-        complaint > hard_bounce > the rest), with its ``source``. Concurrent adds of one
-        address make one suppression and exactly one of them gets True."""
+        """Suppress ``address`` on ``channel``; True if it was not suppressed before (of
+        concurrent adds, exactly one). An existing one keeps its ``added_at``, and its
+        reason unless ``tepat.domain.contacts.overrides`` says the new one replaces it."""
 
     async def lift_suppression(
         self, channel: str, address: str, reason: SuppressionReason | None = None

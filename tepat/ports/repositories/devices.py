@@ -24,16 +24,12 @@ class DeviceRepository(Protocol):
     async def register_device(
         self, device: Device, *, from_other_users: bool = True
     ) -> tuple[Device, bool]:
-        """Register or rotate: ``device`` becomes the one active binding of its
-        (user, ``device_id``) and of its ``push_token``. A device id is scoped to its
-        user: another user's device with the same id is untouched. A token is
-        global: its active binding under another user ends ("replaced"), since a
-        token that moves is the same phone after a new login; with
-        ``from_other_users=False`` such a binding stays and
-        :class:`~tepat.domain.errors.PushTokenInUse` is raised instead, atomically with
-        the write. Resets the failure counter. Returns the stored device and whether this
-        write activated it (new, or inactive before); of concurrent registrations of one
-        new device exactly one reports it (a quota undoes only its own activation).
+        """Register or rotate: ``device`` becomes the one active binding of its (user,
+        ``device_id``) and of its ``push_token``, with a reset failure counter. A token's
+        active binding under another user ends ("replaced": the same phone after a new
+        login), unless ``from_other_users=False``: then :class:`PushTokenInUse` is raised,
+        atomically. Returns the stored device and whether this write activated it (of
+        concurrent registrations of one new device, exactly one).
         """
 
     async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
@@ -52,6 +48,5 @@ class DeviceRepository(Protocol):
     async def record_device_outcome(
         self, push_token: str, ok: bool, max_failures: int, reason: str
     ) -> DeviceFailure:
-        """Success resets the consecutive-failure counter; a failure increments it
-        and deactivates the token's active binding at ``max_failures``.
-        """
+        """Success resets the consecutive-failure counter; a failure increments it and
+        deactivates the token's active binding at ``max_failures``."""

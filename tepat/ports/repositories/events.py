@@ -14,11 +14,10 @@ class EventRepository(Protocol):
     ``event_id``, the listed recipients beside it, and a cursor that only moves forward."""
 
     async def create_event(self, event: Event, user_ids: Sequence[str]) -> tuple[Event, bool]:
-        """Store ``event`` (fanning out, cursor "") with its listed recipients ``user_ids``
-        (none for all users) and return it with ``True``; if ``event_id`` exists, change
-        nothing and return the stored event with ``False``, except that a stored event
-        still ``accepting`` with the same ``request_hash`` gets its recipients completed
-        (a retried request finishes what a crash cut short). Concurrent calls create one."""
+        """Store ``event`` with its listed recipients (none for all users): ``(event,
+        True)``; if ``event_id`` exists, the stored event and ``False``, its recipients
+        completed if it is still ``accepting`` with the same ``request_hash`` (a retry
+        finishes what a crash cut short). Concurrent calls create one."""
 
     async def get_event(self, event_id: str) -> Event | None: ...
 

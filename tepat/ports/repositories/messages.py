@@ -1,15 +1,11 @@
-"""Messages: one per notification to send; unique indexes make planning idempotent.
-
-Idempotency comes from unique indexes, never from check-then-insert:
+"""Messages: one per notification to send; unique indexes, never check-then-insert, make
+planning idempotent:
 
 - ``messages.dedup_key`` unique: one document per intent and plan version;
 - ``messages.live_key`` unique where set: at most one non-cancelled message per
   (user, reminder, local date) or (user, one-off idempotency key), ever;
 - ``messages.slot_key`` unique among pending messages (``slot_key_for``: a
   reminder's (user, device, category, label, nominal instant); a one-off's intent).
-
-The transactional outbox over these messages is
-:class:`tepat.ports.repositories.outbox.OutboxRepository`.
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ class Counts:
 class MessageRepository(Protocol):
     async def insert_messages(self, messages: Sequence[Message]) -> InsertResult:
         """Insert in bulk; a message that violates any unique index is counted as
-        existing, not raised. Safe to run concurrently from several processes.
-        """
+        existing, not raised (safe from several processes at once)."""
 
     async def get_message(self, message_id: str) -> Message | None: ...
 
@@ -85,18 +80,13 @@ class MessageRepository(Protocol):
     async def claim(
         self, message_ids: Sequence[str], now: datetime, due_before: datetime | None = None
     ) -> list[Message]:
-        """Atomically move each ``pending`` message (``tepat.domain.models.CLAIMABLE``) to
-        ``sending`` (``claimed_at=now``, ``attempts += 1``) and return those this call
-        claimed; a second claimant gets nothing. ``due_before``: only messages whose
-        ``due_at`` is before it (a consumer claims a batch whose second has passed
-        without reading it first).
-        """
+        """Atomically move each ``pending`` message to ``sending`` (``claimed_at=now``,
+        ``attempts += 1``) and return those this call claimed (a second claimant gets
+        nothing); ``due_before``: only those due before it."""
 
     async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
-        """Restart the lease of those of ``message_ids`` still ``sending``
-        (``claimed_at=now``, nothing else changes): a batch that waits long before its
-        send (a throttled rate) is not taken for a dead consumer's. One write for the
-        whole batch; returns how many were renewed."""
+        """Restart the lease (``claimed_at=now``) of those still ``sending``, in one write:
+        a batch that waits long to be sent is not taken for a dead consumer's. How many."""
 
     async def transition(
         self,
@@ -112,15 +102,11 @@ class MessageRepository(Protocol):
         release_live_key: bool = False,
         due_at: datetime | None = None,
     ) -> bool:
-        """Conditional update: only if the current status is in ``expect`` *and* the
-        domain's transition table (``tepat.domain.models.ALLOWED_TRANSITIONS``) allows
-        the move from it to ``to``; any other change is refused like a lost
-        compare-and-set (nothing written, False).
-
-        ``release_live_key`` clears ``live_key`` (used when cancelling, so the same
-        local date can be planned again). Moving to ``pending`` sets ``due_at``
-        (``due_at``, else ``scheduled_at``, else ``now``) and the outbox mark.
-        Returns whether the update happened.
+        """Conditional update, only if the current status is in ``expect`` *and* the
+        transition table allows the move; else refused like a lost compare-and-set (False).
+        ``release_live_key`` clears ``live_key`` (a cancelled date can be planned again).
+        Moving to ``pending`` sets ``due_at`` (else ``scheduled_at``, else ``now``) and
+        the outbox mark.
         """
 
     async def transition_many(

@@ -27,10 +27,8 @@ class OutboxRepository(Protocol):
     async def unpublished_counts(
         self, due_from: datetime, due_before: datetime
     ) -> dict[tuple[datetime, str, str, str | None], int]:
-        """How many pending messages carrying the outbox mark are due at each
-        (``due_at``, category, channel, priority) in [``due_from``, ``due_before``):
-        what names their queue (``tepat.domain.queues.queue_for``); the publisher reads
-        only the seconds that fill a whole batch."""
+        """How many marked pending messages are due at each (``due_at``, category,
+        channel, priority: what names their queue) in [``due_from``, ``due_before``)."""
 
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
         """Clear the outbox mark of each (id, due_at) whose ``due_at`` is unchanged

@@ -11,10 +11,8 @@ class ProviderEventRepository(Protocol):
     (``tepat/services/provider_events.py``)."""
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
-        """True the first time (``provider``, ``event_id``) is recorded, False ever
-        after (a unique key, not a read before the write): two processes handed the
-        same callback at once learn which one recorded it. Recorded only once the
-        event was acted on (``tepat.services.provider_events``)."""
+        """True the first time (``provider``, ``event_id``) is recorded, False ever after
+        (a unique key, not a read before the write: of two processes, one)."""
 
     async def provider_event_seen(self, provider: str, event_id: str) -> bool:
         """Whether (``provider``, ``event_id``) was recorded: a callback already acted

@@ -1,9 +1,6 @@
-"""One user's re-plan (after a change to their zone, quiet hours or reminders) in two
-store calls instead of seven: the reads it starts from, and the writes it ends with.
-
-What each call does is exactly the single-record methods it names, in that order; a
-store that has transactions runs each call in one (one trip to its writer, one commit),
-the others call the methods one after the other.
+"""One user's re-plan in two store calls instead of seven: the reads it starts from, and
+the writes it ends with. Each does exactly the single-record methods it names, in order
+(in one transaction where the store has them).
 """
 
 from __future__ import annotations

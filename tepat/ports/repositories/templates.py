@@ -16,10 +16,9 @@ class TemplateRepository(Protocol):
     async def add_template_version(
         self, key: TemplateKey, parts: Mapping[str, Any], content_hash: str, now: datetime
     ) -> tuple[Template, bool]:
-        """Append version latest + 1 (1 for a new key) and return it with ``True``; if
-        the latest version has ``content_hash``, create nothing and return it with
-        ``False`` (a retried PUT). Concurrent calls get distinct versions; identical
-        concurrent calls create one."""
+        """Append version latest + 1 and return it with ``True``, unless the latest has
+        ``content_hash``: then it, with ``False`` (a retried PUT). Concurrent calls get
+        distinct versions; identical concurrent calls create one."""
 
     async def get_template(self, key: TemplateKey, version: int | None = None) -> Template | None:
         """That version, or the latest when ``version`` is None."""

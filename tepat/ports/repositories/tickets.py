@@ -16,8 +16,7 @@ class TicketRepository(Protocol):
         self, sent_before: datetime, limit: int, after: tuple[datetime, str] | None = None
     ) -> list[Ticket]:
         """Tickets without a receipt sent before ``sent_before``, by (sent_at, ticket_id),
-        starting after the key ``after``: the poller pages through every one, so a
-        backlog of tickets whose receipts are not ready never hides newer ones."""
+        after the key ``after``: a backlog of receipts not ready never hides newer ones."""
 
     async def record_receipt(
         self, ticket_id: str, status: str, error: str | None, now: datetime

@@ -13,9 +13,8 @@ from tepat.domain.models import User
 @dataclass(frozen=True, slots=True)
 class PlanMark:
     """What a plan run knows it planned for one user: every occurrence whose nominal
-    instant lies in ``[plan_from, plan_next_at)`` was planned under the planning
-    fingerprint ``fingerprint`` (categories and rules) from the user's state at
-    change stamp ``stamp`` (see :meth:`UserRepository.set_plan_marks`)."""
+    instant lies in ``[plan_from, plan_next_at)``, under ``fingerprint`` (categories and
+    rules), from the user's state at change stamp ``stamp``."""
 
     user_id: str
     stamp: int
@@ -37,9 +36,8 @@ class PlanTarget:
 class UserRepository(Protocol):
     async def upsert_user(self, user: User) -> tuple[User, bool]:
         """Create or replace; returns the stored user and whether this write inserted it
-        (of two concurrent creates, one only). Keeps ``created_at``; ``plan_version``
-        never goes down (the stored one is kept when it is higher: see
-        :meth:`next_plan_version`)."""
+        (of concurrent creates, one). Keeps ``created_at``; ``plan_version`` never goes
+        down."""
 
     async def get_user(self, user_id: str) -> User | None: ...
 
@@ -67,10 +65,9 @@ class UserRepository(Protocol):
         after: str = "",
         until: str | None = None,
     ) -> AsyncIterator[list[PlanTarget]]:
-        """Users whose ``user_id`` is in ``(after, until]`` (no upper bound when None)
-        and whose standing mark does not cover ``[start, end)`` under ``fingerprint``
-        (none, another fingerprint, ``plan_from > start`` or ``plan_next_at < end``),
-        in ``user_id`` order, a page at a time (keyset, flat memory)."""
+        """Users whose ``user_id`` is in ``(after, until]`` and whose standing mark does
+        not cover ``[start, end)`` under ``fingerprint``, in ``user_id`` order, a page at
+        a time (keyset, flat memory)."""
 
     async def get_plan_target(self, user_id: str) -> PlanTarget | None:
         """One user with their change stamp and standing mark (None if absent)."""

@@ -10,14 +10,10 @@ from tepat.domain.webhooks import StatusChangeEntry, WebhookSubscription
 
 class WebhookRepository(Protocol):
     """Status webhook subscriptions and the journal of status changes waiting to become
-    webhooks (``tepat/domain/webhooks.py``).
-
-    The journal is written in the same write as the status change it records: a
-    message's move to ``sent``, ``delivered``, ``failed``, ``skipped`` or ``missed`` (by
-    any write: a transition or an insert in that status) and an inbox item's first read,
-    except for webhook delivery messages themselves (user ``~webhook``), and only while a
-    subscription is enabled (SQLite: at once; MongoDB: seen within seconds in other
-    processes, since each process caches whether one exists)."""
+    webhooks, written in the same write as the change: a message's move to ``sent``,
+    ``delivered``, ``failed``, ``skipped`` or ``missed`` and an inbox item's first read,
+    except for delivery messages themselves, while a subscription is enabled (MongoDB:
+    seen within seconds in other processes, which cache whether one exists)."""
 
     async def create_webhook_subscription(self, sub: WebhookSubscription) -> bool:
         """Store a new subscription; False (nothing changed) if its id exists."""

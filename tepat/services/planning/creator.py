@@ -1,20 +1,16 @@
 """The creator job: plan reminders into pending messages (published through the outbox).
 
-Idempotent by construction: message ids and keys are deterministic and the
-store's unique indexes refuse a second copy, so running a window twice, or two
-jobs at once over overlapping windows, creates nothing new.
-
-Incremental: each user carries a planning mark (ports/store.py, UserRepository) saying
-which nominal instants are already planned from their current records. A run
-reads only the users whose mark does not cover its window, and plans each from
-where the mark ends. Marks only save work; the unique indexes keep runs exact.
+Idempotent: message ids and keys are deterministic and the unique indexes refuse a
+second copy, so overlapping runs create nothing new. Incremental: each user's planning
+mark says which nominal instants are planned from their current records; a run reads
+only the users whose mark does not cover its window. Marks only save work.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -46,12 +42,7 @@ class PlanResult:
     users_planned: int = 0
 
     def __add__(self, other: PlanResult) -> PlanResult:
-        return PlanResult(
-            self.created + other.created,
-            self.existing + other.existing,
-            self.cancelled + other.cancelled,
-            self.users_planned + other.users_planned,
-        )
+        return PlanResult(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +87,9 @@ class Creator:
         until: str | None = None,
     ) -> PlanResult:
         """Plan every enabled reminder whose nominal instant falls in ``[start, end)``
-        (of the users whose id is in ``(after, until]``: a worker's range), in pages of
-        users whose mark does not cover the window, so memory stays flat.
-
-        Unless ``publish`` is off (a ``tepat plan`` process beside an embedded broker it
-        cannot reach, whose own outbox loop will publish them), the outbox publishes the
-        messages due soon as the run goes and once more at the end.
+        (of the users whose id is in ``(after, until]``), in pages of users whose mark does
+        not cover the window. ``publish`` off: a ``tepat plan`` process beside an embedded
+        broker it cannot reach leaves publishing to that one's outbox loop.
         """
         if end <= start:
             raise ValueError("end must be after start")
@@ -111,9 +99,8 @@ class Creator:
             start, end, fingerprint, self.page_size, after=after, until=until
         )
 
-        # Page k is planned (CPU, this thread) while page k-1 is written (the store's
-        # thread, which sqlite3 runs without the GIL): page k is read first, so the
-        # read does not queue behind the write.
+        # Page k is planned (CPU) while page k-1 is written (the store's thread, without
+        # the GIL); page k is read first, so the read does not queue behind the write.
         async def write(page: _PlannedPage) -> None:
             nonlocal total
             total += await self._write_page(page, publish)
@@ -181,25 +168,17 @@ class Creator:
         return await self.plan_window(now, now + self.horizon)
 
     async def replan_user(self, user_id: str, reason: str = SkipReason.SUPERSEDED) -> PlanResult:
-        """Re-plan one user after a change to their zone, quiet hours or reminders.
+        """Re-plan one user after a change to their zone, quiet hours or reminders, by
+        replacements, never deletions:
 
-        Re-plans are replacements, never deletions. Steps:
-
-        1. take a new plan version from the store (atomic: two overlapping
-           re-plans, a client's retried PUT, never share one, so their dedup keys
-           never collide);
-        2. read the user and reminders *after* that, so the newest version has
-           read the newest state;
-        3. compare each pending message of an older version with what its
-           reminder intends now for the same local date (by its nominal instant,
-           not a deferred ``scheduled_at``): keep it if unchanged, else cancel it
-           and plan the replacement (or record why none is due). A message of a
-           newer version belongs to a later re-plan and is left alone;
-        4. plan the horizon ahead at the new version and write the user's mark; a
-           local date still held by a kept, claimed or sent message is refused by its
-           live key;
-        5. repeat 3 once more: a slower concurrent re-plan may have written an
-           older plan after step 3 read.
+        1. take a new plan version (atomic: overlapping re-plans never share one, so
+           their dedup keys never collide), and read the user and reminders after it;
+        2. compare each pending message of an older version with what its reminder
+           intends now for its local date: keep it if unchanged, else cancel it and plan
+           the replacement (a newer version's message is a later re-plan's);
+        3. plan the horizon at the new version and write the mark (a local date still
+           held by a kept, claimed or sent message is refused by its live key);
+        4. repeat 2: a slower concurrent re-plan may have written an older plan since.
         """
         start = await self.store.start_replan(user_id)
         if start is None:
@@ -219,10 +198,8 @@ class Creator:
         result, pending = await self.store.finish_replan(user_id, planned, mark)
         total += PlanResult(len(result.created), result.existing)
         total += await self._reconcile(user, reminders, version, reason, now, pending)
-        # Only what is due within seconds: the publisher loop batches the rest with
-        # the other re-plans of its second (one broker message per user otherwise).
-        # A re-plan that made nothing due that soon (a new daily reminder) skips the
-        # flush's read; a replacement of a cancelled message may be due now.
+        # Only what is due within seconds: the publisher loop batches the rest with the
+        # other re-plans of its second; nothing due that soon skips the flush's read.
         soon = now + self.outbox.publish_soon
         if total.cancelled or any(m.due <= soon for m in planned):
             await self.outbox.flush_soon()
@@ -274,14 +251,12 @@ class Creator:
         return PlanResult(created=created, cancelled=cancelled)
 
     async def replan_if_tzdata_changed(self, release: str) -> PlanResult | None:
-        """Re-plan every user's pending messages when the tz database release changed.
+        """Re-plan every user's pending messages when the tz database release changed
+        (zone rules change between releases: old plans would fire at the wrong local time).
 
-        Zone rules change between releases (a country drops DST, shifts its offset),
-        and messages planned under the old rules would fire at the wrong local time.
-        The new release is recorded only once every user is re-planned; progress is
-        kept per user, so a failure or restart part-way resumes where it stopped.
-        Each user is re-planned from fresh reads (``replan_user``), never from a
-        snapshot that could undo a concurrent edit.
+        The release is recorded once every user is re-planned; progress is kept per user,
+        so a restart resumes where it stopped. Each user is re-planned from fresh reads,
+        never from a snapshot that could undo a concurrent edit.
         """
         previous = await self.store.get_meta(TZDATA_META_KEY)
         if previous == release:
