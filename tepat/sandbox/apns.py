@@ -245,8 +245,8 @@ class ApnsSandbox(HotSendProvider[_State]):
             return apns_error("TooManyRequests"), []
         with self._lock:
             self._state.stats.notifications += 1
-            script = self._state.scripts.get(token, ApnsTokenScript())
-            if script.reason is not None:
+            script = self._state.scripts.get(token)
+            if script is not None and script.reason is not None:
                 self._state.stats.refused += 1
                 return apns_error(script.reason, self.clock), []
             apns_id = request.headers.get("apns-id") or str(uuid.uuid4()).upper()

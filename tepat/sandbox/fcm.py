@@ -262,9 +262,9 @@ class FcmSandbox(HotSendProvider[_State]):
             return fcm_error("QUOTA_EXCEEDED", wait), []
         project = request.path_params["project"]
         with self._lock:
-            script = self._state.scripts.get(token, FcmTokenScript())
+            script = self._state.scripts.get(token)
             self._state.stats.messages += 1
-            if script.error is not None:
+            if script is not None and script.error is not None:
                 self._state.stats.refused += 1
                 wait = 10.0 if script.error == "QUOTA_EXCEEDED" else None
                 return fcm_error(script.error, wait), []

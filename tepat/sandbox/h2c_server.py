@@ -80,19 +80,21 @@ class H2Error(Exception):
 # ---- HPACK ----
 
 _STATIC: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
-# hpack's nibble automaton taken a whole byte at a time: (state * 256 + byte) -> (next
-# state * 256, the bytes it emits, whether it may end there), None where the code is
-# invalid. Filled as bytes are met: a header's few dozen symbols need a few hundred entries.
-_huffman: dict[int, tuple[int, bytes, int] | None] = {}
+# hpack's nibble automaton taken a whole byte at a time: [state * 256 + byte] -> (next
+# state * 256, the bytes it emits, whether it may end there), a state of -1 where the code
+# is invalid. Filled as bytes are met (a header's few dozen symbols need a few hundred
+# entries; all 65,536 would cost a second of CPU to make).
+_huffman: list[tuple[int, bytes, int] | None] = [None] * 65536
+_INVALID = (-1, b"", 0)
 
 
-def _huffman_step(key: int) -> tuple[int, bytes, int] | None:
+def _huffman_step(key: int) -> tuple[int, bytes, int]:
     state, out = key >> 8, b""
     for nibble in ((key >> 4) & 0xF, key & 0xF):
         state, flags, symbol = HUFFMAN_TABLE[state * 16 + nibble]
         if flags & HUFFMAN_FAIL:
-            _huffman[key] = None
-            return None
+            _huffman[key] = _INVALID
+            return _INVALID
         if flags & HUFFMAN_EMIT_SYMBOL:
             out += bytes((symbol,))
     entry = _huffman[key] = (state * 256, out, flags & HUFFMAN_COMPLETE)
@@ -101,18 +103,15 @@ def _huffman_step(key: int) -> tuple[int, bytes, int] | None:
 
 def huffman_decode(data: bytes) -> bytes:
     table = _huffman
-    state, parts, complete = 0, [], 1
+    state, decoded, complete = 0, bytearray(), 1
     for byte in data:
-        key = state + byte
-        entry = table[key] if key in table else _huffman_step(key)
-        if entry is None:
+        state, out, complete = table[state + byte] or _huffman_step(state + byte)
+        if state < 0:
             raise H2Error(COMPRESSION_ERROR, "invalid Huffman code")
-        state, out, complete = entry
-        if out:
-            parts.append(out)
+        decoded += out
     if not complete:
         raise H2Error(COMPRESSION_ERROR, "incomplete Huffman code")
-    return b"".join(parts)
+    return bytes(decoded)
 
 
 def _integer(block: bytes, i: int, prefix: int) -> tuple[int, int]:
@@ -195,6 +194,10 @@ class HeaderDecoder:
         while i < end:
             byte = block[i]
             if byte & 0x80:  # indexed
+                if 0 < byte & 0x7F <= len(_STATIC):  # most of them, at a lower cost
+                    headers.append(_STATIC[(byte & 0x7F) - 1])
+                    i += 1
+                    continue
                 index, i = _integer(block, i, 7)
                 headers.append(self._entry(index))
                 continue
