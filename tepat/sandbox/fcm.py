@@ -266,8 +266,8 @@ class FcmSandbox(HotSendProvider[_State]):
             self._state.stats.messages += 1
             if script is not None and script.error is not None:
                 self._state.stats.refused += 1
-                wait = 10.0 if script.error == "QUOTA_EXCEEDED" else None
-                return fcm_error(script.error, wait), []
+                retry = 10.0 if script.error == "QUOTA_EXCEEDED" else None
+                return fcm_error(script.error, retry), []
             name = f"projects/{project}/messages/{uuid.uuid4().int % 10**19}"
             entry = {"name": name, "message": message, "at": self.clock.now().isoformat()}
             self._state.received.append(entry)

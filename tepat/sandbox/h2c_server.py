@@ -46,7 +46,8 @@ from tepat.sandbox.provider import FakeProvider, State
 
 logger = logging.getLogger(__name__)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
+# frame types (PRIORITY, 2, is ignored)
+DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = 0, 1, 3, 4, 5, 6, 7
 WINDOW_UPDATE, CONTINUATION = 8, 9
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
@@ -482,7 +483,8 @@ class _Connection(asyncio.Protocol):
         if len(block) > 2**16:
             raise H2Error(PROTOCOL_ERROR, "a header block over 64 KiB")
         if flags & END_HEADERS:
-            self._continued, first = None, self._continued[1]
+            first = self._continued[1]
+            self._continued = None
             self._header_block(first, stream_id, bytes(block))
 
     def _header_block(self, flags: int, stream_id: int, block: bytes) -> None:
@@ -545,7 +547,8 @@ class _Connection(asyncio.Protocol):
                     logger.exception("the sandbox failed on %s", scope["path"])
                     answer = Response(status_code=500)
                 if answer is not None:
-                    self._respond(stream, answer.status_code, answer.raw_headers, answer.body)
+                    status, headers, body = answer.status_code, answer.raw_headers, answer.body
+                    self._respond(stream, status, headers, bytes(body))
                     return
                 break
         loop = asyncio.get_running_loop()

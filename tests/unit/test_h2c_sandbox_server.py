@@ -41,8 +41,7 @@ def test_the_decoder_reads_what_hpack_encodes_whatever_came_before() -> None:
             headers.append((b"authorization", b"the same every time"))
         if n % 50 == 0:  # the client shrinks then restores its table
             encoder.header_table_size = rng.choice((0, 256, 4096))
-        encoder.huffman = n % 2 == 0
-        block = encoder.encode(headers)
+        block = encoder.encode(headers, huffman=n % 2 == 0)
         assert decoder.decode(block) == headers
 
 
