@@ -15,8 +15,7 @@ _.code_generator_class, _.visit_Concat  # Jinja compiles with this class; ~ is i
 _.concat, _.checked_parts  # named in the Python code Jinja generates (environment.concat)
 _.on_message, _.on_heartbeat_timeout  # stomp.py's listener callbacks
 _.capture_signals, _.should_exit  # uvicorn.Server: overridden hook, the flag its loop polls
-_.loglevel, _.accesslog, _.graceful_timeout  # hypercorn.Config: read by hypercorn's serve
-_.keep_alive_max_requests  # hypercorn.Config too
+_.header_table_size  # hpack.Encoder: a test's client shrinks its table through it
 _.handle_EHLO, _.handle_RCPT, _.handle_DATA, _.host_name  # aiosmtpd's handler protocol
 _.mechanism  # aiosmtpd passes it to an authenticator by this name
 _.do_GET, _.do_POST, _.log_message  # http.server.BaseHTTPRequestHandler

@@ -36,12 +36,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from tepat.adapters.apns_push import MAX_PAYLOAD_BYTES, SEND_PATH
 from tepat.clock import Clock
 from tepat.sandbox.faults import FailNext
-from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
+from tepat.sandbox.h2c_server import HotSendProvider
+from tepat.sandbox.provider import SandboxState, Stats
 
 TOKEN_LIFETIME = timedelta(hours=1)
 _DEVICE_TOKEN = re.compile(r"[0-9A-Fa-f]{64,}")
@@ -98,12 +98,12 @@ class _State(SandboxState):
     stats: _Stats = field(default_factory=_Stats)
 
 
-class ApnsSandbox(FakeProvider[_State]):
+class ApnsSandbox(HotSendProvider[_State]):
     """One fake APNs team and app (see the module's docstring)."""
 
     _scripts_key = "tokens"
     _script_type = ApnsTokenScript
-    http2 = True
+    _send_path = SEND_PATH
 
     def __init__(
         self,
@@ -122,8 +122,7 @@ class ApnsSandbox(FakeProvider[_State]):
         # cost, and a client sends one token for 20-60 minutes)
         self._verified: dict[str, float] = {}
         self._auth_problem: str | None = None
-        routes = [Route(SEND_PATH, self._send, methods=["POST"])]
-        super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds, routes)
+        super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds)
 
     # ---- controls ----
 
@@ -227,32 +226,29 @@ class ApnsSandbox(FakeProvider[_State]):
             return "PayloadTooLarge"
         return None
 
-    async def _send(self, request: Request) -> Response:
-        # Read the body before any answer: an HTTP/2 stream answered with its body unread
-        # leaves hypercorn a DATA frame for a stream it has closed.
-        body = await request.body()
+    def _take_send(self, request: Request, body: bytes) -> tuple[Response, list[dict[str, Any]]]:
         with self._lock:
             client = request.scope.get("client")
             if client is not None:
                 self._state.clients.add(tuple(client))
             self._state.stats.connections = len(self._state.clients)
         if (refused := self._gate(request)) is not None:
-            return refused
+            return refused, []
         token = request.path_params["token"]
         if problem := self._request_problem(token, request.headers.get("apns-topic"), body):
-            return apns_error(problem)
+            return apns_error(problem), []
         try:
             payload = json.loads(body)
         except ValueError:
-            return apns_error("PayloadEmpty")
+            return apns_error("PayloadEmpty"), []
         if self._over_rate(1):
-            return apns_error("TooManyRequests")
+            return apns_error("TooManyRequests"), []
         with self._lock:
             self._state.stats.notifications += 1
-            script = self._state.scripts.get(token, ApnsTokenScript())
-            if script.reason is not None:
+            script = self._state.scripts.get(token)
+            if script is not None and script.reason is not None:
                 self._state.stats.refused += 1
-                return apns_error(script.reason, self.clock)
+                return apns_error(script.reason, self.clock), []
             apns_id = request.headers.get("apns-id") or str(uuid.uuid4()).upper()
             entry = {
                 "token": token,
@@ -262,5 +258,4 @@ class ApnsSandbox(FakeProvider[_State]):
                 "at": self.clock.now().isoformat(),
             }
             self._state.received.append(entry)
-        answer = Response(status_code=200, headers={"apns-id": apns_id})
-        return await self.lose_or_answer(answer, request, [entry])
+        return Response(status_code=200, headers={"apns-id": apns_id}), [entry]

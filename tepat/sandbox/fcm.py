@@ -38,7 +38,8 @@ from starlette.routing import Route
 
 from tepat.clock import Clock
 from tepat.sandbox.faults import FailNext
-from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
+from tepat.sandbox.h2c_server import HotSendProvider
+from tepat.sandbox.provider import SandboxState, Stats
 
 TOKEN_PATH = "/token"
 GOOGLE_TOKEN_ENDPOINT = "https://oauth2.googleapis.com/token"
@@ -107,12 +108,13 @@ class _State(SandboxState):
     stats: _Stats = field(default_factory=_Stats)
 
 
-class FcmSandbox(FakeProvider[_State]):
-    """One fake Firebase project and its token endpoint (see the module's docstring)."""
+class FcmSandbox(HotSendProvider[_State]):
+    """One fake Firebase project and its token endpoint (see the module's docstring).
+    As Google's front end: HTTP/2 (h2c here) and HTTP/1.1 on one port."""
 
     _scripts_key = "tokens"
     _script_type = FcmTokenScript
-    http2 = True  # as Google's front end: HTTP/2 (h2c here) and HTTP/1.1 on one port
+    _send_path = SEND_PATH
 
     def __init__(
         self,
@@ -125,10 +127,7 @@ class FcmSandbox(FakeProvider[_State]):
     ) -> None:
         self.token_lifetime = token_lifetime_seconds
         self._keys: dict[str, Any] = {}  # client_email: public key
-        routes = [
-            Route(TOKEN_PATH, self._token, methods=["POST"]),
-            Route(SEND_PATH, self._send, methods=["POST"]),
-        ]
+        routes = [Route(TOKEN_PATH, self._token, methods=["POST"])]
         super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds, routes)
 
     # ---- controls ----
@@ -248,12 +247,9 @@ class FcmSandbox(FakeProvider[_State]):
             {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"}
         )
 
-    async def _send(self, request: Request) -> Response:
-        # The body first: an HTTP/2 stream answered with its body unread leaves hypercorn
-        # a DATA frame for a stream it has closed.
-        raw = await request.body()
+    def _take_send(self, request: Request, raw: bytes) -> tuple[Response, list[dict[str, Any]]]:
         if (refused := self._gate(request)) is not None:
-            return refused
+            return refused, []
         try:
             body = json.loads(raw)
             message = body["message"]
@@ -261,17 +257,18 @@ class FcmSandbox(FakeProvider[_State]):
             if not isinstance(token, str) or not token:
                 raise TypeError
         except (ValueError, TypeError, KeyError):
-            return _status(400, "INVALID_ARGUMENT", "Invalid JSON payload: message.token")
+            return _status(400, "INVALID_ARGUMENT", "Invalid JSON payload: message.token"), []
         if wait := self._over_rate(1):
-            return fcm_error("QUOTA_EXCEEDED", wait)
+            return fcm_error("QUOTA_EXCEEDED", wait), []
         project = request.path_params["project"]
         with self._lock:
-            script = self._state.scripts.get(token, FcmTokenScript())
+            script = self._state.scripts.get(token)
             self._state.stats.messages += 1
-            if script.error is not None:
+            if script is not None and script.error is not None:
                 self._state.stats.refused += 1
-                return fcm_error(script.error, 10.0 if script.error == "QUOTA_EXCEEDED" else None)
+                retry = 10.0 if script.error == "QUOTA_EXCEEDED" else None
+                return fcm_error(script.error, retry), []
             name = f"projects/{project}/messages/{uuid.uuid4().int % 10**19}"
             entry = {"name": name, "message": message, "at": self.clock.now().isoformat()}
             self._state.received.append(entry)
-        return await self.lose_or_answer(JSONResponse({"name": name}), request, [entry])
+        return JSONResponse({"name": name}), [entry]

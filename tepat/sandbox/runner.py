@@ -7,8 +7,8 @@
 * :func:`serve_app`: in the foreground until interrupted (``tepat sandbox ...``).
 
 :func:`running_h2c_app` and :func:`serve_h2c_app` do the same over HTTP/2 without TLS
-(prior knowledge, as ``httpx`` speaks it with ``http1=False``), on hypercorn: uvicorn
-speaks HTTP/1.1 only, and APNs HTTP/2 only.
+(prior knowledge, as ``httpx`` speaks it with ``http1=False``) and HTTP/1.1 on one port,
+on :mod:`tepat.sandbox.h2c_server`: uvicorn speaks HTTP/1.1 only, and APNs HTTP/2 only.
 
 The socket is bound before the server starts, so the port is known at once and nobody
 else can take it in between; callers wait on the server's start, never on a sleep.
@@ -17,7 +17,6 @@ else can take it in between; callers wait on the server's start, never on a slee
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -26,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
-from hypercorn.asyncio import serve as hypercorn_serve
-from hypercorn.config import Config as HypercornConfig
+
+from tepat.sandbox.h2c_server import H2cServer
 
 STARTUP_TIMEOUT = 10.0  # seconds: bounds a server that fails to start, never paces one that does
 
@@ -131,32 +130,19 @@ def serve_app(app: Any, host: str, port: int) -> None:
     uvicorn.run(app, host=host, port=port, log_config=None)
 
 
-def _h2c_config(bind: str) -> HypercornConfig:
-    config = HypercornConfig()
-    config.bind = [bind]
-    config.loglevel = "WARNING"
-    config.accesslog = None
-    config.graceful_timeout = 1.0  # a client still connected at the end holds nothing up
-    # hypercorn's default closes a connection after 1,000 requests, dropping the streams
-    # still open on it unanswered: a client of APNs keeps one connection for many more
-    config.keep_alive_max_requests = 2**62
-    return config
-
-
 @contextmanager
 def running_h2c_app(app: Any, name: str, host: str = "127.0.0.1") -> Iterator[str]:
-    """Serve ``app`` over h2c in a daemon thread; yields its base URL (``http://host:port``).
+    """Serve ``app`` over h2c (and HTTP/1.1) in a daemon thread; yields its base URL
+    (``http://host:port``).
 
     The socket listens before the server starts, so a client may connect at once: its
-    connection waits in the backlog until hypercorn accepts it.
+    connection waits in the backlog until the server accepts it.
     """
     sock = bind_free_port(host)
     sock.listen()
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
-    # hypercorn closes the socket it is given: it gets a copy, this one stays ours.
-    config = _h2c_config(f"fd://{os.dup(sock.fileno())}")
-    serving = hypercorn_serve(app, config, shutdown_trigger=stop.wait)
+    serving = H2cServer(app).serve(sock, stop.wait)
     thread = threading.Thread(
         target=loop.run_until_complete,
         args=(serving,),
@@ -175,4 +161,6 @@ def running_h2c_app(app: Any, name: str, host: str = "127.0.0.1") -> Iterator[st
 
 
 def serve_h2c_app(app: Any, host: str, port: int) -> None:
-    asyncio.run(hypercorn_serve(app, _h2c_config(f"{host}:{port}")))
+    sock = socket.create_server((host, port))
+    with sock:
+        asyncio.run(H2cServer(app).serve(sock, asyncio.Event().wait))
