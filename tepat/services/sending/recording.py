@@ -39,9 +39,10 @@ from tepat.ports.repositories.contacts import ContactRepository
 from tepat.ports.repositories.messages import MessageRepository, StatusChange
 from tepat.ports.repositories.tickets import TicketRepository
 from tepat.ports.try_again import TryAgain
-from tepat.services.sending.message_log import log_message
+from tepat.services.sending.message_log import log_lines, message_line
 
 log = structlog.get_logger("tepat.recording")
+SEND_RECORDED = "send recorded"
 
 
 class OutcomeRecords(MessageRepository, ContactRepository, TicketRepository, Protocol):
@@ -196,21 +197,26 @@ def log_sends(
     if applied <= 0:
         return
     partial = None if applied >= len(written) else f"{applied} of {len(written)}"
-    for m, n in written:
-        log_message(
-            log,
-            "send recorded",
-            m.id,
-            m.user_id,
-            channel,
-            m.trace_parent,
-            category=m.category,
-            attempt=m.attempts,
-            lateness_ms=round((now - m.scheduled_at).total_seconds() * 1000),
-            outcome="retry" if n.stage is Stage.RETRY else n.to.value,
-            reason=n.reason or n.last_error,
-            applied=partial,
-        )
+    log_lines(
+        log,
+        SEND_RECORDED,
+        [
+            message_line(
+                SEND_RECORDED,
+                m.id,
+                m.user_id,
+                channel,
+                m.trace_parent,
+                category=m.category,
+                attempt=m.attempts,
+                lateness_ms=round((now - m.scheduled_at).total_seconds() * 1000),
+                outcome="retry" if n.stage is Stage.RETRY else n.to.value,
+                reason=n.reason or n.last_error,
+                applied=partial,
+            )
+            for m, n in written
+        ],
+    )
 
 
 def _change(m: Message, n: Next) -> StatusChange:
