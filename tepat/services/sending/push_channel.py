@@ -317,8 +317,11 @@ class PushChannel:
 
 
 async def _results(futures: Sequence[asyncio.Future[Outcome]]) -> list[Outcome]:
-    if futures:
-        await asyncio.wait(futures)
+    # One at a time: a chunk's futures are answered together, so this wakes about once per
+    # request, where a wait on them all had a callback scheduled for every future.
+    for fut in futures:
+        if not fut.done():
+            await asyncio.wait((fut,))
     if any(fut.cancelled() for fut in futures):
         # A request was abandoned (a hard stop): fail the batch like any other send
         # error; the broker redelivers, the lease re-drives.
