@@ -341,8 +341,9 @@ def count_push_answer(
     provider: str, answer: TicketOk | TicketError | TryAgain | Rejected | Withheld, n: int = 1
 ) -> None:
     """What ``provider`` (a device kind) answered for one device's notification (for ``n``
-    of them, each counted as one would be); a ticket's error is a provider error too (a whole request's is counted where it is
-    seen, once per request: :class:`~tepat.services.sending.push_channel.PushBatcher`)."""
+    of them, each counted as one would be); a ticket's error is a provider error too (a
+    whole request's is counted where it is seen, once per request:
+    :class:`~tepat.services.sending.push_channel.PushBatcher`)."""
     outcome: str
     match answer:
         case TicketOk():
