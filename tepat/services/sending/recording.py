@@ -146,8 +146,8 @@ class OutcomeRecorder:
             by_stage[next_.stage].append((m, next_))
             # Every channel's answers pass here, so each is counted once, by channel.
             if isinstance(outcome, Accepted | Delivered):
-                seconds = max(0.0, (now - m.scheduled_at).total_seconds())
-                lateness.setdefault(m.category, []).append(seconds)
+                late = max(0.0, (now - m.scheduled_at).total_seconds())
+                lateness.setdefault(m.category, []).append(late)
                 _, _, n = went.get(next_.to, (answer, next_, 0))
                 went[next_.to] = (answer, next_, n + 1)
                 continue
