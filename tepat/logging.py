@@ -166,8 +166,8 @@ def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDic
 def add_trace_id(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     """The ``trace_id`` of the span in progress, unless the line names its own (a
     message's, whose trace may not be the batch's it was logged in)."""
-    if "trace_id" not in event_dict:
-        trace_id = tracing.trace_id_of(tracing.current_traceparent())
+    if "trace_id" not in event_dict and (traceparent := tracing.current_traceparent()):
+        trace_id = tracing.trace_id_of(traceparent)
         if trace_id is not None:
             event_dict["trace_id"] = trace_id
     return event_dict

@@ -307,18 +307,20 @@ def error_code(reason: str) -> str:
     return found.group() if found else "unknown"
 
 
-def count_answer(channel: str, category: str, outcome: ChannelOutcome, next_: Next) -> None:
+def count_answer(
+    channel: str, category: str, outcome: ChannelOutcome, next_: Next, n: int = 1
+) -> None:
     """One provider answer as the recorder reads it (``OutcomeRecorder.next_status``, which
     every channel's answers pass through): what it made of its message, and a not-sent
-    retry."""
+    retry; ``n`` such answers at once."""
     SENDS.labels(
         app=current_app(),
         channel=channel,
         provider=provider_of(channel),
         outcome=_outcome_label(outcome, next_),
-    ).inc()
+    ).inc(n)
     if isinstance(outcome, TryAgain) and not (outcome.maybe_sent or outcome.server_error):
-        NOT_SENT_RETRIES.labels(channel=channel, category=category).inc()
+        NOT_SENT_RETRIES.labels(channel=channel, category=category).inc(n)
 
 
 def _outcome_label(outcome: ChannelOutcome, next_: Next) -> str:
@@ -336,11 +338,12 @@ def _outcome_label(outcome: ChannelOutcome, next_: Next) -> str:
 
 
 def count_push_answer(
-    provider: str, answer: TicketOk | TicketError | TryAgain | Rejected | Withheld
+    provider: str, answer: TicketOk | TicketError | TryAgain | Rejected | Withheld, n: int = 1
 ) -> None:
-    """What ``provider`` (a device kind) answered for one device's notification; a
-    ticket's error is a provider error too (a whole request's is counted where it is
-    seen, once per request: :class:`~tepat.services.sending.push_channel.PushBatcher`)."""
+    """What ``provider`` (a device kind) answered for one device's notification (for ``n``
+    of them, each counted as one would be); a ticket's error is a provider error too (a
+    whole request's is counted where it is seen, once per request:
+    :class:`~tepat.services.sending.push_channel.PushBatcher`)."""
     outcome: str
     match answer:
         case TicketOk():
@@ -353,9 +356,10 @@ def count_push_answer(
             outcome = "throttled"
         case _:
             outcome = "try_again"
-    PUSH_SENDS.labels(app=current_app(), provider=provider, outcome=outcome).inc()
+    PUSH_SENDS.labels(app=current_app(), provider=provider, outcome=outcome).inc(n)
     if isinstance(answer, TicketError):
-        count_provider_error(PUSH, answer, provider)
+        for _ in range(n):
+            count_provider_error(PUSH, answer, provider)
 
 
 def count_provider_error(
@@ -386,9 +390,11 @@ def count_provider_error(
     ).inc()
 
 
-def observe_lateness(channel: str, category: str, seconds: float) -> None:
-    """How late a message reached its provider (or the inbox), for the app at work."""
-    LATENESS.labels(app=current_app(), channel=channel, category=category).observe(seconds)
+def observe_lateness(channel: str, category: str, *seconds: float) -> None:
+    """How late each message reached its provider (or the inbox), for the app at work."""
+    histogram = LATENESS.labels(app=current_app(), channel=channel, category=category)
+    for one in seconds:
+        histogram.observe(one)
 
 
 def count_reserve_used(provider: str, n: float) -> None:

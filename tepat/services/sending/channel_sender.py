@@ -60,7 +60,13 @@ async def gather_all(*aws: Awaitable[None]) -> None:
     ``asyncio.gather`` raises as soon as one fails and leaves the others running
     unawaited: a channel whose adapter failed would hand the batch back (nack) while
     another channel's sends of the same batch were still out, unrecorded when the
-    batch came back. Cancelling this cancels them all (a hard stop)."""
+    batch came back. Cancelling this cancels them all (a hard stop).
+
+    One (a batch of one channel, a chunk) is awaited as it is: no task of its own, and
+    no turn of the event loop to start it, at the instant the batch is sent."""
+    if len(aws) == 1:
+        await aws[0]
+        return
     results = await asyncio.gather(*aws, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
@@ -216,14 +222,17 @@ class ChannelSender:
                     unsent.superseded.append((m, replacement))
         outgoing = await self._outgoing(channel, sendable, r, unsent.closed)
         # What is not sent is recorded while the requests wait for their turn and go out.
-        closing = asyncio.ensure_future(self._close_unsent(unsent, r, now))
+        closing = None
+        if unsent.closed or unsent.deferred or unsent.superseded:
+            closing = asyncio.ensure_future(self._close_unsent(unsent, r, now))
         try:
             if outgoing and adapter is not None:
                 if before_send is not None:
                     await before_send()
                 await self._send(adapter, outgoing)
         finally:
-            await closing
+            if closing is not None:
+                await closing
 
     def _decide(self, m: Message, r: Recipients, now: datetime) -> Decision:
         policy = self._categories.get(m.category)

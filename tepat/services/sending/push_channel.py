@@ -220,8 +220,12 @@ class PushChannel:
         await self._fail_over(pairs, outcomes, sent_to)
         answered: dict[str, list[Outcome]] = {item.message.id: [] for item in items}
         tickets: dict[str, list[Ticket]] = {item.message.id: [] for item in items}
+        accepted: dict[str, tuple[TicketOk, int]] = {}  # per kind: counted together
         for outcome, (item, _), device in zip(outcomes, pairs, sent_to, strict=True):
-            metrics.count_push_answer(device.kind, outcome)
+            if isinstance(outcome, TicketOk):
+                accepted[device.kind] = (outcome, accepted.get(device.kind, (outcome, 0))[1] + 1)
+            else:
+                metrics.count_push_answer(device.kind, outcome)
             answered[item.message.id].append(outcome)
             # A provider with no receipts (FCM, APNs: they answer at send time) keeps none.
             if isinstance(outcome, TicketOk) and self._providers[device.kind].max_receipt_batch:
@@ -230,6 +234,8 @@ class PushChannel:
                 )
             elif isinstance(outcome, TicketError):
                 await device_failed(self._devices, device, outcome, self._device_max_failures)
+        for kind, (ok, n) in accepted.items():
+            metrics.count_push_answer(kind, ok, n)
         return [answer_of(answered[item.message.id], tickets[item.message.id]) for item in items]
 
     async def _fail_over(
@@ -311,8 +317,11 @@ class PushChannel:
 
 
 async def _results(futures: Sequence[asyncio.Future[Outcome]]) -> list[Outcome]:
-    if futures:
-        await asyncio.wait(futures)
+    # One at a time: a chunk's futures are answered together, so this wakes about once per
+    # request, where a wait on them all had a callback scheduled for every future.
+    for fut in futures:
+        if not fut.done():
+            await asyncio.wait((fut,))
     if any(fut.cancelled() for fut in futures):
         # A request was abandoned (a hard stop): fail the batch like any other send
         # error; the broker redelivers, the lease re-drives.

@@ -31,7 +31,7 @@ from tepat.clock import Clock
 from tepat.domain import outcomes
 from tepat.domain.categories import Categories, MaybeSentPolicy
 from tepat.domain.contacts import SuppressionReason
-from tepat.domain.models import Message
+from tepat.domain.models import Message, MessageStatus
 from tepat.domain.outcomes import Next, Stage
 from tepat.domain.retry import RetryPolicy
 from tepat.ports.channel import Accepted, ChannelOutcome, Delivered, Refused
@@ -39,9 +39,10 @@ from tepat.ports.repositories.contacts import ContactRepository
 from tepat.ports.repositories.messages import MessageRepository, StatusChange
 from tepat.ports.repositories.tickets import TicketRepository
 from tepat.ports.try_again import TryAgain
-from tepat.services.sending.message_log import log_message
+from tepat.services.sending.message_log import log_lines, message_line
 
 log = structlog.get_logger("tepat.recording")
+SEND_RECORDED = "send recorded"
 
 
 class OutcomeRecords(MessageRepository, ContactRepository, TicketRepository, Protocol):
@@ -87,12 +88,9 @@ class OutcomeRecorder:
         """What ``answer`` makes of its message on ``channel``."""
         m = answer.message
         match answer.outcome:
-            case Delivered() | Accepted():
-                metrics.observe_lateness(
-                    channel, m.category, max(0.0, (now - m.scheduled_at).total_seconds())
-                )
-                if isinstance(answer.outcome, Accepted):
-                    return outcomes.after_accepted(answer.outcome.provider_id)
+            case Accepted(provider_id):
+                return outcomes.after_accepted(provider_id)
+            case Delivered():
                 return outcomes.after_delivered()
             case Refused(reason):
                 return outcomes.after_refused(reason)
@@ -138,13 +136,28 @@ class OutcomeRecorder:
         now = self._clock.now()
         by_stage: dict[Stage, list[tuple[Message, Next]]] = {stage: [] for stage in Stage}
         suppress: list[tuple[str, SuppressionReason]] = []
+        # The sends that went through, counted per status made (one counter update for a
+        # whole chunk's), and how late each was, per category.
+        went: dict[MessageStatus, tuple[Answer, Next, int]] = {}
+        lateness: dict[str, list[float]] = {}
         for answer in answers:
+            m, outcome = answer.message, answer.outcome
             next_ = self.next_status(channel, answer, now)
+            by_stage[next_.stage].append((m, next_))
             # Every channel's answers pass here, so each is counted once, by channel.
-            metrics.count_answer(channel, answer.message.category, answer.outcome, next_)
-            by_stage[next_.stage].append((answer.message, next_))
-            if isinstance(answer.outcome, Refused) and answer.outcome.suppress is not None:
-                suppress.append((answer.target, SuppressionReason(answer.outcome.suppress)))
+            if isinstance(outcome, Accepted | Delivered):
+                late = max(0.0, (now - m.scheduled_at).total_seconds())
+                lateness.setdefault(m.category, []).append(late)
+                _, _, n = went.get(next_.to, (answer, next_, 0))
+                went[next_.to] = (answer, next_, n + 1)
+                continue
+            metrics.count_answer(channel, m.category, outcome, next_)
+            if isinstance(outcome, Refused) and outcome.suppress is not None:
+                suppress.append((answer.target, SuppressionReason(outcome.suppress)))
+        for answer, next_, n in went.values():
+            metrics.count_answer(channel, answer.message.category, answer.outcome, next_, n)
+        for category, seconds in lateness.items():
+            metrics.observe_lateness(channel, category, *seconds)
         for stage in (Stage.ACCEPTED, Stage.CLOSED):
             await self._write(channel, stage, by_stage[stage], now)
         for target, reason in suppress:
@@ -196,21 +209,26 @@ def log_sends(
     if applied <= 0:
         return
     partial = None if applied >= len(written) else f"{applied} of {len(written)}"
-    for m, n in written:
-        log_message(
-            log,
-            "send recorded",
-            m.id,
-            m.user_id,
-            channel,
-            m.trace_parent,
-            category=m.category,
-            attempt=m.attempts,
-            lateness_ms=round((now - m.scheduled_at).total_seconds() * 1000),
-            outcome="retry" if n.stage is Stage.RETRY else n.to.value,
-            reason=n.reason or n.last_error,
-            applied=partial,
-        )
+    log_lines(
+        log,
+        SEND_RECORDED,
+        [
+            message_line(
+                SEND_RECORDED,
+                m.id,
+                m.user_id,
+                channel,
+                m.trace_parent,
+                category=m.category,
+                attempt=m.attempts,
+                lateness_ms=round((now - m.scheduled_at).total_seconds() * 1000),
+                outcome="retry" if n.stage is Stage.RETRY else n.to.value,
+                reason=n.reason or n.last_error,
+                applied=partial,
+            )
+            for m, n in written
+        ],
+    )
 
 
 def _change(m: Message, n: Next) -> StatusChange:
