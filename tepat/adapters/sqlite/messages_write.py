@@ -151,7 +151,15 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
-        statements = [st for ch in changes if (st := _transition_statement(ch, now, expect))]
+        # The table asked once per target status, not once per change; a change it allows
+        # from none of ``expect`` is refused, nothing written.
+        targets = {change.to for change in changes}
+        sources = {to: tuple(s.value for s in allowed_sources(to, expect)) for to in targets}
+        statements = [
+            _transition_statement(change, now, sources[change.to])
+            for change in changes
+            if sources[change.to]
+        ]
         if not statements:
             return 0
         return await self._write(lambda c: _apply_transitions(c, statements))
@@ -191,19 +199,14 @@ _Shape = tuple[tuple[str, ...], bool, int, bool]
 _Transition = tuple[_Shape, tuple[Any, ...]]
 
 
-def _transition_statement(
-    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
-) -> _Transition | None:
-    """One change as its shape and values, or None when the transition table allows it
-    from none of ``expect`` (refused: nothing to write)."""
-    sources = allowed_sources(change.to, expect)
-    if not sources:
-        return None
+def _transition_statement(change: StatusChange, now: datetime, sources: Row) -> _Transition:
+    """One change as its shape and values, ``sources`` the statuses the transition table
+    lets it come from (of those the caller expects)."""
     fields = transition_fields(change, now)
     values = [_ts(v) if isinstance(v, datetime) else v for v in fields.values()]
     to_pending = change.to is MessageStatus.PENDING
     shape = (tuple(fields), change.release_live_key, len(sources), to_pending)
-    return shape, (*values, change.message_id, *(s.value for s in sources))
+    return shape, (*values, change.message_id, *sources)
 
 
 def _apply_transitions(conn: Conn, statements: Sequence[_Transition]) -> int:
