@@ -232,7 +232,10 @@ def _apply_transitions(conn: Conn, statements: Sequence[_Transition]) -> int:
             # A message twice: each change must see the one before it, as one at a time.
             changed += conn.executemany(one, rows).rowcount
         else:
-            changed += len(_insert_many(conn, _joined(columns, release_live_key, expected), rows))
+            # Padded with rows of no message (a NULL id matches none).
+            filler = (None,) * len(rows[0])
+            joined = _joined(columns, release_live_key, expected)
+            changed += len(_insert_many(conn, joined, rows, filler))
     return changed
 
 
