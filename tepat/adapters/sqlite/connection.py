@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts, _unique
 from tepat.adapters.sqlite.schema import Conn, _connect, _migrate, on_disk
 from tepat.clock import Clock, SystemClock
+from tepat.domain.batches import MAX_BATCH
 
 T = TypeVar("T")
 
@@ -282,9 +283,11 @@ def _in_chunks(
 
 def _statement_size(n: int, most: int) -> int:
     """How many items a statement for ``n`` of them lists (at most ``most``): a power of
-    two, so a query has a few texts, not one per batch size, and they stay in sqlite3's
-    statement cache (128 per connection): preparing a claim, its triggers compiled in,
-    costs about as much as claiming a dozen messages."""
+    two, or a full broker batch, so a query has a few texts, not one per batch size, and
+    they stay in sqlite3's statement cache (128 per connection): preparing a claim, its
+    triggers compiled in, costs about as much as claiming a dozen messages."""
+    if MAX_BATCH >= n > MAX_BATCH // 2:
+        return min(most, MAX_BATCH)  # a full batch, the common case: not padded
     return min(most, 1 << (n - 1).bit_length())
 
 
