@@ -23,6 +23,12 @@ from tests.contract.records import at, msg
 
 PAIRS = list(itertools.product(MessageStatus, MessageStatus))
 EVERY_STATUS = list(MessageStatus)
+PENDING, SENDING, SENT, CANCELLED = (
+    MessageStatus.PENDING,
+    MessageStatus.SENDING,
+    MessageStatus.SENT,
+    MessageStatus.CANCELLED,
+)
 
 
 def in_status(method: str, src: MessageStatus, dst: MessageStatus) -> Message:
@@ -83,6 +89,42 @@ async def test_transition_many_applies_the_allowed_changes_of_a_mixed_batch(
     for (src, dst), m in messages.items():
         expected = dst if can_transition(src, dst) else src
         assert (await stored(store, m)).status is expected, (src, dst)
+
+
+async def test_a_batch_of_one_kind_writes_each_change_its_own_values(store: Store) -> None:
+    """A batch's ``sent`` (each with its ticket) and its cancellations (each releasing its
+    live key): every message gets its own values, a message not in ``expect`` none."""
+    sending = [msg(f"own-{i}", label=f"own-{i}", status=MessageStatus.SENDING) for i in range(3)]
+    pending = [msg(f"own-p{i}", label=f"own-p{i}") for i in range(2)]
+    await store.insert_messages([*sending, *pending])
+    sent = [StatusChange(m.id, MessageStatus.SENT, ticket_id=f"t-{m.id}") for m in sending]
+    refused = StatusChange(pending[0].id, MessageStatus.SENT, ticket_id="t-refused")
+    assert await store.transition_many([*sent, refused], at(1), expect=[SENDING]) == 3
+    for m in sending:
+        after = await stored(store, m)
+        assert (after.status, after.ticket_id, after.updated_at) == (SENT, f"t-{m.id}", at(1))
+    assert (await stored(store, pending[0])).status is MessageStatus.PENDING
+    cancel = [
+        StatusChange(m.id, CANCELLED, reason=f"r-{m.id}", release_live_key=True) for m in pending
+    ]
+    assert await store.transition_many(cancel, at(2), expect=[PENDING]) == 2
+    for m in pending:
+        after = await stored(store, m)
+        assert (after.status, after.status_reason, after.live_key) == (CANCELLED, f"r-{m.id}", None)
+
+
+async def test_a_message_twice_in_one_batch_moves_once_then_is_refused(store: Store) -> None:
+    """Changes apply in order, each seeing the one before: the second finds the message
+    ``sent``, not ``sending``."""
+    m = msg("twice", label="twice", status=MessageStatus.SENDING)
+    await store.insert_messages([m])
+    changes = [
+        StatusChange(m.id, SENT, reason="first"),
+        StatusChange(m.id, MessageStatus.FAILED, reason="second"),
+    ]
+    assert await store.transition_many(changes, at(1), expect=[SENDING]) == 1
+    after = await stored(store, m)
+    assert (after.status, after.status_reason) == (SENT, "first")
 
 
 async def test_a_claim_takes_only_claimable_messages(store: Store) -> None:

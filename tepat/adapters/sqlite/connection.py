@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts, _unique
 from tepat.adapters.sqlite.schema import Conn, _connect, _migrate, on_disk
 from tepat.clock import Clock, SystemClock
+from tepat.domain.batches import MAX_BATCH
 
 T = TypeVar("T")
 
@@ -273,9 +274,21 @@ def _in_chunks(
     each chunk of ``ids`` (each once): the rows of all of them."""
     rows: list[Row] = []
     for chunk in _chunks(_unique(ids), ID_CHUNK):
-        query = sql.format(ids=_placeholders(len(chunk)))
-        rows.extend(conn.execute(query, (*before, *chunk, *params)).fetchall())
+        # Padded with its last id (IN tests a set): see _statement_size.
+        padded = [*chunk, *[chunk[-1]] * (_statement_size(len(chunk), ID_CHUNK) - len(chunk))]
+        query = sql.format(ids=_placeholders(len(padded)))
+        rows.extend(conn.execute(query, (*before, *padded, *params)).fetchall())
     return rows
+
+
+def _statement_size(n: int, most: int) -> int:
+    """How many items a statement for ``n`` of them lists (at most ``most``): a power of
+    two, or a full broker batch, so a query has a few texts, not one per batch size, and
+    they stay in sqlite3's statement cache (128 per connection): preparing a claim, its
+    triggers compiled in, costs about as much as claiming a dozen messages."""
+    if MAX_BATCH >= n > MAX_BATCH // 2:
+        return min(most, MAX_BATCH)  # a full batch, the common case: not padded
+    return min(most, 1 << (n - 1).bit_length())
 
 
 def _insert_new(conn: Conn, table: str, columns: str, values: Sequence[Any]) -> bool:
@@ -285,18 +298,22 @@ def _insert_new(conn: Conn, table: str, columns: str, values: Sequence[Any]) -> 
     return conn.execute(f"{sql} ON CONFLICT DO NOTHING", values).rowcount == 1
 
 
-def _insert_many(conn: Conn, sql: str, rows: Sequence[Row]) -> list[Row]:
+def _insert_many(conn: Conn, sql: str, rows: Sequence[Row], filler: Row | None = None) -> list[Row]:
     """``sql`` (an INSERT whose ``{values}`` stands for its VALUES rows) for ``rows``, a
     few hundred rows per statement: the same as one statement per row in order (a key
     twice in one statement meets its own earlier row, as a later statement would), with
     one trip into SQLite per statement instead of per row. Each trip releases and takes
     back the GIL, which the event loop's thread holds most of the time under load.
+    ``filler``, a row that does nothing, pads each statement (see _statement_size).
     Returns the rows its RETURNING clause gives, if it has one."""
     width = len(rows[0])
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    most = max(1, min(INSERT_ROWS_PER_STATEMENT, limit // width))
     one = f"({_placeholders(width)})"
     returned: list[Row] = []
-    for chunk in _chunks(rows, max(1, min(INSERT_ROWS_PER_STATEMENT, limit // width))):
+    for chunk in _chunks(rows, most):
+        if filler is not None:
+            chunk = [*chunk, *[filler] * (_statement_size(len(chunk), most) - len(chunk))]
         query = sql.format(values=",".join([one] * len(chunk)))
         returned.extend(conn.execute(query, [v for row in chunk for v in row]).fetchall())
     return returned

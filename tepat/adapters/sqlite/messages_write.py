@@ -151,10 +151,14 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
     ) -> int:
+        # The table asked once per target status, not once per change; a change it allows
+        # from none of ``expect`` is refused, nothing written.
+        targets = {change.to for change in changes}
+        sources = {to: tuple(s.value for s in allowed_sources(to, expect)) for to in targets}
         statements = [
-            (*st, ch.to is MessageStatus.PENDING)
-            for ch in changes
-            if (st := _transition_statement(ch, now, expect))
+            _transition_statement(change, now, sources[change.to])
+            for change in changes
+            if sources[change.to]
         ]
         if not statements:
             return 0
@@ -188,41 +192,66 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
         )
 
 
-def _transition_statement(
-    change: StatusChange, now: datetime, expect: Sequence[MessageStatus]
-) -> tuple[str, tuple[Any, ...]] | None:
-    """The conditional UPDATE of one change, or None when the transition table allows
-    it from none of ``expect`` (refused: nothing to write)."""
-    sources = allowed_sources(change.to, expect)
-    if not sources:
-        return None
+# One change's conditional update: the columns it sets (``release_live_key`` clears
+# ``live_key`` besides), how many statuses it may come from, and whether it goes back to
+# pending; and its values: each column's, the message id, each status expected.
+_Shape = tuple[tuple[str, ...], bool, int, bool]
+_Transition = tuple[_Shape, tuple[Any, ...]]
+
+
+def _transition_statement(change: StatusChange, now: datetime, sources: Row) -> _Transition:
+    """One change as its shape and values, ``sources`` the statuses the transition table
+    lets it come from (of those the caller expects)."""
     fields = transition_fields(change, now)
-    sets = [f"{column} = ?" for column in fields]
-    if change.release_live_key:
-        sets.append("live_key = NULL")
-    params = [_ts(v) if isinstance(v, datetime) else v for v in fields.values()]
-    expected = [s.value for s in sources]
-    sql = (
-        f"UPDATE messages SET {', '.join(sets)} "
-        f"WHERE id = ? AND status IN ({_placeholders(len(expected))})"
-    )
-    return sql, (*params, change.message_id, *expected)
+    values = [_ts(v) if isinstance(v, datetime) else v for v in fields.values()]
+    to_pending = change.to is MessageStatus.PENDING
+    shape = (tuple(fields), change.release_live_key, len(sources), to_pending)
+    return shape, (*values, change.message_id, *sources)
 
 
-def _apply_transitions(conn: Conn, statements: Sequence[tuple[str, tuple[Any, ...], bool]]) -> int:
-    """Run ``statements`` (SQL, parameters, back to pending) in order; how many rows they
-    changed. A run of one statement (a batch's ``sent``, each with its ticket) goes in
-    one ``executemany``: a statement per message cost as much as the rest of the record.
-    Back to pending stays one at a time: each may find its slot taken, and one refusal
-    must not undo the others."""
+def _apply_transitions(conn: Conn, statements: Sequence[_Transition]) -> int:
+    """Run ``statements`` in order; how many rows they changed. A run of one shape (a
+    batch's ``sent``, each with its ticket) on distinct messages is one UPDATE joined to
+    their values: a statement per message cost as much as the rest of the record, and
+    twice as much as the one. Back to pending stays one at a time: each may find its slot
+    taken, and one refusal must not undo the others."""
     changed = 0
-    for (sql, to_pending), run in itertools.groupby(statements, key=itemgetter(0, 2)):
-        params = [p for _, p, _ in run]
+    for shape, run in itertools.groupby(statements, key=itemgetter(0)):
+        rows = [values for _, values in run]
+        columns, release_live_key, expected, to_pending = shape
+        sets = [f"{column} = ?" for column in columns]
+        if release_live_key:
+            sets.append("live_key = NULL")
+        one = (
+            f"UPDATE messages SET {', '.join(sets)} "
+            f"WHERE id = ? AND status IN ({_placeholders(expected)})"
+        )
         if to_pending:
-            changed += sum(_apply_transition(conn, sql, p) for p in params)
+            changed += sum(_apply_transition(conn, one, row) for row in rows)
+        elif len({row[len(columns)] for row in rows}) < len(rows):
+            # A message twice: each change must see the one before it, as one at a time.
+            changed += conn.executemany(one, rows).rowcount
         else:
-            changed += conn.executemany(sql, params).rowcount
+            # Padded with rows of no message (a NULL id matches none).
+            filler = (None,) * len(rows[0])
+            joined = _joined(columns, release_live_key, expected)
+            changed += len(_insert_many(conn, joined, rows, filler))
     return changed
+
+
+def _joined(columns: tuple[str, ...], release_live_key: bool, expected: int) -> str:
+    """The UPDATE of changes of one shape on distinct messages, its ``{values}`` their rows."""
+    names = [*columns, "id", *(f"from_{k}" for k in range(expected))]
+    sets = [f"{column} = v.{column}" for column in columns]
+    if release_live_key:
+        sets.append("live_key = NULL")
+    sources = ", ".join(f"v.from_{k}" for k in range(expected))
+    # The values drive the join, each finding its message by the primary key.
+    return (
+        f"WITH v({', '.join(names)}) AS (VALUES {{values}}) "
+        f"UPDATE messages SET {', '.join(sets)} FROM v "
+        f"WHERE messages.id = v.id AND messages.status IN ({sources}) RETURNING 1"
+    )
 
 
 def _apply_transition(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:
