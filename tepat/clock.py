@@ -80,3 +80,7 @@ class FakeClock:
     def sleepers(self) -> int:
         """How many tasks are waiting on this clock (lets tests wait for quiescence)."""
         return sum(1 for _, _, f in self._sleepers if not f.done())
+
+    def sleeping_until(self, when: datetime) -> int:
+        """How many tasks wait for exactly ``when`` (lets a test see that a task got that far)."""
+        return sum(1 for at, _, f in self._sleepers if at == when and not f.done())

@@ -278,7 +278,8 @@ def build_dispatcher(
         require_verified=settings.require_verified_contacts,
         may_send=claims.may_send,
     )
-    return Dispatcher(store, sender, claims, clock)
+    claim_ahead = timedelta(seconds=settings.claim_ahead_seconds)
+    return Dispatcher(store, sender, claims, clock, claim_ahead)
 
 
 @asynccontextmanager

@@ -1,8 +1,9 @@
 """A batch that reaches the consumer before its instant is held, then sent at the instant.
 
 On ActiveMQ every batch is published ``TEPAT_BROKER_LEAD_SECONDS`` early, so the
-broker's late-firing scheduler does not show: the consumer must hold it on its clock
-(nothing claimed, nothing sent) and send it at the exact instant, never before.
+broker's late-firing scheduler does not show: the consumer must hold it on its clock,
+claim it only ``TEPAT_CLAIM_AHEAD_SECONDS`` before its instant and send it at the exact
+instant, never before.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from tepat.domain.models import MessageStatus
 from tepat.ports.broker import Delivery
 from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.server import RunningSandbox, running_sandbox
-from tepat.services.accounts import create_oneoff
-from tests.support.pipeline import pipeline
+from tepat.services.accounts import create_oneoff, put_reminder
+from tests.support.pipeline import Pipeline, pipeline
 from tests.support.waiting import eventually, stays_false
 
 START = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
 NINE = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 
 
-async def test_a_batch_delivered_early_is_sent_at_its_instant_and_claimed_only_then(
+async def test_a_batch_delivered_early_is_claimed_just_ahead_and_sent_at_its_instant(
     tmp_path: Path,
 ) -> None:
     # The broker's own lead off: the test hands the batch over early itself.
@@ -49,9 +50,21 @@ async def test_a_batch_delivered_early_is_sent_at_its_instant_and_claimed_only_t
             return stats.in_flight == 1 and stats.ready == 0
 
         await eventually(in_hand, what="the early batch in the consumer's hands")
-        p.clock.set(NINE - timedelta(milliseconds=1))
+        ahead = timedelta(seconds=p.rt.settings.claim_ahead_seconds)
+        assert ahead > timedelta(0)
+        p.clock.set(NINE - ahead - timedelta(milliseconds=1))
         assert await stays_false(lambda: bool(p.received_for(device.push_token)))
         assert await p.status_of(m.id) is MessageStatus.PENDING  # not claimed while held
+
+        async def claimed() -> bool:
+            return await p.status_of(m.id) is MessageStatus.SENDING
+
+        # Claimed ahead of its instant, so that at the instant only the send is left ...
+        p.clock.set(NINE - ahead)
+        await eventually(claimed, what="claimed ahead")
+        # ... and still not sent before it.
+        p.clock.set(NINE - timedelta(milliseconds=1))
+        assert await stays_false(lambda: bool(p.received_for(device.push_token)))
         p.clock.set(NINE)
         await eventually(lambda: bool(p.received_for(device.push_token)), what="arrival")
         [got] = p.received_for(device.push_token)
@@ -153,7 +166,8 @@ async def test_the_embedded_broker_hands_a_batch_over_with_the_lead_and_it_waits
     tmp_path: Path,
 ) -> None:
     """As on ActiveMQ: in the consumer's hands ``TEPAT_BROKER_LEAD_SECONDS`` early (who
-    it goes to read ahead), claimed and sent only at its instant."""
+    it goes to read ahead), claimed ``TEPAT_CLAIM_AHEAD_SECONDS`` early, sent only at its
+    instant."""
     async with pipeline(tmp_path, start=START, broker_lead_seconds=2) as p:
         _, device = await p.add_user("ana")
         m, _ = await create_oneoff(p.rt, "ana", "k", "meal", "t", "b", send_at=NINE)
@@ -167,10 +181,71 @@ async def test_the_embedded_broker_hands_a_batch_over_with_the_lead_and_it_waits
         assert await stays_false(in_hand)  # more than the lead ahead: still in the broker
         p.clock.set(NINE - timedelta(seconds=2))
         await eventually(in_hand, what="the batch in the consumer's hands 2 s early")
-        p.clock.set(NINE - timedelta(milliseconds=1))
+        ahead = timedelta(seconds=p.rt.settings.claim_ahead_seconds)
+        p.clock.set(NINE - ahead - timedelta(milliseconds=1))
         assert await stays_false(lambda: bool(p.received_for(device.push_token)))
         assert await p.status_of(m.id) is MessageStatus.PENDING
+        p.clock.set(NINE - timedelta(milliseconds=1))
+        assert await stays_false(lambda: bool(p.received_for(device.push_token)))
         p.clock.set(NINE)
         await eventually(lambda: bool(p.received_for(device.push_token)), what="arrival")
         [got] = p.received_for(device.push_token)
         assert datetime.fromisoformat(got["received_at"]) == NINE
+
+
+async def _move_breakfast_to_ten(p: Pipeline) -> None:
+    await put_reminder(
+        p.rt, "ana", "breakfast", category="meal", local_time="10:00", title="t", body="b"
+    )
+
+
+@pytest.mark.parametrize("when", ["before the claim", "after the message was judged"])
+async def test_a_change_before_the_claim_is_honoured_and_one_after_it_applies_next_time(
+    tmp_path: Path, when: str
+) -> None:
+    """A message is claimed and judged ``TEPAT_CLAIM_AHEAD_SECONDS`` before its instant:
+    a change of its reminder before that moves today's message; one that comes after it
+    finds today's message judged and on its way, and applies from the next occurrence.
+    Either way the day has one message, and nothing is lost."""
+    async with pipeline(tmp_path, start=START, broker_lead_seconds=2) as p:
+        _, device = await p.add_user("ana", reminders=[("breakfast", "meal", time(9, 0))])
+        await p.rt.creator.plan_window(START, START + timedelta(hours=24))
+        [m] = await p.messages("ana")
+        ahead = timedelta(seconds=p.rt.settings.claim_ahead_seconds)
+        queue = p.rt.categories.get("meal").queue_name
+
+        async def in_hand() -> bool:
+            [stats] = await p.rt.broker.stats([queue])
+            return stats.in_flight == 1
+
+        p.clock.set(NINE - timedelta(seconds=2))
+        await eventually(in_hand, what="the batch in the consumer's hands")
+        if when == "before the claim":
+            p.clock.set(NINE - ahead - timedelta(milliseconds=1))
+            await _move_breakfast_to_ten(p)
+            p.clock.set(NINE)
+            assert await stays_false(lambda: bool(p.received_for(device.push_token)))
+            assert await p.status_of(m.id) is MessageStatus.CANCELLED
+            p.clock.set(NINE + timedelta(hours=1))
+            await eventually(lambda: bool(p.received_for(device.push_token)), what="at ten")
+            [got] = p.received_for(device.push_token)
+            assert datetime.fromisoformat(got["received_at"]) == NINE + timedelta(hours=1)
+            return
+        p.clock.set(NINE - ahead)
+        # Claimed, read and decided: only its instant is awaited.
+        await eventually(lambda: p.clock.sleeping_until(NINE) > 0, what="judged, held")
+        assert await p.status_of(m.id) is MessageStatus.SENDING
+        await _move_breakfast_to_ten(p)
+        p.clock.set(NINE)
+        await eventually(lambda: bool(p.received_for(device.push_token)), what="arrival")
+
+        async def sent() -> bool:
+            return await p.status_of(m.id) is MessageStatus.SENT
+
+        await eventually(sent, what="recorded as sent")
+        # Today had its message: the move applies from tomorrow, at ten.
+        p.clock.set(NINE + timedelta(hours=2))
+        assert await stays_false(lambda: len(p.received_for(device.push_token)) > 1)
+        await p.rt.creator.plan_window(p.clock.now(), p.clock.now() + timedelta(hours=24))
+        pending = [x for x in await p.messages("ana") if x.status is MessageStatus.PENDING]
+        assert [x.due for x in pending] == [NINE + timedelta(days=1, hours=1)]

@@ -100,6 +100,17 @@ class _Unsent:
     superseded: list[tuple[Message, Message | None]]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One channel's share of claimed messages, decided: what goes out, and what does not."""
+
+    adapter: Channel | None
+    outgoing: list[Outgoing]
+    unsent: _Unsent
+    recipients: Recipients
+    now: datetime  # the instant it was decided for
+
+
 class ChannelSender:
     def __init__(
         self,
@@ -171,30 +182,35 @@ class ChannelSender:
         recipients: Recipients | None = None,
         before_send: BeforeSend | None = None,
     ) -> None:
-        """Decide, send and record ``claimed``; ``recipients`` read ahead (covering every
-        claimed message's user) saves the read. Each channel goes its own way (its own
-        provider and limits); ``before_send`` (the consumer's order between batches) is
-        awaited before each channel's requests go out."""
+        """Decide, send and record ``claimed`` now; ``recipients`` read ahead (covering
+        every claimed message's user) saves the read. ``before_send`` (the consumer's
+        order between batches) is awaited before each channel's requests go out."""
+        await self.fire(await self.prepare(claimed, recipients, self._clock.now()), before_send)
+
+    async def prepare(
+        self, claimed: Sequence[Message], recipients: Recipients | None, at: datetime
+    ) -> list[Prepared]:
+        """Decide what of ``claimed`` goes out at ``at`` and to whom, per channel: done
+        before the instant when the messages were claimed ahead, so that at the instant
+        only :meth:`fire` is left."""
         if recipients is None:
             recipients = await self.recipients(sorted({m.user_id for m in claimed}))
         by_channel: dict[str, list[Message]] = {}
         for m in claimed:
             by_channel.setdefault(m.channel, []).append(m)
-        await gather_all(
-            *(
-                self._process_channel(channel, ms, recipients, before_send)
-                for channel, ms in by_channel.items()
-            )
-        )
+        return [
+            await self._prepare_channel(channel, ms, recipients, at)
+            for channel, ms in by_channel.items()
+        ]
 
-    async def _process_channel(
-        self,
-        channel: str,
-        claimed: list[Message],
-        r: Recipients,
-        before_send: BeforeSend | None,
-    ) -> None:
-        now = self._clock.now()
+    async def fire(self, prepared: Sequence[Prepared], before_send: BeforeSend | None) -> None:
+        """Send what :meth:`prepare` decided and record it. Each channel goes its own way
+        (its own provider and limits)."""
+        await gather_all(*(self._fire_channel(p, before_send) for p in prepared))
+
+    async def _prepare_channel(
+        self, channel: str, claimed: list[Message], r: Recipients, now: datetime
+    ) -> Prepared:
         adapter = self._channels.get(channel)
         unsent = _Unsent([], [], [])
         sendable: list[Message] = []
@@ -221,15 +237,19 @@ class ChannelSender:
                 case Supersede(replacement):
                     unsent.superseded.append((m, replacement))
         outgoing = await self._outgoing(channel, sendable, r, unsent.closed)
+        return Prepared(adapter, outgoing, unsent, r, now)
+
+    async def _fire_channel(self, p: Prepared, before_send: BeforeSend | None) -> None:
+        unsent = p.unsent
         # What is not sent is recorded while the requests wait for their turn and go out.
         closing = None
         if unsent.closed or unsent.deferred or unsent.superseded:
-            closing = asyncio.ensure_future(self._close_unsent(unsent, r, now))
+            closing = asyncio.ensure_future(self._close_unsent(unsent, p.recipients, p.now))
         try:
-            if outgoing and adapter is not None:
+            if p.outgoing and p.adapter is not None:
                 if before_send is not None:
                     await before_send()
-                await self._send(adapter, outgoing)
+                await self._send(p.adapter, p.outgoing)
         finally:
             if closing is not None:
                 await closing

@@ -24,7 +24,7 @@ from tepat.clock import Clock
 from tepat.domain.batches import Batch
 from tepat.domain.models import MessageStatus
 from tepat.ports.repositories.messages import MessageRepository
-from tepat.services.sending.channel_sender import BeforeSend, ChannelSender, Recipients
+from tepat.services.sending.channel_sender import BeforeSend, ChannelSender
 from tepat.services.sending.lease import ClaimsInHand
 
 # Batches fire up to ~1 s early on ActiveMQ (its scheduler rounds to 500 ms and
@@ -34,9 +34,16 @@ BATCH_SPAN = timedelta(seconds=1)
 
 class Dispatcher:
     def __init__(
-        self, store: MessageRepository, channels: ChannelSender, claims: ClaimsInHand, clock: Clock
+        self,
+        store: MessageRepository,
+        channels: ChannelSender,
+        claims: ClaimsInHand,
+        clock: Clock,
+        claim_ahead: timedelta = timedelta(0),
     ) -> None:
         self._store = store
+        # How long before its instant a message in hand is claimed (TEPAT_CLAIM_AHEAD_SECONDS).
+        self._claim_ahead = claim_ahead
         # The send path of every channel.
         self.channels = channels
         # The batches claimed and not yet recorded, whose lease the consumer keeps.
@@ -46,10 +53,14 @@ class Dispatcher:
     async def handle(self, batch: Batch, before_send: BeforeSend | None = None) -> None:
         """Process one batch; returns once every message it claimed is recorded.
 
-        A batch may arrive before its instant (published with a lead on ActiveMQ):
-        it is held here, on the clock, and nothing is claimed or sent before the
-        instant. While it waits, who it goes to is read (one gathered read), so at
-        the instant only the claim, the decision and the send remain.
+        A batch may arrive before its instant (published with a lead on either broker):
+        it is held here, on the clock, and nothing is sent before the instant.
+        ``claim_ahead`` before the instant its messages are claimed, then judged (who it
+        goes to read in one gathered read, the send check decided as of the instant),
+        so at the instant only the send is left: the claim's write, which waits for the
+        store's writer, and the reads are out of the instant's path. A change that comes
+        after that goes as judged; it applies from the next occurrence
+        (docs/PRINCIPLES.md §9, "Re-plans are replacements").
         ``before_send`` is awaited before its requests go out (the consumer's
         priority order between batches): once per instant and channel, so it answers
         at once once its turn came.
@@ -59,9 +70,8 @@ class Dispatcher:
             # Its whole second has passed (a backlog): every item still meant for it
             # is due, so one claim, bounded like the candidates below, replaces the
             # read. A message moved since (retried, deferred) stays for its new batch.
-            await self._claim_and_send(batch.ids, now, None, before_send, batch.due + BATCH_SPAN)
+            await self._claim_and_send(batch.ids, now, before_send, batch.due + BATCH_SPAN)
             return
-        early = batch.due > now
         # A message moved since this batch was published (retried, deferred) waits
         # for the batch of its new instant.
         candidates = [
@@ -71,31 +81,37 @@ class Dispatcher:
         ]
         if not candidates:
             return
-        recipients = None
-        if early:
-            recipients = await self.channels.recipients(sorted({m.user_id for m in candidates}))
         # A batch covers a whole second: each item is held until its own instant within
-        # it (one due at .0 must not wait for one due at .5); what is due by then goes
-        # together, so items already due are one claim and one send.
+        # it (one due at .0 must not wait for one due at .5); what is due within the
+        # claim's lead by then is claimed together.
         waiting = sorted(candidates, key=lambda m: m.due)
         while waiting:
-            await self._clock.sleep_until(waiting[0].due)
+            await self._clock.sleep_until(waiting[0].due - self._claim_ahead)
             now = self._clock.now()
-            due = [m for m in waiting if m.due <= now]
+            due = [m for m in waiting if m.due - self._claim_ahead <= now]
             waiting = waiting[len(due) :]
-            await self._claim_and_send([m.id for m in due], now, recipients, before_send)
-            recipients = None  # read ahead for the first instant only: later ones read afresh
+            await self._claim_and_send([m.id for m in due], now, before_send)
 
     async def _claim_and_send(
         self,
         ids: Sequence[str],
         now: datetime,
-        recipients: Recipients | None,
         before_send: BeforeSend | None,
         due_before: datetime | None = None,
     ) -> None:
         with tracing.span("claim", messages=len(ids)):
             claimed = await self._store.claim(ids, now, due_before=due_before)
-        if claimed:
-            with self.claims.held(claimed), tracing.span("send", messages=len(claimed)):
-                await self.channels.process(claimed, recipients, before_send)
+        if not claimed:
+            return
+        with self.claims.held(claimed), tracing.span("send", messages=len(claimed)):
+            waiting = sorted(claimed, key=lambda m: m.due)
+            while waiting:
+                # Judged (who it goes to read afresh, decided as of its instant) once
+                # claimed, before the instant when claimed ahead: at the instant only the
+                # send is left.
+                at = max(waiting[0].due, self._clock.now())
+                due = [m for m in waiting if m.due <= at]
+                waiting = waiting[len(due) :]
+                prepared = await self.channels.prepare(due, None, at)
+                await self._clock.sleep_until(at)
+                await self.channels.fire(prepared, before_send)
