@@ -16,6 +16,7 @@ _.concat, _.checked_parts  # named in the Python code Jinja generates (environme
 _.on_message, _.on_heartbeat_timeout  # stomp.py's listener callbacks
 _.capture_signals, _.should_exit  # uvicorn.Server: overridden hook, the flag its loop polls
 _.header_table_size  # hpack.Encoder: a test's client shrinks its table through it
+_.local_settings  # h2.H2Connection: a test's server sends its first SETTINGS from it
 _.handle_EHLO, _.handle_RCPT, _.handle_DATA, _.host_name  # aiosmtpd's handler protocol
 _.mechanism  # aiosmtpd passes it to an authenticator by this name
 _.do_GET, _.do_POST, _.log_message  # http.server.BaseHTTPRequestHandler

@@ -2,8 +2,9 @@
 
 APNs takes one notification per request (``POST /3/device/{token}``) and wants many
 concurrent streams on one connection rather than many connections, so a batch goes out
-as that many streams of the client's single HTTP/2 connection, at most ``max_streams`` at
-a time. Every request carries the one provider token of :mod:`tepat.adapters.apns_auth`.
+as that many streams, at most ``max_streams`` at a time, on one HTTP/2 connection while
+APNs allows that many on it (another opens only past that). Every request carries the one
+provider token of :mod:`tepat.adapters.apns_auth`.
 
 APNs answers at send time: there are no receipts to poll (``max_receipt_batch`` is 0).
 
@@ -159,7 +160,7 @@ class ApnsPushProvider(H2Client):
         topic: str,
         clock: Clock,
         base_url: str = PRODUCTION_URL,
-        max_streams: int = 100,
+        max_streams: int = 1000,
         timeout: float = 15.0,
     ) -> None:
         self.token = token

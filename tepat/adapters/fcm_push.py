@@ -2,7 +2,8 @@
 
 FCM v1 takes one message per request (``POST /v1/projects/{id}/messages:send``), so a
 batch of :attr:`FcmPushProvider.max_batch` goes out as that many concurrent requests
-(HTTP/2 streams), at most ``max_connections`` at a time, under the project's rate (a token
+(HTTP/2 streams, over as many connections as FCM's 100 streams a connection need), at most
+``max_connections`` at a time, under the project's rate (a token
 bucket on the injected clock that adapts to 429s, :mod:`tepat.adapters.adaptive_rate`).
 Access tokens come from :mod:`tepat.adapters.fcm_auth`.
 
@@ -202,7 +203,7 @@ class FcmPushProvider(H2Client):
         clock: Clock,
         project_id: str | None = None,
         base_url: str = "https://fcm.googleapis.com",
-        max_connections: int = 50,
+        max_connections: int = 1000,
         rate_limit: float = 10_000.0,
         critical_reserve: float = 0.0,
         timeout: float = 15.0,
@@ -222,8 +223,8 @@ class FcmPushProvider(H2Client):
             provider="fcm",
         )
         self.adaptive = AdaptiveRate(self.limiter, rate_limit, clock)
-        # HTTP/2, as Firebase's own SDKs send: the requests multiplexed as streams of one
-        # connection (``max_connections``: streams in flight). Over HTTP/1.1 each would
+        # HTTP/2, as Firebase's own SDKs send: the requests multiplexed as streams
+        # (``max_connections``: streams in flight, on all connections). Over HTTP/1.1 each would
         # need a connection of its own (4 ms of CPU a message at 50 through httpx's pool,
         # bench/README.md).
         super().__init__(

@@ -314,6 +314,8 @@ class _Connection(asyncio.Protocol):
     ) -> None:
         self.timeout = timeout
         self.own_limit = limit
+        # Set by the server's first SETTINGS: how many streams it allows is known.
+        self.settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.limit = limit  # streams at once: ours, or the server's if lower
         self.pseudo = pseudo  # :method, :scheme, :authority
         self.user_agent = ("user-agent", user_agent)
@@ -590,6 +592,8 @@ class _Connection(asyncio.Protocol):
                     raise ProtocolError("SETTINGS_MAX_FRAME_SIZE out of range")
                 self.max_frame = value
         self.out.append(_frame(_SETTINGS, _ACK, 0))
+        if not self.settled.done():
+            self.settled.set_result(None)
         self._send_bodies()
         self._start_queued()
 
@@ -663,11 +667,16 @@ class _Connection(asyncio.Protocol):
 
     def _fail_all(self, what: str) -> None:
         self._retire()
+        if not self.settled.done():
+            self.settled.set_result(None)  # no SETTINGS will come: not waited for
         for stream_id in list(self.streams):
             self._fail(stream_id, what, True)
         if self.transport is not None:
             self.transport.close()
 
+
+# Connections an adapter opens at most (each with the streams its server allows).
+MAX_CONNECTIONS = 32
 
 _ERRORS = (
     "NO_ERROR",
@@ -692,10 +701,16 @@ def _error_name(code: int) -> str:
 
 
 class H2Client:
-    """Base of an adapter that sends over one HTTP/2 connection to ``base_url``, at most
-    ``max_streams`` requests in flight on it, the others waiting their turn
-    (``http://``: h2c with prior knowledge, as the sandboxes serve; ``https://``: TLS with
-    ALPN ``h2``). Waiting for a stream is no failure: the timeout counts once it opens."""
+    """Base of an adapter that sends over HTTP/2 to ``base_url``, about ``max_streams``
+    requests in flight at once, the others waiting their turn (``http://``: h2c with
+    prior knowledge, as the sandboxes serve; ``https://``: TLS with ALPN ``h2``). Waiting
+    for a stream is no failure: the timeout counts once it opens.
+
+    One connection, and more while the requests in hand outgrow the streams the server
+    allows on those open (its ``SETTINGS_MAX_CONCURRENT_STREAMS``), up to
+    ``max_streams`` in all: FCM's front ends allow 100 streams on a connection, so 1,200
+    notifications due at once would otherwise go in twelve round trips. A request goes
+    to the connection with the most streams free."""
 
     def __init__(self, base_url: str, *, max_streams: int, timeout: float, user_agent: str) -> None:
         self.base_url = base_url.rstrip("/")
@@ -706,7 +721,7 @@ class H2Client:
         self._pseudo = ((":method", "POST"), (":scheme", url.scheme), (":authority", url.netloc))
         self.timeout = timeout  # seconds: to connect, and for a stream's answer
         self._max_streams = max_streams
-        self._connection: _Connection | None = None
+        self._connections: list[_Connection] = []
         self._connecting = asyncio.Lock()
 
     async def _post_h2(
@@ -736,13 +751,14 @@ class H2Client:
         todo = list(range(len(requests)))
         for _ in range(3):  # requests that waited on a connection that went: another one
             try:
-                connection = await self._connected()
+                connections = await self._connected(len(todo))
             except (OSError, TimeoutError, ssl.SSLError) as e:
                 failure = StreamFailed(f"cannot connect ({type(e).__name__}: {e})", False)
                 for i in todo:
                     answers[i] = _try_again(failure, provider)
                 break
-            futures = [(i, connection.submit(*requests[i])) for i in todo]
+            places = _places(connections, len(todo))
+            futures = [(i, c.submit(*requests[i])) for i, c in zip(todo, places, strict=True)]
             todo = []
             try:
                 for i, future in futures:
@@ -761,13 +777,21 @@ class H2Client:
                 break
         return [answers[i] for i in range(len(requests))]
 
-    async def _connected(self) -> _Connection:
-        if self._connection is not None and self._connection.usable:
-            return self._connection
+    async def _connected(self, requests: int) -> list[_Connection]:
+        """The usable connections, at least one, and more while their streams hold less
+        than what is in flight and ``requests`` more (up to ``max_streams``)."""
         async with self._connecting:
-            if self._connection is None or not self._connection.usable:
-                self._connection = await asyncio.wait_for(self._connect(), self.timeout)
-        return self._connection
+            self._connections = [c for c in self._connections if c.usable]
+            while len(self._connections) < MAX_CONNECTIONS:
+                busy = sum(len(c.streams) + len(c.queued) for c in self._connections)
+                room = sum(c.limit for c in self._connections)
+                if self._connections and room >= min(busy + requests, self._max_streams):
+                    break
+                opened = await asyncio.wait_for(self._connect(), self.timeout)
+                if not opened.usable:
+                    raise ConnectionError("the connection was lost as it opened")
+                self._connections.append(opened)
+        return list(self._connections)
 
     async def _connect(self) -> _Connection:
         context = None
@@ -794,18 +818,42 @@ class H2Client:
         if tls is not None and tls.selected_alpn_protocol() != "h2":
             transport.close()
             raise ssl.SSLError(f"{self._url.hostname} does not speak HTTP/2 (ALPN)")
+        if self._connections:
+            # Another connection is opened because those open are full: whether this one
+            # is enough depends on the streams its server allows (its first SETTINGS,
+            # sent at once). The first connection's requests need not wait for it.
+            try:
+                await asyncio.wait_for(asyncio.shield(connection.settled), self.timeout)
+            except BaseException:
+                transport.close()
+                raise
         return connection
 
     async def close(self) -> None:
-        if self._connection is not None and self._connection.transport is not None:
-            self._connection.transport.close()
-        self._connection = None
+        for connection in self._connections:
+            if connection.transport is not None:
+                connection.transport.close()
+        self._connections = []
 
     async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _places(connections: Sequence[_Connection], n: int) -> list[_Connection]:
+    """The connection each of ``n`` requests goes to: where the most streams are free
+    (queued ones count as taken), one at a time."""
+    if len(connections) == 1:
+        return [connections[0]] * n
+    free = [c.limit - len(c.streams) - len(c.queued) for c in connections]
+    places = []
+    for _ in range(n):
+        best = max(range(len(connections)), key=free.__getitem__)
+        free[best] -= 1
+        places.append(connections[best])
+    return places
 
 
 def _try_again(failure: StreamFailed, provider: str) -> TryAgain:

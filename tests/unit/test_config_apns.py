@@ -55,7 +55,7 @@ def test_the_defaults_are_apples_production_host() -> None:
     assert (s.apns_key_file, s.apns_url, s.apns_max_streams) == (
         None,
         "https://api.push.apple.com",
-        100,
+        1000,
     )
 
 

@@ -44,11 +44,12 @@ class Server(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's too
+        if self.settings:  # in the server's first SETTINGS, as a real server sends them
+            initial = {h2.settings.SettingCodes(k): v for k, v in self.settings.items()}
+            self.h2.local_settings = h2.settings.Settings(client=False, initial_values=initial)
         self.h2.initiate_connection()
         if self.window is not None:
             self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window})
-        if self.settings:
-            self.h2.update_settings(self.settings)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
@@ -90,6 +91,7 @@ async def serving(
     window: int | None = None,
     answer_within: float = 10.0,
     settings: dict[int, int] | None = None,
+    max_streams: int = 50,
 ) -> AsyncIterator[tuple[H2Client, list[Server]]]:
     connections: list[Server] = []
     loop = asyncio.get_running_loop()
@@ -98,7 +100,10 @@ async def serving(
     )
     port = server.sockets[0].getsockname()[1]
     client = H2Client(
-        f"http://127.0.0.1:{port}", max_streams=50, timeout=answer_within, user_agent="test"
+        f"http://127.0.0.1:{port}",
+        max_streams=max_streams,
+        timeout=answer_within,
+        user_agent="test",
     )
     try:
         yield client, connections
@@ -197,13 +202,45 @@ async def test_requests_waiting_for_a_stream_go_to_a_new_connection_after_goaway
             server.transport.close()
 
     limit: dict[int, int] = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1}
-    async with serving(go_away_at_zero, settings=limit) as (client, connections):
+    # One stream in all: the client opens no second connection while the first is busy.
+    async with serving(go_away_at_zero, settings=limit, max_streams=1) as (client, connections):
         assert isinstance(await post(client, b"connects"), H2Response)
         # One stream at a time: 1 and 2 wait, never sent when the server goes away.
         answers = await asyncio.gather(*(post(client, b"%d" % i) for i in range(3)))
         assert [a.content for a in answers if isinstance(a, H2Response)] == [b"0", b"1", b"2"]
         assert len(connections) == 2 and connections[0].most_open == 1
         assert connections[0].done == [b"connects", b"0"]
+
+
+async def test_more_requests_than_a_connection_takes_open_more_connections() -> None:
+    """The server allows 2 streams on a connection: 6 requests at once, the client's
+    ``max_streams``, go over 3 connections instead of waiting in line on one."""
+    held: list[tuple[Server, int, bytes]] = []
+
+    def answer_once_six_are_in(server: Server, stream_id: int, body: bytes) -> None:
+        if body == b"connects":
+            server.answer(stream_id, body)
+            return
+        held.append((server, stream_id, body))
+        if len(held) == 6:
+            for at, sid, data in held:
+                at.answer(sid, data)
+                at.flush()
+            held.clear()
+
+    limit: dict[int, int] = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 2}
+    async with serving(answer_once_six_are_in, settings=limit, max_streams=6) as (
+        client,
+        connections,
+    ):
+        assert isinstance(await post(client, b"connects"), H2Response)
+        for _ in range(2):  # the second time on the connections the first opened
+            answers = await asyncio.gather(*(post(client, b"%d" % i) for i in range(6)))
+            assert [a.content for a in answers if isinstance(a, H2Response)] == [
+                b"%d" % i for i in range(6)
+            ]
+            assert len(connections) == 3
+            assert all(c.most_open <= 2 for c in connections)
 
 
 async def test_a_body_larger_than_the_window_goes_as_the_server_opens_it() -> None:
