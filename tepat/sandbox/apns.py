@@ -13,7 +13,8 @@
 * a token scripted with an APNs reason (:data:`REASONS`): that answer (410 with a
   ``timestamp`` for ``Unregistered``);
 * otherwise 200 with ``apns-id`` (the request's, else a new one), and the notification
-  (token, ``apns-*`` headers, payload) is in :meth:`received`.
+  (token, ``apns-*`` headers, payload) is in :meth:`received`, its ``at`` the instant its
+  request arrived (:class:`~tepat.sandbox.h2c_server.HotSendProvider`).
 
 It also counts the connections its requests came on (``stats()["connections"]``) and the
 provider tokens it saw (``provider_tokens``), so a test can hold a client to one
@@ -23,28 +24,27 @@ connection and to renewing its token no more than it should. The faults, counter
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tepat.adapters.apns_push import MAX_PAYLOAD_BYTES, SEND_PATH
 from tepat.clock import Clock
 from tepat.sandbox.faults import FailNext
-from tepat.sandbox.h2c_server import HotSendProvider
+from tepat.sandbox.h2c_server import Answer, HotRequest, HotSendProvider, json_body
 from tepat.sandbox.provider import SandboxState, Stats
 
 TOKEN_LIFETIME = timedelta(hours=1)
 _DEVICE_TOKEN = re.compile(r"[0-9A-Fa-f]{64,}")
+_NO_BODY = (b"content-length", b"0")
 
 # APNs's reasons and the HTTP status each comes with.
 REASONS: dict[str, int] = {
@@ -176,13 +176,14 @@ class ApnsSandbox(HotSendProvider[_State]):
         self._state.stats.refused += 1
         return JSONResponse({"reason": failure.code or "BadRequest"}, failure.status)
 
-    def _authorized(self, request: Request) -> bool:
+    def _send_authorized(self, request: HotRequest) -> bool:
         # Under the kit's lock, and _unauthorized right after it: the problem found here
         # is the reason that one answers with.
-        self._auth_problem = self._token_problem(request.headers.get("authorization", ""))
+        authorization = request.header(b"authorization") or ""
+        self._auth_problem = self._token_problem(authorization, request.at)
         return self._auth_problem is None
 
-    def _token_problem(self, authorization: str) -> str | None:
+    def _token_problem(self, authorization: str, now: datetime) -> str | None:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token:
             return "MissingProviderToken"
@@ -201,7 +202,7 @@ class ApnsSandbox(HotSendProvider[_State]):
             if claims.get("iss") != self.team_id:
                 return "InvalidProviderToken"
             issued = self._verified[token] = float(claims["iat"])
-        if self.clock.now().timestamp() - issued > TOKEN_LIFETIME.total_seconds():
+        if now.timestamp() - issued > TOKEN_LIFETIME.total_seconds():
             return "ExpiredProviderToken"
         self._state.provider_tokens.add(token)
         self._state.stats.provider_tokens = len(self._state.provider_tokens)
@@ -226,36 +227,36 @@ class ApnsSandbox(HotSendProvider[_State]):
             return "PayloadTooLarge"
         return None
 
-    def _take_send(self, request: Request, body: bytes) -> tuple[Response, list[dict[str, Any]]]:
+    def _take_send(self, request: HotRequest, body: bytes) -> tuple[Answer, list[dict[str, Any]]]:
         with self._lock:
-            client = request.scope.get("client")
-            if client is not None:
-                self._state.clients.add(tuple(client))
+            if request.client is not None:
+                self._state.clients.add(request.client)
             self._state.stats.connections = len(self._state.clients)
-        if (refused := self._gate(request)) is not None:
+        if (refused := self._admit_send(request)) is not None:
             return refused, []
         token = request.path_params["token"]
-        if problem := self._request_problem(token, request.headers.get("apns-topic"), body):
-            return apns_error(problem), []
+        if problem := self._request_problem(token, request.header(b"apns-topic"), body):
+            return Answer.of(apns_error(problem)), []
         try:
-            payload = json.loads(body)
+            payload = json_body(body)
         except ValueError:
-            return apns_error("PayloadEmpty"), []
+            return Answer.of(apns_error("PayloadEmpty")), []
         if self._over_rate(1):
-            return apns_error("TooManyRequests"), []
+            return Answer.of(apns_error("TooManyRequests")), []
         with self._lock:
             self._state.stats.notifications += 1
             script = self._state.scripts.get(token)
             if script is not None and script.reason is not None:
                 self._state.stats.refused += 1
-                return apns_error(script.reason, self.clock), []
-            apns_id = request.headers.get("apns-id") or str(uuid.uuid4()).upper()
+                return Answer.of(apns_error(script.reason, self.clock)), []
+            apns_id = request.header(b"apns-id") or str(uuid.uuid4()).upper()
             entry = {
                 "token": token,
                 "apns_id": apns_id,
-                "headers": {k: v for k, v in request.headers.items() if k.startswith("apns-")},
+                "headers": request.headers_starting(b"apns-"),
                 "payload": payload,
-                "at": self.clock.now().isoformat(),
+                "at": self._arrival(request.at),
             }
             self._state.received.append(entry)
-        return Response(status_code=200, headers={"apns-id": apns_id}), [entry]
+        # as Response(status_code=200, headers={"apns-id": apns_id}) words it
+        return Answer(200, ((b"apns-id", apns_id.encode("latin-1")), _NO_BODY), b""), [entry]
