@@ -211,6 +211,15 @@ class ApnsSandbox(HotSendProvider[_State]):
     def _unauthorized(self) -> Response:
         return apns_error(self._auth_problem or "InvalidProviderToken")
 
+    def _logged(self, entry: dict[str, Any]) -> dict[str, Any]:
+        logged = dict(entry)
+        logged["headers"] = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in entry["headers"]
+            if name.startswith(b"apns-")
+        }
+        return logged
+
     def _bad_script(self, message: str) -> Response:
         return JSONResponse({"reason": "BadRequest", "message": message}, 400)
 
@@ -253,7 +262,9 @@ class ApnsSandbox(HotSendProvider[_State]):
             entry = {
                 "token": token,
                 "apns_id": apns_id,
-                "headers": request.headers_starting(b"apns-"),
+                # all of them, as received: the apns-* ones are picked when the log is
+                # read (_logged), not on the way to the answer
+                "headers": request.raw_headers,
                 "payload": payload,
                 "at": self._arrival(request.at),
             }

@@ -87,6 +87,7 @@ class H2Error(Exception):
 # ---- HPACK ----
 
 _STATIC: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
+_STATIC_SIZE = len(_STATIC)
 # hpack's nibble automaton taken a whole byte at a time: [state * 256 + byte] -> (next
 # state * 256, the bytes it emits, whether it may end there), a state of -1 where the code
 # is invalid. Filled as bytes are met (a header's few dozen symbols need a few hundred
@@ -197,12 +198,19 @@ class HeaderDecoder:
 
     def _decode(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], bool]:
         headers: list[tuple[bytes, bytes]] = []
-        changed, i, end = False, 0, len(block)
+        changed, i, end, table = False, 0, len(block), self._table
         while i < end:
             byte = block[i]
             if byte & 0x80:  # indexed
-                if 0 < byte & 0x7F <= len(_STATIC):  # most of them, at a lower cost
-                    headers.append(_STATIC[(byte & 0x7F) - 1])
+                # most of them in one byte, at a lower cost: the static table's, then the
+                # dynamic table's (a client's headers that stay the same, such as APNs's)
+                index = byte & 0x7F
+                if 0 < index <= _STATIC_SIZE:
+                    headers.append(_STATIC[index - 1])
+                    i += 1
+                    continue
+                if _STATIC_SIZE < index < 0x7F and index - _STATIC_SIZE <= len(table):
+                    headers.append(table[index - _STATIC_SIZE - 1])
                     i += 1
                     continue
                 index, i = _integer(block, i, 7)
@@ -224,7 +232,7 @@ class HeaderDecoder:
             value, i = _string(block, i)
             headers.append((name, value))
             if indexing:
-                self._table.appendleft((name, value))
+                table.appendleft((name, value))
                 self._size += len(name) + len(value) + 32
                 self._evict()
                 changed = True
@@ -296,7 +304,7 @@ class HotRequest:
     client's address, and ``at``, the sandbox's clock when the request arrived (the read
     that completed it, over HTTP/2; when the app took it, over HTTP/1.1)."""
 
-    __slots__ = ("at", "client", "path_params", "raw_headers")
+    __slots__ = ("_by_name", "at", "client", "path_params", "raw_headers")
 
     def __init__(
         self,
@@ -309,6 +317,7 @@ class HotRequest:
         self.raw_headers = raw_headers  # as received: lower-case names (HTTP/2, uvicorn)
         self.client = client
         self.at = at
+        self._by_name: dict[bytes, bytes] | None = None
 
     @classmethod
     def of(cls, request: Request, at: datetime) -> HotRequest:
@@ -318,18 +327,10 @@ class HotRequest:
 
     def header(self, name: bytes) -> str | None:
         """The first value of header ``name`` (lower case), as Starlette's ``headers``."""
-        for key, value in self.raw_headers:
-            if key == name:
-                return value.decode("latin-1")
-        return None
-
-    def headers_starting(self, prefix: bytes) -> dict[str, str]:
-        """The headers whose names start with ``prefix`` (the last of a repeated one)."""
-        return {
-            key.decode("latin-1"): value.decode("latin-1")
-            for key, value in self.raw_headers
-            if key.startswith(prefix)
-        }
+        if (by_name := self._by_name) is None:
+            by_name = self._by_name = dict(reversed(self.raw_headers))  # the first wins
+        value = by_name.get(name)
+        return None if value is None else value.decode("latin-1")
 
 
 def json_body(raw: bytes) -> Any:
@@ -662,6 +663,8 @@ class _Connection(asyncio.Protocol):
                 method = value
             elif name == b":path":
                 raw_path = value
+            if method and raw_path:
+                break
         if not method or not raw_path:
             self._respond(stream, 400, [], b"")
             return

@@ -157,7 +157,11 @@ class FakeProvider(ABC, Generic[State]):
         sandbox took its request: for FCM and APNs over HTTP/2, when the request's bytes
         were read off the socket; otherwise when the app came to handle it."""
         with self._lock:
-            return [dict(r) for r in self._state.received]
+            return [self._logged(r) for r in self._state.received]
+
+    def _logged(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """One entry of the log as :meth:`received` gives it: a copy."""
+        return dict(entry)
 
     def clear_received(self) -> None:
         with self._lock:
