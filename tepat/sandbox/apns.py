@@ -24,8 +24,8 @@ connection and to renewing its token no more than it should. The faults, counter
 
 from __future__ import annotations
 
+import random
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,6 +45,9 @@ from tepat.sandbox.provider import SandboxState, Stats
 TOKEN_LIFETIME = timedelta(hours=1)
 _DEVICE_TOKEN = re.compile(r"[0-9A-Fa-f]{64,}")
 _NO_BODY = (b"content-length", b"0")
+# a version 4 UUID's fixed bits (RFC 4122's variant, version 4), as uuid.UUID sets them
+_UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
+_UUID4_SET = (0x8000 << 48) | (4 << 76)
 
 # APNs's reasons and the HTTP status each comes with.
 REASONS: dict[str, int] = {
@@ -122,6 +125,7 @@ class ApnsSandbox(HotSendProvider[_State]):
         # cost, and a client sends one token for 20-60 minutes)
         self._verified: dict[str, float] = {}
         self._auth_problem: str | None = None
+        self._ids = random.Random()  # the apns-id of a request that brings none
         super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds)
 
     # ---- controls ----
@@ -211,6 +215,12 @@ class ApnsSandbox(HotSendProvider[_State]):
     def _unauthorized(self) -> Response:
         return apns_error(self._auth_problem or "InvalidProviderToken")
 
+    def _new_apns_id(self) -> str:
+        """An apns-id as APNs makes one, ``str(uuid.uuid4()).upper()``, at a third of
+        its cost (making a UUID object is most of it)."""
+        digits = "%032X" % (self._ids.getrandbits(128) & _UUID4_KEEP | _UUID4_SET)
+        return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
     def _logged(self, entry: dict[str, Any]) -> dict[str, Any]:
         logged = dict(entry)
         logged["headers"] = {
@@ -258,7 +268,7 @@ class ApnsSandbox(HotSendProvider[_State]):
             if script is not None and script.reason is not None:
                 self._state.stats.refused += 1
                 return Answer.of(apns_error(script.reason, self.clock)), []
-            apns_id = request.header(b"apns-id") or str(uuid.uuid4()).upper()
+            apns_id = request.header(b"apns-id") or self._new_apns_id()
             entry = {
                 "token": token,
                 "apns_id": apns_id,
