@@ -301,8 +301,9 @@ class Answer(NamedTuple):
 
 class HotRequest:
     """What a hot route reads of a request: its path's parameters, its headers, the
-    client's address, and ``at``, the sandbox's clock when the request arrived (the read
-    that completed it, over HTTP/2; when the app took it, over HTTP/1.1)."""
+    client's address, and ``at``, the sandbox's clock when the request arrived: at the
+    read that completed it, over HTTP/2; when the app took it otherwise (HTTP/1.1, or an
+    answer a scripted fault is to lose)."""
 
     __slots__ = ("_by_name", "at", "client", "path_params", "raw_headers")
 
