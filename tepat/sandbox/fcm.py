@@ -11,7 +11,8 @@
   ``UNAUTHENTICATED``. A token scripted with an error gets FCM's answer for it
   (google.rpc.Status with an ``FcmError`` detail and FCM's HTTP status); over the rate
   limit: 429 ``QUOTA_EXCEEDED`` with ``Retry-After``. Otherwise
-  ``{"name": "projects/{id}/messages/{n}"}``, and the message is in :meth:`received`.
+  ``{"name": "projects/{id}/messages/{n}"}``, and the message is in :meth:`received`,
+  its ``at`` the instant its request arrived (:class:`~tepat.sandbox.h2c_server.HotSendProvider`).
 
 The faults, counters and ``/_sandbox/`` controls are the sandbox kit's
 (:mod:`tepat.sandbox.provider`).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import secrets
 import uuid
 from collections.abc import Mapping
@@ -38,7 +40,7 @@ from starlette.routing import Route
 
 from tepat.clock import Clock
 from tepat.sandbox.faults import FailNext
-from tepat.sandbox.h2c_server import HotSendProvider
+from tepat.sandbox.h2c_server import Answer, HotRequest, HotSendProvider, json_body
 from tepat.sandbox.provider import SandboxState, Stats
 
 TOKEN_PATH = "/token"
@@ -46,6 +48,7 @@ GOOGLE_TOKEN_ENDPOINT = "https://oauth2.googleapis.com/token"
 SEND_PATH = "/v1/projects/{project}/messages:send"
 _FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+_JSON_TYPE = (b"content-type", b"application/json")
 
 # FCM's error codes: (HTTP status, google.rpc status, message as FCM words it)
 ERRORS: dict[str, tuple[int, str, str]] = {
@@ -127,6 +130,9 @@ class FcmSandbox(HotSendProvider[_State]):
     ) -> None:
         self.token_lifetime = token_lifetime_seconds
         self._keys: dict[str, Any] = {}  # client_email: public key
+        # the number ending each message's name: as unique as uuid4's was, at less cost
+        self._message_numbers = random.Random()
+        self._name_starts: dict[str, bytes] = {}  # project: the start of its answer
         routes = [Route(TOKEN_PATH, self._token, methods=["POST"])]
         super().__init__(_State, scripts, clock, rate_limit, stall_limit_seconds, routes)
 
@@ -202,10 +208,10 @@ class FcmSandbox(HotSendProvider[_State]):
         code = str(failure.code)
         return fcm_error(code, failure.retry_after, f"Scripted failure {failure.status} {code}")
 
-    def _authorized(self, request: Request) -> bool:
-        auth = request.headers.get("authorization", "")
+    def _send_authorized(self, request: HotRequest) -> bool:
+        auth = request.header(b"authorization") or ""
         expiry = self._state.access_tokens.get(auth.removeprefix("Bearer "))
-        return auth.startswith("Bearer ") and expiry is not None and self.clock.now() < expiry
+        return auth.startswith("Bearer ") and expiry is not None and request.at < expiry
 
     def _unauthorized(self) -> Response:
         message = "Request had invalid authentication credentials."
@@ -247,19 +253,20 @@ class FcmSandbox(HotSendProvider[_State]):
             {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"}
         )
 
-    def _take_send(self, request: Request, raw: bytes) -> tuple[Response, list[dict[str, Any]]]:
-        if (refused := self._gate(request)) is not None:
+    def _take_send(self, request: HotRequest, raw: bytes) -> tuple[Answer, list[dict[str, Any]]]:
+        if (refused := self._admit_send(request)) is not None:
             return refused, []
         try:
-            body = json.loads(raw)
+            body = json_body(raw)
             message = body["message"]
             token = message["token"]
             if not isinstance(token, str) or not token:
                 raise TypeError
         except (ValueError, TypeError, KeyError):
-            return _status(400, "INVALID_ARGUMENT", "Invalid JSON payload: message.token"), []
+            why = "Invalid JSON payload: message.token"
+            return Answer.of(_status(400, "INVALID_ARGUMENT", why)), []
         if wait := self._over_rate(1):
-            return fcm_error("QUOTA_EXCEEDED", wait), []
+            return Answer.of(fcm_error("QUOTA_EXCEEDED", wait)), []
         project = request.path_params["project"]
         with self._lock:
             script = self._state.scripts.get(token)
@@ -267,8 +274,20 @@ class FcmSandbox(HotSendProvider[_State]):
             if script is not None and script.error is not None:
                 self._state.stats.refused += 1
                 retry = 10.0 if script.error == "QUOTA_EXCEEDED" else None
-                return fcm_error(script.error, retry), []
-            name = f"projects/{project}/messages/{uuid.uuid4().int % 10**19}"
-            entry = {"name": name, "message": message, "at": self.clock.now().isoformat()}
+                return Answer.of(fcm_error(script.error, retry)), []
+            number = self._message_numbers.getrandbits(64) % 10**19
+            name = f"projects/{project}/messages/{number}"
+            entry = {"name": name, "message": message, "at": self._arrival(request.at)}
             self._state.received.append(entry)
-        return JSONResponse({"name": name}), [entry]
+        return self._named(project, number), [entry]
+
+    def _named(self, project: str, number: int) -> Answer:
+        """FCM's ``{"name": ...}`` as JSONResponse words it: only the project may need
+        escaping, so its part is made once."""
+        if (start := self._name_starts.get(project)) is None:
+            if len(self._name_starts) >= 64:
+                self._name_starts.clear()
+            words = json.dumps(f"projects/{project}/messages/", ensure_ascii=False)
+            start = self._name_starts[project] = b'{"name":' + words[:-1].encode()
+        body = b'%s%d"}' % (start, number)
+        return Answer(200, ((b"content-length", b"%d" % len(body)), _JSON_TYPE), body)

@@ -7,8 +7,11 @@ beside; ``h2``'s state machine alone costs about 0.25 ms a request, and ``hpack`
 decoder most of 0.1 ms for an APNs request (a new path and ``apns-id`` each time, Huffman
 coded). Here a send request is two frames cut from the read buffer, a header block
 decoded once (a block that leaves the table as it was is remembered: FCM's are all
-alike) and the sandbox's own synchronous handler (:class:`HotSendProvider`); the answers
-of one read leave in one write.
+alike) and the sandbox's own synchronous handler (:class:`HotSendProvider`), which reads
+a :class:`HotRequest` and gives an :class:`Answer`: no Starlette request, response or
+route match, whose making cost more than the handler itself. The answers of one read
+leave in one write, and the requests completed in one read share one arrival stamp, the
+sandbox's clock when those bytes came in (:attr:`HotRequest.at`).
 
 Only the send route is served that way, and only while no answer is scripted to be lost:
 every other HTTP/2 request, and every fault after accepting (a stall waits for the client
@@ -23,12 +26,15 @@ push or priorities.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 import socket
 import struct
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, ClassVar, NamedTuple, cast
 from urllib.parse import unquote
 
@@ -37,11 +43,11 @@ from hpack.huffman_table import HUFFMAN_COMPLETE, HUFFMAN_EMIT_SYMBOL, HUFFMAN_F
 from hpack.table import HeaderTable
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match, Route
+from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from tepat.clock import Clock
+from tepat.clock import Clock, SystemClock
 from tepat.sandbox.provider import FakeProvider, State
 
 logger = logging.getLogger(__name__)
@@ -81,6 +87,7 @@ class H2Error(Exception):
 # ---- HPACK ----
 
 _STATIC: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
+_STATIC_SIZE = len(_STATIC)
 # hpack's nibble automaton taken a whole byte at a time: [state * 256 + byte] -> (next
 # state * 256, the bytes it emits, whether it may end there), a state of -1 where the code
 # is invalid. Filled as bytes are met (a header's few dozen symbols need a few hundred
@@ -191,12 +198,19 @@ class HeaderDecoder:
 
     def _decode(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], bool]:
         headers: list[tuple[bytes, bytes]] = []
-        changed, i, end = False, 0, len(block)
+        changed, i, end, table = False, 0, len(block), self._table
         while i < end:
             byte = block[i]
             if byte & 0x80:  # indexed
-                if 0 < byte & 0x7F <= len(_STATIC):  # most of them, at a lower cost
-                    headers.append(_STATIC[(byte & 0x7F) - 1])
+                # most of them in one byte, at a lower cost: the static table's, then the
+                # dynamic table's (a client's headers that stay the same, such as APNs's)
+                index = byte & 0x7F
+                if 0 < index <= _STATIC_SIZE:
+                    headers.append(_STATIC[index - 1])
+                    i += 1
+                    continue
+                if _STATIC_SIZE < index < 0x7F and index - _STATIC_SIZE <= len(table):
+                    headers.append(table[index - _STATIC_SIZE - 1])
                     i += 1
                     continue
                 index, i = _integer(block, i, 7)
@@ -218,7 +232,7 @@ class HeaderDecoder:
             value, i = _string(block, i)
             headers.append((name, value))
             if indexing:
-                self._table.appendleft((name, value))
+                table.appendleft((name, value))
                 self._size += len(name) + len(value) + 32
                 self._evict()
                 changed = True
@@ -238,6 +252,18 @@ class HeaderDecoder:
 
 
 _STATUS = {200: b"\x88", 204: b"\x89", 206: b"\x8a", 304: b"\x8b", 400: b"\x8c", 404: b"\x8d"}
+# A header name's literal (never indexed, the name a literal too), b"" for the names HTTP/2
+# forbids: an answer's names are few and come back with every answer.
+_name_literals: dict[bytes, bytes] = {}
+
+
+def _name_literal(name: bytes) -> bytes:
+    if (literal := _name_literals.get(name)) is None:
+        lower = name.lower()
+        literal = b"" if lower in _FORBIDDEN else b"\x00" + _encode_integer(len(lower), 7) + lower
+        if len(_name_literals) < 256:
+            _name_literals[name] = literal
+    return literal
 
 
 def encode_headers(status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
@@ -245,14 +271,75 @@ def encode_headers(status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes
     block means the same whatever came before it."""
     parts = [_STATUS.get(status) or b"\x08\x03" + b"%d" % status]
     for name, value in headers:
-        name = name.lower()
-        if name not in _FORBIDDEN:
-            parts += (b"\x00", _encode_integer(len(name), 7), name)
-            parts += (_encode_integer(len(value), 7), value)
+        if literal := _name_literal(name):
+            size = len(value)
+            parts += (literal, bytes((size,)) if size < 0x7F else _encode_integer(size, 7), value)
     return b"".join(parts)
 
 
 # ---- what the server serves ----
+
+
+class Answer(NamedTuple):
+    """An answer as this server writes it (what a Starlette response's ``status_code``,
+    ``raw_headers`` and ``body`` are), without the cost of making a response object."""
+
+    status: int
+    headers: Sequence[tuple[bytes, bytes]]  # lower-case names
+    body: bytes
+
+    @classmethod
+    def of(cls, response: Response) -> Answer:
+        return cls(response.status_code, response.raw_headers, bytes(response.body))
+
+    def response(self) -> Response:
+        """The same answer for the app (HTTP/1.1, or an answer a fault is to lose)."""
+        response = Response(self.body, self.status)
+        response.raw_headers = list(self.headers)
+        return response
+
+
+class HotRequest:
+    """What a hot route reads of a request: its path's parameters, its headers, the
+    client's address, and ``at``, the sandbox's clock when the request arrived: at the
+    read that completed it, over HTTP/2; when the app took it otherwise (HTTP/1.1, or an
+    answer a scripted fault is to lose)."""
+
+    __slots__ = ("_by_name", "at", "client", "path_params", "raw_headers")
+
+    def __init__(
+        self,
+        path_params: dict[str, Any],
+        raw_headers: Sequence[tuple[bytes, bytes]],
+        client: tuple[str, int] | None,
+        at: datetime,
+    ) -> None:
+        self.path_params = path_params
+        self.raw_headers = raw_headers  # as received: lower-case names (HTTP/2, uvicorn)
+        self.client = client
+        self.at = at
+        self._by_name: dict[bytes, bytes] | None = None
+
+    @classmethod
+    def of(cls, request: Request, at: datetime) -> HotRequest:
+        client = request.scope.get("client")
+        address = None if client is None else (client[0], client[1])
+        return cls(request.path_params, request.scope["headers"], address, at)
+
+    def header(self, name: bytes) -> str | None:
+        """The first value of header ``name`` (lower case), as Starlette's ``headers``."""
+        if (by_name := self._by_name) is None:
+            by_name = self._by_name = dict(reversed(self.raw_headers))  # the first wins
+        value = by_name.get(name)
+        return None if value is None else value.decode("latin-1")
+
+
+def json_body(raw: bytes) -> Any:
+    """``json.loads(raw)``: for a UTF-8 object (every client's), without its guess at
+    the encoding."""
+    if raw[:1] == b"{" and raw[1:2] != b"\x00":
+        return json.loads(raw.decode("utf-8", "surrogatepass"))
+    return json.loads(raw)
 
 
 class HotRoute(NamedTuple):
@@ -260,13 +347,22 @@ class HotRoute(NamedTuple):
     on the server's loop, or returns None to leave it to the app."""
 
     route: Route
-    take: Callable[[Request, bytes], Response | None]
+    take: Callable[[HotRequest, bytes], Answer | None]
+
+    def path_params(self, found: re.Match[str]) -> dict[str, Any]:
+        convertors = self.route.param_convertors
+        return {key: convertors[key].convert(value) for key, value in found.groupdict().items()}
 
 
 class HotSendProvider(FakeProvider[State]):
     """A sandbox whose send route (:attr:`_send_path`, POST) this server answers
     without the app, through :meth:`_take_send`; the app serves the same route the same
-    way (HTTP/1.1, and when an answer is to be lost)."""
+    way (HTTP/1.1, and when an answer is to be lost).
+
+    Its received log's ``at`` is :attr:`HotRequest.at`: over HTTP/2, when the request's
+    last bytes were read off the socket (one stamp for every request completed in one
+    read), not when the sandbox came to handle it behind the others of that read.
+    """
 
     http2 = True
     _send_path: ClassVar[str]
@@ -285,20 +381,45 @@ class HotSendProvider(FakeProvider[State]):
             new_state, scripts, clock, rate_limit, stall_limit_seconds, [*routes, send]
         )
         self.app.state.hot_routes = (HotRoute(send, self._take_hot),)
+        self.app.state.clock = self.clock  # the server stamps each read with it
+        self._stamp: tuple[datetime | None, str] = (None, "")
 
     @abstractmethod
-    def _take_send(self, request: Request, body: bytes) -> tuple[Response, list[dict[str, Any]]]:
+    def _take_send(self, request: HotRequest, body: bytes) -> tuple[Answer, list[dict[str, Any]]]:
         """One send request: its answer, and what it accepted (empty when refused)."""
 
-    async def _send(self, request: Request) -> Response:
-        answer, accepted = self._take_send(request, await request.body())
-        return await self.lose_or_answer(answer, request, accepted) if accepted else answer
+    @abstractmethod
+    def _send_authorized(self, request: HotRequest) -> bool:
+        """Whether the request's credentials hold (under the kit's lock)."""
 
-    def _take_hot(self, request: Request, body: bytes) -> Response | None:
+    def _authorized(self, request: Request) -> bool:
+        return self._send_authorized(HotRequest.of(request, self.clock.now()))
+
+    async def _send(self, request: Request) -> Response:
+        body = await request.body()
+        answer, accepted = self._take_send(HotRequest.of(request, self.clock.now()), body)
+        response = answer.response()
+        return await self.lose_or_answer(response, request, accepted) if accepted else response
+
+    def _take_hot(self, request: HotRequest, body: bytes) -> Answer | None:
         with self._lock:
             if self._state.faults.lost_answers:
                 return None  # the app's path plays the fault (a stall, a drop, a 5xx)
         return self._take_send(request, body)[0]
+
+    def _admit_send(self, request: HotRequest) -> Answer | None:
+        """The kit's gate (scripted refusals, then the credentials) for a send request."""
+        refused = self._admit(lambda: self._send_authorized(request))
+        return None if refused is None else Answer.of(refused)
+
+    def _arrival(self, at: datetime) -> str:
+        """``at`` as the received log writes it, formatted once for all the requests of
+        one read (they share one stamp)."""
+        stamped, text = self._stamp
+        if stamped is not at:
+            text = at.isoformat()
+            self._stamp = (at, text)
+        return text
 
 
 # ---- one connection ----
@@ -340,6 +461,7 @@ class _Connection(asyncio.Protocol):
         self._draining = False  # the client said GOAWAY
         self._client: tuple[str, int] | None = None
         self._local: tuple[str, int] | None = None
+        self._read_at = self._server.clock.now()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's too
@@ -355,6 +477,9 @@ class _Connection(asyncio.Protocol):
         self._blocked.clear()
 
     def data_received(self, data: bytes) -> None:
+        # When the requests completed in this read arrived, whatever the work on those
+        # ahead of them (see HotRequest.at).
+        self._read_at = self._server.clock.now()
         self._buffer += data
         if not self._h2:
             if len(self._buffer) < len(PREFACE) and PREFACE.startswith(self._buffer):
@@ -533,53 +658,64 @@ class _Connection(asyncio.Protocol):
     # ---- requests ----
 
     def _dispatch(self, stream: _Stream) -> None:
-        scope = self._scope(stream)
-        if scope is None:
+        method = raw_path = b""
+        for name, value in stream.headers:
+            if name == b":method":
+                method = value
+            elif name == b":path":
+                raw_path = value
+            if method and raw_path:
+                break
+        if not method or not raw_path:
             self._respond(stream, 400, [], b"")
             return
-        for hot in self._server.hot_routes:
-            match, child = hot.route.matches(scope)
-            if match is Match.FULL:
-                scope.update(child)
-                try:
-                    answer = hot.take(Request(scope), bytes(stream.body))
-                except Exception:  # as Starlette answers a route that raises
-                    logger.exception("the sandbox failed on %s", scope["path"])
-                    answer = Response(status_code=500)
-                if answer is not None:
-                    status, headers, body = answer.status_code, answer.raw_headers, answer.body
-                    self._respond(stream, status, headers, bytes(body))
-                    return
-                break
+        path_bytes, _, query = raw_path.partition(b"?")
+        path = unquote(path_bytes.decode("latin-1"))
+        if (answer := self._hot_answer(stream, method.decode("latin-1"), path)) is not None:
+            self._respond(stream, answer.status, answer.headers, answer.body)
+            return
+        scope = self._scope(stream, method, path, path_bytes, query)
         loop = asyncio.get_running_loop()
         stream.gone = loop.create_future()  # now: a reset may come in this same read
         task = loop.create_task(self._run_app(stream, stream.gone, scope))
         self._server.tasks.add(task)
         task.add_done_callback(self._server.tasks.discard)
 
-    def _scope(self, stream: _Stream) -> dict[str, Any] | None:
-        method = raw_path = b""
+    def _hot_answer(self, stream: _Stream, method: str, path: str) -> Answer | None:
+        """The answer of the first hot route that takes this method and path, or None:
+        the app answers (a 405 for a method no route takes, as Starlette routes)."""
+        for hot in self._server.hot_routes:
+            if (found := hot.route.path_regex.match(path)) is None:
+                continue
+            if hot.route.methods and method not in hot.route.methods:
+                continue
+            request = HotRequest(
+                hot.path_params(found), stream.headers, self._client, self._read_at
+            )
+            try:
+                return hot.take(request, bytes(stream.body))
+            except Exception:  # as Starlette answers a route that raises
+                logger.exception("the sandbox failed on %s", path)
+                return Answer.of(Response(status_code=500))
+        return None
+
+    def _scope(
+        self, stream: _Stream, method: bytes, path: str, raw_path: bytes, query: bytes
+    ) -> dict[str, Any]:
         headers: list[tuple[bytes, bytes]] = []
         for name, value in stream.headers:
-            if name == b":method":
-                method = value
-            elif name == b":path":
-                raw_path = value
-            elif not name.startswith(b":"):
+            if not name.startswith(b":"):
                 headers.append((name, value))
             elif name == b":authority":
                 headers.append((b"host", value))
-        if not method or not raw_path:
-            return None
-        path, _, query = raw_path.partition(b"?")
         return {
             "type": "http",
             "asgi": {"version": "3.0"},
             "http_version": "2",
             "method": method.decode("latin-1"),
             "scheme": "http",
-            "path": unquote(path.decode("latin-1")),
-            "raw_path": path,
+            "path": path,
+            "raw_path": raw_path,
             "query_string": query,
             "root_path": "",
             "headers": headers,
@@ -700,6 +836,7 @@ class H2cServer:
         self.app = app
         state = getattr(app, "state", None)
         self.hot_routes: Sequence[HotRoute] = getattr(state, "hot_routes", ())
+        self.clock: Clock = getattr(state, "clock", None) or SystemClock()
         self.uvicorn_config = uvicorn.Config(
             app, log_level="warning", lifespan="off", access_log=False, log_config=None
         )

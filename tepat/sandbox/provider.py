@@ -152,8 +152,16 @@ class FakeProvider(ABC, Generic[State]):
         self.rate_limit = rate
 
     def received(self) -> list[dict[str, Any]]:
+        """What was accepted, oldest first, each stamped (``at``; Expo's ``received_at``,
+        Twilio's ``date_created``: ISO 8601 on the sandbox's clock) with the instant the
+        sandbox took its request: for FCM and APNs over HTTP/2, when the request's bytes
+        were read off the socket; otherwise when the app came to handle it."""
         with self._lock:
-            return [dict(r) for r in self._state.received]
+            return [self._logged(r) for r in self._state.received]
+
+    def _logged(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """One entry of the log as :meth:`received` gives it: a copy."""
+        return dict(entry)
 
     def clear_received(self) -> None:
         with self._lock:
@@ -213,6 +221,11 @@ class FakeProvider(ABC, Generic[State]):
     def _gate(self, request: Request, refusals: bool = True) -> Response | None:
         """Scripted refusals (unless not ``refusals``), then authentication, before anything
         is read. Counts the request."""
+        return self._admit(lambda: self._authorized(request), refusals)
+
+    def _admit(self, authorized: Callable[[], bool], refusals: bool = True) -> Response | None:
+        """:meth:`_gate` with the credentials judged by ``authorized`` (under the lock, and
+        only for a request no scripted refusal took)."""
         with self._lock:
             self._state.stats.requests += 1
             failure = self._state.faults.next_refusal() if refusals else None
@@ -222,7 +235,7 @@ class FakeProvider(ABC, Generic[State]):
                 elif failure.status >= 500:
                     self._state.stats.server_errors += 1
                 return self._refusal(failure)
-            if not self._authorized(request):
+            if not authorized():
                 self._state.stats.unauthorized += 1
                 return self._unauthorized()
         return None

@@ -82,6 +82,9 @@ async def test_what_goes_out_headers_and_payload(apns: Apns) -> None:
     # APNs echoes the apns-id it was given: the ticket names the message.
     assert got[0] == TicketOk(message_id)
     assert isinstance(got[1], TicketOk) and got[1].ticket_id
+    # Without one, APNs makes one: a version 4 UUID in upper case.
+    made = uuid.UUID(got[1].ticket_id)
+    assert made.version == 4 and got[1].ticket_id == str(made).upper()
     first, second = sorted(apns.sandbox.received(), key=lambda r: r["token"])
     assert first["headers"] == {
         "apns-topic": apns.sandbox.topic,

@@ -10,6 +10,7 @@ import random
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import h2.config
@@ -24,7 +25,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tepat.sandbox.h2c_server import H2Error, HeaderDecoder, HotRoute, huffman_decode
+from tepat.clock import FakeClock
+from tepat.sandbox.h2c_server import (
+    Answer,
+    H2cServer,
+    H2Error,
+    HeaderDecoder,
+    HotRequest,
+    HotRoute,
+    _Connection,
+    huffman_decode,
+)
 from tepat.sandbox.runner import running_h2c_app
 
 
@@ -70,11 +81,11 @@ async def hot_or_cold(request: Request) -> Response:
     return Response(b"from the app", headers={"x-by": "app"})
 
 
-def take(request: Request, body: bytes) -> Response | None:
+def take(request: HotRequest, body: bytes) -> Answer | None:
     if request.path_params["name"] == "cold":
         return None
     name = request.path_params["name"].encode()
-    return Response(name + b":" + body, headers={"x-by": "hot"})
+    return Answer.of(Response(name + b":" + body, headers={"x-by": "hot"}))
 
 
 async def big(request: Request) -> Response:
@@ -287,3 +298,60 @@ def test_http1_is_served_on_the_same_port() -> None:
     with served() as url, httpx.Client(base_url=url) as client:
         assert client.post("/echo", content=b"one", headers={"x-big": "plain"}).content == (b"one")
         assert client.post("/hot/n", content=b"two").content == b"from the app"
+
+
+class TickingClock(FakeClock):
+    """Moves on 1 ms at every reading: a stamp taken after the read would show it."""
+
+    def now(self) -> datetime:
+        self.advance(0.001)
+        return super().now()
+
+
+class SinkTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 4321)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def test_the_requests_of_one_read_share_the_stamp_of_that_read() -> None:
+    clock = TickingClock()
+    stamps: list[datetime] = []
+
+    def stamped(request: HotRequest, body: bytes) -> Answer:
+        stamps.append(request.at)
+        clock.now()  # the sandbox's own work on this request takes time
+        return Answer(204, (), b"")
+
+    route = Route("/stamp", hot_or_cold, methods=["POST"])
+    stamping = Starlette(routes=[route])
+    stamping.state.hot_routes = (HotRoute(route, stamped),)
+    stamping.state.clock = clock
+    connection = _Connection(H2cServer(stamping))
+    connection.connection_made(SinkTransport())
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+
+    def requests(count: int) -> bytes:
+        for _ in range(count):
+            request = [(":method", "POST"), (":scheme", "http"), (":authority", "t")]
+            stream_id = client.get_next_available_stream_id()
+            client.send_headers(stream_id, [*request, (":path", "/stamp")], end_stream=True)
+        return client.data_to_send()
+
+    before = clock.now()
+    connection.data_received(requests(3))
+    connection.data_received(requests(2))
+    assert len(stamps) == 5
+    assert before < stamps[0] == stamps[1] == stamps[2] < stamps[3] == stamps[4]
+    # the second read comes after the work on the first one's 3 requests (3 ms), then 1 ms
+    assert stamps[3] - stamps[2] == timedelta(milliseconds=4)
