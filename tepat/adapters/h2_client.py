@@ -352,14 +352,13 @@ class _Decoder:
         if (known := self.known.get(block)) is not None:
             return known
         decoder = self.hpack
-        fields: Sequence[tuple[bytes, bytes]] | None = None
+        stateless = None
         if decoder.header_table_size <= decoder.max_allowed_table_size:  # else hpack raises
-            fields = _stateless(block, decoder.max_header_list_size)
+            stateless = _stateless(block, decoder.max_header_list_size)
         table = decoder.header_table
         entries = table.dynamic_entries
         newest, count, size = entries[0] if entries else None, len(entries), table.maxsize
-        if fields is None:
-            fields = decoder.decode(block, raw=True)
+        fields = decoder.decode(block, raw=True) if stateless is None else stateless
         status, headers = 0, {}
         for name, value in fields:
             if name == b":status":

@@ -350,18 +350,18 @@ def test_answer_blocks_decode_as_hpack_decodes_them_whatever_they_do_to_its_tabl
     names = ["apns-id", "content-type", "date", "x-custom", "server", "retry-after"]
     blocks = []
     for n in range(400):
-        headers: list[tuple[bytes, bytes] | hpack.NeverIndexedHeaderTuple] = [
+        fields: list[tuple[bytes, bytes] | hpack.NeverIndexedHeaderTuple] = [
             (b":status", rng.choice([b"200", b"400", b"429", b"503"]))
         ]
         for name in rng.sample(names, rng.randint(0, 4)):
             value = rng.choice([b"application/json", b"%032x" % rng.getrandbits(128), b"x" * 300])
             if rng.random() < 0.5:
-                headers.append(hpack.NeverIndexedHeaderTuple(name.encode(), value))
+                fields.append(hpack.NeverIndexedHeaderTuple(name.encode(), value))
             else:
-                headers.append((name.encode(), value))
+                fields.append((name.encode(), value))
         if n % 50 == 49:
             encoder.header_table_size = rng.choice([0, 256, 4096])
-        blocks.append(encoder.encode(headers, huffman=rng.random() < 0.5))
+        blocks.append(encoder.encode(fields, huffman=rng.random() < 0.5))
     # Literals never indexed, as the sandboxes write them (tepat/sandbox/h2c_server.py).
     blocks.append(b"\x88\x00\x07apns-id\x24" + b"0123456789ABCDEF0123456789ABCDEF0123")
     for block in blocks:

@@ -108,9 +108,8 @@ class ClaimsInHand:
         return {i for i in message_ids if self._lapsed(i, now)}
 
     def _lapsed(self, message_id: str, now: datetime) -> bool:
-        return any(
-            not may_still_send(c.since, self.lease, now) for c in self._claims_of.get(message_id, ())
-        )
+        claims = self._claims_of.get(message_id, ())
+        return any(not may_still_send(c.since, self.lease, now) for c in claims)
 
     def may_send(self, message_id: str, channel: str) -> bool:
         """Asked right before the provider request. No when its lease may no longer be
