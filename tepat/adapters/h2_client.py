@@ -12,7 +12,9 @@ byte string (the headers that stay the same from one request to the next are ent
 once into HPACK's dynamic table, then named by index; the ones that vary are literals,
 never indexed), its frames are packed with ``struct``, and the frames of every request
 started in one turn of the loop leave in one write. The answers' header blocks are
-decoded by ``hpack.Decoder``, every one of them in order, as HPACK requires. What is
+decoded by ``hpack.Decoder``, every one of them in order, as HPACK requires (a block that
+neither names nor changes its dynamic table, such as an APNs answer's, is read here
+instead: the same fields, the table left as it was). What is
 kept of the protocol (RFC 9113): SETTINGS and their ACK, PING's ACK, flow control both
 ways (our windows opened by WINDOW_UPDATE, the server's windows and
 ``SETTINGS_INITIAL_WINDOW_SIZE`` respected, bodies held back until they open),
@@ -22,8 +24,8 @@ informational answers and trailers, RST_STREAM and GOAWAY. A request beyond the 
 limit waits in the connection's queue and starts as another ends (no task, lock or
 wake-up of its own). The adapter alone (``python -m bench.push_client``, 5,000 FCM /
 3,000 APNs sends, a busy machine): FCM 0.47-0.52 ms of CPU a notification over ``h2``,
-0.11 here; APNs 0.72-0.77, 0.13-0.18 (half of it now ``hpack``'s decoding of each
-answer's own ``apns-id``).
+0.11 here; APNs 0.72-0.77, 0.13-0.18 (half of it ``hpack``'s decoding of each
+answer's own ``apns-id``; read here, APNs 0.05 -> 0.04 ms on a busy machine).
 
 What a failure says (the request's ``TryAgain``): a stream whose whole request (HEADERS
 and the DATA ending it) was handed to the socket may have been acted on
@@ -53,6 +55,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 import certifi
 import hpack
 import hpack.exceptions
+from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
 from tepat.ports.try_again import TryAgain
@@ -256,11 +259,89 @@ class _Encoder:
         self.inserted += 1
 
 
+_STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
+
+
+def _prefixed(block: bytes, i: int, prefix: int) -> tuple[int, int]:
+    """The integer of RFC 7541 5.1 at ``block[i]`` (an IndexError past the end), and the
+    index after it."""
+    mask = (1 << prefix) - 1
+    value = block[i] & mask
+    i += 1
+    if value < mask:
+        return value, i
+    shift = 0
+    while True:
+        byte = block[i]
+        i += 1
+        value += (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _stateless_string(block: bytes, i: int) -> tuple[bytes, int] | None:
+    length, start = _prefixed(block, i, 7)
+    end = start + length
+    if end > len(block):
+        return None
+    raw = block[start:end]
+    return (decode_huffman(raw) if block[i] & 0x80 else raw), end
+
+
+def _stateless(block: bytes, max_list_size: int) -> list[tuple[bytes, bytes]] | None:
+    """The fields of a block that neither names nor adds a dynamic table entry, as
+    ``hpack.Decoder`` decodes them; None for any other block, left to it (the table's
+    changes, and every error, are then its own).
+
+    Why: an APNs answer carries its own ``apns-id``, a literal not indexed, so no two
+    blocks are alike and none is remembered; through ``hpack`` (its per-field tuples,
+    memoryviews and debug calls) decoding one was half the adapter's CPU a notification.
+    Such a block reads the same whatever the table holds, so decoding it here, aside
+    from the table, leaves the decoder's state exactly as hpack would."""
+    fields: list[tuple[bytes, bytes]] = []
+    i, end, size = 0, len(block), 0
+    try:
+        while i < end:
+            byte = block[i]
+            if byte & 0x80:  # indexed: the static table's, else not decoded here
+                index, i = _prefixed(block, i, 7)
+                if not 0 < index <= len(_STATIC_TABLE):
+                    return None
+                field = _STATIC_TABLE[index - 1]
+            elif byte & 0xE0 == 0:  # a literal without indexing, or never indexed
+                index, i = _prefixed(block, i, 4)
+                if index == 0:
+                    name = _stateless_string(block, i)
+                    if name is None:
+                        return None
+                    name_bytes, i = name
+                elif index <= len(_STATIC_TABLE):
+                    name_bytes = _STATIC_TABLE[index - 1][0]
+                else:
+                    return None
+                value = _stateless_string(block, i)
+                if value is None:
+                    return None
+                field = (name_bytes, value[0])
+                i = value[1]
+            else:  # indexing a literal, or a table size update: the table changes
+                return None
+            fields.append(field)
+            size += 32 + len(field[0]) + len(field[1])
+            if size > max_list_size:
+                return None
+    except IndexError:  # the block ends inside a field
+        return None
+    return fields
+
+
 class _Decoder:
     """``hpack``'s decoder, with the answer of a header block remembered while the
     dynamic table stays as it was: a server answers the same headers again and again
     (FCM's ``200``: the same block until the ``date`` changes), and a block that changed
-    nothing in the table means the same thing the next time, until one changes it."""
+    nothing in the table means the same thing the next time, until one changes it. A
+    block that leaves the table alone is decoded here (:func:`_stateless`)."""
 
     def __init__(self) -> None:
         self.hpack = hpack.Decoder()
@@ -270,11 +351,16 @@ class _Decoder:
         """The ``:status`` (0 when absent) and the other headers of a header block."""
         if (known := self.known.get(block)) is not None:
             return known
-        table = self.hpack.header_table
+        decoder = self.hpack
+        stateless = None
+        if decoder.header_table_size <= decoder.max_allowed_table_size:  # else hpack raises
+            stateless = _stateless(block, decoder.max_header_list_size)
+        table = decoder.header_table
         entries = table.dynamic_entries
         newest, count, size = entries[0] if entries else None, len(entries), table.maxsize
+        fields = decoder.decode(block, raw=True) if stateless is None else stateless
         status, headers = 0, {}
-        for name, value in self.hpack.decode(block, raw=True):
+        for name, value in fields:
             if name == b":status":
                 status = int(value)
             else:

@@ -5,6 +5,7 @@ way of failing says about whether the request may have been acted on."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import cast
@@ -14,10 +15,12 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.settings
+import hpack
+import hpack.exceptions
 import pytest
 import uvloop
 
-from tepat.adapters.h2_client import H2Client, H2Response
+from tepat.adapters.h2_client import H2Client, H2Response, _Decoder
 from tepat.ports.try_again import TryAgain
 
 # What the server does with a request whose body it has (stream id, body): None answers
@@ -373,3 +376,40 @@ async def test_a_proxy_that_refuses_the_tunnel_is_not_sent(
         answer = await post(client, b"x")
     assert isinstance(answer, TryAgain) and not answer.maybe_sent
     assert "403 Forbidden" in answer.reason and connections == []
+
+
+def test_answer_blocks_decode_as_hpack_decodes_them_whatever_they_do_to_its_table() -> None:
+    """A block that leaves the dynamic table alone is decoded aside from ``hpack``; every
+    block, in order, still reads as ``hpack.Decoder`` reads it, and leaves the same
+    table for the next one."""
+    rng = random.Random(7)
+    encoder, ours, reference = hpack.Encoder(), _Decoder(), hpack.Decoder()
+    names = ["apns-id", "content-type", "date", "x-custom", "server", "retry-after"]
+    blocks = []
+    for n in range(400):
+        fields: list[tuple[bytes, bytes] | hpack.NeverIndexedHeaderTuple] = [
+            (b":status", rng.choice([b"200", b"400", b"429", b"503"]))
+        ]
+        for name in rng.sample(names, rng.randint(0, 4)):
+            value = rng.choice([b"application/json", b"%032x" % rng.getrandbits(128), b"x" * 300])
+            if rng.random() < 0.5:
+                fields.append(hpack.NeverIndexedHeaderTuple(name.encode(), value))
+            else:
+                fields.append((name.encode(), value))
+        if n % 50 == 49:
+            encoder.header_table_size = rng.choice([0, 256, 4096])
+        blocks.append(encoder.encode(fields, huffman=rng.random() < 0.5))
+    # Literals never indexed, as the sandboxes write them (tepat/sandbox/h2c_server.py).
+    blocks.append(b"\x88\x00\x07apns-id\x24" + b"0123456789ABCDEF0123456789ABCDEF0123")
+    for block in blocks:
+        expected = reference.decode(block, raw=True)
+        status, headers = ours.decode(block)
+        assert status == int(dict(expected)[b":status"])
+        assert headers == {
+            bytes(k).decode(): bytes(v).decode("latin-1") for k, v in expected if k != b":status"
+        }
+        assert ours.hpack.header_table.dynamic_entries == reference.header_table.dynamic_entries
+    with pytest.raises(hpack.exceptions.HPACKDecodingError):
+        ours.decode(b"\x00\x07apns-id\x24short")  # ends inside its value
+    with pytest.raises(hpack.exceptions.HPACKDecodingError):
+        _Decoder().decode(b"\x80")  # index 0 names nothing

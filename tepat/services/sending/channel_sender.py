@@ -408,11 +408,16 @@ class ChannelSender:
 
 
 def _devices_of(m: Message, r: Recipients) -> list[Device]:
-    """Push's targets: the user's active devices, or the one the message names."""
+    """Push's targets: the user's active devices (the list read, not to be changed), or
+    the one the message names."""
     devices = r.devices.get(m.user_id, [])
-    return [d for d in devices if m.device_id is None or d.device_id == m.device_id]
+    if m.device_id is None:
+        return devices
+    return [d for d in devices if d.device_id == m.device_id]
 
 
 def _reminder_of(m: Message, r: Recipients) -> Reminder | None:
-    reminders = r.reminders.get(m.user_id, []) if m.reminder_id is not None else []
+    if m.reminder_id is None:  # a one-off
+        return None
+    reminders = r.reminders.get(m.user_id, [])
     return next((x for x in reminders if x.reminder_id == m.reminder_id), None)

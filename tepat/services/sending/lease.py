@@ -105,17 +105,17 @@ class ClaimsInHand:
         """Those of ``message_ids`` held here whose lease may no longer be this
         process's (:func:`may_still_send`); a message not held here is not judged."""
         now = self._clock.now()
-        return {
-            i
-            for i in message_ids
-            if any(not may_still_send(c.since, self.lease, now) for c in self._claims_of.get(i, ()))
-        }
+        return {i for i in message_ids if self._lapsed(i, now)}
+
+    def _lapsed(self, message_id: str, now: datetime) -> bool:
+        claims = self._claims_of.get(message_id, ())
+        return any(not may_still_send(c.since, self.lease, now) for c in claims)
 
     def may_send(self, message_id: str, channel: str) -> bool:
         """Asked right before the provider request. No when its lease may no longer be
         this process's (:meth:`lapsed`), counted and logged: it is left ``sending`` and the
         sweeper re-drives it, the only copy."""
-        if not self.lapsed([message_id]):
+        if not self._lapsed(message_id, self._clock.now()):
             return True
         metrics.LEASE_LAPSED_UNSENT.labels(channel).inc()
         log.warning(

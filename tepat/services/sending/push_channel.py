@@ -221,18 +221,19 @@ class PushChannel:
         answered: dict[str, list[Outcome]] = {item.message.id: [] for item in items}
         tickets: dict[str, list[Ticket]] = {item.message.id: [] for item in items}
         accepted: dict[str, tuple[TicketOk, int]] = {}  # per kind: counted together
+        # A provider with no receipts (FCM, APNs: they answer at send time) keeps none.
+        receipts = {kind: bool(p.max_receipt_batch) for kind, p in self._providers.items()}
         for outcome, (item, _), device in zip(outcomes, pairs, sent_to, strict=True):
+            answered[item.message.id].append(outcome)
             if isinstance(outcome, TicketOk):
                 accepted[device.kind] = (outcome, accepted.get(device.kind, (outcome, 0))[1] + 1)
-            else:
-                metrics.count_push_answer(device.kind, outcome)
-            answered[item.message.id].append(outcome)
-            # A provider with no receipts (FCM, APNs: they answer at send time) keeps none.
-            if isinstance(outcome, TicketOk) and self._providers[device.kind].max_receipt_batch:
-                tickets[item.message.id].append(
-                    _ticket(item.message, device, outcome, self._clock.now())
-                )
-            elif isinstance(outcome, TicketError):
+                if receipts[device.kind]:
+                    tickets[item.message.id].append(
+                        _ticket(item.message, device, outcome, self._clock.now())
+                    )
+                continue
+            metrics.count_push_answer(device.kind, outcome)
+            if isinstance(outcome, TicketError):
                 await device_failed(self._devices, device, outcome, self._device_max_failures)
         for kind, (ok, n) in accepted.items():
             metrics.count_push_answer(kind, ok, n)
@@ -343,6 +344,8 @@ def answer_of(
     if any device's notification was; else worth another try if any failure was temporary
     (maybe sent, throttled or a 5xx if any ``TryAgain`` of a request or of one
     notification says so, never before the longest Retry-After); else refused."""
+    if len(outcomes) == 1 and type(outcomes[0]) is TicketOk:  # one device took it: most
+        return Accepted(outcomes[0].ticket_id, tickets=tuple(tickets))
     if any(isinstance(x, Withheld) for x in outcomes):
         return Withheld()
     ok = [x for x in outcomes if isinstance(x, TicketOk)]
