@@ -35,7 +35,9 @@ async def test_a_batch_delivered_early_is_claimed_just_ahead_and_sent_at_its_ins
     tmp_path: Path,
 ) -> None:
     # The broker's own lead off: the test hands the batch over early itself.
-    async with pipeline(tmp_path, start=START, broker_lead_seconds=0) as p:
+    async with pipeline(
+        tmp_path, start=START, broker_lead_seconds=0, claim_ahead_seconds=0.25
+    ) as p:
         _, device = await p.add_user("ana", reminders=[("breakfast", "meal", time(9, 0))])
         await p.rt.creator.plan_window(START, START + timedelta(hours=24))
         [m] = await p.messages("ana")
@@ -168,7 +170,9 @@ async def test_the_embedded_broker_hands_a_batch_over_with_the_lead_and_it_waits
     """As on ActiveMQ: in the consumer's hands ``TEPAT_BROKER_LEAD_SECONDS`` early (who
     it goes to read ahead), claimed ``TEPAT_CLAIM_AHEAD_SECONDS`` early, sent only at its
     instant."""
-    async with pipeline(tmp_path, start=START, broker_lead_seconds=2) as p:
+    async with pipeline(
+        tmp_path, start=START, broker_lead_seconds=2, claim_ahead_seconds=0.25
+    ) as p:
         _, device = await p.add_user("ana")
         m, _ = await create_oneoff(p.rt, "ana", "k", "meal", "t", "b", send_at=NINE)
         queue = p.rt.categories.get("meal").queue_name
@@ -207,7 +211,9 @@ async def test_a_change_before_the_claim_is_honoured_and_one_after_it_applies_ne
     a change of its reminder before that moves today's message; one that comes after it
     finds today's message judged and on its way, and applies from the next occurrence.
     Either way the day has one message, and nothing is lost."""
-    async with pipeline(tmp_path, start=START, broker_lead_seconds=2) as p:
+    async with pipeline(
+        tmp_path, start=START, broker_lead_seconds=2, claim_ahead_seconds=0.25
+    ) as p:
         _, device = await p.add_user("ana", reminders=[("breakfast", "meal", time(9, 0))])
         await p.rt.creator.plan_window(START, START + timedelta(hours=24))
         [m] = await p.messages("ana")
