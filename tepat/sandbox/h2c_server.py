@@ -47,6 +47,7 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from tepat.adapters.h2_client import _prefixed
 from tepat.clock import Clock, SystemClock
 from tepat.sandbox.provider import FakeProvider, State
 
@@ -122,22 +123,6 @@ def huffman_decode(data: bytes) -> bytes:
     return bytes(decoded)
 
 
-def _integer(block: bytes, i: int, prefix: int) -> tuple[int, int]:
-    mask = (1 << prefix) - 1
-    value = block[i] & mask
-    i += 1
-    if value < mask:
-        return value, i
-    shift = 0
-    while True:
-        byte = block[i]
-        i += 1
-        value += (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, i
-
-
 # Huffman strings decoded lately: a client sends its credentials (an APNs provider token,
 # an OAuth token) never indexed, so as one and the same literal in every request.
 _decoded: dict[bytes, bytes] = {}
@@ -145,7 +130,7 @@ _decoded: dict[bytes, bytes] = {}
 
 def _string(block: bytes, i: int) -> tuple[bytes, int]:
     huffman = block[i] & 0x80
-    length, i = _integer(block, i, 7)
+    length, i = _prefixed(block, i, 7)
     end = i + length
     if end > len(block):
         raise H2Error(COMPRESSION_ERROR, "a header string runs past its block")
@@ -159,7 +144,7 @@ def _string(block: bytes, i: int) -> tuple[bytes, int]:
     return known, end
 
 
-def _encode_integer(value: int, prefix: int, first: int = 0) -> bytes:
+def _encode_prefixed(value: int, prefix: int, first: int = 0) -> bytes:
     mask = (1 << prefix) - 1
     if value < mask:
         return bytes((first | value,))
@@ -213,18 +198,18 @@ class HeaderDecoder:
                     headers.append(table[index - _STATIC_SIZE - 1])
                     i += 1
                     continue
-                index, i = _integer(block, i, 7)
+                index, i = _prefixed(block, i, 7)
                 headers.append(self._entry(index))
                 continue
             if byte & 0xE0 == 0x20:  # a dynamic table size update
-                self._limit, i = _integer(block, i, 5)
+                self._limit, i = _prefixed(block, i, 5)
                 if self._limit > HEADER_TABLE_SIZE:
                     raise H2Error(COMPRESSION_ERROR, "table size over the one allowed")
                 self._evict()
                 changed = True
                 continue
             indexing = byte & 0xC0 == 0x40
-            index, i = _integer(block, i, 6 if indexing else 4)
+            index, i = _prefixed(block, i, 6 if indexing else 4)
             if index:
                 name = self._entry(index)[0]
             else:
@@ -260,7 +245,7 @@ _name_literals: dict[bytes, bytes] = {}
 def _name_literal(name: bytes) -> bytes:
     if (literal := _name_literals.get(name)) is None:
         lower = name.lower()
-        literal = b"" if lower in _FORBIDDEN else b"\x00" + _encode_integer(len(lower), 7) + lower
+        literal = b"" if lower in _FORBIDDEN else b"\x00" + _encode_prefixed(len(lower), 7) + lower
         if len(_name_literals) < 256:
             _name_literals[name] = literal
     return literal
@@ -273,7 +258,7 @@ def encode_headers(status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes
     for name, value in headers:
         if literal := _name_literal(name):
             size = len(value)
-            parts += (literal, bytes((size,)) if size < 0x7F else _encode_integer(size, 7), value)
+            parts += (literal, bytes((size,)) if size < 0x7F else _encode_prefixed(size, 7), value)
     return b"".join(parts)
 
 
