@@ -256,13 +256,13 @@ class Settings(BaseSettings):
     the instant: ActiveMQ's scheduler firing late (~0.3 s) does not show, and on either broker
     who it goes to is read ahead, so only the claim and the send are left at the instant; `0`
     hands it over at the instant itself."""
-    claim_ahead_seconds: float = Field(default=0.0, ge=0, le=5)
+    claim_ahead_seconds: float = Field(default=0.25, ge=0, le=5)
     """A message in the consumer's hands is claimed this long before its instant, and judged
     then (who it goes to, the send check as of the instant); it is sent at the instant, so
     the claim's write and the reads are not in the instant's path (at 1,200 due in one
-    second they took ~0.15 s). A change (a re-plan, a preference, a device) that comes after
-    that applies from the next occurrence. `0` (the default until it is measured) claims and
-    judges at the instant itself; 0.25 suits 1,200 due in a second."""
+    second they took ~0.15 s). Meanwhile it shows as `sending`. A change (a re-plan, a
+    preference, a device) that comes after that applies from the next occurrence. `0`
+    claims and judges at the instant itself."""
     # Longer than a store outage should last.
     broker_retry_age_seconds: float = Field(default=900, gt=0, le=7 * 24 * 3600)
     """A batch the consumer hands back (nack) returns after 1 s, 2 s, 4 s … at most 60 s (±20

@@ -622,7 +622,10 @@ class _Connection(asyncio.Protocol):
                 raise ProtocolError("a malformed RST_STREAM", 6)
             code = int.from_bytes(payload, "big")
             what = f"stream reset ({_error_name(code)})"
-            self._fail(stream_id, what, code != _REFUSED, reset=False)
+            # Refused: the server did not process it (RFC 9113, 8.7), so it goes again at
+            # once, on a connection with room, not as a failed send.
+            refused = code == _REFUSED
+            self._fail(stream_id, what, not refused, reset=False, elsewhere=refused)
         elif kind == _GOAWAY:
             self._go_away(payload)
         elif kind in (_PUSH, _CONTINUATION):
@@ -845,6 +848,10 @@ class H2Client:
                 break
             places = _places(connections, len(todo))
             futures = [(i, c.submit(*requests[i])) for i, c in zip(todo, places, strict=True)]
+            # Written now, not at the end of this turn of the loop: at an instant when
+            # many requests are due, the server reads these while the next are encoded.
+            for connection in dict.fromkeys(places):
+                connection._flush()
             todo = []
             try:
                 for i, future in futures:
@@ -868,16 +875,30 @@ class H2Client:
         than what is in flight and ``requests`` more (up to ``max_streams``)."""
         async with self._connecting:
             self._connections = [c for c in self._connections if c.usable]
-            while len(self._connections) < MAX_CONNECTIONS:
-                busy = sum(len(c.streams) + len(c.queued) for c in self._connections)
-                room = sum(c.limit for c in self._connections)
-                if self._connections and room >= min(busy + requests, self._max_streams):
-                    break
-                opened = await asyncio.wait_for(self._connect(), self.timeout)
-                if not opened.usable:
-                    raise ConnectionError("the connection was lost as it opened")
-                self._connections.append(opened)
+            if not self._connections:
+                self._connections.append(await self._open())
+            busy = sum(len(c.streams) + len(c.queued) for c in self._connections)
+            short = min(busy + requests, self._max_streams) - sum(
+                c.limit for c in self._connections
+            )
+            if short > 0:
+                # As many more as the server's limit on those open says, opened together:
+                # one after the other, each waiting for its SETTINGS, they held 1,200
+                # notifications due at once back by tens of milliseconds.
+                per = max(1, min(c.limit for c in self._connections))
+                more = min(-(-short // per), MAX_CONNECTIONS - len(self._connections))
+                opened = await asyncio.gather(
+                    *(self._open() for _ in range(more)), return_exceptions=True
+                )
+                # One that failed to open leaves the requests to those that did.
+                self._connections += [c for c in opened if isinstance(c, _Connection)]
         return list(self._connections)
+
+    async def _open(self) -> _Connection:
+        opened = await asyncio.wait_for(self._connect(), self.timeout)
+        if not opened.usable:
+            raise ConnectionError("the connection was lost as it opened")
+        return opened
 
     async def _connect(self) -> _Connection:
         context = None
@@ -904,15 +925,15 @@ class H2Client:
         if tls is not None and tls.selected_alpn_protocol() != "h2":
             transport.close()
             raise ssl.SSLError(f"{self._url.hostname} does not speak HTTP/2 (ALPN)")
-        if self._connections:
-            # Another connection is opened because those open are full: whether this one
-            # is enough depends on the streams its server allows (its first SETTINGS,
-            # sent at once). The first connection's requests need not wait for it.
-            try:
-                await asyncio.wait_for(asyncio.shield(connection.settled), self.timeout)
-            except BaseException:
-                transport.close()
-                raise
+        # How many streams the server allows is in its first SETTINGS, sent at once:
+        # until then a connection would take every request (RFC 9113 lets a client
+        # assume no limit), and a server allowing 100 refuses the rest, so no request
+        # goes to it before them, and whether more connections are needed is known.
+        try:
+            await asyncio.wait_for(asyncio.shield(connection.settled), self.timeout)
+        except BaseException:
+            transport.close()
+            raise
         return connection
 
     async def close(self) -> None:

@@ -370,7 +370,14 @@ def throttling_episode(
     send_now(live, channel, f"{channel}-rush")
     expect(row.locator("td.throttled")).to_have_text(str(throttled + 1))
     expect(row.locator("td.retries")).to_have_text(str(retries + 1))
-    expect(row.locator("td.pending")).to_have_text("1")  # waiting for its retry
+    # Waiting for its retry: pending, or sending once claimed ahead of its instant
+    # (TEPAT_CLAIM_AHEAD_SECONDS), as when the jittered backoff is shorter than that
+    # lead: this clock stands still until the episode is lifted.
+    page.wait_for_function(
+        "sel => [...document.querySelectorAll(sel)]"
+        ".reduce((n, td) => n + Number(td.textContent), 0) === 1",
+        arg=f'#channels tr[data-channel="{channel}"] :is(td.pending, td.sending)',
+    )
     expect(row.locator("td.answers")).to_contain_text("retry")
     assert scraped(live, "tepat_provider_errors_total", labels) == scraped_before + 1
     assert scraped(live, "tepat_sends_total", {"channel": channel, "outcome": "retry"}) >= 1
@@ -379,6 +386,7 @@ def throttling_episode(
     live.advance(30)  # past the retry's backoff
     expect(row.locator("td.sent")).to_have_text("1")
     expect(row.locator("td.pending")).to_have_text("0")
+    expect(row.locator("td.sending")).to_have_text("0")
     expect(row.locator("svg.spark")).to_have_attribute("data-throttled", NOT_ZERO)
     sent = {"channel": channel, "outcome": "sent"}
     wait_for_metric(live, "tepat_sends_total", sent, lambda n: n >= 1)

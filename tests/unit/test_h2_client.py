@@ -35,9 +35,14 @@ class Server(asyncio.Protocol):
         window: int | None,
         connections: list[Server],
         settings: dict[int, int] | None = None,
+        settings_after: float = 0.0,
     ):
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
         self.script, self.window, self.settings = script, window, settings
+        # Its SETTINGS this many seconds after it was connected to, as from a server a
+        # round trip away; what comes meanwhile is read after them.
+        self.settings_after = settings_after
+        self.early: list[bytes] | None = None
         self.bodies: dict[int, bytearray] = {}
         self.headers: dict[int, dict[str, str]] = {}  # each request's, as the server read them
         self.done: list[bytes] = []
@@ -47,6 +52,13 @@ class Server(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's too
+        if self.settings_after:
+            self.early = []
+            asyncio.get_running_loop().call_later(self.settings_after, self.speak)
+        else:
+            self.speak()
+
+    def speak(self) -> None:
         if self.settings:  # in the server's first SETTINGS, as a real server sends them
             initial = {h2.settings.SettingCodes(k): v for k, v in self.settings.items()}
             self.h2.local_settings = h2.settings.Settings(client=False, initial_values=initial)
@@ -54,8 +66,15 @@ class Server(asyncio.Protocol):
         if self.window is not None:
             self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window})
         self.flush()
+        if self.early is not None:
+            early, self.early = self.early, None
+            for data in early:
+                self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if self.early is not None:
+            self.early.append(data)
+            return
         for event in self.h2.receive_data(data):
             self.events.append(event)
             if isinstance(event, h2.events.RequestReceived):
@@ -95,11 +114,12 @@ async def serving(
     answer_within: float = 10.0,
     settings: dict[int, int] | None = None,
     max_streams: int = 50,
+    settings_after: float = 0.0,
 ) -> AsyncIterator[tuple[H2Client, list[Server]]]:
     connections: list[Server] = []
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: Server(script, window, connections, settings), "127.0.0.1"
+        lambda: Server(script, window, connections, settings, settings_after), "127.0.0.1"
     )
     port = server.sockets[0].getsockname()[1]
     client = H2Client(
@@ -244,6 +264,55 @@ async def test_more_requests_than_a_connection_takes_open_more_connections() -> 
             ]
             assert len(connections) == 3
             assert all(c.most_open <= 2 for c in connections)
+
+
+async def test_a_first_burst_keeps_to_the_stream_limit_of_servers_it_has_not_heard() -> None:
+    """Six requests on a fresh client, the server allowing 2 streams a connection: each
+    connection waits for the server's SETTINGS before requests go on it, so none is
+    refused (a refusal would come back as a failed send, retried later)."""
+    held: list[tuple[Server, int, bytes]] = []
+    refused: list[bytes] = []
+
+    def as_fcm_does(server: Server, stream_id: int, body: bytes) -> None:
+        # FCM's front ends refuse a stream past the limit whether or not the client has
+        # acknowledged it (h2's own server waits for the acknowledgement).
+        if sum(at is server for at, _, _ in held) >= 2:
+            refused.append(body)
+            server.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        held.append((server, stream_id, body))
+        if len(held) == 6:  # answered once all are in: each took a stream at once
+            for at, sid, data in held:
+                at.answer(sid, data)
+                at.flush()
+
+    limit: dict[int, int] = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 2}
+    posts = [("/send", (), (), True, b"%d" % i) for i in range(6)]
+    async with serving(as_fcm_does, settings=limit, max_streams=6, settings_after=0.05) as (
+        client,
+        connections,
+    ):
+        answers = await client._post_many("Test", posts)
+    assert [a.content for a in answers if isinstance(a, H2Response)] == [
+        b"%d" % i for i in range(6)
+    ]
+    assert refused == [] and len(connections) == 3
+
+
+async def test_a_stream_refused_once_goes_again_at_once() -> None:
+    refused: list[bytes] = []
+
+    def refuse_first(server: Server, stream_id: int, body: bytes) -> None:
+        if body not in refused:
+            refused.append(body)
+            server.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        server.answer(stream_id, body)
+
+    async with serving(refuse_first) as (client, connections):
+        answer = await post(client, b"hello")
+    assert isinstance(answer, H2Response) and answer.content == b"hello"
+    assert refused == [b"hello"] and len(connections[0].done) == 2
 
 
 async def test_a_body_larger_than_the_window_goes_as_the_server_opens_it() -> None:
