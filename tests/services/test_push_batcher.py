@@ -63,6 +63,21 @@ async def test_a_large_submission_is_cut_at_the_provider_limit() -> None:
     assert len({o.ticket_id for o in outcomes if isinstance(o, TicketOk)}) == 250
 
 
+async def test_after_a_hard_stop_every_submission_goes_out_whole() -> None:
+    """A sender cancelled before it ever ran (``abandon`` as it started) is not waited for:
+    the next submissions start the senders they need, and none is left behind."""
+    push = FakePush()
+    batcher = PushBatcher(push, FakeClock())
+    batcher.submit([req(n) for n in range(150)])  # two senders, not yet run
+    batcher.abandon()
+    await asyncio.sleep(0)  # the cancelled senders end without taking anything
+    first = batcher.submit([req(n) for n in range(200, 300)])
+    second = batcher.submit([req(n) for n in range(300, 350)])
+    outcomes = await asyncio.wait_for(asyncio.gather(*first, *second), timeout=10)
+    assert all(isinstance(o, TicketOk) for o in outcomes) and len(outcomes) == 150
+    assert sorted(len(b) for b in push.batches) == [50, 100]
+
+
 async def test_a_failed_request_answers_each_of_its_submitters() -> None:
     class Refusing(FakePush):
         async def send(self, batch: object) -> TryAgain:

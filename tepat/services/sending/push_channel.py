@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import cast
 
 from tepat import metrics
 from tepat.clock import Clock
@@ -47,6 +48,7 @@ from tepat.services.sending.failover import FailoverRoute
 
 Outcome = TicketOutcome | TryAgain | Rejected | Withheld
 _Waiting = list[tuple[PushRequest, asyncio.Future[Outcome]]]
+_Sender = asyncio.Task[None]
 
 
 class PushBatcher:
@@ -57,8 +59,11 @@ class PushBatcher:
         self._provider = provider  # the device kind it sends to: its metrics label
         self._clock = clock
         self._waiting: _Waiting = []
-        # Senders started that have not yet taken their chunk (each takes up to max_batch).
-        self._senders_waiting = 0
+        # Senders started that have not yet taken their chunk (each takes up to max_batch):
+        # the tasks themselves, not a count, since one cancelled before it ever ran (a hard
+        # stop) runs none of its code, and a count it never took back made every later
+        # submission start one sender too few, its last chunk left waiting for the next.
+        self._senders_waiting: set[_Sender] = set()
         self._sending: set[asyncio.Task[None]] = set()
         # Requests in flight at once: Expo asks for about six connections.
         self._slots = asyncio.Semaphore(concurrency)
@@ -81,8 +86,7 @@ class PushBatcher:
         # Enough senders for what waits; each takes its chunk once it has a connection,
         # so what is submitted meanwhile (the same loop turn, or while all are busy) joins.
         wanted = -(-len(self._waiting) // self._push.max_batch)
-        for _ in range(wanted - self._senders_waiting):
-            self._senders_waiting += 1
+        for _ in range(wanted - len(self._senders_waiting)):
             self._start(critical=False)
         return futures
 
@@ -90,6 +94,9 @@ class PushBatcher:
         task = asyncio.create_task(self._send(critical))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
+        if not critical:
+            self._senders_waiting.add(task)
+            task.add_done_callback(self._senders_waiting.discard)
 
     def _take(self, n: int, critical: bool = False) -> _Waiting:
         """Up to ``n`` waiting requests; for a ``critical`` sender, critical ones only."""
@@ -108,7 +115,7 @@ class PushBatcher:
                 try:
                     await self._slots.acquire()
                 finally:  # its chunk taken below, or cancelled: no longer one of those to come
-                    self._senders_waiting -= 1
+                    self._senders_waiting.discard(cast(_Sender, asyncio.current_task()))
             try:
                 chunk = self._take(self._push.max_batch, critical)
                 # Asked once a connection is free (a provider with a rate limiter asks again).
@@ -155,6 +162,7 @@ class PushBatcher:
             fut.cancel()
         for task in list(self._sending):
             task.cancel()
+        self._senders_waiting.clear()  # none of them will take a chunk now
 
 
 def _drop(chunk: _Waiting, lapsed: set[str]) -> _Waiting:
