@@ -261,7 +261,7 @@ def test_an_expo_throttling_episode_and_a_consumer_crash_show_while_they_happen(
         expect(push.locator("td.throttled")).to_have_text(str(throttled_before + 1))
         expect(expo.locator("td.throttled")).to_have_text(str(expo_throttled + 1))
         expect(push.locator("td.answers")).to_contain_text("retry")
-        expect(push.locator("td.pending")).to_have_text("1")
+        waiting_for_its_retry(page, "push")
         # Time passes: the retry is sent; the chart has drawn both rates.
         live.advance(30)
         expect(push.locator("td.sent")).to_have_text("1")
@@ -370,14 +370,7 @@ def throttling_episode(
     send_now(live, channel, f"{channel}-rush")
     expect(row.locator("td.throttled")).to_have_text(str(throttled + 1))
     expect(row.locator("td.retries")).to_have_text(str(retries + 1))
-    # Waiting for its retry: pending, or sending once claimed ahead of its instant
-    # (TEPAT_CLAIM_AHEAD_SECONDS), as when the jittered backoff is shorter than that
-    # lead: this clock stands still until the episode is lifted.
-    page.wait_for_function(
-        "sel => [...document.querySelectorAll(sel)]"
-        ".reduce((n, td) => n + Number(td.textContent), 0) === 1",
-        arg=f'#channels tr[data-channel="{channel}"] :is(td.pending, td.sending)',
-    )
+    waiting_for_its_retry(page, channel)
     expect(row.locator("td.answers")).to_contain_text("retry")
     assert scraped(live, "tepat_provider_errors_total", labels) == scraped_before + 1
     assert scraped(live, "tepat_sends_total", {"channel": channel, "outcome": "retry"}) >= 1
@@ -432,6 +425,17 @@ def test_a_store_lock_shows_while_it_lasts(live: Live, api: httpx.Client, tmp_pa
         listed = api.get("/v1/users/alice/messages", params={"status": "sent"}).json()
         assert [m["id"] for m in listed["messages"]] == [held], listed
         assert problems == [], problems
+
+
+def waiting_for_its_retry(page: Any, channel: str) -> None:
+    """One message of ``channel``'s row waits for its retry: pending, or sending once
+    claimed ahead of its instant (TEPAT_CLAIM_AHEAD_SECONDS) when its backoff is shorter
+    than that lead, on a clock that stands still until the test moves it."""
+    page.wait_for_function(
+        "sel => [...document.querySelectorAll(sel)]"
+        ".reduce((n, td) => n + Number(td.textContent), 0) === 1",
+        arg=f'#channels tr[data-channel="{channel}"] :is(td.pending, td.sending)',
+    )
 
 
 def send_now(live: Live, channel: str, key: str) -> str:
