@@ -47,7 +47,7 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from tepat.adapters.h2_client import _prefixed
+from tepat.adapters.h2_client import _integer, _prefixed
 from tepat.clock import Clock, SystemClock
 from tepat.sandbox.provider import FakeProvider, State
 
@@ -144,19 +144,6 @@ def _string(block: bytes, i: int) -> tuple[bytes, int]:
     return known, end
 
 
-def _encode_prefixed(value: int, prefix: int, first: int = 0) -> bytes:
-    mask = (1 << prefix) - 1
-    if value < mask:
-        return bytes((first | value,))
-    out = bytearray((first | mask,))
-    value -= mask
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class HeaderDecoder:
     """HPACK's decoder (RFC 7541), with a memory of the blocks that left its table as
     it was: decoding one again gives the same headers."""
@@ -245,7 +232,7 @@ _name_literals: dict[bytes, bytes] = {}
 def _name_literal(name: bytes) -> bytes:
     if (literal := _name_literals.get(name)) is None:
         lower = name.lower()
-        literal = b"" if lower in _FORBIDDEN else b"\x00" + _encode_prefixed(len(lower), 7) + lower
+        literal = b"" if lower in _FORBIDDEN else b"\x00" + _integer(len(lower), 7, 0) + lower
         if len(_name_literals) < 256:
             _name_literals[name] = literal
     return literal
@@ -258,7 +245,7 @@ def encode_headers(status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes
     for name, value in headers:
         if literal := _name_literal(name):
             size = len(value)
-            parts += (literal, bytes((size,)) if size < 0x7F else _encode_prefixed(size, 7), value)
+            parts += (literal, bytes((size,)) if size < 0x7F else _integer(size, 7, 0), value)
     return b"".join(parts)
 
 
