@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from tepat.adapters.expo_outcomes import (
     item_error,
 )
 from tepat.adapters.http_pool import PooledClient
+from tepat.adapters.push_answers import compact_json
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.validation import is_expo_push_token
@@ -132,8 +132,7 @@ def to_expo_message(request: PushRequest, *, channel_per_category: bool = False)
 
 def payload_size(message: Mapping[str, Any]) -> int:
     """Bytes Expo forwards to APNs/FCM: the message without ``to``, as compact UTF-8 JSON."""
-    body = {k: v for k, v in message.items() if k != "to"}
-    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return len(compact_json({k: v for k, v in message.items() if k != "to"}).encode())
 
 
 class ExpoPushProvider(PooledClient):
@@ -335,7 +334,7 @@ class ExpoPushProvider(PooledClient):
 
     async def _post(self, path: str, payload: Any) -> Any:
         """POST JSON; the parsed body of a 200, or TryAgain/Rejected for the whole request."""
-        raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        raw = compact_json(payload).encode()
         headers = {"Content-Type": "application/json"}
         if len(raw) > GZIP_OVER_BYTES:
             raw = gzip.compress(raw, compresslevel=6)
