@@ -27,7 +27,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
     H_NACKS,
@@ -36,7 +35,7 @@ from tepat.adapters.stomp.frames import (
     origin,
     parse_map,
 )
-from tepat.adapters.stomp.link import Link
+from tepat.adapters.stomp.link import BrokerUnavailable, Link
 from tepat.adapters.stomp.url import check_name, selector_literal
 from tepat.ports.broker import BrokerClosed, DeadLetter, QueueStats
 

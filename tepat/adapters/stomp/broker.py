@@ -54,7 +54,6 @@ import structlog
 from tepat import tracing
 from tepat.adapters.stomp import admin
 from tepat.adapters.stomp.consumer import Consumer
-from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
     H_FIRST_FAILURE,
@@ -67,7 +66,7 @@ from tepat.adapters.stomp.frames import (
     instant_value,
     int_header,
 )
-from tepat.adapters.stomp.link import Link
+from tepat.adapters.stomp.link import BrokerUnavailable, Link
 from tepat.adapters.stomp.url import TlsFiles, check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
 from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import H_NACKS, int_header
-from tepat.adapters.stomp.link import Link
+from tepat.adapters.stomp.link import BrokerUnavailable, Link
 from tepat.ports.broker import Delivery
 
 if TYPE_CHECKING:
