@@ -280,11 +280,11 @@ def _prefixed(block: bytes, i: int, prefix: int) -> tuple[int, int]:
             return value, i
 
 
-def _stateless_string(block: bytes, i: int) -> tuple[bytes, int] | None:
+def _stateless_string(block: bytes, i: int) -> tuple[bytes, int]:
     length, start = _prefixed(block, i, 7)
     end = start + length
     if end > len(block):
-        return None
+        raise IndexError  # the block ends inside the string
     raw = block[start:end]
     return (decode_huffman(raw) if block[i] & 0x80 else raw), end
 
@@ -312,19 +312,13 @@ def _stateless(block: bytes, max_list_size: int) -> list[tuple[bytes, bytes]] | 
             elif byte & 0xE0 == 0:  # a literal without indexing, or never indexed
                 index, i = _prefixed(block, i, 4)
                 if index == 0:
-                    name = _stateless_string(block, i)
-                    if name is None:
-                        return None
-                    name_bytes, i = name
+                    name, i = _stateless_string(block, i)
                 elif index <= len(_STATIC_TABLE):
-                    name_bytes = _STATIC_TABLE[index - 1][0]
+                    name = _STATIC_TABLE[index - 1][0]
                 else:
                     return None
-                value = _stateless_string(block, i)
-                if value is None:
-                    return None
-                field = (name_bytes, value[0])
-                i = value[1]
+                value, i = _stateless_string(block, i)
+                field = (name, value)
             else:  # indexing a literal, or a table size update: the table changes
                 return None
             fields.append(field)
