@@ -45,6 +45,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from tepat.adapters.apns_auth import ProviderToken
@@ -174,13 +175,10 @@ class ApnsPushProvider(AnsweredAtSend, H2Client):
             refusal, bodies[id(request)] = _refused_before_sending(request)
             return refusal
 
-        async def send_all(requests: list[PushRequest]) -> list[Answer]:
-            return await self._send_all(requests, bodies)
-
-        return await send_together(batch, MAX_BATCH, refused, send_all)
+        return await send_together(batch, MAX_BATCH, refused, partial(self._send_all, bodies))
 
     async def _send_all(
-        self, requests: list[PushRequest], bodies: dict[int, bytes]
+        self, bodies: dict[int, bytes], requests: list[PushRequest]
     ) -> list[Answer]:
         token = self.token.current()
         responses = await self._post(requests, bodies, token)
