@@ -40,25 +40,23 @@ How the answers of a batch's notifications make its answer:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from tepat.adapters.apns_auth import ProviderToken
-from tepat.adapters.expo_outcomes import parse_retry_after
+from tepat.adapters.expo_outcomes import json_object, parse_retry_after
 from tepat.adapters.h2_client import H2Client, H2Response, Headers
-from tepat.adapters.push_answers import Answer, send_together
+from tepat.adapters.push_answers import Answer, AnsweredAtSend, compact_json, send_together
 from tepat.clock import Clock
 from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
 from tepat.ports.push import (
     PushRequest,
-    ReceiptResult,
-    Receipts,
     Rejected,
     SendResult,
     TicketError,
@@ -116,11 +114,7 @@ def apns_headers(request: PushRequest, now: datetime) -> list[tuple[str, str]]:
 
 
 def apns_reason(response: H2Response) -> str:
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = None
-    reason = body.get("reason") if isinstance(body, Mapping) else None
+    reason = json_object(response).get("reason")
     return str(reason) if reason else f"HTTP_{response.status_code}"
 
 
@@ -149,9 +143,10 @@ def classify(response: H2Response, now: datetime) -> Answer:
     return TicketError(reason, text, permanent=True, deactivate_device=reason in _DEACTIVATE)
 
 
-class ApnsPushProvider(H2Client):
+class ApnsPushProvider(AnsweredAtSend, H2Client):
+    """No rate ceiling to share: APNs publishes none, the streams of one connection bound it."""
+
     max_batch: int = MAX_BATCH
-    max_receipt_batch: int = 0  # APNs answers at send time
 
     def __init__(
         self,
@@ -180,13 +175,10 @@ class ApnsPushProvider(H2Client):
             refusal, bodies[id(request)] = _refused_before_sending(request)
             return refusal
 
-        async def send_all(requests: list[PushRequest]) -> list[Answer]:
-            return await self._send_all(requests, bodies)
-
-        return await send_together(batch, MAX_BATCH, refused, send_all)
+        return await send_together(batch, MAX_BATCH, refused, partial(self._send_all, bodies))
 
     async def _send_all(
-        self, requests: list[PushRequest], bodies: dict[int, bytes]
+        self, bodies: dict[int, bytes], requests: list[PushRequest]
     ) -> list[Answer]:
         token = self.token.current()
         responses = await self._post(requests, bodies, token)
@@ -232,23 +224,10 @@ class ApnsPushProvider(H2Client):
             )
         return headers
 
-    def set_rate_share(self, share: float) -> None:
-        """APNs publishes no rate ceiling to share: the streams of one connection bound it."""
-
-    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
-        return Receipts({})
-
-
-def _json(payload: Mapping[str, Any]) -> bytes:
-    return _encode(payload).encode()
-
-
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode
-
 
 def _refused_before_sending(request: PushRequest) -> tuple[TicketError | None, bytes]:
     """Why ``request`` is not sent, if it is not; its body."""
-    body = _json(to_apns_payload(request))
+    body = compact_json(to_apns_payload(request)).encode()
     try:
         check_push_token(request.push_token, "apns")
     except DomainError as e:

@@ -54,6 +54,7 @@ from typing import Any
 
 import httpx
 
+from tepat.adapters.h2_client import H2Response
 from tepat.ports.push import Rejected, TicketError
 from tepat.ports.try_again import TryAgain
 
@@ -113,6 +114,15 @@ def item_error(item: Mapping[str, Any]) -> tuple[str, str]:
     details = item.get("details")
     code = details.get("error") if isinstance(details, Mapping) else None
     return (str(code) if code else "Unknown", str(item.get("message") or "no message from Expo"))
+
+
+def json_object(response: httpx.Response | H2Response) -> Mapping[str, Any]:
+    """A provider's answer read as a JSON object; empty when it is not one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, Mapping) else {}
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -38,6 +36,7 @@ from tepat.adapters.expo_outcomes import (
     item_error,
 )
 from tepat.adapters.http_pool import PooledClient
+from tepat.adapters.push_answers import compact_json
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.validation import is_expo_push_token
@@ -70,21 +69,13 @@ GZIP_OVER_BYTES = 1024
 DEVICE_RATE_BACKOFF_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
-class _Project:
-    """What every client of one Expo project (credential) in this process shares."""
-
-    bucket: TokenBucket
-    adaptive: AdaptiveRate
-
-
-_projects: dict[tuple[str, str | None, float, float, int], _Project] = {}
+_projects: dict[tuple[str, str | None, float, float, int], AdaptiveRate] = {}
 
 
 def _shared_project(
     base_url: str, access_token: str | None, rate: float, critical_reserve: float, clock: Clock
-) -> _Project:
-    """One bucket and one adaptive rate per Expo project and clock, in this process.
+) -> AdaptiveRate:
+    """One bucket and its adaptive rate per Expo project and clock, in this process.
 
     Expo's limit is per project, so two providers with the same credential must not each
     believe they have the whole budget, nor each find it on their own after a 429. The
@@ -103,7 +94,7 @@ def _shared_project(
             critical_reserve=critical_reserve,
             provider="expo",
         )
-        project = _projects[key] = _Project(bucket, AdaptiveRate(bucket, bucket.rate, clock))
+        project = _projects[key] = AdaptiveRate(bucket, bucket.rate, clock)
     return project
 
 
@@ -132,8 +123,7 @@ def to_expo_message(request: PushRequest, *, channel_per_category: bool = False)
 
 def payload_size(message: Mapping[str, Any]) -> int:
     """Bytes Expo forwards to APNs/FCM: the message without ``to``, as compact UTF-8 JSON."""
-    body = {k: v for k, v in message.items() if k != "to"}
-    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return len(compact_json({k: v for k, v in message.items() if k != "to"}).encode())
 
 
 class ExpoPushProvider(PooledClient):
@@ -161,12 +151,12 @@ class ExpoPushProvider(PooledClient):
         self.base_url = base_url.rstrip("/")
         self.clock = clock
         if limiter is None:
-            project = _shared_project(
+            self.adaptive = _shared_project(
                 self.base_url, access_token, rate_limit, critical_reserve, clock
             )
-            self.limiter, self.adaptive = project.bucket, project.adaptive
         else:  # a bucket of the caller's own: its adaptive rate is this client's alone
-            self.limiter, self.adaptive = limiter, AdaptiveRate(limiter, limiter.rate, clock)
+            self.adaptive = AdaptiveRate(limiter, limiter.rate, clock)
+        self.limiter = self.adaptive.bucket
         self.device_rate_backoff = device_rate_backoff
         self.channel_per_category = channel_per_category
         headers = {
@@ -335,7 +325,7 @@ class ExpoPushProvider(PooledClient):
 
     async def _post(self, path: str, payload: Any) -> Any:
         """POST JSON; the parsed body of a 200, or TryAgain/Rejected for the whole request."""
-        raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        raw = compact_json(payload).encode()
         headers = {"Content-Type": "application/json"}
         if len(raw) > GZIP_OVER_BYTES:
             raw = gzip.compress(raw, compresslevel=6)

@@ -48,7 +48,6 @@ message that failed for the moment keeps its own ``TryAgain`` beside the others'
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -57,18 +56,16 @@ from typing import Any
 
 from tepat.adapters.adaptive_rate import AdaptiveRate
 from tepat.adapters.apns_push import apns_expiration
-from tepat.adapters.expo_outcomes import parse_retry_after
+from tepat.adapters.expo_outcomes import json_object, parse_retry_after
 from tepat.adapters.fcm_auth import FcmAuth
 from tepat.adapters.h2_client import H2Client, H2Response, Headers
-from tepat.adapters.push_answers import Answer, batch_result
+from tepat.adapters.push_answers import Answer, AnsweredAtSend, batch_result, compact_json
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
 from tepat.domain.retry import ProviderTerms
 from tepat.ports.push import (
     GateClosed,
     PushRequest,
-    ReceiptResult,
-    Receipts,
     Rejected,
     SendResult,
     TicketError,
@@ -94,13 +91,14 @@ def fcm_body(request: PushRequest, now: datetime) -> bytes:
     expiration = None
     if request.ttl_seconds is not None:
         expiration = apns_expiration(request.ttl_seconds, now)
-    head = _json(
+    head = compact_json(
         {
             "token": request.push_token,
             "notification": {"title": request.title, "body": request.body},
             # FCM's data is a map of strings only.
             "data": {
-                str(k): v if isinstance(v, str) else _json(v) for k, v in request.data.items()
+                str(k): v if isinstance(v, str) else compact_json(v)
+                for k, v in request.data.items()
             },
         }
     )
@@ -123,21 +121,16 @@ def _delivery(
     if sound is not None:
         android["notification"] = {"sound": sound}
         apns["payload"] = {"aps": {"sound": sound}}
-    return f",{_json({'android': android, 'apns': apns})[1:]}}}"
+    return f",{compact_json({'android': android, 'apns': apns})[1:]}}}"
 
 
-_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False).encode
 # FCM's accepted answer, ``{"name": "projects/…/messages/…"}``, read without a JSON parser.
 _NAME = re.compile(rb'\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*\}\s*')
 
 
 def fcm_error(response: H2Response) -> tuple[str, str, bool]:
     """(FCM's error code, its message, whether it is about the token) of an error answer."""
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = None
-    error = body.get("error") if isinstance(body, Mapping) else None
+    error = json_object(response).get("error")
     error = error if isinstance(error, Mapping) else {}
     code = str(error.get("status") or f"HTTP_{response.status_code}")
     about_token = False
@@ -191,10 +184,8 @@ def classify(response: H2Response, now: Any) -> Answer:
     return TicketError(code, message, permanent=True, deactivate_device=deactivate)
 
 
-class FcmPushProvider(H2Client):
+class FcmPushProvider(AnsweredAtSend, H2Client):
     max_batch: int = MAX_BATCH
-    # FCM's answer at send time is final: no tickets are kept for the receipt poller.
-    max_receipt_batch: int = 0
 
     def __init__(
         self,
@@ -289,10 +280,6 @@ class FcmPushProvider(H2Client):
     def set_rate_share(self, share: float) -> None:
         self.adaptive.set_share(share)
         self.max_batch = self.adaptive.request_size(MAX_BATCH)
-
-    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
-        """None: FCM's answer at send time is final (``max_receipt_batch`` 0)."""
-        return Receipts({})
 
 
 def _answer(response: H2Response, now: datetime) -> Answer:

@@ -61,7 +61,7 @@ from hpack.table import HeaderTable
 from tepat.ports.try_again import TryAgain
 
 Headers = Sequence[tuple[str, str]]
-# a POST: path, headers, varying headers, index_path, body (H2Client._post_h2)
+# a POST: path, headers, varying headers, index_path, body (H2Client._post_many)
 Post = tuple[str, Headers, Headers, bool, bytes]
 
 
@@ -280,11 +280,11 @@ def _prefixed(block: bytes, i: int, prefix: int) -> tuple[int, int]:
             return value, i
 
 
-def _stateless_string(block: bytes, i: int) -> tuple[bytes, int] | None:
+def _stateless_string(block: bytes, i: int) -> tuple[bytes, int]:
     length, start = _prefixed(block, i, 7)
     end = start + length
     if end > len(block):
-        return None
+        raise IndexError  # the block ends inside the string
     raw = block[start:end]
     return (decode_huffman(raw) if block[i] & 0x80 else raw), end
 
@@ -312,19 +312,13 @@ def _stateless(block: bytes, max_list_size: int) -> list[tuple[bytes, bytes]] | 
             elif byte & 0xE0 == 0:  # a literal without indexing, or never indexed
                 index, i = _prefixed(block, i, 4)
                 if index == 0:
-                    name = _stateless_string(block, i)
-                    if name is None:
-                        return None
-                    name_bytes, i = name
+                    name, i = _stateless_string(block, i)
                 elif index <= len(_STATIC_TABLE):
-                    name_bytes = _STATIC_TABLE[index - 1][0]
+                    name = _STATIC_TABLE[index - 1][0]
                 else:
                     return None
-                value = _stateless_string(block, i)
-                if value is None:
-                    return None
-                field = (name_bytes, value[0])
-                i = value[1]
+                value, i = _stateless_string(block, i)
+                field = (name, value)
             else:  # indexing a literal, or a table size update: the table changes
                 return None
             fields.append(field)
@@ -813,29 +807,14 @@ class H2Client:
         self._connections: list[_Connection] = []
         self._connecting = asyncio.Lock()
 
-    async def _post_h2(
-        self,
-        path: str,
-        provider: str,
-        headers: Headers,
-        body: bytes,
-        *,
-        varying: Headers = (),
-        index_path: bool = True,
-    ) -> H2Response | TryAgain:
-        """POST ``body``; a failure is TryAgain, maybe sent as the module's docstring says.
-        ``headers`` (and the path, unless ``index_path`` is false) should stay the same
-        from one request to the next: they are entered into HPACK's dynamic table;
-        ``varying`` are not."""
-        return (
-            await self._post_many(provider, [(path, tuple(headers), varying, index_path, body)])
-        )[0]
-
     async def _post_many(
         self, provider: str, requests: Sequence[Post]
     ) -> list[H2Response | TryAgain]:
-        """Each of ``requests`` as :meth:`_post_h2` sends it, all at once: their answers
-        in order (no task of their own: the answers are futures this one waits on)."""
+        """POST each of ``requests`` at once: their answers in order (no task of their own:
+        the answers are futures this one waits on); a failure is TryAgain, maybe sent as
+        the module's docstring says. A request's headers (and its path, if ``index_path``)
+        should stay the same from one request to the next: they are entered into HPACK's
+        dynamic table; its varying headers are not."""
         answers: dict[int, H2Response | TryAgain] = {}
         todo = list(range(len(requests)))
         for _ in range(3):  # requests that waited on a connection that went: another one

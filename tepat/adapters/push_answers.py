@@ -11,11 +11,14 @@ the others' tickets, and one refused for good is a permanent ``TicketError``.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Sequence
 
 from tepat.ports.push import (
     GateClosed,
     PushRequest,
+    ReceiptResult,
+    Receipts,
     Rejected,
     SendResult,
     TicketError,
@@ -25,6 +28,24 @@ from tepat.ports.push import (
 from tepat.ports.try_again import TryAgain
 
 Answer = TicketOutcome | TryAgain | Rejected
+
+#: JSON as the providers take it: no spaces, UTF-8 left as it is.
+compact_json = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, check_circular=False
+).encode
+
+
+class AnsweredAtSend:
+    """Base of a provider whose answer at send time is final: no receipts to poll, and
+    (unless it says otherwise) no published rate ceiling to share."""
+
+    max_receipt_batch: int = 0
+
+    def set_rate_share(self, share: float) -> None:
+        pass
+
+    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
+        return Receipts({})
 
 
 async def send_each(

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tepat.adapters.expo_outcomes import BEFORE_SENDING, parse_retry_after
+from tepat.adapters.expo_outcomes import BEFORE_SENDING, json_object, parse_retry_after
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
@@ -133,7 +133,7 @@ class TwilioSmsChannel(PooledClient):
         return self._classify(response)
 
     def _classify(self, response: httpx.Response) -> ChannelOutcome:
-        body = _json(response)
+        body = json_object(response)
         status = response.status_code
         code = _int(body.get("code"))
         text = str(body.get("message") or response.reason_phrase or "")
@@ -172,14 +172,6 @@ def _failure(error: httpx.HTTPError) -> TryAgain:
     return TryAgain(
         f"{what} talking to Twilio {when}: {type(error).__name__}", maybe_sent=maybe_sent
     )
-
-
-def _json(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 def _int(value: Any) -> int | None:

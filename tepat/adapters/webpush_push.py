@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tepat.adapters.expo_outcomes import parse_retry_after
 from tepat.adapters.http_pool import PooledClient
-from tepat.adapters.push_answers import Answer, send_each
+from tepat.adapters.push_answers import Answer, AnsweredAtSend, compact_json, send_each
 from tepat.adapters.webhook_target import TargetRefused
 from tepat.clock import Clock
 from tepat.domain.b64url import b64url, unb64url
@@ -55,8 +55,6 @@ from tepat.domain.errors import DomainError
 from tepat.domain.validation import check_push_token
 from tepat.ports.push import (
     PushRequest,
-    ReceiptResult,
-    Receipts,
     Rejected,
     SendResult,
     TicketError,
@@ -89,7 +87,7 @@ def public_key_bytes(key: ec.EllipticCurvePublicKey) -> bytes:
 def to_webpush_payload(request: PushRequest) -> bytes:
     """What the service worker's ``push`` event reads (``event.data.json()``)."""
     payload = {"title": request.title, "body": request.body, "data": dict(request.data)}
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return compact_json(payload).encode()
 
 
 def encrypt(plaintext: bytes, p256dh: str, auth: str) -> bytes:
@@ -147,9 +145,11 @@ def classify(response: httpx.Response, clock: Clock) -> Answer:
     return TicketError(code, text, permanent=True, deactivate_device=status in (404, 410))
 
 
-class WebPushProvider(PooledClient):
+class WebPushProvider(AnsweredAtSend, PooledClient):
+    """No rate ceiling to share: Web Push publishes none, each browser vendor's service
+    throttles."""
+
     max_batch: int = MAX_BATCH
-    max_receipt_batch: int = 0  # push services answer at send time
 
     def __init__(
         self,
@@ -206,12 +206,6 @@ class WebPushProvider(PooledClient):
         if isinstance(response, TryAgain):
             return response
         return classify(response, self.clock)
-
-    def set_rate_share(self, share: float) -> None:
-        """Web Push publishes no rate ceiling: each browser vendor's service throttles."""
-
-    async def receipts(self, ticket_ids: Sequence[str]) -> ReceiptResult:
-        return Receipts({})
 
 
 def _refused_before_sending(request: PushRequest) -> TicketError | None:

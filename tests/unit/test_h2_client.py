@@ -136,7 +136,8 @@ async def serving(
 
 
 async def post(client: H2Client, body: bytes) -> H2Response | TryAgain:
-    return await client._post_h2("/send", "Test", [("content-type", "text/plain")], body)
+    request = ("/send", (("content-type", "text/plain"),), (), True, body)
+    return (await client._post_many("Test", [request]))[0]
 
 
 async def test_many_requests_are_streams_of_one_connection() -> None:
@@ -169,18 +170,22 @@ async def test_the_headers_reach_the_server_as_sent_whatever_its_hpack_table_siz
             for token in tokens:
                 answers = await asyncio.gather(
                     *(
-                        client._post_h2(
-                            f"/send/{i % 2}",
+                        client._post_many(
                             "Test",
-                            [("authorization", f"Bearer {token}"), ("x-big", "v" * 5000)],
-                            b"x",
-                            varying=[("x-id", str(i))],
-                            index_path=i % 2 == 0,
+                            [
+                                (
+                                    f"/send/{i % 2}",
+                                    (("authorization", f"Bearer {token}"), ("x-big", "v" * 5000)),
+                                    [("x-id", str(i))],
+                                    i % 2 == 0,
+                                    b"x",
+                                )
+                            ],
                         )
                         for i in range(6)
                     )
                 )
-                assert all(isinstance(a, H2Response) for a in answers), answers
+                assert all(isinstance(a, H2Response) for [a] in answers), answers
             seen = list(connections[0].headers.values())
         assert len(seen) == 18, size
         for n, headers in enumerate(seen):

@@ -8,7 +8,7 @@ part, each documenting how its part maps onto ActiveMQ; :mod:`.broker` composes 
 """
 
 from tepat.adapters.stomp.broker import StompBroker
-from tepat.adapters.stomp.errors import BrokerRefused
+from tepat.adapters.stomp.link import BrokerRefused
 from tepat.adapters.stomp.url import TlsFiles, parse_stomp_url
 
 # What callers outside the package use; the rest is imported from its module.

@@ -52,9 +52,8 @@ from typing import Any
 import structlog
 
 from tepat import tracing
-from tepat.adapters.stomp.admin import StompAdmin
+from tepat.adapters.stomp import admin
 from tepat.adapters.stomp.consumer import Consumer
-from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
     H_FIRST_FAILURE,
@@ -67,7 +66,7 @@ from tepat.adapters.stomp.frames import (
     instant_value,
     int_header,
 )
-from tepat.adapters.stomp.link import Link
+from tepat.adapters.stomp.link import BrokerUnavailable, Link
 from tepat.adapters.stomp.url import TlsFiles, check_name, parse_stomp_url
 from tepat.clock import Clock, SystemClock
 from tepat.ports.broker import BrokerClosed, DeadLetter, Delivery, QueueStats, RedeliveryPolicy
@@ -109,7 +108,6 @@ class StompBroker:
         self._consumers: set[Consumer] = set()
         self.in_flight: dict[str, tuple[Consumer, Link]] = {}
         self._closed = True
-        self._admin = StompAdmin(self)
 
     def backoff(self, attempt: int) -> float:
         """Exponential backoff with jitter: 0.1 s, 0.2 s, 0.4 s ... capped at ``max_backoff``."""
@@ -295,10 +293,10 @@ class StompBroker:
         return self._closed
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]:
-        return await self._admin.stats(queues)
+        return await admin.stats(self, queues)
 
     async def dead_letters(self, queues: Sequence[str]) -> list[DeadLetter]:
-        return await self._admin.dead_letters(queues)
+        return await admin.dead_letters(self, queues)
 
     async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
-        return await self._admin.replay_dead_letter(dead_letter_id, queue_prefix)
+        return await admin.replay_dead_letter(self, dead_letter_id, queue_prefix)

@@ -24,35 +24,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tepat.adapters.stomp.admin import LinkSource
-from tepat.adapters.stomp.errors import BrokerUnavailable
 from tepat.adapters.stomp.frames import H_NACKS, int_header
-from tepat.adapters.stomp.link import Link
-from tepat.clock import Clock
+from tepat.adapters.stomp.link import BrokerUnavailable, Link
 from tepat.ports.broker import Delivery
+
+if TYPE_CHECKING:
+    from tepat.adapters.stomp.broker import StompBroker
 
 log = structlog.get_logger("tepat.broker.stomp")
 
 
-class ConsumerBroker(LinkSource, Protocol):
-    """What a consumer uses of its :class:`~tepat.adapters.stomp.broker.StompBroker`."""
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def in_flight(self) -> dict[str, tuple[Consumer, Link]]: ...
-
-    def backoff(self, attempt: int) -> float: ...
-
-
 @dataclass(eq=False)
 class Consumer:
-    broker: ConsumerBroker
+    broker: StompBroker
     queues: tuple[str, ...]
     prefetch: int
     link: Link | None = None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import certifi
 from stomp import exception as stomp_exception
 from stomp.transport import Transport
 
@@ -62,10 +63,6 @@ def default_ca_file() -> str | None:
         with os.scandir(paths.capath) as entries:
             if any(entries):
                 return None
-    try:
-        import certifi
-    except ImportError:  # pragma: no cover - certifi comes with httpx
-        return None
     return str(certifi.where())
 
 
