@@ -165,12 +165,10 @@ class BodyLimitMiddleware:
     bulk import) a limit of its own.
     """
 
-    def __init__(
-        self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None
-    ) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int]) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.path_limits = dict(path_limits or {})
+        self.path_limits = path_limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):

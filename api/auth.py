@@ -117,9 +117,17 @@ class Authenticator:
         self._apps = apps
         self._clock = clock
 
-    def authenticate(self, headers: Headers) -> Principal:
+    async def authenticate(self, headers: Headers) -> Principal:
+        """The caller of these headers. A key it does not know is looked up again in the
+        registry first (made moments ago through another process), so that a new key is
+        not counted as a wrong one (the throttle) while this process has yet to read it."""
         api_key = headers.get("x-api-key")
         if api_key is not None:
+            try:
+                return self._key_principal(api_key)
+            except AuthError:
+                if self._apps is None or not await self._apps.refresh_if_stale():
+                    raise
             return self._key_principal(api_key)
         authorization = headers.get("authorization")
         if authorization is None:
@@ -128,19 +136,6 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError(401, "expected 'Authorization: Bearer <token>'")
         return self.user_principal(token.strip())
-
-    async def authenticate_anew(self, headers: Headers) -> Principal:
-        """:meth:`authenticate`; a key it does not know is looked up again in the registry
-        first (made moments ago through another process), so that a new key is not
-        counted as a wrong one (the throttle) while this process has yet to read it."""
-        try:
-            return self.authenticate(headers)
-        except AuthError as e:
-            if e.status != 401 or "x-api-key" not in headers or self._apps is None:
-                raise
-            if not await self._apps.refresh_if_stale():
-                raise
-        return self.authenticate(headers)
 
     def _key_principal(self, api_key: str) -> Principal:
         given = api_key.encode()
@@ -305,7 +300,7 @@ class AuthMiddleware:
             if query_token is not None:
                 principal = self.authenticator.user_principal(query_token.strip())
             else:
-                principal = await self.authenticator.authenticate_anew(headers)
+                principal = await self.authenticator.authenticate(headers)
             authorize(principal, scope["path"])
         except AuthError as e:
             if e.status == 401 and "x-api-key" in headers:

@@ -46,9 +46,9 @@ _SWAGGER_INIT = (
 _REDOC_INIT = 'Redoc.init("/openapi.json", {}, document.getElementById("redoc"));'
 
 
-def _page(title: str, assets: str, element: str, init: str) -> HTMLResponse:
+def _page(assets: str, element: str, init: str) -> HTMLResponse:
     body = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>Tepat API</title>"
         + assets
         + f"</head><body><div id='{element}'></div><script>{init}</script></body></html>"
     )
@@ -60,9 +60,9 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/docs")
 async def swagger_ui() -> HTMLResponse:
-    return _page("Tepat API", SWAGGER_CSS + SWAGGER_JS, "swagger-ui", _SWAGGER_INIT)
+    return _page(SWAGGER_CSS + SWAGGER_JS, "swagger-ui", _SWAGGER_INIT)
 
 
 @router.get("/redoc")
 async def redoc() -> HTMLResponse:
-    return _page("Tepat API", REDOC_JS, "redoc", _REDOC_INIT)
+    return _page(REDOC_JS, "redoc", _REDOC_INIT)

@@ -39,13 +39,12 @@ class PageQuery:
     def cut(self, items: Iterable[T], key: Callable[[T], str]) -> tuple[list[T], str | None]:
         """The ``limit`` items after ``cursor`` in ``key`` order, and the next page's
         cursor (None on the last page)."""
-        after = _decode(self.cursor) if self.cursor else None
         ordered = sorted(items, key=key)
-        if after is not None:
+        if self.cursor:
+            after = _decode(self.cursor)
             ordered = [item for item in ordered if key(item) > after]
         page = ordered[: self.limit]
-        more = len(ordered) > self.limit
-        return page, _encode(key(page[-1])) if more else None
+        return page, b64url(key(page[-1]).encode()) if len(ordered) > self.limit else None
 
 
 def _page_query(
@@ -58,10 +57,6 @@ def _page_query(
 
 
 Page = Annotated[PageQuery, Depends(_page_query)]
-
-
-def _encode(key: str) -> str:
-    return b64url(key.encode())
 
 
 def _decode(cursor: str) -> str:

@@ -103,11 +103,9 @@ class ProblemError(Exception):
         self.field_in_detail = field_in_detail
 
     def response(self) -> JSONResponse:
-        if self.field is None:
-            return problem_response(self.status, self.detail, headers=self.headers)
-        if self.field_in_detail:
+        if self.field is not None and self.field_in_detail:
             return field_problem(self.status, self.field, self.detail, headers=self.headers)
-        errors = [FieldError(field=self.field, message=self.detail)]
+        errors = [] if self.field is None else [FieldError(field=self.field, message=self.detail)]
         return problem_response(self.status, self.detail, headers=self.headers, errors=errors)
 
 

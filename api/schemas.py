@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.problems import Problem
-from tepat.domain.contacts import Suppression, SuppressionReason
+from tepat.domain.contacts import SuppressionReason
 from tepat.domain.inbox import InboxItem
 from tepat.domain.models import MessageStatus, User
 from tepat.domain.validation import HHMM_PATTERN, IDENTIFIER_PATTERN, format_hhmm
@@ -689,10 +689,6 @@ class SuppressionOut(View):
 
 class SuppressionAdded(SuppressionOut):
     created: bool = Field(description="False when the address was already suppressed")
-
-    @classmethod
-    def added(cls, s: Suppression, created: bool) -> SuppressionAdded:
-        return cls(**read_fields(cls, s, created=created))
 
 
 class SuppressionPageOut(BaseModel):

@@ -43,7 +43,7 @@ async def add_suppression(body: SuppressionIn, rt: RT, response: Response) -> Su
     unless this one is stronger: complaint over hard_bounce over the rest)."""
     stored, created = await contacts.add_suppression(rt, body.channel, body.address, body.reason)
     answer_created(response, created)
-    return SuppressionAdded.added(stored, created)
+    return SuppressionAdded(**SuppressionOut.of(stored).model_dump(), created=created)
 
 
 @router.delete(
