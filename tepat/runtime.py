@@ -142,15 +142,10 @@ def make_push_providers(
     """The provider of each device kind this deployment sends to (``Device.kind``): Expo
     always; a direct provider (FCM, APNs, Web Push) is one more entry when configured."""
     providers: dict[str, PushProvider] = {"expo": expo or make_push_provider(settings, clock)}
-    fcm = build_fcm_provider(settings, clock)
-    if fcm is not None:
-        providers["fcm"] = fcm
-    apns = build_apns_provider(settings, clock)
-    if apns is not None:
-        providers["apns"] = apns
-    webpush = build_webpush_provider(settings, clock)
-    if webpush is not None:
-        providers["webpush"] = webpush
+    direct = (build_fcm_provider, build_apns_provider, build_webpush_provider)
+    for kind, build in zip(("fcm", "apns", "webpush"), direct, strict=True):
+        if (provider := build(settings, clock)) is not None:
+            providers[kind] = provider
     return providers
 
 
