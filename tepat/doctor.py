@@ -360,10 +360,8 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
     detail = f"{where} answers" + (" and accepts the access token" if token else "")
     if not token and where == EXPO_HOST:
         detail += "; no access token (fine unless push security is enabled)"
-    ok = Check("expo", Status.OK, detail)
-    return _ok_unless_sandbox(
-        ok, "Expo", where, [EXPO_HOST], "TEPAT_EXPO_URL", " and TEPAT_EXPO_ACCESS_TOKEN"
-    )
+    also = " and TEPAT_EXPO_ACCESS_TOKEN"
+    return _ok_unless_sandbox("expo", detail, "Expo", where, [EXPO_HOST], "TEPAT_EXPO_URL", also)
 
 
 async def fcm_check(settings: Settings, clock: Clock, wait: float) -> Check | None:
@@ -395,8 +393,7 @@ async def fcm_check(settings: Settings, clock: Clock, wait: float) -> Check | No
             "let this host reach the key file's token_uri (firewall, proxy)",
         )
     detail = f"{account} got an access token for project {settings.fcm_project_id}"
-    ok = Check("fcm", Status.OK, detail)
-    return _ok_unless_sandbox(ok, "FCM", settings.fcm_url, [FCM_HOST], "TEPAT_FCM_URL")
+    return _ok_unless_sandbox("fcm", detail, "FCM", settings.fcm_url, [FCM_HOST], "TEPAT_FCM_URL")
 
 
 _FCM_KEY_HINT = (
@@ -428,8 +425,8 @@ def apns_check(settings: Settings, clock: Clock) -> Check | None:
         " without sending a notification: a wrong key id or team shows at the first send"
         " (403 InvalidProviderToken)"
     )
-    ok = Check("apns", Status.OK, detail)
-    return _ok_unless_sandbox(ok, "APNs", settings.apns_url, APNS_HOSTS, "TEPAT_APNS_URL")
+    url = settings.apns_url
+    return _ok_unless_sandbox("apns", detail, "APNs", url, APNS_HOSTS, "TEPAT_APNS_URL")
 
 
 def webpush_check(settings: Settings, clock: Clock) -> Check | None:
@@ -499,22 +496,21 @@ async def twilio_check(settings: Settings, wait: float, secondary: bool = False)
             f"{detail}; TEPAT_PUBLIC_URL is unset: no status callbacks, SMS stay sent",
             "set TEPAT_PUBLIC_URL to the https URL Twilio reaches this API at",
         )
-    ok = Check(name, Status.OK, detail)
-    return _ok_unless_sandbox(ok, "Twilio", where, [TWILIO_API], f"{var}URL")
+    return _ok_unless_sandbox(name, detail, "Twilio", where, [TWILIO_API], f"{var}URL")
 
 
 def _ok_unless_sandbox(
-    ok: Check, provider: str, url: str, real: Sequence[str], variable: str, also: str = ""
+    name: str, detail: str, provider: str, url: str, real: Sequence[str], var: str, also: str = ""
 ) -> Check:
-    """``ok`` (credentials that passed), or a warning when ``url`` is none of the
+    """OK (credentials that passed), or a warning when ``url`` is none of the
     ``provider``'s ``real`` ones (a sandbox?), since nothing real is sent then."""
     if url.rstrip("/") in real:
-        return ok
+        return Check(name, Status.OK, detail)
     return Check(
-        ok.name,
+        name,
         Status.WARN,
-        f"{ok.detail}; not {provider} itself (a sandbox?): nothing real is sent",
-        f"to send for real set {variable}={real[0]}{also}",
+        f"{detail}; not {provider} itself (a sandbox?): nothing real is sent",
+        f"to send for real set {var}={real[0]}{also}",
     )
 
 
