@@ -79,17 +79,11 @@ class Probe:
     give_up: float = 10.0
 
 
-async def diagnose(
-    load: Callable[[], Settings],
-    *,
-    clock: Clock | None = None,
-    wait: float = 10.0,
-    probe: Probe = Probe(),
-) -> AsyncIterator[Check]:
+async def diagnose(load: Callable[[], Settings], wait: float = 10.0) -> AsyncIterator[Check]:
     """Every check, in order, as each finishes."""
     from tepat.runtime import make_broker, make_store
 
-    clock = clock or SystemClock()
+    clock = SystemClock()
     try:
         settings = load()
     except ConfigError as e:
@@ -114,12 +108,12 @@ async def diagnose(
         if check.failed:
             yield Check("scheduler", Status.SKIP, "needs the broker")
         else:
-            yield await scheduler_check(broker, probe)
+            yield await scheduler_check(broker)
 
         apps, refused = await registered_apps(settings, store)
         for check in refused:
             yield check
-        async for check in check_apps([(DEFAULT_APP, settings), *apps], clock=clock, wait=wait):
+        async for check in check_apps([(DEFAULT_APP, settings), *apps], wait):
             yield check
 
         yield await tzdata_check(store, clock.now(), wait)
@@ -175,19 +169,13 @@ async def provider_checks(settings: Settings, clock: Clock, wait: float) -> Asyn
             yield smtp
 
 
-async def check_apps(
-    apps: Sequence[tuple[str, Settings]],
-    *,
-    clock: Clock | None = None,
-    wait: float = 10.0,
-) -> AsyncIterator[Check]:
+async def check_apps(apps: Sequence[tuple[str, Settings]], wait: float) -> AsyncIterator[Check]:
     """Each app's provider accounts (issue 23), app by app, as each check finishes: the
     ``(app id, that app's Settings)`` given. The default app's lines read as they always
     have; another app's are named ``app <id>: <check>``, so each verdict says whose
     account it judged."""
-    clock = clock or SystemClock()
     for app_id, settings in apps:
-        async for check in provider_checks(settings, clock, wait):
+        async for check in provider_checks(settings, SystemClock(), wait):
             yield (
                 check
                 if app_id == DEFAULT_APP
