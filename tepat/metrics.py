@@ -409,17 +409,10 @@ class GaugeSource(Protocol):
     """What the gauges are read from (the runtime is one): the message counts, the
     broker's queue depths, and how often to read them."""
 
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def broker(self) -> Broker: ...
-
-    @property
-    def categories(self) -> Categories: ...
-
-    @property
-    def clock(self) -> Clock: ...
+    store: Store
+    broker: Broker
+    categories: Categories
+    clock: Clock
 
     @property
     def queues(self) -> list[str]: ...
