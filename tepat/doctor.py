@@ -69,14 +69,11 @@ class Check:
         return f"{text}; fix: {self.hint}" if self.hint else text
 
 
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """How the scheduler check probes: the delay asked for and what counts as "about" it."""
-
-    delay: float = 1.0
-    earliest: float = 0.8  # ActiveMQ fires at 500 ms granularity, never before the delay
-    latest: float = 5.0  # the first job after a broker start takes ~2.3 s for a 2 s delay
-    give_up: float = 10.0
+# How the scheduler check probes: the delay asked for and what counts as "about" it.
+PROBE_DELAY = 1.0
+PROBE_EARLIEST = 0.8  # ActiveMQ fires at 500 ms granularity, never before the delay
+PROBE_LATEST = 5.0  # the first job after a broker start takes ~2.3 s for a 2 s delay
+PROBE_GIVE_UP = 10.0
 
 
 async def diagnose(load: Callable[[], Settings], wait: float = 10.0) -> AsyncIterator[Check]:
@@ -275,8 +272,8 @@ async def _broker_check(settings: Settings, broker: Broker, wait: float) -> Chec
     return Check("broker", Status.OK, f"{url} answers")
 
 
-async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
-    """Publish one probe with ``probe.delay`` on a private queue and time its arrival."""
+async def scheduler_check(broker: Broker) -> Check:
+    """Publish one probe with ``PROBE_DELAY`` on a private queue and time its arrival."""
     queue = f"tepat.doctor.{uuid.uuid4().hex[:12]}"
     body = f"tepat doctor probe {uuid.uuid4().hex}".encode()
     fail = partial(Check, "scheduler", Status.FAIL)
@@ -286,26 +283,26 @@ async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
             # The adapter fires messages its lead early (TEPAT_BROKER_LEAD_SECONDS) for
             # consumers to hold until their instant; the probe asks for its delay net.
             lead = float(getattr(broker, "lead_seconds", 0.0))
-            await broker.publish(queue, body, delay_seconds=probe.delay + lead)
+            await broker.publish(queue, body, delay_seconds=PROBE_DELAY + lead)
             elapsed = await asyncio.wait_for(
-                _arrival(broker, deliveries, body, started), probe.give_up
+                _arrival(broker, deliveries, body, started), PROBE_GIVE_UP
             )
     except TimeoutError:
         return fail(
-            f"a probe published with a {probe.delay:g} s delay on {queue} did not arrive"
-            f" within {probe.give_up:g} s",
+            f"a probe published with a {PROBE_DELAY:g} s delay on {queue} did not arrive"
+            f" within {PROBE_GIVE_UP:g} s",
             "look at the broker's log: the scheduler store (KahaDB) may be full or broken",
         )
     except Exception as e:
         return fail(f"probe on {queue} failed: {_why(e)}", "check the broker")
-    said = f"a probe with a {probe.delay:g} s delay arrived after {elapsed:.2f} s"
-    if elapsed < probe.earliest:
+    said = f"a probe with a {PROBE_DELAY:g} s delay arrived after {elapsed:.2f} s"
+    if elapsed < PROBE_EARLIEST:
         return fail(
             f"{said}: delays are ignored",
             'enable the scheduler: schedulerSupport="true" on <broker> in activemq.xml'
             " (deploy/activemq/conf/activemq.xml), then restart the broker",
         )
-    if elapsed > probe.latest:
+    if elapsed > PROBE_LATEST:
         return Check(
             "scheduler",
             Status.WARN,
