@@ -27,7 +27,6 @@ from tepat.runtime import Runtime
 log = structlog.get_logger("tepat.rate_share")
 
 BEAT_SECONDS = 2.0
-TTL = LIVE_TTL
 
 
 def rate_group(rt: Runtime) -> str:
@@ -38,17 +37,14 @@ def rate_group(rt: Runtime) -> str:
     return f"expo-rate:{digest}"
 
 
-def member_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 async def run_rate_share(rt: Runtime, stop: asyncio.Event) -> None:
-    group, member = rate_group(rt), member_name()
+    group = rate_group(rt)
+    member = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process
     live = 1
 
     async def beat() -> None:
         nonlocal live
-        now_live = await rt.store.heartbeat(group, member, rt.clock.now(), TTL)
+        now_live = await rt.store.heartbeat(group, member, rt.clock.now(), LIVE_TTL)
         if now_live != live:
             log.info("consumers sharing the provider's rate", live=now_live)
         live = max(1, now_live)

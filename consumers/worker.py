@@ -209,20 +209,19 @@ class PriorityHold:
         self._sent.set()
 
 
-async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None = None) -> None:
+async def run_consumer(rt: Runtime, stop: asyncio.Event) -> None:
     """Consume until ``stop`` is set, then finish the batches in hand (drain) and return.
 
-    One task reads deliveries into a :class:`PriorityHold`; ``concurrency`` workers
-    (by default the prefetch: every batch in hand) take them from it in order. A
-    batch waiting for its instant or its turn costs a worker nothing but memory:
-    the store and the provider's connections bound the real work.
+    One task reads deliveries into a :class:`PriorityHold`; a worker per batch in hand
+    (the prefetch, at least 8) takes them from it in order. A batch waiting for its
+    instant or its turn costs a worker nothing but memory: the store and the provider's
+    connections bound the real work.
     """
-    queues = rt.queues  # highest priority first
+    prefetch = rt.settings.consumer_prefetch
     hold = PriorityHold(rt)
     in_flight: set[asyncio.Task[None]] = set()
-    workers_wanted = concurrency or max(8, rt.settings.consumer_prefetch)
 
-    async with rt.broker.consume(queues, prefetch=rt.settings.consumer_prefetch) as deliveries:
+    async with rt.broker.consume(rt.queues, prefetch=prefetch) as deliveries:
 
         async def read() -> None:
             async for delivery in deliveries:
@@ -242,7 +241,7 @@ async def run_consumer(rt: Runtime, stop: asyncio.Event, concurrency: int | None
                 await asyncio.wait({task})
 
         reader = asyncio.create_task(read())
-        workers = [asyncio.create_task(work()) for _ in range(workers_wanted)]
+        workers = [asyncio.create_task(work()) for _ in range(max(8, prefetch))]
         stopping = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait([reader, stopping], return_when=asyncio.FIRST_COMPLETED)

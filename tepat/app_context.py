@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 
 from tepat.domain.apps import DEFAULT_APP, valid_app_id
 
@@ -24,20 +24,15 @@ def current_app() -> str:
     return _CURRENT_APP.get()
 
 
-def set_current_app(app_id: str) -> Token[str]:
-    """Work for ``app_id`` from here on in this context; reset with the token returned.
+@contextmanager
+def app_context(app_id: str) -> Iterator[None]:
+    """Run the block (and every task created in it) for ``app_id``.
 
     Only a valid app id is accepted: the id becomes a metric label, whose values must
     stay within the apps' own bounded set (never a caller's free text)."""
     if not valid_app_id(app_id):
         raise ValueError(f"not an app id: {app_id!r}")
-    return _CURRENT_APP.set(app_id)
-
-
-@contextmanager
-def app_context(app_id: str) -> Iterator[None]:
-    """Run the block (and every task created in it) for ``app_id``."""
-    token = set_current_app(app_id)
+    token = _CURRENT_APP.set(app_id)
     try:
         yield
     finally:

@@ -213,6 +213,7 @@ def plan(
     messages created and the rate.
     """
     from tepat.cli_progress import PlanProgress
+    from tepat.plan_workers import plan_parallel
     from tepat.runtime import open_runtime
 
     begin, finish = _parse_instant(start, "--start"), _parse_instant(end, "--end")
@@ -223,16 +224,7 @@ def plan(
 
     async def go() -> None:
         async with open_runtime(settings) as rt:
-            # An embedded broker lives inside the serving process: this one's would
-            # vanish on exit. The server's outbox loop publishes from the store.
-            if workers > 1:
-                from tepat.plan_workers import plan_parallel
-
-                await plan_parallel(rt, begin, finish, workers, done=progress)
-            else:
-                await rt.creator.plan_window(
-                    begin, finish, publish=not rt.embedded_broker, progress=progress
-                )
+            await plan_parallel(rt, begin, finish, workers, done=progress)
         typer.echo(progress.finish())
 
     _run(go())

@@ -446,7 +446,7 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, v: str) -> str:
-        if not (v.startswith("sqlite:///") or v.startswith(("mongodb://", "mongodb+srv://"))):
+        if not v.startswith(("sqlite:///", "mongodb://", "mongodb+srv://")):
             raise ValueError("expected sqlite:///PATH or mongodb://HOST/DBNAME")
         return v
 
@@ -533,8 +533,7 @@ class Settings(BaseSettings):
         return v or None
 
     @field_validator(
-        *("expo_url", "twilio_url", "fcm_url", "apns_url", "webpush_url"),
-        "twilio_secondary_url",
+        "expo_url", "twilio_url", "fcm_url", "apns_url", "webpush_url", "twilio_secondary_url"
     )
     @classmethod
     def _provider_url(cls, v: str | None) -> str | None:

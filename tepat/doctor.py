@@ -69,27 +69,18 @@ class Check:
         return f"{text}; fix: {self.hint}" if self.hint else text
 
 
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """How the scheduler check probes: the delay asked for and what counts as "about" it."""
-
-    delay: float = 1.0
-    earliest: float = 0.8  # ActiveMQ fires at 500 ms granularity, never before the delay
-    latest: float = 5.0  # the first job after a broker start takes ~2.3 s for a 2 s delay
-    give_up: float = 10.0
+# How the scheduler check probes: the delay asked for and what counts as "about" it.
+PROBE_DELAY = 1.0
+PROBE_EARLIEST = 0.8  # ActiveMQ fires at 500 ms granularity, never before the delay
+PROBE_LATEST = 5.0  # the first job after a broker start takes ~2.3 s for a 2 s delay
+PROBE_GIVE_UP = 10.0
 
 
-async def diagnose(
-    load: Callable[[], Settings],
-    *,
-    clock: Clock | None = None,
-    wait: float = 10.0,
-    probe: Probe = Probe(),
-) -> AsyncIterator[Check]:
+async def diagnose(load: Callable[[], Settings], wait: float = 10.0) -> AsyncIterator[Check]:
     """Every check, in order, as each finishes."""
     from tepat.runtime import make_broker, make_store
 
-    clock = clock or SystemClock()
+    clock = SystemClock()
     try:
         settings = load()
     except ConfigError as e:
@@ -114,12 +105,12 @@ async def diagnose(
         if check.failed:
             yield Check("scheduler", Status.SKIP, "needs the broker")
         else:
-            yield await scheduler_check(broker, probe)
+            yield await scheduler_check(broker)
 
         apps, refused = await registered_apps(settings, store)
         for check in refused:
             yield check
-        async for check in check_apps([(DEFAULT_APP, settings), *apps], clock=clock, wait=wait):
+        async for check in check_apps([(DEFAULT_APP, settings), *apps], wait):
             yield check
 
         yield await tzdata_check(store, clock.now(), wait)
@@ -175,19 +166,13 @@ async def provider_checks(settings: Settings, clock: Clock, wait: float) -> Asyn
             yield smtp
 
 
-async def check_apps(
-    apps: Sequence[tuple[str, Settings]],
-    *,
-    clock: Clock | None = None,
-    wait: float = 10.0,
-) -> AsyncIterator[Check]:
+async def check_apps(apps: Sequence[tuple[str, Settings]], wait: float) -> AsyncIterator[Check]:
     """Each app's provider accounts (issue 23), app by app, as each check finishes: the
     ``(app id, that app's Settings)`` given. The default app's lines read as they always
     have; another app's are named ``app <id>: <check>``, so each verdict says whose
     account it judged."""
-    clock = clock or SystemClock()
     for app_id, settings in apps:
-        async for check in provider_checks(settings, clock, wait):
+        async for check in provider_checks(settings, SystemClock(), wait):
             yield (
                 check
                 if app_id == DEFAULT_APP
@@ -287,8 +272,8 @@ async def _broker_check(settings: Settings, broker: Broker, wait: float) -> Chec
     return Check("broker", Status.OK, f"{url} answers")
 
 
-async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
-    """Publish one probe with ``probe.delay`` on a private queue and time its arrival."""
+async def scheduler_check(broker: Broker) -> Check:
+    """Publish one probe with ``PROBE_DELAY`` on a private queue and time its arrival."""
     queue = f"tepat.doctor.{uuid.uuid4().hex[:12]}"
     body = f"tepat doctor probe {uuid.uuid4().hex}".encode()
     fail = partial(Check, "scheduler", Status.FAIL)
@@ -298,26 +283,26 @@ async def scheduler_check(broker: Broker, probe: Probe = Probe()) -> Check:
             # The adapter fires messages its lead early (TEPAT_BROKER_LEAD_SECONDS) for
             # consumers to hold until their instant; the probe asks for its delay net.
             lead = float(getattr(broker, "lead_seconds", 0.0))
-            await broker.publish(queue, body, delay_seconds=probe.delay + lead)
+            await broker.publish(queue, body, delay_seconds=PROBE_DELAY + lead)
             elapsed = await asyncio.wait_for(
-                _arrival(broker, deliveries, body, started), probe.give_up
+                _arrival(broker, deliveries, body, started), PROBE_GIVE_UP
             )
     except TimeoutError:
         return fail(
-            f"a probe published with a {probe.delay:g} s delay on {queue} did not arrive"
-            f" within {probe.give_up:g} s",
+            f"a probe published with a {PROBE_DELAY:g} s delay on {queue} did not arrive"
+            f" within {PROBE_GIVE_UP:g} s",
             "look at the broker's log: the scheduler store (KahaDB) may be full or broken",
         )
     except Exception as e:
         return fail(f"probe on {queue} failed: {_why(e)}", "check the broker")
-    said = f"a probe with a {probe.delay:g} s delay arrived after {elapsed:.2f} s"
-    if elapsed < probe.earliest:
+    said = f"a probe with a {PROBE_DELAY:g} s delay arrived after {elapsed:.2f} s"
+    if elapsed < PROBE_EARLIEST:
         return fail(
             f"{said}: delays are ignored",
             'enable the scheduler: schedulerSupport="true" on <broker> in activemq.xml'
             " (deploy/activemq/conf/activemq.xml), then restart the broker",
         )
-    if elapsed > probe.latest:
+    if elapsed > PROBE_LATEST:
         return Check(
             "scheduler",
             Status.WARN,
@@ -360,10 +345,8 @@ async def expo_check(settings: Settings, dry_request: Awaitable[object], wait: f
     detail = f"{where} answers" + (" and accepts the access token" if token else "")
     if not token and where == EXPO_HOST:
         detail += "; no access token (fine unless push security is enabled)"
-    ok = Check("expo", Status.OK, detail)
-    return _ok_unless_sandbox(
-        ok, "Expo", where, [EXPO_HOST], "TEPAT_EXPO_URL", " and TEPAT_EXPO_ACCESS_TOKEN"
-    )
+    also = " and TEPAT_EXPO_ACCESS_TOKEN"
+    return _ok_unless_sandbox("expo", detail, "Expo", where, [EXPO_HOST], "TEPAT_EXPO_URL", also)
 
 
 async def fcm_check(settings: Settings, clock: Clock, wait: float) -> Check | None:
@@ -395,8 +378,7 @@ async def fcm_check(settings: Settings, clock: Clock, wait: float) -> Check | No
             "let this host reach the key file's token_uri (firewall, proxy)",
         )
     detail = f"{account} got an access token for project {settings.fcm_project_id}"
-    ok = Check("fcm", Status.OK, detail)
-    return _ok_unless_sandbox(ok, "FCM", settings.fcm_url, [FCM_HOST], "TEPAT_FCM_URL")
+    return _ok_unless_sandbox("fcm", detail, "FCM", settings.fcm_url, [FCM_HOST], "TEPAT_FCM_URL")
 
 
 _FCM_KEY_HINT = (
@@ -428,8 +410,8 @@ def apns_check(settings: Settings, clock: Clock) -> Check | None:
         " without sending a notification: a wrong key id or team shows at the first send"
         " (403 InvalidProviderToken)"
     )
-    ok = Check("apns", Status.OK, detail)
-    return _ok_unless_sandbox(ok, "APNs", settings.apns_url, APNS_HOSTS, "TEPAT_APNS_URL")
+    url = settings.apns_url
+    return _ok_unless_sandbox("apns", detail, "APNs", url, APNS_HOSTS, "TEPAT_APNS_URL")
 
 
 def webpush_check(settings: Settings, clock: Clock) -> Check | None:
@@ -499,22 +481,21 @@ async def twilio_check(settings: Settings, wait: float, secondary: bool = False)
             f"{detail}; TEPAT_PUBLIC_URL is unset: no status callbacks, SMS stay sent",
             "set TEPAT_PUBLIC_URL to the https URL Twilio reaches this API at",
         )
-    ok = Check(name, Status.OK, detail)
-    return _ok_unless_sandbox(ok, "Twilio", where, [TWILIO_API], f"{var}URL")
+    return _ok_unless_sandbox(name, detail, "Twilio", where, [TWILIO_API], f"{var}URL")
 
 
 def _ok_unless_sandbox(
-    ok: Check, provider: str, url: str, real: Sequence[str], variable: str, also: str = ""
+    name: str, detail: str, provider: str, url: str, real: Sequence[str], var: str, also: str = ""
 ) -> Check:
-    """``ok`` (credentials that passed), or a warning when ``url`` is none of the
+    """OK (credentials that passed), or a warning when ``url`` is none of the
     ``provider``'s ``real`` ones (a sandbox?), since nothing real is sent then."""
     if url.rstrip("/") in real:
-        return ok
+        return Check(name, Status.OK, detail)
     return Check(
-        ok.name,
+        name,
         Status.WARN,
-        f"{ok.detail}; not {provider} itself (a sandbox?): nothing real is sent",
-        f"to send for real set {variable}={real[0]}{also}",
+        f"{detail}; not {provider} itself (a sandbox?): nothing real is sent",
+        f"to send for real set {var}={real[0]}{also}",
     )
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import prometheus_client
@@ -77,168 +78,151 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes…
 PlatformCollector(registry=REGISTRY)  # python_info
 REGISTRY.register(GC_COLLECTOR)  # python_gc_*
+# Every family below on REGISTRY.
+_counter = partial(Counter, registry=REGISTRY)
+_gauge = partial(Gauge, registry=REGISTRY)
+_histogram = partial(Histogram, registry=REGISTRY)
 
 # --- recorded by the process that does the work (consumers, serve) ---
 
-SEND_LATENCY = Histogram(
+SEND_LATENCY = _histogram(
     "tepat_send_latency_seconds",
     "Duration of one push provider request",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-    registry=REGISTRY,
 )
-LATENESS = Histogram(
+LATENESS = _histogram(
     "tepat_send_lateness_seconds",
     "Time from a message's scheduled instant to the provider accepting it, by app, channel and"
     " category",
     ["app", "channel", "category"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),
-    registry=REGISTRY,
 )
 # prometheus_client strips a `_total` suffix from a Counter's name and appends it on
 # export; writing it here keeps the name in the code the one Prometheus shows.
-SENDS = Counter(
+SENDS = _counter(
     "tepat_sends_total",
     "Provider answers recorded, by app, channel, provider and what the answer made of the"
-    " message:"
-    " sent, delivered, failed, suppressed (failed, its target suppressed), outcome_unknown,"
-    " gave_up (a temporary failure past the retry limits), retry (back to pending)",
+    " message: sent, delivered, failed, suppressed (failed, its target suppressed),"
+    " outcome_unknown, gave_up (a temporary failure past the retry limits), retry (back to"
+    " pending)",
     ["app", "channel", "provider", "outcome"],
-    registry=REGISTRY,
 )
-PROVIDER_ERRORS = Counter(
+PROVIDER_ERRORS = _counter(
     "tepat_provider_errors_total",
     "Provider errors by app, channel, provider, kind (throttled: a 429 or the provider's rate"
     " limit; try_again: another temporary failure, 5xx included; refused: permanent) and code",
     ["app", "channel", "provider", "kind", "code"],
-    registry=REGISTRY,
 )
-MAYBE_SENT = Counter(
+MAYBE_SENT = _counter(
     "tepat_maybe_sent_total",
     "Messages whose provider request may have been accepted, by category and action:"
     " retried or closed (an answer lost after sending: the category's maybe_sent policy),"
     " retried_5xx (a 5xx the provider documents as retryable; rarely a duplicate)",
     ["category", "action"],
-    registry=REGISTRY,
 )
-BREAKER_STATE = Gauge(
+BREAKER_STATE = _gauge(
     "tepat_provider_breaker_state",
     "Each provider's circuit breaker in this process: 0 closed, 1 open, 2 half-open",
     ["channel", "provider"],
-    registry=REGISTRY,
 )
-FAILOVERS = Counter(
+FAILOVERS = _counter(
     "tepat_failovers_total",
     "Sends failed over from a channel's primary provider to its secondary (tepat/domain/"
     "failover.py), by channel, from, to and possible_duplicate: true where the primary's"
     " answer was ambiguous (maybe sent) and the category's maybe_sent policy retries",
     ["channel", "from", "to", "possible_duplicate"],
-    registry=REGISTRY,
 )
-BREAKER_TRANSITIONS = Counter(
+BREAKER_TRANSITIONS = _counter(
     "tepat_provider_breaker_transitions_total",
     "Circuit breaker transitions by channel, provider and the state moved to",
     ["channel", "provider", "to"],
-    registry=REGISTRY,
 )
 # Per device, not per message: a message to an Expo phone and an FCM tablet is one answer
 # in tepat_sends_total but a notification to each provider here. The provider label is the
 # device's kind (the key of its provider in the runtime), so a provider added to the
 # runtime is counted under its own name with no change here.
-PUSH_SENDS = Counter(
+PUSH_SENDS = _counter(
     "tepat_push_sends_total",
     "Push notifications (one per device) by app, provider (the device's kind: expo, fcm,"
-    " apns…)"
-    " and its answer: accepted, throttled (a 429), try_again (another temporary failure,"
-    " 5xx included), refused, not_sent (its lease ran out while it waited)",
+    " apns…) and its answer: accepted, throttled (a 429), try_again (another temporary"
+    " failure, 5xx included), refused, not_sent (its lease ran out while it waited)",
     ["app", "provider", "outcome"],
-    registry=REGISTRY,
 )
 # Counted by the provider's token bucket (tepat/adapters/rate_limit.py): provider expo,
 # fcm, twilio or smtp.
-CRITICAL_RESERVE_USED = Counter(
+CRITICAL_RESERVE_USED = _counter(
     "tepat_critical_reserve_used_total",
     "Notifications of critical and safety traffic a provider's rate limiter let through"
     " while other traffic waited at its share (TEPAT_CRITICAL_RESERVE): the reserve in use,"
     " by app and provider",
     ["app", "provider"],
-    registry=REGISTRY,
 )
-NOT_SENT_RETRIES = Counter(
+NOT_SENT_RETRIES = _counter(
     "tepat_not_sent_retries_total",
     "Messages retried after a request the provider never had or refused (connect error, 429),"
     " by channel and category",
     ["channel", "category"],
-    registry=REGISTRY,
 )
 # Recorded where the sweeper runs (scheduler, serve): each of these messages may have
 # reached the provider before its claimant stopped, so each is a possible duplicate.
-SENDING_REDRIVEN = Counter(
+SENDING_REDRIVEN = _counter(
     "tepat_sending_redriven_total",
     "Messages put back to pending from `sending` without an answer (they may have reached the"
     " provider: the duplicate window), by cause: lease_expired, or restart (the embedded"
     " broker's next start)",
     ["cause"],
-    registry=REGISTRY,
 )
 
 # Recorded by consumers: each of these messages is left `sending` for the sweeper, so the
 # re-driven copy is the only one (tepat/services/sending/lease.py).
-LEASE_LAPSED_UNSENT = Counter(
+LEASE_LAPSED_UNSENT = _counter(
     "tepat_lease_lapsed_unsent_total",
     "Claimed messages a consumer did not send because their lease had run out or nearly"
     " (its renewal failed or was stuck) while they waited; the sweeper re-drives them, by"
     " channel",
     ["channel"],
-    registry=REGISTRY,
 )
 
 # What a consumer counted at its last heartbeat (consumers/rate_share.py): every process of
 # its rate group exports the same figure, so `max` it.
-LIVE_CONSUMERS = Gauge(
+LIVE_CONSUMERS = _gauge(
     "tepat_live_consumers",
     "Consumer processes beating in this process's rate group (itself included) at its last"
     " heartbeat",
-    registry=REGISTRY,
 )
 
 # --- shared state, refreshed on an interval (scheduler, serve) ---
 
-MESSAGES = Gauge(
+MESSAGES = _gauge(
     "tepat_messages",
     "Messages in the store by status, category and channel (refreshed every"
     " TEPAT_METRICS_REFRESH_SECONDS)",
     ["status", "category", "channel"],
-    registry=REGISTRY,
 )
-QUEUE_DEPTH = Gauge(
+QUEUE_DEPTH = _gauge(
     "tepat_queue_depth",
     "Batches (broker messages, each a list of message ids: not notifications) per queue and"
     " state: ready, scheduled, in_flight, dead_letters (refreshed every"
     " TEPAT_METRICS_REFRESH_SECONDS)",
     ["queue", "state"],
-    registry=REGISTRY,
 )
-OLDEST_DUE_UNSENT = Gauge(
+OLDEST_DUE_UNSENT = _gauge(
     "tepat_oldest_due_unsent_seconds",
     "Age of the oldest message due but not yet sent (pending or sending, due_at <= now),"
     " 0 when none (refreshed every TEPAT_METRICS_REFRESH_SECONDS)",
-    registry=REGISTRY,
 )
-REFRESHED = Gauge(
+REFRESHED = _gauge(
     "tepat_gauges_last_refresh_timestamp_seconds",
     "When tepat_messages and tepat_oldest_due_unsent_seconds (source=store) or"
     " tepat_queue_depth (source=broker) last refreshed",
     ["source"],
-    registry=REGISTRY,
 )
 
 TZDATA = Info("tepat_tzdata", "Time-zone database release in use", registry=REGISTRY)
 TZDATA.info({"release": TZDATA_RELEASE})
 
 # The release as a number Prometheus can compare with year() (the stale-tz alert).
-TZDATA_YEAR = Gauge(
-    "tepat_tzdata_release_year", "Year of the time-zone database release in use", registry=REGISTRY
-)
+TZDATA_YEAR = _gauge("tepat_tzdata_release_year", "Year of the time-zone database release in use")
 TZDATA_YEAR.set(int(TZDATA_RELEASE[:4]))
 
 # A refresh that takes longer than this is abandoned; the cached values stay (and
@@ -425,17 +409,10 @@ class GaugeSource(Protocol):
     """What the gauges are read from (the runtime is one): the message counts, the
     broker's queue depths, and how often to read them."""
 
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def broker(self) -> Broker: ...
-
-    @property
-    def categories(self) -> Categories: ...
-
-    @property
-    def clock(self) -> Clock: ...
+    store: Store
+    broker: Broker
+    categories: Categories
+    clock: Clock
 
     @property
     def queues(self) -> list[str]: ...
@@ -516,20 +493,18 @@ def metrics_app() -> Starlette:
 # process that never probes (`tepat consumers`, an unwatched `tepat api`) exports no
 # sample rather than a 0 that would read as "down".
 
-STORE_UP = Gauge(
+STORE_UP = _gauge(
     "tepat_store_up",
     "1 when this process's last probe write reached the store within"
     " STORE_PROBE_TIMEOUT_SECONDS, 0 when it failed or did not finish (locked, down, too"
     " slow), by probe: gauges (each gauge refresh) or dashboard (each dashboard refresh)",
     ["probe"],
-    registry=REGISTRY,
 )
-STORE_PROBE_SECONDS = Gauge(
+STORE_PROBE_SECONDS = _gauge(
     "tepat_store_probe_seconds",
     "How long this process's last probe write to the store took, in real seconds (the"
     " timeout when it did not finish), by probe",
     ["probe"],
-    registry=REGISTRY,
 )
 # Far above a healthy write (milliseconds), far below the 30 s a write waits for a lock
 # (SQLite's busy_timeout) or a server (PyMongo's selection) before it fails.

@@ -21,7 +21,6 @@ from datetime import datetime
 from tepat.config import load_settings
 from tepat.domain.planning import planning_fingerprint
 from tepat.logging import configure_logging
-from tepat.ports.repositories.users import PlanTarget
 from tepat.runtime import Runtime
 from tepat.services.planning.creator import PlanResult
 
@@ -47,13 +46,14 @@ async def plan_parallel(
 ) -> PlanResult:
     """Plan ``[start, end)`` over ``workers`` processes; the combined result.
 
-    A run with little to do (a later run: most marks cover the window) stays in
-    this process: starting workers would cost more than it saves.
+    One worker, or a run with little to do (a later run: most marks cover the window),
+    stays in this process: starting workers would cost more than it saves.
     """
     fingerprint = planning_fingerprint(rt.categories)
     pages = rt.store.users_to_plan(start, end, fingerprint, batch_size=parallel_from)
-    first: list[PlanTarget] = await anext(pages, [])
-    if len(first) < parallel_from:
+    if workers == 1 or len(await anext(pages, [])) < parallel_from:
+        # An embedded broker lives inside the serving process: this one's would vanish
+        # on exit. The server's outbox loop publishes from the store.
         return await rt.creator.plan_window(
             start, end, publish=not rt.embedded_broker, progress=done
         )

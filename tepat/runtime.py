@@ -90,14 +90,6 @@ def make_broker(settings: Settings, clock: Clock) -> Broker:
     )
 
 
-# which variable to change when the broker refuses us (BrokerRefused.setting)
-_BROKER_SETTINGS = {
-    "url": "TEPAT_BROKER_URL",
-    "ca_file": "TEPAT_BROKER_CA_FILE",
-    "cert_file": "TEPAT_BROKER_CERT_FILE",
-}
-
-
 async def _connect_broker(broker: Broker) -> None:
     """Connect; a broker that refuses the settings (certificate, credentials) stops the
     process with one line naming the variable, since retrying cannot help."""
@@ -108,8 +100,10 @@ async def _connect_broker(broker: Broker) -> None:
 
         if not isinstance(e, BrokerRefused):
             raise
-        name = _BROKER_SETTINGS.get(e.setting, "TEPAT_BROKER_URL")
-        raise ConfigError(f"tepat: bad configuration: {name}: {e}") from None
+        # e.setting: the variable to change, url, ca_file or cert_file (TEPAT_BROKER_*)
+        raise ConfigError(
+            f"tepat: bad configuration: TEPAT_BROKER_{e.setting.upper()}: {e}"
+        ) from None
 
 
 def make_push_provider(settings: Settings, clock: Clock) -> PushProvider:
@@ -142,15 +136,10 @@ def make_push_providers(
     """The provider of each device kind this deployment sends to (``Device.kind``): Expo
     always; a direct provider (FCM, APNs, Web Push) is one more entry when configured."""
     providers: dict[str, PushProvider] = {"expo": expo or make_push_provider(settings, clock)}
-    fcm = build_fcm_provider(settings, clock)
-    if fcm is not None:
-        providers["fcm"] = fcm
-    apns = build_apns_provider(settings, clock)
-    if apns is not None:
-        providers["apns"] = apns
-    webpush = build_webpush_provider(settings, clock)
-    if webpush is not None:
-        providers["webpush"] = webpush
+    direct = (build_fcm_provider, build_apns_provider, build_webpush_provider)
+    for kind, build in zip(("fcm", "apns", "webpush"), direct, strict=True):
+        if (provider := build(settings, clock)) is not None:
+            providers[kind] = provider
     return providers
 
 

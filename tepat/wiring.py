@@ -33,7 +33,7 @@ from tepat.clock import Clock
 from tepat.config import Settings
 from tepat.domain.breaker import BreakerSettings
 from tepat.domain.categories import Categories
-from tepat.domain.webhooks import TargetPolicy, parse_target_policy
+from tepat.domain.webhooks import parse_target_policy
 from tepat.ports.channel import Channel
 from tepat.ports.repositories.apps import AppRepository
 from tepat.ports.repositories.webhooks import WebhookRepository
@@ -129,7 +129,7 @@ def build_webhook_channel(settings: Settings, clock: Clock, store: WebhookReposi
         clock,
         timeout_seconds=settings.webhook_timeout_seconds,
         allow_http=settings.webhook_allow_http,
-        allowed_targets=webhook_target_policy(settings),
+        allowed_targets=parse_target_policy(settings.webhook_allow_private_hosts),
     )
 
 
@@ -148,14 +148,10 @@ def app_repository(settings: Settings, store: AppRepository) -> AppRepository:
     return SealedApps(store, box)
 
 
-def webhook_target_policy(settings: Settings) -> TargetPolicy:
-    return parse_target_policy(settings.webhook_allow_private_hosts)
-
-
 def target_check(settings: Settings) -> Callable[[str], Awaitable[None]]:
     """A registration's check of a URL Tepat is to connect to (a webhook's, a Web Push
     endpoint): DomainError when its host may not be reached (SSRF)."""
-    return partial(check_target, policy=webhook_target_policy(settings))
+    return partial(check_target, policy=parse_target_policy(settings.webhook_allow_private_hosts))
 
 
 def build_unsubscribe_links(settings: Settings, clock: Clock) -> UnsubscribeLinks | None:
@@ -243,16 +239,11 @@ def provider_breaker(
     )
 
 
-def webpush_endpoints_checked(settings: Settings) -> bool:
-    """Endpoints come from users' browsers: each is checked as a webhook's URL is (SSRF),
-    at registration and at every connection. Not with TEPAT_WEBPUSH_URL, which the
-    operator points at a sandbox."""
-    return settings.webpush_url is None
-
-
 def webpush_endpoint_check(settings: Settings) -> Callable[[str], Awaitable[None]] | None:
-    """The registration's check of a Web Push endpoint (None: not checked)."""
-    return target_check(settings) if webpush_endpoints_checked(settings) else None
+    """The registration's check of a Web Push endpoint (None: not checked). Endpoints come
+    from users' browsers: each is checked as a webhook's URL is (SSRF), at registration and
+    at every connection. Not with TEPAT_WEBPUSH_URL, which the operator points at a sandbox."""
+    return target_check(settings) if settings.webpush_url is None else None
 
 
 def build_webpush_provider(settings: Settings, clock: Clock) -> WebPushProvider | None:
@@ -261,8 +252,8 @@ def build_webpush_provider(settings: Settings, clock: Clock) -> WebPushProvider 
     if not (key_file and subject):
         return None
     transport = None
-    if webpush_endpoints_checked(settings):
-        policy = webhook_target_policy(settings)
+    if settings.webpush_url is None:  # every connection checked: webpush_endpoint_check
+        policy = parse_target_policy(settings.webhook_allow_private_hosts)
         transport = GuardedTransport(policy, settings.webpush_max_connections)
     return WebPushProvider(
         Vapid(read_signing_key(key_file), subject, clock),

@@ -14,7 +14,7 @@ import pytest
 from tepat.adapters.embedded_broker import EmbeddedBroker
 from tepat.adapters.sqlite import SqliteStore
 from tepat.clock import SystemClock
-from tepat.doctor import Probe, Status, scheduler_check, tzdata_check
+from tepat.doctor import Status, scheduler_check, tzdata_check
 from tepat.domain.zones import TZDATA_RELEASE
 from tests.ops_cli.support import env, free_port, sandbox, tepat
 
@@ -155,7 +155,7 @@ async def test_scheduler_check_catches_a_broker_that_ignores_delays() -> None:
     broker = _IgnoresDelays(SystemClock())
     await broker.connect()
     try:
-        check = await scheduler_check(broker, Probe(delay=1.0))
+        check = await scheduler_check(broker)
     finally:
         await broker.close()
     assert check.status is Status.FAIL

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from tepat import metrics
-from tepat.app_context import app_context, current_app, set_current_app
+from tepat.app_context import app_context, current_app
 from tepat.domain.apps import DEFAULT_APP
 from tepat.ports.try_again import TryAgain
 
@@ -112,6 +112,6 @@ async def test_two_apps_tasks_side_by_side_keep_their_own_app() -> None:
 
 @pytest.mark.parametrize("app_id", ["", "B", "1app", "a" * 40, 'x"}', "default\n"])
 def test_only_an_app_id_becomes_the_label(app_id: str) -> None:
-    with pytest.raises(ValueError, match="not an app id"):
-        set_current_app(app_id)
+    with pytest.raises(ValueError, match="not an app id"), app_context(app_id):
+        pass
     assert current_app() == DEFAULT_APP
