@@ -157,8 +157,7 @@ class ExpoSandbox(FakeProvider[_State]):
             code = {429: "TOO_MANY_REQUESTS"}.get(
                 status, "INTERNAL_SERVER_ERROR" if status >= 500 else "BAD_REQUEST"
             )
-        with self._lock:
-            self._state.faults.refuse_next(FailNext(status, count, retry_after, code))
+        self._refuse_next(count, status, retry_after, code)
 
     def set_receipt_delay(self, seconds: float) -> None:
         self.receipt_delay = timedelta(seconds=seconds)
@@ -200,10 +199,6 @@ class ExpoSandbox(FakeProvider[_State]):
         with self._lock:
             self.token_rate_limit = rate
             self._token_buckets.clear()
-
-    def _script_from(self, outcome: dict[str, Any]) -> TokenScript | None:
-        script = TokenScript(outcome.get("ticket_error"), outcome.get("receipt_error"))
-        return None if script == TokenScript() else script
 
     def _describe_own(self) -> dict[str, Any]:
         return {

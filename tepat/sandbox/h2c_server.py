@@ -322,13 +322,6 @@ class HotSendProvider(FakeProvider[State]):
     def _take_send(self, request: HotRequest, body: bytes) -> tuple[Answer, list[dict[str, Any]]]:
         """One send request: its answer, and what it accepted (empty when refused)."""
 
-    @abstractmethod
-    def _send_authorized(self, request: HotRequest) -> bool:
-        """Whether the request's credentials hold (under the kit's lock)."""
-
-    def _authorized(self, request: Request) -> bool:
-        return self._send_authorized(HotRequest.of(request, self.clock.now()))
-
     async def _send(self, request: Request) -> Response:
         body = await request.body()
         answer, accepted = self._take_send(HotRequest.of(request, self.clock.now()), body)
@@ -343,7 +336,7 @@ class HotSendProvider(FakeProvider[State]):
 
     def _admit_send(self, request: HotRequest) -> Answer | None:
         """The kit's gate (scripted refusals, then the credentials) for a send request."""
-        refused = self._admit(lambda: self._send_authorized(request))
+        refused = self._gate(request)
         return None if refused is None else Answer.of(refused)
 
     def _arrival(self, at: datetime) -> str:

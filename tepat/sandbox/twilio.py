@@ -145,8 +145,7 @@ class TwilioSandbox(FakeProvider[_State]):
         before anything is accepted."""
         if count < 0 or not (status == 429 or 500 <= status <= 599):
             raise ValueError("fail_next needs count >= 0 and status 429 or 5xx")
-        with self._lock:
-            self._state.faults.refuse_next(FailNext(status, count))
+        self._refuse_next(count, status)
 
     def set_callbacks(
         self, *, delay_seconds: float | None = None, order: CallbackOrder | str | None = None
