@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -89,7 +90,7 @@ class _Stats(Stats):
 class _State(SandboxState):
     tickets: dict[str, _Ticket] = field(default_factory=dict)
     stats: _Stats = field(default_factory=_Stats)
-    token_429s: dict[str, int] = field(default_factory=dict)  # by access_token_label
+    token_429s: Counter[str] = field(default_factory=Counter)  # by access_token_label
 
 
 class ExpoSandbox(FakeProvider[_State]):
@@ -292,12 +293,9 @@ class ExpoSandbox(FakeProvider[_State]):
             bucket = self._token_buckets.get(label)
             if bucket is None:
                 bucket = self._token_buckets[label] = TokenBucket(rate, self.clock)
-        wait = bucket.try_acquire(count)
-        if wait > 0:
+        if wait := self._over_rate(count, bucket):
             with self._lock:
-                self._state.stats.too_many_requests += 1
-                counts = self._state.token_429s
-                counts[label] = counts.get(label, 0) + 1
+                self._state.token_429s[label] += 1
         return wait
 
     def _issue_tickets(

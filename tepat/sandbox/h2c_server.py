@@ -135,19 +135,11 @@ class HeaderDecoder:
         changed, i, end, table = False, 0, len(block), self._table
         while i < end:
             byte = block[i]
-            if byte & 0x80:  # indexed
-                # most of them in one byte, at a lower cost: the static table's, then the
-                # dynamic table's (a client's headers that stay the same, such as APNs's)
-                index = byte & 0x7F
-                if 0 < index <= _STATIC_SIZE:
-                    headers.append(_STATIC[index - 1])
+            if byte & 0x80:  # indexed, most of them in one byte (read here, at a lower cost)
+                if (index := byte & 0x7F) < 0x7F:
                     i += 1
-                    continue
-                if _STATIC_SIZE < index < 0x7F and index - _STATIC_SIZE <= len(table):
-                    headers.append(table[index - _STATIC_SIZE - 1])
-                    i += 1
-                    continue
-                index, i = _prefixed(block, i, 7)
+                else:
+                    index, i = _prefixed(block, i, 7)
                 headers.append(self._entry(index))
                 continue
             if byte & 0xE0 == 0x20:  # a dynamic table size update
@@ -173,10 +165,10 @@ class HeaderDecoder:
         return headers, changed
 
     def _entry(self, index: int) -> tuple[bytes, bytes]:
-        if 0 < index <= len(_STATIC):
+        if 0 < index <= _STATIC_SIZE:
             return _STATIC[index - 1]
-        if 0 < index - len(_STATIC) <= len(self._table):
-            return self._table[index - len(_STATIC) - 1]
+        if 0 < index - _STATIC_SIZE <= len(self._table):
+            return self._table[index - _STATIC_SIZE - 1]
         raise H2Error(COMPRESSION_ERROR, f"no header at index {index}")
 
     def _evict(self) -> None:

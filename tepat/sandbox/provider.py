@@ -254,10 +254,10 @@ class FakeProvider(ABC, Generic[State]):
                 return self._unauthorized()
         return None
 
-    def _over_rate(self, count: int) -> float:
-        """Seconds until ``count`` more fit the rate limit, counted as a 429; 0 when they
-        fit now (and are taken)."""
-        bucket = self._bucket
+    def _over_rate(self, count: int, bucket: TokenBucket | None = None) -> float:
+        """Seconds until ``count`` more fit the rate limit (``bucket``'s, else the
+        sandbox's), counted as a 429; 0 when they fit now (and are taken)."""
+        bucket = bucket or self._bucket
         wait = bucket.try_acquire(count) if bucket is not None and count else 0.0
         if wait > 0:
             with self._lock:
