@@ -32,7 +32,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.responses import JSONResponse, Response
 
@@ -40,7 +39,7 @@ from tepat.adapters.apns_push import MAX_PAYLOAD_BYTES, SEND_PATH
 from tepat.clock import Clock
 from tepat.sandbox.faults import FailNext
 from tepat.sandbox.h2c_server import Answer, HotRequest, HotSendProvider, json_body
-from tepat.sandbox.provider import SandboxState, Stats
+from tepat.sandbox.provider import SandboxState, Stats, private_pem
 
 TOKEN_LIFETIME = timedelta(hours=1)
 _DEVICE_TOKEN = re.compile(r"[0-9A-Fa-f]{64,}")
@@ -135,12 +134,7 @@ class ApnsSandbox(HotSendProvider[_State]):
         key = ec.generate_private_key(ec.SECP256R1())
         self._keys[key_id] = key.public_key()
         self._verified.clear()  # a token of the key this one replaces no longer holds
-        pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        return pem.decode()
+        return private_pem(key)
 
     def script_token(self, token: str, reason: str | None) -> None:
         """Answer notifications to ``token`` with APNs's ``reason`` (``None``: accept them)."""
@@ -149,8 +143,7 @@ class ApnsSandbox(HotSendProvider[_State]):
     def fail_next(self, count: int, status: int = 429, reason: str = "") -> None:
         """Answer the next ``count`` requests with HTTP ``status`` (APNs's reason for it)."""
         default = _REASON_OF_STATUS.get(status, "InternalServerError" if status >= 500 else "")
-        with self._lock:
-            self._state.faults.refuse_next(FailNext(status, count, None, reason or default))
+        self._refuse_next(count, status, None, reason or default)
 
     def _apply_own_script(self, spec: dict[str, Any]) -> None:
         """APNs's key of a ``POST /_sandbox/script`` body: ``{"fail_next": {"count",
@@ -164,10 +157,6 @@ class ApnsSandbox(HotSendProvider[_State]):
                 str(fail.get("reason") or ""),
             )
 
-    def _script_from(self, outcome: dict[str, Any]) -> ApnsTokenScript | None:
-        script = ApnsTokenScript(outcome.get("reason"))
-        return None if script == ApnsTokenScript() else script
-
     def _describe_own(self) -> dict[str, Any]:
         return {"team_id": self.team_id, "topic": self.topic, "key_ids": sorted(self._keys)}
 
@@ -180,7 +169,7 @@ class ApnsSandbox(HotSendProvider[_State]):
         self._state.stats.refused += 1
         return JSONResponse({"reason": failure.code or "BadRequest"}, failure.status)
 
-    def _send_authorized(self, request: HotRequest) -> bool:
+    def _authorized(self, request: HotRequest) -> bool:
         # Under the kit's lock, and _unauthorized right after it: the problem found here
         # is the reason that one answers with.
         authorization = request.header(b"authorization") or ""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -89,7 +90,7 @@ class _Stats(Stats):
 class _State(SandboxState):
     tickets: dict[str, _Ticket] = field(default_factory=dict)
     stats: _Stats = field(default_factory=_Stats)
-    token_429s: dict[str, int] = field(default_factory=dict)  # by access_token_label
+    token_429s: Counter[str] = field(default_factory=Counter)  # by access_token_label
 
 
 class ExpoSandbox(FakeProvider[_State]):
@@ -157,8 +158,7 @@ class ExpoSandbox(FakeProvider[_State]):
             code = {429: "TOO_MANY_REQUESTS"}.get(
                 status, "INTERNAL_SERVER_ERROR" if status >= 500 else "BAD_REQUEST"
             )
-        with self._lock:
-            self._state.faults.refuse_next(FailNext(status, count, retry_after, code))
+        self._refuse_next(count, status, retry_after, code)
 
     def set_receipt_delay(self, seconds: float) -> None:
         self.receipt_delay = timedelta(seconds=seconds)
@@ -200,10 +200,6 @@ class ExpoSandbox(FakeProvider[_State]):
         with self._lock:
             self.token_rate_limit = rate
             self._token_buckets.clear()
-
-    def _script_from(self, outcome: dict[str, Any]) -> TokenScript | None:
-        script = TokenScript(outcome.get("ticket_error"), outcome.get("receipt_error"))
-        return None if script == TokenScript() else script
 
     def _describe_own(self) -> dict[str, Any]:
         return {
@@ -297,12 +293,9 @@ class ExpoSandbox(FakeProvider[_State]):
             bucket = self._token_buckets.get(label)
             if bucket is None:
                 bucket = self._token_buckets[label] = TokenBucket(rate, self.clock)
-        wait = bucket.try_acquire(count)
-        if wait > 0:
+        if wait := self._over_rate(count, bucket):
             with self._lock:
-                self._state.stats.too_many_requests += 1
-                counts = self._state.token_429s
-                counts[label] = counts.get(label, 0) + 1
+                self._state.token_429s[label] += 1
         return wait
 
     def _issue_tickets(

@@ -32,7 +32,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import jwt
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -41,7 +40,7 @@ from starlette.routing import Route
 from tepat.clock import Clock
 from tepat.sandbox.faults import FailNext
 from tepat.sandbox.h2c_server import Answer, HotRequest, HotSendProvider, json_body
-from tepat.sandbox.provider import SandboxState, Stats
+from tepat.sandbox.provider import SandboxState, Stats, private_pem
 
 TOKEN_PATH = "/token"
 GOOGLE_TOKEN_ENDPOINT = "https://oauth2.googleapis.com/token"
@@ -144,16 +143,11 @@ class FcmSandbox(HotSendProvider[_State]):
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         email = f"tepat-{uuid.uuid4().hex[:8]}@{project_id}.iam.gserviceaccount.com"
         self._keys[email] = key.public_key()
-        pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
         return {
             "type": "service_account",
             "project_id": project_id,
             "private_key_id": uuid.uuid4().hex,
-            "private_key": pem.decode(),
+            "private_key": private_pem(key),
             "client_email": email,
             "client_id": str(uuid.uuid4().int)[:21],
             "token_uri": f"{base_url.rstrip('/')}{TOKEN_PATH}",
@@ -170,8 +164,7 @@ class FcmSandbox(HotSendProvider[_State]):
         default = {429: "QUOTA_EXCEEDED", 503: "UNAVAILABLE"}.get(
             status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT"
         )
-        with self._lock:
-            self._state.faults.refuse_next(FailNext(status, count, retry_after, code or default))
+        self._refuse_next(count, status, retry_after, code or default)
 
     def revoke_tokens(self) -> None:
         """Forget every access token issued: the next sends get 401."""
@@ -191,10 +184,6 @@ class FcmSandbox(HotSendProvider[_State]):
                 str(fail.get("code") or ""),
             )
 
-    def _script_from(self, outcome: dict[str, Any]) -> FcmTokenScript | None:
-        script = FcmTokenScript(outcome.get("error"))
-        return None if script == FcmTokenScript() else script
-
     def _describe_own(self) -> dict[str, Any]:
         return {"token_lifetime_seconds": self.token_lifetime}
 
@@ -208,7 +197,7 @@ class FcmSandbox(HotSendProvider[_State]):
         code = str(failure.code)
         return fcm_error(code, failure.retry_after, f"Scripted failure {failure.status} {code}")
 
-    def _send_authorized(self, request: HotRequest) -> bool:
+    def _authorized(self, request: HotRequest) -> bool:
         auth = request.header(b"authorization") or ""
         expiry = self._state.access_tokens.get(auth.removeprefix("Bearer "))
         return auth.startswith("Bearer ") and expiry is not None and request.at < expiry

@@ -39,7 +39,8 @@ from typing import Any, ClassVar, NamedTuple, cast
 from urllib.parse import unquote
 
 import uvicorn
-from hpack.huffman_table import HUFFMAN_COMPLETE, HUFFMAN_EMIT_SYMBOL, HUFFMAN_FAIL, HUFFMAN_TABLE
+from hpack.exceptions import HPACKDecodingError
+from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 from starlette.requests import Request
 from starlette.responses import Response
@@ -47,12 +48,11 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from tepat.adapters.h2_client import _integer, _prefixed
+from tepat.adapters.h2_client import _FRAME, _PREFACE, _SETTING, _frame, _integer, _prefixed
 from tepat.clock import Clock, SystemClock
 from tepat.sandbox.provider import FakeProvider, State
 
 logger = logging.getLogger(__name__)
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # frame types (PRIORITY, 2, is ignored)
 DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = 0, 1, 3, 4, 5, 6, 7
 WINDOW_UPDATE, CONTINUATION = 8, 9
@@ -64,17 +64,10 @@ MAX_FRAME = 2**14  # the size every peer must take, and all this server takes
 HEADER_TABLE_SIZE = 4096
 STREAM_WINDOW = 2**20  # bytes a client may send on one stream before it is topped up
 CONNECTION_WINDOW = 2**24
-_FRAME = struct.Struct(">BHBBL")  # length (24 bits as 8 + 16), type, flags, stream id
-_SETTING = struct.Struct(">HL")
 _OUR_SETTINGS = b"".join(
     _SETTING.pack(k, v) for k, v in ((0x3, MAX_STREAMS), (0x4, STREAM_WINDOW), (0x2, 0))
 )
 _FORBIDDEN = {b"connection", b"keep-alive", b"transfer-encoding", b"upgrade"}
-
-
-def _frame(ftype: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    n = len(payload)
-    return _FRAME.pack(n >> 16, n & 0xFFFF, ftype, flags, stream_id) + payload
 
 
 class H2Error(Exception):
@@ -89,40 +82,6 @@ class H2Error(Exception):
 
 _STATIC: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
 _STATIC_SIZE = len(_STATIC)
-# hpack's nibble automaton taken a whole byte at a time: [state * 256 + byte] -> (next
-# state * 256, the bytes it emits, whether it may end there), a state of -1 where the code
-# is invalid. Filled as bytes are met (a header's few dozen symbols need a few hundred
-# entries; all 65,536 would cost a second of CPU to make).
-_huffman: list[tuple[int, bytes, int] | None] = [None] * 65536
-_INVALID = (-1, b"", 0)
-
-
-def _huffman_step(key: int) -> tuple[int, bytes, int]:
-    state, out = key >> 8, b""
-    for nibble in ((key >> 4) & 0xF, key & 0xF):
-        state, flags, symbol = HUFFMAN_TABLE[state * 16 + nibble]
-        if flags & HUFFMAN_FAIL:
-            _huffman[key] = _INVALID
-            return _INVALID
-        if flags & HUFFMAN_EMIT_SYMBOL:
-            out += bytes((symbol,))
-    entry = _huffman[key] = (state * 256, out, flags & HUFFMAN_COMPLETE)
-    return entry
-
-
-def huffman_decode(data: bytes) -> bytes:
-    table = _huffman
-    state, decoded, complete = 0, bytearray(), 1
-    for byte in data:
-        state, out, complete = table[state + byte] or _huffman_step(state + byte)
-        if state < 0:
-            raise H2Error(COMPRESSION_ERROR, "invalid Huffman code")
-        decoded += out
-    if not complete:
-        raise H2Error(COMPRESSION_ERROR, "incomplete Huffman code")
-    return bytes(decoded)
-
-
 # Huffman strings decoded lately: a client sends its credentials (an APNs provider token,
 # an OAuth token) never indexed, so as one and the same literal in every request.
 _decoded: dict[bytes, bytes] = {}
@@ -140,7 +99,10 @@ def _string(block: bytes, i: int) -> tuple[bytes, int]:
     if (known := _decoded.get(raw)) is None:
         if len(_decoded) >= 512:
             _decoded.clear()
-        known = _decoded[raw] = huffman_decode(raw)
+        try:
+            known = _decoded[raw] = decode_huffman(raw)
+        except HPACKDecodingError as e:
+            raise H2Error(COMPRESSION_ERROR, str(e)) from e
     return known, end
 
 
@@ -173,19 +135,11 @@ class HeaderDecoder:
         changed, i, end, table = False, 0, len(block), self._table
         while i < end:
             byte = block[i]
-            if byte & 0x80:  # indexed
-                # most of them in one byte, at a lower cost: the static table's, then the
-                # dynamic table's (a client's headers that stay the same, such as APNs's)
-                index = byte & 0x7F
-                if 0 < index <= _STATIC_SIZE:
-                    headers.append(_STATIC[index - 1])
+            if byte & 0x80:  # indexed, most of them in one byte (read here, at a lower cost)
+                if (index := byte & 0x7F) < 0x7F:
                     i += 1
-                    continue
-                if _STATIC_SIZE < index < 0x7F and index - _STATIC_SIZE <= len(table):
-                    headers.append(table[index - _STATIC_SIZE - 1])
-                    i += 1
-                    continue
-                index, i = _prefixed(block, i, 7)
+                else:
+                    index, i = _prefixed(block, i, 7)
                 headers.append(self._entry(index))
                 continue
             if byte & 0xE0 == 0x20:  # a dynamic table size update
@@ -211,10 +165,10 @@ class HeaderDecoder:
         return headers, changed
 
     def _entry(self, index: int) -> tuple[bytes, bytes]:
-        if 0 < index <= len(_STATIC):
+        if 0 < index <= _STATIC_SIZE:
             return _STATIC[index - 1]
-        if 0 < index - len(_STATIC) <= len(self._table):
-            return self._table[index - len(_STATIC) - 1]
+        if 0 < index - _STATIC_SIZE <= len(self._table):
+            return self._table[index - _STATIC_SIZE - 1]
         raise H2Error(COMPRESSION_ERROR, f"no header at index {index}")
 
     def _evict(self) -> None:
@@ -360,13 +314,6 @@ class HotSendProvider(FakeProvider[State]):
     def _take_send(self, request: HotRequest, body: bytes) -> tuple[Answer, list[dict[str, Any]]]:
         """One send request: its answer, and what it accepted (empty when refused)."""
 
-    @abstractmethod
-    def _send_authorized(self, request: HotRequest) -> bool:
-        """Whether the request's credentials hold (under the kit's lock)."""
-
-    def _authorized(self, request: Request) -> bool:
-        return self._send_authorized(HotRequest.of(request, self.clock.now()))
-
     async def _send(self, request: Request) -> Response:
         body = await request.body()
         answer, accepted = self._take_send(HotRequest.of(request, self.clock.now()), body)
@@ -381,7 +328,7 @@ class HotSendProvider(FakeProvider[State]):
 
     def _admit_send(self, request: HotRequest) -> Answer | None:
         """The kit's gate (scripted refusals, then the credentials) for a send request."""
-        refused = self._admit(lambda: self._send_authorized(request))
+        refused = self._gate(request)
         return None if refused is None else Answer.of(refused)
 
     def _arrival(self, at: datetime) -> str:
@@ -454,13 +401,13 @@ class _Connection(asyncio.Protocol):
         self._read_at = self._server.clock.now()
         self._buffer += data
         if not self._h2:
-            if len(self._buffer) < len(PREFACE) and PREFACE.startswith(self._buffer):
+            if len(self._buffer) < len(_PREFACE) and _PREFACE.startswith(self._buffer):
                 return
-            if not self._buffer.startswith(PREFACE):
+            if not self._buffer.startswith(_PREFACE):
                 self._hand_to_uvicorn()
                 return
             self._h2 = True
-            del self._buffer[: len(PREFACE)]
+            del self._buffer[: len(_PREFACE)]
             self._out += (
                 _frame(SETTINGS, 0, 0, _OUR_SETTINGS),
                 _frame(WINDOW_UPDATE, 0, 0, (CONNECTION_WINDOW - 65535).to_bytes(4)),
@@ -499,7 +446,7 @@ class _Connection(asyncio.Protocol):
         pos, size = 0, len(buffer)
         while size - pos >= 9 and not self._closing:
             high, low, ftype, flags, stream_id = _FRAME.unpack_from(buffer, pos)
-            length = high << 16 | low
+            length = high << 8 | low
             if length > MAX_FRAME:
                 raise H2Error(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
             end = pos + 9 + length

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Generic, TypeVar
 
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,6 +20,11 @@ from starlette.routing import Route
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock, SystemClock
 from tepat.sandbox.faults import AfterAccept, DroppedResponse, FailNext, FaultQueue, Stalls
+
+
+def private_pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> str:
+    """A key as a provider's credentials carry it: PEM, PKCS #8, unencrypted."""
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
 
 
 @dataclass(slots=True)
@@ -87,16 +94,14 @@ class FakeProvider(ABC, Generic[State]):
     def _describe_own(self) -> dict[str, Any]: ...
     @abstractmethod
     def _apply_own_script(self, spec: dict[str, Any]) -> None: ...
-    @abstractmethod  # one recipient's entry in a script (None: the usual)
-    def _script_from(self, outcome: dict[str, Any]) -> Any | None: ...
     @abstractmethod  # a request fail_next refuses (under the lock)
     def _refusal(self, failure: FailNext) -> Response: ...
     @abstractmethod  # an answer lost as a 5xx (AfterAccept.ERROR)
     def _server_error(self, status: int) -> Response: ...
     @abstractmethod
     def _unauthorized(self) -> Response: ...
-    @abstractmethod
-    def _authorized(self, request: Request) -> bool: ...
+    @abstractmethod  # whether the request's credentials hold (under the lock)
+    def _authorized(self, request: Any) -> bool: ...
     @abstractmethod
     def _bad_script(self, message: str) -> Response: ...
 
@@ -116,6 +121,13 @@ class FakeProvider(ABC, Generic[State]):
         with self._lock:
             self._state.scripts.clear()
             self._state.faults.clear()
+
+    def _script_from(self, outcome: dict[str, Any]) -> Any | None:
+        """One recipient's entry in a script: its fields as ``outcome`` names them, the
+        others unset (None: the usual, no script)."""
+        kind = self._script_type
+        script = kind(**{f.name: outcome.get(f.name) for f in fields(kind)})
+        return None if script == kind() else script
 
     def _set_script(self, recipient: str, script: Any | None) -> None:
         """What happens to what is sent to ``recipient`` from now on (``None``: the usual)."""
@@ -138,6 +150,13 @@ class FakeProvider(ABC, Generic[State]):
         """
         with self._lock:
             self._state.faults.lose_next(count, fault, status)
+
+    def _refuse_next(
+        self, count: int, status: int, retry_after: float | None = None, code: str | None = None
+    ) -> None:
+        """Refuse the next ``count`` requests with HTTP ``status`` (see :class:`FailNext`)."""
+        with self._lock:
+            self._state.faults.refuse_next(FailNext(status, count, retry_after, code))
 
     def release_stalled(self) -> None:
         """Answer every stalled request now (late, as it would have been)."""
@@ -218,14 +237,9 @@ class FakeProvider(ABC, Generic[State]):
 
     # ---- serving ----
 
-    def _gate(self, request: Request, refusals: bool = True) -> Response | None:
-        """Scripted refusals (unless not ``refusals``), then authentication, before anything
-        is read. Counts the request."""
-        return self._admit(lambda: self._authorized(request), refusals)
-
-    def _admit(self, authorized: Callable[[], bool], refusals: bool = True) -> Response | None:
-        """:meth:`_gate` with the credentials judged by ``authorized`` (under the lock, and
-        only for a request no scripted refusal took)."""
+    def _gate(self, request: Any, refusals: bool = True) -> Response | None:
+        """Scripted refusals (unless not ``refusals``), then authentication (only for a
+        request no scripted refusal took), before anything is read. Counts the request."""
         with self._lock:
             self._state.stats.requests += 1
             failure = self._state.faults.next_refusal() if refusals else None
@@ -235,15 +249,15 @@ class FakeProvider(ABC, Generic[State]):
                 elif failure.status >= 500:
                     self._state.stats.server_errors += 1
                 return self._refusal(failure)
-            if not authorized():
+            if not self._authorized(request):
                 self._state.stats.unauthorized += 1
                 return self._unauthorized()
         return None
 
-    def _over_rate(self, count: int) -> float:
-        """Seconds until ``count`` more fit the rate limit, counted as a 429; 0 when they
-        fit now (and are taken)."""
-        bucket = self._bucket
+    def _over_rate(self, count: int, bucket: TokenBucket | None = None) -> float:
+        """Seconds until ``count`` more fit the rate limit (``bucket``'s, else the
+        sandbox's), counted as a 429; 0 when they fit now (and are taken)."""
+        bucket = bucket or self._bucket
         wait = bucket.try_acquire(count) if bucket is not None and count else 0.0
         if wait > 0:
             with self._lock:

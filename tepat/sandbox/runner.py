@@ -70,9 +70,7 @@ class QuietServer(uvicorn.Server):
 
 
 @contextmanager
-def running_app(
-    app: Any, name: str, host: str = "127.0.0.1", startup_timeout: float = STARTUP_TIMEOUT
-) -> Iterator[str]:
+def running_app(app: Any, name: str, host: str = "127.0.0.1") -> Iterator[str]:
     """Serve ``app`` in a daemon thread; yields its base URL (``http://host:port``)."""
     sock = bind_free_port(host)
     port = sock.getsockname()[1]
@@ -82,12 +80,12 @@ def running_app(
     )
     thread.start()
     try:
-        if not server.ready.wait(startup_timeout) or not server.started:
+        if not server.ready.wait(STARTUP_TIMEOUT) or not server.started:
             raise RuntimeError(f"{name} did not start on {host}:{port}")
         yield base_url(sock)
     finally:
         server.should_exit = True
-        thread.join(timeout=startup_timeout)
+        thread.join(timeout=STARTUP_TIMEOUT)
         sock.close()
 
 
@@ -99,9 +97,7 @@ class ServingApp:
 
 
 @asynccontextmanager
-async def serving_app(
-    app: Any, sock: socket.socket | None = None, startup_timeout: float = STARTUP_TIMEOUT
-) -> AsyncIterator[ServingApp]:
+async def serving_app(app: Any, sock: socket.socket | None = None) -> AsyncIterator[ServingApp]:
     """Serve ``app`` on the running loop (``sock``: a port the caller bound already)
     until the block ends; then stop accepting and let the requests in flight finish."""
     sock = sock or bind_free_port()
@@ -110,7 +106,7 @@ async def serving_app(
     task = asyncio.create_task(server.serve(sockets=[sock]))
     ready = asyncio.create_task(listening.wait())
     try:
-        await asyncio.wait({ready, task}, timeout=startup_timeout, return_when="FIRST_COMPLETED")
+        await asyncio.wait({ready, task}, timeout=STARTUP_TIMEOUT, return_when="FIRST_COMPLETED")
         if task.done():
             task.result()  # it failed to start: its own error says why
         if not server.started:
@@ -122,7 +118,7 @@ async def serving_app(
         ready.cancel()
         server.should_exit = True
         if not task.done():
-            await asyncio.wait({task}, timeout=startup_timeout)
+            await asyncio.wait({task}, timeout=STARTUP_TIMEOUT)
         sock.close()
 
 

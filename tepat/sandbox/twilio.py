@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 from starlette.requests import Request
@@ -62,7 +63,6 @@ from tepat.sandbox.twilio_wire import (
     account_resource,
     error_response,
     message_resource,
-    read_form,
 )
 from tepat.services.twilio_callbacks import START_WORDS, STOP_WORDS
 
@@ -145,8 +145,7 @@ class TwilioSandbox(FakeProvider[_State]):
         before anything is accepted."""
         if count < 0 or not (status == 429 or 500 <= status <= 599):
             raise ValueError("fail_next needs count >= 0 and status 429 or 5xx")
-        with self._lock:
-            self._state.faults.refuse_next(FailNext(status, count))
+        self._refuse_next(count, status)
 
     def set_callbacks(
         self, *, delay_seconds: float | None = None, order: CallbackOrder | str | None = None
@@ -316,7 +315,9 @@ class TwilioSandbox(FakeProvider[_State]):
             return refused
         if self._over_rate(1):
             return error_response(20429)
-        form = dict(await read_form(request))
+        # form-encoded, as Twilio takes it (no multipart, so no python-multipart)
+        raw = (await request.body()).decode("utf-8", "replace")
+        form = dict(parse_qsl(raw, keep_blank_values=True))
         to = form.get("To", "").strip()
         from_ = form.get("From", "").strip() or None
         service = form.get("MessagingServiceSid", "").strip() or None

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.utils import format_datetime
 from typing import Any
-from urllib.parse import parse_qsl
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 API_VERSION = "2010-04-01"
@@ -114,12 +112,6 @@ def message_resource(
         "to": message["to"],
         "uri": f"{uri}.json",
     }
-
-
-async def read_form(request: Request) -> list[tuple[str, str]]:
-    """An ``application/x-www-form-urlencoded`` body as (name, value) pairs, in order
-    (what Twilio sends and takes; no multipart, so no python-multipart)."""
-    return parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
 
 
 def account_resource(account_sid: str, created: datetime) -> dict[str, Any]:

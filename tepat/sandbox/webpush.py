@@ -35,7 +35,6 @@ from typing import Any
 
 import http_ece
 import jwt
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -45,7 +44,7 @@ from tepat.adapters.webpush_push import MAX_PAYLOAD_BYTES, public_key_bytes
 from tepat.clock import Clock
 from tepat.domain.b64url import b64url, unb64url
 from tepat.sandbox.faults import FailNext
-from tepat.sandbox.provider import FakeProvider, SandboxState, Stats
+from tepat.sandbox.provider import FakeProvider, SandboxState, Stats, private_pem
 
 MAX_VAPID_LIFETIME = timedelta(hours=24)
 
@@ -101,12 +100,7 @@ class WebPushSandbox(FakeProvider[_State]):
         """A new VAPID private key (PEM) whose public key this sandbox trusts."""
         key = ec.generate_private_key(ec.SECP256R1())
         self._vapid_keys.add(b64url(public_key_bytes(key.public_key())))
-        pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        return pem.decode()
+        return private_pem(key)
 
     def subscribe(self, subscription_id: str | None = None) -> str:
         """A browser's new subscription, as the JSON string a device registers with."""
@@ -126,8 +120,7 @@ class WebPushSandbox(FakeProvider[_State]):
 
     def fail_next(self, count: int, status: int = 429, retry_after: float | None = 1.0) -> None:
         """Answer the next ``count`` requests with HTTP ``status``."""
-        with self._lock:
-            self._state.faults.refuse_next(FailNext(status, count, retry_after))
+        self._refuse_next(count, status, retry_after)
 
     def _apply_own_script(self, spec: dict[str, Any]) -> None:
         """``{"fail_next": {"count", "status", "retry_after"}}`` in a ``POST
