@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
@@ -71,6 +71,15 @@ async def gather_all(*aws: Awaitable[None]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             raise result
+
+
+def call_each(channels: Iterable[object], method: str, *args: object) -> None:
+    """``method(*args)`` of each of ``channels`` that has it (not every adapter has a rate
+    or holds requests)."""
+    for channel in channels:
+        call = getattr(channel, method, None)
+        if call is not None:
+            call(*args)
 
 
 class SendRecords(
@@ -146,17 +155,11 @@ class ChannelSender:
     def set_rate_share(self, share: float) -> None:
         """Each provider's configured rate is the deployment's: a process sends its share
         (the channels whose adapter has a rate: push, e-mail, SMS)."""
-        for channel in self._channels.values():
-            set_share = getattr(channel, "set_rate_share", None)
-            if set_share is not None:
-                set_share(share)
+        call_each(self._channels.values(), "set_rate_share", share)
 
     def abandon(self) -> None:
         """A hard stop: send nothing more (an adapter that holds requests drops them)."""
-        for channel in self._channels.values():
-            abandon = getattr(channel, "abandon", None)
-            if abandon is not None:
-                abandon()
+        call_each(self._channels.values(), "abandon")
 
     async def close(self) -> None:
         for channel in self._channels.values():
