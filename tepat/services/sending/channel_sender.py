@@ -89,9 +89,7 @@ class SendRecords(
     ReminderRepository,
     PreferenceRepository,
     Protocol,
-):
-    """What is checked before a send (the user, their devices, reminders and preferences),
-    the contacts targets are resolved from, and what is recorded."""
+): ...
 
 
 @dataclass(frozen=True)

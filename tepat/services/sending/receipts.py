@@ -29,8 +29,7 @@ log = structlog.get_logger("tepat.receipts")
 RECEIPT_RETENTION = timedelta(hours=24)
 
 
-class ReceiptRecords(TicketRepository, MessageRepository, DeviceRepository, Protocol):
-    """The tickets polled, their messages and the devices a receipt reports on."""
+class ReceiptRecords(TicketRepository, MessageRepository, DeviceRepository, Protocol): ...
 
 
 @dataclass(eq=False)
