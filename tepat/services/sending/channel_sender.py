@@ -366,14 +366,12 @@ class ChannelSender:
                 reason=SkipReason.SUPERSEDED.value,
                 release_live_key=True,
             )
-            reminder = _reminder_of(m, r)
             user = r.users.get(m.user_id)
-            if not closed or replacement is None or reminder is None or user is None:
-                continue
-            if replacement.local_date is None:
+            day = None if replacement is None else replacement.local_date
+            if not closed or user is None or day is None:
                 continue
             # Planned again under the reminder's own category policy (it may have moved).
-            fresh = intended_on(user, reminder, self._categories, replacement.local_date, now)
+            fresh = intended_on(user, _reminder_of(m, r), self._categories, day, now)
             if fresh is not None:
                 replacements.append(fresh)
         if replacements:
