@@ -41,7 +41,7 @@ from tepat.ports.repositories.users import UserRepository
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.lease import SendGate
 from tepat.services.sending.recording import Answer, OutcomeRecorder, OutcomeRecords
-from tepat.services.targets import SKIP_REASONS, resolve_targets
+from tepat.services.targets import resolve_targets
 
 log = structlog.get_logger("tepat.channels")
 
@@ -277,10 +277,9 @@ class ChannelSender:
         targets = await self._targets(channel, sendable)
         outgoing: list[Outgoing] = []
         for m in sendable:
-            target = targets.get(m.id)
-            if target is None or target.startswith("skip:"):
-                why = (target or "skip:no_contact").removeprefix("skip:")
-                closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=why))
+            target = targets[m.id]
+            if isinstance(target, SkipReason):
+                closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=target.value))
                 continue
             devices = tuple(_devices_of(m, r)) if channel == PUSH else ()
             # The adapter's last check before its request, after its own waits.
@@ -317,7 +316,7 @@ class ChannelSender:
         await self.recorder.record(channel, answers)
 
     async def _targets(self, channel: str, messages: list[Message]) -> dict[str, str]:
-        """Each message's target, or ``skip:<reason>``."""
+        """Each message's target, or the :class:`SkipReason` it has none for."""
         if channel in (INBOX, PUSH):
             return {m.id: m.user_id for m in messages}
         if channel == WEBHOOK:
@@ -328,9 +327,7 @@ class ChannelSender:
             sorted({m.user_id for m in messages}),
             require_verified=self._require_verified,
         )
-        return {
-            m.id: f"skip:{t}" if (t := resolved[m.user_id]) in SKIP_REASONS else t for m in messages
-        }
+        return {m.id: resolved[m.user_id] for m in messages}
 
     def _unsubscribe_for(self, m: Message) -> str | None:
         if self._unsubscribe_url is None or m.priority == CRITICAL or m.channel in (WEBHOOK, PUSH):
