@@ -21,10 +21,6 @@ from tepat.domain.errors import DomainError, enum_member
 #: The channels a contact point or a suppression can name.
 CONTACT_CHANNELS: tuple[str, ...] = ("email", "sms")
 
-#: Skip reasons a send to a contact channel can end with (``Message.status_reason``).
-NO_CONTACT = "no_contact"
-SUPPRESSED = "suppressed"
-
 # RFC 5321: 254 octets for the whole path an SMTP server accepts.
 _MAX_EMAIL = 254
 

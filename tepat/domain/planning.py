@@ -78,11 +78,12 @@ def plan_reminder(
 
 
 def plan_reminder_on(
-    user: User, reminder: Reminder, policy: CategoryPolicy, day: date, now: datetime
+    user: User, reminder: Reminder | None, policy: CategoryPolicy, day: date, now: datetime
 ) -> Message | None:
     """The message ``reminder`` intends for local date ``day`` under the user's current
-    settings and plan version, or None if it intends none (disabled, not that weekday)."""
-    if not (user.enabled and reminder.enabled and reminder.fires_on(day)):
+    settings and plan version, or None if it intends none (none given, disabled, not
+    that weekday)."""
+    if reminder is None or not (user.enabled and reminder.enabled and reminder.fires_on(day)):
         return None
     zone = load_zone(user.timezone)
     nominal = local_to_utc(day, reminder.local_time, zone)
@@ -122,11 +123,12 @@ def plan_reminder_on(
 
 
 def intended_on(
-    user: User, reminder: Reminder, categories: Categories, day: date, now: datetime
+    user: User, reminder: Reminder | None, categories: Categories, day: date, now: datetime
 ) -> Message | None:
-    """:func:`plan_reminder_on` under the reminder's own category policy; None when that
-    category is no longer configured (nothing to plan, as in :func:`plan_user`)."""
-    if reminder.category not in categories:
+    """:func:`plan_reminder_on` under the reminder's own category policy; None without a
+    reminder, or when its category is no longer configured (nothing to plan, as in
+    :func:`plan_user`)."""
+    if reminder is None or reminder.category not in categories:
         return None
     return plan_reminder_on(user, reminder, categories.get(reminder.category), day, now)
 

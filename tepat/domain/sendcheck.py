@@ -61,11 +61,7 @@ def check_still_intended(
     """
     if message.local_date is None:
         return None
-    expected = (
-        plan_reminder_on(user, reminder, policy, message.local_date, now)
-        if reminder is not None
-        else None
-    )
+    expected = plan_reminder_on(user, reminder, policy, message.local_date, now)
     if expected is None:
         return Supersede(None)
     if (expected.nominal, expected.category) != (message.nominal, message.category):

@@ -92,8 +92,6 @@ class AccountParts(Protocol):
 class NotFound(LookupError):
     def __init__(self, what: str, ident: str) -> None:
         super().__init__(f"{what} {ident!r} not found")
-        self.what = what
-        self.ident = ident
 
 
 class IdempotencyConflict(Exception):
@@ -546,21 +544,20 @@ def check_payload(title: str, body: str, data: Mapping[str, Any] | None) -> dict
     """The notification must be JSON and fit Expo's payload limit; returns ``data`` as a dict."""
     payload = dict(data or {})
     # One encoding for the usual valid notification (a bulk import checks thousands); the
-    # checks below only name the field at fault.
+    # parts are encoded one by one only to name the field at fault.
     try:
-        whole = {"title": title, "body": body, "data": payload}
-        if len(_PAYLOAD_ENCODER.encode(whole).encode()) <= MAX_PAYLOAD_BYTES:
-            return payload
+        size = len(
+            _PAYLOAD_ENCODER.encode({"title": title, "body": body, "data": payload}).encode()
+        )
     except (ValueError, TypeError, RecursionError):
-        pass
-    for field, value in (("title", title), ("body", body), ("data", payload)):
-        try:
-            _PAYLOAD_ENCODER.encode(value).encode()
-        except (ValueError, TypeError, RecursionError):
-            raise DomainError(
-                field, "must be valid JSON text (no NaN, no lone surrogates)"
-            ) from None
-    size = len(_PAYLOAD_ENCODER.encode({"title": title, "body": body, "data": payload}).encode())
+        for field, value in (("title", title), ("body", body), ("data", payload)):
+            try:
+                _PAYLOAD_ENCODER.encode(value).encode()
+            except (ValueError, TypeError, RecursionError):
+                raise DomainError(
+                    field, "must be valid JSON text (no NaN, no lone surrogates)"
+                ) from None
+        raise
     if size > MAX_PAYLOAD_BYTES:
         field = "data" if payload else "body"
         raise DomainError(

@@ -112,7 +112,10 @@ class AppService:
             field = "poster" if poster is not None else "event_types"
             raise DomainError(field, "only an events key posts events")
         if checked == "events":
-            poster = _checked_poster(app_id if poster is None else poster)
+            poster = app_id if poster is None else poster
+            # Its events are ``<poster>:<id>``: no ':' in it, and the app id's alphabet.
+            if not valid_app_id(poster):
+                raise DomainError("poster", f"expected {_ID_RULE}")
         types = None if event_types is None else _checked_types(event_types)
         keys = await self.keys(app_id)
         if sum(k.active for k in keys) >= MAX_KEYS_PER_APP:
@@ -158,13 +161,6 @@ def _checked_role(role: str) -> KeyRole:
         if role == known:
             return known
     raise DomainError("role", f"expected one of {', '.join(KEY_ROLES)}")
-
-
-def _checked_poster(poster: str) -> str:
-    # An events key's events are ``<poster>:<id>``: no ':' in it, and the app id's alphabet.
-    if not valid_app_id(poster):
-        raise DomainError("poster", f"expected {_ID_RULE}")
-    return poster
 
 
 def _checked_types(event_types: Iterable[str]) -> frozenset[str]:

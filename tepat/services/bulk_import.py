@@ -177,14 +177,13 @@ def _check(
             quiet = parse_quiet_hours(qh.start, qh.end) if qh is not None else None
 
         devices: list[Device] = []
-        device_ids: set[str] = set()
         for j, d in enumerate(item.devices):
             path = ("devices", j)
             device = checked_device(
                 item.user_id, d.device_id, d.push_token, d.platform, now, d.kind, rt.push_kinds
             )
             token = device.push_token
-            if device.device_id in device_ids:
+            if any(x.device_id == device.device_id for x in devices):
                 raise DomainError("device_id", "appears twice in this user")
             if token in seen_tokens or any(x.push_token == token for x in devices):
                 other = seen_tokens.get(token, item_field(index))
@@ -193,7 +192,6 @@ def _check(
                     f"given to another device in this request (in {other}); "
                     "a token is bound to one device",
                 )
-            device_ids.add(device.device_id)
             devices.append(device)
 
         reminders: list[Reminder] = []

@@ -1,17 +1,12 @@
-"""The operator dashboard's figures (:class:`Snapshot`), computed on the server and cached
-briefly.
+"""The operator dashboard's figures (:class:`Snapshot`), computed on the server.
 
-Everything comes from the sources of truth that every process shares (the store and the
-broker), never from one process's memory, so an API replica shows what the consumers did;
-but the counters of provider answers, 429s, retries, failovers and per-app figures are
-this process's (``tepat/metrics.py``: on a split deployment the API process sends
-nothing, and the page says where each figure comes from). A snapshot is computed at most
-once per ``cache_seconds`` however many browsers poll it, and only while someone looks.
-At most ``sample_limit`` tickets are read for the rates: past that the figures cover the
-newest ones and say how many seconds they span. The store's health is a probe write
-(``metrics.probe_store``, as ``tepat_store_up``), so a locked or unreachable store shows
-while it lasts; a store that cannot be read leaves the page up: the last figures read
-stay, and ``problems`` says why.
+Everything comes from what every process shares (the store and the broker), so an API
+replica shows what the consumers did; but the counters of provider answers, 429s,
+retries, failovers and per-app figures are this process's (``tepat/metrics.py``: on a
+split deployment the API process sends nothing, and the page says where each figure
+comes from). The store's health is a probe write (``metrics.probe_store``, as
+``tepat_store_up``), so a locked or unreachable store shows while it lasts; a store that
+cannot be read leaves the page up with the last figures read, and ``problems`` says why.
 """
 
 from __future__ import annotations
@@ -330,7 +325,8 @@ class _StoreFigures:
 
 @dataclass(eq=False)
 class Dashboard:
-    """Builds :class:`Snapshot`; one at a time, reused for ``cache_seconds``.
+    """Builds :class:`Snapshot`, only while someone looks: one at a time, reused for
+    ``cache_seconds`` however many browsers poll it.
 
     The cache runs on a monotonic clock of its own (real time, what load is
     measured in), while the figures use the runtime's clock like everything else.

@@ -137,7 +137,9 @@ class EventService:
         etype = self.event_types.get(req.type, "type")
         ids = _check_recipients(req.user_ids, req.all_users)
         data = _check_data(req.data)
-        priority = _check_priority(req.priority, etype.priority)
+        priority = etype.priority
+        if req.priority is not None:
+            priority = enum_member(Priority, req.priority, "priority", PRIORITY_ERROR)
         now = self.clock.now()
         send_at, local_time = _check_when(req.send_at, req.local_time, now)
         occurred_at = req.occurred_at.astimezone(UTC)
@@ -320,10 +322,6 @@ def _check_data(data: Mapping[str, Any]) -> dict[str, Any]:
     if size > MAX_DATA_BYTES:
         raise DomainError("data", f"at most {MAX_DATA_BYTES} bytes as JSON, got {size}")
     return dict(json.loads(text))
-
-
-def _check_priority(value: str | None, default: Priority) -> Priority:
-    return default if value is None else enum_member(Priority, value, "priority", PRIORITY_ERROR)
 
 
 def _check_when(

@@ -31,8 +31,7 @@ from tepat.ports.repositories.provider_events import ProviderEventRepository
 T = TypeVar("T")
 
 
-class CallbackRecords(MessageRepository, ContactRepository, ProviderEventRepository, Protocol):
-    """What a provider's status callbacks touch."""
+class CallbackRecords(MessageRepository, ContactRepository, ProviderEventRepository, Protocol): ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tepat.domain.contacts import NO_CONTACT, SUPPRESSED
+from tepat.domain.models import SkipReason
 from tepat.ports.repositories.contacts import ContactRepository
 
 #: What a user resolves to when there is nothing to send to (``Message.status_reason``
-#: of the skipped message). Addresses never look like these: an e-mail address has an
-#: ``@``, a phone number a leading ``+``.
-SKIP_REASONS: frozenset[str] = frozenset({NO_CONTACT, SUPPRESSED})
+#: of the skipped message): a :class:`SkipReason`, never a plain string like an address.
+SKIP_REASONS: frozenset[str] = frozenset({SkipReason.NO_CONTACT, SkipReason.SUPPRESSED})
 
 
 async def resolve_targets(
@@ -35,7 +34,8 @@ async def resolve_targets(
     suppressed = (
         await store.suppressions_for(channel, sorted(set(usable.values()))) if usable else {}
     )
-    return {
-        uid: NO_CONTACT if (a := usable.get(uid)) is None else SUPPRESSED if a in suppressed else a
-        for uid in user_ids
-    }
+    targets: dict[str, str] = dict.fromkeys(user_ids, SkipReason.NO_CONTACT)
+    targets.update(
+        (uid, SkipReason.SUPPRESSED if a in suppressed else a) for uid, a in usable.items()
+    )
+    return targets

@@ -100,7 +100,8 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
     change, expect = planned
     logger = log.bind(message_id=callback.message_id, status=callback.status)
     message = await store.get_message(change.message_id)
-    if message is None or not _is_this_sms(message, callback):
+    # Only the SMS it names: once the message holds Twilio's SID, that SID.
+    if message is None or message.channel != SMS or message.ticket_id not in (None, callback.sid):
         logger.warning("Twilio status callback for an unknown message", sid=callback.sid)
         return Outcome.UNKNOWN_MESSAGE
 
@@ -117,13 +118,6 @@ async def apply_status(store: CallbackRecords, clock: Clock, callback: StatusCal
         return Outcome.APPLIED
     # Not acted on (recorded before), or nothing moved: a repeat, or older than the status.
     return Outcome.STALE if handled.first else Outcome.DUPLICATE
-
-
-def _is_this_sms(message: Message, callback: StatusCallback) -> bool:
-    """The message is an SMS and, once it holds Twilio's SID, the one this callback is about."""
-    if message.channel != SMS:
-        return False
-    return message.ticket_id is None or message.ticket_id == callback.sid
 
 
 async def _failed_by(store: MessageRepository, change: StatusChange) -> bool:

@@ -375,3 +375,20 @@ async def test_one_notification_maybe_sent_is_counted_as_a_possible_duplicate(
     before = REGISTRY.get_sample_value("tepat_maybe_sent_total", labels) or 0.0
     await send_once(rt, name, "push")
     assert REGISTRY.get_sample_value("tepat_maybe_sent_total", labels) == before + 1
+
+
+async def test_a_user_id_that_reads_like_a_skip_reason_is_still_its_own_target(
+    rt: Runtime,
+) -> None:
+    """``skip:no_contact`` is a valid user id: their inbox message goes to them, not
+    skipped as if no target had been found."""
+    now = rt.clock.now()
+    await rt.store.upsert_user(User("skip:no_contact", "UTC"))
+    d, providers = dispatcher(rt)
+    providers[0].answer = Delivered()
+    m = dataclasses.replace(message("inbox", TABLE["delivered"], now), user_id="skip:no_contact")
+    await rt.store.insert_messages([m])
+    await d.process(await rt.store.claim([m.id], now))
+    assert [o.target for o in providers[1].sent] == ["skip:no_contact"]
+    got = await rt.store.get_message(m.id)
+    assert got is not None and got.status is MessageStatus.DELIVERED

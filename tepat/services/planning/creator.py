@@ -222,11 +222,7 @@ class Creator:
             if m.reminder_id is None or m.plan_version >= version or m.local_date is None:
                 continue  # a one-off, or this re-plan's own message, or a newer one's
             reminder = reminders.get(m.reminder_id)
-            expected = (
-                intended_on(user, reminder, self.categories, m.local_date, now)
-                if reminder is not None
-                else None
-            )
+            expected = intended_on(user, reminder, self.categories, m.local_date, now)
             if expected is not None and same_intent(expected, m) and still_placed(expected, m, now):
                 continue  # still right (e.g. deferred past quiet hours that still hold)
             cancel_reason = reason

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
@@ -41,7 +41,7 @@ from tepat.ports.repositories.users import UserRepository
 from tepat.ports.try_again import TryAgain
 from tepat.services.sending.lease import SendGate
 from tepat.services.sending.recording import Answer, OutcomeRecorder, OutcomeRecords
-from tepat.services.targets import SKIP_REASONS, resolve_targets
+from tepat.services.targets import resolve_targets
 
 log = structlog.get_logger("tepat.channels")
 
@@ -73,6 +73,15 @@ async def gather_all(*aws: Awaitable[None]) -> None:
             raise result
 
 
+def call_each(channels: Iterable[object], method: str, *args: object) -> None:
+    """``method(*args)`` of each of ``channels`` that has it (not every adapter has a rate
+    or holds requests)."""
+    for channel in channels:
+        call = getattr(channel, method, None)
+        if call is not None:
+            call(*args)
+
+
 class SendRecords(
     OutcomeRecords,
     UserRepository,
@@ -80,9 +89,7 @@ class SendRecords(
     ReminderRepository,
     PreferenceRepository,
     Protocol,
-):
-    """What is checked before a send (the user, their devices, reminders and preferences),
-    the contacts targets are resolved from, and what is recorded."""
+): ...
 
 
 @dataclass(frozen=True)
@@ -146,17 +153,11 @@ class ChannelSender:
     def set_rate_share(self, share: float) -> None:
         """Each provider's configured rate is the deployment's: a process sends its share
         (the channels whose adapter has a rate: push, e-mail, SMS)."""
-        for channel in self._channels.values():
-            set_share = getattr(channel, "set_rate_share", None)
-            if set_share is not None:
-                set_share(share)
+        call_each(self._channels.values(), "set_rate_share", share)
 
     def abandon(self) -> None:
         """A hard stop: send nothing more (an adapter that holds requests drops them)."""
-        for channel in self._channels.values():
-            abandon = getattr(channel, "abandon", None)
-            if abandon is not None:
-                abandon()
+        call_each(self._channels.values(), "abandon")
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -276,10 +277,9 @@ class ChannelSender:
         targets = await self._targets(channel, sendable)
         outgoing: list[Outgoing] = []
         for m in sendable:
-            target = targets.get(m.id)
-            if target is None or target.startswith("skip:"):
-                why = (target or "skip:no_contact").removeprefix("skip:")
-                closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=why))
+            target = targets[m.id]
+            if isinstance(target, SkipReason):
+                closed.append(StatusChange(m.id, MessageStatus.SKIPPED, reason=target.value))
                 continue
             devices = tuple(_devices_of(m, r)) if channel == PUSH else ()
             # The adapter's last check before its request, after its own waits.
@@ -316,7 +316,7 @@ class ChannelSender:
         await self.recorder.record(channel, answers)
 
     async def _targets(self, channel: str, messages: list[Message]) -> dict[str, str]:
-        """Each message's target, or ``skip:<reason>``."""
+        """Each message's target, or the :class:`SkipReason` it has none for."""
         if channel in (INBOX, PUSH):
             return {m.id: m.user_id for m in messages}
         if channel == WEBHOOK:
@@ -327,9 +327,7 @@ class ChannelSender:
             sorted({m.user_id for m in messages}),
             require_verified=self._require_verified,
         )
-        return {
-            m.id: f"skip:{t}" if (t := resolved[m.user_id]) in SKIP_REASONS else t for m in messages
-        }
+        return {m.id: resolved[m.user_id] for m in messages}
 
     def _unsubscribe_for(self, m: Message) -> str | None:
         if self._unsubscribe_url is None or m.priority == CRITICAL or m.channel in (WEBHOOK, PUSH):
@@ -365,14 +363,12 @@ class ChannelSender:
                 reason=SkipReason.SUPERSEDED.value,
                 release_live_key=True,
             )
-            reminder = _reminder_of(m, r)
             user = r.users.get(m.user_id)
-            if not closed or replacement is None or reminder is None or user is None:
-                continue
-            if replacement.local_date is None:
+            day = None if replacement is None else replacement.local_date
+            if not closed or user is None or day is None:
                 continue
             # Planned again under the reminder's own category policy (it may have moved).
-            fresh = intended_on(user, reminder, self._categories, replacement.local_date, now)
+            fresh = intended_on(user, _reminder_of(m, r), self._categories, day, now)
             if fresh is not None:
                 replacements.append(fresh)
         if replacements:

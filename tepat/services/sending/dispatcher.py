@@ -44,7 +44,6 @@ class Dispatcher:
         self._store = store
         # How long before its instant a message in hand is claimed (TEPAT_CLAIM_AHEAD_SECONDS).
         self._claim_ahead = claim_ahead
-        # The send path of every channel.
         self.channels = channels
         # The batches claimed and not yet recorded, whose lease the consumer keeps.
         self.claims = claims
@@ -68,8 +67,7 @@ class Dispatcher:
         now = self._clock.now()
         if batch.due + BATCH_SPAN <= now:
             # Its whole second has passed (a backlog): every item still meant for it
-            # is due, so one claim, bounded like the candidates below, replaces the
-            # read. A message moved since (retried, deferred) stays for its new batch.
+            # is due, so one claim, bounded like the candidates below, replaces the read.
             await self._claim_and_send(batch.ids, now, before_send, batch.due + BATCH_SPAN)
             return
         # A message moved since this batch was published (retried, deferred) waits
@@ -106,9 +104,6 @@ class Dispatcher:
         with self.claims.held(claimed), tracing.span("send", messages=len(claimed)):
             waiting = sorted(claimed, key=lambda m: m.due)
             while waiting:
-                # Judged (who it goes to read afresh, decided as of its instant) once
-                # claimed, before the instant when claimed ahead: at the instant only the
-                # send is left.
                 at = max(waiting[0].due, self._clock.now())
                 due = [m for m in waiting if m.due <= at]
                 waiting = waiting[len(due) :]

@@ -23,6 +23,7 @@ from tepat.domain.failover import Failover, failover_of
 from tepat.ports.channel import Channel, ChannelOutcome, Outgoing, Withheld
 from tepat.ports.try_again import TryAgain
 from tepat.ports.verdict import verdict_of
+from tepat.services.sending.channel_sender import call_each
 
 log = structlog.get_logger("tepat.failover")
 
@@ -105,16 +106,10 @@ class FailoverChannel:
         return min(self.primary.max_batch, self.secondary.max_batch)
 
     def set_rate_share(self, share: float) -> None:
-        self._each("set_rate_share", share)
+        call_each((self.primary, self.secondary), "set_rate_share", share)
 
     def abandon(self) -> None:
-        self._each("abandon")
-
-    def _each(self, method: str, *args: object) -> None:
-        for channel in (self.primary, self.secondary):
-            call = getattr(channel, method, None)
-            if call is not None:
-                call(*args)
+        call_each((self.primary, self.secondary), "abandon")
 
     async def send(self, items: Sequence[Outgoing]) -> Sequence[ChannelOutcome | Withheld]:
         answers = await self.primary.send(items)

@@ -45,19 +45,6 @@ def message_line(
     return line
 
 
-def log_message(
-    log: FilteringBoundLogger,
-    event: str,
-    message_id: str,
-    user_id: str,
-    channel: str,
-    trace_parent: str | None,
-    **fields: object,
-) -> None:
-    """One INFO line about one message (:func:`message_line`)."""
-    log.info(event, **message_line(event, message_id, user_id, channel, trace_parent, **fields))
-
-
 def log_lines(log: FilteringBoundLogger, event: str, lines: Sequence[Line]) -> None:
     """One INFO line ``event`` per item of ``lines``, each as ``log.info(event, **line)``
     writes it, in one write.

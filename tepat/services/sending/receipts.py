@@ -21,7 +21,7 @@ from tepat.ports.repositories.devices import DeviceRepository
 from tepat.ports.repositories.messages import MessageRepository
 from tepat.ports.repositories.tickets import TicketRepository
 from tepat.services.device_health import device_failed, device_succeeded
-from tepat.services.sending.message_log import log_message
+from tepat.services.sending.message_log import message_line
 
 log = structlog.get_logger("tepat.receipts")
 
@@ -29,8 +29,7 @@ log = structlog.get_logger("tepat.receipts")
 RECEIPT_RETENTION = timedelta(hours=24)
 
 
-class ReceiptRecords(TicketRepository, MessageRepository, DeviceRepository, Protocol):
-    """The tickets polled, their messages and the devices a receipt reports on."""
+class ReceiptRecords(TicketRepository, MessageRepository, DeviceRepository, Protocol): ...
 
 
 @dataclass(eq=False)
@@ -120,6 +119,8 @@ def _log_receipt(
     fields = {"device_id": ticket.device_id, "ticket_id": ticket.ticket_id, "receipt": receipt}
     if outcome is not None:
         fields["outcome"] = outcome.value
-    log_message(
-        log, "receipt recorded", ticket.message_id, ticket.user_id, PUSH, trace_parent, **fields
+    event = "receipt recorded"
+    log.info(
+        event,
+        **message_line(event, ticket.message_id, ticket.user_id, PUSH, trace_parent, **fields),
     )

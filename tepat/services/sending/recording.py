@@ -45,9 +45,7 @@ log = structlog.get_logger("tepat.recording")
 SEND_RECORDED = "send recorded"
 
 
-class OutcomeRecords(MessageRepository, ContactRepository, TicketRepository, Protocol):
-    """The messages whose answers it writes, the suppressions a refusal adds and the
-    tickets an accepted push keeps."""
+class OutcomeRecords(MessageRepository, ContactRepository, TicketRepository, Protocol): ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +92,8 @@ class OutcomeRecorder:
                 return outcomes.after_delivered()
             case Refused(reason):
                 return outcomes.after_refused(reason)
-            case TryAgain(
-                reason,
-                retry_after,
-                maybe_sent,
-                server_error=server_error,
-                not_tried=not_tried,
-                terms=terms,
-            ):
-                maybe_sent = outcomes.maybe_sent_matters(channel, maybe_sent)
+            case TryAgain() as again:
+                maybe_sent = outcomes.maybe_sent_matters(channel, again.maybe_sent)
                 policy = self._categories.get(m.category).maybe_sent
                 if maybe_sent:
                     closed = policy is MaybeSentPolicy.CLOSE
@@ -115,20 +106,20 @@ class OutcomeRecorder:
                             channel=channel,
                             message_id=m.id,
                             category=m.category,
-                            error=reason,
+                            error=again.reason,
                         )
-                elif server_error:
+                elif again.server_error:
                     metrics.count_maybe_sent(m.category, "retried_5xx")
                 return outcomes.after_failure(
                     m,
-                    reason,
+                    again.reason,
                     policy=policy,
-                    retry=self._retry_for.get(channel, self._retry).under(terms),
-                    retry_after=retry_after,
+                    retry=self._retry_for.get(channel, self._retry).under(again.terms),
+                    retry_after=again.retry_after,
                     maybe_sent=maybe_sent,
                     now=now,
                     rng=self._rng,
-                    not_tried=not_tried,
+                    not_tried=again.not_tried,
                 )
 
     async def record(self, channel: str, answers: Sequence[Answer]) -> None:

@@ -32,8 +32,7 @@ from tepat.services.sending.lease import DEFAULT_LEASE
 log = structlog.get_logger("tepat.sweeper")
 
 
-class SweepRecords(MessageRepository, OutboxRepository, Protocol):
-    """The messages swept and the outbox they go back onto."""
+class SweepRecords(MessageRepository, OutboxRepository, Protocol): ...
 
 
 @dataclass(eq=False)
