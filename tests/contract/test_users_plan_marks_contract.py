@@ -97,7 +97,7 @@ async def test_every_planning_input_change_drops_the_mark(store: Store) -> None:
         User("quiet", "UTC", quiet_hours=QuietHours(time(22), time(6)), created_at=T0)
     )
     await store.upsert_user(User("off", "UTC", enabled=False, created_at=T0, updated_at=T0))
-    await store.next_plan_version("version")
+    await store.start_replan("version")
     await store.upsert_reminder(reminder("add"))
     await store.upsert_reminder(dataclasses.replace(reminder("edit"), local_time=time(9, 0)))
     assert await store.delete_reminder("delete", "r1")
@@ -113,7 +113,7 @@ async def test_a_mark_computed_before_a_change_is_refused(store: Store) -> None:
     stale = await target(store, "u1")
     read = await target(store, "u2")
     await store.upsert_reminder(reminder("u1"))  # after the plan run read u1
-    await store.next_plan_version("u2")  # a re-plan of u2 meanwhile
+    await store.start_replan("u2")  # a re-plan of u2 meanwhile
     marks = [
         PlanMark("u1", stale.stamp, hours(0), hours(48), FP),
         PlanMark("u2", read.stamp, hours(0), hours(48), FP),

@@ -1,7 +1,7 @@
 """The in-app inbox on MongoDB: one document per item, ``_id`` the item id.
 
 ``seq`` comes from one counter document (``counters``, ``_id: "inbox_seq"``) incremented
-with a single ``findAndModify``, atomic like ``next_plan_version``: no two items ever
+with a single ``findAndModify``, atomic like a re-plan's version: no two items ever
 get the same seq. The unique index on (user_id, message_id) (``indexes.py``) decides
 which of several concurrent deliveries of one message is stored; a loser's seq is
 simply never used.
