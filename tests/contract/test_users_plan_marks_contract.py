@@ -38,9 +38,7 @@ def reminder(uid: str, rid: str = "r1", **fields: object) -> Reminder:
 
 
 async def target(store: Store, uid: str) -> PlanTarget:
-    t = await store.get_plan_target(uid)
-    assert t is not None
-    return t
+    return (await store.get_plan_targets([uid]))[uid]
 
 
 async def mark(store: Store, uid: str, frm: float = 0, nxt: float = 48, fp: str = FP) -> int:
@@ -60,7 +58,7 @@ async def test_a_new_user_has_no_mark_and_is_to_plan(store: Store) -> None:
     t = await target(store, "u1")
     assert (t.user.user_id, t.mark) == ("u1", None)
     assert await to_plan(store) == ["u1"]
-    assert await store.get_plan_target("nobody") is None
+    assert await store.get_plan_targets(["nobody"]) == {}
 
 
 async def test_a_mark_round_trips_and_covers_windows_inside_it(store: Store) -> None:

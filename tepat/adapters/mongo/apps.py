@@ -77,9 +77,6 @@ class AppsMixin(MongoBase):
     async def add_app_key(self, key: AppKey) -> None:
         await self._db[APP_KEYS].insert_one(_key_doc(key))
 
-    async def find_app_key(self, key_hash: str) -> AppKey | None:
-        return await self._fetch_one(_key, APP_KEYS, {"_id": key_hash})
-
     async def list_app_keys(self, app_id: str) -> list[AppKey]:
         return await self._fetch(_key, APP_KEYS, {"app_id": app_id}, sort=["created_at", "key_id"])
 

@@ -141,9 +141,6 @@ class UsersMixin(MongoBase):
 
         return keyset_pages(page, attrgetter("user.user_id"), after, size)
 
-    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
-        return await self._fetch_one(_plan_target, "users", {"_id": user_id})
-
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         if not marks:
             return 0

@@ -78,9 +78,6 @@ class AppsMixin(SqliteBase):
         sql = f"INSERT INTO app_keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         await self._execute(sql, _key_params(key))
 
-    async def find_app_key(self, key_hash: str) -> AppKey | None:
-        return await self._fetch_one(_key, f"{_SELECT_KEY} WHERE key_hash = ?", (key_hash,))
-
     async def list_app_keys(self, app_id: str) -> list[AppKey]:
         sql = f"{_SELECT_KEY} WHERE app_id = ? ORDER BY created_at, key_id"
         return await self._fetch(_key, sql, (app_id,))

@@ -33,9 +33,6 @@ class AppRepository(Protocol):
 
     async def add_app_key(self, key: AppKey) -> None: ...
 
-    async def find_app_key(self, key_hash: str) -> AppKey | None:
-        """The key with this hash, revoked or not."""
-
     async def list_app_keys(self, app_id: str) -> list[AppKey]:
         """The app's keys, revoked ones too, oldest first."""
 

@@ -65,9 +65,6 @@ class UserRepository(Protocol):
         not cover ``[start, end)`` under ``fingerprint``, in ``user_id`` order, a page at
         a time (keyset, flat memory)."""
 
-    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
-        """One user with their change stamp and standing mark (None if absent)."""
-
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         """Write each mark only if its user's change stamp still equals ``mark.stamp``
         (compare-and-set: a mark computed from a read older than a change never
