@@ -1,11 +1,5 @@
-"""The transactional outbox over ``messages``: the ``publish_pending`` mark.
-
-Set in the same write that inserts a pending message or puts one back to
-``pending`` (see ``codecs.message_doc`` and ``messages._transition_update``),
-cleared by any move to another status; the publisher
-(``tepat/services/outbox.py``) reads marked messages here and clears the mark
-of those it put on the broker.
-"""
+"""The transactional outbox over ``messages``: the ``publish_pending`` mark, written with
+the message (``codecs.message_doc``, ``messages._transition_update``)."""
 
 from __future__ import annotations
 
