@@ -1,9 +1,7 @@
 """The registry of apps and their keys on MongoDB (issue 23).
 
 ``apps``: one document per app, ``_id`` its id. ``app_keys``: one per key, ``_id`` its
-hash (what a request is looked up by), its id unique too (``indexes.py``). Settings are
-stored as the repository is given them: sealing the secrets in them is the wrapper's
-(``tepat/adapters/sealed_apps.py``), not the store's.
+hash, its id unique too (``indexes.py``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Contact points, suppressions and provider-event dedup on MongoDB.
-
-Three collections, each with the port's unique key as a unique index (``indexes.py``):
-``contacts`` (user_id, channel), ``suppressions`` (channel, address) and
-``provider_events`` (provider, event_id). Whether a write is the first is decided by
-the index (an insert's DuplicateKeyError), never by a read before it.
-"""
+"""Contact points, suppressions and provider-event dedup on MongoDB: each collection has
+the port's unique key as a unique index (``indexes.py``), which decides whether a write
+is the first (an insert's DuplicateKeyError), never a read before it."""
 
 from __future__ import annotations
 

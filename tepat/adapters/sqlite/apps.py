@@ -1,8 +1,4 @@
-"""The registry of apps and their keys on SQLite (migration 18, issue 23).
-
-Settings are JSON text, as the repository is given them: sealing the secrets in them is
-the wrapper's (``tepat/adapters/sealed_apps.py``), not the store's.
-"""
+"""The registry of apps and their keys on SQLite (migration 18, issue 23)."""
 
 from __future__ import annotations
 

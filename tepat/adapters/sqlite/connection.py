@@ -93,7 +93,7 @@ class SqliteBase:
         self._checkpointer: asyncio.Task[None] | None = None
         # Writes waiting for the worker (see _write); appended on the event loop's
         # thread, taken on the worker's.
-        self._writes: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
+        self._writes: list[_Write] = []
         self._writes_lock = threading.Lock()
 
     def _worker(self) -> ThreadPoolExecutor:

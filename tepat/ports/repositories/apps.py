@@ -1,7 +1,8 @@
 """The apps of a deployment and their keys (``tepat/domain/apps.py``).
 
 Held by the default app's store: the registry every process reads to know which apps
-to serve and which key belongs to which app.
+to serve and which key belongs to which app. Settings are stored as given: sealing the
+secrets in them is the wrapper's (``tepat/adapters/sealed_apps.py``), not the store's.
 """
 
 from __future__ import annotations
