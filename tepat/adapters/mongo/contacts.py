@@ -92,12 +92,9 @@ class ContactsMixin(MongoBase):
     async def list_suppressions(
         self, channel: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[Suppression]:
-        clauses: list[dict[str, Any]] = []
-        if channel is not None:
-            clauses.append({"channel": channel})
+        query: dict[str, Any] = {} if channel is None else {"channel": channel}
         if after is not None:
-            clauses.append(keyset_after(_ORDER, after))
-        query: dict[str, Any] = {"$and": clauses} if clauses else {}
+            query.update(keyset_after(_ORDER, after))
         return await self._fetch(_suppression, "suppressions", query, sort=_ORDER, limit=limit)
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:
