@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime
 from typing import Any
 
 from tepat.adapters.secret_box import SecretBox
-from tepat.domain.apps import App
+from tepat.domain.apps import App, AppKey
 from tepat.ports.repositories.apps import AppRepository
 
 SEALED = "_sealed"
@@ -37,8 +38,7 @@ def open_settings(box: SecretBox, stored: dict[str, Any]) -> dict[str, Any]:
 
 
 class SealedApps:
-    """An :class:`AppRepository` whose apps' settings are sealed by ``box``; its keys'
-    methods are ``inner``'s own."""
+    """An :class:`AppRepository` whose apps' settings are sealed by ``box``."""
 
     def __init__(self, inner: AppRepository, box: SecretBox) -> None:
         self._inner = inner
@@ -70,5 +70,11 @@ class SealedApps:
         app = await self._inner.update_app(app_id, name=name, settings=sealed, disabled=disabled)
         return None if app is None else self._opened(app)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)  # the keys hold no secret: as they are
+    async def add_app_key(self, key: AppKey) -> None:
+        await self._inner.add_app_key(key)
+
+    async def list_app_keys(self, app_id: str) -> list[AppKey]:
+        return await self._inner.list_app_keys(app_id)
+
+    async def revoke_app_key(self, app_id: str, key_id: str, at: datetime) -> bool:
+        return await self._inner.revoke_app_key(app_id, key_id, at)
