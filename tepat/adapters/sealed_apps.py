@@ -73,9 +73,6 @@ class SealedApps:
     async def add_app_key(self, key: AppKey) -> None:
         await self._inner.add_app_key(key)
 
-    async def find_app_key(self, key_hash: str) -> AppKey | None:
-        return await self._inner.find_app_key(key_hash)
-
     async def list_app_keys(self, app_id: str) -> list[AppKey]:
         return await self._inner.list_app_keys(app_id)
 

@@ -116,7 +116,7 @@ class User:
     quiet_hours: QuietHours | None = None
     enabled: bool = True
     # Bumped atomically by the store at every re-plan of this user
-    # (``Store.next_plan_version``); never repeats, so neither do dedup keys.
+    # (``Store.start_replan``); never repeats, so neither do dedup keys.
     plan_version: int = 1
     created_at: datetime | None = None
     updated_at: datetime | None = None

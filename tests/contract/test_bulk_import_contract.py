@@ -157,8 +157,7 @@ async def test_upsert_reminders_the_same_one_twice_ends_as_the_later(store: Stor
 
 
 async def _marked(store: Store, user_id: str) -> None:
-    t = await store.get_plan_target(user_id)
-    assert t is not None
+    t = (await store.get_plan_targets([user_id]))[user_id]
     mark = PlanMark(user_id, t.stamp, T0, T0 + timedelta(hours=48), "fp")
     assert await store.set_plan_marks([mark]) == 1
 
@@ -169,7 +168,7 @@ async def test_get_plan_targets_reads_each_user_with_stamp_and_mark(store: Store
     targets = await store.get_plan_targets(["a", "b", "nobody"])
     assert set(targets) == {"a", "b"}
     for user_id, t in targets.items():
-        assert t == await store.get_plan_target(user_id)
+        assert t.user.user_id == user_id
     assert targets["a"].mark is not None and targets["b"].mark is None
     assert await store.get_plan_targets([]) == {}
 
@@ -215,11 +214,10 @@ async def test_write_records_writes_users_then_devices_then_reminders(store: Sto
     # Stamps, where the store gives them, are those of the users it created, as written.
     assert set(written.stamps) <= {"new"}
     for user_id, stamp in written.stamps.items():
-        target = await store.get_plan_target(user_id)
-        assert target is not None and target.stamp == stamp
+        assert (await store.get_plan_targets([user_id]))[user_id].stamp == stamp
     await store.write_records([], [], [reminder("r2", "new")])
-    target = await store.get_plan_target("new")
-    assert target is not None and target.stamp not in written.stamps.values()
+    target = (await store.get_plan_targets(["new"]))["new"]
+    assert target.stamp not in written.stamps.values()
 
 
 async def test_write_records_with_only_some_kinds(store: Store) -> None:
@@ -263,7 +261,8 @@ async def test_write_records_plans_in_its_transaction_only_the_users_it_creates(
         return
     assert [m.id for m in await store.pending_for_user("new")] == [msg("new-1").id]
     assert await store.pending_for_user("old") == []
-    new, old = [await store.get_plan_target(u) for u in ("new", "old")]
+    targets = await store.get_plan_targets(["new", "old"])
+    new, old = targets.get("new"), targets.get("old")
     assert new is not None and new.mark is not None and new.mark.plan_next_at == end
     assert old is not None and old.mark is None
     assert (await store.count_messages()).by_status_category_channel == {

@@ -123,6 +123,8 @@ async def test_list_suppressions_pages_by_channel_and_address(store: Store) -> N
     ]
     sms = await store.list_suppressions("sms", None, 10)
     assert [s.address for s in sms] == ["+14155550101", "+14155550102"]
+    later = await store.list_suppressions("sms", ("sms", "+14155550101"), 10)
+    assert [s.address for s in later] == ["+14155550102"]
     rest = await store.list_suppressions("sms", ("sms", "+14155550101"), 10)
     assert [s.address for s in rest] == ["+14155550102"]
     # A cursor from the email pages, used with the sms filter, still starts right.

@@ -24,7 +24,7 @@ async def test_start_takes_a_fresh_version_then_reads_the_user_reminders_and_pen
     await store.transition(
         sent.id, MessageStatus.CANCELLED, records.at(1), expect=[MessageStatus.PENDING]
     )
-    before = (await store.get_plan_target("u1")).stamp  # type: ignore[union-attr]
+    before = (await store.get_plan_targets(["u1"]))["u1"].stamp
 
     first = await store.start_replan("u1")
     second = await store.start_replan("u1")

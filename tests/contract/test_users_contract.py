@@ -65,24 +65,30 @@ async def test_iter_users_yields_every_user_once_in_id_order(store: Store) -> No
     assert [u.user_id for p in pages for u in p] == sorted(ids)
 
 
-async def test_next_plan_version_increments_and_returns_the_new_value(store: Store) -> None:
+async def next_version(store: Store, user_id: str) -> int:
+    """A re-plan's fresh plan version (0: no such user)."""
+    start = await store.start_replan(user_id)
+    return 0 if start is None else start.version
+
+
+async def test_a_replan_takes_the_next_plan_version(store: Store) -> None:
     await store.upsert_user(User("u1", "UTC", plan_version=4, created_at=T0, updated_at=T0))
-    assert await store.next_plan_version("u1") == 5
-    assert await store.next_plan_version("u1") == 6
+    assert await next_version(store, "u1") == 5
+    assert await next_version(store, "u1") == 6
     stored = await store.get_user("u1")
     assert stored is not None
     assert (stored.plan_version, stored.timezone) == (6, "UTC")
     # No user: nothing to re-plan, and no user is created.
-    assert await store.next_plan_version("nobody") == 0
+    assert await next_version(store, "nobody") == 0
     assert await store.get_user("nobody") is None
 
 
-async def test_next_plan_version_never_repeats_under_concurrency(store: Store) -> None:
+async def test_replan_versions_never_repeat_under_concurrency(store: Store) -> None:
     await store.upsert_user(User("u1", "UTC", plan_version=1, created_at=T0, updated_at=T0))
     await store.upsert_user(User("u2", "UTC", plan_version=1, created_at=T0, updated_at=T0))
     versions = await asyncio.gather(
-        *(store.next_plan_version("u1") for _ in range(50)),
-        *(store.next_plan_version("u2") for _ in range(5)),
+        *(next_version(store, "u1") for _ in range(50)),
+        *(next_version(store, "u2") for _ in range(5)),
     )
     assert sorted(versions[:50]) == list(range(2, 52))
     assert sorted(versions[50:]) == list(range(2, 7))
@@ -94,8 +100,8 @@ async def test_upsert_user_never_lowers_plan_version(store: Store) -> None:
     # A PUT that read the user before a concurrent re-plan took a version writes
     # its (older) snapshot: the fields change, the plan version does not go back.
     await store.upsert_user(User("u1", "UTC", plan_version=1, created_at=T0, updated_at=T0))
-    assert await store.next_plan_version("u1") == 2
-    assert await store.next_plan_version("u1") == 3
+    assert await next_version(store, "u1") == 2
+    assert await next_version(store, "u1") == 3
     stale = User("u1", "Asia/Jakarta", plan_version=1, created_at=T0, updated_at=at(1))
     stored, _ = await store.upsert_user(stale)
     assert (stored.timezone, stored.plan_version, stored.updated_at) == ("Asia/Jakarta", 3, at(1))
@@ -103,14 +109,14 @@ async def test_upsert_user_never_lowers_plan_version(store: Store) -> None:
     # A higher version is taken as given.
     higher, _ = await store.upsert_user(dataclasses.replace(stale, plan_version=7))
     assert higher.plan_version == 7
-    assert await store.next_plan_version("u1") == 8
+    assert await next_version(store, "u1") == 8
 
 
-async def test_upsert_user_racing_next_plan_version_keeps_every_version(store: Store) -> None:
+async def test_upsert_user_racing_replans_keeps_every_version(store: Store) -> None:
     await store.upsert_user(User("u1", "UTC", plan_version=1, created_at=T0, updated_at=T0))
     snapshot = User("u1", "Europe/Paris", plan_version=1, created_at=T0, updated_at=at(1))
     results = await asyncio.gather(
-        *(store.next_plan_version("u1") for _ in range(10)),
+        *(next_version(store, "u1") for _ in range(10)),
         *(store.upsert_user(snapshot) for _ in range(10)),
     )
     versions = [v for v in results if isinstance(v, int)]

@@ -38,9 +38,7 @@ def reminder(uid: str, rid: str = "r1", **fields: object) -> Reminder:
 
 
 async def target(store: Store, uid: str) -> PlanTarget:
-    t = await store.get_plan_target(uid)
-    assert t is not None
-    return t
+    return (await store.get_plan_targets([uid]))[uid]
 
 
 async def mark(store: Store, uid: str, frm: float = 0, nxt: float = 48, fp: str = FP) -> int:
@@ -60,7 +58,7 @@ async def test_a_new_user_has_no_mark_and_is_to_plan(store: Store) -> None:
     t = await target(store, "u1")
     assert (t.user.user_id, t.mark) == ("u1", None)
     assert await to_plan(store) == ["u1"]
-    assert await store.get_plan_target("nobody") is None
+    assert await store.get_plan_targets(["nobody"]) == {}
 
 
 async def test_a_mark_round_trips_and_covers_windows_inside_it(store: Store) -> None:
@@ -97,7 +95,7 @@ async def test_every_planning_input_change_drops_the_mark(store: Store) -> None:
         User("quiet", "UTC", quiet_hours=QuietHours(time(22), time(6)), created_at=T0)
     )
     await store.upsert_user(User("off", "UTC", enabled=False, created_at=T0, updated_at=T0))
-    await store.next_plan_version("version")
+    await store.start_replan("version")
     await store.upsert_reminder(reminder("add"))
     await store.upsert_reminder(dataclasses.replace(reminder("edit"), local_time=time(9, 0)))
     assert await store.delete_reminder("delete", "r1")
@@ -113,7 +111,7 @@ async def test_a_mark_computed_before_a_change_is_refused(store: Store) -> None:
     stale = await target(store, "u1")
     read = await target(store, "u2")
     await store.upsert_reminder(reminder("u1"))  # after the plan run read u1
-    await store.next_plan_version("u2")  # a re-plan of u2 meanwhile
+    await store.start_replan("u2")  # a re-plan of u2 meanwhile
     marks = [
         PlanMark("u1", stale.stamp, hours(0), hours(48), FP),
         PlanMark("u2", read.stamp, hours(0), hours(48), FP),

@@ -183,7 +183,7 @@ async def test_a_change_between_a_runs_read_and_its_mark_is_planned_by_the_next_
     finally:
         store.reminders_for_users = real  # type: ignore[method-assign]
     assert first.users_planned == len(USERS)
-    target = await store.get_plan_target("budi")
+    target = (await store.get_plan_targets(["budi"])).get("budi")
     assert target is not None and target.mark is None
     second = await rt.creator.plan_ahead()
     assert second.users_planned == 1 and second.created == 2  # budi's two 23:00 dates

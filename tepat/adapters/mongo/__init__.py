@@ -1,6 +1,5 @@
 """The Store on MongoDB (PyMongo's async API): the production store."""
 
-from tepat.adapters.mongo.base import database_name
 from tepat.adapters.mongo.store import MongoStore
 
-__all__ = ["MongoStore", "database_name"]
+__all__ = ["MongoStore"]

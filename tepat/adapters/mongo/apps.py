@@ -1,9 +1,7 @@
 """The registry of apps and their keys on MongoDB (issue 23).
 
 ``apps``: one document per app, ``_id`` its id. ``app_keys``: one per key, ``_id`` its
-hash (what a request is looked up by), its id unique too (``indexes.py``). Settings are
-stored as the repository is given them: sealing the secrets in them is the wrapper's
-(``tepat/adapters/sealed_apps.py``), not the store's.
+hash, its id unique too (``indexes.py``).
 """
 
 from __future__ import annotations
@@ -76,9 +74,6 @@ class AppsMixin(MongoBase):
 
     async def add_app_key(self, key: AppKey) -> None:
         await self._db[APP_KEYS].insert_one(_key_doc(key))
-
-    async def find_app_key(self, key_hash: str) -> AppKey | None:
-        return await self._fetch_one(_key, APP_KEYS, {"_id": key_hash})
 
     async def list_app_keys(self, app_id: str) -> list[AppKey]:
         return await self._fetch(_key, APP_KEYS, {"app_id": app_id}, sort=["created_at", "key_id"])

@@ -11,6 +11,7 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from tepat.clock import Clock, SystemClock
+from tepat.domain.models import MessageStatus
 
 T = TypeVar("T")
 
@@ -151,6 +152,15 @@ class MongoBase:
         documents = self._db[collection]
         result = await (documents.update_many if many else documents.update_one)(query, update)
         return int(result.modified_count)
+
+    async def _set_where_status(
+        self, message_ids: Sequence[str], status: MessageStatus, fields: dict[str, Any]
+    ) -> int:
+        """``$set`` ``fields`` on those of ``message_ids`` in ``status``; how many changed."""
+        if not message_ids:
+            return 0
+        query = {"_id": {"$in": list(set(message_ids))}, "status": status.value}
+        return await self._update("messages", query, {"$set": fields}, many=True)
 
     async def _count(
         self, collection: str, match: dict[str, Any], **by: Any

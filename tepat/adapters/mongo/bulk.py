@@ -21,7 +21,13 @@ from tepat.adapters.mongo.codecs import (
     reminder_upsert,
     user_fields,
 )
-from tepat.adapters.mongo.users import PLAN_CHANGED, UsersMixin, _plan_target, user_upsert
+from tepat.adapters.mongo.users import (
+    PLAN_CHANGED,
+    UsersMixin,
+    _plan_target,
+    deactivation,
+    user_upsert,
+)
 from tepat.domain.models import Device, Reminder, User
 from tepat.ports.repositories.bulk_import import NewUsersPlan, RecordsWritten
 from tepat.ports.repositories.devices import REPLACED
@@ -84,7 +90,7 @@ class BulkMixin(UsersMixin):
                 "push_token": {"$in": tokens},
                 "$nor": [{"_id": k, "push_token": t} for k, t in zip(keys, tokens, strict=True)],
             },
-            {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": bson_dt(now)}},
+            deactivation(REPLACED, bson_dt(now)),
         )
         ops = [
             UpdateOne({"_id": k}, device_activation(d, bson_dt(d.updated_at or now)), upsert=True)

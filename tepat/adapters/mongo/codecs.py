@@ -43,18 +43,14 @@ def opt_bson_dt(value: datetime | None) -> datetime | None:
     return None if value is None else bson_dt(value)
 
 
-def read_dt(value: datetime | None) -> datetime | None:
+def read_dt_required(value: datetime) -> datetime:
     # The driver returns its own FixedOffset UTC with tz_aware=True (and a naive
     # value without it); hand the domain the standard-library UTC either way.
-    if value is None:
-        return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def read_dt_required(value: datetime) -> datetime:
-    out = read_dt(value)
-    assert out is not None
-    return out
+def read_dt(value: datetime | None) -> datetime | None:
+    return None if value is None else read_dt_required(value)
 
 
 def opt_iso(value: date | time | None) -> str | None:

@@ -1,10 +1,6 @@
-"""Contact points, suppressions and provider-event dedup on MongoDB.
-
-Three collections, each with the port's unique key as a unique index (``indexes.py``):
-``contacts`` (user_id, channel), ``suppressions`` (channel, address) and
-``provider_events`` (provider, event_id). Whether a write is the first is decided by
-the index (an insert's DuplicateKeyError), never by a read before it.
-"""
+"""Contact points, suppressions and provider-event dedup on MongoDB: each collection has
+the port's unique key as a unique index (``indexes.py``), which decides whether a write
+is the first (an insert's DuplicateKeyError), never a read before it."""
 
 from __future__ import annotations
 
@@ -96,12 +92,9 @@ class ContactsMixin(MongoBase):
     async def list_suppressions(
         self, channel: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[Suppression]:
-        clauses: list[dict[str, Any]] = []
-        if channel is not None:
-            clauses.append({"channel": channel})
+        query: dict[str, Any] = {} if channel is None else {"channel": channel}
         if after is not None:
-            clauses.append(keyset_after(_ORDER, after))
-        query: dict[str, Any] = {"$and": clauses} if clauses else {}
+            query.update(keyset_after(_ORDER, after))
         return await self._fetch(_suppression, "suppressions", query, sort=_ORDER, limit=limit)
 
     async def record_provider_event(self, provider: str, event_id: str, now: datetime) -> bool:

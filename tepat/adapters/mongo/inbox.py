@@ -1,7 +1,7 @@
 """The in-app inbox on MongoDB: one document per item, ``_id`` the item id.
 
 ``seq`` comes from one counter document (``counters``, ``_id: "inbox_seq"``) incremented
-with a single ``findAndModify``, atomic like ``next_plan_version``: no two items ever
+with a single ``findAndModify``, atomic like a re-plan's version: no two items ever
 get the same seq. The unique index on (user_id, message_id) (``indexes.py``) decides
 which of several concurrent deliveries of one message is stored; a loser's seq is
 simply never used.
@@ -41,15 +41,6 @@ _item = decoder(
 
 
 class InboxMixin(MongoBase):
-    async def _next_inbox_seq(self) -> int:
-        doc = await self._db["counters"].find_one_and_update(
-            {"_id": SEQ_COUNTER},
-            {"$inc": {"value": 1}},
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-        )
-        return int(doc["value"])
-
     async def put_inbox_item(self, item: InboxItem) -> tuple[InboxItem, bool]:
         inbox = self._db["inbox"]
         key = {"user_id": item.user_id, "message_id": item.message_id}
@@ -57,7 +48,13 @@ class InboxMixin(MongoBase):
         existing = await inbox.find_one(key)
         if existing is not None:
             return _item(existing), False
-        doc = {**_item_doc(item), "seq": await self._next_inbox_seq(), "read_at": None}
+        seq = await self._db["counters"].find_one_and_update(
+            {"_id": SEQ_COUNTER},
+            {"$inc": {"value": 1}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        doc = {**_item_doc(item), "seq": int(seq["value"]), "read_at": None}
         try:
             await inbox.insert_one(doc)
         except DuplicateKeyError:

@@ -1,21 +1,13 @@
 """Collections and their indexes.
 
-Every guarantee the port promises comes from a unique index created here (on
-:meth:`MongoStore.open`), never from check-then-insert:
-
-- ``messages.dedup_key`` unique;
-- ``messages.live_key`` unique where it is a string. A message without a live
-  key (or whose key was released on cancel) has the *field absent*: we ``$unset``
-  rather than set ``null`` so "no live key" has one representation, written the
-  same way by insert and by cancel, and so queries and the partial filter
-  (``{$type: "string"}``) never have to care about a stored ``null``;
-- ``messages.slot_key`` unique among pending messages (partial on
-  ``{status: "pending"}``): the slot is computed in the domain
-  (``slot_key_for``), so every message carries it and a deferral or retry,
-  which never changes it, can collide only with a duplicate intent;
-- devices: one active document per (``user_id``, ``device_id``) and per
-  ``push_token`` (partial on ``{active: true}``). A device id is scoped to its
-  user; a token is global.
+Every uniqueness the ports promise (``tepat/ports/repositories/messages.py``,
+``devices.py``) comes from a unique index created here (on :meth:`MongoStore.open`),
+never from check-then-insert. A message without a live key (or whose key was released
+on cancel) has the *field absent*: we ``$unset`` rather than set ``null`` so "no live
+key" has one representation, written the same way by insert and by cancel, and so
+queries and the partial filter (``{$type: "string"}``) never have to care about a
+stored ``null``. The pending slot is computed in the domain (``slot_key_for``), so a
+deferral or retry, which never changes it, can collide only with a duplicate intent.
 
 :func:`migrate` brings a database written by an earlier version to this shape
 (idempotent, safe with several processes opening at once).

@@ -88,14 +88,8 @@ class MessagesMixin(TransitionOne, MongoBase):
         return [m for m in claimed if m is not None]
 
     async def renew_claims(self, message_ids: Sequence[str], now: datetime) -> int:
-        if not message_ids:
-            return 0
-        ids = list(dict.fromkeys(message_ids))
-        result = await self._db["messages"].update_many(
-            {"_id": {"$in": ids}, "status": MessageStatus.SENDING.value},
-            {"$set": {"claimed_at": bson_dt(now)}},
-        )
-        return int(result.modified_count)
+        claimed_at = {"claimed_at": bson_dt(now)}
+        return await self._set_where_status(message_ids, MessageStatus.SENDING, claimed_at)
 
     async def transition_many(
         self, changes: Sequence[StatusChange], now: datetime, *, expect: Sequence[MessageStatus]
@@ -171,15 +165,10 @@ class MessagesMixin(TransitionOne, MongoBase):
         groups = await self._count("messages", {}, s="$status", c="$category", ch=channel)
         return Counts(by_status_category_channel={(g["s"], g["c"], g["ch"]): n for g, n in groups})
 
-    async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
-        flt: dict[str, Any] = {"status": MessageStatus.FAILED.value}
+    async def dead_letters(self, limit: int) -> list[Message]:
+        failed = {"status": MessageStatus.FAILED.value}
         order = ["-updated_at", "-_id"]
-        if before_id is not None:
-            anchor = await self._db["messages"].find_one({"_id": before_id})
-            if anchor is None:
-                return []
-            flt.update(keyset_after(order, (anchor.get("updated_at"), before_id)))
-        return await self._fetch(message_from_doc, "messages", flt, sort=order, limit=limit)
+        return await self._fetch(message_from_doc, "messages", failed, sort=order, limit=limit)
 
 
 def _transition_update(

@@ -1,11 +1,5 @@
-"""The transactional outbox over ``messages``: the ``publish_pending`` mark.
-
-Set in the same write that inserts a pending message or puts one back to
-``pending`` (see ``codecs.message_doc`` and ``messages._transition_update``),
-cleared by any move to another status; the publisher
-(``tepat/services/outbox.py``) reads marked messages here and clears the mark
-of those it put on the broker.
-"""
+"""The transactional outbox over ``messages``: the ``publish_pending`` mark, written with
+the message (``codecs.message_doc``, ``messages._transition_update``)."""
 
 from __future__ import annotations
 
@@ -77,17 +71,11 @@ class OutboxMixin(MongoBase):
         return int(result.modified_count)
 
     async def republish(self, message_ids: Sequence[str], due_at: datetime) -> int:
-        if not message_ids:
-            return 0
-        result = await self._db["messages"].update_many(
-            {"_id": {"$in": list(set(message_ids))}, "status": MessageStatus.PENDING.value},
-            {"$set": {"publish_pending": True, "due_at": bson_dt(due_at)}},
-        )
-        return int(result.modified_count)
+        marked = {"publish_pending": True, "due_at": bson_dt(due_at)}
+        return await self._set_where_status(message_ids, MessageStatus.PENDING, marked)
 
     async def republish_all_pending(self) -> int:
-        result = await self._db["messages"].update_many(
-            {"status": MessageStatus.PENDING.value, "publish_pending": {"$ne": True}},
-            {"$set": {"publish_pending": True}},
+        unmarked = {"status": MessageStatus.PENDING.value, "publish_pending": {"$ne": True}}
+        return await self._update(
+            "messages", unmarked, {"$set": {"publish_pending": True}}, many=True
         )
-        return int(result.modified_count)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pymongo import ReturnDocument
+
 from tepat.adapters.mongo.messages import MessagesMixin
 from tepat.adapters.mongo.reminders import RemindersMixin
-from tepat.adapters.mongo.users import UsersMixin, _plan_target
+from tepat.adapters.mongo.users import PLAN_CHANGED, UsersMixin, _plan_target
 from tepat.domain.models import Message
 from tepat.ports.repositories.messages import InsertResult
 from tepat.ports.repositories.replan import ReplanStart
@@ -17,7 +19,14 @@ from tepat.ports.repositories.users import PlanMark
 
 class ReplanMixin(UsersMixin, RemindersMixin, MessagesMixin):
     async def start_replan(self, user_id: str) -> ReplanStart | None:
-        doc = await self._take_plan_version(user_id)
+        # One findAndModify: atomic, and it returns the value this call made, so two
+        # concurrent re-plans never read the same version. No upsert: a user that does
+        # not exist has nothing to re-plan.
+        doc = await self._db["users"].find_one_and_update(
+            {"_id": user_id},
+            {"$inc": {"plan_version": 1, "plan_stamp": 1}, "$unset": PLAN_CHANGED["$unset"]},
+            return_document=ReturnDocument.AFTER,
+        )
         if doc is None:
             return None
         reminders = await self.list_reminders(user_id)

@@ -58,11 +58,9 @@ class TemplatesMixin(MongoBase):
         raise RuntimeError(f"could not add a version of {key} after {MAX_INSERT_ATTEMPTS} tries")
 
     async def get_template(self, key: TemplateKey, version: int | None = None) -> Template | None:
-        if version is not None:
-            query = {**_filter(key), "version": version}
-            return await self._fetch_one(_template, "templates", query)
-        latest = await self._fetch(_template, "templates", _filter(key), sort=["-version"], limit=1)
-        return latest[0] if latest else None
+        query = _filter(key) if version is None else {**_filter(key), "version": version}
+        found = await self._fetch(_template, "templates", query, sort=["-version"], limit=1)
+        return found[0] if found else None
 
     async def latest_templates(self, event_type: str | None = None) -> list[Template]:
         key = ["event_type", "channel", "locale"]

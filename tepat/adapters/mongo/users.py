@@ -55,6 +55,11 @@ def user_upsert(user: User, now: datetime) -> dict[str, Any]:
     }
 
 
+def deactivation(reason: str, at: datetime) -> dict[str, Any]:
+    """The update that ends an active binding for ``reason`` at ``at`` (a BSON instant)."""
+    return {"$set": {"active": False, "deactivated_reason": reason, "updated_at": at}}
+
+
 def _ceil_ms(value: datetime) -> datetime:
     down = bson_dt(value)
     return down if down == value else down + timedelta(milliseconds=1)
@@ -87,25 +92,6 @@ class UsersMixin(MongoBase):
         doc = await users.find_one({"_id": user.user_id})
         stored = user if doc is None else user_from_doc(doc)  # None: deleted meanwhile
         return stored, result.upserted_id is not None
-
-    async def next_plan_version(self, user_id: str) -> int:
-        doc = await self._take_plan_version(user_id, {"plan_version": True})
-        return 0 if doc is None else int(doc["plan_version"])
-
-    async def _take_plan_version(
-        self, user_id: str, projection: Mapping[str, Any] | None = None
-    ) -> dict[str, Any] | None:
-        """The user as the increment left them (None if absent). One findAndModify: atomic,
-        and it returns the value this call made, so two concurrent re-plans can never
-        read the same version. No upsert: a user that does not exist has nothing to
-        re-plan."""
-        doc: dict[str, Any] | None = await self._db["users"].find_one_and_update(
-            {"_id": user_id},
-            {"$inc": {"plan_version": 1, "plan_stamp": 1}, "$unset": PLAN_CHANGED["$unset"]},
-            projection=projection,
-            return_document=ReturnDocument.AFTER,
-        )
-        return doc
 
     async def get_user(self, user_id: str) -> User | None:
         return await self._fetch_one(user_from_doc, "users", {"_id": user_id})
@@ -154,9 +140,6 @@ class UsersMixin(MongoBase):
             return self._fetch(_plan_target, "users", query, sort=["_id"], limit=size)
 
         return keyset_pages(page, attrgetter("user.user_id"), after, size)
-
-    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
-        return await self._fetch_one(_plan_target, "users", {"_id": user_id})
 
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         if not marks:
@@ -224,10 +207,7 @@ class UsersMixin(MongoBase):
             # same phone after a new login), step 2 takes the token. Another
             # registration of the same token can slip in between; the index then
             # rejects our step 2 and we simply run both steps again.
-            await devices.update_many(
-                held,
-                {"$set": {"active": False, "deactivated_reason": REPLACED, "updated_at": now}},
-            )
+            await devices.update_many(held, deactivation(REPLACED, now))
             try:
                 doc, inserted = await self._upsert("devices", key, activation)
             except DuplicateKeyError:
@@ -241,13 +221,11 @@ class UsersMixin(MongoBase):
 
     async def deactivate_device(self, user_id: str, device_id: str, reason: str) -> bool:
         active = {"_id": pair_id(user_id, device_id), "active": True}
-        return bool(await self._update("devices", active, {"$set": self._deactivation(reason)}))
+        return bool(await self._update("devices", active, self._deactivation(reason)))
 
     async def deactivate_token(self, push_token: str, reason: str) -> int:
         active = {"push_token": push_token, "active": True}
-        dead = await self._update(
-            "devices", active, {"$set": self._deactivation(reason)}, many=True
-        )
+        dead = await self._update("devices", active, self._deactivation(reason), many=True)
         no_fallback = {"fallback_kind": None, "fallback_token": None}
         update = {"$set": {**no_fallback, "updated_at": bson_dt(self._clock.now())}}
         return dead + await self._update(
@@ -255,11 +233,7 @@ class UsersMixin(MongoBase):
         )
 
     def _deactivation(self, reason: str) -> dict[str, Any]:
-        return {
-            "active": False,
-            "deactivated_reason": reason,
-            "updated_at": bson_dt(self._clock.now()),
-        }
+        return deactivation(reason, bson_dt(self._clock.now()))
 
     async def list_devices(self, user_id: str) -> list[Device]:
         by_user = {"user_id": user_id}
@@ -302,5 +276,5 @@ class UsersMixin(MongoBase):
         if failures < max_failures:
             return DeviceFailure(deactivated=False, consecutive_failures=failures)
         still = {"_id": doc["_id"], "active": True}
-        done = await self._update("devices", still, {"$set": self._deactivation(reason)})
+        done = await self._update("devices", still, self._deactivation(reason))
         return DeviceFailure(deactivated=bool(done), consecutive_failures=failures)

@@ -63,13 +63,10 @@ def journal_entry(status: str, reason: str | None, at: datetime) -> dict[str, An
     return {"s": status, "r": reason, "at": bson_dt(at)}
 
 
-def add_journal_push(
-    update: dict[str, Any], status: str, reason: str | None, at: datetime
-) -> dict[str, Any]:
-    """``update`` (a message transition's) with the journal push, for a journaled status."""
+def add_journal_push(update: dict[str, Any], status: str, reason: str | None, at: datetime) -> None:
+    """Add the journal push to ``update`` (a message transition's), for a journaled status."""
     if status in _MESSAGE_STATUSES:
         update["$push"] = {JOURNAL_FIELD: journal_entry(status, reason, at)}
-    return update
 
 
 def read_update(now: datetime, journal: bool) -> dict[str, Any]:
@@ -150,7 +147,6 @@ class WebhooksMixin(MongoBase):
         return bool(result.deleted_count)
 
     async def webhook_journal(self, limit: int) -> list[StatusChangeEntry]:
-        out: list[StatusChangeEntry] = []
         has = {JOURNAL_FIELD: {"$exists": True}}
         messages = await self._fetch(
             dict,
@@ -164,9 +160,12 @@ class WebhooksMixin(MongoBase):
             await self._db["messages"].update_many(
                 {"_id": {"$in": own}}, {"$unset": {JOURNAL_FIELD: ""}}
             )
-        for d in messages:
-            if d["user_id"] != WEBHOOK_USER:
-                out += _journaled("m", d, d["_id"], d.get("channel"))
+        out = [
+            entry
+            for d in messages
+            if d["user_id"] != WEBHOOK_USER
+            for entry in _journaled("m", d, d["_id"], d.get("channel"))
+        ]
         if len(messages) < limit:
             items = await self._fetch(
                 dict,

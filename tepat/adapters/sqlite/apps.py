@@ -1,8 +1,4 @@
-"""The registry of apps and their keys on SQLite (migration 18, issue 23).
-
-Settings are JSON text, as the repository is given them: sealing the secrets in them is
-the wrapper's (``tepat/adapters/sealed_apps.py``), not the store's.
-"""
+"""The registry of apps and their keys on SQLite (migration 18, issue 23)."""
 
 from __future__ import annotations
 
@@ -77,9 +73,6 @@ class AppsMixin(SqliteBase):
     async def add_app_key(self, key: AppKey) -> None:
         sql = f"INSERT INTO app_keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         await self._execute(sql, _key_params(key))
-
-    async def find_app_key(self, key_hash: str) -> AppKey | None:
-        return await self._fetch_one(_key, f"{_SELECT_KEY} WHERE key_hash = ?", (key_hash,))
 
     async def list_app_keys(self, app_id: str) -> list[AppKey]:
         sql = f"{_SELECT_KEY} WHERE app_id = ? ORDER BY created_at, key_id"

@@ -79,10 +79,6 @@ def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def _unique(items: Sequence[T]) -> list[T]:
-    return list(dict.fromkeys(items))
-
-
 def _decoder(
     model: Callable[..., T], columns: str, **convert: Callable[[Any], Any] | None
 ) -> Callable[[Row], T]:
@@ -90,7 +86,7 @@ def _decoder(
     value through its converter in ``convert``, if it has one (``None`` leaves the column
     out). The fields it leaves to their defaults must come after all the others."""
     index = {name: i for i, name in enumerate(columns.split(", "))}
-    kept = [name for name in index if convert.get(name, _same) is not None]
+    kept = [name for name in index if name not in convert or convert[name] is not None]
     fields = [f.name for f in dataclasses.fields(model)]  # type: ignore[arg-type]
     given = fields[: len(kept)]
     if sorted(given) != sorted(kept):
@@ -118,10 +114,6 @@ def _encoder(columns: str, **convert: Callable[[Any], Any]) -> Callable[[Any], R
         return tuple(getattr(obj, n) if fn is None else fn(getattr(obj, n)) for n, fn in fns)
 
     return encode
-
-
-def _same(value: T) -> T:
-    return value
 
 
 _USER_COLUMNS = (

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts, _unique
+from tepat.adapters.sqlite.codecs import Row, _chunks, _placeholders, _ts
 from tepat.adapters.sqlite.schema import Conn, _connect, _migrate, on_disk
 from tepat.clock import Clock, SystemClock
 from tepat.domain.batches import MAX_BATCH
@@ -93,7 +93,7 @@ class SqliteBase:
         self._checkpointer: asyncio.Task[None] | None = None
         # Writes waiting for the worker (see _write); appended on the event loop's
         # thread, taken on the worker's.
-        self._writes: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
+        self._writes: list[_Write] = []
         self._writes_lock = threading.Lock()
 
     def _worker(self) -> ThreadPoolExecutor:
@@ -273,7 +273,7 @@ def _in_chunks(
     """``sql`` (one ``{ids}`` placeholder list, bound between ``before`` and ``params``) for
     each chunk of ``ids`` (each once): the rows of all of them."""
     rows: list[Row] = []
-    for chunk in _chunks(_unique(ids), ID_CHUNK):
+    for chunk in _chunks(list(dict.fromkeys(ids)), ID_CHUNK):
         # Padded with its last id (IN tests a set): see _statement_size.
         padded = [*chunk, *[chunk[-1]] * (_statement_size(len(chunk), ID_CHUNK) - len(chunk))]
         query = sql.format(ids=_placeholders(len(padded)))

@@ -1,9 +1,5 @@
-"""Contact points, suppressions and provider-event dedup on SQLite (migration 12).
-
-Each table's primary key is the uniqueness the port promises: (user, channel),
-(channel, address), (provider, event id). A write decides with ``ON CONFLICT``, never
-with a read before it.
-"""
+"""Contact points, suppressions and provider-event dedup on SQLite (migration 12): each
+table's primary key is the port's unique key, and a write decides with ``ON CONFLICT``."""
 
 from __future__ import annotations
 

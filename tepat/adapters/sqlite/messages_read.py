@@ -111,12 +111,6 @@ class MessagesReadMixin(SqliteBase):
         )
         return Counts(by_status_category_channel={(s, c, ch): n for s, c, ch, n in rows})
 
-    async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
-        where = "status = 'failed'"
-        params: list[Any] = []
-        if before_id is not None:
-            # Keyset on (updated_at, id) of the last message of the previous page.
-            where += " AND (updated_at, id) < (SELECT updated_at, id FROM messages WHERE id = ?)"
-            params.append(before_id)
-        sql = f"{_SELECT} WHERE {where} ORDER BY updated_at DESC, id DESC LIMIT ?"
-        return await self._fetch(_message, sql, (*params, limit))
+    async def dead_letters(self, limit: int) -> list[Message]:
+        sql = f"{_SELECT} WHERE status = 'failed' ORDER BY updated_at DESC, id DESC LIMIT ?"
+        return await self._fetch(_message, sql, (limit,))

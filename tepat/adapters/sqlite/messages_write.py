@@ -164,10 +164,6 @@ class MessagesWriteMixin(TransitionOne, SqliteBase):
             return 0
         return await self._write(lambda c: _apply_transitions(c, statements))
 
-    async def next_plan_version(self, user_id: str) -> int:
-        row = await self._write(lambda c: c.execute(NEXT_PLAN_VERSION, (user_id,)).fetchone())
-        return 0 if row is None else int(row[0])
-
     async def mark_published(self, published: Sequence[tuple[str, datetime]]) -> int:
         if not published:
             return 0

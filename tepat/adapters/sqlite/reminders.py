@@ -18,8 +18,8 @@ from tepat.adapters.store_results import grouped
 from tepat.domain.models import Reminder
 
 _SELECT = f"SELECT {_REMINDER_COLUMNS} FROM reminders"
-# Shared with the bulk import ({values}: the VALUES rows), which writes reminders alike.
 LIST_REMINDERS = f"{_SELECT} WHERE user_id = ? ORDER BY reminder_id"
+# Shared with the bulk import ({values}: the VALUES rows), which writes reminders alike.
 UPSERT_REMINDER = (
     f"INSERT INTO reminders ({_REMINDER_COLUMNS}) VALUES {{values}} "
     "ON CONFLICT(user_id, reminder_id) DO UPDATE SET category = excluded.category, "

@@ -57,10 +57,9 @@ class TemplatesMixin(SqliteBase):
 
     async def latest_templates(self, event_type: str | None = None) -> list[Template]:
         where, params = ("WHERE event_type = ?", (event_type,)) if event_type else ("", ())
+        # With one max(), SQLite takes the other columns from the row that has it.
         sql = (
-            f"SELECT {_COLUMNS} FROM templates t {where} "
-            f"{'AND' if where else 'WHERE'} version = (SELECT max(version) FROM templates u "
-            "WHERE u.event_type = t.event_type AND u.channel = t.channel AND u.locale = t.locale) "
-            "ORDER BY event_type, channel, locale"
+            f"SELECT {_COLUMNS}, max(version) FROM templates {where} "
+            "GROUP BY event_type, channel, locale ORDER BY event_type, channel, locale"
         )
         return await self._fetch(_template, sql, params)

@@ -150,9 +150,6 @@ class UsersMixin(SqliteBase):
 
         return keyset_pages(page, attrgetter("user.user_id"), after, size)
 
-    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
-        return await self._fetch_one(_plan_target, PLAN_TARGET, (user_id,))
-
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         if not marks:
             return 0

@@ -1,7 +1,8 @@
 """The apps of a deployment and their keys (``tepat/domain/apps.py``).
 
 Held by the default app's store: the registry every process reads to know which apps
-to serve and which key belongs to which app.
+to serve and which key belongs to which app. Settings are stored as given: sealing the
+secrets in them is the wrapper's (``tepat/adapters/sealed_apps.py``), not the store's.
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ class AppRepository(Protocol):
         """Replace what is given (``settings`` whole), bump the version; None if unknown."""
 
     async def add_app_key(self, key: AppKey) -> None: ...
-
-    async def find_app_key(self, key_hash: str) -> AppKey | None:
-        """The key with this hash, revoked or not."""
 
     async def list_app_keys(self, app_id: str) -> list[AppKey]:
         """The app's keys, revoked ones too, oldest first."""

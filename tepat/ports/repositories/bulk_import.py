@@ -53,4 +53,4 @@ class BulkImportRepository(Protocol):
         caller plans after the write."""
 
     async def get_plan_targets(self, user_ids: Sequence[str]) -> dict[str, PlanTarget]:
-        """:meth:`UserRepository.get_plan_target` for each (unknown users are absent)."""
+        """Each user with their change stamp and standing mark (unknown users are absent)."""

@@ -129,5 +129,5 @@ class MessageRepository(Protocol):
 
     async def count_messages(self) -> Counts: ...
 
-    async def dead_letters(self, limit: int, before_id: str | None = None) -> list[Message]:
+    async def dead_letters(self, limit: int) -> list[Message]:
         """Failed messages, most recently updated first."""

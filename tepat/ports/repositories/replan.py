@@ -24,9 +24,9 @@ class ReplanStart:
 
 class ReplanRepository(Protocol):
     async def start_replan(self, user_id: str) -> ReplanStart | None:
-        """:meth:`~tepat.ports.repositories.users.UserRepository.next_plan_version`, then,
-        read after it, the user's plan target, reminders and pending messages (None when
-        the user does not exist)."""
+        """Atomically increment the user's ``plan_version`` (two re-plans never get the
+        same version), then, read after it, the user's plan target, reminders and pending
+        messages (None when the user does not exist)."""
 
     async def finish_replan(
         self, user_id: str, planned: Sequence[Message], mark: PlanMark

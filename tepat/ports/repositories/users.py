@@ -43,10 +43,6 @@ class UserRepository(Protocol):
 
     async def get_users(self, user_ids: Sequence[str]) -> dict[str, User]: ...
 
-    async def next_plan_version(self, user_id: str) -> int:
-        """Atomically increment the user's ``plan_version`` and return the new value
-        (0 if the user does not exist). Two re-plans never get the same version."""
-
     def iter_users(self, batch_size: int = 1000) -> AsyncIterator[list[User]]:
         """All users in ``user_id`` order, a page at a time (keyset, flat memory)."""
 
@@ -68,9 +64,6 @@ class UserRepository(Protocol):
         """Users whose ``user_id`` is in ``(after, until]`` and whose standing mark does
         not cover ``[start, end)`` under ``fingerprint``, in ``user_id`` order, a page at
         a time (keyset, flat memory)."""
-
-    async def get_plan_target(self, user_id: str) -> PlanTarget | None:
-        """One user with their change stamp and standing mark (None if absent)."""
 
     async def set_plan_marks(self, marks: Sequence[PlanMark]) -> int:
         """Write each mark only if its user's change stamp still equals ``mark.stamp``
