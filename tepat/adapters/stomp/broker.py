@@ -52,7 +52,7 @@ from typing import Any
 import structlog
 
 from tepat import tracing
-from tepat.adapters.stomp import admin
+from tepat.adapters.stomp.admin import StompAdmin
 from tepat.adapters.stomp.consumer import Consumer
 from tepat.adapters.stomp.frames import (
     DLQ_PREFIX,
@@ -108,6 +108,7 @@ class StompBroker:
         self._consumers: set[Consumer] = set()
         self.in_flight: dict[str, tuple[Consumer, Link]] = {}
         self._closed = True
+        self._admin = StompAdmin(self)
 
     def backoff(self, attempt: int) -> float:
         """Exponential backoff with jitter: 0.1 s, 0.2 s, 0.4 s ... capped at ``max_backoff``."""
@@ -293,10 +294,10 @@ class StompBroker:
         return self._closed
 
     async def stats(self, queues: Sequence[str]) -> list[QueueStats]:
-        return await admin.stats(self, queues)
+        return await self._admin.stats(queues)
 
     async def dead_letters(self, queues: Sequence[str]) -> list[DeadLetter]:
-        return await admin.dead_letters(self, queues)
+        return await self._admin.dead_letters(queues)
 
     async def replay_dead_letter(self, dead_letter_id: str, *, queue_prefix: str = "") -> bool:
-        return await admin.replay_dead_letter(self, dead_letter_id, queue_prefix)
+        return await self._admin.replay_dead_letter(dead_letter_id, queue_prefix)

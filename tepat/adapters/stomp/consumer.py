@@ -24,23 +24,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
+from tepat.adapters.stomp.admin import LinkSource
 from tepat.adapters.stomp.frames import H_NACKS, int_header
 from tepat.adapters.stomp.link import BrokerUnavailable, Link
+from tepat.clock import Clock
 from tepat.ports.broker import Delivery
-
-if TYPE_CHECKING:
-    from tepat.adapters.stomp.broker import StompBroker
 
 log = structlog.get_logger("tepat.broker.stomp")
 
 
+class ConsumerBroker(LinkSource, Protocol):
+    """What a consumer uses of its :class:`~tepat.adapters.stomp.broker.StompBroker`."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def in_flight(self) -> dict[str, tuple[Consumer, Link]]: ...
+
+    def backoff(self, attempt: int) -> float: ...
+
+
 @dataclass(eq=False)
 class Consumer:
-    broker: StompBroker
+    broker: ConsumerBroker
     queues: tuple[str, ...]
     prefetch: int
     link: Link | None = None
