@@ -115,11 +115,12 @@ phase "pytest"
 export TEPAT_TEST_REQUIRE_SERVICES=1
 # Exit status 5 means nothing was collected: when arguments name only tests of one part.
 pytest_part() { .venv/bin/pytest -q -p no:cacheprovider "$@" || [[ $? == 5 ]]; }
-# On several processes (3 on CI's 2 cores: the worker with the benches mostly waits);
+# On several processes (4 on CI's 2 cores: the two workers with a backend's quick benches
+# mostly wait, so two more keep both cores busy: 498 s against 586 s with 3);
 # tests sharing something heavy (the benches, a broker of their own) run on one of them
 # (tests/support/xdist_groups.py). PYTEST_WORKERS=0 runs everything in one process.
 # --durations: the slowest tests in the log, for whoever makes the suite faster next.
-pytest_part -n "${PYTEST_WORKERS:-3}" --dist loadgroup -m "not serial" --durations=25 "$@"
+pytest_part -n "${PYTEST_WORKERS:-4}" --dist loadgroup -m "not serial" --durations=25 "$@"
 phase "pytest, serial"
 # Then, alone, the tests marked serial (they restart the broker the others use).
 pytest_part -m serial "$@"
