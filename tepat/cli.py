@@ -149,9 +149,9 @@ def api_command(
     """The HTTP API alone."""
     from tepat.processes import serve_api, serve_api_workers
 
-    settings = _settings()
+    settings = _alone(_settings(), "api")
     if workers == 1:
-        _run(serve_api(_alone(settings, "api"), host, port), serves_http=True)
+        _run(serve_api(settings, host, port), serves_http=True)
         return
     with _config_errors():
         serve_api_workers(settings, host, port, workers)

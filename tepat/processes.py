@@ -354,13 +354,9 @@ def serve_api_workers(settings: Settings, host: str, port: int, workers: int) ->
     uvicorn binds the socket here and starts the workers; each builds its app from
     :func:`api_worker_app` (settings from the same environment) and opens its
     runtime in its lifespan. SIGTERM/SIGINT reach uvicorn's supervisor, which
-    stops each worker the way one ``tepat api`` stops: accepted requests finish.
+    stops each worker the way one ``tepat api`` stops: accepted requests finish. The
+    caller refuses the embedded broker, as for one ``tepat api`` (``cli._alone``).
     """
-    if settings.broker_url == "embedded://":
-        raise ConfigError(
-            f"tepat: --workers {workers} needs a shared broker: the embedded broker lives "
-            "inside one process (set TEPAT_BROKER_URL=stomp://…, or run one worker)"
-        )
     _admin_key(settings)  # generated (and printed) once here, read by every worker
     uvicorn.run(
         "tepat.processes:api_worker_app",
