@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tepat.adapters.expo_outcomes import BEFORE_SENDING, json_object, parse_retry_after
+from tepat.adapters.expo_outcomes import SendProgress, json_object, parse_retry_after
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
@@ -126,10 +126,13 @@ class TwilioSmsChannel(PooledClient):
             await self.limiter.acquire_ceiling(1)
             if not item.still_sendable():
                 return Withheld()
+            progress = SendProgress()
             try:
-                response = await self._client.post(self._path, data=data)
+                response = await self._client.post(
+                    self._path, data=data, extensions={"trace": progress.trace}
+                )
             except httpx.HTTPError as error:
-                return _failure(error)
+                return progress.failure(error, "Twilio")
         return self._classify(response)
 
     def _classify(self, response: httpx.Response) -> ChannelOutcome:
@@ -163,15 +166,6 @@ class TwilioSmsChannel(PooledClient):
             return TryAgain(f"twilio_{code or status}: {text}")
         reason = f"twilio_{code}" if code is not None else f"twilio_http_{status}"
         return Refused(reason, suppress=SUPPRESS_ON.get(code) if code is not None else None)
-
-
-def _failure(error: httpx.HTTPError) -> TryAgain:
-    maybe_sent = not isinstance(error, BEFORE_SENDING)  # Twilio cannot have acted
-    what = "timeout" if isinstance(error, httpx.TimeoutException) else "network error"
-    when = "after the request was sent" if maybe_sent else "before the request was sent"
-    return TryAgain(
-        f"{what} talking to Twilio {when}: {type(error).__name__}", maybe_sent=maybe_sent
-    )
 
 
 def _int(value: Any) -> int | None:

@@ -27,6 +27,7 @@ from tepat.sandbox.expo import ExpoSandbox
 from tepat.sandbox.faults import AfterAccept
 from tepat.sandbox.server import RunningSandbox, running_sandbox
 from tests.support import expo_fixtures
+from tests.support.http_trace import BODY_CUT_SHORT, BODY_SENT, trace_then_raise
 from tests.support.waiting import eventually
 
 
@@ -317,23 +318,6 @@ async def test_a_connection_dropped_mid_response_after_expo_accepted_is_maybe_se
 # ---- not sent or maybe sent, where the network cannot be made to fail on cue ----
 
 
-def _trace_then_raise(events: list[str], error: Exception) -> httpx.MockTransport:
-    """A transport that reports ``events`` to httpcore's trace hook, then fails."""
-
-    async def handle(request: httpx.Request) -> httpx.Response:
-        trace = request.extensions.get("trace")
-        for event in events:
-            if trace is not None:
-                await trace(event, {})
-        raise error
-
-    return httpx.MockTransport(handle)
-
-
-_HEADERS = ["http11.send_request_headers.started", "http11.send_request_headers.complete"]
-_BODY_SENT = [*_HEADERS, "http11.send_request_body.started", "http11.send_request_body.complete"]
-
-
 @pytest.mark.parametrize(
     ("events", "error", "maybe_sent"),
     [
@@ -346,21 +330,21 @@ _BODY_SENT = [*_HEADERS, "http11.send_request_body.started", "http11.send_reques
         ),
         pytest.param(
             # httpcore swallows the WriteError and reports what it then fails to read.
-            [*_HEADERS, "http11.send_request_body.started", "http11.send_request_body.failed"],
+            BODY_CUT_SHORT,
             httpx.RemoteProtocolError("Server disconnected without sending a response."),
             False,
             id="write_error_before_the_body_went_out_whole_is_not_sent",
         ),
         pytest.param(
-            [*_HEADERS, "http11.send_request_body.started", "http11.send_request_body.failed"],
+            BODY_CUT_SHORT,
             httpx.WriteTimeout("write"),
             False,
             id="write_timeout_is_not_sent",
         ),
-        pytest.param(_BODY_SENT, httpx.ReadTimeout("read"), True, id="read_timeout_after_sending"),
-        pytest.param(_BODY_SENT, httpx.ReadError("reset"), True, id="read_error_after_sending"),
+        pytest.param(BODY_SENT, httpx.ReadTimeout("read"), True, id="read_timeout_after_sending"),
+        pytest.param(BODY_SENT, httpx.ReadError("reset"), True, id="read_error_after_sending"),
         pytest.param(
-            _BODY_SENT,
+            BODY_SENT,
             httpx.RemoteProtocolError("peer closed connection"),
             True,
             id="remote_protocol_error_after_sending",
@@ -373,7 +357,7 @@ _BODY_SENT = [*_HEADERS, "http11.send_request_body.started", "http11.send_reques
 async def test_not_sent_or_maybe_sent_follows_how_far_the_request_got(
     clock: FakeClock, events: list[str], error: Exception, maybe_sent: bool
 ) -> None:
-    transport = _trace_then_raise(events, error)
+    transport = trace_then_raise(events, error)
     async with ExpoPushProvider(
         "http://expo.test", clock=clock, rate_limit=1e9, transport=transport
     ) as p:

@@ -35,6 +35,7 @@ from tepat.sandbox.twilio import (
 from tepat.sandbox.twilio_wire import NumberScript
 from tepat.wiring import build_sms_channel
 from tests.support.form_receiver import FormReceiver, Post, running_receiver
+from tests.support.http_trace import BODY_CUT_SHORT, BODY_SENT, trace_then_raise
 from tests.support.messages import make_message
 from tests.support.waiting import eventually
 
@@ -325,6 +326,34 @@ async def test_connection_refused_was_not_sent(clock: FakeClock) -> None:
     sock.close()  # nothing listens there now
     outcome = await send_once(sms_channel(f"http://127.0.0.1:{port}", clock))
     assert isinstance(outcome, TryAgain) and not outcome.maybe_sent
+
+
+@pytest.mark.parametrize(
+    ("events", "maybe_sent"),
+    [
+        pytest.param(
+            BODY_CUT_SHORT,
+            False,
+            id="body_cut_short_was_not_sent",
+        ),
+        pytest.param(
+            BODY_SENT,
+            True,
+            id="body_sent_then_the_answer_lost_may_have_been",
+        ),
+    ],
+)
+async def test_a_lost_connection_was_sent_only_if_the_body_went_out_whole(
+    clock: FakeClock, events: list[str], maybe_sent: bool
+) -> None:
+    """httpcore reports a write error as the read error that follows it
+    (tepat/adapters/expo_outcomes.py ``SendProgress``): only how far the request got tells
+    whether Twilio could have created the message."""
+    error = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    ch = sms_channel("http://twilio.test", clock, transport=trace_then_raise(events, error))
+    outcome = await send_once(ch)
+    assert isinstance(outcome, TryAgain) and outcome.maybe_sent is maybe_sent
+    assert "talking to Twilio" in outcome.reason and "Server disconnected" in outcome.reason
 
 
 async def test_bad_credentials_are_retried_not_failed(
