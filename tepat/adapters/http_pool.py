@@ -43,14 +43,20 @@ class PooledClient:
     async def _post_in_slot(
         self, url: str, provider: str, **request: Any
     ) -> httpx.Response | TryAgain:
-        """POST once a connection is free; a network error or timeout is TryAgain, maybe
-        sent once the body went out (:class:`SendProgress`). A connection a
+        """:meth:`_post_traced` once a connection is free."""
+        async with self._slots:
+            return await self._post_traced(url, provider, **request)
+
+    async def _post_traced(
+        self, url: str, provider: str, **request: Any
+    ) -> httpx.Response | TryAgain:
+        """POST; a network error or timeout is TryAgain, maybe sent once the body went out
+        (:class:`SendProgress`). A connection a
         :class:`~tepat.adapters.webhook_target.GuardedTransport` refused raises
         :class:`~tepat.adapters.webhook_target.TargetRefused`."""
         progress = SendProgress()
         try:
-            async with self._slots:
-                return await self._client.post(url, extensions={"trace": progress.trace}, **request)
+            return await self._client.post(url, extensions={"trace": progress.trace}, **request)
         except httpx.HTTPError as e:
             if isinstance(e.__cause__, TargetRefused):
                 # Not the provider's failure: an address it may not reach.

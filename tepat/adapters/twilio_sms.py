@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tepat.adapters.expo_outcomes import SendProgress, json_object, parse_retry_after
+from tepat.adapters.expo_outcomes import json_object, parse_retry_after
 from tepat.adapters.http_pool import PooledClient
 from tepat.adapters.rate_limit import TokenBucket
 from tepat.clock import Clock
@@ -126,14 +126,9 @@ class TwilioSmsChannel(PooledClient):
             await self.limiter.acquire_ceiling(1)
             if not item.still_sendable():
                 return Withheld()
-            progress = SendProgress()
-            try:
-                response = await self._client.post(
-                    self._path, data=data, extensions={"trace": progress.trace}
-                )
-            except httpx.HTTPError as error:
-                return progress.failure(error, "Twilio")
-        return self._classify(response)
+            # Inside this slot, after the waits above: not _post_in_slot.
+            response = await self._post_traced(self._path, "Twilio", data=data)
+        return response if isinstance(response, TryAgain) else self._classify(response)
 
     def _classify(self, response: httpx.Response) -> ChannelOutcome:
         body = json_object(response)
